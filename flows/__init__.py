@@ -1,0 +1,1 @@
+"""flows — Prefect flows and deployments, and the ``pep`` command line."""

@@ -1,0 +1,17 @@
+"""The ``pep`` command line: each sub-command lives in the module of its flow and is registered here."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="pep",
+    help="Train Expectation-Propagation-family sparse Gaussian process models at scale.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

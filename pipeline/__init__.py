@@ -1,0 +1,1 @@
+"""pipeline — data stores, the distributed engine, the coordinator and the estimators."""
