@@ -1,0 +1,34 @@
+"""Data-driven starting values for kernels and inducing inputs (seed000 §7, the reference code's
+``init_hypers``): median-distance lengthscales and k-means inducing inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.cluster.vq import kmeans2
+from scipy.spatial.distance import pdist
+
+MAX_ROWS = 5_000
+
+
+def _subsample(x: np.ndarray, seed: int, size: int = MAX_ROWS) -> np.ndarray:
+    if x.shape[0] <= size:
+        return x
+    return x[np.random.default_rng(seed).choice(x.shape[0], size, replace=False)]
+
+
+def median_lengthscale(x: np.ndarray, seed: int = 0) -> float:
+    """Half the median pairwise distance of (a subsample of) the inputs; 1.0 if degenerate."""
+    distances = pdist(_subsample(np.asarray(x, dtype=float), seed, 2_000))
+    value = 0.5 * float(np.median(distances)) if distances.size else 1.0
+    return value if np.isfinite(value) and value > 1e-6 else 1.0
+
+
+def kmeans_inducing(x: np.ndarray, num_inducing: int, seed: int = 0) -> np.ndarray:
+    """``num_inducing`` k-means centres (points initialisation, fixed seed) of a subsample of the inputs."""
+    sample = _subsample(np.asarray(x, dtype=float), seed)
+    if num_inducing > sample.shape[0]:
+        raise ValueError(f"num_inducing={num_inducing} exceeds the number of rows ({sample.shape[0]})")
+    if num_inducing == sample.shape[0]:
+        return sample.copy()
+    centres, _ = kmeans2(sample, num_inducing, minit="points", seed=np.random.default_rng(seed))
+    return centres

@@ -1,0 +1,97 @@
+"""The collapsed PEP-α regression objective against exact-GP, FITC and VFE oracles (seed000 §3.5)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pepcore.kernels import ARDSquaredExponential
+from pepcore.models.collapsed_regression import log_marginal_likelihood, predict_f
+from tests import oracles
+
+LS, VAR, NOISE = np.array([0.8, 1.3]), 1.4, 0.09
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 2, size=(60, 2))
+    y = np.sin(2 * x[:, 0]) + 0.5 * x[:, 1] + 0.3 * rng.normal(size=60)
+    z = x[rng.choice(60, 8, replace=False)] + 0.05 * rng.normal(size=(8, 2))
+    return x, y, z
+
+
+def _lml(x, y, z, alpha, noise=NOISE, jitter=1e-6):
+    kernel = ARDSquaredExponential(jnp.asarray(LS), jnp.asarray(VAR))
+    return float(log_marginal_likelihood(kernel, jnp.asarray(z), noise, jnp.asarray(x), jnp.asarray(y), alpha, jitter))
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.01])
+def test_inducing_at_training_inputs_gives_exact_gp_evidence(data, alpha):
+    x, y, _ = data
+    exact = oracles.exact_gp_evidence(x, y, LS, VAR, NOISE)
+    assert _lml(x, y, x, alpha) == pytest.approx(exact, rel=1e-5)
+
+
+def test_alpha_one_is_fitc(data):
+    x, y, z = data
+    assert _lml(x, y, z, 1.0, jitter=0.0) == pytest.approx(oracles.fitc_evidence(x, y, z, LS, VAR, NOISE), rel=1e-6)
+
+
+def test_alpha_zero_is_titsias_bound(data):
+    x, y, z = data
+    vfe = oracles.titsias_bound(x, y, z, LS, VAR, NOISE)
+    assert _lml(x, y, z, 0.0, jitter=0.0) == pytest.approx(vfe, rel=1e-8)
+
+
+def test_small_alpha_approaches_vfe_at_rate_alpha(data):
+    x, y, z = data
+    vfe = _lml(x, y, z, 0.0)
+    assert _lml(x, y, z, 1e-6) == pytest.approx(vfe, rel=1e-4)
+    gap_6, gap_4 = abs(_lml(x, y, z, 1e-6) - vfe), abs(_lml(x, y, z, 1e-4) - vfe)
+    assert gap_4 / gap_6 == pytest.approx(100.0, rel=0.05)  # the gap is O(α)
+
+
+def test_energy_decreases_from_fitc_to_vfe(data):
+    x, y, z = data
+    values = [_lml(x, y, z, a) for a in (1.0, 0.8, 0.5, 0.2, 0.0)]
+    assert all(a > b for a, b in zip(values, values[1:]))
+    assert values[-1] <= oracles.exact_gp_evidence(x, y, LS, VAR, NOISE)  # VFE is a lower bound
+
+
+def test_prediction_matches_eq7(data):
+    """Predictive mean/variance equal the dense formulas of seed000 eq. 7 with K̄ = Q + αdiag(D) + σ²I."""
+    x, y, z = data
+    alpha = 0.5
+    xs = np.random.default_rng(1).uniform(-2, 2, size=(7, 2))
+    kernel = ARDSquaredExponential(jnp.asarray(LS), jnp.asarray(VAR))
+    mean, var = predict_f(kernel, jnp.asarray(z), NOISE, jnp.asarray(x), jnp.asarray(y), jnp.asarray(xs), alpha, 0.0)
+    kuu = oracles.se_kernel(z, z, LS, VAR)
+    kus, kuf = oracles.se_kernel(z, xs, LS, VAR), oracles.se_kernel(z, x, LS, VAR)
+    qff = kuf.T @ np.linalg.solve(kuu, kuf)
+    kbar = qff + alpha * np.diag(VAR - np.diag(qff)) + NOISE * np.eye(len(y))
+    qsf = kus.T @ np.linalg.solve(kuu, kuf)
+    np.testing.assert_allclose(mean, qsf @ np.linalg.solve(kbar, y), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(var, VAR - np.einsum("ij,ji->i", qsf, np.linalg.solve(kbar, qsf.T)), rtol=1e-7)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
+def test_gradient_matches_central_differences(data, alpha):
+    x, y, z = data
+
+    def objective(theta):
+        kernel = ARDSquaredExponential(jnp.exp(theta[:2]), jnp.exp(theta[2]))
+        zz = theta[4:].reshape(z.shape)
+        return log_marginal_likelihood(kernel, zz, jnp.exp(theta[3]), jnp.asarray(x), jnp.asarray(y), alpha)
+
+    theta = jnp.concatenate([jnp.log(jnp.asarray(LS)), jnp.log(jnp.asarray([VAR, NOISE])), jnp.asarray(z).ravel()])
+    grad = np.asarray(jax.grad(objective)(theta))
+    eps = 1e-5
+    fd = np.array([(objective(theta.at[i].add(eps)) - objective(theta.at[i].add(-eps))) / (2 * eps) for i in range(theta.size)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-7 * np.max(np.abs(fd)))
+
+
+def test_rejects_alpha_outside_unit_interval(data):
+    x, y, z = data
+    with pytest.raises(ValueError, match="alpha must lie in"):
+        _lml(x, y, z, 1.5)

@@ -1,0 +1,177 @@
+"""The tied-factor Power-EP energy F = G + Σ L against independent oracles."""
+
+import jax
+from jax.flatten_util import ravel_pytree
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from pepcore.likelihoods import Gaussian, Probit
+from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
+from pepcore.parameters import unconstrain_positive
+from tests import oracles
+
+LS, VAR, NOISE = np.array([0.9, 1.4]), 1.3, 0.2
+
+
+def _params(z, shift, precision, lik_params):
+    return SparseGPParams(
+        raw_lengthscales=unconstrain_positive(jnp.asarray(LS)),
+        raw_variance=unconstrain_positive(jnp.asarray(VAR)),
+        inducing=jnp.asarray(z),
+        likelihood=lik_params,
+        factor_shift=jnp.asarray(shift),
+        factor_chol=jnp.linalg.cholesky(jnp.asarray(precision)),
+    )
+
+
+@pytest.fixture
+def regression():
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-2, 2, size=(40, 2))
+    y = np.cos(x[:, 0]) + 0.4 * x[:, 1] + 0.2 * rng.normal(size=40)
+    z = rng.uniform(-2, 2, size=(6, 2))
+    return x, y, z
+
+
+def _random_factor(rng, m, n):
+    a = rng.normal(size=(m, m))
+    return rng.normal(size=m) * n / 10, a @ a.T * n / 50 + np.eye(m)
+
+
+def _dense_energy_terms(z, shift, precision, n, alpha):
+    """Dense numpy G = φ(q) − φ(p) + (N/α)(φ(cav) − φ(q)) and the cavity (mean, cov) in u-space."""
+    kuu = oracles.se_kernel(z, z, LS, VAR)
+    kinv = np.linalg.inv(kuu)
+
+    def phi(h, lam):
+        return 0.5 * h @ np.linalg.solve(lam, h) - 0.5 * np.linalg.slogdet(lam)[1]
+
+    s = 1 - alpha / n
+    phi_p = -0.5 * np.linalg.slogdet(kinv)[1]
+    phi_q, phi_c = phi(shift, kinv + precision), phi(s * shift, kinv + s * precision)
+    cav_cov = np.linalg.inv(kinv + s * precision)
+    return phi_q - phi_p + n / alpha * (phi_c - phi_q), cav_cov @ (s * shift), cav_cov
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.05])
+def test_global_and_data_terms_match_dense_formulas(regression, alpha):
+    x, y, z = regression
+    shift, precision = _random_factor(np.random.default_rng(1), 6, 40)
+    model = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=0.0)
+    params = _params(z, shift, precision, Gaussian.init_params(NOISE))
+    g_ref, cav_mean, cav_cov = _dense_energy_terms(z, shift, precision, 40, alpha)
+    assert float(model.global_energy(params, 40)) == pytest.approx(g_ref, rel=1e-9)
+    kuu, kuf = oracles.se_kernel(z, z, LS, VAR), oracles.se_kernel(z, x, LS, VAR)
+    w = np.linalg.solve(kuu, kuf)  # K_uu⁻¹K_uf
+    mu = w.T @ cav_mean
+    v = VAR - np.sum(kuf * w, 0) + np.sum(w * (cav_cov @ w), 0)
+    s2 = NOISE
+    log_z = [np.log(integrate.quad(lambda f: stats.norm.pdf(f, m_, np.sqrt(v_)) * stats.norm.pdf(y_, f, np.sqrt(s2)) ** alpha,
+                                   m_ - 12 * np.sqrt(v_), m_ + 12 * np.sqrt(v_), epsabs=0, epsrel=1e-12)[0])
+             for m_, v_, y_ in zip(mu, v, y)]
+    local = model.local_energy(params, jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool), 40)
+    assert float(local) == pytest.approx(np.sum(log_z) / alpha, rel=1e-8)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.01])
+def test_identical_sites_give_the_exact_evidence(alpha):
+    """N copies of one Gaussian observation at one input: the tied factor is exact (Z = x, M = 1)."""
+    n, y0, x0 = 7, 0.8, np.array([[0.3, -0.2]])
+    model = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=0.0)
+    params = _params(x0, [n * y0 / NOISE], [[n / NOISE]], Gaussian.init_params(NOISE))
+    energy = model.energy(params, jnp.asarray(np.repeat(x0, n, 0)), jnp.full(n, y0))
+    exact = oracles.gaussian_log_evidence(np.full(n, y0), VAR * np.ones((n, n)) + NOISE * np.eye(n))
+    assert float(energy) == pytest.approx(exact, rel=1e-10)
+
+
+def test_alpha_zero_at_the_vfe_optimum_is_the_titsias_bound(regression):
+    x, y, z = regression
+    shift, precision = oracles.titsias_optimal_q(x, y, z, LS, VAR, NOISE)
+    params = _params(z, shift, precision, Gaussian.init_params(NOISE))
+    bound = oracles.titsias_bound(x, y, z, LS, VAR, NOISE)
+    for alpha, rel in [(0.0, 1e-8), (1e-6, 1e-4)]:
+        energy = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=0.0).energy(params, jnp.asarray(x), jnp.asarray(y))
+        assert float(energy) == pytest.approx(bound, rel=rel)
+
+
+def test_probit_alpha_zero_is_the_uncollapsed_vfe_bound(regression):
+    """α = 0 equals −KL(q‖p) + Σ E_q[log Φ] (seed000 eqs. 145–146), computed densely with quadrature."""
+    x, y, z = regression
+    labels = (y > 0.5).astype(float)
+    shift, precision = _random_factor(np.random.default_rng(2), 6, 40)
+    params = _params(z, shift, precision, {})
+    kuu, kuf = oracles.se_kernel(z, z, LS, VAR), oracles.se_kernel(z, x, LS, VAR)
+    v_q = np.linalg.inv(np.linalg.inv(kuu) + precision)
+    m_q = v_q @ shift
+    kl = 0.5 * (np.trace(np.linalg.solve(kuu, v_q)) + m_q @ np.linalg.solve(kuu, m_q) - 6
+                + np.linalg.slogdet(kuu)[1] - np.linalg.slogdet(v_q)[1])
+    w = np.linalg.solve(kuu, kuf)
+    mu, var = w.T @ m_q, VAR - np.sum(kuf * w, 0) + np.sum(w * (v_q @ w), 0)
+    ell = sum(integrate.quad(lambda f: stats.norm.pdf(f, m_, np.sqrt(v_)) * stats.norm.logcdf((2 * y_ - 1) * f),
+                             m_ - 12 * np.sqrt(v_), m_ + 12 * np.sqrt(v_), epsrel=1e-12)[0]
+              for m_, v_, y_ in zip(mu, var, labels))
+    model = PowerEPSparseGP(Probit(), alpha=0.0, jitter=0.0)
+    assert float(model.energy(params, jnp.asarray(x), jnp.asarray(labels))) == pytest.approx(ell - kl, rel=1e-8)
+    gaps = [float(PowerEPSparseGP(Probit(), alpha=a, jitter=0.0).energy(params, jnp.asarray(x), jnp.asarray(labels)))
+            - (ell - kl) for a in (1e-3, 1e-4)]
+    assert gaps[0] / gaps[1] == pytest.approx(10.0, rel=0.05)  # the gap closes as O(α)
+
+
+@pytest.mark.parametrize("likelihood", [Gaussian(), Probit()])
+def test_padding_and_chunking_do_not_change_the_data_term(regression, likelihood):
+    x, y, z = regression
+    y = y if isinstance(likelihood, Gaussian) else (y > 0.5).astype(float)
+    model = PowerEPSparseGP(likelihood, alpha=0.5)
+    params = model.init(x, 6, likelihood_params=Gaussian.init_params(NOISE) if isinstance(likelihood, Gaussian) else None)
+    data_term = jax.value_and_grad(model.local_energy)
+    whole_v, whole_g = data_term(params, jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool), 40)
+    pad = 24  # chunks of 32 rows: 32 + 8 real rows, the second chunk padded with garbage
+    xp = np.concatenate([x, np.full((pad, 2), 1e3)])
+    yp = np.concatenate([y, np.full(pad, 7.0)])
+    mask = np.arange(64) < 40
+    parts = [data_term(params, jnp.asarray(xp[s]), jnp.asarray(yp[s]), jnp.asarray(mask[s]), 40)
+             for s in (slice(0, 32), slice(32, 64))]
+    assert float(parts[0][0] + parts[1][0]) == pytest.approx(float(whole_v), rel=1e-12)
+    summed = jax.tree_util.tree_map(lambda a, b: a + b, parts[0][1], parts[1][1])
+    for a, b in zip(jax.tree_util.tree_leaves(summed), jax.tree_util.tree_leaves(whole_g)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("likelihood, alpha", [(Gaussian(), 1.0), (Gaussian(), 0.5), (Probit(), 0.5), (Probit(), 1.0), (Probit(), 0.0)])
+def test_energy_gradient_matches_central_differences(regression, likelihood, alpha):
+    x, y, z = regression
+    y = y if isinstance(likelihood, Gaussian) else (y > 0.5).astype(float)
+    model = PowerEPSparseGP(likelihood, alpha=alpha)
+    lik_params = Gaussian.init_params(NOISE) if isinstance(likelihood, Gaussian) else None
+    params = model.init(x, 6, likelihood_params=lik_params)
+    shift, precision = _random_factor(np.random.default_rng(3), 6, 40)
+    params = params._replace(factor_shift=jnp.asarray(shift), factor_chol=jnp.linalg.cholesky(jnp.asarray(precision)))
+    flat, unravel = ravel_pytree(params)
+    energy = lambda v: model.energy(unravel(v), jnp.asarray(x), jnp.asarray(y))
+    grad = np.asarray(jax.grad(energy)(flat))
+    eps = 1e-6
+    fd = np.array([(energy(flat.at[i].add(eps)) - energy(flat.at[i].add(-eps))) / (2 * eps) for i in range(flat.size)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6 * np.max(np.abs(fd)))
+
+
+def test_predictions_match_dense_posterior(regression):
+    x, _, z = regression
+    shift, precision = _random_factor(np.random.default_rng(4), 6, 40)
+    model = PowerEPSparseGP(Probit(), alpha=0.5, jitter=0.0)
+    params = _params(z, shift, precision, {})
+    kuu, kus = oracles.se_kernel(z, z, LS, VAR), oracles.se_kernel(z, x, LS, VAR)
+    v_q = np.linalg.inv(np.linalg.inv(kuu) + precision)
+    w = np.linalg.solve(kuu, kus)
+    mean, var = model.predict_f(params, jnp.asarray(x))
+    np.testing.assert_allclose(mean, w.T @ v_q @ shift, rtol=1e-8)
+    np.testing.assert_allclose(var, VAR - np.sum(kus * w, 0) + np.sum(w * (v_q @ w), 0), rtol=1e-8)
+    m_u, v_u = model.posterior_moments(params)
+    np.testing.assert_allclose(v_u, v_q, rtol=1e-8)
+    np.testing.assert_allclose(model.predict_y(params, jnp.asarray(x)), stats.norm.cdf(np.asarray(mean) / np.sqrt(1 + np.asarray(var))), rtol=1e-10)
+
+
+def test_alpha_outside_unit_interval_is_rejected():
+    with pytest.raises(ValueError, match=r"alpha must lie in \[0, 1\]; got -0.1"):
+        PowerEPSparseGP(Probit(), alpha=-0.1)

@@ -1,0 +1,81 @@
+"""Gaussian natural-parameter algebra, linear algebra, kernels and the positive bijection."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from scipy.stats import multivariate_normal
+
+from pepcore import gaussian
+from pepcore.kernels import ARDSquaredExponential
+from pepcore.linalg import cholesky, logdet_from_cholesky
+from pepcore.parameters import positive, unconstrain_positive
+from tests import oracles
+
+
+def _random_spd(rng, m):
+    a = rng.normal(size=(m, m))
+    return a @ a.T + m * np.eye(m)
+
+
+def test_log_normaliser_integrates_the_factor():
+    """φ(h, Λ) equals log of the integral of exp(hᵀu − ½uᵀΛu): compare with the Gaussian density."""
+    rng = np.random.default_rng(0)
+    lam, h = _random_spd(rng, 3), rng.normal(size=3)
+    g = gaussian.NaturalGaussian(jnp.asarray(h), jnp.asarray(lam))
+    u = rng.normal(size=3)
+    mean = np.linalg.solve(lam, h)
+    # exp(hᵀu − ½uᵀΛu − φ) must be the normalised density N(u; Λ⁻¹h, Λ⁻¹)
+    log_factor = h @ u - 0.5 * u @ lam @ u - float(gaussian.log_normaliser(g))
+    assert log_factor == pytest.approx(multivariate_normal(mean, np.linalg.inv(lam)).logpdf(u), rel=1e-12)
+
+
+def test_moments_round_trip_and_product_quotient():
+    rng = np.random.default_rng(1)
+    mean, cov = rng.normal(size=4), _random_spd(rng, 4)
+    g = gaussian.from_moments(jnp.asarray(mean), jnp.asarray(cov))
+    m2, c2 = gaussian.to_moments(g)
+    np.testing.assert_allclose(m2, mean, rtol=1e-12)
+    np.testing.assert_allclose(c2, cov, rtol=1e-12)
+    other = gaussian.from_moments(jnp.asarray(rng.normal(size=4)), jnp.asarray(_random_spd(rng, 4)))
+    back = gaussian.divide(gaussian.multiply(g, other, 0.7), other, 0.7)
+    np.testing.assert_allclose(back.precision, g.precision, rtol=1e-12)
+    np.testing.assert_allclose(back.shift, g.shift, rtol=1e-12)
+
+
+def test_log_density_and_logdet():
+    rng = np.random.default_rng(2)
+    cov, x, mean = _random_spd(rng, 5), rng.normal(size=5), rng.normal(size=5)
+    assert float(gaussian.log_density(jnp.asarray(x), jnp.asarray(mean), jnp.asarray(cov))) == pytest.approx(
+        multivariate_normal(mean, cov).logpdf(x), rel=1e-12
+    )
+    assert float(logdet_from_cholesky(cholesky(jnp.asarray(cov)))) == pytest.approx(np.linalg.slogdet(cov)[1], rel=1e-12)
+
+
+def test_cholesky_jitter_is_added_to_the_diagonal():
+    lower = cholesky(jnp.zeros((3, 3)), jitter=4.0)
+    np.testing.assert_allclose(lower, 2.0 * np.eye(3))
+
+
+def test_kernel_matches_dense_formula_and_checks_shapes():
+    rng = np.random.default_rng(3)
+    x1, x2, ls = rng.normal(size=(5, 3)), rng.normal(size=(4, 3)), np.array([0.5, 1.0, 2.0])
+    k = ARDSquaredExponential(jnp.asarray(ls), jnp.asarray(1.7))
+    np.testing.assert_allclose(k(jnp.asarray(x1), jnp.asarray(x2)), oracles.se_kernel(x1, x2, ls, 1.7), rtol=1e-12)
+    np.testing.assert_allclose(k.diag(jnp.asarray(x1)), np.full(5, 1.7))
+    with pytest.raises(ValueError, match=r"\[N1, D\]"):
+        k(jnp.asarray(x1), jnp.asarray(x2[:, :2]))
+
+
+def test_kernel_round_trips_through_jit_as_a_pytree():
+    k = ARDSquaredExponential(jnp.ones(2), jnp.asarray(2.0))
+    x = jnp.ones((3, 2))
+    np.testing.assert_allclose(jax.jit(lambda kern: kern(x, x))(k), k(x, x))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(min_value=1e-6, max_value=1e6))
+def test_positive_bijection_round_trips(value):
+    with jax.enable_x64(True):
+        assert float(positive(unconstrain_positive(value))) == pytest.approx(value, rel=1e-9)
