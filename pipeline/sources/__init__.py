@@ -1,0 +1,47 @@
+"""Source readers, one module per kind of input, and the registry mapping SOURCE names to them.
+
+Each reader turns its input into :class:`~pipeline.sources.base.RowBlock` s (constant memory in the
+input size); :func:`open_source` picks the reader for a name given on the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pipeline.errors import InputError
+from pipeline.sources.airline import open_airline
+from pipeline.sources.base import RowBlock, Source, SourceRequest
+from pipeline.sources.mnist import open_mnist
+from pipeline.sources.sklearn_sets import SETS, open_sklearn
+from pipeline.sources.tables import open_csv, open_npz, open_parquet
+
+READERS: dict[str, Callable[[SourceRequest], Source]] = {
+    "airline": open_airline,
+    "mnist": open_mnist,
+    "csv": open_csv,
+    "parquet": open_parquet,
+    "npz": open_npz,
+}
+SOURCE_NAMES = (*READERS, *(f"sklearn:{name}" for name in SETS))
+
+__all__ = ["READERS", "SOURCE_NAMES", "RowBlock", "Source", "SourceRequest", "open_source"]
+
+
+def open_source(name: str, request: SourceRequest = SourceRequest()) -> Source:
+    """Open the source called ``name`` with the user's options.
+
+    Args:
+        name: ``airline``, ``mnist``, ``csv``, ``parquet``, ``npz`` or ``sklearn:NAME``.
+        request: the ``--input`` paths, ``--target`` and ``--task``.
+
+    Returns:
+        The :class:`Source`, its inputs checked (files exist, headers fit); nothing read yet.
+
+    Raises:
+        InputError: unknown name, or inputs/options the source cannot use.
+    """
+    if name.startswith("sklearn:"):
+        return open_sklearn(name.removeprefix("sklearn:"), request)
+    if name not in READERS:
+        raise InputError(f"SOURCE: unknown source {name!r}; expected one of {', '.join(SOURCE_NAMES)}")
+    return READERS[name](request)
