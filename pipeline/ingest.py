@@ -1,0 +1,452 @@
+"""Streaming ingest of a source into a pep store (DESIGN §3), in three coarse steps.
+
+1. :func:`stage` — one pass over the source: every block is checked (finite values, labels) and
+   appended, as float32, to a staging array inside a temporary sibling of the store. Memory holds one
+   block and one chunk, whatever the input size.
+2. :func:`write` — the test rows are drawn by seed (or taken from the source's own split), then every
+   chunk of ``train/`` and ``test/`` is copied from the staging array in parallel with Dask; each chunk
+   task returns its digest, the chunk's moments and class counts, which are merged in chunk order, so
+   the training-split statistics come out of this one pass and do not depend on task timing.
+3. :func:`publish` — the staging array is removed, the attributes are written last, and the temporary
+   directory is renamed onto the store (replacing an old one only with ``overwrite``).
+
+On any error the temporary directory is removed: nothing half-written is left. The same input, seed and
+chunk size give byte-identical arrays (and the same ``checksum``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from functools import reduce
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import dask
+import numpy as np
+import zarr
+from dask.callbacks import Callback
+
+from pipeline.errors import InputError
+from pipeline.moments import Moments
+from pipeline.sources import RowBlock, Source
+from pipeline.split import choose_test_rows, parse_test_size
+from pipeline.stores import SCHEMA_VERSION, SPLITS, create_split_arrays, data_checksum, finish_store
+from pipeline.stores import write_chunk as store_chunk
+
+DEFAULT_CHUNK_ROWS = 10_000
+STAGING = "_staging"
+
+Progress = Callable[[str, int, int | None], None]
+"""``progress(phase, done, total)``: phase ``"read"`` counts rows, ``"write"`` counts chunks."""
+
+
+def no_progress(phase: str, done: int, total: int | None) -> None:
+    """A :data:`Progress` that shows nothing."""
+
+
+@dataclass(frozen=True)
+class Staged:
+    """The outcome of :func:`stage`: what was read into ``work``'s staging array."""
+
+    work: Path
+    description: str               # the source's, for messages
+    n_rows: int
+    n_features: int
+    task: str
+    n_classes: int | None
+    labels_inferred: bool          # C came from the largest label, not from the source
+    own_split: np.ndarray | None   # (n_rows,) bool, True for test rows, for sources with a split
+    dropped: dict[str, int]
+    source_checksum: str
+
+
+@dataclass(frozen=True)
+class Written:
+    """The outcome of :func:`write`: the split arrays in ``work`` and what their chunks reported."""
+
+    work: Path
+    n_rows: dict[str, int]
+    digests: dict[str, list[str]]
+    x_moments: Moments             # training split
+    y_moments: Moments | None      # training split, regression only
+    class_counts: dict[str, list[int]] | None
+    split: str                     # "seeded" or "source"
+    seed: int | None
+    test_size: int | float | None
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    """What an ingest produced, as printed by ``pep ingest --json``."""
+
+    store: str
+    source: str
+    task: str
+    rows_train: int
+    rows_test: int
+    n_features: int
+    n_classes: int | None
+    class_counts: dict[str, list[int]] | None
+    rows_dropped: dict[str, int]
+    rows_dropped_total: int
+    checksum: str
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as a JSON-serialisable dict."""
+        return asdict(self)
+
+
+class Steps(NamedTuple):
+    """The three steps :func:`ingest` runs; a flow passes them wrapped as Prefect tasks."""
+
+    stage: Callable[..., Staged]
+    write: Callable[..., Written]
+    publish: Callable[..., dict[str, Any]]
+
+
+def resolve_test_size(source: Source, test_size: str | None) -> int | float | None:
+    """The test size to use: ``--test-size``, else the source's default; None for a source's own split.
+
+    Raises:
+        InputError: malformed or out of range, or given for a source that carries its own split.
+    """
+    if source.default_test_size is None:
+        if test_size is not None:
+            raise InputError(f"--test-size: source '{source.name}' has its own train/test split; "
+                             "leave --test-size out")
+        return None
+    return parse_test_size(test_size or source.default_test_size)
+
+
+def check_destination(out: Path, overwrite: bool) -> None:
+    """Refuse an existing ``out`` without ``overwrite``, and anything at ``out`` that is not a store."""
+    if not out.exists():
+        if not out.parent.is_dir():
+            raise InputError(f"--out {out}: directory {out.parent} does not exist")
+        return
+    if not overwrite:
+        raise InputError(f"--out {out}: already exists; pass --overwrite to replace it")
+    if not (out / "zarr.json").is_file():
+        raise InputError(f"--out {out}: exists and is not a Zarr store; refusing to replace it")
+
+
+def stage(source: Source, work: Path, chunk_rows: int, progress: Progress = no_progress) -> Staged:
+    """Read the source once into ``work/_staging`` (float32, source order), checking every block.
+
+    Args:
+        source: the opened source.
+        work: the temporary store directory (created if missing).
+        chunk_rows: rows per staging chunk (the store's chunk size).
+        progress: called with ``("read", rows so far, None)`` after each block.
+
+    Raises:
+        InputError: a non-finite value, a label outside 0..C-1 (or not an integer), or no rows.
+    """
+    group = zarr.open_group(str(work / STAGING), mode="w", zarr_format=3)
+    n_features = len(source.feature_names)
+    X_stage = group.create_array("X", shape=(0, n_features), chunks=(chunk_rows, n_features),
+                                 dtype="float32", compressors=None)
+    y_stage = group.create_array("y", shape=(0,), chunks=(chunk_rows,), dtype="float32",
+                                 compressors=None)
+    appender = _Appender(X_stage, y_stage)
+    labels, dropped, digest, splits = _LabelScan(), Counter(), hashlib.sha256(), []
+    for block in source.read():
+        _check_finite(block, source)
+        labels.update(block)
+        dropped.update(block.dropped)
+        digest.update(block.X.tobytes())
+        digest.update(block.y.tobytes())
+        if block.is_test is not None:
+            splits.append(block.is_test)
+        appender.append(block.X, block.y)
+        progress("read", appender.n_rows, None)
+    n_rows = appender.close()
+    if n_rows == 0:
+        reasons = "; ".join(f"{count} for {reason}" for reason, count in dropped.items())
+        raise InputError(f"{source.description}: no data rows"
+                         + (f" ({sum(dropped.values())} dropped: {reasons})" if dropped else ""))
+    task, n_classes = labels.resolve(source)
+    own_split = np.concatenate(splits) if splits else None
+    return Staged(work, source.description, n_rows, n_features, task, n_classes,
+                  n_classes is not None and source.n_classes is None, own_split, dict(dropped),
+                  "sha256:" + digest.hexdigest())
+
+
+def write(staged: Staged, chunk_rows: int, test_size: int | float | None, seed: int,
+          progress: Progress = no_progress) -> Written:
+    """Split the staged rows and write every chunk of ``train/`` and ``test/`` in parallel with Dask.
+
+    Args:
+        staged: the result of :func:`stage`.
+        chunk_rows: rows per chunk.
+        test_size: test rows (count or fraction) for a seeded split; None to use the source's split.
+        seed: seed of the split.
+        progress: called with ``("write", chunks done, chunks)``.
+
+    Raises:
+        InputError: the split is empty, the training split has a single class, or a class in
+            0..C-1 has no rows where C was inferred from the labels.
+    """
+    is_test = staged.own_split if test_size is None else choose_test_rows(staged.n_rows, test_size, seed)
+    tasks, task_splits, n_rows = [], [], {}
+    for split in SPLITS:
+        rows = np.flatnonzero(is_test if split == "test" else ~is_test)
+        if len(rows) == 0:
+            raise InputError(f"{staged.description}: the {split} split has no rows")
+        n_rows[split] = len(rows)
+        create_split_arrays(staged.work, split, len(rows), staged.n_features, chunk_rows, staged.task)
+        for index, start in enumerate(range(0, len(rows), chunk_rows)):
+            chunk = rows[start:start + chunk_rows]
+            select = np.zeros(chunk[-1] + 1 - chunk[0], dtype=bool)
+            select[chunk - chunk[0]] = True
+            tasks.append(dask.delayed(_copy_chunk, pure=True)(
+                staged.work, split, index, int(chunk[0]), select, staged.n_classes))
+            task_splits.append(split)
+    with _TaskCounter(progress, len(tasks)):
+        results = dask.compute(*tasks)
+    per_split = {split: [r for r, s in zip(results, task_splits) if s == split] for split in SPLITS}
+    return _summarise_chunks(staged, per_split, n_rows, test_size, seed)
+
+
+def publish(staged: Staged, written: Written, source: Source, out: Path, overwrite: bool,
+            chunk_rows: int) -> dict[str, Any]:
+    """Write the attributes last and move the finished store to ``out``; return the attributes.
+
+    The old store (with ``overwrite``) is renamed aside, the new one renamed into place, then the old
+    one removed: a reader sees the old store or the new one (or, for an instant, none), never a mix.
+    """
+    shutil.rmtree(staged.work / STAGING)
+    attrs = {
+        "schema_version": SCHEMA_VERSION,
+        "task": staged.task,
+        "n_classes": staged.n_classes,
+        "feature_names": list(source.feature_names),
+        "target_name": source.target_name,
+        "source": {"name": source.name, "description": source.description,
+                   "checksum": staged.source_checksum},
+        "checksum": data_checksum(written.digests, len(source.feature_names)),
+        "x_mean": written.x_moments.mean.tolist(),
+        "x_std": written.x_moments.std().tolist(),
+        "y_mean": None if written.y_moments is None else float(written.y_moments.mean[0]),
+        "y_std": None if written.y_moments is None else float(written.y_moments.std()[0]),
+        "split": written.split,
+        "split_seed": written.seed,
+        "test_size": written.test_size,
+        "n_train": written.n_rows["train"],
+        "n_test": written.n_rows["test"],
+        "class_counts": written.class_counts,
+        "rows_dropped": staged.dropped,
+        "chunk_rows": chunk_rows,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    finish_store(staged.work, attrs)
+    check_destination(out, overwrite)
+    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+    if out.exists():
+        out.rename(old)
+    staged.work.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+    return attrs
+
+
+def ingest(source: Source, out: str | Path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+           test_size: str | None = None, seed: int = 0, overwrite: bool = False,
+           progress: Progress = no_progress, steps: Steps | None = None) -> IngestSummary:
+    """Ingest ``source`` into the store ``out``.
+
+    Args:
+        source: an opened source (:func:`pipeline.sources.open_source`).
+        out: local directory of the store to create.
+        chunk_rows: rows per chunk.
+        test_size: ``--test-size`` text (a count or a fraction); None for the source's default.
+        seed: seed of the train/test split.
+        overwrite: replace an existing store at ``out``.
+        progress: progress callback (see :data:`Progress`).
+        steps: the step functions to run (default: :func:`stage`, :func:`write`, :func:`publish`).
+
+    Returns:
+        The :class:`IngestSummary`.
+
+    Raises:
+        InputError: bad input or options; nothing is left behind.
+    """
+    began = time.perf_counter()
+    out = Path(out)
+    steps = steps or Steps(stage, write, publish)
+    if chunk_rows < 1:
+        raise InputError(f"--chunk-rows: expected a positive row count, found {chunk_rows}")
+    test = resolve_test_size(source, test_size)
+    check_destination(out, overwrite)
+    work = out.with_name(f".{out.name}.ingest-{uuid.uuid4().hex[:8]}")
+    try:
+        staged = steps.stage(source, work, chunk_rows, progress)
+        written = steps.write(staged, chunk_rows, test, seed, progress)
+        attrs = steps.publish(staged, written, source, out, overwrite, chunk_rows)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return summarise(attrs, out, time.perf_counter() - began)
+
+
+def summarise(attrs: Mapping[str, Any], out: Path, seconds: float) -> IngestSummary:
+    """The :class:`IngestSummary` of a store from its attributes."""
+    return IngestSummary(
+        store=str(out), source=attrs["source"]["description"], task=attrs["task"],
+        rows_train=attrs["n_train"], rows_test=attrs["n_test"],
+        n_features=len(attrs["feature_names"]), n_classes=attrs["n_classes"],
+        class_counts=attrs["class_counts"], rows_dropped=dict(attrs["rows_dropped"]),
+        rows_dropped_total=sum(attrs["rows_dropped"].values()), checksum=attrs["checksum"],
+        seconds=round(seconds, 3))
+
+
+def _check_finite(block: RowBlock, source: Source) -> None:
+    """Raise InputError at the first non-finite feature or target value of a block."""
+    for values, names in ((block.X, source.feature_names), (block.y[:, None], (source.target_name,))):
+        bad = ~np.isfinite(values)
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise InputError(f"{block.where(i)}, column '{names[j]}': expected a finite number, "
+                             f"found {values[i, j]}")
+
+
+class _LabelScan:
+    """Running extremes of the target, and its first non-integer value, with where they were seen."""
+
+    def __init__(self) -> None:
+        self.low: tuple[float, str] | None = None
+        self.high: tuple[float, str] | None = None
+        self.fraction: tuple[float, str] | None = None
+
+    def update(self, block: RowBlock) -> None:
+        """Fold in a block's targets."""
+        if not len(block.y):
+            return
+        i, j = int(np.argmin(block.y)), int(np.argmax(block.y))
+        if self.low is None or block.y[i] < self.low[0]:
+            self.low = (float(block.y[i]), block.where(i))
+        if self.high is None or block.y[j] > self.high[0]:
+            self.high = (float(block.y[j]), block.where(j))
+        fractional = np.flatnonzero(block.y != np.round(block.y))
+        if self.fraction is None and len(fractional):
+            k = fractional[0]
+            self.fraction = (float(block.y[k]), block.where(k))
+
+    def resolve(self, source: Source) -> tuple[str, int | None]:
+        """The task and number of classes; raise InputError for labels that cannot be 0..C-1."""
+        task = source.task or ("classification" if self.fraction is None else "regression")
+        if task == "regression":
+            return task, None
+        hint = " (pass --task regression for a numeric target)" if source.task is None else ""
+        column = f"column '{source.target_name}'"
+        if self.fraction is not None:
+            raise InputError(f"{self.fraction[1]}, {column}: expected an integer class label, "
+                             f"found {self.fraction[0]}{hint}")
+        n_classes = source.n_classes or int(self.high[0]) + 1
+        for value, where in (self.low, self.high):
+            if not 0 <= value < n_classes:
+                expected = (f"0..{n_classes - 1}" if source.n_classes
+                            else "0..C-1 (numbered from 0)")
+                raise InputError(f"{where}, {column}: expected a class label in {expected}, "
+                                 f"found {value:g}{hint}")
+        return task, n_classes
+
+
+class _Appender:
+    """Appends rows to the staging arrays in whole chunks (the last one possibly short)."""
+
+    def __init__(self, X: zarr.Array, y: zarr.Array) -> None:
+        self.X, self.y = X, y
+        self.n_rows = 0          # rows appended, including those still pending
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def append(self, X: np.ndarray, y: np.ndarray) -> None:
+        """Queue rows; write every whole chunk that is complete."""
+        self.pending.append((X.astype(np.float32), y.astype(np.float32)))
+        self.n_rows += len(y)
+        if sum(len(p[1]) for p in self.pending) >= self.X.chunks[0]:
+            self._flush(whole_chunks=True)
+
+    def close(self) -> int:
+        """Write what is pending; return the number of rows."""
+        self._flush(whole_chunks=False)
+        return self.n_rows
+
+    def _flush(self, whole_chunks: bool) -> None:
+        """Write pending rows (only up to a chunk boundary when ``whole_chunks``)."""
+        if not self.pending:
+            return
+        X = np.concatenate([p[0] for p in self.pending])
+        y = np.concatenate([p[1] for p in self.pending])
+        size = len(y) - len(y) % self.X.chunks[0] if whole_chunks else len(y)
+        start = self.X.shape[0]
+        self.X.resize((start + size, self.X.shape[1]))
+        self.y.resize((start + size,))
+        self.X[start:], self.y[start:] = X[:size], y[:size]
+        self.pending = [(X[size:], y[size:])] if size < len(y) else []
+
+
+def _copy_chunk(work: Path, split: str, index: int, start: int, select: np.ndarray,
+                n_classes: int | None) -> tuple[str, Moments, Moments | None, np.ndarray | None]:
+    """Copy the staged rows ``start + flatnonzero(select)`` into chunk ``index`` of ``split``.
+
+    Returns:
+        The chunk's digest, the moments of its X, of its y (regression) and its class counts
+        (classification).
+    """
+    staging = zarr.open_group(str(work / STAGING), mode="r")
+    rows = slice(start, start + len(select))
+    X, y = staging["X"][rows][select], staging["y"][rows][select]
+    if n_classes is None:
+        return store_chunk(work, split, index, X, y), Moments.of(X), Moments.of(y), None
+    labels = y.astype(np.int32)
+    counts = np.bincount(labels, minlength=n_classes)
+    return store_chunk(work, split, index, X, labels), Moments.of(X), None, counts
+
+
+def _summarise_chunks(staged: Staged, per_split: dict[str, list[tuple]], n_rows: dict[str, int],
+                      test_size: int | float | None, seed: int) -> Written:
+    """Merge the chunk results in chunk order, and check the class counts."""
+    train = per_split["train"]
+    x_moments = reduce(Moments.merge, [r[1] for r in train])
+    y_moments = reduce(Moments.merge, [r[2] for r in train]) if staged.n_classes is None else None
+    class_counts = None
+    if staged.n_classes is not None:
+        class_counts = {split: np.sum([r[3] for r in per_split[split]], axis=0).tolist()
+                        for split in SPLITS}
+        _check_classes(staged, class_counts)
+    return Written(staged.work, n_rows, {split: [r[0] for r in per_split[split]] for split in SPLITS},
+                   x_moments, y_moments, class_counts,
+                   "seeded" if test_size is not None else "source",
+                   seed if test_size is not None else None, test_size)
+
+
+def _check_classes(staged: Staged, class_counts: dict[str, list[int]]) -> None:
+    """Refuse a training split with a single class, and labels 0..C-1 with a class never seen."""
+    present = [c for c, n in enumerate(class_counts["train"]) if n]
+    if len(present) < 2:
+        raise InputError(f"{staged.description}: the training split has a single class "
+                         f"({present[0]}, {class_counts['train'][present[0]]} rows): expected at "
+                         "least 2 classes")
+    empty = [c for c, n in enumerate(np.add(class_counts["train"], class_counts["test"])) if n == 0]
+    if staged.labels_inferred and empty:
+        raise InputError(f"{staged.description}: expected labels 0..{staged.n_classes - 1} with every "
+                         f"class present; class(es) {empty} have no rows (numbered from 1? subtract 1)")
+
+
+class _TaskCounter(Callback):
+    """Reports finished Dask tasks to a :data:`Progress` (local schedulers only)."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        super().__init__()
+        self.progress, self.total, self.done = progress, total, 0
+
+    def _posttask(self, key, result, dsk, state, worker_id) -> None:
+        self.done = min(self.done + 1, self.total)
+        self.progress("write", self.done, self.total)
