@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import typer
 
+from flows.ingest import ingest_command
+
 app = typer.Typer(
     name="pep",
     help="Train Expectation-Propagation-family sparse Gaussian process models at scale.",
     no_args_is_help=True,
     add_completion=False,
 )
+app.command("ingest")(ingest_command)
 
 
 def main() -> None:
