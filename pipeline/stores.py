@@ -68,7 +68,7 @@ def label_dtype(task: str) -> np.dtype:
 def create_split_arrays(
     path: Path, split: str, n_rows: int, n_features: int, chunk_rows: int, task: str
 ) -> None:
-    """Create the empty ``<split>/X`` and ``<split>/y`` arrays of a store being written.
+    """Create (or re-create) the empty ``<split>/X`` and ``<split>/y`` arrays of a store being written.
 
     Args:
         path: the store's (temporary) local directory; the root group is created if missing.
@@ -81,9 +81,9 @@ def create_split_arrays(
     root = zarr.open_group(str(path), mode="a", zarr_format=3)
     group = root.require_group(split)
     group.create_array("X", shape=(n_rows, n_features), chunks=(chunk_rows, n_features),
-                       dtype="float32", fill_value=0.0)
+                       dtype="float32", fill_value=0.0, overwrite=True)
     group.create_array("y", shape=(n_rows,), chunks=(chunk_rows,), dtype=label_dtype(task),
-                       fill_value=0)
+                       fill_value=0, overwrite=True)
 
 
 def write_chunk(path: Path, split: str, index: int, X: np.ndarray, y: np.ndarray) -> str:
