@@ -32,3 +32,24 @@ def kmeans_inducing(x: np.ndarray, num_inducing: int, seed: int = 0) -> np.ndarr
         return sample.copy()
     centres, _ = kmeans2(sample, num_inducing, minit="points", seed=np.random.default_rng(seed))
     return centres
+
+
+def initial_kernel_and_inducing(
+    x: np.ndarray,
+    num_inducing: int,
+    *,
+    inducing=None,
+    lengthscales=None,
+    variance: float = 1.0,
+    seed: int = 0,
+):
+    """Starting ``(lengthscales [D], variance, inducing [M, D])`` as float64 numpy values.
+
+    Unspecified pieces come from the data: k-means inducing inputs and median-distance lengthscales.
+    """
+    x = np.asarray(x, dtype=float)
+    z = kmeans_inducing(x, num_inducing, seed) if inducing is None else np.asarray(inducing, dtype=float)
+    if lengthscales is None:
+        lengthscales = median_lengthscale(x, seed)
+    lengthscales = np.broadcast_to(np.asarray(lengthscales, dtype=float), (x.shape[1],)).copy()
+    return lengthscales, float(variance), z

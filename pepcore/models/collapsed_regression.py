@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from pepcore.gaussian import LOG_2PI
 from pepcore.kernels import ARDSquaredExponential
 from pepcore.linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
+from pepcore.parameters import positive
 
 
 class _Factorisation(NamedTuple):
@@ -114,3 +115,25 @@ def predict_f(
     mean = c.T @ solve_upper_from_lower(f.chol_inner, f.inner_target)
     var = kernel.diag(x_new) - jnp.sum(c**2, axis=0) + jnp.sum(solve_lower(f.chol_inner, c) ** 2, axis=0)
     return mean, jnp.maximum(var, 0.0)
+
+
+class RegressionParams(NamedTuple):
+    """Trainable state of the collapsed model: unconstrained hyper-parameters and inducing inputs."""
+
+    raw_lengthscales: jnp.ndarray  # [D]
+    raw_variance: jnp.ndarray  # []
+    raw_noise_variance: jnp.ndarray  # []
+    inducing: jnp.ndarray  # Z, [M, D]
+
+    @property
+    def kernel(self) -> ARDSquaredExponential:
+        return ARDSquaredExponential(positive(self.raw_lengthscales), positive(self.raw_variance))
+
+    @property
+    def noise_variance(self):
+        return positive(self.raw_noise_variance)
+
+
+def energy(params: RegressionParams, x, y, alpha: float, jitter: float = DEFAULT_JITTER):
+    """:func:`log_marginal_likelihood` as a function of the unconstrained :class:`RegressionParams`."""
+    return log_marginal_likelihood(params.kernel, params.inducing, params.noise_variance, x, y, alpha, jitter)

@@ -29,9 +29,8 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from pepcore.initialisation import kmeans_inducing, median_lengthscale
+from pepcore.initialisation import initial_kernel_and_inducing
 from pepcore.kernels import ARDSquaredExponential
 from pepcore.likelihoods import scaled_log_tilted
 from pepcore.linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
@@ -72,9 +71,9 @@ class PowerEPSparseGP:
     Example:
         >>> from pepcore.likelihoods import Probit
         >>> model = PowerEPSparseGP(Probit(), alpha=0.5)
-        >>> x = np.random.default_rng(0).normal(size=(20, 2)); y = (x[:, 0] > 0).astype(float)
+        >>> x = jax.random.normal(jax.random.key(0), (20, 2)); y = (x[:, 0] > 0).astype(float)
         >>> params = model.init(x, num_inducing=5)
-        >>> float(model.energy(params, jnp.asarray(x), jnp.asarray(y))) < 0
+        >>> float(model.energy(params, x, y)) < 0
         True
     """
 
@@ -100,11 +99,9 @@ class PowerEPSparseGP:
     ) -> SparseGPParams:
         """Starting state: k-means inducing inputs, median-distance lengthscales, and a tied factor with
         ``Λ = K_uu⁻¹`` and ``η = 0`` (q(u) = N(0, K_uu/2): a non-zero start avoids the saddle at Λ = 0)."""
-        x = np.asarray(x, dtype=float)
-        z = kmeans_inducing(x, num_inducing, seed) if inducing is None else np.asarray(inducing, dtype=float)
-        if lengthscales is None:
-            lengthscales = np.full(x.shape[1], median_lengthscale(x, seed))
-        lengthscales = np.broadcast_to(np.asarray(lengthscales, dtype=float), (x.shape[1],))
+        lengthscales, variance, z = initial_kernel_and_inducing(
+            x, num_inducing, inducing=inducing, lengthscales=lengthscales, variance=variance, seed=seed
+        )
         kernel = ARDSquaredExponential(jnp.asarray(lengthscales), jnp.asarray(float(variance)))
         chol_uu = cholesky(kernel(jnp.asarray(z), jnp.asarray(z)), self.jitter * kernel.variance)
         inv_chol_t = solve_lower(chol_uu, jnp.eye(z.shape[0])).T  # L_uu⁻ᵀ: K_uu⁻¹ = L_uu⁻ᵀL_uu⁻¹

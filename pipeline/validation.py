@@ -1,0 +1,64 @@
+"""Validation of in-memory user inputs at the estimator boundary, with messages that say where and what."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _first_bad(a: np.ndarray) -> str:
+    index = np.argwhere(~np.isfinite(a))[0]
+    where = f"row {index[0]}" + (f", column {index[1]}" if a.ndim == 2 else "")
+    return f"{where} (value {a[tuple(index)]})"
+
+
+def check_features(x, name: str = "X", n_features: int | None = None) -> np.ndarray:
+    """A finite float64 array [n_samples, n_features] with at least one row."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be numeric; could not convert to float: {err}") from None
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array [n_samples, n_features]; got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{name} is empty; got shape {arr.shape}")
+    if n_features is not None and arr.shape[1] != n_features:
+        raise ValueError(f"{name} has {arr.shape[1]} features but the model was fitted with {n_features}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or Inf at {_first_bad(arr)}")
+    return arr
+
+
+def check_targets(y, n_rows: int, name: str = "y") -> np.ndarray:
+    """A 1-D array of the same length as X (finite when numeric)."""
+    arr = np.asarray(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array [n_samples]; got shape {arr.shape}")
+    if arr.shape[0] != n_rows:
+        raise ValueError(f"X and {name} have different numbers of rows: {n_rows} and {arr.shape[0]}")
+    if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or Inf at {_first_bad(arr)}")
+    return arr
+
+
+def check_binary_labels(y) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, y01)``: the two sorted class labels and ``y`` encoded as 0/1 floats."""
+    classes, encoded = np.unique(y, return_inverse=True)
+    if classes.size != 2:
+        listed = ", ".join(map(str, classes[:10])) + (", ..." if classes.size > 10 else "")
+        raise ValueError(f"y must contain exactly two classes for binary classification; got {classes.size}: [{listed}]")
+    return classes, encoded.astype(np.float64)
+
+
+def check_num_inducing(num_inducing: int, inducing_points, n_rows: int, n_features: int) -> None:
+    """Inducing inputs: either a positive count ≤ n_rows, or an explicit [M, n_features] array."""
+    if inducing_points is not None:
+        z = check_features(inducing_points, "inducing_points", n_features)
+        if z.shape[0] > n_rows:
+            raise ValueError(f"inducing_points has {z.shape[0]} rows, more than the {n_rows} training rows")
+        return
+    if not isinstance(num_inducing, (int, np.integer)) or num_inducing < 1:
+        raise ValueError(f"num_inducing must be a positive integer; got {num_inducing!r}")
+    if num_inducing > n_rows:
+        raise ValueError(f"num_inducing={num_inducing} exceeds the number of training rows ({n_rows})")
