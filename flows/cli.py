@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from flows.demo import demo_command
 from flows.ingest import ingest_command
 
 app = typer.Typer(
@@ -13,6 +14,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("ingest")(ingest_command)
+app.command("demo")(demo_command)
 
 
 def main() -> None:
