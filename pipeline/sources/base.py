@@ -179,13 +179,14 @@ def csv_columns(path: Path) -> list[str]:
         return list(pd.read_csv(path, nrows=0).columns)
 
 
-def csv_blocks(path: Path, columns: Sequence[str], block_rows: int = BLOCK_ROWS,
+def csv_blocks(path: Path, columns: Sequence[str] | None = None, block_rows: int = BLOCK_ROWS,
                **options: object) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
     """Stream a CSV file in blocks of parsed rows.
 
     Args:
         path: the file (plain, .gz, .bz2, .zip, .xz, .zst).
-        columns: the columns to parse (checked to exist beforehand with :func:`csv_columns`).
+        columns: the columns to parse (checked to exist beforehand with :func:`csv_columns`), or
+            None for all; with None a row with too many fields is an error, else it is not seen.
         block_rows: rows per block.
         **options: further ``pandas.read_csv`` options (``dtype``, ``na_values``).
 
@@ -193,6 +194,6 @@ def csv_blocks(path: Path, columns: Sequence[str], block_rows: int = BLOCK_ROWS,
         ``(frame, lines)``: a block and the line number of each of its rows (the header is line 1).
     """
     with reading(path):
-        with pd.read_csv(path, usecols=list(columns), chunksize=block_rows, **options) as chunks:
+        with pd.read_csv(path, usecols=columns and list(columns), chunksize=block_rows, **options) as chunks:
             for frame in chunks:
                 yield frame, frame.index.to_numpy(dtype=np.int64) + 2

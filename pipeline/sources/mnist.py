@@ -76,7 +76,7 @@ def _find(directory: Path, prefix: str, kind: str, ndim: int) -> Path:
 @contextmanager
 def _open_idx(path: Path, ndim: int) -> Iterator[tuple[IO[bytes], tuple[int, ...]]]:
     """Open an IDX file, check its magic number, and give the handle (at the data) and its shape."""
-    with reading(path), (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as handle:
+    with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as handle:
         magic = _read_exact(path, handle, 4, "the magic number")
         if magic[:2] != b"\0\0" or magic[2] != UNSIGNED_BYTE or magic[3] != ndim:
             raise InputError(f"{path}: IDX magic number: expected 0x{(UNSIGNED_BYTE << 8) + ndim:08x} "
@@ -109,14 +109,17 @@ def _blocks(images: Path, labels: Path, shape: tuple[int, int, int], is_test: bo
                            str(labels), np.arange(start, start + count), "item",
                            np.full(count, is_test))
         for path, handle in ((images, pixels), (labels, classes)):
-            if handle.read(1):
+            with reading(path):
+                extra = handle.read(1)
+            if extra:
                 raise InputError(f"{path}: expected the file to end after {n_items} items (as its "
                                  "header says), found more data")
 
 
 def _read_exact(path: Path, handle: IO[bytes], size: int, what: str) -> bytes:
     """Read exactly ``size`` bytes; raise InputError naming the file and ``what`` if it ends early."""
-    data = handle.read(size)
+    with reading(path):
+        data = handle.read(size)
     if len(data) != size:
         raise InputError(f"{path}: truncated: expected {size} bytes for {what}, found {len(data)}")
     return data

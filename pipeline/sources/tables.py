@@ -44,7 +44,7 @@ def open_csv(request: SourceRequest) -> Source:
 
     def read() -> Iterator[RowBlock]:
         for path in paths:
-            for frame, lines in csv_blocks(path, header):
+            for frame, lines in csv_blocks(path):
                 values = numeric_matrix(frame, [*features, target], str(path), lines, "line")
                 yield _block(values, np.isnan(values), [*features, target], str(path), lines, "line")
 

