@@ -1,0 +1,43 @@
+"""Helpers shared by the benchmarks: timing and JSON results under ``benchmarks/results/``."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def best_time(fn, repeats: int) -> float:
+    """Minimum wall time of ``fn()`` (blocking on JAX results) over ``repeats`` calls after one warm-up.
+
+    The minimum is the least noisy statistic on a shared machine: interference only adds time.
+    """
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def loglog_slope(sizes, seconds) -> float:
+    """Least-squares exponent ``p`` in ``seconds ∝ size^p``."""
+    return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])
+
+
+def write_results(name: str, payload: dict) -> Path:
+    """Write ``payload`` (plus machine facts) to ``benchmarks/results/<name>.json`` and print it."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {"machine": {"python": platform.python_version(), "jax": jax.__version__,
+                           "devices": [str(d) for d in jax.devices()]}, **payload}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    print(json.dumps(payload, indent=2))
+    return path
