@@ -45,3 +45,10 @@ def titsias_optimal_q(x, y, z, lengthscales, variance, noise):
     kuu = se_kernel(z, z, lengthscales, variance)
     w = np.linalg.solve(kuu, se_kernel(z, x, lengthscales, variance))  # K_uu⁻¹K_uf
     return w @ y / noise, w @ w.T / noise
+
+
+def assert_gradient_matches_central_differences(fn, grad_fn, theta, eps, rtol=1e-5, atol_fraction=1e-6):
+    """``grad_fn(theta)`` equals the central differences of scalar ``fn`` at flat ``theta``, to ``rtol``
+    (and to ``atol_fraction`` of the largest component, for entries near zero)."""
+    fd = np.array([(fn(theta.at[i].add(eps)) - fn(theta.at[i].add(-eps))) / (2 * eps) for i in range(theta.size)])
+    np.testing.assert_allclose(np.asarray(grad_fn(theta)), fd, rtol=rtol, atol=atol_fraction * np.max(np.abs(fd)))

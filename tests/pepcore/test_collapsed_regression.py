@@ -85,10 +85,7 @@ def test_gradient_matches_central_differences(data, alpha):
         return log_marginal_likelihood(kernel, zz, jnp.exp(theta[3]), jnp.asarray(x), jnp.asarray(y), alpha)
 
     theta = jnp.concatenate([jnp.log(jnp.asarray(LS)), jnp.log(jnp.asarray([VAR, NOISE])), jnp.asarray(z).ravel()])
-    grad = np.asarray(jax.grad(objective)(theta))
-    eps = 1e-5
-    fd = np.array([(objective(theta.at[i].add(eps)) - objective(theta.at[i].add(-eps))) / (2 * eps) for i in range(theta.size)])
-    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-7 * np.max(np.abs(fd)))
+    oracles.assert_gradient_matches_central_differences(objective, jax.grad(objective), theta, eps=1e-5, atol_fraction=1e-7)
 
 
 def test_rejects_alpha_outside_unit_interval(data):
