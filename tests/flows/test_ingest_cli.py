@@ -1,0 +1,62 @@
+"""``pep ingest`` end to end: JSON output on the bundled flights, quiet mode, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from pipeline.stores import open_store
+from tests import datafiles
+
+
+def run(*args):
+    """Run ``pep ingest ARGS`` in-process."""
+    return CliRunner().invoke(app, ["ingest", *map(str, args)])
+
+
+@pytest.mark.parametrize(("target", "n_classes"), [(None, 3), ("delayed", 2), ("delay", None)])
+def test_airline_bundled_flights_json(tmp_path, target, n_classes):
+    out = tmp_path / "A.zarr"
+    result = run("airline", "--out", out, "--json", *(["--target", target] if target else []))
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["rows_train"] + summary["rows_test"] == 273_853 and summary["rows_test"] == 10_000
+    assert summary["n_features"] == 8 and summary["n_classes"] == n_classes
+    assert summary["rows_dropped"]["plane has no year of manufacture"] == 5164
+    assert summary["seconds"] < 30 and summary["store"] == str(out)
+    if n_classes:
+        assert len(summary["class_counts"]["train"]) == n_classes
+    else:
+        assert summary["class_counts"] is None
+    assert open_store(out).n_classes == n_classes
+
+
+def test_quiet_and_overwrite(tmp_path):
+    datafiles.write_table(tmp_path / "t.csv")
+    args = ("csv", "--input", tmp_path / "t.csv", "--target", "label", "--out", tmp_path / "s.zarr",
+            "--quiet", "--chunk-rows", "50")
+    assert run(*args).stdout == ""
+    refused = run(*args)
+    assert refused.exit_code == 2 and "already exists; pass --overwrite" in refused.stderr
+    assert run(*args, "--overwrite", "--seed", "3").exit_code == 0
+    assert open_store(tmp_path / "s.zarr").attrs["split_seed"] == 3
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("csv", "--input", "{tmp}/missing.csv", "--target", "y"), "missing.csv: no such file"),
+    (("csv", "--input", "{tmp}/t.csv", "--target", "y"), "t.csv: no column 'y' (the --target column)"),
+    (("csv", "--input", "{tmp}/t.csv", "--target", "label", "--test-size", "0"),
+     "--test-size: expected a row count ≥ 1 or a fraction in (0, 1), found '0'"),
+    (("mnist", "--input", "{tmp}/t.csv"), "t.csv: expected a directory holding the MNIST IDX files"),
+    (("airline", "--input", "{tmp}/t.csv"), "t.csv: not an airline file"),
+])
+def test_errors_are_one_line_on_stderr(tmp_path, args, message):
+    datafiles.write_table(tmp_path / "t.csv")
+    result = run(*(a.format(tmp=tmp_path) for a in args), "--out", tmp_path / "s.zarr", "--json")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert datafiles.listing(tmp_path) == {"t.csv"}
