@@ -85,6 +85,9 @@ class SourceRequest:
     target: str | None = None
     task: str = "auto"
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(Path(p) for p in self.inputs))
+
     def refuse(self, source: str, *, inputs: bool = False, target: bool = False,
                task: bool = False) -> None:
         """Raise InputError if an option the source does not take was given."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-from sklearn import datasets
 
 from pipeline.errors import InputError
 from pipeline.sources.base import BLOCK_ROWS, RowBlock, Source, SourceRequest
@@ -26,6 +25,8 @@ def open_sklearn(name: str, request: SourceRequest) -> Source:
     if name not in SETS:
         raise InputError(f"sklearn:{name}: unknown set; expected one of "
                          f"{', '.join(f'sklearn:{s}' for s in SETS)}")
+    from sklearn import datasets  # imported here: scikit-learn is large, and only this source needs it
+
     bunch = getattr(datasets, f"load_{name}")()
     X, y = np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target, dtype=np.float64)
     task = SETS[name]
