@@ -8,6 +8,7 @@ import pytest
 from pipeline.errors import InputError
 from pipeline.ingest import ingest
 from pipeline.sources import SourceRequest, open_source
+from pipeline.sources.mnist import DEBIAN_DIR
 from pipeline.stores import open_store
 from tests import datafiles
 
@@ -79,6 +80,16 @@ def test_source_split_mnist_and_airline_data_expo(tmp_path):
     summary = ingest(open_source("airline", SourceRequest(inputs)), tmp_path / "a.zarr", test_size="2")
     assert (summary.rows_train, summary.rows_test, summary.n_features) == (5, 2, 8)
     assert summary.rows_dropped_total == 5 and summary.rows_dropped["plane has no year of manufacture"] == 2
+
+
+@pytest.mark.skipif(not DEBIAN_DIR.is_dir(), reason="apt-get install -y dataset-fashion-mnist")
+def test_real_fashion_mnist(tmp_path):
+    summary = ingest(open_source("mnist", SourceRequest((DEBIAN_DIR,))), tmp_path / "f.zarr")
+    store = open_store(tmp_path / "f.zarr")
+    assert (summary.rows_train, summary.rows_test, summary.n_features) == (60_000, 10_000, 784)
+    assert summary.class_counts == {"train": [6000] * 10, "test": [1000] * 10}
+    X, _ = store.read_chunk("test", 0)
+    assert X.min() == 0 and X.max() == 1
 
 
 def test_overwrite_replaces_the_store(tmp_path):

@@ -13,7 +13,6 @@ import pytest
 from pipeline.errors import InputError
 from pipeline.sources import SourceRequest, open_source
 from pipeline.sources.airline import FEATURES
-from pipeline.sources.mnist import DEBIAN_DIR
 from tests import datafiles
 
 
@@ -148,14 +147,6 @@ def test_mnist_missing_file_and_options(tmp_path):
         open_source("mnist", SourceRequest((tmp_path,)))
     with pytest.raises(InputError, match="--target: source 'mnist' does not take this option"):
         open_source("mnist", SourceRequest((tmp_path,), "label"))
-
-
-@pytest.mark.skipif(not DEBIAN_DIR.is_dir(), reason="apt-get install -y dataset-fashion-mnist")
-def test_real_fashion_mnist_headers():
-    source = open_source("mnist", SourceRequest((DEBIAN_DIR,)))
-    assert "60000 train, 10000 test images of 28x28" in source.description
-    first = next(iter(source.read()))
-    assert first.X.shape == (4096, 784) and 0 <= first.X.min() and first.X.max() <= 1
 
 
 # --- tables --------------------------------------------------------------------------------------
