@@ -162,8 +162,8 @@ def stage(source: Source, work: Path, chunk_rows: int, progress: Progress = no_p
         _check_finite(block, source)
         labels.update(block)
         dropped.update(block.dropped)
-        digest.update(block.X.tobytes())
-        digest.update(block.y.tobytes())
+        digest.update(np.ascontiguousarray(block.X))
+        digest.update(np.ascontiguousarray(block.y))
         if block.is_test is not None:
             splits.append(block.is_test)
         appender.append(block.X, block.y)
@@ -402,7 +402,9 @@ def _copy_chunk(work: Path, split: str, index: int, start: int, select: np.ndarr
     """
     staging = zarr.open_group(str(work / STAGING), mode="r")
     rows = slice(start, start + len(select))
-    X, y = staging["X"][rows][select], staging["y"][rows][select]
+    X, y = staging["X"][rows], staging["y"][rows]
+    if not select.all():
+        X, y = X[select], y[select]
     if n_classes is None:
         return store_chunk(work, split, index, X, y), Moments.of(X), Moments.of(y), None
     labels = y.astype(np.int32)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from functools import reduce
 from typing import NamedTuple
 
 import numpy as np
+
+SLICE_ROWS = 1024
 
 
 class Moments(NamedTuple):
@@ -21,10 +24,18 @@ class Moments(NamedTuple):
 
     @classmethod
     def of(cls, values: np.ndarray) -> Moments:
-        """Moments of the rows of ``values`` ((n, D) or (n,), any real dtype), in float64."""
-        values = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
-        mean = values.mean(axis=0) if len(values) else np.zeros(values.shape[1])
-        return cls(len(values), mean, ((values - mean) ** 2).sum(axis=0))
+        """Moments of the rows of ``values`` ((n, D) or (n,), any real dtype), in float64.
+
+        Rows are taken :data:`SLICE_ROWS` at a time (merged in order), so the float64 temporaries stay
+        small for wide data such as images.
+        """
+        values = np.asarray(values).reshape(len(values), -1)
+        if len(values) <= SLICE_ROWS:
+            block = values.astype(np.float64)
+            mean = block.mean(axis=0) if len(block) else np.zeros(block.shape[1])
+            return cls(len(block), mean, ((block - mean) ** 2).sum(axis=0))
+        return reduce(cls.merge, (cls.of(values[i:i + SLICE_ROWS])
+                                  for i in range(0, len(values), SLICE_ROWS)))
 
     def merge(self, other: Moments) -> Moments:
         """Moments of the union of both sets of rows."""
