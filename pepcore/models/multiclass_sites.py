@@ -1,0 +1,197 @@
+"""The multi-class EP factors of seed001 as scalar mathematics: refinement, removal, accumulation.
+
+A factor ``φ_i^k(f̄) = Φ((m_i^{y_i} − m_i^k)/√(s_i^{y_i} + s_i^k))`` (seed001 eq. 6/33) touches class
+``y_i`` through ``υ_i^{y_i}ᵀ f̄^{y_i}`` and class ``k`` through ``υ_i^kᵀ f̄^k`` only, so its Gaussian
+approximation is rank one in each class (eqs. 20–23) and every EP operation reduces to scalars:
+
+* the cavity enters only through ``a = υᵀm^∖`` and ``w = υᵀV^∖υ`` per class (eqs. 35–38);
+* the refined site is ``(C¹, C²)`` per class (eqs. 48, 49, 52 and 53 *with the sign fixed*, spec §5.1);
+* removing a stored site from ``q`` and projecting onto a (possibly newer) direction is the
+  Sherman–Morrison step of spec §2.2;
+* ``g(θ^∖) − g(θ)`` of eq. (61) has the scalar closed form of spec §2.5.
+
+Arrays are laid out per (row i, other class k) as ``[B, C]``; the entry ``k = y_i`` is not a factor and
+is masked by the callers. "label" quantities live on class ``y_i``, "other" ones on class ``k``.
+
+Reference: Villacampa-Calvo & Hernández-Lobato, ICML 2017 (arXiv 1706.07258), App. C–F.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jax.nn import logsumexp
+from jax.scipy.special import log_ndtr
+from jax.scipy.stats import norm
+
+
+
+class SiteScalars(NamedTuple):
+    """The four free scalars of a factor ``φ̃_i^k`` (eq. 8); ``log s̃`` is never stored."""
+
+    label_precision: jnp.ndarray  # C^{1,y_i}_{i,k}, [B, C]
+    label_shift: jnp.ndarray  # C^{2,y_i}_{i,k}, [B, C]
+    other_precision: jnp.ndarray  # C^1_{i,k}, [B, C]
+    other_shift: jnp.ndarray  # C^2_{i,k}, [B, C]
+
+
+class Projections(NamedTuple):
+    """A Gaussian over one class's ``f̄`` seen along one direction: ``a = υᵀm``, ``w = υᵀVυ``."""
+
+    mean: jnp.ndarray
+    var: jnp.ndarray
+
+
+def log_partition(label: Projections, other: Projections, label_fitc, other_fitc):
+    """``log Z_{i,k} = log Φ(α̂)``, ``α̂ = (a^{y_i} − a^k)/√b``, ``b = s^{y_i} + w^{y_i} + s^k + w^k`` (eq. 34)."""
+    b = label_fitc + label.var + other_fitc + other.var
+    return log_ndtr((label.mean - other.mean) / jnp.sqrt(b))
+
+
+def refine(label: Projections, other: Projections, label_fitc, other_fitc) -> SiteScalars:
+    """Moment-matched site scalars from the cavity projections (eqs. 43–55, spec §2.3).
+
+    With ``β = N(α̂)/Φ(α̂)`` and ``ν = β(β + α̂)/b``:
+
+        C¹ = ν / (1 − ν w),      C² = (±β/√b + ν a) / (1 − ν w)     (+ on class y_i, − on class k),
+
+    which is eqs. (48)/(49) and (52)/(53) rearranged; (53) carries the sign fix of spec §5.1. Since
+    ``β(β + α̂) ∈ (0, 1)`` and ``w < b``, ``C¹ > 0`` (spec §2.3); ``β(β + α̂)`` is clipped to ``[0, 1]``
+    against round-off for very negative ``α̂``.
+    """
+    b = label_fitc + label.var + other_fitc + other.var
+    root_b = jnp.sqrt(b)
+    ahat = (label.mean - other.mean) / root_b
+    beta = jnp.exp(norm.logpdf(ahat) - log_ndtr(ahat))
+    nu = jnp.clip(beta * (beta + ahat), 0.0, 1.0) / b
+    slope = beta / root_b  # ∂log Z/∂a^{y_i} (eq. 39)
+
+    def site(proj: Projections, sign):
+        denominator = 1.0 - nu * proj.var
+        return nu / denominator, (sign * slope + nu * proj.mean) / denominator
+
+    label_precision, label_shift = site(label, 1.0)
+    other_precision, other_shift = site(other, -1.0)
+    return SiteScalars(label_precision, label_shift, other_precision, other_shift)
+
+
+def remove_site(v_uu, v_uo, v_oo, mu_u, mu_o, precision, shift) -> tuple[Projections, jnp.ndarray]:
+    """Cavity ``q/φ̃`` along the current direction ``u`` for a site stored along ``o`` (spec §2.2).
+
+    ``q`` is seen through ``v_uu = uᵀVu``, ``v_uo = uᵀVo``, ``v_oo = oᵀVo``, ``μ_u = uᵀm``, ``μ_o = oᵀm``;
+    the site is ``exp(−½C¹(oᵀf̄)² + C²oᵀf̄)``. With ``d = 1 − C¹v_oo``:
+
+        uᵀV^∖u = v_uu + C¹v_uo²/d,      uᵀm^∖ = μ_u + v_uo(C¹μ_o − C²)/d.
+
+    For ``u = o`` this is the 1-D removal ``v/(1 − C¹v)``, ``(μ − C²v)/(1 − C¹v)`` (eqs. 29–32).
+
+    Returns:
+        The cavity projections and ``d``; the cavity is proper only where ``d > 0``.
+    """
+    d = 1.0 - precision * v_oo
+    return Projections(mu_u + v_uo * (precision * mu_o - shift) / d, v_uu + precision * v_uo**2 / d), d
+
+
+def log_normaliser_change(precision, shift, var, mean):
+    """``g(θ^∖) − g(θ)`` for removing the site ``(C¹, C²)`` seen along its direction (spec §2.5, eq. 61).
+
+    With ``v = υᵀVυ``, ``μ = υᵀm`` under ``q``:  ``½(C¹μ² − 2C²μ + C²²v)/(1 − C¹v) − ½log(1 − C¹v)``.
+    """
+    d = 1.0 - precision * var
+    return 0.5 * (precision * mean**2 - 2.0 * shift * mean + shift**2 * var) / d - 0.5 * jnp.log(d)
+
+
+def factor_mask(y, mask, num_classes: int):
+    """``[B, C]`` booleans: True for the factors ``(i, k)``, ``k ≠ y_i``, of unmasked rows."""
+    return (jnp.arange(num_classes)[None, :] != y[:, None]) & mask[:, None]
+
+
+def per_class_coefficients(sites: SiteScalars, y, mask):
+    """The per-(row, class) site coefficients ``Δ_i^c`` and ``μ̃_i^c`` of eqs. (26)–(27), ``[B, C]``.
+
+    Class ``y_i`` collects ``Σ_{k≠y_i} C^{1,y_i}_{i,k}`` (all its factors share the direction
+    ``υ_i^{y_i}``, spec §5.10); class ``c ≠ y_i`` gets the single ``C^1_{i,c}``.
+    """
+    num_classes = sites.label_precision.shape[-1]
+    factors = factor_mask(y, mask, num_classes)
+    on_label = (jnp.arange(num_classes)[None, :] == y[:, None]) & mask[:, None]
+
+    def combine(label, other):
+        label_sum = jnp.sum(jnp.where(factors, label, 0.0), axis=1, keepdims=True)
+        return jnp.where(on_label, label_sum, jnp.where(factors, other, 0.0))
+
+    return combine(sites.label_precision, sites.other_precision), combine(sites.label_shift, sites.other_shift)
+
+
+def accumulate(directions, sites: SiteScalars, y, mask):
+    """Sums of rank-one site natural parameters per class (eq. 25): ``(Σ_i μ̃_i^c υ_i^c, Σ_i Δ_i^c υ_i^c υ_i^cᵀ)``.
+
+    Args:
+        directions: ``υ_i^c``, ``[B, C, M]``.
+        sites: the rows' site scalars, ``[B, C]`` each.
+        y, mask: labels ``[B]`` and row mask ``[B]`` (masked rows contribute exactly zero).
+
+    Returns:
+        ``shift [C, M]`` and ``precision [C, M, M]``.
+    """
+    delta, mu = per_class_coefficients(sites, y, mask)
+    shift = jnp.einsum("bc,bcm->cm", mu, directions)
+    precision = jnp.einsum("bc,bcm,bcn->cmn", delta, directions, directions)
+    return shift, precision
+
+
+def factor_counts(y, mask, num_classes: int):
+    """Number of factors touching each class, ``n_c = Σ_i [1 + (C − 2)·1(y_i = c)]`` (spec §2.8)."""
+    on_label = jnp.arange(num_classes)[None, :] == y[:, None]
+    return jnp.sum(jnp.where(mask[:, None], 1.0 + (num_classes - 2) * on_label, 0.0), axis=0)
+
+
+class PredictiveQuadrature(NamedTuple):
+    """Composite Gauss–Legendre rule for the predictive integral, shared by all classes of a row.
+
+    Breakpoints are ``m_k + √v_k·t`` for ``t`` on ``num_breaks`` equally spaced points in
+    ``[−half_width, half_width]`` for *every* class ``k``; each gap between sorted breakpoints gets
+    ``panel_nodes`` Gauss–Legendre nodes. The grid so resolves both the density of the target class and
+    the steps ``Φ((f − m_k)/√v_k)`` of much sharper classes, where a Gauss–Hermite rule on the target
+    alone fails (64 nodes err by ~1e-2 when one latent is 20× sharper than another).
+    """
+
+    num_breaks: int = 16
+    panel_nodes: int = 5
+    half_width: float = 8.0
+
+    def nodes(self, mean, var):
+        """Nodes ``[B, K]`` and log-weights ``[B, K]`` (``−inf`` on empty panels), ``K = (C·num_breaks − 1)·panel_nodes``."""
+        t = jnp.linspace(-self.half_width, self.half_width, self.num_breaks, dtype=mean.dtype)
+        breaks = jnp.sort((mean[..., None] + jnp.sqrt(var)[..., None] * t).reshape(mean.shape[0], -1), axis=-1)
+        x, w = np.polynomial.legendre.leggauss(self.panel_nodes)
+        centre = 0.5 * (breaks[:, 1:] + breaks[:, :-1])[..., None]
+        half = 0.5 * (breaks[:, 1:] - breaks[:, :-1])[..., None]
+        points = (centre + half * jnp.asarray(x, mean.dtype)).reshape(mean.shape[0], -1)
+        weights = (half * jnp.asarray(w, mean.dtype)).reshape(mean.shape[0], -1)
+        return points, jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
+
+
+def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = PredictiveQuadrature()):
+    """``log p(y* = c | x*)`` of eq. (68) with the exact (Heaviside) likelihood, by 1-D quadrature.
+
+        p(y* = c) = ∫ N(f; m_c, v_c) Π_{k≠c} Φ((f − m_k)/√v_k) df,
+
+    in log-sum-exp form on the composite rule of :class:`PredictiveQuadrature`. The product over
+    ``k ≠ c`` is the all-class sum of ``log Φ`` minus the target's own term, so a row costs
+    ``O(K·C)``, not ``O(K·C²)``. Measured accuracy: see
+    ``tests/pepcore/test_multiclass.py::test_predictive_quadrature_matches_monte_carlo``.
+
+    Args:
+        mean, var: latent predictive moments ``m*``, ``v*`` per class, ``[B, C]``.
+
+    Returns:
+        ``[B, C]`` log-probabilities.
+    """
+    points, log_w = quadrature.nodes(mean, var)  # [B, K]
+    log_cdf = log_ndtr((points[:, :, None] - mean[:, None, :]) / jnp.sqrt(var)[:, None, :])  # [B, K, C]
+    log_density = norm.logpdf(points[:, :, None], mean[:, None, :], jnp.sqrt(var)[:, None, :])
+    log_integrand = log_density + jnp.sum(log_cdf, axis=-1, keepdims=True) - log_cdf
+    return logsumexp(log_w[:, :, None] + log_integrand, axis=1)
