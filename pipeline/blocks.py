@@ -1,0 +1,91 @@
+"""Fixed-size row blocks of a store split: the unit of data the engine computes on (DESIGN §4).
+
+Block ``b`` of a split holds rows ``[b·R, (b+1)·R)`` (``R = block_rows``), read from the Zarr arrays,
+standardised with the *training* split's statistics (DESIGN §3) and padded to ``R`` rows with a mask,
+so every block has the same static shape and a worker compiles its chunk function once. Padded rows
+carry ``x = 0``, ``y = 0`` and ``mask = False``; the energy contract makes them contribute exactly zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+import zarr
+
+from pipeline.stores import Store
+
+
+class Block(NamedTuple):
+    x: np.ndarray  # [R, D] float64, standardised
+    y: np.ndarray  # [R] float64 targets (model units)
+    mask: np.ndarray  # [R] bool, False on padding
+
+
+@dataclass(frozen=True)
+class TargetScaling:
+    """Targets in model units: ``(y − shift) / scale`` as float64 (labels use shift 0, scale 1)."""
+
+    shift: float = 0.0
+    scale: float = 1.0
+
+    def __call__(self, y: np.ndarray) -> np.ndarray:
+        return (np.asarray(y, dtype=np.float64) - self.shift) / self.scale
+
+
+@dataclass(frozen=True)
+class BlockSource:
+    """The blocks of one split of a store; small, hashable and picklable (shipped to workers).
+
+    Attributes:
+        store_path: the store's path or URL.
+        split: ``"train"`` or ``"test"``.
+        n_rows: rows in the split.
+        block_rows: rows per block R.
+        x_mean, x_std: per-feature training statistics used to standardise ``X``.
+        targets: maps stored ``y`` to the model's targets.
+    """
+
+    store_path: str
+    split: str
+    n_rows: int
+    block_rows: int
+    x_mean: tuple[float, ...]
+    x_std: tuple[float, ...]
+    targets: TargetScaling
+
+    @classmethod
+    def of(cls, store: Store, split: str, block_rows: int, targets: TargetScaling) -> "BlockSource":
+        """The blocks of ``split`` of ``store``."""
+        return cls(store.path, split, store.n_rows(split), block_rows,
+                   tuple(map(float, store.attrs["x_mean"])), tuple(map(float, store.attrs["x_std"])),
+                   targets)
+
+    @property
+    def n_blocks(self) -> int:
+        return math.ceil(self.n_rows / self.block_rows)
+
+    def rows_in(self, block: int) -> int:
+        """Real (unpadded) rows of ``block``."""
+        return min(self.block_rows, self.n_rows - block * self.block_rows)
+
+    def read(self, block: int) -> Block:
+        """Read, standardise and pad ``block``."""
+        if not 0 <= block < self.n_blocks:
+            raise IndexError(f"{self.split} has {self.n_blocks} blocks, no block {block}")
+        x_array, y_array = _arrays(self.store_path, self.split)
+        start, rows = block * self.block_rows, self.rows_in(block)
+        x = np.zeros((self.block_rows, x_array.shape[1]))
+        y = np.zeros(self.block_rows)
+        x[:rows] = (x_array[start:start + rows].astype(np.float64) - self.x_mean) / self.x_std
+        y[:rows] = self.targets(y_array[start:start + rows])
+        return Block(x, y, np.arange(self.block_rows) < rows)
+
+
+@lru_cache(maxsize=8)
+def _arrays(path: str, split: str) -> tuple[zarr.Array, zarr.Array]:
+    group = zarr.open_group(path, mode="r")[split]
+    return group["X"], group["y"]

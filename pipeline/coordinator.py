@@ -1,0 +1,328 @@
+"""The coordinator: the training loop around the engine (DESIGN §2, §4, §5).
+
+Each step ``s``:
+
+1. the minibatch schedule picks the blocks of ``s`` (:mod:`pipeline.sampling`);
+2. the engine returns ``Σ_blocks value_and_grad(L)`` (and summed site statistics for EP-style
+   models), summed in a fixed order (:mod:`pipeline.engine`);
+3. the coordinator forms the minibatch estimate ``F̂ = G + (N/|B|) Σ_B L`` and its gradient, takes a
+   guarded optax Adam ascent step (:func:`pipeline.optimize.ascent_update`: a step with a non-finite
+   energy or gradient leaves the state unchanged and is counted as rejected), and — for models with
+   site statistics — a damped tied-factor update;
+4. at the end of every epoch it evaluates the held-out metrics and records the epoch's mean energy;
+   every ``checkpoint_every`` steps and at the end it writes a checkpoint (:mod:`pipeline.checkpoint`).
+
+The state that a checkpoint holds — params, optimiser state, step (which fixes the sampling position),
+the RNG key, the epoch's running energy and the history — is everything the loop reads, so a resumed
+run continues bit-for-bit as an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+
+import pepcore
+from pipeline import checkpoint
+from pipeline.blocks import BlockSource, TargetScaling
+from pipeline.config import TrainConfig
+from pipeline.engine import Backend, Engine, InProcess, compute_threads
+from pipeline.errors import InputError
+from pipeline.metrics import finish
+from pipeline.models import DataTerm, ModelSpec, get_model
+from pipeline.optimize import adam, ascent_update
+from pipeline.sampling import MinibatchSchedule
+from pipeline.stores import Store, open_store
+
+INIT_ROWS = 5_000  # training rows sampled to place the inducing inputs (k-means) and lengthscales
+
+Progress = Callable[..., None]
+"""``progress(event, **info)``; events: ``start`` (step, total_steps, steps_per_epoch), ``step``
+(step, energy, accepted), ``epoch`` (record), ``checkpoint`` (path)."""
+
+
+def no_progress(event: str, **info: Any) -> None:
+    """A :data:`Progress` that shows nothing."""
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """What to train: a registered model on a store, with a config, into a run directory."""
+
+    model: str
+    store: Store
+    config: TrainConfig
+    run_dir: Path
+
+
+@dataclass
+class TrainResult:
+    """The outcome of :func:`train` (up to its ``until_step``)."""
+
+    params: Any
+    steps: int
+    total_steps: int
+    epochs: int
+    seconds: float
+    checkpoint: Path
+    history: list[dict[str, Any]]
+    rejected_steps: int
+
+    @property
+    def finished(self) -> bool:
+        return self.steps >= self.total_steps
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The held-out metrics of the last completed epoch."""
+        last = self.history[-1] if self.history else {}
+        return {k: v for k, v in last.items() if k in ("test_error", "test_nll", "rmse", "n_test")}
+
+
+@dataclass
+class _LoopState:
+    params: Any
+    opt_state: Any
+    key_data: np.ndarray
+    step: int = 0
+    rejected: int = 0
+    epoch_energy: tuple[float, int] = (0.0, 0)  # sum and count of the finite step energies so far
+    history: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    last_energy: float = float("nan")
+
+
+def learning_rate(config: TrainConfig, steps_per_epoch: int, total_steps: int) -> optax.Schedule:
+    """The configured schedule: constant, cosine decay over all steps, or exponential per epoch."""
+    if config.lr_schedule == "cosine":
+        return optax.cosine_decay_schedule(config.learning_rate, total_steps, alpha=config.lr_final_fraction)
+    if config.lr_schedule == "exponential":
+        return optax.exponential_decay(config.learning_rate, steps_per_epoch, config.lr_decay, staircase=True)
+    return optax.constant_schedule(config.learning_rate)
+
+
+class _Session:
+    """The fixed pieces of one job: model, block sources, schedule, optimiser and compiled update."""
+
+    def __init__(self, job: TrainJob, backend: Backend):
+        self.job, self.spec = job, get_model(job.model)
+        self.spec.check(job.store)
+        store, config = job.store, job.config
+        self.effective = config.for_rows(store.n_rows("train"))
+        self.targets = self.spec.targets(store)
+        self.model = self.spec.model(config)
+        block_rows = self.effective.block_rows
+        self.train = Engine(backend, BlockSource.of(store, "train", block_rows, self.targets))
+        self.test = Engine(backend, BlockSource.of(store, "test", block_rows, self.targets))
+        self.n_total = store.n_rows("train")
+        self.data_term = DataTerm(self.model, self.n_total)
+        self.held_out = self.spec.held_out(self.model, self.targets)
+        with pepcore.float64():
+            key_data = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
+        self.schedule = MinibatchSchedule(self.train.source.n_blocks,
+                                          math.ceil(self.effective.batch_size / block_rows),
+                                          tuple(int(k) for k in key_data))
+        self.total_steps = config.epochs * self.schedule.steps_per_epoch
+        self.optimizer = adam(learning_rate(config, self.schedule.steps_per_epoch, self.total_steps),
+                              self.spec.frozen(config))
+        self.update = _update_function(self.model, self.optimizer, self.n_total, config.damping)
+
+    # ---------------------------------------------------------------------------------------------
+    def fresh_state(self) -> _LoopState:
+        with pepcore.float64():
+            params = self.spec.init(self.model, self._init_sample(), self.job.config)
+            return _LoopState(params, self.optimizer.init(params), np.asarray(self.schedule.key_data, np.uint32))
+
+    def _init_sample(self) -> np.ndarray:
+        source = self.train.source
+        count = min(source.n_blocks, math.ceil(INIT_ROWS / source.block_rows))
+        chosen = np.sort(np.random.default_rng(self.job.config.seed).choice(source.n_blocks, count, replace=False))
+        blocks = [source.read(int(b)) for b in chosen]
+        return np.concatenate([b.x[b.mask] for b in blocks])
+
+    def templates(self, manifest: dict[str, Any], fresh: _LoopState) -> dict[str, Any]:
+        """The pytrees to restore from ``manifest``, after refusing another dataset or model or an
+        incompatible config (InputError)."""
+        run_dir, store = self.job.run_dir, self.job.store
+        if manifest["dataset_checksum"] != store.checksum:
+            raise InputError(f"{run_dir}: this run was trained on {manifest['data']} (checksum "
+                             f"{manifest['dataset_checksum']}), not on {store.path} (checksum "
+                             f"{store.checksum}); resume with the same data or use a new --run-dir")
+        if manifest["model"] != self.job.model:
+            raise InputError(f"{run_dir}: this run trains --model {manifest['model']}, not {self.job.model}")
+        changed = TrainConfig(**manifest["config"]).incompatibilities(self.job.config)
+        if changed:
+            raise InputError(f"{run_dir}: cannot resume with a different config ({'; '.join(changed)}); "
+                             "use the run's config or a new --run-dir")
+        return {"params": fresh.params, "opt_state": fresh.opt_state, "key": fresh.key_data}
+
+    def restore_or_init(self, resume: bool) -> tuple[_LoopState, Path | None]:
+        run_dir = self.job.run_dir
+        if not resume and checkpoint.has_checkpoints(run_dir):
+            raise InputError(f"{run_dir}: already holds checkpoints; pass --resume to continue that run "
+                             "or choose a new --run-dir")
+        fresh = self.fresh_state()
+        restored = checkpoint.restore(run_dir, lambda m: self.templates(m, fresh)) if resume else None
+        if restored is None:
+            return fresh, None
+        meta = restored.meta
+        trees = restored.trees
+        state = _LoopState(trees["params"], trees["opt_state"], trees["key"], restored.step,
+                           meta["rejected_steps"], tuple(meta["epoch_energy"]), meta["history"],
+                           meta["seconds"])
+        return state, restored.path
+
+    def save(self, state: _LoopState) -> Path:
+        config = self.job.config
+        source = self.train.source
+        meta = {"model": self.job.model, "data": self.job.store.path,
+                "dataset_checksum": self.job.store.checksum, "config": config.model_dump(),
+                "x_mean": source.x_mean, "x_std": source.x_std,
+                "targets": {"shift": self.targets.shift, "scale": self.targets.scale},
+                "total_steps": self.total_steps, "steps_per_epoch": self.schedule.steps_per_epoch,
+                "rejected_steps": state.rejected, "epoch_energy": state.epoch_energy,
+                "history": state.history, "seconds": state.seconds,
+                "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        trees = {"params": state.params, "opt_state": state.opt_state, "key": state.key_data}
+        return checkpoint.save(self.job.run_dir, state.step, trees, meta, config.keep_checkpoints)
+
+    # ---------------------------------------------------------------------------------------------
+    def step(self, state: _LoopState) -> bool:
+        """One training step on ``state`` (in place); False if it was rejected as non-finite."""
+        blocks = self.schedule.blocks(state.step)
+        value, grad, stats = self.train.map_sum(self.data_term, state.params, blocks)
+        scale = self.n_total / self.train.rows(blocks)
+        with pepcore.float64():
+            params, opt_state, ok, energy = self.update(state.params, state.opt_state, value, grad, stats, scale)
+        state.params, state.opt_state = params, opt_state
+        state.rejected += int(not ok)
+        state.last_energy = float(energy)
+        if math.isfinite(state.last_energy):
+            total, count = state.epoch_energy
+            state.epoch_energy = (total + state.last_energy, count + 1)
+        state.step += 1
+        return bool(ok)
+
+    def evaluate(self, params: Any) -> dict[str, Any]:
+        """Held-out metrics of ``params`` on the test split."""
+        return finish(self.test.map_sum(self.held_out, params, range(self.test.source.n_blocks)))
+
+    def end_epoch(self, state: _LoopState) -> dict[str, Any]:
+        total, count = state.epoch_energy
+        energy = total / count if count else float("nan")
+        record = {"epoch": self.schedule.epoch_of(state.step - 1) + 1, "step": state.step,
+                  "energy": energy, "energy_per_row": energy / self.n_total,
+                  **self.evaluate(state.params), "rejected_steps": state.rejected,
+                  "seconds": round(state.seconds, 3)}
+        state.history.append(record)
+        state.epoch_energy = (0.0, 0)
+        return record
+
+
+@lru_cache(maxsize=8)
+def _update_function(model: Any, optimizer: optax.GradientTransformation, n_total: int, damping: float):
+    """The compiled coordinator update: ``G`` and its gradient, the scaled data terms, the guarded
+    Adam step, and the damped site update for models with site statistics."""
+
+    def update(params, opt_state, data_value, data_grad, stats, scale):
+        global_value, global_grad = jax.value_and_grad(model.global_energy)(params, n_total)
+        value = global_value + scale * data_value
+        grad = jax.tree_util.tree_map(lambda g, d: g + scale * d, global_grad, data_grad)
+        params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
+        if stats is not None:
+            updated = model.site_update(params, stats, scale, damping)
+            params = jax.tree_util.tree_map(lambda new, old: jax.numpy.where(ok, new, old), updated, params)
+        return params, opt_state, ok, value
+
+    return jax.jit(update)
+
+
+def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False,
+          until_step: int | None = None, progress: Progress = no_progress) -> TrainResult:
+    """Train ``job`` (resuming from its newest checkpoint when ``resume``) up to ``until_step`` or the
+    end, checkpointing on the way.
+
+    Args:
+        job: model, store, config and run directory.
+        backend: where blocks are computed; in-process when None.
+        resume: continue from the newest complete checkpoint of the run directory (start afresh if it
+            has none); without it a run directory that holds checkpoints is refused.
+        until_step: stop after this many steps in total (a training segment); None for all.
+        progress: receives progress events.
+
+    Raises:
+        InputError: the model does not fit the store, or the checkpoints are of another dataset,
+            model or an incompatible config.
+    """
+    with compute_threads():
+        return _train(_Session(job, backend or InProcess()), resume, until_step, progress)
+
+
+def _train(session: _Session, resume: bool, until_step: int | None, progress: Progress) -> TrainResult:
+    job = session.job
+    state, restored_from = session.restore_or_init(resume)
+    end = session.total_steps if until_step is None else min(until_step, session.total_steps)
+    progress("start", step=state.step, total_steps=session.total_steps,
+             steps_per_epoch=session.schedule.steps_per_epoch, resumed_from=restored_from)
+    path = restored_from
+    started = time.perf_counter() - state.seconds
+    while state.step < end:
+        accepted = session.step(state)
+        state.seconds = time.perf_counter() - started
+        progress("step", step=state.step, energy=state.last_energy, accepted=accepted)
+        if session.schedule.ends_epoch(state.step - 1):
+            progress("epoch", record=session.end_epoch(state))
+        if state.step % job.config.checkpoint_every == 0 or state.step == end:
+            path = session.save(state)
+            progress("checkpoint", path=path)
+    if path is None:  # nothing to train (e.g. zero steps left): still leave a checkpoint
+        path = session.save(state)
+    return TrainResult(state.params, state.step, session.total_steps, len(state.history),
+                       state.seconds, path, state.history, state.rejected)
+
+
+def load_run(run_dir: Path) -> checkpoint.Restored:
+    """The newest intact checkpoint of a run, with its params (InputError if it has none)."""
+
+    def templates(manifest: dict[str, Any]) -> dict[str, Any]:
+        spec = get_model(manifest["model"])
+        config = TrainConfig(**manifest["config"])
+        n_features = len(manifest["x_mean"])
+        with pepcore.float64():  # any params of the right shapes: M inducing inputs in D dimensions
+            return {"params": spec.init(spec.model(config), np.zeros((config.num_inducing, n_features)), config)}
+
+    restored = checkpoint.restore(run_dir, templates)
+    if restored is None:
+        raise InputError(f"{run_dir}: no complete checkpoint (train first with `pep train`)")
+    return restored
+
+
+def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
+    """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (by
+    default the store it was trained on), standardised with the training statistics of the run."""
+    restored = load_run(run_dir)
+    manifest = restored.meta
+    store = open_store(data if data is not None else manifest["data"])
+    spec: ModelSpec = get_model(manifest["model"])
+    spec.check(store)
+    if len(store.feature_names) != len(manifest["x_mean"]):
+        raise InputError(f"{store.path}: has {len(store.feature_names)} features; the model of "
+                         f"{run_dir} was trained on {len(manifest['x_mean'])}")
+    config = TrainConfig(**manifest["config"])
+    targets = TargetScaling(**manifest["targets"])
+    source = BlockSource(store.path, "test", store.n_rows("test"), config.block_rows,
+                         tuple(manifest["x_mean"]), tuple(manifest["x_std"]), targets)
+    engine = Engine(backend or InProcess(), source)
+    sums = engine.map_sum(spec.held_out(spec.model(config), targets), restored.trees["params"],
+                          range(source.n_blocks))
+    return {**finish(sums), "step": restored.step, "checkpoint": str(restored.path)}

@@ -1,0 +1,259 @@
+"""The distributed engine (DESIGN §4): sums of a per-block function over blocks, in a fixed order.
+
+``Engine.map_sum(fn, params, blocks)`` evaluates ``fn(params, x, y, mask)`` on each listed block of a
+:class:`~pipeline.blocks.BlockSource` and returns the sum of the results. It knows nothing about
+models: ``fn`` is any hashable, picklable function returning a pytree (the coordinator passes
+``value_and_grad`` of a model's data term, or a held-out metric function).
+
+Backends:
+
+* :class:`InProcess` — no Dask; blocks are computed in this process (notebooks, estimators, tests).
+* :class:`DaskBackend` — a ``LocalCluster`` of worker *processes* (``local:N``) or an existing
+  scheduler (``tcp://HOST:PORT``). Each step the params are scattered once to every worker
+  (``broadcast=True``); each worker gets one task with the blocks assigned to it (block ``b`` goes to
+  worker ``b mod W``, so a worker keeps seeing the same blocks and reads each from Zarr only once);
+  tasks may move to another worker if theirs dies, and a failed step is re-run.
+
+Determinism: every block's result is computed by the same compiled function on the same inputs,
+whatever process computes it, and the per-block results are summed on the coordinator in a fixed
+binary tree over the block order (:func:`tree_sum`). The result is therefore bit-for-bit the same for
+any number of workers, for any task timing and after a worker is lost — provided every process runs
+with the same thread settings. Two matter (measured here): JAX's CPU Cholesky and triangular solves
+call the OpenBLAS/LAPACK that scipy loads, whose blocking follows its thread count, so every
+computation runs under :func:`compute_threads` (one BLAS thread; also what keeps W worker processes
+from oversubscribing the cores); and XLA:CPU partitions some reductions by its thread-pool size, which
+follows the process's CPU affinity — a column sum of a (100, 2000) array differs in the last bit
+between 1 and 2 visible cores — so all processes must see the same number of cores (true for local
+clusters; for remote workers, use identical machines).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+from distributed.diagnostics.plugin import WorkerPlugin
+from threadpoolctl import threadpool_limits
+
+import pepcore
+from pipeline.blocks import Block, BlockSource
+from pipeline.errors import InputError
+
+log = logging.getLogger(__name__)
+
+XLA_THREAD_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
+COMPUTE_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""Thread settings of every process that computes blocks (one BLAS/OpenMP thread, single-threaded
+Eigen inside XLA): with ``threads_per_worker=1`` this avoids oversubscribing the cores, and it is the
+same in every backend."""
+
+STEP_ATTEMPTS = 3  # a step whose tasks fail (lost workers, closed connections) is re-run this often
+
+
+def compute_environment() -> dict[str, str]:
+    """:data:`COMPUTE_ENV` plus ``XLA_FLAGS`` with the thread flags appended to the current ones."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    flags += [flag for flag in XLA_THREAD_FLAGS if flag not in flags]
+    return {**COMPUTE_ENV, "XLA_FLAGS": " ".join(flags)}
+
+
+def pin_compute_threads() -> None:
+    """Apply :func:`compute_environment` to this whole process (a worker, or the ``pep`` command
+    before JAX runs its first computation: XLA reads its flags once) and limit loaded BLAS pools."""
+    os.environ.update(compute_environment())
+    threadpool_limits(1)
+
+
+def compute_threads() -> threadpool_limits:
+    """Context manager: one BLAS/LAPACK thread for the enclosed block (scoped; see the module
+    docstring for why every backend computes under it)."""
+    return threadpool_limits(1)
+
+
+# --------------------------------------------------------------------------------------------------
+# What runs wherever blocks are computed (a worker process or this one). Both caches live per process.
+
+_blocks: dict[tuple[BlockSource, int], Block] = {}
+
+
+def _block(source: BlockSource, index: int) -> Block:
+    """Block ``index`` of ``source``, read from Zarr on first use and kept in this process's memory."""
+    key = (source, index)
+    if key not in _blocks:
+        _blocks[key] = source.read(index)
+    return _blocks[key]
+
+
+@lru_cache(maxsize=32)
+def _compiled(fn: Callable) -> Callable:
+    """``jax.jit(fn)``, kept per process so that equal functions compile once (static block shape)."""
+    return jax.jit(fn)
+
+
+def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequence[int]) -> list:
+    """``[fn(params, *block) for block in blocks]`` as numpy pytrees, computed in float64."""
+    with pepcore.float64(), compute_threads():
+        compiled = _compiled(fn)
+        return [jax.device_get(compiled(params, *_block(source, b))) for b in blocks]
+
+
+def tree_sum(parts: Sequence[Any]) -> Any:
+    """Sum of pytrees in a fixed, balanced binary tree over their order (deterministic rounding)."""
+    if not parts:
+        raise ValueError("tree_sum of no parts")
+    if len(parts) == 1:
+        return parts[0]
+    middle = len(parts) // 2
+    return jax.tree_util.tree_map(np.add, tree_sum(parts[:middle]), tree_sum(parts[middle:]))
+
+
+# --------------------------------------------------------------------------------------------------
+class Backend(Protocol):
+    """Where blocks are computed."""
+
+    description: str
+
+    def evaluate(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
+        """Per-block results of ``fn``, in the order of ``blocks``."""
+
+    def close(self) -> None:
+        """Release what the backend started."""
+
+
+class InProcess:
+    """Computes every block in this process."""
+
+    description = "in-process"
+
+    def evaluate(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
+        return evaluate_blocks(fn, params, source, blocks)
+
+    def close(self) -> None:
+        pass
+
+
+class ComputeSetup(WorkerPlugin):
+    """Dask worker plugin: pins the compute threads on every worker, also ones that join later or
+    are restarted by their nanny (workers started outside pep, e.g. ``dask worker``, included)."""
+
+    name = "pep-compute-setup"
+
+    def setup(self, worker: Any) -> None:
+        pin_compute_threads()
+
+
+class DaskBackend:
+    """Computes blocks on the workers of a Dask cluster (see the module docstring).
+
+    Args:
+        client: a connected ``distributed.Client``.
+        description: how the cluster was given (``local:2``, ``tcp://…``), for reports.
+        cluster: a cluster this backend started and closes, or None.
+    """
+
+    def __init__(self, client: Any, description: str, cluster: Any = None):
+        self.client, self.description, self.cluster = client, description, cluster
+        client.register_plugin(ComputeSetup())
+
+    def evaluate(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
+        from distributed import KilledWorker
+        from distributed.comm import CommClosedError
+
+        for attempt in range(1, STEP_ATTEMPTS + 1):
+            try:
+                return self._evaluate_once(fn, params, source, blocks)
+            except (KilledWorker, CommClosedError, OSError) as error:
+                if attempt == STEP_ATTEMPTS:
+                    raise
+                log.warning("blocks lost with a worker (%s); re-running the step (attempt %d of %d)",
+                            error, attempt + 1, STEP_ATTEMPTS)
+        raise AssertionError("unreachable")
+
+    def _evaluate_once(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
+        workers = sorted(self.client.nthreads())
+        if not workers:
+            self.client.wait_for_workers(1, timeout=120)
+            workers = sorted(self.client.nthreads())
+        plan: dict[str, list[int]] = {}
+        for b in blocks:
+            plan.setdefault(workers[b % len(workers)], []).append(b)
+        shared = self.client.scatter(params, broadcast=True, hash=False)
+        futures = {worker: self.client.submit(evaluate_blocks, fn, shared, source, assigned,
+                                              workers=[worker], allow_other_workers=True, pure=False)
+                   for worker, assigned in plan.items()}
+        results: dict[int, Any] = {}
+        for worker, future in futures.items():
+            results.update(zip(plan[worker], future.result()))
+        return [results[b] for b in blocks]
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+CLUSTER_HELP = "local:N (N worker processes on this machine), tcp://HOST:PORT (a running scheduler) or none"
+
+
+def connect(cluster: str) -> Backend:
+    """The backend for a ``--cluster`` value: ``none``, ``local:N`` or ``tcp://HOST:PORT``.
+
+    Raises:
+        InputError: the value has none of these forms.
+        OSError: the scheduler cannot be reached or no worker joined within two minutes.
+    """
+    if cluster == "none":
+        return InProcess()
+    local = re.fullmatch(r"local:(\d+)", cluster)
+    if local and int(local.group(1)) >= 1:
+        return _local_cluster(int(local.group(1)), cluster)
+    if re.fullmatch(r"(tcp|tls)://[^\s:/]+:\d+", cluster):
+        return _existing_cluster(cluster)
+    raise InputError(f"--cluster: expected {CLUSTER_HELP}; found {cluster!r}")
+
+
+def _local_cluster(n_workers: int, description: str) -> DaskBackend:
+    import dask
+    from distributed import Client, LocalCluster
+
+    # Forked workers deadlock once JAX is loaded (shared/ENVIRONMENT.md): always spawn.
+    method = dask.config.get("distributed.worker.multiprocessing-method")
+    with dask.config.set({"distributed.worker.multiprocessing-method":
+                          method if method in ("spawn", "forkserver") else "spawn"}):
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                               dashboard_address=":0", env=compute_environment(),
+                               silence_logs=logging.ERROR)
+    return DaskBackend(Client(cluster), description, cluster)
+
+
+def _existing_cluster(address: str) -> DaskBackend:
+    from distributed import Client
+
+    try:
+        client = Client(address, timeout=30)
+        client.wait_for_workers(1, timeout=120)
+    except (OSError, TimeoutError) as error:
+        raise OSError(f"--cluster {address}: cannot use the scheduler ({error})") from None
+    return DaskBackend(client, address)
+
+
+class Engine:
+    """Fixed-order sums over the blocks of one source, computed by a backend."""
+
+    def __init__(self, backend: Backend, source: BlockSource):
+        self.backend, self.source = backend, source
+
+    def map_sum(self, fn: Callable, params: Any, blocks: Sequence[int]) -> Any:
+        """``Σ_{b in blocks} fn(params, *block_b)``, summed by :func:`tree_sum` in ``blocks`` order."""
+        host_params = jax.device_get(params)
+        return tree_sum(self.backend.evaluate(fn, host_params, self.source, list(blocks)))
+
+    def rows(self, blocks: Sequence[int]) -> int:
+        """Real rows in ``blocks`` (the minibatch size |B|)."""
+        return sum(self.source.rows_in(b) for b in blocks)

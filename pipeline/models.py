@@ -1,0 +1,149 @@
+"""The model registry: what ``pep train --model NAME`` builds, and how it meets the engine.
+
+A :class:`ModelSpec` binds a model of :mod:`pepcore.models` to a store: it checks that the store fits
+(task, number of classes), maps stored targets to model units, builds the static model object (which
+provides the energy contract of DESIGN §2: ``global_energy(params, n_total)`` and
+``local_energy(params, x, y, mask, n_total)``), initialises the params pytree from a sample of the
+training rows, and gives the per-block held-out function whose sums become the metrics. The engine
+only ever sees the per-block functions (:class:`DataTerm`, the held-out sums), never a model name.
+
+To add a model (e.g. issue 5's ``multiclass-sep``), write a class with the methods of
+:class:`ModelSpec` and add an instance to :data:`MODELS`. A model with EP-style moment matching also
+provides ``local_site_stats(params, x, y, mask, n_total)`` (summed per-row site updates) and
+``site_update(params, stats, scale, damping)``; :class:`DataTerm` then returns the statistics with the
+gradient, and the coordinator applies the damped update (DESIGN §2, §4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import log_ndtr
+
+from pepcore.likelihoods import Gaussian, Probit
+from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
+from pipeline.blocks import TargetScaling
+from pipeline.config import TrainConfig
+from pipeline.errors import InputError
+from pipeline.metrics import classification_sums, regression_sums
+from pipeline.stores import Store
+
+# Initial noise variance of the Gaussian likelihood in standardised target units: var(y)/100, as the
+# seed000 reference code.
+INITIAL_NOISE_VARIANCE = 0.01
+
+
+@dataclass(frozen=True)
+class DataTerm:
+    """The engine's training function on one block: ``value_and_grad`` of the data term (plus the
+    summed site statistics for models that have them). Hashable, so workers compile it once."""
+
+    model: Any
+    n_total: int
+
+    def __call__(self, params, x, y, mask):
+        value, grad = jax.value_and_grad(self.model.local_energy)(params, x, y, mask, self.n_total)
+        stats = (self.model.local_site_stats(params, x, y, mask, self.n_total)
+                 if hasattr(self.model, "local_site_stats") else None)
+        return value, grad, stats
+
+
+@dataclass(frozen=True)
+class ProbitHeldOut:
+    """Per-block held-out sums of a probit classifier: ``log p(y|x) = log Φ(s m/√(1+v))``."""
+
+    model: PowerEPSparseGP
+
+    def __call__(self, params, x, y, mask):
+        mean, var = self.model.predict_f(params, x)
+        z = (2.0 * y - 1.0) * mean / jnp.sqrt(1.0 + var)
+        return classification_sums(log_ndtr(z), z > 0, mask)
+
+
+@dataclass(frozen=True)
+class GaussianHeldOut:
+    """Per-block held-out sums of a regressor, with predictions mapped back to target units."""
+
+    model: PowerEPSparseGP
+    targets: TargetScaling
+
+    def __call__(self, params, x, y, mask):
+        mean, var = self.model.predict_y(params, x)
+        scale = self.targets.scale
+        return regression_sums(mean * scale, var * scale**2, y * scale, mask)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A named Power-EP sparse GP bound to a task (see the module docstring for the protocol).
+
+    Attributes:
+        name: the ``--model`` name.
+        task: the store task it trains on.
+        description: one line for ``--help`` and reports.
+    """
+
+    name: str
+    task: str
+    description: str
+
+    def check(self, store: Store) -> None:
+        """Raise InputError unless ``store`` suits the model."""
+        if store.task != self.task:
+            raise InputError(f"{store.path}: --model {self.name} needs a {self.task} store; this store "
+                             f"holds a {store.task} task")
+        if self.task == "classification" and store.n_classes != 2:
+            raise InputError(f"{store.path}: --model {self.name} is binary and needs 2 classes; this "
+                             f"store has {store.n_classes} (for airline, ingest with --target delayed)")
+
+    def targets(self, store: Store) -> TargetScaling:
+        """Stored targets → model units: standardised regression targets, 0/1 labels as floats."""
+        if self.task == "regression":
+            return TargetScaling(float(store.attrs["y_mean"]), float(store.attrs["y_std"]))
+        return TargetScaling()
+
+    def model(self, config: TrainConfig) -> PowerEPSparseGP:
+        """The static model object."""
+        likelihood = Gaussian() if self.task == "regression" else Probit()
+        return PowerEPSparseGP(likelihood, alpha=config.alpha, jitter=config.jitter)
+
+    def init(self, model: PowerEPSparseGP, x: np.ndarray, config: TrainConfig) -> SparseGPParams:
+        """Starting params from a sample ``x`` of standardised training inputs (k-means inducing
+        inputs, median-distance lengthscales, unit kernel variance)."""
+        if config.num_inducing > x.shape[0]:
+            raise InputError(f"num_inducing = {config.num_inducing} exceeds the {x.shape[0]} training "
+                             "rows available to place inducing inputs")
+        likelihood = (Gaussian.init_params(INITIAL_NOISE_VARIANCE) if self.task == "regression"
+                      else Probit.init_params())
+        return model.init(x, config.num_inducing, variance=1.0, likelihood_params=likelihood,
+                          seed=config.seed)
+
+    def held_out(self, model: PowerEPSparseGP, targets: TargetScaling) -> Callable:
+        """The per-block function whose sums give the held-out metrics (pipeline.metrics)."""
+        return GaussianHeldOut(model, targets) if self.task == "regression" else ProbitHeldOut(model)
+
+    def frozen(self, config: TrainConfig) -> Callable[[SparseGPParams], SparseGPParams] | None:
+        """Which params leaves stay fixed (the inducing inputs unless ``train_inducing``)."""
+        if config.train_inducing:
+            return None
+        return lambda p: jax.tree_util.tree_map(lambda _: False, p)._replace(inducing=True)
+
+
+MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (
+    ModelSpec("sparse-gp-regressor", "regression",
+              "Power-EP sparse GP regression (Gaussian likelihood, tied factor)"),
+    ModelSpec("sparse-gp-classifier", "classification",
+              "Power-EP sparse GP binary classification (probit likelihood, tied factor)"),
+)}
+
+
+def get_model(name: str) -> ModelSpec:
+    """The spec registered as ``name``; InputError listing the known names otherwise."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise InputError(f"--model: unknown model {name!r}; expected one of {', '.join(MODELS)}") from None
