@@ -13,21 +13,23 @@ import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
-from sklearn.datasets import load_breast_cancer, load_diabetes
-from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
-
-from pipeline import SparseGPClassifier, SparseGPRegressor
 
 
 def _split(x, y):
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0)
     scaler = StandardScaler().fit(x_train)
     return scaler.transform(x_train), scaler.transform(x_test), y_train, y_test
 
 
 def _classification() -> list[dict]:
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.linear_model import LogisticRegression
+
+    from pipeline import SparseGPClassifier
+
     x_train, x_test, y_train, y_test = _split(*load_breast_cancer(return_X_y=True))
     rows = []
     for name, model in [
@@ -45,6 +47,11 @@ def _classification() -> list[dict]:
 
 
 def _regression() -> list[dict]:
+    from sklearn.datasets import load_diabetes
+    from sklearn.linear_model import Ridge
+
+    from pipeline import SparseGPRegressor
+
     x_train, x_test, y_train, y_test = _split(*load_diabetes(return_X_y=True))
     mu, sd = y_train.mean(), y_train.std()
     rows = []
