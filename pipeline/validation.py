@@ -62,3 +62,11 @@ def check_num_inducing(num_inducing: int, inducing_points, n_rows: int, n_featur
         raise ValueError(f"num_inducing must be a positive integer; got {num_inducing!r}")
     if num_inducing > n_rows:
         raise ValueError(f"num_inducing={num_inducing} exceeds the number of training rows ({n_rows})")
+
+
+def check_class_labels(y) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, encoded)``: the sorted class labels (at least two) and ``y`` as integers ``0..C−1``."""
+    classes, encoded = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise ValueError(f"y must contain at least two classes for classification; got {classes.size}: {classes.tolist()}")
+    return classes, encoded.astype(np.int64)

@@ -20,7 +20,7 @@ and the energy / log-evidence estimate (spec §2.8.6, eq. 9 with tied factors) s
 Two ways to train, chosen by the type of ``params.factor``:
 
 * :class:`NaturalFactor` — the paper's method (§2.3): the factor moves only by EP updates
-  (:meth:`MultiClassGP.local_site_stats` summed over chunks, then :meth:`MultiClassGP.apply_site_stats`),
+  (:meth:`MultiClassGP.local_site_stats` summed over chunks, then :meth:`MultiClassGP.site_update`),
   and the gradient of ``G + L`` w.r.t. the hyper-parameters and inducing inputs is eq. (10)/(12): the
   cavity and ``q`` are held fixed in ``f̄`` coordinates (``stop_gradient`` surrogate of spec §2.6, whose
   prior part is eqs. 63–64), and the factor receives no gradient. Values are the true ``G`` and ``L``.
@@ -81,6 +81,7 @@ class SiteStats(NamedTuple):
     shift: jnp.ndarray  # Σ_i μ̃_i^c υ_i^c, [C, M]
     precision: jnp.ndarray  # Σ_i Δ_i^c υ_i^c υ_i^cᵀ, [C, M, M]
     count: jnp.ndarray  # n_{B,c}: factors touching class c in these rows, [C]
+    rows: jnp.ndarray  # |B|: unmasked rows, []
 
 
 class ClassGaussians(NamedTuple):
@@ -326,19 +327,21 @@ class MultiClassGP:
         rows, label, other, label_fitc, other_fitc = self._pair_cavities(params, x, y, n_total)
         refined = sites.refine(label, other, label_fitc, other_fitc)
         shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
-        return SiteStats(shift, precision, sites.factor_counts(y, mask, self.num_classes))
+        count = sites.factor_counts(y, mask, self.num_classes)
+        return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
 
-    def apply_site_stats(self, params: MultiClassParams, stats: SiteStats, n_total, damping=1.0):
+    def site_update(self, params: MultiClassParams, stats: SiteStats, scale=1.0, damping=1.0):
         """Damped SEP update of the tied factors from summed site statistics (spec §2.8.5):
 
-            Λ̃_c ← (1 − ρ n_{B,c}/n_c) Λ̃_c + ρ Σ_{B} Δ_i^c υ_i^cυ_i^cᵀ,   and likewise for η̃_c.
+            Λ̃_c ← (1 − ρ n_{B,c}/n_c) Λ̃_c + ρ Σ_{B} Δ_i^c υ_i^cυ_i^cᵀ,   and likewise for η̃_c,
 
-        ``ρ = 1`` is undamped (the stochastic code); a full batch has ``n_{B,c} = n_c``. A result that is
-        not finite is rejected: ``params`` come back unchanged.
+        with ``n_c`` for ``N = scale·|B|`` rows (``scale = N/|B|``; 1 for a full batch, where
+        ``n_{B,c} = n_c``). ``ρ = 1`` is undamped (the stochastic code). A result that is not finite is
+        rejected: ``params`` come back unchanged.
         """
         if not self._holds_cavity(params):
-            raise TypeError("apply_site_stats needs a NaturalFactor; a CholeskyFactor is trained by gradient")
-        keep = 1.0 - damping * stats.count / self.factor_counts(n_total)
+            raise TypeError("site_update needs a NaturalFactor; a CholeskyFactor is trained by gradient")
+        keep = 1.0 - damping * stats.count / self.factor_counts(scale * stats.rows)
         factor = params.factor
         new = NaturalFactor(
             keep[:, None] * factor.shift + damping * stats.shift,

@@ -106,7 +106,7 @@ def test_site_removal_and_normaliser_change_match_dense_algebra():
 def _sep_step(model, params, x, y, damping):
     n = x.shape[0]
     stats = model.local_site_stats(params, x, y, jnp.ones(n, bool), n)
-    return model.apply_site_stats(params, stats, n, damping)
+    return model.site_update(params, stats, 1.0, damping)
 
 
 _ep_step = jax.jit(lambda model, p, s, x, y, damping: ep.update(model, p, s, x, y, jnp.ones(x.shape[0], bool), damping))
@@ -204,7 +204,7 @@ def test_non_finite_site_statistics_are_rejected():
     n = x.shape[0]
     stats = jax.jit(model.local_site_stats, static_argnums=4)(params, x, y, jnp.ones(n, bool), n)
     bad = stats._replace(shift=stats.shift.at[0, 0].set(jnp.nan))
-    kept = jax.jit(model.apply_site_stats, static_argnums=2)(params, bad, n)
+    kept = jax.jit(model.site_update)(params, bad)
     np.testing.assert_array_equal(kept.factor.shift, params.factor.shift)
     np.testing.assert_array_equal(kept.factor.precision, params.factor.precision)
 
