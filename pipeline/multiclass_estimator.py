@@ -109,6 +109,8 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         num_inducing: inducing inputs per class, ``M`` (a random sample of training rows per class).
         method: ``"sep"`` (tied factors, memory O(C·M²)) or ``"ep"`` (one factor per (row, class),
             memory O(N·C·M); for N up to ~10⁴).
+        alpha: Power-EP power of the factors in (0, 1]: 1 is the paper's EP/SEP, small α approaches the
+            variational bound with the likelihood of eq. (6).
         batch_size: rows per minibatch, or None for full-batch training (the paper's UCI setting).
         max_iter: training steps (full-batch iterations or minibatches) when ``epochs`` is None.
         epochs: passes over the data (minibatch training); overrides ``max_iter``.
@@ -126,6 +128,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         self,
         num_inducing: int = 50,
         method: str = "sep",
+        alpha: float = 1.0,
         batch_size: int | None = None,
         max_iter: int = 250,
         epochs: int | None = None,
@@ -136,6 +139,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
     ):
         self.num_inducing = num_inducing
         self.method = method
+        self.alpha = alpha
         self.batch_size = batch_size
         self.max_iter = max_iter
         self.epochs = epochs
@@ -154,6 +158,8 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"batch_size must be None or an integer in 1..{n_rows}; got {self.batch_size!r}")
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
             raise ValueError(f"max_iter must be a non-negative integer; got {self.max_iter!r}")
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha!r}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive; got {self.learning_rate!r}")
         if not 0.0 < self.damping <= 1.0:
@@ -173,7 +179,9 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         check_num_inducing(self.num_inducing, None, x.shape[0], x.shape[1])
         n = x.shape[0]
         with pepcore.float64():
-            self.model_ = MultiClassGP.from_labels(labels, self.classes_.size, jitter=self.jitter)
+            self.model_ = MultiClassGP.from_labels(
+                labels, self.classes_.size, alpha=float(self.alpha), jitter=self.jitter
+            )
             params = self.model_.init(x, int(self.num_inducing), seed=self.seed)
             self.x_train_, self.y_train_ = jnp.asarray(x), jnp.asarray(labels)
             opt_state = _optimizer(self.learning_rate).init(params)

@@ -9,13 +9,16 @@ inducing diagonal too, spec §1.5) and ``κ_c = σ_c + σ_{0,c}``. The likelihoo
 
 SEP ties all factors touching class ``c`` into one Gaussian factor ``t_c(f̄^c) = exp(η̃_cᵀf̄ − ½f̄ᵀΛ̃_cf̄)``,
 stored in ``f̄`` coordinates (so it stays fixed while hyper-parameters move, spec §5.7). With the
-per-class factor count ``n_c = N + (C − 2)N_c`` (spec §2.8 / §5.9, the errata's per-class counts)
+per-class factor count ``n_c = N + (C − 2)N_c`` (spec §2.8 / §5.9, the errata's per-class counts) and a
+Power-EP power α (issue 5 item 5; α = 1 is the paper's method, as in seed000 for one GP)
 
-    q_c ∝ p(f̄^c) t_c,      cav_c ∝ p(f̄^c) t_c^(1 − 1/n_c),
+    q_c ∝ p(f̄^c) t_c,      cav_c ∝ p(f̄^c) t_c^(1 − α/n_c),
 
 and the energy / log-evidence estimate (spec §2.8.6, eq. 9 with tied factors) splits as DESIGN §2:
 
-    G = Σ_c [g(q_c) − g(p_c) + n_c (g(cav_c) − g(q_c))],      L = Σ_i Σ_{k≠y_i} log Z_{i,k}(cav).
+    G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))],      L = (1/α) Σ_i Σ_{k≠y_i} log Z_{i,k}(cav),
+
+with ``Z_{i,k} = ∫ φ_i^k(f̄)^α cav(f̄) df̄``. As α → 0, ``G + L`` tends to ``−KL(q‖p) + Σ E_q[log φ_i^k]``.
 
 Two ways to train, chosen by the type of ``params.factor``:
 
@@ -142,6 +145,8 @@ class MultiClassGP:
     Args:
         class_frequencies: ``N_c/N`` per class; gives the per-class factor counts
             ``n_c = N(1 + (C − 2)N_c/N)`` of spec §2.8 for any total ``N``.
+        alpha: Power-EP power of the factors in (0, 1]; 1 is the paper's EP/SEP, α → 0 approaches the
+            variational bound ``−KL(q‖p) + Σ E_q[log Φ]`` with the likelihood of eq. (6).
         jitter: relative jitter on ``K_c`` (``jitter·σ_c`` is added to ``K_c`` and ``κ_c``).
         quadrature: the rule of the predictive integral (eq. 68).
 
@@ -154,6 +159,7 @@ class MultiClassGP:
     """
 
     class_frequencies: tuple[float, ...]
+    alpha: float = 1.0
     jitter: float = DEFAULT_JITTER
     quadrature: sites.PredictiveQuadrature = sites.PredictiveQuadrature()
 
@@ -163,6 +169,8 @@ class MultiClassGP:
             raise ValueError(f"class_frequencies needs one entry per class (at least 2); got {self.class_frequencies}")
         if np.any(freq < 0) or abs(freq.sum() - 1.0) > 1e-6:
             raise ValueError(f"class_frequencies must be non-negative and sum to 1; got {self.class_frequencies}")
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha}")
 
     @classmethod
     def from_labels(cls, y, num_classes: int, **kwargs) -> "MultiClassGP":
@@ -274,21 +282,26 @@ class MultiClassGP:
     def _holds_cavity(self, params: MultiClassParams) -> bool:
         return isinstance(params.factor, NaturalFactor)
 
+    def _cavity_scale(self, n_total):
+        """``1 − α/n_c``: the cavity removes the power α of one of the ``n_c`` tied factors."""
+        return 1.0 - self.alpha / self.factor_counts(n_total)
+
     def _cavity(self, params: MultiClassParams, chol_k, n_total) -> ClassGaussians:
-        cavity = self.gaussians(params, chol_k, 1.0 - 1.0 / self.factor_counts(n_total))
+        cavity = self.gaussians(params, chol_k, self._cavity_scale(n_total))
         return jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity
 
     # ----------------------------------------------------------------------------------------------
     def global_energy(self, params: MultiClassParams, n_total):
-        """``G = Σ_c [g(q_c) − g(p_c) + n_c(g(cav_c) − g(q_c))]`` (spec §2.8.6); O(C·M³), independent of N.
+        """``G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))]`` (spec §2.8.6); O(C·M³), independent of N.
 
         With a :class:`NaturalFactor` the gradient is the prior term of eq. (10) only (see the module
         docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``.
         """
         chol_k = self.prior_cholesky(params)
         q = self.gaussians(params, chol_k, 1.0)
-        cavity = self.gaussians(params, chol_k, 1.0 - 1.0 / self.factor_counts(n_total))
-        value = jnp.sum(q.log_normaliser + self.factor_counts(n_total) * (cavity.log_normaliser - q.log_normaliser))
+        cavity = self.gaussians(params, chol_k, self._cavity_scale(n_total))
+        weight = self.factor_counts(n_total) / self.alpha
+        value = jnp.sum(q.log_normaliser + weight * (cavity.log_normaliser - q.log_normaliser))
         if self._holds_cavity(params):
             return hold_gradient(value, self.prior_surrogate(chol_k, q))
         return value
@@ -303,13 +316,13 @@ class MultiClassGP:
         return rows, label, proj, label_side(fitc, y), fitc
 
     def local_energy(self, params: MultiClassParams, x, y, mask, n_total):
-        """``L = Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one chunk (eq. 34).
+        """``L = (1/α) Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one chunk (eq. 34).
 
         ``x`` ``[B, D]``, integer ``y`` ``[B]``, boolean ``mask`` ``[B]``; masked (padding) rows contribute
         exactly zero to the value and the gradient. ``n_total`` sets the cavities' ``n_c``.
         """
         _, label, other, label_fitc, other_fitc = self._pair_cavities(params, x, y, n_total)
-        terms = sites.log_partition(label, other, label_fitc, other_fitc)
+        terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha) / self.alpha
         return jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
 
     def energy(self, params: MultiClassParams, x, y):
@@ -325,7 +338,7 @@ class MultiClassGP:
         ``n_{B,c}`` add over chunks exactly like gradients; masked rows contribute zero.
         """
         rows, label, other, label_fitc, other_fitc = self._pair_cavities(params, x, y, n_total)
-        refined = sites.refine(label, other, label_fitc, other_fitc)
+        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha)
         shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
         count = sites.factor_counts(y, mask, self.num_classes)
         return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))

@@ -6,6 +6,9 @@ coordinates while hyper-parameters move (spec §5.7); their per-class sums are k
 ``params.factor`` (a :class:`~pepcore.models.multiclass.NaturalFactor`), so ``q_c ∝ p(f̄^c)·exp(η̃ᵀf̄ −
 ½f̄ᵀΛ̃f̄)`` is formed exactly as for SEP (eq. 25). For N up to ~10⁴.
 
+With a power α (``model.alpha``) every cavity removes ``φ̃^α`` and the refined site is
+``(tilted/cavity)^{1/α}`` (Power EP, seed000 §2.3); α = 1 is the paper's EP.
+
 * :func:`update` — parallel, damped refinement of a set of rows (all rows: batch EP, App. E; a minibatch:
   stochastic EP of §2.3.2). Each factor's cavity removes *its own* site along its stored direction and
   is projected onto the current ``υ`` (spec §2.2, "mini-batch subtlety"). Rows with an improper cavity
@@ -65,7 +68,7 @@ def _pair_cavities(model: MultiClassGP, params: MultiClassParams, state: EPSites
                         [(current_half, current_half), (current_half, stored_half), (stored_half, stored_half)])
     mu_u = jnp.einsum("cbm,cm->bc", rows.directions, q.mean)
     mu_o = jnp.einsum("cbm,cm->bc", stored, q.mean)
-    s = state.scalars
+    s = jax.tree_util.tree_map(lambda c: model.alpha * c, state.scalars)  # the cavity removes φ̃^α
     label_q = [label_side(v, y) for v in (v_uu, v_uo, v_oo, mu_u, mu_o)]
     label, label_removal = sites.remove_site(*label_q, s.label_precision, s.label_shift)
     other, other_removal = sites.remove_site(v_uu, v_uo, v_oo, mu_u, mu_o, s.other_precision, s.other_shift)
@@ -93,7 +96,7 @@ def update(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, 
     factors = sites.factor_mask(y, mask, num_classes)
     proper = (cav.label_removal > 0) & (cav.other_removal > 0)
     refresh = mask & jnp.all(proper | ~factors, axis=1)  # rows refined this time
-    refined = sites.refine(cav.label, cav.other, cav.label_fitc, cav.other_fitc)
+    refined = sites.refine(cav.label, cav.other, cav.label_fitc, cav.other_fitc, model.alpha)
     chosen = factors & refresh[:, None]
     damped = jax.tree_util.tree_map(
         lambda new, old: jnp.where(chosen, damping * new + (1.0 - damping) * old, old), refined, state.scalars
@@ -124,11 +127,12 @@ def global_energy(model: MultiClassGP, params: MultiClassParams):
 
 
 def local_energy(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, mask):
-    """``Σ_i mask_i Σ_{k≠y_i} log s̃_{i,k}`` with ``log s̃ = log Z_{i,k} + Σ_{c∈{y_i,k}} g(θ_c^∖) − g(θ_c)``
-    (eqs. 56–61, scalar form of spec §2.5). Gradient: ``∂log Z_{i,k}/∂ξ`` with the cavity fixed (eq. 10)."""
+    """``Σ_i mask_i Σ_{k≠y_i} log s̃_{i,k}`` with ``log s̃ = (1/α)[log Z_{i,k} + Σ_{c∈{y_i,k}} g(θ_c^∖) − g(θ_c)]``
+    (eqs. 56–61, scalar form of spec §2.5; Power EP as seed000 eq. 110). Gradient: ``(1/α)∂log Z_{i,k}/∂ξ``
+    with the cavity fixed (eq. 10)."""
     cav = _pair_cavities(model, params, state, x, y, hold=True)
-    log_z = sites.log_partition(cav.label, cav.other, cav.label_fitc, cav.other_fitc)
-    terms = log_z + jax.lax.stop_gradient(cav.label_change + cav.other_change)
+    log_z = sites.log_partition(cav.label, cav.other, cav.label_fitc, cav.other_fitc, model.alpha)
+    terms = (log_z + jax.lax.stop_gradient(cav.label_change + cav.other_change)) / model.alpha
     return jnp.sum(jnp.where(sites.factor_mask(y, mask, model.num_classes), terms, 0.0))
 
 

@@ -20,11 +20,16 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.nn import logsumexp
 from jax.scipy.special import log_ndtr
 from jax.scipy.stats import norm
+
+from pepcore.quadrature import GaussHermite
+
+TILTED_QUADRATURE = GaussHermite()
 
 
 
@@ -44,32 +49,55 @@ class Projections(NamedTuple):
     var: jnp.ndarray
 
 
-def log_partition(label: Projections, other: Projections, label_fitc, other_fitc):
-    """``log Z_{i,k} = log Φ(α̂)``, ``α̂ = (a^{y_i} − a^k)/√b``, ``b = s^{y_i} + w^{y_i} + s^k + w^k`` (eq. 34)."""
-    b = label_fitc + label.var + other_fitc + other.var
-    return log_ndtr((label.mean - other.mean) / jnp.sqrt(b))
+def log_partition(label: Projections, other: Projections, label_fitc, other_fitc, alpha: float = 1.0,
+                  quadrature: GaussHermite = TILTED_QUADRATURE):
+    """``log Z_{i,k} = log ∫ φ_i^k(f̄)^α q^∖(f̄) df̄`` (eq. 34; Power EP with power α).
 
-
-def refine(label: Projections, other: Projections, label_fitc, other_fitc) -> SiteScalars:
-    """Moment-matched site scalars from the cavity projections (eqs. 43–55, spec §2.3).
-
-    With ``β = N(α̂)/Φ(α̂)`` and ``ν = β(β + α̂)/b``:
-
-        C¹ = ν / (1 − ν w),      C² = (±β/√b + ν a) / (1 − ν w)     (+ on class y_i, − on class k),
-
-    which is eqs. (48)/(49) and (52)/(53) rearranged; (53) carries the sign fix of spec §5.1. Since
-    ``β(β + α̂) ∈ (0, 1)`` and ``w < b``, ``C¹ > 0`` (spec §2.3); ``β(β + α̂)`` is clipped to ``[0, 1]``
-    against round-off for very negative ``α̂``.
+    The factor depends on ``d = t^{y_i} − t^k ~ N(a^{y_i} − a^k, w^{y_i} + w^k)`` only, through
+    ``Φ(d/√S)``, ``S = s^{y_i} + s^k``. At ``α = 1`` this is ``log Φ(α̂)``, ``α̂ = (a^{y_i} − a^k)/√b``,
+    ``b = S + w^{y_i} + w^k``; otherwise Gauss–Hermite on ``d`` in log-sum-exp form (seed000 §4.1).
     """
-    b = label_fitc + label.var + other_fitc + other.var
-    root_b = jnp.sqrt(b)
-    ahat = (label.mean - other.mean) / root_b
-    beta = jnp.exp(norm.logpdf(ahat) - log_ndtr(ahat))
-    nu = jnp.clip(beta * (beta + ahat), 0.0, 1.0) / b
-    slope = beta / root_b  # ∂log Z/∂a^{y_i} (eq. 39)
+    mean, var, fitc = label.mean - other.mean, label.var + other.var, label_fitc + other_fitc
+    if alpha == 1.0:
+        return log_ndtr(mean / jnp.sqrt(fitc + var))
+    points, log_w = quadrature.nodes(mean, var)
+    return logsumexp(log_w + alpha * log_ndtr(points / jnp.sqrt(fitc)[..., None]), axis=-1)
+
+
+def _slope_and_curvature(label: Projections, other: Projections, label_fitc, other_fitc, alpha, quadrature):
+    """``g = ∂log Z/∂a^{y_i}`` and ``ν = g² − 2∂log Z/∂w`` (eqs. 39–42: ``∂/∂a^k = −g``, ``∂/∂w^k = ∂/∂w^{y_i}``)."""
+    if alpha == 1.0:  # closed form, with β = N(α̂)/Φ(α̂) (eqs. 39–46)
+        b = label_fitc + label.var + other_fitc + other.var
+        ahat = (label.mean - other.mean) / jnp.sqrt(b)
+        beta = jnp.exp(norm.logpdf(ahat) - log_ndtr(ahat))
+        return beta / jnp.sqrt(b), jnp.clip(beta * (beta + ahat), 0.0, 1.0) / b
+    mean, var = label.mean - other.mean, label.var + other.var
+
+    def total(m, v):
+        return jnp.sum(log_partition(Projections(m, v), Projections(0.0, 0.0), label_fitc, other_fitc, alpha, quadrature))
+
+    slope, d_var = jax.grad(total, argnums=(0, 1))(mean, var)
+    return slope, jnp.maximum(slope**2 - 2.0 * d_var, 0.0)
+
+
+def refine(label: Projections, other: Projections, label_fitc, other_fitc, alpha: float = 1.0,
+           quadrature: GaussHermite = TILTED_QUADRATURE) -> SiteScalars:
+    """Moment-matched site scalars from the (power-α) cavity projections (eqs. 43–55, spec §2.3).
+
+    With ``g = ∂log Z/∂a^{y_i}`` and ``ν = g² − 2∂log Z/∂w`` (at ``α = 1``: ``g = β/√b``,
+    ``ν = β(β + α̂)/b``), the tilted moments along ``υ`` are ``a ± wg`` and ``w − w²ν``, and the site is
+    ``(tilted / cavity)^{1/α}``:
+
+        C¹ = ν / (α(1 − ν w)),      C² = (±g + ν a) / (α(1 − ν w))     (+ on class y_i, − on class k),
+
+    which at ``α = 1`` is eqs. (48)/(49) and (52)/(53) rearranged; (53) carries the sign fix of spec
+    §5.1. Since ``Φ^α`` is log-concave, ``0 ≤ ν < 1/b`` and ``w < b``, so ``C¹ ≥ 0`` (spec §2.3); at
+    ``α = 1`` ``β(β + α̂)`` is clipped to ``[0, 1]`` against round-off for very negative ``α̂``.
+    """
+    slope, nu = _slope_and_curvature(label, other, label_fitc, other_fitc, alpha, quadrature)
 
     def site(proj: Projections, sign):
-        denominator = 1.0 - nu * proj.var
+        denominator = alpha * (1.0 - nu * proj.var)
         return nu / denominator, (sign * slope + nu * proj.mean) / denominator
 
     label_precision, label_shift = site(label, 1.0)

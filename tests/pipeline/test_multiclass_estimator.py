@@ -43,6 +43,13 @@ def test_minibatch_training_counts_epochs_and_pads_the_last_batch(iris, method):
     assert clf.score(x, y) > 0.8
 
 
+def test_power_ep_option_trains(iris):
+    x, y = iris
+    clf = _fit(iris, alpha=0.5, max_iter=20)
+    assert clf.n_rejected_steps_ == 0 and np.isfinite(clf.log_marginal_likelihood())
+    assert clf.score(x, y) > 0.85
+
+
 def test_string_labels_and_sklearn_clone(iris):
     x, y = iris
     names = np.array(["setosa", "versicolor", "virginica"])[y]
@@ -64,6 +71,7 @@ def test_string_labels_and_sklearn_clone(iris):
         ({"num_inducing": 10}, np.eye(4), [0, 1, 2, 0], "num_inducing=10 exceeds"),
         ({"learning_rate": -1.0}, np.eye(4), [0, 1, 2, 0], "learning_rate must be positive"),
         ({"damping": 0.0}, np.eye(4), [0, 1, 2, 0], "damping must lie in"),
+        ({"alpha": 0.0}, np.eye(4), [0, 1, 2, 0], "alpha must lie in"),
     ],
 )
 def test_bad_input_is_refused_with_a_clear_message(kw, X, y, match):
