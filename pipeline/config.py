@@ -86,6 +86,11 @@ class TrainConfig(BaseModel):
         return self.model_copy(update={"block_rows": block,
                                        "batch_size": min(self.batch_size, block * math.ceil(n_rows / block))})
 
+    def trajectory(self) -> "TrainConfig":
+        """This config with the fields that never change the optimiser's updates at their defaults
+        (a cache key: equal trajectories share one compiled update)."""
+        return self.model_copy(update={name: type(self).model_fields[name].default for name in RESUMABLE_FIELDS})
+
     def incompatibilities(self, other: "TrainConfig") -> list[str]:
         """``field: old → new`` for every field that would change the trajectory of a resumed run."""
         free = RESUMABLE_FIELDS - ({"epochs"} if self.lr_schedule == "cosine" else set())

@@ -111,8 +111,14 @@ def learning_rate(config: TrainConfig, steps_per_epoch: int, total_steps: int) -
     return optax.constant_schedule(config.learning_rate)
 
 
-class _Session:
-    """The fixed pieces of one job: model, block sources, schedule, optimiser and compiled update."""
+class Trainer:
+    """One training job on one backend. The model, block sources, minibatch schedule, optimiser and
+    compiled update are built once; :meth:`run` trains a segment and may be called again (e.g. by a
+    retried Prefect task), always continuing from the newest checkpoint.
+
+    Raises:
+        InputError: the model does not fit the store.
+    """
 
     def __init__(self, job: TrainJob, backend: Backend):
         self.job, self.spec = job, get_model(job.model)
@@ -133,15 +139,55 @@ class _Session:
                                           math.ceil(self.effective.batch_size / block_rows),
                                           tuple(int(k) for k in key_data))
         self.total_steps = config.epochs * self.schedule.steps_per_epoch
-        self.optimizer = adam(learning_rate(config, self.schedule.steps_per_epoch, self.total_steps),
-                              self.spec.frozen(config))
-        self.update = _update_function(self.model, self.optimizer, self.n_total, config.damping)
+        self.optimizer, self.update = _optimiser_and_update(
+            self.spec, config.trajectory(), self.n_total, self.schedule.steps_per_epoch,
+            self.total_steps if config.lr_schedule == "cosine" else 0)
+        self._start: tuple[Any, Any] | None = None
+
+    # ---------------------------------------------------------------------------------------------
+    def run(self, *, resume: bool = False, until_step: int | None = None,
+            progress: Progress = no_progress) -> TrainResult:
+        """Train (resuming from the newest checkpoint when ``resume``) up to ``until_step`` steps in
+        total or to the end, checkpointing on the way.
+
+        Args:
+            resume: continue from the newest complete checkpoint of the run directory (start afresh
+                if it has none); without it a run directory that holds checkpoints is refused.
+            until_step: stop after this many steps in total (a training segment); None for all.
+            progress: receives progress events.
+
+        Raises:
+            InputError: the checkpoints are of another dataset or model, or of an incompatible config.
+        """
+        with compute_threads():
+            state, path = self.restore_or_init(resume)
+            end = self.total_steps if until_step is None else min(until_step, self.total_steps)
+            progress("start", step=state.step, total_steps=self.total_steps,
+                     steps_per_epoch=self.schedule.steps_per_epoch, resumed_from=path)
+            started = time.perf_counter() - state.seconds
+            while state.step < end:
+                accepted = self.step(state)
+                state.seconds = time.perf_counter() - started
+                progress("step", step=state.step, energy=state.last_energy, accepted=accepted)
+                if self.schedule.ends_epoch(state.step - 1):
+                    progress("epoch", record=self.end_epoch(state))
+                if state.step % self.job.config.checkpoint_every == 0 or state.step == end:
+                    path = self.save(state)
+                    progress("checkpoint", path=path)
+            if path is None:  # nothing was left to train and nothing was saved: still leave one
+                path = self.save(state)
+        return TrainResult(state.params, state.step, self.total_steps, len(state.history),
+                           state.seconds, path, state.history, state.rejected)
 
     # ---------------------------------------------------------------------------------------------
     def fresh_state(self) -> _LoopState:
-        with pepcore.float64():
-            params = self.spec.init(self.model, self._init_sample(), self.job.config)
-            return _LoopState(params, self.optimizer.init(params), np.asarray(self.schedule.key_data, np.uint32))
+        """The starting state (the initial params are computed once per trainer)."""
+        if self._start is None:
+            with pepcore.float64():
+                params = self.spec.init(self.model, self._init_sample(), self.job.config)
+                self._start = (params, self.optimizer.init(params))
+        params, opt_state = self._start
+        return _LoopState(params, opt_state, np.asarray(self.schedule.key_data, np.uint32))
 
     def _init_sample(self) -> np.ndarray:
         source = self.train.source
@@ -230,9 +276,13 @@ class _Session:
 
 
 @lru_cache(maxsize=8)
-def _update_function(model: Any, optimizer: optax.GradientTransformation, n_total: int, damping: float):
-    """The compiled coordinator update: ``G`` and its gradient, the scaled data terms, the guarded
-    Adam step, and the damped site update for models with site statistics."""
+def _optimiser_and_update(spec: ModelSpec, config: TrainConfig, n_total: int, steps_per_epoch: int,
+                          total_steps: int) -> tuple[optax.GradientTransformation, Callable]:
+    """The optimiser and the compiled coordinator update — ``G`` and its gradient, the scaled data
+    terms, the guarded Adam step, and the damped site update for models with site statistics.
+    Cached on hashable arguments, so that trainers of equal jobs (segments, retries) compile once."""
+    model = spec.model(config)
+    optimizer = adam(learning_rate(config, steps_per_epoch, total_steps), spec.frozen(config))
 
     def update(params, opt_state, data_value, data_grad, stats, scale):
         global_value, global_grad = jax.value_and_grad(model.global_energy)(params, n_total)
@@ -240,55 +290,17 @@ def _update_function(model: Any, optimizer: optax.GradientTransformation, n_tota
         grad = jax.tree_util.tree_map(lambda g, d: g + scale * d, global_grad, data_grad)
         params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
         if stats is not None:
-            updated = model.site_update(params, stats, scale, damping)
+            updated = model.site_update(params, stats, scale, config.damping)
             params = jax.tree_util.tree_map(lambda new, old: jax.numpy.where(ok, new, old), updated, params)
         return params, opt_state, ok, value
 
-    return jax.jit(update)
+    return optimizer, jax.jit(update)
 
 
 def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False,
           until_step: int | None = None, progress: Progress = no_progress) -> TrainResult:
-    """Train ``job`` (resuming from its newest checkpoint when ``resume``) up to ``until_step`` or the
-    end, checkpointing on the way.
-
-    Args:
-        job: model, store, config and run directory.
-        backend: where blocks are computed; in-process when None.
-        resume: continue from the newest complete checkpoint of the run directory (start afresh if it
-            has none); without it a run directory that holds checkpoints is refused.
-        until_step: stop after this many steps in total (a training segment); None for all.
-        progress: receives progress events.
-
-    Raises:
-        InputError: the model does not fit the store, or the checkpoints are of another dataset,
-            model or an incompatible config.
-    """
-    with compute_threads():
-        return _train(_Session(job, backend or InProcess()), resume, until_step, progress)
-
-
-def _train(session: _Session, resume: bool, until_step: int | None, progress: Progress) -> TrainResult:
-    job = session.job
-    state, restored_from = session.restore_or_init(resume)
-    end = session.total_steps if until_step is None else min(until_step, session.total_steps)
-    progress("start", step=state.step, total_steps=session.total_steps,
-             steps_per_epoch=session.schedule.steps_per_epoch, resumed_from=restored_from)
-    path = restored_from
-    started = time.perf_counter() - state.seconds
-    while state.step < end:
-        accepted = session.step(state)
-        state.seconds = time.perf_counter() - started
-        progress("step", step=state.step, energy=state.last_energy, accepted=accepted)
-        if session.schedule.ends_epoch(state.step - 1):
-            progress("epoch", record=session.end_epoch(state))
-        if state.step % job.config.checkpoint_every == 0 or state.step == end:
-            path = session.save(state)
-            progress("checkpoint", path=path)
-    if path is None:  # nothing to train (e.g. zero steps left): still leave a checkpoint
-        path = session.save(state)
-    return TrainResult(state.params, state.step, session.total_steps, len(state.history),
-                       state.seconds, path, state.history, state.rejected)
+    """Train ``job`` with ``backend`` (in-process when None); see :meth:`Trainer.run`."""
+    return Trainer(job, backend or InProcess()).run(resume=resume, until_step=until_step, progress=progress)
 
 
 def load_run(run_dir: Path) -> checkpoint.Restored:

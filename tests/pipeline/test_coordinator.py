@@ -1,0 +1,108 @@
+"""The coordinator in-process: training, segments and resume, refusals, evaluation, rejected steps,
+damped site updates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import checkpoint
+from pipeline.coordinator import TrainJob, evaluate, train
+from pipeline.errors import InputError
+from pipeline.models import MODELS
+from tests.pipeline.toy_model import ToySpec
+from tests.trainstores import FAST, leaves_equal, make_store
+
+
+def job(store, run_dir, model="sparse-gp-classifier", **changes):
+    return TrainJob(model, store, FAST.model_copy(update=changes), run_dir)
+
+
+def test_classifier_learns_and_leaves_checkpoints(binary_store, tmp_path):
+    events = []
+    result = train(job(binary_store, tmp_path, epochs=4), progress=lambda e, **i: events.append(e))
+    assert (result.steps, result.total_steps, result.epochs, result.rejected_steps) == (20, 20, 4, 0)
+    assert result.finished and result.checkpoint == tmp_path / "checkpoints" / "step-00000020"
+    energies = [r["energy"] for r in result.history]
+    assert energies[-1] > energies[0]
+    y_test = binary_store.arrays("test")[1][:]
+    majority_error = min(y_test.mean(), 1 - y_test.mean())
+    assert result.metrics["n_test"] == 100 and result.metrics["test_error"] < majority_error - 0.1
+    assert events.count("epoch") == 4 and events.count("step") == 20 and events[0] == "start"
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert kept == ["step-00000016", "step-00000020"]  # every 4 steps and at the end, newest 2 kept
+    assert evaluate(tmp_path) == {**result.metrics, "step": 20, "checkpoint": str(result.checkpoint)}
+
+
+def test_segments_and_resume_are_bit_identical(binary_store, tmp_path):
+    whole = train(job(binary_store, tmp_path / "whole"))
+    first = train(job(binary_store, tmp_path / "parts"), until_step=7)
+    assert first.steps == 7 and not first.finished and (tmp_path / "parts/checkpoints/step-00000007").exists()
+    rest = train(job(binary_store, tmp_path / "parts"), resume=True)
+    assert rest.steps == 15 and leaves_equal(rest.params, whole.params)
+    strip = lambda history: [{k: v for k, v in r.items() if k != "seconds"} for r in history]
+    assert strip(rest.history) == strip(whole.history)
+
+
+def test_more_epochs_continue_a_finished_run(binary_store, tmp_path):
+    longer = train(job(binary_store, tmp_path / "a", epochs=4))
+    train(job(binary_store, tmp_path / "b", epochs=2))
+    continued = train(job(binary_store, tmp_path / "b", epochs=4), resume=True)
+    assert leaves_equal(continued.params, longer.params)
+
+
+def test_resume_refusals(binary_store, tmp_path):
+    train(job(binary_store, tmp_path), until_step=4)
+    with pytest.raises(InputError, match="already holds checkpoints; pass --resume"):
+        train(job(binary_store, tmp_path))
+    with pytest.raises(InputError, match=r"cannot resume with a different config \(learning_rate: 0.05 → 0.1"):
+        train(job(binary_store, tmp_path, learning_rate=0.1), resume=True)
+    other = make_store(tmp_path / "other.zarr", seed=1)
+    with pytest.raises(InputError, match="this run was trained on .*binary.zarr .*not on .*other.zarr"):
+        train(job(other, tmp_path), resume=True)
+
+
+def test_model_must_fit_the_store(binary_store, regression_store, tmp_path):
+    with pytest.raises(InputError, match="needs a regression store; this store holds a classification task"):
+        train(job(binary_store, tmp_path, model="sparse-gp-regressor"))
+    with pytest.raises(InputError, match="unknown model 'gp'; expected one of sparse-gp-regressor, "):
+        train(job(binary_store, tmp_path, model="gp"))
+    with pytest.raises(InputError, match="num_inducing = 500 exceeds the 400 training rows"):
+        train(job(regression_store, tmp_path, model="sparse-gp-regressor", num_inducing=500))
+
+
+def test_regressor_reports_rmse_in_target_units(regression_store, tmp_path):
+    result = train(job(regression_store, tmp_path, model="sparse-gp-regressor", epochs=6))
+    y_test = regression_store.arrays("test")[1][:]
+    assert result.metrics["rmse"] < 0.6 * np.std(y_test)  # sin(2x) + 0.1 noise: most variance explained
+    assert set(evaluate(tmp_path)) == {"rmse", "test_nll", "n_test", "step", "checkpoint"}
+
+
+def test_evaluate_on_another_store_uses_the_training_statistics(binary_store, tmp_path):
+    train(job(binary_store, tmp_path))
+    other = make_store(tmp_path / "other.zarr", seed=1)
+    assert evaluate(tmp_path, other.path)["n_test"] == 100
+    wide = make_store(tmp_path / "wide.zarr", n_features=4)
+    with pytest.raises(InputError, match="has 4 features; the model of .* was trained on 3"):
+        evaluate(tmp_path, wide.path)
+    with pytest.raises(InputError, match="no complete checkpoint"):
+        evaluate(tmp_path / "nothing")
+
+
+def test_non_finite_steps_are_rejected_and_counted(regression_store, tmp_path, monkeypatch):
+    monkeypatch.setitem(MODELS, "toy", ToySpec(nan_above=0.01))
+    result = train(job(regression_store, tmp_path, model="toy", learning_rate=0.05, epochs=2))
+    assert result.rejected_steps > 0 and result.history[-1]["rejected_steps"] == result.rejected_steps
+    assert np.isfinite(result.params["w"]) and result.params["w"] <= 0.01 + 0.05
+
+
+@pytest.mark.parametrize("damping", [1.0, 0.5])
+def test_damped_site_updates(regression_store, tmp_path, monkeypatch, damping):
+    """Full-batch steps: post_mean_t = (1 − (1 − ρ)^t) Σy/(1 + N) exactly as the damped recursion."""
+    monkeypatch.setitem(MODELS, "toy", ToySpec())
+    config = dict(model="toy", batch_size=400, block_rows=400, epochs=3, damping=damping)
+    result = train(job(regression_store, tmp_path, **config))
+    y = regression_store.arrays("train")[1][:].astype(float)
+    target = y.sum() / (1 + len(y))
+    np.testing.assert_allclose(result.params["post_mean"], target * (1 - (1 - damping) ** 3), rtol=1e-12)
+    assert checkpoint.has_checkpoints(tmp_path)

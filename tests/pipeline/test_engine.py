@@ -1,0 +1,71 @@
+"""The engine in-process: block reading and padding, fixed-order sums, minibatch schedules."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from pipeline.blocks import BlockSource, TargetScaling
+from pipeline.config import TrainConfig
+from pipeline.engine import Engine, InProcess, connect, tree_sum
+from pipeline.errors import InputError
+from pipeline.models import MODELS, DataTerm
+from pipeline.sampling import MinibatchSchedule
+from tests.trainstores import FAST
+
+
+def test_blocks_are_standardised_padded_and_masked(binary_store):
+    source = BlockSource.of(binary_store, "train", 48, TargetScaling())
+    assert (source.n_blocks, source.rows_in(8)) == (9, 16)
+    x_all, y_all = (a[:] for a in binary_store.arrays("train"))
+    last = source.read(8)
+    assert last.x.shape == (48, 3) and last.mask.sum() == 16 and not last.x[16:].any()
+    expected = (x_all[384:].astype(float) - binary_store.attrs["x_mean"]) / binary_store.attrs["x_std"]
+    np.testing.assert_array_equal(last.x[:16], expected)
+    np.testing.assert_array_equal(last.y[:16], y_all[384:])
+    with pytest.raises(IndexError):
+        source.read(9)
+
+
+def test_map_sum_equals_the_full_data_term(binary_store):
+    spec = MODELS["sparse-gp-classifier"]
+    model = spec.model(FAST)
+    source = BlockSource.of(binary_store, "train", 48, TargetScaling())
+    x = np.concatenate([source.read(b).x[source.read(b).mask] for b in range(9)])
+    y = np.concatenate([source.read(b).y[source.read(b).mask] for b in range(9)])
+    params = spec.init(model, x, FAST)
+    value, grad, stats = Engine(InProcess(), source).map_sum(DataTerm(model, 400), params, range(9))
+    direct_value, direct_grad = jax.value_and_grad(model.local_energy)(params, x, y, np.ones(400, bool), 400)
+    assert stats is None
+    np.testing.assert_allclose(value, direct_value, rtol=1e-12)
+    for a, b in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(direct_grad)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_tree_sum_has_a_fixed_order():
+    parts = [np.float64(v) for v in (1e16, 1.0, -1e16, 1.0, 3.0)]
+    # ((1e16 + 1) + (-1e16 + (1 + 3))) in float64
+    assert tree_sum(parts) == (parts[0] + parts[1]) + (parts[2] + (parts[3] + parts[4]))
+    assert tree_sum([{"a": np.ones(2)}] * 3)["a"].tolist() == [3.0, 3.0]
+    with pytest.raises(ValueError):
+        tree_sum([])
+
+
+def test_schedule_visits_every_block_once_per_epoch():
+    schedule = MinibatchSchedule(n_blocks=9, blocks_per_step=2, key_data=(0, 7))
+    assert schedule.steps_per_epoch == 5
+    for epoch in range(3):
+        steps = [schedule.blocks(s) for s in range(epoch * 5, epoch * 5 + 5)]
+        assert sorted(sum(steps, [])) == list(range(9)) and [len(s) for s in steps] == [2, 2, 2, 2, 1]
+    assert schedule.blocks(3) != schedule.blocks(8) or schedule.blocks(4) != schedule.blocks(9)
+    again = MinibatchSchedule(9, 2, (0, 7))
+    assert [again.blocks(s) for s in range(15)] == [schedule.blocks(s) for s in range(15)]
+    assert MinibatchSchedule(9, 9, (0, 7)).blocks(4) == list(range(9))
+    assert schedule.ends_epoch(4) and not schedule.ends_epoch(5) and schedule.epoch_of(5) == 1
+
+
+@pytest.mark.parametrize("value", ["local", "local:0", "tcp://host", "gpu", ""])
+def test_bad_cluster_values(value):
+    with pytest.raises(InputError, match="--cluster: expected local:N"):
+        connect(value)

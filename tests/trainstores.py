@@ -1,0 +1,42 @@
+"""Small real stores and configs for training tests (ingested from .npz files in a temp dir)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from pipeline.config import TrainConfig
+from pipeline.ingest import ingest
+from pipeline.sources import SourceRequest, open_source
+from pipeline.stores import Store, open_store
+
+# make_store's 400 training rows in 9 blocks of 48 (the last one padded: 16 rows), two blocks per step:
+# 5 steps per epoch, the last one with a single block.
+FAST = TrainConfig(num_inducing=6, epochs=3, batch_size=96, block_rows=48, learning_rate=0.05,
+                   checkpoint_every=4, keep_checkpoints=2)
+
+
+def make_store(path: Path, task: str = "classification", n_rows: int = 500, n_features: int = 3,
+               chunk_rows: int = 64, seed: int = 0) -> Store:
+    """Ingest a synthetic task (``x0 + x1² > 0.5`` labels, or ``sin(2 x0) + noise``) into ``path``;
+    a fifth of the rows go to the test split."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n_rows, n_features))
+    if task == "classification":
+        y = (x[:, 0] + x[:, 1] ** 2 > 0.5).astype(np.int64)
+    else:
+        y = np.sin(2 * x[:, 0]) + 0.1 * rng.normal(size=n_rows)
+    npz = path.with_suffix(".npz")
+    np.savez(npz, X=x, y=y)
+    ingest(open_source("npz", SourceRequest((npz,), None, task)), path, chunk_rows=chunk_rows,
+           test_size="0.2", seed=seed)
+    return open_store(path)
+
+
+def leaves_equal(a, b) -> bool:
+    """True when two pytrees have the same structure and bit-identical leaves."""
+    left, right = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return (jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+            and all(np.asarray(x).tobytes() == np.asarray(y).tobytes() for x, y in zip(left, right)))
