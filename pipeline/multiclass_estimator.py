@@ -51,16 +51,15 @@ def _ascent(energy, params, opt_state, learning_rate):
     return ascent_update(_optimizer(learning_rate), params, opt_state, value, grad) + (value,)
 
 
-@partial(jax.jit, static_argnames="model")
-def _sep_step(model: MultiClassGP, params, opt_state, x, y, mask, n_total, damping, learning_rate):
+def _sep_step(model: MultiClassGP, params, opt_state, state, index, x, y, mask, n_total, damping, learning_rate):
+    del index
     rows = jnp.sum(mask)
     stats = model.local_site_stats(params, x, y, mask, n_total)
     params = model.site_update(params, stats, n_total / rows, damping)
     energy = lambda p: model.global_energy(p, n_total) + n_total / rows * model.local_energy(p, x, y, mask, n_total)
-    return _ascent(energy, params, opt_state, learning_rate) + (jnp.asarray(0),)
+    return _ascent(energy, params, opt_state, learning_rate) + (jnp.asarray(0), state)
 
 
-@partial(jax.jit, static_argnames="model")
 def _ep_step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y, mask, n_total, damping, learning_rate):
     # Padding rows carry the out-of-range index N: gathered as zeros, dropped when scattered back.
     rows_state = jax.tree_util.tree_map(lambda a: a.at[index].get(mode="fill", fill_value=0.0), state)
@@ -70,6 +69,28 @@ def _ep_step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x
     energy = lambda p: ep.global_energy(model, p) + n_total / rows * ep.local_energy(model, p, rows_state, x, y, mask)
     params, opt_state, ok, value = _ascent(energy, params, opt_state, learning_rate)
     return params, opt_state, ok, value, skipped, state
+
+
+@partial(jax.jit, static_argnames="model")
+def _train(model: MultiClassGP, params, opt_state, state, x, y, index, mask, damping, learning_rate):
+    """All training steps as one ``lax.scan`` over the per-step row indices ``[T, S]``, masks and base
+    damping ``[T]``; an EP step that skips rows halves the damping of all later steps."""
+    n_total = x.shape[0]
+    step_fn = _sep_step if state is None else _ep_step
+
+    def step(carry, inputs):
+        params, opt_state, state, halvings = carry
+        rows, rows_mask, rho = inputs
+        safe = jnp.minimum(rows, n_total - 1)
+        params, opt_state, ok, value, skipped, state = step_fn(
+            model, params, opt_state, state, rows, x[safe], y[safe], rows_mask, float(n_total),
+            rho * 0.5**halvings, learning_rate,
+        )
+        return (params, opt_state, state, halvings + (skipped > 0)), (value, ok, skipped)
+
+    carry = (params, opt_state, state, jnp.asarray(0))
+    (params, _, state, _), (values, ok, skipped) = jax.lax.scan(step, carry, (index, mask, damping))
+    return params, state, values, ok, skipped
 
 
 _predict = jax.jit(lambda model, params, x: model.predict(params, x))
@@ -84,22 +105,15 @@ def _padded_rows(x: np.ndarray) -> np.ndarray:
 
 
 def _batches(n_rows: int, batch_size: int | None, num_steps: int, seed: int):
-    """Row indices ``[S]`` (padded with ``n_rows``) and masks per step; epochs reshuffle (spec §2.9)."""
+    """Row indices ``[T, S]`` (padded with ``n_rows``) and masks ``[T, S]``; epochs reshuffle (spec §2.9)."""
     if batch_size is None:
-        for _ in range(num_steps):
-            yield np.arange(n_rows), np.ones(n_rows, bool)
-        return
+        return np.tile(np.arange(n_rows), (num_steps, 1)), np.ones((num_steps, n_rows), bool)
     rng = np.random.default_rng(seed)
-    step = 0
-    while step < num_steps:
-        order = rng.permutation(n_rows)
-        for start in range(0, n_rows, batch_size):
-            if step == num_steps:
-                return
-            rows = order[start : start + batch_size]
-            pad = batch_size - rows.size
-            yield np.concatenate([rows, np.full(pad, n_rows)]), np.arange(batch_size) < rows.size
-            step += 1
+    per_epoch = -(-n_rows // batch_size)
+    orders = [rng.permutation(n_rows) for _ in range(max(1, -(-num_steps // per_epoch)))]
+    padded = np.stack([np.concatenate([o, np.full(per_epoch * batch_size - n_rows, n_rows)]) for o in orders])
+    index = padded.reshape(-1, batch_size)[:num_steps]
+    return index, index < n_rows
 
 
 class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
@@ -186,23 +200,16 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
             self.x_train_, self.y_train_ = jnp.asarray(x), jnp.asarray(labels)
             opt_state = _optimizer(self.learning_rate).init(params)
             state = ep.init_sites(n, params) if self.method == "ep" else None
-            values, rejected, skipped, halvings = [], 0, 0, 0
-            for t, (index, mask) in enumerate(_batches(n, self.batch_size, num_steps, self.seed)):
-                damping = 1.0 if self.batch_size is not None else self.damping * DAMPING_DECAY**t * 0.5**halvings
-                xb, yb = self.x_train_[np.minimum(index, n - 1)], self.y_train_[np.minimum(index, n - 1)]
-                common = (xb, yb, jnp.asarray(mask), float(n), damping, float(self.learning_rate))
-                if state is None:
-                    params, opt_state, ok, value, step_skipped = _sep_step(self.model_, params, opt_state, *common)
-                else:
-                    params, opt_state, ok, value, step_skipped, state = _ep_step(
-                        self.model_, params, opt_state, state, jnp.asarray(index), *common
-                    )
-                values.append(float(value))
-                rejected += int(not ok)
-                skipped += int(step_skipped)
-                halvings += int(step_skipped > 0)
+            index, mask = _batches(n, self.batch_size, num_steps, self.seed)
+            decay = DAMPING_DECAY ** np.arange(num_steps)
+            damping = np.ones(num_steps) if self.batch_size is not None else self.damping * decay
+            params, state, values, ok, skipped = _train(
+                self.model_, params, opt_state, state, self.x_train_, self.y_train_,
+                jnp.asarray(index), jnp.asarray(mask), jnp.asarray(damping), float(self.learning_rate),
+            )
+            values, rejected, skipped = np.asarray(values), int(np.sum(~np.asarray(ok))), int(np.sum(skipped))
         self.params_, self.ep_sites_ = params, state
-        self.energy_trace_ = np.asarray(values)
+        self.energy_trace_ = values
         self.n_rejected_steps_, self.n_skipped_rows_ = rejected, skipped
         self.n_features_in_ = x.shape[1]
         return self
