@@ -17,14 +17,19 @@ Backends:
 Determinism: every block's result is computed by the same compiled function on the same inputs,
 whatever process computes it, and the per-block results are summed on the coordinator in a fixed
 binary tree over the block order (:func:`tree_sum`). The result is therefore bit-for-bit the same for
-any number of workers, for any task timing and after a worker is lost — provided every process runs
-with the same thread settings. Two matter (measured here): JAX's CPU Cholesky and triangular solves
-call the OpenBLAS/LAPACK that scipy loads, whose blocking follows its thread count, so every
-computation runs under :func:`compute_threads` (one BLAS thread; also what keeps W worker processes
-from oversubscribing the cores); and XLA:CPU partitions some reductions by its thread-pool size, which
-follows the process's CPU affinity — a column sum of a (100, 2000) array differs in the last bit
-between 1 and 2 visible cores — so all processes must see the same number of cores (true for local
-clusters; for remote workers, use identical machines).
+any number of workers, for any task timing and after a worker is lost — provided every process
+computes with the same thread settings. Three settings change the last bits (all measured here):
+
+* JAX's CPU Cholesky and triangular solves call the OpenBLAS/LAPACK that scipy loads, whose blocking
+  follows its thread count: every backend computes under :func:`compute_threads` (one BLAS thread,
+  applied per call with threadpoolctl, so it also holds in a notebook or test process);
+* ``--xla_cpu_multi_thread_eigen`` changes some small dot products. XLA reads its flags once, when a
+  process's backend starts, so a process that already ran JAX (a notebook, the test runner) cannot be
+  pinned afterwards: pep therefore leaves XLA's flags at their defaults in every backend;
+* XLA:CPU partitions some reductions by its thread-pool size, which follows the process's CPU
+  affinity (a column sum of a (100, 2000) array differs between 1 and 2 visible cores), so every
+  process must see the same number of cores: true on one machine; for remote workers use machines
+  of the same type, or accept last-bit differences.
 """
 
 from __future__ import annotations
@@ -47,26 +52,16 @@ from pipeline.errors import InputError
 
 log = logging.getLogger(__name__)
 
-XLA_THREAD_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
 COMPUTE_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-"""Thread settings of every process that computes blocks (one BLAS/OpenMP thread, single-threaded
-Eigen inside XLA): with ``threads_per_worker=1`` this avoids oversubscribing the cores, and it is the
-same in every backend."""
+"""Environment of the worker processes pep starts: one BLAS/OpenMP thread (with ``threads_per_worker=1``
+this keeps W workers from oversubscribing the cores). XLA keeps its defaults, see the module docstring."""
 
 STEP_ATTEMPTS = 3  # a step whose tasks fail (lost workers, closed connections) is re-run this often
 
 
-def compute_environment() -> dict[str, str]:
-    """:data:`COMPUTE_ENV` plus ``XLA_FLAGS`` with the thread flags appended to the current ones."""
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    flags += [flag for flag in XLA_THREAD_FLAGS if flag not in flags]
-    return {**COMPUTE_ENV, "XLA_FLAGS": " ".join(flags)}
-
-
 def pin_compute_threads() -> None:
-    """Apply :func:`compute_environment` to this whole process (a worker, or the ``pep`` command
-    before JAX runs its first computation: XLA reads its flags once) and limit loaded BLAS pools."""
-    os.environ.update(compute_environment())
+    """Apply :data:`COMPUTE_ENV` to this whole process (a worker) and limit loaded BLAS pools."""
+    os.environ.update(COMPUTE_ENV)
     threadpool_limits(1)
 
 
@@ -227,7 +222,7 @@ def _local_cluster(n_workers: int, description: str) -> DaskBackend:
     with dask.config.set({"distributed.worker.multiprocessing-method":
                           method if method in ("spawn", "forkserver") else "spawn"}):
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", env=compute_environment(),
+                               dashboard_address=":0", env=COMPUTE_ENV,
                                silence_logs=logging.ERROR)
     return DaskBackend(Client(cluster), description, cluster)
 

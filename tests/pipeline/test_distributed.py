@@ -1,0 +1,48 @@
+"""The engine on real LocalClusters of worker processes: bit-identical results for any number of
+workers, and training that survives the loss of a worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from pipeline.coordinator import TrainJob, train
+from pipeline.engine import connect
+from tests.trainstores import FAST, leaves_equal
+
+
+def without_seconds(history):
+    return [{k: v for k, v in record.items() if k != "seconds"} for record in history]
+
+
+def test_in_process_one_and_two_workers_are_bit_identical(binary_store, cluster, tmp_path):
+    job = lambda name: TrainJob("sparse-gp-classifier", binary_store, FAST, tmp_path / name)
+    reference = train(job("in-process"))
+    one = connect("local:1")
+    try:
+        single = train(job("one-worker"), one)
+    finally:
+        one.close()
+    double = train(job("two-workers"), cluster)
+    assert len(cluster.client.nthreads()) == 2
+    for result in (single, double):
+        assert leaves_equal(result.params, reference.params)
+        assert without_seconds(result.history) == without_seconds(reference.history)
+
+
+def test_killing_a_worker_mid_run_changes_nothing(binary_store, cluster, tmp_path):
+    reference = train(TrainJob("sparse-gp-classifier", binary_store, FAST, tmp_path / "reference"))
+    pids = cluster.client.run(os.getpid)
+    killed = []
+
+    def kill_one_worker(event, **info):
+        if event == "step" and info["step"] == 6:
+            victim = sorted(pids)[0]
+            os.kill(pids[victim], signal.SIGKILL)
+            killed.append(victim)
+
+    result = train(TrainJob("sparse-gp-classifier", binary_store, FAST, tmp_path / "killed"), cluster,
+                   progress=kill_one_worker)
+    assert killed and result.steps == result.total_steps
+    assert leaves_equal(result.params, reference.params)
+    assert without_seconds(result.history) == without_seconds(reference.history)
