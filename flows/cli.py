@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from flows.demo import demo_command
+from flows.evaluate import evaluate_command
 from flows.ingest import ingest_command
+from flows.train import train_command
 
 app = typer.Typer(
     name="pep",
@@ -14,6 +16,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("ingest")(ingest_command)
+app.command("train")(train_command)
+app.command("evaluate")(evaluate_command)
 app.command("demo")(demo_command)
 
 

@@ -139,6 +139,16 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+def newest_manifest(run_dir: Path) -> dict[str, Any] | None:
+    """The manifest of the newest checkpoint that has a readable one (arrays not verified), or None."""
+    for _, path in _steps(run_dir):
+        try:
+            return read_manifest(path)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def _load(path: Path, manifest: Mapping[str, Any], templates: Mapping[str, Any]) -> dict[str, Any]:
     """The pytrees of a checkpoint, shaped like ``templates``; ValueError if anything disagrees."""
     group = zarr.open_group(str(path), mode="r")

@@ -99,15 +99,16 @@ class TrainConfig(BaseModel):
                 if name not in free and getattr(self, name) != getattr(other, name)]
 
 
-def load_config(path: Path | None, **overrides: Any) -> TrainConfig:
-    """Read a TOML config (or the defaults when ``path`` is None) and apply non-None ``overrides``.
+def load_config(path: Path | None, base: dict[str, Any] | None = None, **overrides: Any) -> TrainConfig:
+    """Read a TOML config (else ``base``, e.g. the config of a run being resumed, else the defaults)
+    and apply the non-None ``overrides``.
 
     Raises:
         InputError: unreadable or invalid TOML, unknown keys or values out of range; the message names
             the file and the key.
     """
-    values: dict[str, Any] = {}
-    source = "defaults"
+    values: dict[str, Any] = dict(base or {})
+    source = "defaults" if base is None else "the run's config"
     if path is not None:
         source = str(path)
         try:

@@ -145,7 +145,7 @@ class Trainer:
         self._start: tuple[Any, Any] | None = None
 
     # ---------------------------------------------------------------------------------------------
-    def run(self, *, resume: bool = False, until_step: int | None = None,
+    def run(self, *, resume: bool = False, until_step: int | None = None, segment_steps: int | None = None,
             progress: Progress = no_progress) -> TrainResult:
         """Train (resuming from the newest checkpoint when ``resume``) up to ``until_step`` steps in
         total or to the end, checkpointing on the way.
@@ -153,7 +153,8 @@ class Trainer:
         Args:
             resume: continue from the newest complete checkpoint of the run directory (start afresh
                 if it has none); without it a run directory that holds checkpoints is refused.
-            until_step: stop after this many steps in total (a training segment); None for all.
+            until_step: stop after this many steps in total; None for all.
+            segment_steps: stop at the next multiple of this many steps (a training segment).
             progress: receives progress events.
 
         Raises:
@@ -161,7 +162,8 @@ class Trainer:
         """
         with compute_threads():
             state, path = self.restore_or_init(resume)
-            end = self.total_steps if until_step is None else min(until_step, self.total_steps)
+            end = min(self.total_steps, until_step or self.total_steps,
+                      (state.step // segment_steps + 1) * segment_steps if segment_steps else self.total_steps)
             progress("start", step=state.step, total_steps=self.total_steps,
                      steps_per_epoch=self.schedule.steps_per_epoch, resumed_from=path)
             started = time.perf_counter() - state.seconds

@@ -196,21 +196,35 @@ class DaskBackend:
 CLUSTER_HELP = "local:N (N worker processes on this machine), tcp://HOST:PORT (a running scheduler) or none"
 
 
-def connect(cluster: str) -> Backend:
-    """The backend for a ``--cluster`` value: ``none``, ``local:N`` or ``tcp://HOST:PORT``.
+def parse_cluster(cluster: str) -> tuple[str, str | int]:
+    """Check a ``--cluster`` value: ``("none", "")``, ``("local", N)`` or ``("scheduler", address)``.
 
     Raises:
-        InputError: the value has none of these forms.
-        OSError: the scheduler cannot be reached or no worker joined within two minutes.
+        InputError: the value has none of the forms of :data:`CLUSTER_HELP`.
     """
     if cluster == "none":
-        return InProcess()
+        return "none", ""
     local = re.fullmatch(r"local:(\d+)", cluster)
     if local and int(local.group(1)) >= 1:
-        return _local_cluster(int(local.group(1)), cluster)
+        return "local", int(local.group(1))
     if re.fullmatch(r"(tcp|tls)://[^\s:/]+:\d+", cluster):
-        return _existing_cluster(cluster)
+        return "scheduler", cluster
     raise InputError(f"--cluster: expected {CLUSTER_HELP}; found {cluster!r}")
+
+
+def connect(cluster: str) -> Backend:
+    """The backend for a ``--cluster`` value (see :func:`parse_cluster`).
+
+    Raises:
+        InputError: a malformed value.
+        OSError: the scheduler cannot be reached or no worker joined within two minutes.
+    """
+    kind, argument = parse_cluster(cluster)
+    if kind == "local":
+        return _local_cluster(int(argument), cluster)
+    if kind == "scheduler":
+        return _existing_cluster(str(argument))
+    return InProcess()
 
 
 def _local_cluster(n_workers: int, description: str) -> DaskBackend:

@@ -1,0 +1,61 @@
+"""The Prefect flow ``evaluate`` and the ``pep evaluate`` command: held-out metrics of a run's newest
+checkpoint, on the store it was trained on or another one with the same features."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from rich.console import Console
+
+from flows.reports import publish_evaluation, write_metrics
+from flows.train import is_transient, prefect_quietly
+from pipeline.coordinator import evaluate, load_run
+from pipeline.engine import CLUSTER_HELP, connect, parse_cluster
+from pipeline.errors import InputError
+
+
+@task(name="evaluate", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,
+      cache_policy=NO_CACHE)
+def evaluate_task(run_dir: str, data: str | None, cluster: str) -> dict[str, Any]:
+    backend = connect(cluster)
+    try:
+        return evaluate(Path(run_dir), data, backend)
+    finally:
+        backend.close()
+
+
+@flow(name="evaluate")
+def evaluate_flow(run_dir: str, data: str | None = None, cluster: str = "none") -> dict[str, Any]:
+    """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (default:
+    the training store); written to ``run_dir/metrics.json`` and published as ``evaluate-<run>``."""
+    metrics = {"run_dir": run_dir, **evaluate_task(run_dir, data, cluster)}
+    write_metrics(Path(run_dir), metrics)
+    publish_evaluation(metrics, run_dir)
+    return metrics
+
+
+def evaluate_command(
+    run_dir: Annotated[Path, typer.Option(help="A run directory written by `pep train`.")],
+    data: Annotated[Path | None, typer.Option(help="Store to evaluate on (default: the training "
+                                                   "store).")] = None,
+    cluster: Annotated[str, typer.Option(help=CLUSTER_HELP + ".")] = "none",
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Held-out metrics (test error / RMSE, NLL) of a trained run's newest checkpoint."""
+    prefect_quietly()
+    try:
+        parse_cluster(cluster)
+        load_run(run_dir)  # fail fast, before Prefect starts its server
+        metrics = evaluate_flow(str(run_dir), None if data is None else str(data), cluster)
+    except (InputError, OSError) as error:
+        typer.echo(f"pep evaluate: error: {error}", err=True)
+        raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
+    if json_output:
+        typer.echo(json.dumps(metrics))
+    else:
+        Console().print("\n".join(f"{key:>12}  {value}" for key, value in metrics.items()), markup=False)

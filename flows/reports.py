@@ -1,0 +1,92 @@
+"""What a training or evaluation run leaves behind: files in the run directory and Prefect artifacts.
+
+Files (written atomically, so a reader never sees half a file): ``learning_curve.png`` (energy per
+row and held-out metrics per epoch) and ``metrics.json`` (the summary of the last train or evaluate).
+Artifacts carry keys derived from the run directory's name, so every run keeps a version history in
+the Prefect UI: ``train-<run>`` (markdown summary with the plot), ``train-<run>-epochs`` (table of
+the per-epoch records) and ``evaluate-<run>`` (table of metrics).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
+from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+
+PLOT = "learning_curve.png"
+METRICS = "metrics.json"
+METRIC_NAMES = ("test_error", "rmse", "test_nll")
+
+
+def artifact_key(kind: str, run_dir: str | Path) -> str:
+    """``<kind>-<run directory name>`` in lower case with dashes (Prefect's key alphabet)."""
+    return f"{kind}-" + (re.sub(r"[^a-z0-9]+", "-", Path(run_dir).resolve().name.lower()).strip("-") or "run")
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def write_metrics(run_dir: Path, summary: Mapping[str, Any]) -> Path:
+    """``run_dir/metrics.json``."""
+    path = Path(run_dir) / METRICS
+    _write_atomically(path, json.dumps(dict(summary), indent=2).encode())
+    return path
+
+
+def plot_learning_curve(run_dir: Path, history: Sequence[Mapping[str, Any]]) -> Path | None:
+    """``run_dir/learning_curve.png`` from the per-epoch records; None when there are none."""
+    if not history:
+        return None
+    epochs = [r["epoch"] for r in history]
+    metrics = [name for name in METRIC_NAMES if name in history[0]]
+    figure, axes = plt.subplots(1, 1 + len(metrics), figsize=(4 * (1 + len(metrics)), 3.2))
+    axes[0].plot(epochs, [r["energy_per_row"] for r in history], marker="o")
+    axes[0].set(title="energy per training row (↑)", xlabel="epoch")
+    for axis, name in zip(axes[1:], metrics):
+        axis.plot(epochs, [r[name] for r in history], marker="o", color="tab:orange")
+        axis.set(title=f"held-out {name} (↓)", xlabel="epoch")
+    figure.tight_layout()
+    path = Path(run_dir) / PLOT
+    temporary = path.with_name(f".{path.name}.tmp.png")
+    figure.savefig(temporary, dpi=100)
+    plt.close(figure)
+    os.replace(temporary, path)
+    return path
+
+
+def _table(rows: Mapping[str, Any]) -> str:
+    return "| | |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in rows.items())
+
+
+def publish_training(summary: Mapping[str, Any], history: Sequence[Mapping[str, Any]],
+                     plot: Path | None) -> None:
+    """The ``train-<run>`` markdown (summary and plot) and ``train-<run>-epochs`` table artifacts."""
+    run_dir = summary["run_dir"]
+    markdown = f"### pep train {summary['model']} → `{run_dir}`\n\n{_table(summary)}\n"
+    if plot is not None:
+        encoded = base64.b64encode(plot.read_bytes()).decode()
+        markdown += f"\n![learning curve](data:image/png;base64,{encoded})\n\n(`{plot}`)\n"
+    create_markdown_artifact(key=artifact_key("train", run_dir), markdown=markdown,
+                             description=f"pep train {summary['model']} on {summary['data']}")
+    if history:
+        create_table_artifact(key=artifact_key("train", run_dir) + "-epochs", table=[dict(r) for r in history],
+                              description="per-epoch energy and held-out metrics")
+
+
+def publish_evaluation(metrics: Mapping[str, Any], run_dir: str | Path) -> None:
+    """The ``evaluate-<run>`` table artifact."""
+    create_table_artifact(key=artifact_key("evaluate", run_dir), table=[dict(metrics)],
+                          description=f"held-out metrics of {run_dir}")

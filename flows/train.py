@@ -1,0 +1,187 @@
+"""The Prefect flow ``train`` and the ``pep train`` command that runs it (DESIGN §6, §7).
+
+The flow opens the store, connects the Dask backend (in-process, a ``LocalCluster`` it starts, or an
+existing scheduler) and runs training as coarse ``train-segment`` tasks of ``segment_epochs`` epochs
+each; the per-chunk work inside a segment is Dask's. Every segment starts from the newest checkpoint,
+so a retried segment (transient errors only: I/O, lost workers) resumes where the last checkpoint
+left it and ends with the same parameters as an uninterrupted run. At the end the flow writes
+``learning_curve.png`` and ``metrics.json`` into the run directory and publishes them as artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.logging import get_run_logger
+from prefect.runtime import task_run
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from flows.ingest import TELEMETRY_OFF, _mute_prefect_console
+from flows.reports import plot_learning_curve, publish_training, write_metrics
+from pipeline.checkpoint import newest_manifest
+from pipeline.config import TrainConfig, load_config
+from pipeline.coordinator import Progress as ProgressCallback
+from pipeline.coordinator import Trainer, TrainJob, TrainResult, no_progress
+from pipeline.engine import CLUSTER_HELP, connect, parse_cluster
+from pipeline.errors import InputError
+from pipeline.models import MODELS, get_model
+from pipeline.stores import open_store
+
+progress_reporter: ContextVar[ProgressCallback] = ContextVar("train_progress", default=no_progress)
+"""Where the running flow reports training progress; the command line sets it to its display."""
+
+PREFECT_ENV = {**TELEMETRY_OFF, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
+
+
+def is_transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry condition: I/O errors and lost Dask workers; never bad input or a bug."""
+    from distributed import KilledWorker
+
+    error = state.result(raise_on_failure=False)
+    return isinstance(error, (OSError, TimeoutError, KilledWorker)) and not isinstance(error, InputError)
+
+
+@task(name="train-segment", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,
+      cache_policy=NO_CACHE)
+def train_segment(trainer: Trainer, resume: bool, segment_steps: int, progress: ProgressCallback) -> TrainResult:
+    """Train from the newest checkpoint to the next segment boundary (a retry always resumes)."""
+    return trainer.run(resume=resume or task_run.run_count > 1, segment_steps=segment_steps,
+                       progress=progress)
+
+
+def summarise(job: TrainJob, cluster: str, result: TrainResult) -> dict[str, Any]:
+    """The flow's result and ``pep train --json`` object."""
+    last = result.history[-1] if result.history else {}
+    return {"model": job.model, "data": job.store.path, "run_dir": str(job.run_dir), "cluster": cluster,
+            **result.metrics, "energy": last.get("energy"), "steps": result.steps,
+            "epochs": result.epochs, "seconds": round(result.seconds, 3),
+            "rejected_steps": result.rejected_steps, "checkpoint": str(result.checkpoint)}
+
+
+@flow(name="train")
+def train_flow(model: str, data: str, run_dir: str, config: dict[str, Any] | None = None,
+               cluster: str = "none", resume: bool = False, segment_epochs: int = 1) -> dict[str, Any]:
+    """Train ``model`` on the store ``data`` into ``run_dir``.
+
+    Args:
+        model: a registered model name (``pipeline.models.MODELS``).
+        data: path of the store.
+        run_dir: run directory (checkpoints, plot, metrics).
+        config: :class:`~pipeline.config.TrainConfig` fields; defaults for the rest.
+        cluster: ``none``, ``local:N`` or ``tcp://HOST:PORT``.
+        resume: continue from the newest checkpoint of ``run_dir``.
+        segment_epochs: epochs per ``train-segment`` task.
+
+    Returns:
+        The summary (see :func:`summarise`).
+    """
+    logger = get_run_logger()
+    job = TrainJob(model, open_store(data), TrainConfig(**(config or {})), Path(run_dir))
+    reporter = progress_reporter.get()
+
+    def progress(event: str, **info: Any) -> None:
+        if event == "epoch":
+            logger.info("epoch %(epoch)d: energy %(energy).6g, %(held_out)s", {
+                **info["record"], "held_out": {k: v for k, v in info["record"].items() if k.startswith(("test", "rmse"))}})
+        reporter(event, **info)
+
+    backend = connect(cluster)
+    try:
+        trainer = Trainer(job, backend)
+        segment = trainer.schedule.steps_per_epoch * segment_epochs
+        result = train_segment(trainer, resume, segment, progress)
+        while not result.finished:
+            result = train_segment(trainer, True, segment, progress)
+    finally:
+        backend.close()
+    summary = summarise(job, cluster, result)
+    write_metrics(job.run_dir, summary)
+    publish_training(summary, result.history, plot_learning_curve(job.run_dir, result.history))
+    return summary
+
+
+# --------------------------------------------------------------------------------------------------
+def train_command(
+    model: Annotated[str, typer.Option(help=f"One of: {', '.join(MODELS)}.")],
+    data: Annotated[Path, typer.Option(help="The store to train on (made by `pep ingest`).")],
+    run_dir: Annotated[Path, typer.Option(help="Directory for checkpoints, plot and metrics.")],
+    config: Annotated[Path | None, typer.Option(help="TOML file of training settings "
+                                                     "(see pipeline/config.py).")] = None,
+    cluster: Annotated[str, typer.Option(help=CLUSTER_HELP + ".")] = "none",
+    epochs: Annotated[int | None, typer.Option(help="Override the config's epochs.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Override the config's rows per step.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue from the newest complete checkpoint of "
+                                              "--run-dir (its config unless --config is given).")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON summary object.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress display or summary.")] = False,
+) -> None:
+    """Train a model on a store, with checkpoints; resumable with --resume."""
+    prefect_quietly()
+    try:
+        store = open_store(data)  # fail fast on bad options, before Prefect starts its server
+        get_model(model)
+        parse_cluster(cluster)
+        base = (newest_manifest(run_dir) or {}).get("config") if resume and config is None else None
+        settings = load_config(config, base, epochs=epochs, batch_size=batch_size)
+        with _progress_display(enabled=not (quiet or json_output)):
+            summary = train_flow(model, store.path, str(run_dir), settings.model_dump(), cluster, resume)
+    except (InputError, OSError) as error:
+        typer.echo(f"pep train: error: {error}", err=True)
+        raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
+    if json_output:
+        typer.echo(json.dumps(summary))
+    elif not quiet:
+        shown = {k: v for k, v in summary.items() if v is not None}
+        Console().print("\n".join(f"{key:>15}  {value}" for key, value in shown.items()), markup=False)
+
+
+def prefect_quietly() -> None:
+    """Telemetry off and a patient ephemeral server (unless the user set these), and Prefect's
+    console logs muted, so the terminal shows only progress, the summary or the error line."""
+    for variable, value in PREFECT_ENV.items():
+        os.environ.setdefault(variable, value)
+    _mute_prefect_console()
+    logging.getLogger("distributed").setLevel(logging.ERROR)  # cluster start/stop chatter
+
+
+@contextmanager
+def _progress_display(enabled: bool) -> Iterator[None]:
+    """A step bar and one line per epoch on stderr while the flow runs (when ``enabled``)."""
+    if not enabled:
+        yield
+        return
+    console = Console(stderr=True)
+    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+               TextColumn("{task.fields[energy]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as display:
+        bar = display.add_task("train", total=None, energy="")
+
+        def report(event: str, **info: Any) -> None:
+            if event == "start":
+                display.update(bar, total=info["total_steps"], completed=info["step"])
+                if info["resumed_from"]:
+                    console.print(f"resumed from {info['resumed_from']}")
+            elif event == "step":
+                display.update(bar, completed=info["step"], energy=f"energy {info['energy']:.6g}")
+            elif event == "epoch":
+                record = info["record"]
+                held_out = ", ".join(f"{k} {record[k]:.4f}" for k in ("test_error", "rmse", "test_nll") if k in record)
+                console.print(f"epoch {record['epoch']:>3}  step {record['step']:>6}  energy/row "
+                              f"{record['energy_per_row']:.5f}  {held_out}  ({record['seconds']:.1f} s)")
+
+        token = progress_reporter.set(report)
+        try:
+            yield
+        finally:
+            progress_reporter.reset(token)
