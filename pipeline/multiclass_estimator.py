@@ -35,7 +35,7 @@ from pipeline.optimize import adam, ascent_update
 from pipeline.validation import check_class_labels, check_features, check_num_inducing, check_targets
 
 METHODS = ("sep", "ep")
-PREDICT_CHUNK_ROWS = 2048
+PREDICT_CHUNK_ROWS = 1024  # bounds prediction memory: ~1024·(16C·5)·C doubles per intermediate
 DAMPING_DECAY = 0.99  # per full-batch iteration (spec §2.4)
 
 
