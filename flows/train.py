@@ -134,7 +134,7 @@ def train_command(
         parse_cluster(cluster)
         base = (newest_manifest(run_dir) or {}).get("config") if resume and config is None else None
         settings = load_config(config, base, epochs=epochs, batch_size=batch_size)
-        with _progress_display(enabled=not (quiet or json_output)):
+        with training_display(enabled=not (quiet or json_output)):
             summary = train_flow(model, store.path, str(run_dir), settings.model_dump(), cluster, resume)
     except (InputError, OSError) as error:
         typer.echo(f"pep train: error: {error}", err=True)
@@ -156,7 +156,7 @@ def prefect_quietly() -> None:
 
 
 @contextmanager
-def _progress_display(enabled: bool) -> Iterator[None]:
+def training_display(enabled: bool) -> Iterator[None]:
     """A step bar and one line per epoch on stderr while the flow runs (when ``enabled``)."""
     if not enabled:
         yield

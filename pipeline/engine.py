@@ -231,14 +231,25 @@ def _local_cluster(n_workers: int, description: str) -> DaskBackend:
     import dask
     from distributed import Client, LocalCluster
 
-    # Forked workers deadlock once JAX is loaded (shared/ENVIRONMENT.md): always spawn.
     method = dask.config.get("distributed.worker.multiprocessing-method")
-    with dask.config.set({"distributed.worker.multiprocessing-method":
-                          method if method in ("spawn", "forkserver") else "spawn"}):
+    settings = {
+        # Forked workers deadlock once JAX is loaded (shared/ENVIRONMENT.md): always spawn.
+        "distributed.worker.multiprocessing-method": method if method in ("spawn", "forkserver") else "spawn",
+        # Dask's default MALLOC_TRIM_THRESHOLD_=65536 makes glibc return every freed XLA buffer to
+        # the OS: measured 1.7x slower block evaluations (56 vs 33 ms for 4 x 2500 rows, M = 100).
+        "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    }
+    with dask.config.set(settings):
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", env=COMPUTE_ENV,
-                               silence_logs=logging.ERROR)
-    return DaskBackend(Client(cluster), description, cluster)
+                               dashboard_address=":0", env=COMPUTE_ENV, silence_logs=logging.ERROR)
+    client = Client(cluster)
+    client.run(_quiet_worker_logs)
+    return DaskBackend(client, description, cluster)
+
+
+def _quiet_worker_logs() -> None:
+    """Only errors from the workers pep starts (their start/stop chatter is not the user's concern)."""
+    logging.getLogger("distributed").setLevel(logging.ERROR)
 
 
 def _existing_cluster(address: str) -> DaskBackend:
