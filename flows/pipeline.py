@@ -13,14 +13,14 @@ from flows.train import train_flow
 
 
 @flow(name="pipeline")
-def pipeline_flow(source: str, store: str, model: str, run_dir: str, target: str | None = None,
-                  config: dict[str, Any] | None = None, cluster: str = "none", reingest: bool = False,
+def pipeline_flow(source: str, store: str, model: str, run_dir: str, inputs: list[str] | None = None,
+                  target: str | None = None, config: dict[str, Any] | None = None, cluster: str = "none", reingest: bool = False,
                   resume: bool = True) -> dict[str, Any]:
     """Ingest ``source`` into ``store`` (skipped when the store exists, unless ``reingest``), train
     ``model`` into ``run_dir`` and evaluate it.
 
     Args:
-        source, target: as ``pep ingest SOURCE --target TARGET``.
+        source, inputs, target: as ``pep ingest SOURCE --input … --target TARGET``.
         store: path of the store.
         model, run_dir, config, cluster: as :func:`flows.train.train_flow`.
         reingest: ingest again, replacing the store (a new store means a new run directory).
@@ -32,6 +32,6 @@ def pipeline_flow(source: str, store: str, model: str, run_dir: str, target: str
     """
     ingested = None
     if reingest or not Path(store).exists():
-        ingested = ingest_flow(source, store, target=target, overwrite=reingest)
+        ingested = ingest_flow(source, store, inputs, target=target, overwrite=reingest)
     trained = train_flow(model, store, run_dir, config, cluster, resume)
     return {"ingest": ingested, "train": trained, "evaluate": evaluate_flow(run_dir, store, cluster)}

@@ -1,0 +1,129 @@
+"""``pep train`` / ``pep evaluate`` as subprocesses: JSON output, bad input, SIGKILL then --resume,
+and training on a real ``dask scheduler`` with two ``dask worker`` processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from prefect.settings import PREFECT_API_URL
+
+from pipeline.coordinator import TrainJob, load_run, train
+from tests.trainstores import FAST, leaves_equal, make_store
+
+BIN = Path(sys.executable).parent
+MODEL = "sparse-gp-classifier"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("cli-stores") / "binary.zarr")
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli-config") / "fast.toml"
+    path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in FAST.model_dump().items()))
+    return path
+
+
+def environment() -> dict[str, str]:
+    """The test's environment, pointing subprocesses at the harness's Prefect server."""
+    return {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+
+
+def pep(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(BIN / "pep"), *args], capture_output=True, text=True, env=environment(), timeout=300)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_train_and_evaluate_json(store, config_file, tmp_path):
+    run_dir = tmp_path / "run"
+    summary = json.loads(pep("train", "--model", MODEL, "--data", store.path, "--run-dir", str(run_dir),
+                             "--config", str(config_file), "--epochs", "2", "--json").stdout)
+    assert {"test_error", "test_nll", "n_test", "steps", "epochs", "seconds", "checkpoint"} <= set(summary)
+    assert (summary["steps"], summary["epochs"], summary["n_test"]) == (10, 2, 100)
+    metrics = json.loads(pep("evaluate", "--run-dir", str(run_dir), "--json").stdout)
+    assert (metrics["test_error"], metrics["test_nll"], metrics["n_test"]) == (
+        summary["test_error"], summary["test_nll"], 100)
+    assert {p.name for p in run_dir.iterdir()} == {"checkpoints", "learning_curve.png", "metrics.json"}
+    more = json.loads(pep("train", "--model", MODEL, "--data", store.path, "--run-dir", str(run_dir),
+                          "--resume", "--epochs", "3", "--json").stdout)
+    assert (more["steps"], more["epochs"]) == (15, 3)  # resumed with the run's own config
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "missing.zarr"], "missing.zarr: no such store"),
+    (["--cluster", "local"], "--cluster: expected local:N"),
+    (["--model", "gp"], "--model: unknown model 'gp'"),
+    (["--batch-size", "0"], "batch_size: Input should be greater than or equal to 1"),
+])
+def test_bad_input_fails_cleanly(store, tmp_path, args, message):
+    options = {"--model": MODEL, "--data": store.path, "--run-dir": str(tmp_path / "run"), "--cluster": "none",
+               "--batch-size": "96"}
+    options.update(dict(zip(args[::2], args[1::2])))
+    done = pep("train", *sum(options.items(), ()), check=False)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_without_a_run(tmp_path):
+    done = pep("evaluate", "--run-dir", str(tmp_path / "run"), check=False)
+    assert done.returncode == 2 and "no complete checkpoint (train first with `pep train`)" in done.stderr
+
+
+def test_sigkill_then_resume_ends_bit_identical(store, config_file, tmp_path):
+    epochs = 40  # 200 steps, a checkpoint every 4
+    reference = train(TrainJob(MODEL, store, FAST.model_copy(update={"epochs": epochs}), tmp_path / "reference"))
+    run_dir = tmp_path / "killed"
+    args = ["train", "--model", MODEL, "--data", store.path, "--run-dir", str(run_dir), "--config",
+            str(config_file), "--epochs", str(epochs), "--quiet"]
+    process = subprocess.Popen([str(BIN / "pep"), *args], env=environment(), start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list((run_dir / "checkpoints").glob("step-0000002*")) and process.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)  # the training process and everything it started
+    process.wait()
+    assert not (run_dir / "checkpoints" / "step-00000200").exists(), "killed too late"
+    resumed = json.loads(pep(*args[:-1], "--resume", "--json").stdout)
+    assert resumed["steps"] == 200
+    assert leaves_equal(load_run(run_dir).trees["params"], reference.params)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_training_on_a_real_scheduler_and_two_workers(store, config_file, tmp_path):
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment())
+    processes = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                   "--no-dashboard"], **quiet)]
+    try:
+        processes += [subprocess.Popen([str(BIN / "dask"), "worker", address, "--nthreads", "1", "--no-dashboard",
+                                        "--name", f"w{i}"], **quiet) for i in range(2)]
+        summary = json.loads(pep("train", "--model", MODEL, "--data", store.path, "--run-dir",
+                                 str(tmp_path / "run"), "--config", str(config_file), "--cluster", address,
+                                 "--json").stdout)
+        assert summary["cluster"] == address and summary["steps"] == 15
+        reference = train(TrainJob(MODEL, store, FAST, tmp_path / "reference"))
+        assert leaves_equal(load_run(tmp_path / "run").trees["params"], reference.params)
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
