@@ -20,11 +20,10 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.pipeline import pipeline_flow
-from flows.train import prefect_quietly, training_display
+from flows.train import prefect_quietly, training_display, user_errors
 from pipeline.baselines import classification_baselines
 from pipeline.checkpoint import checkpoint_dir
 from pipeline.config import TrainConfig
-from pipeline.errors import InputError
 from pipeline.stores import open_store
 
 MODEL = "sparse-gp-classifier"
@@ -51,14 +50,10 @@ def demo_command(
         console.print(f"removed the previous demo run in {run_dir}")
     console.print("ingesting the bundled airline data…" if not store.exists() else f"using {store}")
     config = DEMO_CONFIG.model_copy(update={"epochs": epochs or DEMO_CONFIG.epochs})
-    try:
-        with training_display(enabled=not json_output):
-            result = pipeline_flow("airline", str(store), MODEL, str(run_dir), target="delayed",
-                                   config=config.model_dump(), cluster=f"local:{workers}", resume=False)
+    with user_errors("pep demo"), training_display(enabled=not json_output):
+        result = pipeline_flow("airline", str(store), MODEL, str(run_dir), target="delayed",
+                               config=config.model_dump(), cluster=f"local:{workers}", resume=False)
         baselines = classification_baselines(open_store(store))
-    except (InputError, OSError) as error:
-        typer.echo(f"pep demo: error: {error}", err=True)
-        raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
     trained = result["train"]
     rows = [{"model": f"pep {MODEL} (M={config.num_inducing}, α={config.alpha}, {workers} workers)",
              "test_error": result["evaluate"]["test_error"], "test_nll": result["evaluate"]["test_nll"],

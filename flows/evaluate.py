@@ -13,10 +13,9 @@ from prefect.cache_policies import NO_CACHE
 from rich.console import Console
 
 from flows.reports import publish_evaluation, write_metrics
-from flows.train import is_transient, prefect_quietly
+from flows.train import is_transient, prefect_quietly, user_errors
 from pipeline.coordinator import evaluate, load_run
 from pipeline.engine import CLUSTER_HELP, connect, parse_cluster
-from pipeline.errors import InputError
 
 
 @task(name="evaluate", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,
@@ -48,13 +47,10 @@ def evaluate_command(
 ) -> None:
     """Held-out metrics (test error / RMSE, NLL) of a trained run's newest checkpoint."""
     prefect_quietly()
-    try:
+    with user_errors("pep evaluate"):
         parse_cluster(cluster)
         load_run(run_dir)  # fail fast, before Prefect starts its server
         metrics = evaluate_flow(str(run_dir), None if data is None else str(data), cluster)
-    except (InputError, OSError) as error:
-        typer.echo(f"pep evaluate: error: {error}", err=True)
-        raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
     if json_output:
         typer.echo(json.dumps(metrics))
     else:

@@ -128,7 +128,7 @@ def train_command(
 ) -> None:
     """Train a model on a store, with checkpoints; resumable with --resume."""
     prefect_quietly()
-    try:
+    with user_errors("pep train"):
         store = open_store(data)  # fail fast on bad options, before Prefect starts its server
         get_model(model)
         parse_cluster(cluster)
@@ -136,9 +136,6 @@ def train_command(
         settings = load_config(config, base, epochs=epochs, batch_size=batch_size)
         with training_display(enabled=not (quiet or json_output)):
             summary = train_flow(model, store.path, str(run_dir), settings.model_dump(), cluster, resume)
-    except (InputError, OSError) as error:
-        typer.echo(f"pep train: error: {error}", err=True)
-        raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
     if json_output:
         typer.echo(json.dumps(summary))
     elif not quiet:
@@ -153,6 +150,16 @@ def prefect_quietly() -> None:
         os.environ.setdefault(variable, value)
     _mute_prefect_console()
     logging.getLogger("distributed").setLevel(logging.ERROR)  # cluster start/stop chatter
+
+
+@contextmanager
+def user_errors(command: str) -> Iterator[None]:
+    """Turn bad input (exit code 2) and I/O errors (exit code 1) into one line on stderr."""
+    try:
+        yield
+    except (InputError, OSError) as error:
+        typer.echo(f"{command}: error: {error}", err=True)
+        raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
 
 
 @contextmanager

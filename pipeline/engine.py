@@ -8,7 +8,9 @@ models: ``fn`` is any hashable, picklable function returning a pytree (the coord
 Backends:
 
 * :class:`InProcess` — no Dask; blocks are computed in this process (notebooks, estimators, tests).
-* :class:`DaskBackend` — a ``LocalCluster`` of worker *processes* (``local:N``) or an existing
+* :class:`DaskBackend` — a ``LocalCluster`` of worker *processes* (``local:N``; ``local:N:pinned``
+  gives worker ``i`` core ``i mod cores`` alone: no oversubscription, but results then match other
+  pinned clusters, not the in-process backend, see below) or an existing
   scheduler (``tcp://HOST:PORT``). Each step the params are scattered once to every worker
   (``broadcast=True``); each worker gets one task with the blocks assigned to it (block ``b`` goes to
   worker ``b mod W``, so a worker keeps seeing the same blocks and reads each from Zarr only once);
@@ -143,6 +145,16 @@ class ComputeSetup(WorkerPlugin):
         pin_compute_threads()
 
 
+class OneCorePerWorker(WorkerPlugin):
+    """Dask worker plugin for ``local:N:pinned``: worker ``i`` of a LocalCluster runs on core
+    ``i mod cores`` only. Set before the worker's first task, so XLA sizes its pool to one thread."""
+
+    name = "pep-one-core-per-worker"
+
+    def setup(self, worker: Any) -> None:
+        os.sched_setaffinity(0, {int(worker.name) % os.cpu_count()})
+
+
 class DaskBackend:
     """Computes blocks on the workers of a Dask cluster (see the module docstring).
 
@@ -193,7 +205,8 @@ class DaskBackend:
             self.cluster.close()
 
 
-CLUSTER_HELP = "local:N (N worker processes on this machine), tcp://HOST:PORT (a running scheduler) or none"
+CLUSTER_HELP = ("local:N (N worker processes on this machine; local:N:pinned gives each its own core), "
+                "tcp://HOST:PORT (a running scheduler) or none")
 
 
 def parse_cluster(cluster: str) -> tuple[str, str | int]:
@@ -204,9 +217,9 @@ def parse_cluster(cluster: str) -> tuple[str, str | int]:
     """
     if cluster == "none":
         return "none", ""
-    local = re.fullmatch(r"local:(\d+)", cluster)
+    local = re.fullmatch(r"local:(\d+)(:pinned)?", cluster)
     if local and int(local.group(1)) >= 1:
-        return "local", int(local.group(1))
+        return "local-pinned" if local.group(2) else "local", int(local.group(1))
     if re.fullmatch(r"(tcp|tls)://[^\s:/]+:\d+", cluster):
         return "scheduler", cluster
     raise InputError(f"--cluster: expected {CLUSTER_HELP}; found {cluster!r}")
@@ -220,14 +233,14 @@ def connect(cluster: str) -> Backend:
         OSError: the scheduler cannot be reached or no worker joined within two minutes.
     """
     kind, argument = parse_cluster(cluster)
-    if kind == "local":
-        return _local_cluster(int(argument), cluster)
+    if kind.startswith("local"):
+        return _local_cluster(int(argument), cluster, pinned=kind == "local-pinned")
     if kind == "scheduler":
         return _existing_cluster(str(argument))
     return InProcess()
 
 
-def _local_cluster(n_workers: int, description: str) -> DaskBackend:
+def _local_cluster(n_workers: int, description: str, pinned: bool) -> DaskBackend:
     import dask
     from distributed import Client, LocalCluster
 
@@ -244,6 +257,8 @@ def _local_cluster(n_workers: int, description: str) -> DaskBackend:
                                dashboard_address=":0", env=COMPUTE_ENV, silence_logs=logging.ERROR)
     client = Client(cluster)
     client.run(_quiet_worker_logs)
+    if pinned:
+        client.register_plugin(OneCorePerWorker())
     return DaskBackend(client, description, cluster)
 
 

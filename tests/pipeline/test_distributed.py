@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from pipeline.coordinator import TrainJob, train
 from pipeline.engine import connect
 from tests.trainstores import FAST, leaves_equal
@@ -46,3 +48,17 @@ def test_killing_a_worker_mid_run_changes_nothing(binary_store, cluster, tmp_pat
     assert killed and result.steps == result.total_steps
     assert leaves_equal(result.params, reference.params)
     assert without_seconds(result.history) == without_seconds(reference.history)
+
+
+@pytest.mark.slow
+def test_pinned_clusters_agree_with_each_other(binary_store, tmp_path):
+    """``local:N:pinned`` workers see one core each: 1 and 2 pinned workers give identical results."""
+    results = []
+    for cluster in ("local:1:pinned", "local:2:pinned"):
+        backend = connect(cluster)
+        try:
+            assert set(backend.client.run(lambda: len(os.sched_getaffinity(0))).values()) == {1}
+            results.append(train(TrainJob("sparse-gp-classifier", binary_store, FAST, tmp_path / cluster), backend))
+        finally:
+            backend.close()
+    assert leaves_equal(results[0].params, results[1].params)
