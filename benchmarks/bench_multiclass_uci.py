@@ -7,15 +7,15 @@ parallel factor update then one Adam step on the hyper-parameters and inducing i
 with ``M`` inducing inputs per class, ``M = round(p·N_train)``. Reports the mean ± standard error of
 the test negative log-likelihood and test error, the training time, and the paper's Wine rows beside.
 
-Usage:  XLA_FLAGS=--xla_cpu_multi_thread_eigen=false nice .venv/bin/python -m benchmarks.bench_multiclass_uci \
-            [--splits 20] [--datasets wine iris]
+Usage:  taskset -c 0 nice .venv/bin/python -m benchmarks.bench_multiclass_uci [--splits 20] [--datasets wine iris]
 Writes: benchmarks/results/multiclass_uci.json
 
 Each (dataset, M, method) setting runs in a child process with a time limit and is retried if it
 overruns: on this loaded 2-core machine XLA CPU intermittently wedges inside a compiled call (all
 threads idle, the caller blocked in ``BlockUntilReady``; a fit that normally takes 0.3 s never returns),
 with or without ``--xla_cpu_multi_thread_eigen=false`` (the workaround of PyAutoLabs/PyAutoFit#1528) or
-``--xla_cpu_use_xnnpack=false``. Results are deterministic, so a retry reproduces them.
+``--xla_cpu_use_xnnpack=false``. Results are deterministic, so a retry reproduces them. Pinned to one
+core (``taskset -c 0``) the wedge has not occurred, and the whole run takes about 2 minutes.
 """
 
 from __future__ import annotations
