@@ -210,8 +210,10 @@ def write(staged: Staged, chunk_rows: int, test_size: int | float | None, seed: 
             tasks.append(dask.delayed(_copy_chunk, pure=True)(
                 staged.work, split, index, int(chunk[0]), select, staged.n_classes))
             task_splits.append(split)
+    # An explicit local scheduler: dask.compute would otherwise use whatever distributed Client is the
+    # process default (e.g. a training cluster) and ship the staged rows to its workers.
     with _TaskCounter(progress, len(tasks)):
-        results = dask.compute(*tasks)
+        results = dask.compute(*tasks, scheduler="threads")
     per_split = {split: [r for r, s in zip(results, task_splits) if s == split] for split in SPLITS}
     return _summarise_chunks(staged, per_split, n_rows, test_size, seed)
 
@@ -443,7 +445,7 @@ def _check_classes(staged: Staged, class_counts: dict[str, list[int]]) -> None:
 
 
 class _TaskCounter(Callback):
-    """Reports finished Dask tasks to a :data:`Progress` (local schedulers only)."""
+    """Reports finished Dask tasks to a :data:`Progress` (the local threaded scheduler's callbacks)."""
 
     def __init__(self, progress: Progress, total: int) -> None:
         super().__init__()
