@@ -1,8 +1,9 @@
 """The training configuration (DESIGN §7): a validated pydantic model, loadable from TOML.
 
 Defaults follow the papers where they state a setting: M = 200 inducing points and optax Adam with its
-default moments (seed001 §3, "ADAM default", M = 200 for MNIST/airline), α = 0.5 (seed000 §5: a good
-compromise between the VFE and EP limits). Two settings are pep's own, because the papers' single-
+default moments (seed001 §3, "ADAM default", M = 200 for MNIST/airline), and α left to the model: 0.5
+for the binary and regression sparse GPs (seed000 §5: a good compromise between the VFE and EP limits),
+1 for the multi-class ones (the paper's SEP). Two settings are pep's own, because the papers' single-
 machine protocol (minibatch S = 200, one update per minibatch) would leave a distributed engine idle:
 ``batch_size`` = 10,000 rows per step (the data terms of each step are spread over the workers in
 ``block_rows`` blocks) and ``learning_rate`` = 0.01 (Adam's 1e-3 moves the tied factor's natural
@@ -37,7 +38,8 @@ class TrainConfig(BaseModel):
 
     Attributes:
         num_inducing: inducing points M.
-        alpha: the Power-EP power in [0, 1] (0: VFE limit, 1: EP).
+        alpha: the Power-EP power in [0, 1] (0: VFE limit, 1: EP); None: the model's default (0.5 for
+            the binary and regression sparse GPs, seed000 §5; 1 for the multi-class models, seed001).
         train_inducing: optimise the inducing inputs (else only hyper-parameters and the tied factor).
         jitter: relative jitter on ``K_uu`` (pepcore.linalg).
         learning_rate: Adam's initial step size.
@@ -58,7 +60,7 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_inducing: int = Field(200, ge=1)
-    alpha: float = Field(0.5, ge=0.0, le=1.0)
+    alpha: float | None = Field(None, ge=0.0, le=1.0)
     train_inducing: bool = True
     jitter: float = Field(1.4901161193847656e-08, gt=0.0)
     learning_rate: float = Field(0.01, gt=0.0)

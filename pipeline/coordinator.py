@@ -3,12 +3,14 @@
 Each step ``s``:
 
 1. the minibatch schedule picks the blocks of ``s`` (:mod:`pipeline.sampling`);
-2. the engine returns ``Σ_blocks value_and_grad(L)`` (and summed site statistics for EP-style
-   models), summed in a fixed order (:mod:`pipeline.engine`);
-3. the coordinator forms the minibatch estimate ``F̂ = G + (N/|B|) Σ_B L`` and its gradient, takes a
-   guarded optax Adam ascent step (:func:`pipeline.optimize.ascent_update`: a step with a non-finite
-   energy or gradient leaves the state unchanged and is counted as rejected), and — for models with
-   site statistics — a damped tied-factor update;
+2. for models with EP-style site statistics (seed001's SEP), the engine first returns their sums over
+   the minibatch and the coordinator applies the damped tied-factor update (the model's
+   ``site_update`` rejects a non-finite result by itself) — the paper's order (seed001 §2.3, spec
+   §2.9: refine the factors, rebuild ``q``, then take the gradient with the new factor);
+3. the engine returns ``Σ_blocks value_and_grad(L)``, summed in a fixed order (:mod:`pipeline.engine`);
+   the coordinator forms the minibatch estimate ``F̂ = G + (N/|B|) Σ_B L`` and its gradient and takes
+   a guarded optax Adam ascent step (:func:`pipeline.optimize.ascent_update`: a step with a non-finite
+   energy or gradient leaves params and optimiser state unchanged and is counted as rejected);
 4. at the end of every epoch it evaluates the held-out metrics and records the epoch's mean energy;
    every ``checkpoint_every`` steps and at the end it writes a checkpoint (:mod:`pipeline.checkpoint`).
 
@@ -39,7 +41,7 @@ from pipeline.config import TrainConfig
 from pipeline.engine import Backend, Engine, InProcess, compute_threads
 from pipeline.errors import InputError
 from pipeline.metrics import finish
-from pipeline.models import DataTerm, ModelSpec, get_model
+from pipeline.models import DataTerm, ModelSpec, SiteTerm, get_model, has_sites
 from pipeline.optimize import adam, ascent_update
 from pipeline.sampling import MinibatchSchedule
 from pipeline.stores import Store, open_store
@@ -121,8 +123,11 @@ class Trainer:
     """
 
     def __init__(self, job: TrainJob, backend: Backend):
-        self.job, self.spec = job, get_model(job.model)
-        self.spec.check(job.store)
+        self.job = job
+        spec = get_model(job.model)
+        spec.check(job.store)
+        self.binding = spec.store_binding(job.store)
+        self.spec = spec.bind(self.binding)
         store, config = job.store, job.config
         self.effective = config.for_rows(store.n_rows("train"))
         self.targets = self.spec.targets(store)
@@ -132,6 +137,7 @@ class Trainer:
         self.test = Engine(backend, BlockSource.of(store, "test", block_rows, self.targets))
         self.n_total = store.n_rows("train")
         self.data_term = DataTerm(self.model, self.n_total)
+        self.site_term = SiteTerm(self.model, self.n_total) if has_sites(self.model) else None
         self.held_out = self.spec.held_out(self.model, self.targets)
         with pepcore.float64():
             key_data = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
@@ -139,7 +145,7 @@ class Trainer:
                                           math.ceil(self.effective.batch_size / block_rows),
                                           tuple(int(k) for k in key_data))
         self.total_steps = config.epochs * self.schedule.steps_per_epoch
-        self.optimizer, self.update = _optimiser_and_update(
+        self.optimizer, self.update, self.site_update = _optimiser_and_update(
             self.spec, config.trajectory(), self.n_total, self.schedule.steps_per_epoch,
             self.total_steps if config.lr_schedule == "cosine" else 0)
         self._start: tuple[Any, Any] | None = None
@@ -233,7 +239,7 @@ class Trainer:
     def save(self, state: _LoopState) -> Path:
         config = self.job.config
         source = self.train.source
-        meta = {"model": self.job.model, "data": self.job.store.path,
+        meta = {"model": self.job.model, "model_binding": self.binding, "data": self.job.store.path,
                 "dataset_checksum": self.job.store.checksum, "config": config.model_dump(),
                 "x_mean": source.x_mean, "x_std": source.x_std,
                 "targets": {"shift": self.targets.shift, "scale": self.targets.scale},
@@ -248,10 +254,15 @@ class Trainer:
     def step(self, state: _LoopState) -> bool:
         """One training step on ``state`` (in place); False if it was rejected as non-finite."""
         blocks = self.schedule.blocks(state.step)
-        value, grad, stats = self.train.map_sum(self.data_term, state.params, blocks)
         scale = self.n_total / self.train.rows(blocks)
+        params = state.params
+        if self.site_term is not None:
+            stats = self.train.map_sum(self.site_term, params, blocks)
+            with pepcore.float64():
+                params = self.site_update(params, stats, scale)
+        value, grad = self.train.map_sum(self.data_term, params, blocks)
         with pepcore.float64():
-            params, opt_state, ok, energy = self.update(state.params, state.opt_state, value, grad, stats, scale)
+            params, opt_state, ok, energy = self.update(params, state.opt_state, value, grad, scale)
         state.params, state.opt_state = params, opt_state
         state.rejected += int(not ok)
         state.last_energy = float(energy)
@@ -279,24 +290,25 @@ class Trainer:
 
 @lru_cache(maxsize=8)
 def _optimiser_and_update(spec: ModelSpec, config: TrainConfig, n_total: int, steps_per_epoch: int,
-                          total_steps: int) -> tuple[optax.GradientTransformation, Callable]:
-    """The optimiser and the compiled coordinator update — ``G`` and its gradient, the scaled data
-    terms, the guarded Adam step, and the damped site update for models with site statistics.
-    Cached on hashable arguments, so that trainers of equal jobs (segments, retries) compile once."""
+                          total_steps: int) -> tuple[optax.GradientTransformation, Callable, Callable | None]:
+    """The optimiser and the compiled coordinator updates: the Adam update (``G`` and its gradient,
+    the scaled data terms, the guarded ascent step) and, for models with site statistics, the damped
+    tied-factor update. Cached on hashable arguments, so that trainers of equal jobs (segments,
+    retries) compile once."""
     model = spec.model(config)
     optimizer = adam(learning_rate(config, steps_per_epoch, total_steps), spec.frozen(config))
 
-    def update(params, opt_state, data_value, data_grad, stats, scale):
+    def update(params, opt_state, data_value, data_grad, scale):
         global_value, global_grad = jax.value_and_grad(model.global_energy)(params, n_total)
         value = global_value + scale * data_value
         grad = jax.tree_util.tree_map(lambda g, d: g + scale * d, global_grad, data_grad)
         params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
-        if stats is not None:
-            updated = model.site_update(params, stats, scale, config.damping)
-            params = jax.tree_util.tree_map(lambda new, old: jax.numpy.where(ok, new, old), updated, params)
         return params, opt_state, ok, value
 
-    return optimizer, jax.jit(update)
+    def site_update(params, stats, scale):
+        return model.site_update(params, stats, scale, config.damping)
+
+    return optimizer, jax.jit(update), jax.jit(site_update) if has_sites(model) else None
 
 
 def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False,
@@ -305,11 +317,16 @@ def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False
     return Trainer(job, backend or InProcess()).run(resume=resume, until_step=until_step, progress=progress)
 
 
+def bound_spec(manifest: dict[str, Any]) -> ModelSpec:
+    """The model spec of a checkpoint, bound to its training store's attributes as when it trained."""
+    return get_model(manifest["model"]).bind(manifest.get("model_binding", {}))
+
+
 def load_run(run_dir: Path) -> checkpoint.Restored:
     """The newest intact checkpoint of a run, with its params (InputError if it has none)."""
 
     def templates(manifest: dict[str, Any]) -> dict[str, Any]:
-        spec = get_model(manifest["model"])
+        spec = bound_spec(manifest)
         config = TrainConfig(**manifest["config"])
         n_features = len(manifest["x_mean"])
         with pepcore.float64():  # any params of the right shapes: M inducing inputs in D dimensions
@@ -327,8 +344,8 @@ def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | N
     restored = load_run(run_dir)
     manifest = restored.meta
     store = open_store(data if data is not None else manifest["data"])
-    spec: ModelSpec = get_model(manifest["model"])
-    spec.check(store)
+    get_model(manifest["model"]).check(store)
+    spec = bound_spec(manifest)
     if len(store.feature_names) != len(manifest["x_mean"]):
         raise InputError(f"{store.path}: has {len(store.feature_names)} features; the model of "
                          f"{run_dir} was trained on {len(manifest['x_mean'])}")

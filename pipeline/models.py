@@ -7,11 +7,14 @@ provides the energy contract of DESIGN §2: ``global_energy(params, n_total)`` a
 training rows, and gives the per-block held-out function whose sums become the metrics. The engine
 only ever sees the per-block functions (:class:`DataTerm`, the held-out sums), never a model name.
 
-To add a model (e.g. issue 5's ``multiclass-sep``), write a class with the methods of
-:class:`ModelSpec` and add an instance to :data:`MODELS`. A model with EP-style moment matching also
-provides ``local_site_stats(params, x, y, mask, n_total)`` (summed per-row site updates) and
-``site_update(params, stats, scale, damping)``; :class:`DataTerm` then returns the statistics with the
-gradient, and the coordinator applies the damped update (DESIGN §2, §4).
+To add a model, write a class with the methods of :class:`ModelSpec` and add an instance to
+:data:`MODELS` (the multi-class specs of :mod:`pipeline.multiclass_models` are an example). A spec is
+bound to what it needs of the training store (e.g. class counts) by ``bind(store_binding(store))``;
+the binding is kept in checkpoint manifests. A model with EP-style moment matching also provides
+``local_site_stats(params, x, y, mask, n_total)`` (summed per-row site updates) and
+``site_update(params, stats, scale, damping)``; the coordinator then gathers the statistics with
+:class:`SiteTerm`, applies the damped update, and only then evaluates :class:`DataTerm` at the refined
+factor (seed001 §2.3: the gradient is taken with the new factor; DESIGN §2, §4).
 """
 
 from __future__ import annotations
@@ -30,26 +33,42 @@ from pipeline.blocks import TargetScaling
 from pipeline.config import TrainConfig
 from pipeline.errors import InputError
 from pipeline.metrics import classification_sums, regression_sums
+from pipeline.multiclass_models import SPECS as MULTICLASS_SPECS, MultiClassSpec
 from pipeline.stores import Store
 
 # Initial noise variance of the Gaussian likelihood in standardised target units: var(y)/100, as the
 # seed000 reference code.
 INITIAL_NOISE_VARIANCE = 0.01
+# Power of the binary and regression models when the config leaves it open: seed000 §5's compromise.
+DEFAULT_ALPHA = 0.5
 
 
 @dataclass(frozen=True)
 class DataTerm:
-    """The engine's training function on one block: ``value_and_grad`` of the data term (plus the
-    summed site statistics for models that have them). Hashable, so workers compile it once."""
+    """The engine's training function on one block: ``value_and_grad`` of the data term. Hashable, so
+    workers compile it once."""
 
     model: Any
     n_total: int
 
     def __call__(self, params, x, y, mask):
-        value, grad = jax.value_and_grad(self.model.local_energy)(params, x, y, mask, self.n_total)
-        stats = (self.model.local_site_stats(params, x, y, mask, self.n_total)
-                 if hasattr(self.model, "local_site_stats") else None)
-        return value, grad, stats
+        return jax.value_and_grad(self.model.local_energy)(params, x, y, mask, self.n_total)
+
+
+@dataclass(frozen=True)
+class SiteTerm:
+    """The engine's site-statistics function on one block, for models with EP-style updates."""
+
+    model: Any
+    n_total: int
+
+    def __call__(self, params, x, y, mask):
+        return self.model.local_site_stats(params, x, y, mask, self.n_total)
+
+
+def has_sites(model: Any) -> bool:
+    """Whether ``model`` moves a tied factor by EP-style site updates."""
+    return hasattr(model, "local_site_stats")
 
 
 @dataclass(frozen=True)
@@ -100,6 +119,14 @@ class ModelSpec:
             raise InputError(f"{store.path}: --model {self.name} is binary and needs 2 classes; this "
                              f"store has {store.n_classes} (for airline, ingest with --target delayed)")
 
+    def store_binding(self, store: Store) -> dict[str, Any]:
+        """What :meth:`bind` needs from the training store: nothing."""
+        return {}
+
+    def bind(self, binding: dict[str, Any]) -> "ModelSpec":
+        """This spec (it depends on no store attributes)."""
+        return self
+
     def targets(self, store: Store) -> TargetScaling:
         """Stored targets → model units: standardised regression targets, 0/1 labels as floats."""
         if self.task == "regression":
@@ -109,7 +136,8 @@ class ModelSpec:
     def model(self, config: TrainConfig) -> PowerEPSparseGP:
         """The static model object."""
         likelihood = Gaussian() if self.task == "regression" else Probit()
-        return PowerEPSparseGP(likelihood, alpha=config.alpha, jitter=config.jitter)
+        alpha = DEFAULT_ALPHA if config.alpha is None else config.alpha
+        return PowerEPSparseGP(likelihood, alpha=alpha, jitter=config.jitter)
 
     def init(self, model: PowerEPSparseGP, x: np.ndarray, config: TrainConfig) -> SparseGPParams:
         """Starting params from a sample ``x`` of standardised training inputs (k-means inducing
@@ -133,15 +161,16 @@ class ModelSpec:
         return lambda p: jax.tree_util.tree_map(lambda _: False, p)._replace(inducing=True)
 
 
-MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (
+MODELS: dict[str, ModelSpec | MultiClassSpec] = {spec.name: spec for spec in (
     ModelSpec("sparse-gp-regressor", "regression",
               "Power-EP sparse GP regression (Gaussian likelihood, tied factor)"),
     ModelSpec("sparse-gp-classifier", "classification",
               "Power-EP sparse GP binary classification (probit likelihood, tied factor)"),
+    *MULTICLASS_SPECS,
 )}
 
 
-def get_model(name: str) -> ModelSpec:
+def get_model(name: str) -> ModelSpec | MultiClassSpec:
     """The spec registered as ``name``; InputError listing the known names otherwise."""
     try:
         return MODELS[name]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jax
@@ -19,12 +20,16 @@ FAST = TrainConfig(num_inducing=6, epochs=3, batch_size=96, block_rows=48, learn
 
 
 def make_store(path: Path, task: str = "classification", n_rows: int = 500, n_features: int = 3,
-               chunk_rows: int = 64, seed: int = 0) -> Store:
-    """Ingest a synthetic task (``x0 + x1² > 0.5`` labels, or ``sin(2 x0) + noise``) into ``path``;
-    a fifth of the rows go to the test split."""
+               chunk_rows: int = 64, seed: int = 0, n_classes: int = 2) -> Store:
+    """Ingest a synthetic task (``x0 + x1² > 0.5`` labels; for ``n_classes`` > 2 the class of the largest
+    of ``x0``, ``x1``, ``x1²−1``, … plus noise; or ``sin(2 x0) + noise``) into ``path``; a fifth of the
+    rows go to the test split."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n_rows, n_features))
-    if task == "classification":
+    if task == "classification" and n_classes > 2:
+        scores = np.stack([x[:, 0], x[:, 1], *(x[:, 1] ** 2 - k for k in range(1, n_classes - 1))], axis=1)
+        y = np.argmax(scores + 0.3 * rng.normal(size=scores.shape), axis=1)
+    elif task == "classification":
         y = (x[:, 0] + x[:, 1] ** 2 > 0.5).astype(np.int64)
     else:
         y = np.sin(2 * x[:, 0]) + 0.1 * rng.normal(size=n_rows)
@@ -33,6 +38,11 @@ def make_store(path: Path, task: str = "classification", n_rows: int = 500, n_fe
     ingest(open_source("npz", SourceRequest((npz,), None, task)), path, chunk_rows=chunk_rows,
            test_size="0.2", seed=seed)
     return open_store(path)
+
+
+def config_toml(config: TrainConfig) -> str:
+    """``config`` as a TOML file's text (unset, None-valued fields left out)."""
+    return "".join(f"{key} = {json.dumps(value)}\n" for key, value in config.model_dump(exclude_none=True).items())
 
 
 def leaves_equal(a, b) -> bool:

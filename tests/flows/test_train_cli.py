@@ -16,7 +16,7 @@ import pytest
 from prefect.settings import PREFECT_API_URL
 
 from pipeline.coordinator import TrainJob, load_run, train
-from tests.trainstores import FAST, leaves_equal, make_store
+from tests.trainstores import FAST, config_toml, leaves_equal, make_store
 
 BIN = Path(sys.executable).parent
 MODEL = "sparse-gp-classifier"
@@ -30,7 +30,7 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli-config") / "fast.toml"
-    path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in FAST.model_dump().items()))
+    path.write_text(config_toml(FAST))
     return path
 
 

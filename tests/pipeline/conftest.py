@@ -24,3 +24,8 @@ def cluster():
     backend = connect("local:2")
     yield backend
     backend.close()
+
+
+@pytest.fixture(scope="session")
+def three_class_store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("stores") / "three-class.zarr", n_classes=3)

@@ -10,7 +10,7 @@ from pipeline.errors import InputError
 
 def test_defaults_follow_the_papers():
     config = load_config(None)
-    assert (config.num_inducing, config.alpha, config.damping) == (200, 0.5, 1.0)
+    assert (config.num_inducing, config.alpha, config.damping) == (200, None, 1.0)
     assert config == TrainConfig()
 
 

@@ -55,6 +55,12 @@ class ToySpec:
     def check(self, store):
         pass
 
+    def store_binding(self, store):
+        return {}
+
+    def bind(self, binding):
+        return self
+
     def targets(self, store):
         return TargetScaling()
 

@@ -1,0 +1,72 @@
+"""multiclass-sep / multiclass-direct through the coordinator and the engine (issue 5 item 2): bit-
+identical for any number of workers, identical after an interrupted run resumes, SEP learns, and stores
+that do not fit are refused."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipeline.coordinator import Trainer, TrainJob, evaluate, load_run, train
+from pipeline.engine import InProcess, connect
+from pipeline.errors import InputError
+from pipeline.models import MODELS
+from tests.pipeline.test_distributed import without_seconds
+from tests.trainstores import FAST, leaves_equal
+
+SEP = "multiclass-sep"
+
+
+def job(store, run_dir, model=SEP, **config):
+    return TrainJob(model, store, FAST.model_copy(update=config), run_dir)
+
+
+def test_sep_in_process_one_and_two_workers_are_bit_identical(three_class_store, cluster, tmp_path):
+    reference = train(job(three_class_store, tmp_path / "in-process"))
+    one = connect("local:1")
+    try:
+        single = train(job(three_class_store, tmp_path / "one-worker"), one)
+    finally:
+        one.close()
+    double = train(job(three_class_store, tmp_path / "two-workers"), cluster)
+    for result in (single, double):
+        assert leaves_equal(result.params, reference.params)
+        assert without_seconds(result.history) == without_seconds(reference.history)
+
+
+@pytest.mark.parametrize("model", [SEP, "multiclass-direct"])
+def test_interrupted_run_resumes_to_identical_params(three_class_store, tmp_path, model):
+    reference = train(job(three_class_store, tmp_path / "whole", model))
+    first = train(job(three_class_store, tmp_path / "cut", model), until_step=7)
+    assert first.steps == 7 and not first.finished
+    resumed = train(job(three_class_store, tmp_path / "cut", model), resume=True)
+    assert leaves_equal(resumed.params, reference.params)
+    assert without_seconds(resumed.history) == without_seconds(reference.history)
+    assert leaves_equal(load_run(tmp_path / "cut").trees["params"], reference.params)
+    assert evaluate(tmp_path / "cut")["test_nll"] == reference.history[-1]["test_nll"]
+
+
+def test_sep_improves_held_out_nll(three_class_store, tmp_path):
+    trainer = Trainer(job(three_class_store, tmp_path, epochs=4), InProcess())
+    before = trainer.evaluate(trainer.fresh_state().params)
+    result = trainer.run()
+    after = result.history[-1]
+    counts = np.asarray(three_class_store.attrs["class_counts"]["test"])
+    frequencies_nll = -np.sum(counts * np.log(counts / counts.sum())) / counts.sum()
+    assert before["test_nll"] == pytest.approx(math.log(3), abs=0.05)  # q = prior: near-uniform
+    assert after["test_nll"] < 0.8 * frequencies_nll and after["test_error"] < 0.3
+    assert result.rejected_steps == 0 and after["n_test"] == 100
+
+
+def test_stores_and_powers_that_do_not_fit_are_refused(binary_store, regression_store, three_class_store, tmp_path):
+    with pytest.raises(InputError, match="needs a classification store"):
+        Trainer(job(regression_store, tmp_path), InProcess())
+    with pytest.raises(InputError, match="is binary and needs 2 classes; this store has 3"):
+        Trainer(job(three_class_store, tmp_path, "sparse-gp-classifier"), InProcess())
+    with pytest.raises(InputError, match=r"needs a power in \(0, 1\]"):
+        Trainer(job(three_class_store, tmp_path, alpha=0.0), InProcess())
+    assert {SEP, "multiclass-direct"} <= set(MODELS)
+    binary = train(job(binary_store, tmp_path / "binary", epochs=1))  # two classes are a special case
+    assert np.isfinite(binary.history[-1]["test_nll"])
