@@ -50,13 +50,13 @@ CHILDREN = {
         seconds = time.perf_counter() - began
     """,
     "pep_cli": """
-        from flows.cli import app
+        from flows.cli import main
         imported = rss()
         sys.argv = ["pep", "ingest", "csv", "--input", CSV, "--target", "label",
                     "--out", OUT + "/cli.zarr", "--json"]
         began = time.perf_counter()
         try:
-            app()
+            main()
         except SystemExit as exit:
             assert not exit.code, exit.code
         seconds = time.perf_counter() - began

@@ -1,26 +1,46 @@
-"""The ``pep`` command line: each sub-command lives in the module of its flow and is registered here."""
+"""The ``pep`` command line: each sub-command lives in the module of its flow and is registered here.
+
+A command's module is imported only when that command runs (``pep ingest`` must not pay for JAX, which
+the training modules load); ``pep --help`` and :data:`app` register them all.
+"""
 
 from __future__ import annotations
 
+import sys
+from importlib import import_module
+
 import typer
 
-from flows.demo import demo_command
-from flows.evaluate import evaluate_command
-from flows.ingest import ingest_command
-from flows.train import train_command
+COMMANDS = {
+    "ingest": ("flows.ingest", "ingest_command"),
+    "train": ("flows.train", "train_command"),
+    "evaluate": ("flows.evaluate", "evaluate_command"),
+    "demo": ("flows.demo", "demo_command"),
+}
 
-app = typer.Typer(
-    name="pep",
-    help="Train Expectation-Propagation-family sparse Gaussian process models at scale.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-app.command("ingest")(ingest_command)
-app.command("train")(train_command)
-app.command("evaluate")(evaluate_command)
-app.command("demo")(demo_command)
+
+def build_app(names=tuple(COMMANDS)) -> typer.Typer:
+    """A Typer application with the named sub-commands (always in group mode: ``pep NAME …``)."""
+    application = typer.Typer(
+        name="pep",
+        help="Train Expectation-Propagation-family sparse Gaussian process models at scale.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    application.callback()(lambda: None)
+    for name in names:
+        module, function = COMMANDS[name]
+        application.command(name)(getattr(import_module(module), function))
+    return application
+
+
+def __getattr__(name: str):
+    if name == "app":  # the full application, for tests and embedding
+        return build_app()
+    raise AttributeError(f"module 'flows.cli' has no attribute {name!r}")
 
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    requested = sys.argv[1] if len(sys.argv) > 1 else None
+    build_app((requested,) if requested in COMMANDS else tuple(COMMANDS))()
