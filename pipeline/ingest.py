@@ -1,8 +1,9 @@
 """Streaming ingest of a source into a pep store (DESIGN §3), in three coarse steps.
 
-1. :func:`stage` — one pass over the source: every block is checked (finite values, labels) and
-   appended, as float32, to a staging array inside a temporary sibling of the store. Memory holds one
-   block and one chunk, whatever the input size.
+1. :func:`stage` — one pass over the source: every block is checked (finite values, labels), then the
+   rows pass through a seeded, memory-bounded shuffle (:mod:`pipeline.shuffle`) and are appended, as
+   float32, to a staging array inside a temporary sibling of the store. Memory holds one block, the
+   shuffle buffer (≤ 64 MB) and one chunk, whatever the input size.
 2. :func:`write` — the test rows are drawn by seed (or taken from the source's own split), then every
    chunk of ``train/`` and ``test/`` is copied from the staging array in parallel with Dask; each chunk
    task returns its digest, the chunk's moments and class counts, which are merged in chunk order, so
@@ -35,6 +36,7 @@ from dask.callbacks import Callback
 
 from pipeline.errors import InputError
 from pipeline.moments import Moments
+from pipeline.shuffle import ShuffleBuffer, capacity_for
 from pipeline.sources import RowBlock, Source
 from pipeline.split import choose_test_rows, parse_test_size
 from pipeline.stores import SCHEMA_VERSION, SPLITS, create_split_arrays, data_checksum, finish_store
@@ -138,13 +140,15 @@ def check_destination(out: Path, overwrite: bool) -> None:
         raise InputError(f"--out {out}: exists and is not a Zarr store; refusing to replace it")
 
 
-def stage(source: Source, work: Path, chunk_rows: int, progress: Progress = no_progress) -> Staged:
-    """Read the source once into ``work/_staging`` (float32, source order), checking every block.
+def stage(source: Source, work: Path, chunk_rows: int, seed: int,
+          progress: Progress = no_progress) -> Staged:
+    """Read the source once into ``work/_staging`` (float32, shuffled by ``seed``), checking every block.
 
     Args:
         source: the opened source.
         work: the temporary store directory (created if missing).
         chunk_rows: rows per staging chunk (the store's chunk size).
+        seed: seed of the row shuffle (see :mod:`pipeline.shuffle`).
         progress: called with ``("read", rows so far, None)`` after each block.
 
     Raises:
@@ -157,17 +161,26 @@ def stage(source: Source, work: Path, chunk_rows: int, progress: Progress = no_p
     y_stage = group.create_array("y", shape=(0,), chunks=(chunk_rows,), dtype="float32",
                                  compressors=None)
     appender = _Appender(X_stage, y_stage)
+    shuffle = ShuffleBuffer(capacity_for(4 * (n_features + 2)), seed)
     labels, dropped, digest, splits = _LabelScan(), Counter(), hashlib.sha256(), []
+
+    def keep(rows: np.ndarray) -> None:  # rows: [X | y | is_test], float32
+        appender.append(rows[:, :n_features], rows[:, n_features])
+        if rows.shape[1] > n_features + 1:
+            splits.append(rows[:, n_features + 1] > 0.5)
+
     for block in source.read():
         _check_finite(block, source)
         labels.update(block)
         dropped.update(block.dropped)
         digest.update(np.ascontiguousarray(block.X))
         digest.update(np.ascontiguousarray(block.y))
-        if block.is_test is not None:
-            splits.append(block.is_test)
-        appender.append(block.X, block.y)
-        progress("read", appender.n_rows, None)
+        own_split = [] if block.is_test is None else [block.is_test]
+        for rows in shuffle.push(np.column_stack([block.X, block.y, *own_split]).astype(np.float32)):
+            keep(rows)
+        progress("read", appender.n_rows + shuffle.size, None)
+    for rows in shuffle.drain():
+        keep(rows)
     n_rows = appender.close()
     if n_rows == 0:
         reasons = "; ".join(f"{count} for {reason}" for reason, count in dropped.items())
@@ -269,7 +282,7 @@ def ingest(source: Source, out: str | Path, *, chunk_rows: int = DEFAULT_CHUNK_R
         out: local directory of the store to create.
         chunk_rows: rows per chunk.
         test_size: ``--test-size`` text (a count or a fraction); None for the source's default.
-        seed: seed of the train/test split.
+        seed: seed of the row shuffle and of the train/test split.
         overwrite: replace an existing store at ``out``.
         progress: progress callback (see :data:`Progress`).
         steps: the step functions to run (default: :func:`stage`, :func:`write`, :func:`publish`).
@@ -289,7 +302,7 @@ def ingest(source: Source, out: str | Path, *, chunk_rows: int = DEFAULT_CHUNK_R
     check_destination(out, overwrite)
     work = out.with_name(f".{out.name}.ingest-{uuid.uuid4().hex[:8]}")
     try:
-        staged = steps.stage(source, work, chunk_rows, progress)
+        staged = steps.stage(source, work, chunk_rows, seed, progress)
         written = steps.write(staged, chunk_rows, test, seed, progress)
         attrs = steps.publish(staged, written, source, out, overwrite, chunk_rows)
     finally:

@@ -18,14 +18,14 @@ class ConjugateMean:
     """``y_n ~ N(w, 1)``, ``w ~ N(0, 1)``; the energy is the log joint in ``w``. The site statistics
     ``(Σ y, Σ 1)`` drive ``post_mean`` towards the exact posterior mean ``Σy / (1 + N)``."""
 
-    nan_above: float = math.inf  # the data term is NaN once w exceeds this
+    nan_above: float = math.inf  # the data term is NaN once |w| exceeds this
 
     def global_energy(self, params, n_total):
         return -0.5 * params["w"] ** 2
 
     def local_energy(self, params, x, y, mask, n_total):
         value = -0.5 * jnp.sum(jnp.where(mask, (y - params["w"]) ** 2, 0.0))
-        return jnp.where(params["w"] > self.nan_above, jnp.nan, value)
+        return jnp.where(jnp.abs(params["w"]) > self.nan_above, jnp.nan, value)
 
     def local_site_stats(self, params, x, y, mask, n_total):
         return {"sum_y": jnp.sum(jnp.where(mask, y, 0.0)), "count": jnp.sum(mask).astype(float)}
