@@ -14,6 +14,7 @@ relative error 1.7e-5 with jitter 1e-6, 1.7e-7 with 1e-8 — linear in the jitte
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
@@ -44,3 +45,18 @@ def solve_upper_from_lower(lower, rhs):
 def logdet_from_cholesky(lower):
     """``log|A|`` from the Cholesky factor ``L`` of ``A = L Lᵀ``."""
     return 2.0 * jnp.sum(jnp.log(jnp.diagonal(lower, axis1=-2, axis2=-1)), axis=-1)
+
+
+def per_matrix(fn, *args):
+    """``fn`` applied to each slice of ``args`` along their leading axis (e.g. one matrix per class),
+    results stacked — use this instead of ``jax.vmap`` around Cholesky factorisations and triangular
+    solves.
+
+    ``jax.vmap`` turns them into *batched* LAPACK calls, which jaxlib 0.10 on CPU fans out to the XLA
+    thread pool and then blocks on; when as many independent batched calls run at once as the pool
+    has threads (2 on a 2-core machine), every pool thread waits for work only a pool thread could do
+    and the computation hangs for ever (seen here in ``jax::ParallelBatchMap`` under
+    ``lapack_dpotrf_ffi``; jaxlib 0.11 removes that parallel path). ``lax.map`` lowers to a loop of
+    unbatched calls, which never enter it.
+    """
+    return jax.lax.map(lambda sliced: fn(*sliced), args)

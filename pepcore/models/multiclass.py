@@ -49,7 +49,7 @@ import numpy as np
 
 from pepcore.initialisation import median_lengthscale
 from pepcore.kernels import ARDSquaredExponential
-from pepcore.linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
+from pepcore.linalg import DEFAULT_JITTER, cholesky, per_matrix, solve_lower, solve_upper_from_lower
 from pepcore.models import multiclass_sites as sites
 from pepcore.parameters import positive, unconstrain_positive
 
@@ -235,8 +235,8 @@ class MultiClassGP:
         if factor != "cholesky":
             raise ValueError(f"factor must be 'natural' or 'cholesky'; got {factor!r}")
         eye = jnp.eye(num_inducing)
-        inv_chol = jax.vmap(lambda l: cholesky(solve_upper_from_lower(l, solve_lower(l, eye))))
-        return params._replace(factor=CholeskyFactor(params.factor.shift, inv_chol(self.prior_cholesky(params))))
+        inv_chol = per_matrix(lambda l: cholesky(solve_upper_from_lower(l, solve_lower(l, eye))), self.prior_cholesky(params))
+        return params._replace(factor=CholeskyFactor(params.factor.shift, inv_chol))
 
     # ----------------------------------------------------------------------------------------------
     def _kernels(self, params: MultiClassParams):
@@ -251,11 +251,11 @@ class MultiClassGP:
         def one(amp, nse, ls, z):
             return cholesky(ARDSquaredExponential(ls, amp)(z, z), nse)
 
-        return jax.vmap(one)(amplitude, noise, lengthscales, params.inducing)
+        return per_matrix(one, amplitude, noise, lengthscales, params.inducing)
 
     def gaussians(self, params: MultiClassParams, chol_k, scale) -> ClassGaussians:
         """``p(f̄^c)·t_c^{scale_c}`` per class (``scale`` ``[C]``: 1 for ``q``, ``1 − 1/n_c`` for the cavity)."""
-        mean, sqrt_cov, log_norm = jax.vmap(_gaussian)(chol_k, params.factor, jnp.broadcast_to(scale, (self.num_classes,)))
+        mean, sqrt_cov, log_norm = per_matrix(_gaussian, chol_k, params.factor, jnp.broadcast_to(scale, (self.num_classes,)))
         return ClassGaussians(mean, sqrt_cov, log_norm)
 
     def row_projections(self, params: MultiClassParams, chol_k, x) -> RowProjections:
@@ -267,15 +267,15 @@ class MultiClassGP:
             fitc = jnp.maximum(amp + nse - jnp.sum(proj**2, axis=0), nse)  # s ≥ σ₀ exactly
             return solve_upper_from_lower(chol, proj).T, fitc
 
-        directions, fitc = jax.vmap(one)(amplitude, noise, lengthscales, params.inducing, chol_k)
+        directions, fitc = per_matrix(one, amplitude, noise, lengthscales, params.inducing, chol_k)
         return RowProjections(directions, fitc)
 
     def prior_surrogate(self, chol_k, q: ClassGaussians):
         """``Σ_c −½log|K_c| − ½tr(K_c⁻¹(V_c + m_cm_cᵀ))`` with ``q`` held fixed: its gradient is the
         prior term ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of eq. (10) (eqs. 63–64)."""
         q = jax.lax.stop_gradient(q)
-        whitened_cov = jax.vmap(solve_lower)(chol_k, q.sqrt_cov)
-        whitened_mean = jax.vmap(solve_lower)(chol_k, q.mean)
+        whitened_cov = per_matrix(solve_lower, chol_k, q.sqrt_cov)
+        whitened_mean = per_matrix(solve_lower, chol_k, q.mean)
         log_det = jnp.sum(jnp.log(jnp.diagonal(chol_k, axis1=-2, axis2=-1)))
         return -log_det - 0.5 * (jnp.sum(whitened_cov**2) + jnp.sum(whitened_mean**2))
 
