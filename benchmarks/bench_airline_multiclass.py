@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--num-inducing", type=int, default=AIRLINE_SEP.num_inducing)
     parser.add_argument("--learning-rate", type=float, default=AIRLINE_SEP.learning_rate)
     parser.add_argument("--cluster", default="local:2:pinned",
-                        help="local:2:pinned by default: unpinned, XLA:CPU wedged on this model here (README)")
+                        help="local:2:pinned by default: one core per worker does not oversubscribe a 2-core machine")
     args = parser.parse_args()
     config = AIRLINE_SEP.model_copy(update={"epochs": args.epochs, "batch_size": args.batch_size,
                                             "num_inducing": args.num_inducing,
