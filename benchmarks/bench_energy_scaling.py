@@ -23,7 +23,7 @@ from pepcore.gaussian import log_density
 from pepcore.likelihoods import Probit
 from pepcore.linalg import DEFAULT_JITTER
 from pepcore.models import collapsed_regression
-from pepcore.models.power_ep import PowerEPSparseGP, kernel_of
+from pepcore.models.power_ep import PowerEPSparseGP
 
 D = 8
 

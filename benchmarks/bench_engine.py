@@ -35,10 +35,9 @@ import numpy as np
 import psutil
 
 import pepcore
-from pipeline.blocks import BlockSource
 from pipeline.config import TrainConfig
 from pipeline.coordinator import TrainJob, Trainer
-from pipeline.engine import DaskBackend, Engine, InProcess, connect, evaluate_blocks
+from pipeline.engine import Engine, InProcess, connect, evaluate_blocks
 from pipeline.ingest import ingest
 from pipeline.sources import SourceRequest, open_source
 from pipeline.stores import open_store

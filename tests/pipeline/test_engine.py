@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from pipeline.blocks import BlockSource, TargetScaling
-from pipeline.config import TrainConfig
 from pipeline.engine import Engine, InProcess, connect, tree_sum
 from pipeline.errors import InputError
 from pipeline.models import MODELS, DataTerm
