@@ -30,7 +30,7 @@ from pepcore.models.power_ep import PowerEPSparseGP
 from pepcore.parameters import unconstrain_positive
 from pipeline.optimize import adam, maximise
 from pipeline.validation import (
-    check_binary_labels,
+    check_class_labels,
     check_features,
     check_num_inducing,
     check_targets,
@@ -184,12 +184,12 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
     def fit(self, X, y):
         """Fit the tied factor, hyper-parameters (and inducing inputs) by maximising the Power-EP energy."""
         x = check_features(X)
-        self.classes_, y01 = check_binary_labels(check_targets(y, x.shape[0]))
+        self.classes_, labels = check_class_labels(check_targets(y, x.shape[0]), binary=True)
         self._check_settings(x)
         lengthscales, variance, z = self._initial_kernel(x, 1.0)
         with pepcore.float64():
             self.model_ = PowerEPSparseGP(Probit(), alpha=float(self.alpha), jitter=self.jitter)
-            self.x_train_, self.y_train_ = jnp.asarray(x), jnp.asarray(y01)
+            self.x_train_, self.y_train_ = jnp.asarray(x), jnp.asarray(labels, dtype=jnp.float64)
             params = self.model_.init(x, z.shape[0], inducing=z, lengthscales=lengthscales, variance=variance)
             frozen = lambda p: p._replace(
                 raw_lengthscales=False, raw_variance=False, inducing=True, likelihood={}, factor_shift=False, factor_chol=False

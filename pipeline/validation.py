@@ -42,15 +42,6 @@ def check_targets(y, n_rows: int, name: str = "y") -> np.ndarray:
     return arr
 
 
-def check_binary_labels(y) -> tuple[np.ndarray, np.ndarray]:
-    """``(classes, y01)``: the two sorted class labels and ``y`` encoded as 0/1 floats."""
-    classes, encoded = np.unique(y, return_inverse=True)
-    if classes.size != 2:
-        listed = ", ".join(map(str, classes[:10])) + (", ..." if classes.size > 10 else "")
-        raise ValueError(f"y must contain exactly two classes for binary classification; got {classes.size}: [{listed}]")
-    return classes, encoded.astype(np.float64)
-
-
 def check_num_inducing(num_inducing: int, inducing_points, n_rows: int, n_features: int) -> None:
     """Inducing inputs: either a positive count ≤ n_rows, or an explicit [M, n_features] array."""
     if inducing_points is not None:
@@ -64,9 +55,15 @@ def check_num_inducing(num_inducing: int, inducing_points, n_rows: int, n_featur
         raise ValueError(f"num_inducing={num_inducing} exceeds the number of training rows ({n_rows})")
 
 
-def check_class_labels(y) -> tuple[np.ndarray, np.ndarray]:
-    """``(classes, encoded)``: the sorted class labels (at least two) and ``y`` as integers ``0..C−1``."""
+def check_class_labels(y, binary: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, encoded)``: the sorted class labels and ``y`` as integers ``0..C−1``.
+
+    Requires at least two classes, or exactly two when ``binary``.
+    """
     classes, encoded = np.unique(y, return_inverse=True)
+    if binary and classes.size != 2:
+        listed = ", ".join(map(str, classes[:10])) + (", ..." if classes.size > 10 else "")
+        raise ValueError(f"y must contain exactly two classes for binary classification; got {classes.size}: [{listed}]")
     if classes.size < 2:
         raise ValueError(f"y must contain at least two classes for classification; got {classes.size}: {classes.tolist()}")
     return classes, encoded.astype(np.int64)
