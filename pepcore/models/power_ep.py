@@ -55,6 +55,7 @@ def kernel_of(params: SparseGPParams) -> ARDSquaredExponential:
 
 class _Posterior(NamedTuple):
     chol_uu: jnp.ndarray  # L_uu, [M, M]
+    factor_root: jnp.ndarray  # A = L_uuᵀL, [M, M]
     chol_b: jnp.ndarray  # R_s, [M, M]
     whitened: jnp.ndarray  # c_s = R_s⁻¹ s L_uuᵀη, [M]
 
@@ -124,7 +125,7 @@ class PowerEPSparseGP:
         a = chol_uu.T @ jnp.tril(params.factor_chol)
         chol_b = cholesky(jnp.eye(z.shape[0], dtype=z.dtype) + scale * (a @ a.T))
         whitened = solve_lower(chol_b, scale * (chol_uu.T @ params.factor_shift))
-        return _Posterior(chol_uu, chol_b, whitened)
+        return _Posterior(chol_uu, a, chol_b, whitened)
 
     @staticmethod
     def _relative_log_normaliser(post: _Posterior):
@@ -139,7 +140,7 @@ class PowerEPSparseGP:
         post = self._posterior(params, 1.0)
         rel_q = self._relative_log_normaliser(post)
         if self.alpha == 0.0:
-            a = post.chol_uu.T @ jnp.tril(params.factor_chol)
+            a = post.factor_root
             b_inv_a = solve_lower(post.chol_b, a)  # R⁻¹A
             quad_mean = jnp.sum((a.T @ solve_upper_from_lower(post.chol_b, post.whitened)) ** 2)  # mᵀΛm
             expected_log_factor = jnp.sum(post.whitened**2) - 0.5 * (jnp.sum(b_inv_a**2) + quad_mean)
