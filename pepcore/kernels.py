@@ -29,9 +29,11 @@ class ARDSquaredExponential(NamedTuple):
             raise ValueError(
                 f"kernel inputs must be [N1, D] and [N2, D] with the same D; got {x1.shape} and {x2.shape}"
             )
-        a = x1 / self.lengthscales
-        b = x2 / self.lengthscales
-        sq = jnp.sum(a**2, axis=1)[:, None] + jnp.sum(b**2, axis=1)[None, :] - 2.0 * a @ b.T
+        # Σ_d (x1_d − x2_d)²/ℓ_d² with the weights on x1's side only: when x2 is data (not
+        # differentiated) the backward pass needs one [N1, D] matrix product instead of two.
+        weights = 1.0 / self.lengthscales**2
+        sq = (jnp.sum(x1**2 * weights, axis=1)[:, None] + jnp.sum(x2**2 * weights, axis=1)[None, :]
+              - 2.0 * (x1 * weights) @ x2.T)
         return self.variance * jnp.exp(-0.5 * jnp.maximum(sq, 0.0))
 
     def diag(self, x):

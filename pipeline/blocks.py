@@ -58,11 +58,15 @@ class BlockSource:
     targets: TargetScaling
 
     @classmethod
-    def of(cls, store: Store, split: str, block_rows: int, targets: TargetScaling) -> "BlockSource":
-        """The blocks of ``split`` of ``store``."""
-        return cls(store.path, split, store.n_rows(split), block_rows,
-                   tuple(map(float, store.attrs["x_mean"])), tuple(map(float, store.attrs["x_std"])),
-                   targets)
+    def of(cls, store: Store, split: str, block_rows: int, targets: TargetScaling,
+           standardize: bool = True) -> "BlockSource":
+        """The blocks of ``split`` of ``store``, standardised with the training statistics unless
+        ``standardize`` is False (then ``x`` is fed as stored: mean 0, scale 1)."""
+        mean, std = np.asarray(store.attrs["x_mean"], float), np.asarray(store.attrs["x_std"], float)
+        if not standardize:
+            mean, std = np.zeros_like(mean), np.ones_like(std)
+        return cls(store.path, split, store.n_rows(split), block_rows, tuple(map(float, mean)),
+                   tuple(map(float, std)), targets)
 
     @property
     def n_blocks(self) -> int:

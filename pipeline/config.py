@@ -50,6 +50,10 @@ class TrainConfig(BaseModel):
         batch_size: training rows per step (rounded up to whole blocks); larger than the split means
             full-batch steps.
         block_rows: rows per block, the engine's unit of work (static shape, compiled once).
+        standardize: standardise the inputs with the training split's per-feature mean and standard
+            deviation (DESIGN §3); False feeds the stored values as they are (seed001's MNIST driver only
+            divides the pixels by 255, which `pep ingest` already does; per-pixel standardisation would
+            blow up the near-constant border pixels).
         damping: step ρ ∈ (0, 1] of damped tied-factor updates for methods with EP-style site
             statistics (seed001 §2.7: ρ = 1, no damping, with minibatches).
         seed: seed of the initialisation and of the minibatch order.
@@ -70,6 +74,7 @@ class TrainConfig(BaseModel):
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(10_000, ge=1)
     block_rows: int = Field(1_000, ge=1)
+    standardize: bool = True
     damping: float = Field(1.0, gt=0.0, le=1.0)
     seed: int = Field(0, ge=0)
     checkpoint_every: int = Field(50, ge=1)

@@ -7,8 +7,10 @@ Each step ``s``:
    the minibatch and the coordinator applies the damped tied-factor update (the model's
    ``site_update`` rejects a non-finite result by itself) — the paper's order (seed001 §2.3, spec
    §2.9: refine the factors, rebuild ``q``, then take the gradient with the new factor);
-3. the engine returns ``Σ_blocks value_and_grad(L)``, summed in a fixed order (:mod:`pipeline.engine`);
-   the coordinator forms the minibatch estimate ``F̂ = G + (N/|B|) Σ_B L`` and its gradient and takes
+3. the coordinator computes the step-shared quantities ``S`` once, with their pullback
+   (:mod:`pipeline.models`); the engine returns ``Σ_blocks`` of the data term and its gradients w.r.t.
+   the params and ``S``, summed in a fixed order (:mod:`pipeline.engine`); the coordinator forms the
+   minibatch estimate ``F̂ = G + (N/|B|) Σ_B L`` and its gradient (chain rule through ``S``) and takes
    a guarded optax Adam ascent step (:func:`pipeline.optimize.ascent_update`: a step with a non-finite
    energy or gradient leaves params and optimiser state unchanged and is counted as rejected);
 4. at the end of every epoch it evaluates the held-out metrics and records the epoch's mean energy;
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -41,7 +44,7 @@ from pipeline.config import TrainConfig
 from pipeline.engine import Backend, Engine, InProcess, compute_threads
 from pipeline.errors import InputError
 from pipeline.metrics import finish
-from pipeline.models import DataTerm, ModelSpec, SiteTerm, get_model, has_sites
+from pipeline.models import DataTerm, ModelSpec, SiteTerm, get_model, has_sites, shared_form
 from pipeline.optimize import adam, ascent_update
 from pipeline.sampling import MinibatchSchedule
 from pipeline.stores import Store, open_store
@@ -133,11 +136,12 @@ class Trainer:
         self.targets = self.spec.targets(store)
         self.model = self.spec.model(config)
         block_rows = self.effective.block_rows
-        self.train = Engine(backend, BlockSource.of(store, "train", block_rows, self.targets))
-        self.test = Engine(backend, BlockSource.of(store, "test", block_rows, self.targets))
+        self.train = Engine(backend, BlockSource.of(store, "train", block_rows, self.targets, config.standardize))
+        self.test = Engine(backend, BlockSource.of(store, "test", block_rows, self.targets, config.standardize))
         self.n_total = store.n_rows("train")
-        self.data_term = DataTerm(self.model, self.n_total)
-        self.site_term = SiteTerm(self.model, self.n_total) if has_sites(self.model) else None
+        energy = shared_form(self.model)
+        self.data_term = DataTerm(energy, self.n_total)
+        self.site_term = SiteTerm(energy, self.n_total) if has_sites(self.model) else None
         self.held_out = self.spec.held_out(self.model, self.targets)
         with pepcore.float64():
             key_data = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
@@ -145,9 +149,10 @@ class Trainer:
                                           math.ceil(self.effective.batch_size / block_rows),
                                           tuple(int(k) for k in key_data))
         self.total_steps = config.epochs * self.schedule.steps_per_epoch
-        self.optimizer, self.update, self.site_update = _optimiser_and_update(
-            self.spec, config.trajectory(), self.n_total, self.schedule.steps_per_epoch,
-            self.total_steps if config.lr_schedule == "cosine" else 0)
+        self.compiled = _compiled_updates(self.spec, config.trajectory(), self.n_total,
+                                          self.schedule.steps_per_epoch,
+                                          self.total_steps if config.lr_schedule == "cosine" else 0)
+        self.optimizer = self.compiled.optimizer
         self._start: tuple[Any, Any] | None = None
 
     # ---------------------------------------------------------------------------------------------
@@ -255,14 +260,19 @@ class Trainer:
         """One training step on ``state`` (in place); False if it was rejected as non-finite."""
         blocks = self.schedule.blocks(state.step)
         scale = self.n_total / self.train.rows(blocks)
-        params = state.params
+        params, compiled = state.params, self.compiled
         if self.site_term is not None:
-            stats = self.train.map_sum(self.site_term, params, blocks)
             with pepcore.float64():
-                params = self.site_update(params, stats, scale)
-        value, grad = self.train.map_sum(self.data_term, params, blocks)
+                shared = compiled.shared(params)
+            stats = self.train.map_sum(self.site_term, (params, shared), blocks)
+            with pepcore.float64():
+                params = compiled.site_update(params, stats, scale)
         with pepcore.float64():
-            params, opt_state, ok, energy = self.update(params, state.opt_state, value, grad, scale)
+            shared, pullback = compiled.prepare(params)
+        value, grad = self.train.map_sum(self.data_term, (params, shared), blocks)
+        with pepcore.float64():
+            params, opt_state, ok, energy = compiled.update(params, state.opt_state, shared, pullback, value,
+                                                            grad, scale)
         state.params, state.opt_state = params, opt_state
         state.rejected += int(not ok)
         state.last_energy = float(energy)
@@ -288,27 +298,59 @@ class Trainer:
         return record
 
 
+def minibatch_energy(model: Any, n_total: int, params: Any, shared: Any, pullback: Callable, data_value: Any,
+                     data_grad: Any, scale: float) -> tuple[Any, Any]:
+    """``F̂ = G(θ, S) + scale·Σ_B L`` and its gradient from the summed block results (value, and the
+    gradients w.r.t. ``θ`` and ``S``): ``∂G/∂θ + scale·Σ∂L/∂θ + pullback(∂G/∂S + scale·Σ∂L/∂S)``, the
+    chain rule through ``S = step_shared(θ)`` (``model`` in the step-shared form, :mod:`pipeline.models`)."""
+    global_value, (global_grad, global_shared_grad) = jax.value_and_grad(
+        model.global_energy_shared, argnums=(0, 1))(params, shared, n_total)
+
+    def plus_scaled(total, part):
+        return jax.tree_util.tree_map(lambda a, b: a + scale * b, total, part)
+
+    data_grad_params, data_grad_shared = data_grad
+    (through_shared,) = pullback(plus_scaled(global_shared_grad, data_grad_shared))
+    grad = jax.tree_util.tree_map(jnp.add, plus_scaled(global_grad, data_grad_params), through_shared)
+    return global_value + scale * data_value, grad
+
+
+@dataclass(frozen=True)
+class _CompiledUpdates:
+    """The coordinator's compiled pieces of a step (see the module docstring)."""
+
+    optimizer: optax.GradientTransformation
+    shared: Callable  # params -> S
+    prepare: Callable  # params -> (S, pullback of S)
+    site_update: Callable  # (params, stats, scale) -> params
+    update: Callable  # (params, opt_state, S, pullback, data value, data grads, scale) -> params, ...
+
+
 @lru_cache(maxsize=8)
-def _optimiser_and_update(spec: ModelSpec, config: TrainConfig, n_total: int, steps_per_epoch: int,
-                          total_steps: int) -> tuple[optax.GradientTransformation, Callable, Callable | None]:
-    """The optimiser and the compiled coordinator updates: the Adam update (``G`` and its gradient,
-    the scaled data terms, the guarded ascent step) and, for models with site statistics, the damped
-    tied-factor update. Cached on hashable arguments, so that trainers of equal jobs (segments,
-    retries) compile once."""
-    model = spec.model(config)
+def _compiled_updates(spec: ModelSpec, config: TrainConfig, n_total: int, steps_per_epoch: int,
+                      total_steps: int) -> _CompiledUpdates:
+    """The optimiser and the compiled coordinator updates: the step-shared quantities (with their
+    pullback), the damped tied-factor update for models with site statistics, and the Adam update
+    (``G`` and its gradient, the scaled data terms, the chain rule through ``S``, the guarded ascent
+    step). Cached on hashable arguments, so that trainers of equal jobs (segments, retries) compile
+    once."""
+    model = shared_form(spec.model(config))
     optimizer = adam(learning_rate(config, steps_per_epoch, total_steps), spec.frozen(config))
 
-    def update(params, opt_state, data_value, data_grad, scale):
-        global_value, global_grad = jax.value_and_grad(model.global_energy)(params, n_total)
-        value = global_value + scale * data_value
-        grad = jax.tree_util.tree_map(lambda g, d: g + scale * d, global_grad, data_grad)
+    def shared(params):
+        return model.step_shared(params, n_total)
+
+    def update(params, opt_state, shared_values, pullback, data_value, data_grad, scale):
+        value, grad = minibatch_energy(model, n_total, params, shared_values, pullback, data_value, data_grad,
+                                       scale)
         params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
         return params, opt_state, ok, value
 
     def site_update(params, stats, scale):
         return model.site_update(params, stats, scale, config.damping)
 
-    return optimizer, jax.jit(update), jax.jit(site_update) if has_sites(model) else None
+    return _CompiledUpdates(optimizer, jax.jit(shared), jax.jit(lambda params: jax.vjp(shared, params)),
+                            jax.jit(site_update), jax.jit(update))
 
 
 def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False,

@@ -11,10 +11,21 @@ To add a model, write a class with the methods of :class:`ModelSpec` and add an 
 :data:`MODELS` (the multi-class specs of :mod:`pipeline.multiclass_models` are an example). A spec is
 bound to what it needs of the training store (e.g. class counts) by ``bind(store_binding(store))``;
 the binding is kept in checkpoint manifests. A model with EP-style moment matching also provides
-``local_site_stats(params, x, y, mask, n_total)`` (summed per-row site updates) and
-``site_update(params, stats, scale, damping)``; the coordinator then gathers the statistics with
-:class:`SiteTerm`, applies the damped update, and only then evaluates :class:`DataTerm` at the refined
-factor (seed001 §2.3: the gradient is taken with the new factor; DESIGN §2, §4).
+``local_site_stats`` (summed per-row site updates) and ``site_update(params, stats, scale, damping)``;
+the coordinator then gathers the statistics with :class:`SiteTerm`, applies the damped update, and only
+then evaluates :class:`DataTerm` at the refined factor (seed001 §2.3: the gradient is taken with the new
+factor; DESIGN §2, §4).
+
+**Step-shared quantities** (an extension of DESIGN §2). When every block needs the same O(C·M³)
+quantities (the multi-class model's ``chol(K_c)`` and cavities), recomputing them in every block
+function, and again for the global term, costs more than the blocks' own O(rows·C·M²) work at small
+minibatches. Such a model writes its energy as ``F = G(θ, S) + Σ_blocks L(θ, S; block)`` with
+``S = step_shared(θ, n_total)`` and provides ``step_shared``, ``global_energy_shared(θ, S, n_total)``,
+``local_energy_shared(θ, S, x, y, mask, n_total)`` (and ``local_site_stats(θ, S, x, y, mask, n_total)``).
+The coordinator computes ``S`` once per step with its pullback, the workers return ``∂L/∂θ`` and
+``∂L/∂S``, and the coordinator forms ``dF/dθ = ∂G/∂θ + Σ∂L/∂θ + pullback(∂G/∂S + Σ∂L/∂S)`` — the chain
+rule, so the gradient is that of the plain contract (tested). Models of the plain contract are seen
+through :class:`Unshared` (``S = ()``).
 """
 
 from __future__ import annotations
@@ -44,26 +55,59 @@ DEFAULT_ALPHA = 0.5
 
 
 @dataclass(frozen=True)
+class Unshared:
+    """A model of the plain energy contract in the step-shared form (see the module docstring), with
+    nothing shared: ``S = ()``."""
+
+    model: Any
+
+    def step_shared(self, params, n_total):
+        return ()
+
+    def global_energy_shared(self, params, shared, n_total):
+        return self.model.global_energy(params, n_total)
+
+    def local_energy_shared(self, params, shared, x, y, mask, n_total):
+        return self.model.local_energy(params, x, y, mask, n_total)
+
+    def local_site_stats(self, params, shared, x, y, mask, n_total):
+        return self.model.local_site_stats(params, x, y, mask, n_total)
+
+    def site_update(self, params, stats, scale, damping):
+        return self.model.site_update(params, stats, scale, damping)
+
+
+def shared_form(model: Any) -> Any:
+    """``model`` in the step-shared form (itself if it has ``step_shared``, else :class:`Unshared`)."""
+    return model if hasattr(model, "step_shared") else Unshared(model)
+
+
+@dataclass(frozen=True)
 class DataTerm:
-    """The engine's training function on one block: ``value_and_grad`` of the data term. Hashable, so
-    workers compile it once."""
+    """The engine's training function on one block: the data term and its gradient w.r.t. the params
+    and the step-shared quantities; its input is ``(params, shared)``. Hashable, so workers compile it
+    once. ``model`` is in the step-shared form (:func:`shared_form`)."""
 
     model: Any
     n_total: int
 
-    def __call__(self, params, x, y, mask):
-        return jax.value_and_grad(self.model.local_energy)(params, x, y, mask, self.n_total)
+    def __call__(self, inputs, x, y, mask):
+        params, shared = inputs
+        return jax.value_and_grad(self.model.local_energy_shared, argnums=(0, 1))(params, shared, x, y, mask,
+                                                                                 self.n_total)
 
 
 @dataclass(frozen=True)
 class SiteTerm:
-    """The engine's site-statistics function on one block, for models with EP-style updates."""
+    """The engine's site-statistics function on one block, for models with EP-style updates; its input
+    is ``(params, shared)`` like :class:`DataTerm`'s."""
 
     model: Any
     n_total: int
 
-    def __call__(self, params, x, y, mask):
-        return self.model.local_site_stats(params, x, y, mask, self.n_total)
+    def __call__(self, inputs, x, y, mask):
+        params, shared = inputs
+        return self.model.local_site_stats(params, shared, x, y, mask, self.n_total)
 
 
 def has_sites(model: Any) -> bool:

@@ -54,9 +54,13 @@ def _ascent(energy, params, opt_state, learning_rate):
 def _sep_step(model: MultiClassGP, params, opt_state, state, index, x, y, mask, n_total, damping, learning_rate):
     del index
     rows = jnp.sum(mask)
-    stats = model.local_site_stats(params, x, y, mask, n_total)
+    stats = model.local_site_stats(params, model.step_shared(params, n_total), x, y, mask)
     params = model.site_update(params, stats, n_total / rows, damping)
-    energy = lambda p: model.global_energy(p, n_total) + n_total / rows * model.local_energy(p, x, y, mask, n_total)
+
+    def energy(p):
+        shared = model.step_shared(p, n_total)
+        return model.global_energy_shared(p, shared, n_total) + n_total / rows * model.local_energy_shared(p, shared, x, y, mask)
+
     return _ascent(energy, params, opt_state, learning_rate) + (jnp.asarray(0), state)
 
 

@@ -51,6 +51,15 @@ class LabelledMultiClass:
 
     gp: MultiClassGP
 
+    def step_shared(self, params: MultiClassParams, n_total):
+        return self.gp.step_shared(params, n_total)
+
+    def global_energy_shared(self, params: MultiClassParams, shared, n_total):
+        return self.gp.global_energy_shared(params, shared, n_total)
+
+    def local_energy_shared(self, params: MultiClassParams, shared, x, y, mask, n_total):
+        return self.gp.local_energy_shared(params, shared, x, _labels(y), mask)
+
     def global_energy(self, params: MultiClassParams, n_total):
         return self.gp.global_energy(params, n_total)
 
@@ -65,8 +74,8 @@ class LabelledMultiClass:
 class LabelledSEP(LabelledMultiClass):
     """:class:`LabelledMultiClass` with the EP-style site statistics and tied-factor update of SEP."""
 
-    def local_site_stats(self, params: MultiClassParams, x, y, mask, n_total) -> SiteStats:
-        return self.gp.local_site_stats(params, x, _labels(y), mask, n_total)
+    def local_site_stats(self, params: MultiClassParams, shared, x, y, mask, n_total) -> SiteStats:
+        return self.gp.local_site_stats(params, shared, x, _labels(y), mask)
 
     def site_update(self, params: MultiClassParams, stats: SiteStats, scale, damping):
         return self.gp.site_update(params, stats, scale, damping)

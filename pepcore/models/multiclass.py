@@ -95,6 +95,14 @@ class ClassGaussians(NamedTuple):
     log_normaliser: jnp.ndarray  # g(·) − g(prior), [C]
 
 
+class StepShared(NamedTuple):
+    """The O(C·M³) quantities every block of a step needs, computed once per step by the coordinator
+    (:meth:`MultiClassGP.step_shared`) and sent to the workers with the params."""
+
+    chol_k: jnp.ndarray  # chol(K_c), [C, M, M]
+    cavity: ClassGaussians  # p(f̄^c)·t_c^(1 − α/n_c)
+
+
 class RowProjections(NamedTuple):
     """Per class and row: ``υ_i^c = K_c⁻¹k_c(x_i)`` and the FITC variance ``s_i^c`` (eqs. 4–5)."""
 
@@ -244,14 +252,19 @@ class MultiClassGP:
         noise = positive(params.raw_noise) + self.jitter * amplitude
         return amplitude, noise, positive(params.raw_lengthscales)
 
+    def _cross_covariances(self, params: MultiClassParams, x=None):
+        """``k_c(Z_c, x)`` for every class, ``[C, M, B]`` (``K_c`` without noise when ``x`` is None);
+        batched over classes, no factorisation involved."""
+        amplitude, _, lengthscales = self._kernels(params)
+
+        def one(amp, ls, z):
+            return ARDSquaredExponential(ls, amp)(z, z if x is None else x)
+
+        return jax.vmap(one)(amplitude, lengthscales, params.inducing)
+
     def prior_cholesky(self, params: MultiClassParams):
         """``chol(K_c)`` with the noise (and jitter) on the diagonal, ``[C, M, M]``."""
-        amplitude, noise, lengthscales = self._kernels(params)
-
-        def one(amp, nse, ls, z):
-            return cholesky(ARDSquaredExponential(ls, amp)(z, z), nse)
-
-        return per_matrix(one, amplitude, noise, lengthscales, params.inducing)
+        return per_matrix(cholesky, self._cross_covariances(params), self._kernels(params)[1])
 
     def gaussians(self, params: MultiClassParams, chol_k, scale) -> ClassGaussians:
         """``p(f̄^c)·t_c^{scale_c}`` per class (``scale`` ``[C]``: 1 for ``q``, ``1 − 1/n_c`` for the cavity)."""
@@ -260,14 +273,14 @@ class MultiClassGP:
 
     def row_projections(self, params: MultiClassParams, chol_k, x) -> RowProjections:
         """``υ_i^c = K_c⁻¹k_c(x_i)`` and ``s_i^c = κ_c − k_cᵀK_c⁻¹k_c`` (eqs. 4–5) for the rows ``x``."""
-        amplitude, noise, lengthscales = self._kernels(params)
+        amplitude, noise, _ = self._kernels(params)
 
-        def one(amp, nse, ls, z, chol):
-            proj = solve_lower(chol, ARDSquaredExponential(ls, amp)(z, x))  # L⁻¹k, [M, B]
+        def one(chol, cross, amp, nse):
+            proj = solve_lower(chol, cross)  # L⁻¹k, [M, B]
             fitc = jnp.maximum(amp + nse - jnp.sum(proj**2, axis=0), nse)  # s ≥ σ₀ exactly
             return solve_upper_from_lower(chol, proj).T, fitc
 
-        directions, fitc = per_matrix(one, amplitude, noise, lengthscales, params.inducing, chol_k)
+        directions, fitc = per_matrix(one, chol_k, self._cross_covariances(params, x), amplitude, noise)
         return RowProjections(directions, fitc)
 
     def prior_surrogate(self, chol_k, q: ClassGaussians):
@@ -286,44 +299,59 @@ class MultiClassGP:
         """``1 − α/n_c``: the cavity removes the power α of one of the ``n_c`` tied factors."""
         return 1.0 - self.alpha / self.factor_counts(n_total)
 
-    def _cavity(self, params: MultiClassParams, chol_k, n_total) -> ClassGaussians:
+    def step_shared(self, params: MultiClassParams, n_total) -> StepShared:
+        """``chol(K_c)`` and the cavities ``p·t^(1 − α/n_c)``: what every block of a step needs, O(C·M³).
+
+        The energy is ``G(params, S) + Σ_blocks L(params, S; block)`` with ``S = step_shared(params)``;
+        the coordinator computes ``S`` once per step and back-propagates into it once (DESIGN §2 as
+        extended in :mod:`pipeline.models`). With a :class:`NaturalFactor` the cavity is held fixed
+        (eq. 10), so only ``chol(K_c)`` carries gradient.
+        """
+        chol_k = self.prior_cholesky(params)
         cavity = self.gaussians(params, chol_k, self._cavity_scale(n_total))
-        return jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity
+        return StepShared(chol_k, jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity)
 
     # ----------------------------------------------------------------------------------------------
-    def global_energy(self, params: MultiClassParams, n_total):
+    def global_energy_shared(self, params: MultiClassParams, shared: StepShared, n_total):
         """``G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))]`` (spec §2.8.6); O(C·M³), independent of N.
 
         With a :class:`NaturalFactor` the gradient is the prior term of eq. (10) only (see the module
         docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``.
         """
-        chol_k = self.prior_cholesky(params)
-        q = self.gaussians(params, chol_k, 1.0)
-        cavity = self.gaussians(params, chol_k, self._cavity_scale(n_total))
+        q = self.gaussians(params, shared.chol_k, 1.0)
         weight = self.factor_counts(n_total) / self.alpha
-        value = jnp.sum(q.log_normaliser + weight * (cavity.log_normaliser - q.log_normaliser))
+        value = jnp.sum(q.log_normaliser + weight * (shared.cavity.log_normaliser - q.log_normaliser))
         if self._holds_cavity(params):
-            return hold_gradient(value, self.prior_surrogate(chol_k, q))
+            return hold_gradient(value, self.prior_surrogate(shared.chol_k, q))
         return value
 
-    def _pair_cavities(self, params: MultiClassParams, x, y, n_total):
+    def global_energy(self, params: MultiClassParams, n_total):
+        """``G`` of :meth:`global_energy_shared` with its own :meth:`step_shared` (DESIGN §2 contract)."""
+        return self.global_energy_shared(params, self.step_shared(params, n_total), n_total)
+
+    def _pair_cavities(self, params: MultiClassParams, shared: StepShared, x, y):
         """Cavity projections of every pair ``(i, k)``: label side ``[B, 1]``, other side ``[B, C]``."""
-        chol_k = self.prior_cholesky(params)
-        rows = self.row_projections(params, chol_k, x)
-        proj = project(self._cavity(params, chol_k, n_total), rows.directions)
+        rows = self.row_projections(params, shared.chol_k, x)
+        cavity = jax.lax.stop_gradient(shared.cavity) if self._holds_cavity(params) else shared.cavity
+        proj = project(cavity, rows.directions)
         fitc = rows.fitc_var.T
         label = sites.Projections(label_side(proj.mean, y), label_side(proj.var, y))
         return rows, label, proj, label_side(fitc, y), fitc
 
-    def local_energy(self, params: MultiClassParams, x, y, mask, n_total):
+    def local_energy_shared(self, params: MultiClassParams, shared: StepShared, x, y, mask, n_total=None):
         """``L = (1/α) Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one chunk (eq. 34).
 
         ``x`` ``[B, D]``, integer ``y`` ``[B]``, boolean ``mask`` ``[B]``; masked (padding) rows contribute
-        exactly zero to the value and the gradient. ``n_total`` sets the cavities' ``n_c``.
+        exactly zero to the value and the gradient. ``shared`` (from :meth:`step_shared`) carries the
+        cavities and with them ``n_c``; ``n_total`` is part of the contract only.
         """
-        _, label, other, label_fitc, other_fitc = self._pair_cavities(params, x, y, n_total)
+        _, label, other, label_fitc, other_fitc = self._pair_cavities(params, shared, x, y)
         terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha) / self.alpha
         return jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
+
+    def local_energy(self, params: MultiClassParams, x, y, mask, n_total):
+        """``L`` of :meth:`local_energy_shared` with its own :meth:`step_shared` (DESIGN §2 contract)."""
+        return self.local_energy_shared(params, self.step_shared(params, n_total), x, y, mask)
 
     def energy(self, params: MultiClassParams, x, y):
         """The whole ``log Z_q`` estimate ``G + L`` on in-memory data (all rows)."""
@@ -331,13 +359,14 @@ class MultiClassGP:
         return self.global_energy(params, n) + self.local_energy(params, x, y, jnp.ones(n, bool), n)
 
     # ----------------------------------------------------------------------------------------------
-    def local_site_stats(self, params: MultiClassParams, x, y, mask, n_total) -> SiteStats:
+    def local_site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask, n_total=None) -> SiteStats:
         """Refine every factor of the chunk against the SEP cavity and sum the new sites per class.
 
         The sums ``Σ_i Δ_i^c υ_i^cυ_i^cᵀ``, ``Σ_i μ̃_i^c υ_i^c`` (spec §2.8.5, eqs. 26–27) and the counts
-        ``n_{B,c}`` add over chunks exactly like gradients; masked rows contribute zero.
+        ``n_{B,c}`` add over chunks exactly like gradients; masked rows contribute zero. ``shared`` is
+        :meth:`step_shared` of ``params``.
         """
-        rows, label, other, label_fitc, other_fitc = self._pair_cavities(params, x, y, n_total)
+        rows, label, other, label_fitc, other_fitc = self._pair_cavities(params, shared, x, y)
         refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha)
         shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
         count = sites.factor_counts(y, mask, self.num_classes)

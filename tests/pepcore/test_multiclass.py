@@ -110,7 +110,7 @@ def test_site_removal_and_normaliser_change_match_dense_algebra():
 @jax.jit
 def _sep_step(model, params, x, y, damping):
     n = x.shape[0]
-    stats = model.local_site_stats(params, x, y, jnp.ones(n, bool), n)
+    stats = model.local_site_stats(params, model.step_shared(params, n), x, y, jnp.ones(n, bool))
     return model.site_update(params, stats, 1.0, damping)
 
 
@@ -212,7 +212,7 @@ def test_sep_batch_converges_to_a_fixed_point():
 def test_non_finite_site_statistics_are_rejected():
     model, params, x, y = _problem()
     n = x.shape[0]
-    stats = jax.jit(model.local_site_stats, static_argnums=4)(params, x, y, jnp.ones(n, bool), n)
+    stats = jax.jit(lambda p: model.local_site_stats(p, model.step_shared(p, n), x, y, jnp.ones(n, bool)))(params)
     bad = stats._replace(shift=stats.shift.at[0, 0].set(jnp.nan))
     kept = jax.jit(model.site_update)(params, bad)
     np.testing.assert_array_equal(kept.factor.shift, params.factor.shift)
@@ -247,9 +247,9 @@ def test_chunked_masked_terms_sum_to_the_whole(factor):
     for a, b in zip(jax.tree_util.tree_leaves(summed), jax.tree_util.tree_leaves(whole[1])):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
     if factor == "natural":
-        site_stats = jax.jit(model.local_site_stats, static_argnums=4)
-        stats = [site_stats(params, *chunk, n) for chunk in _padded_chunks(x, y, 10)]
-        total = site_stats(params, x, y, jnp.ones(n, bool), n)
+        site_stats = jax.jit(lambda p, *rows: model.local_site_stats(p, model.step_shared(p, n), *rows))
+        stats = [site_stats(params, *chunk) for chunk in _padded_chunks(x, y, 10)]
+        total = site_stats(params, x, y, jnp.ones(n, bool))
         for a, b in zip(jax.tree_util.tree_map(lambda *s: sum(s), *stats), total):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 

@@ -9,7 +9,7 @@ import pytest
 from pipeline.blocks import BlockSource, TargetScaling
 from pipeline.engine import Engine, InProcess, connect, tree_sum
 from pipeline.errors import InputError
-from pipeline.models import MODELS, DataTerm
+from pipeline.models import MODELS, DataTerm, shared_form
 from pipeline.sampling import MinibatchSchedule
 from tests.trainstores import FAST
 
@@ -22,6 +22,8 @@ def test_blocks_are_standardised_padded_and_masked(binary_store):
     assert last.x.shape == (48, 3) and last.mask.sum() == 16 and not last.x[16:].any()
     expected = (x_all[384:].astype(float) - binary_store.attrs["x_mean"]) / binary_store.attrs["x_std"]
     np.testing.assert_array_equal(last.x[:16], expected)
+    raw = BlockSource.of(binary_store, "train", 48, TargetScaling(), standardize=False).read(8)
+    np.testing.assert_array_equal(raw.x[:16], x_all[384:].astype(float))
     np.testing.assert_array_equal(last.y[:16], y_all[384:])
     with pytest.raises(IndexError):
         source.read(9)
@@ -34,7 +36,9 @@ def test_map_sum_equals_the_full_data_term(binary_store):
     x = np.concatenate([source.read(b).x[source.read(b).mask] for b in range(9)])
     y = np.concatenate([source.read(b).y[source.read(b).mask] for b in range(9)])
     params = spec.init(model, x, FAST)
-    value, grad = Engine(InProcess(), source).map_sum(DataTerm(model, 400), params, range(9))
+    value, (grad, shared_grad) = Engine(InProcess(), source).map_sum(DataTerm(shared_form(model), 400),
+                                                                     (params, ()), range(9))
+    assert shared_grad == ()
     direct_value, direct_grad = jax.value_and_grad(model.local_energy)(params, x, y, np.ones(400, bool), 400)
     np.testing.assert_allclose(value, direct_value, rtol=1e-12)
     for a, b in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(direct_grad)):

@@ -70,3 +70,36 @@ def test_stores_and_powers_that_do_not_fit_are_refused(binary_store, regression_
     assert {SEP, "multiclass-direct"} <= set(MODELS)
     binary = train(job(binary_store, tmp_path / "binary", epochs=1))  # two classes are a special case
     assert np.isfinite(binary.history[-1]["test_nll"])
+
+
+@pytest.mark.parametrize("model", [SEP, "multiclass-direct"])
+def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradient(three_class_store, tmp_path,
+                                                                                  model):
+    """The coordinator computes chol(K_c) and the cavities once per step and back-propagates into them
+    once (pipeline.models: step-shared quantities): value and gradient must equal autodiff of the plain
+    contract G + (N/|B|) Σ L on the same minibatch."""
+    import jax
+    import jax.numpy as jnp
+
+    import pepcore
+    from pipeline.coordinator import minibatch_energy
+    from pipeline.models import shared_form
+
+    trainer = Trainer(job(three_class_store, tmp_path, model), InProcess())
+    state = trainer.fresh_state()
+    trainer.step(state)  # a refined factor and moved hyper-parameters, away from the initial state
+    blocks = trainer.schedule.blocks(1)
+    rows = [trainer.train.source.read(b) for b in blocks]
+    x, y, mask = (np.concatenate([getattr(r, f) for r in rows]) for f in ("x", "y", "mask"))
+    scale, n_total, energy = trainer.n_total / mask.sum(), trainer.n_total, shared_form(trainer.model)
+    with pepcore.float64():
+        shared, pullback = trainer.compiled.prepare(state.params)
+        data_value, data_grad = trainer.train.map_sum(trainer.data_term, (state.params, shared), blocks)
+        value, grad = minibatch_energy(energy, n_total, state.params, shared, pullback, data_value, data_grad, scale)
+        plain = jax.value_and_grad(lambda p: trainer.model.global_energy(p, n_total)
+                                   + scale * trainer.model.local_energy(p, jnp.asarray(x), jnp.asarray(y), mask,
+                                                                        n_total))
+        expected_value, expected_grad = plain(state.params)
+    assert float(value) == pytest.approx(float(expected_value), rel=1e-10)
+    for a, b in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(expected_grad)):
+        np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-9 * np.abs(b).max())
