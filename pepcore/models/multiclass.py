@@ -51,7 +51,7 @@ from pepcore.initialisation import median_lengthscale
 from pepcore.kernels import ARDSquaredExponential
 from pepcore.linalg import DEFAULT_JITTER, cholesky, per_matrix, solve_lower, solve_upper_from_lower
 from pepcore.models import multiclass_sites as sites
-from pepcore.parameters import positive, unconstrain_positive
+from pepcore.parameters import log_of_positive, positive_from_log
 
 
 class NaturalFactor(NamedTuple):
@@ -71,9 +71,9 @@ class CholeskyFactor(NamedTuple):
 class MultiClassParams(NamedTuple):
     """The trainable state: per-class unconstrained hyper-parameters, inducing inputs and tied factor."""
 
-    raw_amplitude: jnp.ndarray  # σ_c through softplus, [C]
-    raw_noise: jnp.ndarray  # σ_{0,c} through softplus, [C]
-    raw_lengthscales: jnp.ndarray  # ℓ_c through softplus, [C, D]
+    raw_amplitude: jnp.ndarray  # log σ_c, [C] (logarithms as in the reference code, pepcore.parameters)
+    raw_noise: jnp.ndarray  # log σ_{0,c}, [C]
+    raw_lengthscales: jnp.ndarray  # log ℓ_c, [C, D]
     inducing: jnp.ndarray  # Z_c, [C, M, D]
     factor: Union[NaturalFactor, CholeskyFactor]
 
@@ -230,9 +230,9 @@ class MultiClassGP:
             lengthscales = median_lengthscale(x, seed)
         lengthscales = np.broadcast_to(np.asarray(lengthscales, dtype=float), (num_classes, dim))
         params = MultiClassParams(
-            raw_amplitude=unconstrain_positive(jnp.full(num_classes, float(amplitude))),
-            raw_noise=unconstrain_positive(jnp.full(num_classes, float(noise))),
-            raw_lengthscales=unconstrain_positive(jnp.asarray(lengthscales)),
+            raw_amplitude=log_of_positive(jnp.full(num_classes, float(amplitude))),
+            raw_noise=log_of_positive(jnp.full(num_classes, float(noise))),
+            raw_lengthscales=log_of_positive(jnp.asarray(lengthscales)),
             inducing=jnp.asarray(inducing),
             factor=NaturalFactor(
                 jnp.zeros((num_classes, num_inducing)), jnp.zeros((num_classes, num_inducing, num_inducing))
@@ -248,9 +248,9 @@ class MultiClassGP:
 
     # ----------------------------------------------------------------------------------------------
     def _kernels(self, params: MultiClassParams):
-        amplitude = positive(params.raw_amplitude)
-        noise = positive(params.raw_noise) + self.jitter * amplitude
-        return amplitude, noise, positive(params.raw_lengthscales)
+        amplitude = positive_from_log(params.raw_amplitude)
+        noise = positive_from_log(params.raw_noise) + self.jitter * amplitude
+        return amplitude, noise, positive_from_log(params.raw_lengthscales)
 
     def _cross_covariances(self, params: MultiClassParams, x=None):
         """``k_c(Z_c, x)`` for every class, ``[C, M, B]`` (``K_c`` without noise when ``x`` is None);
