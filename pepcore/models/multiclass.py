@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pepcore.initialisation import median_lengthscale
-from pepcore.kernels import ARDSquaredExponential
+from pepcore.kernels import BatchedARDSquaredExponential
 from pepcore.linalg import DEFAULT_JITTER, cholesky, per_matrix, solve_lower, solve_upper_from_lower
 from pepcore.models import multiclass_sites as sites
 from pepcore.parameters import log_of_positive, positive_from_log
@@ -256,11 +256,8 @@ class MultiClassGP:
         """``k_c(Z_c, x)`` for every class, ``[C, M, B]`` (``K_c`` without noise when ``x`` is None);
         batched over classes, no factorisation involved."""
         amplitude, _, lengthscales = self._kernels(params)
-
-        def one(amp, ls, z):
-            return ARDSquaredExponential(ls, amp)(z, z if x is None else x)
-
-        return jax.vmap(one)(amplitude, lengthscales, params.inducing)
+        kernels = BatchedARDSquaredExponential(lengthscales, amplitude)
+        return kernels.gram(params.inducing) if x is None else kernels.cross(params.inducing, x)
 
     def prior_cholesky(self, params: MultiClassParams):
         """``chol(K_c)`` with the noise (and jitter) on the diagonal, ``[C, M, M]``."""

@@ -8,9 +8,9 @@ from hypothesis import given, settings, strategies as st
 from scipy.stats import multivariate_normal
 
 from pepcore import gaussian
-from pepcore.kernels import ARDSquaredExponential
+from pepcore.kernels import ARDSquaredExponential, BatchedARDSquaredExponential
 from pepcore.linalg import cholesky, logdet_from_cholesky
-from pepcore.parameters import positive, unconstrain_positive
+from pepcore.parameters import log_of_positive, positive, positive_from_log, unconstrain_positive
 from tests import oracles
 
 
@@ -66,6 +66,39 @@ def test_kernel_matches_dense_formula_and_checks_shapes():
     np.testing.assert_allclose(k.diag(jnp.asarray(x1)), np.full(5, 1.7))
     with pytest.raises(ValueError, match=r"\[N1, D\]"):
         k(jnp.asarray(x1), jnp.asarray(x2[:, :2]))
+
+
+def test_batched_kernels_match_one_kernel_per_class_in_value_and_gradient():
+    """The class-batched Gram and cross matrices (and the symmetric Gram's hand-written backward pass)
+    equal C separate ARDSquaredExponential evaluations and their autodiff gradients."""
+    rng = np.random.default_rng(3)
+    ls, amp = jnp.asarray(rng.uniform(0.5, 2.0, (3, 4))), jnp.asarray(rng.uniform(0.5, 2.0, 3))
+    z, x = jnp.asarray(rng.normal(size=(3, 5, 4))), jnp.asarray(rng.normal(size=(6, 4)))
+    weights = jnp.asarray(rng.normal(size=(3, 5, 5))), jnp.asarray(rng.normal(size=(3, 5, 6)))
+
+    def batched(ls, amp, z):
+        kernels = BatchedARDSquaredExponential(ls, amp)
+        return jnp.sum(weights[0] * kernels.gram(z)) + jnp.sum(weights[1] * kernels.cross(z, x))
+
+    def separate(ls, amp, z):
+        total = 0.0
+        for c in range(3):
+            kernel = ARDSquaredExponential(ls[c], amp[c])
+            total = total + jnp.sum(weights[0][c] * kernel(z[c], z[c])) + jnp.sum(weights[1][c] * kernel(z[c], x))
+        return total
+
+    with jax.enable_x64(True):
+        args = [jnp.asarray(a, jnp.float64) for a in (ls, amp, z)]
+        value, grads = jax.value_and_grad(batched, argnums=(0, 1, 2))(*args)
+        expected_value, expected_grads = jax.value_and_grad(separate, argnums=(0, 1, 2))(*args)
+    assert float(value) == pytest.approx(float(expected_value), rel=1e-12)
+    for a, b in zip(grads, expected_grads):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_log_bijection_round_trips():
+    value = jnp.asarray([1e-3, 1.0, 250.0])
+    np.testing.assert_allclose(positive_from_log(log_of_positive(value)), value, rtol=1e-6)
 
 
 def test_kernel_round_trips_through_jit_as_a_pytree():
