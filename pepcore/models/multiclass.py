@@ -49,7 +49,7 @@ import numpy as np
 
 from pepcore.initialisation import median_lengthscale
 from pepcore.kernels import BatchedARDSquaredExponential
-from pepcore.linalg import DEFAULT_JITTER, cholesky, per_matrix, solve_lower, solve_upper_from_lower
+from pepcore.linalg import DEFAULT_JITTER, cholesky, cholesky_and_inverse, per_matrix, solve_lower
 from pepcore.models import multiclass_sites as sites
 from pepcore.parameters import log_of_positive, positive_from_log
 
@@ -95,11 +95,19 @@ class ClassGaussians(NamedTuple):
     log_normaliser: jnp.ndarray  # g(·) − g(prior), [C]
 
 
+class PriorFactors(NamedTuple):
+    """``L_c = chol(K_c)`` and its inverse (the inverse turns every later solve into a matrix product,
+    :func:`pepcore.linalg.cholesky_and_inverse`)."""
+
+    chol: jnp.ndarray  # [C, M, M]
+    inverse: jnp.ndarray  # [C, M, M]
+
+
 class StepShared(NamedTuple):
     """The O(C·M³) quantities every block of a step needs, computed once per step by the coordinator
     (:meth:`MultiClassGP.step_shared`) and sent to the workers with the params."""
 
-    chol_k: jnp.ndarray  # chol(K_c), [C, M, M]
+    prior: PriorFactors
     cavity: ClassGaussians  # p(f̄^c)·t_c^(1 − α/n_c)
 
 
@@ -242,8 +250,8 @@ class MultiClassGP:
             return params
         if factor != "cholesky":
             raise ValueError(f"factor must be 'natural' or 'cholesky'; got {factor!r}")
-        eye = jnp.eye(num_inducing)
-        inv_chol = per_matrix(lambda l: cholesky(solve_upper_from_lower(l, solve_lower(l, eye))), self.prior_cholesky(params))
+        inverse = self.prior_factors(params).inverse  # chol(K⁻¹) = chol(PᵀP)
+        inv_chol = per_matrix(cholesky, jnp.swapaxes(inverse, -1, -2) @ inverse)
         return params._replace(factor=CholeskyFactor(params.factor.shift, inv_chol))
 
     # ----------------------------------------------------------------------------------------------
@@ -259,34 +267,31 @@ class MultiClassGP:
         kernels = BatchedARDSquaredExponential(lengthscales, amplitude)
         return kernels.gram(params.inducing) if x is None else kernels.cross(params.inducing, x)
 
-    def prior_cholesky(self, params: MultiClassParams):
-        """``chol(K_c)`` with the noise (and jitter) on the diagonal, ``[C, M, M]``."""
-        return per_matrix(cholesky, self._cross_covariances(params), self._kernels(params)[1])
+    def prior_factors(self, params: MultiClassParams) -> PriorFactors:
+        """``chol(K_c)`` and its inverse, with the noise (and jitter) on the diagonal of ``K_c``."""
+        noise = self._kernels(params)[1]
+        eye = jnp.eye(params.inducing.shape[1], dtype=noise.dtype)
+        return PriorFactors(*cholesky_and_inverse(self._cross_covariances(params) + noise[:, None, None] * eye))
 
     def gaussians(self, params: MultiClassParams, chol_k, scale) -> ClassGaussians:
         """``p(f̄^c)·t_c^{scale_c}`` per class (``scale`` ``[C]``: 1 for ``q``, ``1 − 1/n_c`` for the cavity)."""
         mean, sqrt_cov, log_norm = per_matrix(_gaussian, chol_k, params.factor, jnp.broadcast_to(scale, (self.num_classes,)))
         return ClassGaussians(mean, sqrt_cov, log_norm)
 
-    def row_projections(self, params: MultiClassParams, chol_k, x) -> RowProjections:
+    def row_projections(self, params: MultiClassParams, prior: PriorFactors, x) -> RowProjections:
         """``υ_i^c = K_c⁻¹k_c(x_i)`` and ``s_i^c = κ_c − k_cᵀK_c⁻¹k_c`` (eqs. 4–5) for the rows ``x``."""
         amplitude, noise, _ = self._kernels(params)
+        proj = prior.inverse @ self._cross_covariances(params, x)  # L⁻¹k, [C, M, B]
+        fitc = jnp.maximum((amplitude + noise)[:, None] - jnp.sum(proj**2, axis=1), noise[:, None])  # s ≥ σ₀ exactly
+        return RowProjections(jnp.einsum("cmb,cmn->cbn", proj, prior.inverse), fitc)  # υ = L⁻ᵀL⁻¹k
 
-        def one(chol, cross, amp, nse):
-            proj = solve_lower(chol, cross)  # L⁻¹k, [M, B]
-            fitc = jnp.maximum(amp + nse - jnp.sum(proj**2, axis=0), nse)  # s ≥ σ₀ exactly
-            return solve_upper_from_lower(chol, proj).T, fitc
-
-        directions, fitc = per_matrix(one, chol_k, self._cross_covariances(params, x), amplitude, noise)
-        return RowProjections(directions, fitc)
-
-    def prior_surrogate(self, chol_k, q: ClassGaussians):
+    def prior_surrogate(self, prior: PriorFactors, q: ClassGaussians):
         """``Σ_c −½log|K_c| − ½tr(K_c⁻¹(V_c + m_cm_cᵀ))`` with ``q`` held fixed: its gradient is the
         prior term ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of eq. (10) (eqs. 63–64)."""
         q = jax.lax.stop_gradient(q)
-        whitened_cov = per_matrix(solve_lower, chol_k, q.sqrt_cov)
-        whitened_mean = per_matrix(solve_lower, chol_k, q.mean)
-        log_det = jnp.sum(jnp.log(jnp.diagonal(chol_k, axis1=-2, axis2=-1)))
+        whitened_cov = prior.inverse @ q.sqrt_cov
+        whitened_mean = jnp.einsum("cmn,cn->cm", prior.inverse, q.mean)
+        log_det = jnp.sum(jnp.log(jnp.diagonal(prior.chol, axis1=-2, axis2=-1)))
         return -log_det - 0.5 * (jnp.sum(whitened_cov**2) + jnp.sum(whitened_mean**2))
 
     def _holds_cavity(self, params: MultiClassParams) -> bool:
@@ -302,11 +307,11 @@ class MultiClassGP:
         The energy is ``G(params, S) + Σ_blocks L(params, S; block)`` with ``S = step_shared(params)``;
         the coordinator computes ``S`` once per step and back-propagates into it once (DESIGN §2 as
         extended in :mod:`pipeline.models`). With a :class:`NaturalFactor` the cavity is held fixed
-        (eq. 10), so only ``chol(K_c)`` carries gradient.
+        (eq. 10), so only the prior factors carry gradient.
         """
-        chol_k = self.prior_cholesky(params)
-        cavity = self.gaussians(params, chol_k, self._cavity_scale(n_total))
-        return StepShared(chol_k, jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity)
+        prior = self.prior_factors(params)
+        cavity = self.gaussians(params, prior.chol, self._cavity_scale(n_total))
+        return StepShared(prior, jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity)
 
     # ----------------------------------------------------------------------------------------------
     def global_energy_shared(self, params: MultiClassParams, shared: StepShared, n_total):
@@ -315,11 +320,11 @@ class MultiClassGP:
         With a :class:`NaturalFactor` the gradient is the prior term of eq. (10) only (see the module
         docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``.
         """
-        q = self.gaussians(params, shared.chol_k, 1.0)
+        q = self.gaussians(params, shared.prior.chol, 1.0)
         weight = self.factor_counts(n_total) / self.alpha
         value = jnp.sum(q.log_normaliser + weight * (shared.cavity.log_normaliser - q.log_normaliser))
         if self._holds_cavity(params):
-            return hold_gradient(value, self.prior_surrogate(shared.chol_k, q))
+            return hold_gradient(value, self.prior_surrogate(shared.prior, q))
         return value
 
     def global_energy(self, params: MultiClassParams, n_total):
@@ -328,7 +333,7 @@ class MultiClassGP:
 
     def _pair_cavities(self, params: MultiClassParams, shared: StepShared, x, y):
         """Cavity projections of every pair ``(i, k)``: label side ``[B, 1]``, other side ``[B, C]``."""
-        rows = self.row_projections(params, shared.chol_k, x)
+        rows = self.row_projections(params, shared.prior, x)
         cavity = jax.lax.stop_gradient(shared.cavity) if self._holds_cavity(params) else shared.cavity
         proj = project(cavity, rows.directions)
         fitc = rows.fitc_var.T
@@ -392,9 +397,9 @@ class MultiClassGP:
     # ----------------------------------------------------------------------------------------------
     def predict_latent(self, params: MultiClassParams, x):
         """``m*_c``, ``v*_c`` of eqs. (66)–(67) (noise included in ``κ``), ``[B, C]`` each."""
-        chol_k = self.prior_cholesky(params)
-        rows = self.row_projections(params, chol_k, x)
-        proj = project(self.gaussians(params, chol_k, 1.0), rows.directions)
+        prior = self.prior_factors(params)
+        rows = self.row_projections(params, prior, x)
+        proj = project(self.gaussians(params, prior.chol, 1.0), rows.directions)
         return proj.mean, proj.var + rows.fitc_var.T
 
     def predict(self, params: MultiClassParams, x):

@@ -56,9 +56,9 @@ def init_sites(num_rows: int, params: MultiClassParams) -> EPSites:
 
 
 def _pair_cavities(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, hold: bool) -> _PairCavities:
-    chol_k = model.prior_cholesky(params)
-    rows = model.row_projections(params, chol_k, x)
-    q = model.gaussians(params, chol_k, 1.0)
+    prior = model.prior_factors(params)
+    rows = model.row_projections(params, prior, x)
+    q = model.gaussians(params, prior.chol, 1.0)
     if hold:
         q = jax.lax.stop_gradient(q)
     stored = jnp.swapaxes(state.directions, 0, 1)  # [C, B, M]
@@ -121,9 +121,9 @@ def site_factor(state: EPSites, y) -> NaturalFactor:
 
 def global_energy(model: MultiClassGP, params: MultiClassParams):
     """``Σ_c g(q_c) − g(p_c)`` (eq. 60, first bracket); gradient: the prior term of eq. (10)."""
-    chol_k = model.prior_cholesky(params)
-    q = model.gaussians(params, chol_k, 1.0)
-    return hold_gradient(jnp.sum(q.log_normaliser), model.prior_surrogate(chol_k, q))
+    prior = model.prior_factors(params)
+    q = model.gaussians(params, prior.chol, 1.0)
+    return hold_gradient(jnp.sum(q.log_normaliser), model.prior_surrogate(prior, q))
 
 
 def local_energy(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, mask):
