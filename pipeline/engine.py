@@ -13,8 +13,14 @@ Backends:
   pinned clusters, not the in-process backend, see below) or an existing
   scheduler (``tcp://HOST:PORT``). Each step the params are scattered once to every worker
   (``broadcast=True``); each worker gets one task with the blocks assigned to it (block ``b`` goes to
-  worker ``b mod W``, so a worker keeps seeing the same blocks and reads each from Zarr only once);
-  tasks may move to another worker if theirs dies, and a failed step is re-run.
+  worker ``b mod W``, so a worker keeps seeing the same blocks); tasks may move to another worker if
+  theirs dies, and a failed step is re-run.
+
+Memory: every process that computes blocks keeps the blocks it read in a :class:`BlockCache` of at most
+``PEP_BLOCK_CACHE_MB`` megabytes (default 64; 0 turns it off), least recently used first out. A block
+evicted from it is read from Zarr again when next needed, which the operating system's page cache makes
+cheap. A worker's memory is therefore bounded whatever the number of training rows N: a store that
+fits in the budget is read once, a larger one costs a re-read per block per epoch.
 
 Determinism: every block's result is computed by the same compiled function on the same inputs,
 whatever process computes it, and the per-block results are summed on the coordinator in a fixed
@@ -37,8 +43,10 @@ computes with the same thread settings. Three settings change the last bits (all
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
@@ -76,15 +84,85 @@ def compute_threads() -> threadpool_limits:
 # --------------------------------------------------------------------------------------------------
 # What runs wherever blocks are computed (a worker process or this one). Both caches live per process.
 
-_blocks: dict[tuple[BlockSource, int], Block] = {}
+BLOCK_CACHE_ENV = "PEP_BLOCK_CACHE_MB"
+DEFAULT_BLOCK_CACHE_MB = 64.0
 
 
-def _block(source: BlockSource, index: int) -> Block:
-    """Block ``index`` of ``source``, read from Zarr on first use and kept in this process's memory."""
-    key = (source, index)
-    if key not in _blocks:
-        _blocks[key] = source.read(index)
-    return _blocks[key]
+def block_cache_budget() -> int:
+    """The block cache's budget in bytes: ``$PEP_BLOCK_CACHE_MB`` megabytes (2**20 bytes, fractions
+    allowed), :data:`DEFAULT_BLOCK_CACHE_MB` when unset.
+
+    Raises:
+        InputError: the variable is not a finite number ≥ 0.
+    """
+    text = os.environ.get(BLOCK_CACHE_ENV, str(DEFAULT_BLOCK_CACHE_MB))
+    try:
+        megabytes = float(text)
+    except ValueError:
+        megabytes = math.nan
+    if not (math.isfinite(megabytes) and megabytes >= 0):
+        raise InputError(f"{BLOCK_CACHE_ENV}: expected a finite number of megabytes >= 0, found {text!r}")
+    return int(megabytes * 2**20)
+
+
+def block_bytes(block: Block) -> int:
+    """Memory held by a block's arrays."""
+    return block.x.nbytes + block.y.nbytes + block.mask.nbytes
+
+
+class BlockCache:
+    """The blocks this process read, least recently used first out, at most ``budget()`` bytes.
+
+    A block larger than the budget is returned but not kept; a budget of 0 keeps nothing. The budget is
+    read at every call, so a changed ``$PEP_BLOCK_CACHE_MB`` applies from the next block on.
+
+    Args:
+        budget: returns the budget in bytes (default :func:`block_cache_budget`).
+
+    Example:
+        >>> cache = BlockCache(lambda: 2**20)  # 1 MB, whatever $PEP_BLOCK_CACHE_MB says
+        >>> first = cache.get(source, 0)  # read from Zarr and kept
+        >>> cache.get(source, 0) is first  # until 1 MB of more recently used blocks push it out
+        True
+    """
+
+    def __init__(self, budget: Callable[[], int] = block_cache_budget):
+        self.budget = budget
+        self.nbytes = 0
+        self._blocks: OrderedDict[tuple[BlockSource, int], Block] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, key: tuple[BlockSource, int]) -> bool:
+        return key in self._blocks
+
+    def get(self, source: BlockSource, index: int) -> Block:
+        """Block ``index`` of ``source``: from the cache if held (it becomes the most recent), else
+        read from Zarr and kept if it fits the budget."""
+        budget = self.budget()
+        self._trim(budget)
+        key = (source, index)
+        if key in self._blocks:
+            self._blocks.move_to_end(key)
+            return self._blocks[key]
+        block = source.read(index)
+        size = block_bytes(block)
+        if size <= budget:
+            self._trim(budget - size)
+            self._blocks[key] = block
+            self.nbytes += size
+        return block
+
+    def _trim(self, limit: int) -> None:
+        """Drop least recently used blocks until at most ``limit`` bytes are held."""
+        while self.nbytes > limit:
+            _, block = self._blocks.popitem(last=False)
+            self.nbytes -= block_bytes(block)
+
+
+BLOCKS = BlockCache()
+"""This process's block cache (on a worker: the blocks of the tasks it ran)."""
 
 
 @lru_cache(maxsize=32)
@@ -97,7 +175,7 @@ def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequ
     """``[fn(params, *block) for block in blocks]`` as numpy pytrees, computed in float64."""
     with pepcore.float64(), compute_threads():
         compiled = _compiled(fn)
-        return [jax.device_get(compiled(params, *_block(source, b))) for b in blocks]
+        return [jax.device_get(compiled(params, *BLOCKS.get(source, b))) for b in blocks]
 
 
 def tree_sum(parts: Sequence[Any]) -> Any:

@@ -1,13 +1,16 @@
-"""The engine in-process: block reading and padding, fixed-order sums, minibatch schedules."""
+"""The engine in-process: block reading and padding, the bounded block cache, fixed-order sums,
+minibatch schedules."""
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pipeline import engine
 from pipeline.blocks import BlockSource, TargetScaling
-from pipeline.engine import Engine, InProcess, connect, tree_sum
+from pipeline.engine import BlockCache, Engine, InProcess, block_bytes, connect, tree_sum
 from pipeline.errors import InputError
 from pipeline.models import MODELS, DataTerm, shared_form
 from pipeline.sampling import MinibatchSchedule
@@ -43,6 +46,72 @@ def test_map_sum_equals_the_full_data_term(binary_store):
     np.testing.assert_allclose(value, direct_value, rtol=1e-12)
     for a, b in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(direct_grad)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def block_sums(params, x, y, mask):
+    """A per-block function that depends on every value of the block (so a wrong block changes it)."""
+    return {"x": jnp.sum(jnp.sin(x @ params) * mask), "y": jnp.sum(y * mask)}
+
+
+class RecordingCache(BlockCache):
+    """A block cache that records the bytes it holds after every block it serves."""
+
+    def __init__(self):
+        super().__init__()
+        self.held: list[int] = []
+
+    def get(self, source, index):
+        block = super().get(source, index)
+        self.held.append(self.nbytes)
+        return block
+
+
+def test_a_bounded_block_cache_keeps_its_budget_and_the_sums(binary_store, monkeypatch):
+    source = BlockSource.of(binary_store, "train", 48, TargetScaling())
+    size = block_bytes(source.read(0))
+    order = [0, 1, 2, 0, 3, 4, 5, 6, 7, 8, 8, 1, 0, 5]  # revisits blocks after they were evicted
+    params = np.array([0.3, -1.2, 0.7])
+    sums = []
+    for megabytes in (1000.0, 2.5 * size / 2**20):  # unbounded, then room for two blocks
+        monkeypatch.setenv("PEP_BLOCK_CACHE_MB", str(megabytes))
+        cache = RecordingCache()
+        monkeypatch.setattr(engine, "BLOCKS", cache)
+        sums.append(Engine(InProcess(), source).map_sum(block_sums, params, order))
+    assert max(cache.held) <= 2.5 * size and len(cache) == 2
+    assert sums[1] == sums[0]  # bit for bit: evicted blocks are read again, unchanged
+
+
+def test_the_block_cache_evicts_the_least_recently_used_block(binary_store):
+    source = BlockSource.of(binary_store, "train", 48, TargetScaling())
+    cache = BlockCache(lambda: 2 * block_bytes(source.read(0)))
+    first = cache.get(source, 0)
+    cache.get(source, 1)
+    assert cache.get(source, 0) is first  # a hit, and 0 is now the most recent
+    cache.get(source, 2)
+    assert (source, 0) in cache and (source, 1) not in cache and (source, 2) in cache
+    assert cache.nbytes == 2 * block_bytes(first) and len(cache) == 2
+    cache.get(source, 1)
+    assert (source, 0) not in cache and (source, 1) in cache
+
+
+def test_a_zero_budget_caches_nothing(binary_store, monkeypatch):
+    monkeypatch.setenv("PEP_BLOCK_CACHE_MB", "1")
+    source = BlockSource.of(binary_store, "train", 48, TargetScaling())
+    cache = BlockCache()
+    first = cache.get(source, 3)
+    assert len(cache) == 1
+    monkeypatch.setenv("PEP_BLOCK_CACHE_MB", "0")
+    again, third = cache.get(source, 3), cache.get(source, 3)
+    assert again is not first and third is not again and (len(cache), cache.nbytes) == (0, 0)
+    np.testing.assert_array_equal(again.x, first.x)
+
+
+@pytest.mark.parametrize("value", ["-1", "lots", "nan", "inf"])
+def test_a_bad_block_cache_budget_is_refused(binary_store, monkeypatch, value):
+    monkeypatch.setenv("PEP_BLOCK_CACHE_MB", value)
+    source = BlockSource.of(binary_store, "train", 48, TargetScaling())
+    with pytest.raises(InputError, match="PEP_BLOCK_CACHE_MB: expected a finite number of megabytes >= 0"):
+        BlockCache().get(source, 0)
 
 
 def test_tree_sum_has_a_fixed_order():
