@@ -29,7 +29,6 @@ from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline.errors import InputError
 from pipeline.ingest import (
-    DEFAULT_CHUNK_ROWS,
     Progress,
     Steps,
     check_destination,
@@ -64,7 +63,7 @@ publish_task = task(publish, name="ingest-publish", cache_policy=NO_CACHE)
 
 @flow(name="ingest")
 def ingest_flow(source: str, out: str, inputs: list[str] | None = None, target: str | None = None,
-                task: str = "auto", chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                task: str = "auto", chunk_rows: int | None = None,
                 test_size: str | None = None, seed: int = 0, overwrite: bool = False) -> dict[str, Any]:
     """Ingest a source into a pep store (see :func:`pipeline.ingest.ingest`).
 
@@ -74,7 +73,7 @@ def ingest_flow(source: str, out: str, inputs: list[str] | None = None, target: 
         inputs: input files or directory (``--input``).
         target: target column (tables) or target kind (airline: classes, delayed, delay).
         task: ``auto``, ``classification`` or ``regression`` (tables).
-        chunk_rows: rows per chunk.
+        chunk_rows: rows per chunk; None for 10,000 (fewer for wide rows, about 1 MiB per chunk).
         test_size: row count or fraction of the test split; None for the source's default.
         seed: seed of the train/test split.
         overwrite: replace an existing store.
@@ -121,7 +120,8 @@ def ingest_command(
     task: Annotated[str, typer.Option(
         help="csv/parquet/npz: classification, regression, or auto (integer targets are "
              "classes).")] = "auto",
-    chunk_rows: Annotated[int, typer.Option(help="Rows per chunk.")] = DEFAULT_CHUNK_ROWS,
+    chunk_rows: Annotated[int | None, typer.Option(
+        help="Rows per chunk. Default: 10000, fewer for wide rows (about 1 MiB per chunk).")] = None,
     test_size: Annotated[str | None, typer.Option(
         help="Test rows: a count (10000) or a fraction (0.2). Default: 10000 for airline, 0.2 for "
              "tables; mnist keeps its own split.")] = None,

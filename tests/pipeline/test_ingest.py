@@ -146,3 +146,16 @@ def test_bad_labels_and_nan_in_binary_inputs_leave_nothing(tmp_path):
     with pytest.raises(InputError, match=r"d.npz: row 4, column 'x1': expected a finite number, found nan"):
         ingest(open_source("npz", SourceRequest((tmp_path / "d.npz",))), tmp_path / "s.zarr")
     assert {p.name for p in tmp_path.iterdir()} == {"m", "d.npz"}
+
+
+@pytest.mark.parametrize("n_features, expected", [(8, 10_000), (600, 436)])
+def test_default_chunks_hold_at_most_a_mebibyte_of_rows(tmp_path, n_features, expected):
+    """Without --chunk-rows, chunks hold 10,000 rows, fewer when that would exceed 1 MiB of float32."""
+    npz = tmp_path / "wide.npz"
+    rng = np.random.default_rng(0)
+    np.savez(npz, X=rng.normal(size=(1200, n_features)), y=rng.integers(0, 2, 1200))
+    ingest(open_source("npz", SourceRequest((npz,), None, "classification")), tmp_path / "s.zarr", test_size="0.1")
+    store = open_store(tmp_path / "s.zarr")
+    X, _ = store.arrays("train")
+    assert store.attrs["chunk_rows"] == expected and X.chunks[0] == expected
+    assert expected == 10_000 or expected * n_features * 4 <= 2**20 < (expected + 1) * n_features * 4
