@@ -171,11 +171,14 @@ def _compiled(fn: Callable) -> Callable:
     return jax.jit(fn)
 
 
-def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequence[int]) -> list:
-    """``[fn(params, *block) for block in blocks]`` as numpy pytrees, computed in float64."""
+def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequence[int],
+                    to_host: bool = True) -> list:
+    """``[fn(params, *block) for block in blocks]``, computed in float64; numpy pytrees when ``to_host``
+    (results that travel), else JAX arrays (in-process: no copies to and from the device buffers)."""
     with pepcore.float64(), compute_threads():
         compiled = _compiled(fn)
-        return [jax.device_get(compiled(params, *BLOCKS.get(source, b))) for b in blocks]
+        results = [compiled(params, *BLOCKS.get(source, b)) for b in blocks]
+        return jax.device_get(results) if to_host else results
 
 
 def tree_sum(parts: Sequence[Any]) -> Any:
@@ -207,7 +210,7 @@ class InProcess:
     description = "in-process"
 
     def evaluate(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
-        return evaluate_blocks(fn, params, source, blocks)
+        return evaluate_blocks(fn, params, source, blocks, to_host=False)
 
     def close(self) -> None:
         pass
@@ -268,7 +271,7 @@ class DaskBackend:
         plan: dict[str, list[int]] = {}
         for b in blocks:
             plan.setdefault(workers[b % len(workers)], []).append(b)
-        shared = self.client.scatter(params, broadcast=True, hash=False)
+        shared = self.client.scatter(jax.device_get(params), broadcast=True, hash=False)
         futures = {worker: self.client.submit(evaluate_blocks, fn, shared, source, assigned,
                                               workers=[worker], allow_other_workers=True, pure=False)
                    for worker, assigned in plan.items()}
@@ -364,8 +367,7 @@ class Engine:
 
     def map_sum(self, fn: Callable, params: Any, blocks: Sequence[int]) -> Any:
         """``Σ_{b in blocks} fn(params, *block_b)``, summed by :func:`tree_sum` in ``blocks`` order."""
-        host_params = jax.device_get(params)
-        return tree_sum(self.backend.evaluate(fn, host_params, self.source, list(blocks)))
+        return tree_sum(self.backend.evaluate(fn, params, self.source, list(blocks)))
 
     def rows(self, blocks: Sequence[int]) -> int:
         """Real rows in ``blocks`` (the minibatch size |B|)."""
