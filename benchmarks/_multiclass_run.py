@@ -16,9 +16,18 @@ from pipeline.baselines import classification_baselines
 from pipeline.config import TrainConfig
 from pipeline.coordinator import Trainer, TrainJob
 from pipeline.engine import connect
+from pipeline.ingest import ingest
+from pipeline.sources import SourceRequest, open_source
 from pipeline.stores import Store
 
 MODEL = "multiclass-sep"
+
+
+def airline_classes(work: Path) -> Path:
+    """The bundled airline flights ingested with 3 classes (``pep ingest airline``) into ``work``."""
+    path = work / "airline-classes.zarr"
+    ingest(open_source("airline", SourceRequest((), "classes")), path)
+    return path
 
 
 def tree_bytes(tree: Any) -> int:

@@ -19,10 +19,8 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._common import write_results
-from benchmarks._multiclass_run import baselines, run_sep
+from benchmarks._multiclass_run import airline_classes, baselines, run_sep
 from pipeline.config import TrainConfig
-from pipeline.ingest import ingest
-from pipeline.sources import SourceRequest, open_source
 from pipeline.stores import open_store
 
 # M = 200 per class as the paper; 10,000-row steps (27 per epoch) in 2,500-row blocks, cosine-decayed Adam.
@@ -44,11 +42,7 @@ def main() -> None:
                                             "num_inducing": args.num_inducing,
                                             "learning_rate": args.learning_rate})
     with tempfile.TemporaryDirectory(prefix="pep-bench-airline-") as work:
-        store_path = args.store
-        if store_path is None:
-            store_path = Path(work) / "airline-classes.zarr"
-            ingest(open_source("airline", SourceRequest((), "classes")), store_path)
-        store = open_store(store_path)
+        store = open_store(args.store or airline_classes(Path(work)))
         reference = baselines(store)
         sep = run_sep(store, config, args.cluster)
         sizes = {"n_train": store.n_rows("train"), "n_test": store.n_rows("test")}

@@ -42,13 +42,13 @@ import numpy as np
 import psutil
 
 from benchmarks._common import best_time, write_results
-from benchmarks._multiclass_run import MODEL, EpochClock, tree_bytes
+from benchmarks._multiclass_run import MODEL, EpochClock, airline_classes, tree_bytes
 from pipeline import engine
 from pipeline.config import TrainConfig
 from pipeline.coordinator import Trainer, TrainJob
 from pipeline.engine import BLOCK_CACHE_ENV, InProcess, block_bytes, block_cache_budget, connect
 from pipeline.ingest import ingest
-from pipeline.sources import RowBlock, Source, SourceRequest, open_source
+from pipeline.sources import RowBlock, Source
 from pipeline.stores import Store, open_store
 
 CONFIG = TrainConfig(num_inducing=100, batch_size=10_000, block_rows=1_000, checkpoint_every=1_000_000)
@@ -86,13 +86,6 @@ def check_replica(store: Store, replica: Store, copies: int) -> None:
     if not same:
         raise AssertionError(f"{replica.path}: expected the training rows of {store.path} {copies} times "
                              f"and its test rows; found class counts {again} (original {counts})")
-
-
-def airline_classes(work: Path) -> Path:
-    """The bundled airline flights ingested with 3 classes (``pep ingest airline``) into ``work``."""
-    path = work / "airline-classes.zarr"
-    ingest(open_source("airline", SourceRequest((), "classes")), path)
-    return path
 
 
 def disk_mb(path: str | Path) -> float:
