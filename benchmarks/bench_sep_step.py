@@ -1,0 +1,105 @@
+"""Where one ``multiclass-sep`` training step goes, piece by piece (issue 5's speed goal).
+
+Trains a few steps on a store with the given config in-process, then times each coordinator call of a
+step after ``block_until_ready`` (median over ``--steps`` steps): the step-shared quantities for the
+site statistics, the site statistics through the engine, the tied-factor update, the step-shared
+quantities with their pullback, the data term through the engine, and the global term + chain rule +
+Adam update. For comparison, the same block functions called directly (jitted, on device arrays).
+
+Usage::
+
+    .venv/bin/python -m benchmarks.bench_sep_step [--store fmnist.zarr] [--steps 15]
+
+Without ``--store``, Fashion-MNIST (``pep ingest mnist``) is ingested into a temporary directory and
+the paper's MNIST settings of :mod:`benchmarks.bench_fashion_mnist` are used. Writes
+``benchmarks/results/bench_sep_step.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+import pepcore
+from benchmarks._common import write_results
+from benchmarks._multiclass_run import MODEL
+from benchmarks.bench_fashion_mnist import PAPER_MNIST
+from pipeline.coordinator import Trainer, TrainJob
+from pipeline.engine import BLOCKS, InProcess, compute_threads
+from pipeline.ingest import ingest
+from pipeline.sources import SourceRequest, open_source
+from pipeline.sources.mnist import DEBIAN_DIR
+from pipeline.stores import Store, open_store
+
+
+def timed(times: dict[str, list[float]], name: str, call: Callable[[], Any]) -> Any:
+    """``call()``, waited for, with its seconds appended to ``times[name]``."""
+    started = time.perf_counter()
+    result = jax.block_until_ready(call())
+    times.setdefault(name, []).append(time.perf_counter() - started)
+    return result
+
+
+def profile(store: Store, steps: int) -> dict[str, Any]:
+    """Median milliseconds of each piece of a step, and of the direct block calls."""
+    config = PAPER_MNIST.model_copy(update={"epochs": 1})
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="pep-bench-step-") as run_dir, compute_threads():
+        trainer = Trainer(TrainJob(MODEL, store, config, Path(run_dir)), InProcess())
+        state, compiled, train = trainer.fresh_state(), trainer.compiled, trainer.train
+        for _ in range(3):  # compile everything
+            trainer.step(state)
+        for _ in range(steps):
+            blocks = trainer.schedule.blocks(state.step)
+            scale = trainer.n_total / train.rows(blocks)
+            params = state.params
+            with pepcore.float64():
+                shared = timed(times, "step-shared quantities", lambda: compiled.shared(params))
+                stats = timed(times, "site statistics (engine)",
+                              lambda: train.map_sum(trainer.site_term, (params, shared), blocks))
+                params = timed(times, "tied-factor update", lambda: compiled.site_update(params, stats, scale))
+                shared, pullback = timed(times, "step-shared quantities + pullback", lambda: compiled.prepare(params))
+                value, grad = timed(times, "data term + gradient (engine)",
+                                    lambda: train.map_sum(trainer.data_term, (params, shared), blocks))
+                state.params, state.opt_state, *_ = timed(
+                    times, "global term + chain rule + Adam",
+                    lambda: compiled.update(params, state.opt_state, shared, pullback, value, grad, scale))
+            state.step += 1
+        block = BLOCKS.get(train.source, 0)
+        with pepcore.float64():
+            x, y, mask = (jax.numpy.asarray(a) for a in block)
+            site_term, data_term = jax.jit(trainer.site_term), jax.jit(trainer.data_term)
+            inputs = (state.params, compiled.shared(state.params))
+            direct = {"site statistics (direct)": lambda: site_term(inputs, x, y, mask),
+                      "data term + gradient (direct)": lambda: data_term(inputs, x, y, mask)}
+            for name, call in direct.items():
+                timed({}, name, call)
+                for _ in range(steps):
+                    timed(times, name, call)
+    medians = {name: round(1e3 * float(np.median(values)), 2) for name, values in times.items()}
+    step_ms = sum(v for k, v in medians.items() if "direct" not in k)
+    return {"config": config.model_dump(), "steps_timed": steps, "median_ms": medians, "step_ms": round(step_ms, 1),
+            "seconds_per_epoch_estimate": round(step_ms / 1e3 * trainer.schedule.steps_per_epoch, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", type=Path, default=None)
+    parser.add_argument("--steps", type=int, default=15)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pep-bench-step-data-") as work:
+        path = args.store
+        if path is None:
+            path = Path(work) / "fashion-mnist.zarr"
+            ingest(open_source("mnist", SourceRequest((DEBIAN_DIR,))), path)
+        write_results("bench_sep_step", {"data": str(args.store or DEBIAN_DIR), **profile(open_store(path), args.steps)})
+
+
+if __name__ == "__main__":
+    main()
