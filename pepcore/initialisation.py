@@ -1,5 +1,6 @@
 """Data-driven starting values for kernels and inducing inputs (seed000 §7, the reference code's
-``init_hypers``): median-distance lengthscales and k-means inducing inputs."""
+``init_hypers``): median-distance lengthscales and k-means inducing inputs; and the multi-class
+reference code's lengthscale (seed001 §4.5)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ def median_lengthscale(x: np.ndarray, seed: int = 0) -> float:
     """Half the median pairwise distance of (a subsample of) the inputs; 1.0 if degenerate."""
     distances = pdist(_subsample(np.asarray(x, dtype=float), seed, 2_000))
     value = 0.5 * float(np.median(distances)) if distances.size else 1.0
+    return value if np.isfinite(value) and value > 1e-6 else 1.0
+
+
+def squared_median_lengthscale(x: np.ndarray, seed: int = 0) -> float:
+    """``√median`` of the pairwise distances of 1,000 random rows: seed001's MNIST driver sets the
+    *squared* lengthscale to the median distance (spec §4.5); 1.0 if degenerate."""
+    distances = pdist(_subsample(np.asarray(x, dtype=float), seed, 1_000))
+    value = float(np.sqrt(np.median(distances))) if distances.size else 1.0
     return value if np.isfinite(value) and value > 1e-6 else 1.0
 
 

@@ -2,7 +2,8 @@
 
 Softplus is the default (gradients stay bounded for large values). The multi-class model stores its
 hyper-parameters as logarithms, as seed001's reference code does ("ADAM ascent step on log σ, log σ₀,
-log l"), so Adam's default step is the same relative change as there.
+log l", with l the *squared* lengthscale), so Adam's default step is the same relative change as there:
+on Fashion-MNIST this alone moves pep onto the R code's accuracy trajectory (README).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pepcore.initialisation import median_lengthscale
+from pepcore.initialisation import squared_median_lengthscale
 from pepcore.kernels import BatchedARDSquaredExponential
 from pepcore.linalg import DEFAULT_JITTER, cholesky, cholesky_and_inverse, per_matrix, solve_lower
 from pepcore.models import multiclass_sites as sites
@@ -73,7 +73,7 @@ class MultiClassParams(NamedTuple):
 
     raw_amplitude: jnp.ndarray  # log σ_c, [C] (logarithms as in the reference code, pepcore.parameters)
     raw_noise: jnp.ndarray  # log σ_{0,c}, [C]
-    raw_lengthscales: jnp.ndarray  # log ℓ_c, [C, D]
+    raw_lengthscales: jnp.ndarray  # log ℓ_c² (the reference code's log l, l the squared lengthscale), [C, D]
     inducing: jnp.ndarray  # Z_c, [C, M, D]
     factor: Union[NaturalFactor, CholeskyFactor]
 
@@ -221,7 +221,8 @@ class MultiClassGP:
         """Starting state (spec §4.0, the reference code's defaults).
 
         Inducing inputs are an independent random sample of ``num_inducing`` rows per class; amplitude
-        and noise 1; lengthscales from the median distance (:func:`pepcore.initialisation.median_lengthscale`).
+        and noise 1; ``ℓ² =`` the median distance of 1,000 random rows
+        (:func:`pepcore.initialisation.squared_median_lengthscale`, the reference code's start).
         ``factor="natural"`` starts the tied factor at zero (q = prior, spec §2.0); ``"cholesky"`` (direct
         mode) at ``Λ̃_c = K_c⁻¹``, ``η̃ = 0``, away from the saddle at ``L = 0``.
         """
@@ -235,12 +236,12 @@ class MultiClassGP:
             inducing = np.stack([x[rng.choice(n, num_inducing, replace=False)] for _ in range(num_classes)])
         inducing = np.broadcast_to(np.asarray(inducing, dtype=float), (num_classes, num_inducing, dim))
         if lengthscales is None:
-            lengthscales = median_lengthscale(x, seed)
+            lengthscales = squared_median_lengthscale(x, seed)
         lengthscales = np.broadcast_to(np.asarray(lengthscales, dtype=float), (num_classes, dim))
         params = MultiClassParams(
             raw_amplitude=log_of_positive(jnp.full(num_classes, float(amplitude))),
             raw_noise=log_of_positive(jnp.full(num_classes, float(noise))),
-            raw_lengthscales=log_of_positive(jnp.asarray(lengthscales)),
+            raw_lengthscales=log_of_positive(jnp.asarray(lengthscales) ** 2),
             inducing=jnp.asarray(inducing),
             factor=NaturalFactor(
                 jnp.zeros((num_classes, num_inducing)), jnp.zeros((num_classes, num_inducing, num_inducing))
@@ -258,7 +259,7 @@ class MultiClassGP:
     def _kernels(self, params: MultiClassParams):
         amplitude = positive_from_log(params.raw_amplitude)
         noise = positive_from_log(params.raw_noise) + self.jitter * amplitude
-        return amplitude, noise, positive_from_log(params.raw_lengthscales)
+        return amplitude, noise, positive_from_log(0.5 * params.raw_lengthscales)
 
     def _cross_covariances(self, params: MultiClassParams, x=None):
         """``k_c(Z_c, x)`` for every class, ``[C, M, B]`` (``K_c`` without noise when ``x`` is None);
