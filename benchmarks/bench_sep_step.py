@@ -1,10 +1,9 @@
 """Where one ``multiclass-sep`` training step goes, piece by piece (issue 5's speed goal).
 
 Trains a few steps on a store with the given config in-process, then times each coordinator call of a
-step after ``block_until_ready`` (median over ``--steps`` steps): the step-shared quantities for the
-site statistics, the site statistics through the engine, the tied-factor update, the step-shared
-quantities with their pullback, the data term through the engine, and the global term + chain rule +
-Adam update. For comparison, the same block functions called directly (jitted, on device arrays).
+step after ``block_until_ready`` (median over ``--steps`` steps): the step-shared quantities with
+their pullback, the site statistics through the engine, the tied-factor update with the refreshed
+cavities, the data term through the engine, and the global term + chain rule + Adam update. For comparison, the same block functions called directly (jitted, on device arrays).
 
 Usage::
 
@@ -60,11 +59,11 @@ def profile(store: Store, steps: int) -> dict[str, Any]:
             scale = trainer.n_total / train.rows(blocks)
             params = state.params
             with pepcore.float64():
-                shared = timed(times, "step-shared quantities", lambda: compiled.shared(params))
+                shared, pullback = timed(times, "step-shared quantities + pullback", lambda: compiled.prepare(params))
                 stats = timed(times, "site statistics (engine)",
                               lambda: train.map_sum(trainer.site_term, (params, shared), blocks))
-                params = timed(times, "tied-factor update", lambda: compiled.site_update(params, stats, scale))
-                shared, pullback = timed(times, "step-shared quantities + pullback", lambda: compiled.prepare(params))
+                params, shared = timed(times, "tied-factor update + cavities",
+                                       lambda: compiled.site_update(params, shared, stats, scale))
                 value, grad = timed(times, "data term + gradient (engine)",
                                     lambda: train.map_sum(trainer.data_term, (params, shared), blocks))
                 state.params, state.opt_state, *_ = timed(
@@ -75,7 +74,7 @@ def profile(store: Store, steps: int) -> dict[str, Any]:
         with pepcore.float64():
             x, y, mask = (jax.numpy.asarray(a) for a in block)
             site_term, data_term = jax.jit(trainer.site_term), jax.jit(trainer.data_term)
-            inputs = (state.params, compiled.shared(state.params))
+            inputs = (state.params, compiled.prepare(state.params)[0])
             direct = {"site statistics (direct)": lambda: site_term(inputs, x, y, mask),
                       "data term + gradient (direct)": lambda: data_term(inputs, x, y, mask)}
             for name, call in direct.items():

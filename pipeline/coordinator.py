@@ -3,17 +3,19 @@
 Each step ``s``:
 
 1. the minibatch schedule picks the blocks of ``s`` (:mod:`pipeline.sampling`);
-2. for models with EP-style site statistics (seed001's SEP), the engine first returns their sums over
+2. the coordinator computes the step-shared quantities ``S`` once, with their pullback
+   (:mod:`pipeline.models`);
+3. for models with EP-style site statistics (seed001's SEP), the engine first returns their sums over
    the minibatch and the coordinator applies the damped tied-factor update (the model's
-   ``site_update`` rejects a non-finite result by itself) — the paper's order (seed001 §2.3, spec
-   §2.9: refine the factors, rebuild ``q``, then take the gradient with the new factor);
-3. the coordinator computes the step-shared quantities ``S`` once, with their pullback
-   (:mod:`pipeline.models`); the engine returns ``Σ_blocks`` of the data term and its gradients w.r.t.
-   the params and ``S``, summed in a fixed order (:mod:`pipeline.engine`); the coordinator forms the
-   minibatch estimate ``F̂ = G + (N/|B|) Σ_B L`` and its gradient (chain rule through ``S``) and takes
-   a guarded optax Adam ascent step (:func:`pipeline.optimize.ascent_update`: a step with a non-finite
-   energy or gradient leaves params and optimiser state unchanged and is counted as rejected);
-4. at the end of every epoch it evaluates the held-out metrics and records the epoch's mean energy;
+   ``site_update`` rejects a non-finite result by itself) and refreshes the parts of ``S`` that depend
+   on the factor — the paper's order (seed001 §2.3, spec §2.9: refine the factors, rebuild ``q``, then
+   take the gradient with the new factor);
+4. the engine returns ``Σ_blocks`` of the data term and its gradients w.r.t. the params and ``S``,
+   summed in a fixed order (:mod:`pipeline.engine`); the coordinator forms the minibatch estimate
+   ``F̂ = G + (N/|B|) Σ_B L`` and its gradient (chain rule through ``S``) and takes a guarded optax
+   Adam ascent step (:func:`pipeline.optimize.ascent_update`: a step with a non-finite energy or
+   gradient leaves params and optimiser state unchanged and is counted as rejected);
+5. at the end of every epoch it evaluates the held-out metrics and records the epoch's mean energy;
    every ``checkpoint_every`` steps and at the end it writes a checkpoint (:mod:`pipeline.checkpoint`).
 
 The state that a checkpoint holds — params, optimiser state, step (which fixes the sampling position),
@@ -261,14 +263,12 @@ class Trainer:
         blocks = self.schedule.blocks(state.step)
         scale = self.n_total / self.train.rows(blocks)
         params, compiled = state.params, self.compiled
-        if self.site_term is not None:
-            with pepcore.float64():
-                shared = compiled.shared(params)
-            stats = self.train.map_sum(self.site_term, (params, shared), blocks)
-            with pepcore.float64():
-                params = compiled.site_update(params, stats, scale)
         with pepcore.float64():
             shared, pullback = compiled.prepare(params)
+        if self.site_term is not None:
+            stats = self.train.map_sum(self.site_term, (params, shared), blocks)
+            with pepcore.float64():
+                params, shared = compiled.site_update(params, shared, stats, scale)
         value, grad = self.train.map_sum(self.data_term, (params, shared), blocks)
         with pepcore.float64():
             params, opt_state, ok, energy = compiled.update(params, state.opt_state, shared, pullback, value,
@@ -320,9 +320,8 @@ class _CompiledUpdates:
     """The coordinator's compiled pieces of a step (see the module docstring)."""
 
     optimizer: optax.GradientTransformation
-    shared: Callable  # params -> S
     prepare: Callable  # params -> (S, pullback of S)
-    site_update: Callable  # (params, stats, scale) -> params
+    site_update: Callable  # (params, S, stats, scale) -> (params, S refreshed)
     update: Callable  # (params, opt_state, S, pullback, data value, data grads, scale) -> params, ...
 
 
@@ -346,11 +345,12 @@ def _compiled_updates(spec: ModelSpec, config: TrainConfig, n_total: int, steps_
         params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
         return params, opt_state, ok, value
 
-    def site_update(params, stats, scale):
-        return model.site_update(params, stats, scale, config.damping)
+    def site_update(params, shared_values, stats, scale):
+        params = model.site_update(params, stats, scale, config.damping)
+        return params, model.refresh_shared(params, shared_values, n_total)
 
-    return _CompiledUpdates(optimizer, jax.jit(shared), jax.jit(lambda params: jax.vjp(shared, params)),
-                            jax.jit(site_update), jax.jit(update))
+    return _CompiledUpdates(optimizer, jax.jit(lambda params: jax.vjp(shared, params)), jax.jit(site_update),
+                            jax.jit(update))
 
 
 def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False,

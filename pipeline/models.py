@@ -21,7 +21,10 @@ quantities (the multi-class model's ``chol(K_c)`` and cavities), recomputing the
 function, and again for the global term, costs more than the blocks' own O(rows·C·M²) work at small
 minibatches. Such a model writes its energy as ``F = G(θ, S) + Σ_blocks L(θ, S; block)`` with
 ``S = step_shared(θ, n_total)`` and provides ``step_shared``, ``global_energy_shared(θ, S, n_total)``,
-``local_energy_shared(θ, S, x, y, mask, n_total)`` (and ``local_site_stats(θ, S, x, y, mask, n_total)``).
+``local_energy_shared(θ, S, x, y, mask, n_total)`` (and, with site statistics,
+``local_site_stats(θ, S, x, y, mask, n_total)`` and ``refresh_shared(θ, S, n_total)``: ``S`` after a
+site update, which moves only the tied factor; the parts of ``S`` that depend on the factor must carry
+no gradient, so the pullback taken before the update stays valid).
 The coordinator computes ``S`` once per step with its pullback, the workers return ``∂L/∂θ`` and
 ``∂L/∂S``, and the coordinator forms ``dF/dθ = ∂G/∂θ + Σ∂L/∂θ + pullback(∂G/∂S + Σ∂L/∂S)`` — the chain
 rule, so the gradient is that of the plain contract (tested). Models of the plain contract are seen
@@ -72,6 +75,9 @@ class Unshared:
 
     def local_site_stats(self, params, shared, x, y, mask, n_total):
         return self.model.local_site_stats(params, x, y, mask, n_total)
+
+    def refresh_shared(self, params, shared, n_total):
+        return ()
 
     def site_update(self, params, stats, scale, damping):
         return self.model.site_update(params, stats, scale, damping)

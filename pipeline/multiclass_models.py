@@ -77,6 +77,9 @@ class LabelledSEP(LabelledMultiClass):
     def local_site_stats(self, params: MultiClassParams, shared, x, y, mask, n_total) -> SiteStats:
         return self.gp.local_site_stats(params, shared, x, _labels(y), mask)
 
+    def refresh_shared(self, params: MultiClassParams, shared, n_total):
+        return self.gp.refresh_shared(params, shared, n_total)
+
     def site_update(self, params: MultiClassParams, stats: SiteStats, scale, damping):
         return self.gp.site_update(params, stats, scale, damping)
 

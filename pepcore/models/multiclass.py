@@ -310,9 +310,14 @@ class MultiClassGP:
         extended in :mod:`pipeline.models`). With a :class:`NaturalFactor` the cavity is held fixed
         (eq. 10), so only the prior factors carry gradient.
         """
-        prior = self.prior_factors(params)
-        cavity = self.gaussians(params, prior.chol, self._cavity_scale(n_total))
-        return StepShared(prior, jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity)
+        return self.refresh_shared(params, StepShared(self.prior_factors(params), None), n_total)
+
+    def refresh_shared(self, params: MultiClassParams, shared: StepShared, n_total) -> StepShared:
+        """``shared`` with the cavities of ``params``' factor, the prior factors kept: after an EP update
+        of a :class:`NaturalFactor` (the hyper-parameters did not move) only the cavities change, and
+        they carry no gradient, so a pullback of :meth:`step_shared` taken before the update still holds."""
+        cavity = self.gaussians(params, shared.prior.chol, self._cavity_scale(n_total))
+        return shared._replace(cavity=jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity)
 
     # ----------------------------------------------------------------------------------------------
     def global_energy_shared(self, params: MultiClassParams, shared: StepShared, n_total):

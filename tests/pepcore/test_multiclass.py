@@ -347,3 +347,16 @@ def test_predictive_quadrature_matches_monte_carlo():
     counts = np.stack([np.bincount(a, minlength=4) for a in np.argmax(samples, axis=-1)]) / draws
     np.testing.assert_allclose(probs, counts, atol=4 * np.sqrt(0.25 / draws))
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-9)
+
+
+def test_refreshed_shared_quantities_equal_fresh_ones_after_a_site_update():
+    """After an EP update (only the factor moves) refresh_shared keeps the prior factors and recomputes
+    the cavities: the result equals step_shared of the updated params."""
+    model, params, x, y = _problem()
+    n = x.shape[0]
+    shared = model.step_shared(params, n)
+    updated = _sep_step(model, params, x, y, 0.5)
+    refreshed, fresh = model.refresh_shared(updated, shared, n), model.step_shared(updated, n)
+    for a, b in zip(jax.tree_util.tree_leaves(refreshed), jax.tree_util.tree_leaves(fresh)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    assert not np.allclose(refreshed.cavity.mean, shared.cavity.mean)  # the factor did move
