@@ -275,7 +275,7 @@ class MultiClassGP:
         return PriorFactors(*cholesky_and_inverse(self._cross_covariances(params) + noise[:, None, None] * eye))
 
     def gaussians(self, params: MultiClassParams, chol_k, scale) -> ClassGaussians:
-        """``p(f̄^c)·t_c^{scale_c}`` per class (``scale`` ``[C]``: 1 for ``q``, ``1 − 1/n_c`` for the cavity)."""
+        """``p(f̄^c)·t_c^{scale_c}`` per class (``scale`` ``[C]``: 1 for ``q``, ``1 − α/n_c`` for the cavity)."""
         mean, sqrt_cov, log_norm = per_matrix(_gaussian, chol_k, params.factor, jnp.broadcast_to(scale, (self.num_classes,)))
         return ClassGaussians(mean, sqrt_cov, log_norm)
 
@@ -346,12 +346,12 @@ class MultiClassGP:
         label = sites.Projections(label_side(proj.mean, y), label_side(proj.var, y))
         return rows, label, proj, label_side(fitc, y), fitc
 
-    def local_energy_shared(self, params: MultiClassParams, shared: StepShared, x, y, mask, n_total=None):
+    def local_energy_shared(self, params: MultiClassParams, shared: StepShared, x, y, mask):
         """``L = (1/α) Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one chunk (eq. 34).
 
         ``x`` ``[B, D]``, integer ``y`` ``[B]``, boolean ``mask`` ``[B]``; masked (padding) rows contribute
         exactly zero to the value and the gradient. ``shared`` (from :meth:`step_shared`) carries the
-        cavities and with them ``n_c``; ``n_total`` is part of the contract only.
+        cavities and with them ``n_c``.
         """
         _, label, other, label_fitc, other_fitc = self._pair_cavities(params, shared, x, y)
         terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha) / self.alpha
@@ -367,7 +367,7 @@ class MultiClassGP:
         return self.global_energy(params, n) + self.local_energy(params, x, y, jnp.ones(n, bool), n)
 
     # ----------------------------------------------------------------------------------------------
-    def local_site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask, n_total=None) -> SiteStats:
+    def local_site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask) -> SiteStats:
         """Refine every factor of the chunk against the SEP cavity and sum the new sites per class.
 
         The sums ``Σ_i Δ_i^c υ_i^cυ_i^cᵀ``, ``Σ_i μ̃_i^c υ_i^c`` (spec §2.8.5, eqs. 26–27) and the counts
