@@ -24,8 +24,8 @@ from pipeline.config import TrainConfig
 from pipeline.stores import open_store
 
 # M = 200 per class as the paper; 10,000-row steps (27 per epoch) in 2,500-row blocks, cosine-decayed Adam.
-AIRLINE_SEP = TrainConfig(num_inducing=200, batch_size=10_000, block_rows=2_500, learning_rate=0.05,
-                          lr_schedule="cosine", damping=1.0, alpha=1.0, epochs=3, checkpoint_every=10_000)
+AIRLINE_SEP = TrainConfig(model={"num_inducing": 200, "damping": 1.0, "alpha": 1.0}, batch_size=10_000,
+                          block_rows=2_500, learning_rate=0.05, lr_schedule="cosine", epochs=3, checkpoint_every=10_000)
 
 
 def main() -> None:
@@ -33,13 +33,13 @@ def main() -> None:
     parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--epochs", type=int, default=AIRLINE_SEP.epochs)
     parser.add_argument("--batch-size", type=int, default=AIRLINE_SEP.batch_size)
-    parser.add_argument("--num-inducing", type=int, default=AIRLINE_SEP.num_inducing)
+    parser.add_argument("--num-inducing", type=int, default=AIRLINE_SEP.model["num_inducing"])
     parser.add_argument("--learning-rate", type=float, default=AIRLINE_SEP.learning_rate)
     parser.add_argument("--cluster", default="local:2:pinned",
                         help="local:2:pinned by default: one core per worker does not oversubscribe a 2-core machine")
     args = parser.parse_args()
     config = AIRLINE_SEP.model_copy(update={"epochs": args.epochs, "batch_size": args.batch_size,
-                                            "num_inducing": args.num_inducing,
+                                            "model": {**AIRLINE_SEP.model, "num_inducing": args.num_inducing},
                                             "learning_rate": args.learning_rate})
     with tempfile.TemporaryDirectory(prefix="pep-bench-airline-") as work:
         store = open_store(args.store or airline_classes(Path(work)))

@@ -34,8 +34,8 @@ from pipeline.sources import SourceRequest, open_source
 from pipeline.sources.mnist import DEBIAN_DIR
 from pipeline.stores import open_store
 
-PAPER_MNIST = TrainConfig(num_inducing=200, batch_size=200, block_rows=200, learning_rate=1e-3, damping=1.0,
-                          alpha=1.0, standardize=False, checkpoint_every=10_000)
+PAPER_MNIST = TrainConfig(model={"num_inducing": 200, "damping": 1.0, "alpha": 1.0}, batch_size=200, block_rows=200,
+                          learning_rate=1e-3, standardize=False, checkpoint_every=10_000)
 
 
 def truncated_copy(source: Path, out: Path, train_rows: int) -> Path:

@@ -51,7 +51,7 @@ from pipeline.ingest import ingest
 from pipeline.sources import RowBlock, Source
 from pipeline.stores import Store, open_store
 
-CONFIG = TrainConfig(num_inducing=100, batch_size=10_000, block_rows=1_000, checkpoint_every=1_000_000)
+CONFIG = TrainConfig(model={"num_inducing": 100}, batch_size=10_000, block_rows=1_000, checkpoint_every=1_000_000)
 UNBOUNDED_MB = "1000000"  # a block cache no run fills: every block read is kept
 MB = 2**20
 

@@ -51,7 +51,7 @@ def profile(store: Store, steps: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="pep-bench-step-") as run_dir, compute_threads():
         trainer = Trainer(TrainJob(MODEL, store, config, Path(run_dir)), InProcess())
-        state, compiled, train = trainer.fresh_state(), trainer.compiled, trainer.train
+        state, compiled, train = trainer.fresh_state(), trainer.step_fn.parts, trainer.train
         for _ in range(3):  # compile everything
             trainer.step(state)
         for _ in range(steps):
@@ -61,19 +61,19 @@ def profile(store: Store, steps: int) -> dict[str, Any]:
             with pepcore.float64():
                 shared, pullback = timed(times, "step-shared quantities + pullback", lambda: compiled.prepare(params))
                 stats = timed(times, "site statistics (engine)",
-                              lambda: train.map_sum(trainer.site_term, (params, shared), blocks))
-                params, shared = timed(times, "tied-factor update + cavities",
-                                       lambda: compiled.site_update(params, shared, stats, scale))
+                              lambda: train.map_sum(compiled.site_term, (params, shared), blocks))
+                params, shared, _ = timed(times, "tied-factor update + cavities",
+                                          lambda: compiled.site_update(params, shared, stats, state.step))
                 value, grad = timed(times, "data term + gradient (engine)",
-                                    lambda: train.map_sum(trainer.data_term, (params, shared), blocks))
+                                    lambda: train.map_sum(compiled.data_term, (params, shared), blocks))
                 state.params, state.opt_state, *_ = timed(
                     times, "global term + chain rule + Adam",
-                    lambda: compiled.update(params, state.opt_state, shared, pullback, value, grad, scale))
+                    lambda: compiled.ascend(params, state.opt_state, shared, pullback, value, grad, scale))
             state.step += 1
         block = BLOCKS.get(train.source, 0)
         with pepcore.float64():
             x, y, mask = (jax.numpy.asarray(a) for a in block)
-            site_term, data_term = jax.jit(trainer.site_term), jax.jit(trainer.data_term)
+            site_term, data_term = jax.jit(compiled.site_term), jax.jit(compiled.data_term)
             inputs = (state.params, compiled.prepare(state.params)[0])
             direct = {"site statistics (direct)": lambda: site_term(inputs, x, y, mask),
                       "data term + gradient (direct)": lambda: data_term(inputs, x, y, mask)}

@@ -35,7 +35,7 @@ from pipeline.coordinator import Progress as ProgressCallback
 from pipeline.coordinator import Trainer, TrainJob, TrainResult, no_progress
 from pipeline.engine import CLUSTER_HELP, connect, parse_cluster
 from pipeline.errors import InputError
-from pipeline.models import MODELS, get_model
+from pipeline.models import MODELS, get_model, model_settings
 from pipeline.stores import open_store
 
 progress_reporter: ContextVar[ProgressCallback] = ContextVar("train_progress", default=no_progress)
@@ -55,7 +55,8 @@ def is_transient(task: Any, task_run: Any, state: Any) -> bool:
 @task(name="train-segment", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,
       cache_policy=NO_CACHE)
 def train_segment(trainer: Trainer, resume: bool, segment_steps: int, progress: ProgressCallback) -> TrainResult:
-    """Train from the newest checkpoint to the next segment boundary (a retry always resumes)."""
+    """Train to the next segment boundary: the first segment from the start (or the newest checkpoint
+    when ``resume``), later ones from where the last stopped; a retry resumes from the newest checkpoint."""
     return trainer.run(resume=resume or task_run.run_count > 1, segment_steps=segment_steps,
                        progress=progress)
 
@@ -66,7 +67,8 @@ def summarise(job: TrainJob, cluster: str, result: TrainResult) -> dict[str, Any
     return {"model": job.model, "data": job.store.path, "run_dir": str(job.run_dir), "cluster": cluster,
             **result.metrics, "energy": last.get("energy"), "steps": result.steps,
             "epochs": result.epochs, "seconds": round(result.seconds, 3),
-            "rejected_steps": result.rejected_steps, "checkpoint": str(result.checkpoint)}
+            "rejected_steps": result.rejected_steps, "rejected_site_updates": result.rejected_site_updates,
+            "checkpoint": str(result.checkpoint)}
 
 
 @flow(name="train")
@@ -102,7 +104,7 @@ def train_flow(model: str, data: str, run_dir: str, config: dict[str, Any] | Non
         segment = trainer.schedule.steps_per_epoch * segment_epochs
         result = train_segment(trainer, resume, segment, progress)
         while not result.finished:
-            result = train_segment(trainer, True, segment, progress)
+            result = train_segment(trainer, False, segment, progress)
     finally:
         backend.close()
     summary = summarise(job, cluster, result)
@@ -130,10 +132,11 @@ def train_command(
     prefect_quietly()
     with user_errors("pep train"):
         store = open_store(data)  # fail fast on bad options, before Prefect starts its server
-        get_model(model)
+        spec = get_model(model)
         parse_cluster(cluster)
         base = (newest_manifest(run_dir) or {}).get("config") if resume and config is None else None
         settings = load_config(config, base, epochs=epochs, batch_size=batch_size)
+        model_settings(spec, settings.model, str(config or "defaults"))
         with training_display(enabled=not (quiet or json_output)):
             summary = train_flow(model, store.path, str(run_dir), settings.model_dump(), cluster, resume)
     if json_output:

@@ -7,9 +7,9 @@ do not load JAX (≈ 180 MB of resident memory) when they do not need it.
 from importlib import import_module
 
 _EXPORTS = {
-    "MultiClassGPClassifier": "pipeline.multiclass_estimator",
-    "SparseGPClassifier": "pipeline.estimators",
-    "SparseGPRegressor": "pipeline.estimators",
+    "MultiClassGPClassifier": "pipeline.estimators.multiclass",
+    "SparseGPClassifier": "pipeline.estimators.sparse_gp",
+    "SparseGPRegressor": "pipeline.estimators.sparse_gp",
 }
 
 __all__ = sorted(_EXPORTS)

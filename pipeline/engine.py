@@ -48,7 +48,9 @@ import math
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -76,10 +78,23 @@ def pin_compute_threads() -> None:
     threadpool_limits(1)
 
 
-def compute_threads() -> threadpool_limits:
+_THREADS_LIMITED: ContextVar[bool] = ContextVar("pep_threads_limited", default=False)
+
+
+@contextmanager
+def compute_threads() -> Iterator[None]:
     """Context manager: one BLAS/LAPACK thread for the enclosed block (scoped; see the module
-    docstring for why every backend computes under it)."""
-    return threadpool_limits(1)
+    docstring for why every backend computes under it). Nested uses cost nothing (threadpoolctl scans
+    the loaded libraries, ~4 ms, so the trainer limits once per run, not once per block)."""
+    if _THREADS_LIMITED.get():
+        yield
+        return
+    token = _THREADS_LIMITED.set(True)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        _THREADS_LIMITED.reset(token)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -199,6 +199,12 @@ class Store:
         """Number of rows of ``split``."""
         return self._attrs["n_train" if split == "train" else "n_test"]
 
+    def blocks(self, split: str, block_rows: int, targets: Any, standardize: bool = True) -> Any:
+        """The fixed-size training blocks of ``split`` (:class:`~pipeline.blocks.BlockSource`)."""
+        from pipeline.blocks import BlockSource
+
+        return BlockSource.of(self, split, block_rows, targets, standardize)
+
     def n_chunks(self, split: str) -> int:
         """Number of chunks of ``split``."""
         return math.ceil(self.n_rows(split) / self.chunk_rows)

@@ -15,7 +15,7 @@ from pipeline.stores import Store, open_store
 
 # make_store's 400 training rows in 9 blocks of 48 (the last one padded: 16 rows), two blocks per step:
 # 5 steps per epoch, the last one with a single block.
-FAST = TrainConfig(num_inducing=6, epochs=3, batch_size=96, block_rows=48, learning_rate=0.05,
+FAST = TrainConfig(model={"num_inducing": 6}, epochs=3, batch_size=96, block_rows=48, learning_rate=0.05,
                    checkpoint_every=4, keep_checkpoints=2)
 
 
@@ -41,8 +41,10 @@ def make_store(path: Path, task: str = "classification", n_rows: int = 500, n_fe
 
 
 def config_toml(config: TrainConfig) -> str:
-    """``config`` as a TOML file's text (unset, None-valued fields left out)."""
-    return "".join(f"{key} = {json.dumps(value)}\n" for key, value in config.model_dump(exclude_none=True).items())
+    """``config`` as a TOML file's text (unset, None-valued fields left out; model settings in ``[model]``)."""
+    values = config.model_dump(exclude_none=True)
+    lines = [f"{key} = {json.dumps(value)}\n" for key, value in values.items() if key != "model"]
+    return "".join(lines + ["[model]\n"] + [f"{key} = {json.dumps(value)}\n" for key, value in values["model"].items()])
 
 
 def leaves_equal(a, b) -> bool:

@@ -21,7 +21,10 @@ approximations using Power Expectation Propagation", JMLR 18.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
+
+import jax
 
 import jax.numpy as jnp
 
@@ -40,15 +43,16 @@ class _Factorisation(NamedTuple):
     inner_target: jnp.ndarray  # b = J⁻¹A₀(y/G), [M]
 
 
-def _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter) -> _Factorisation:
+def _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, mask) -> _Factorisation:
+    """The factorisation of the rows with ``mask`` (the others are left out of every sum)."""
     chol_uu = cholesky(kernel(inducing, inducing), jitter * kernel.variance)
     projected = solve_lower(chol_uu, kernel(inducing, x))
     residual = jnp.maximum(kernel.diag(x) - jnp.sum(projected**2, axis=0), 0.0)
     site_variance = alpha * residual + noise_variance
-    scaled = projected / jnp.sqrt(site_variance)
+    scaled = projected * (mask / jnp.sqrt(site_variance))
     inner = jnp.eye(inducing.shape[0], dtype=x.dtype) + scaled @ scaled.T
     chol_inner = cholesky(inner)
-    inner_target = solve_lower(chol_inner, projected @ (y / site_variance))
+    inner_target = solve_lower(chol_inner, projected @ (mask * y / site_variance))
     return _Factorisation(chol_uu, projected, residual, site_variance, chol_inner, inner_target)
 
 
@@ -60,6 +64,7 @@ def log_marginal_likelihood(
     y,
     alpha: float,
     jitter: float = DEFAULT_JITTER,
+    mask=None,
 ):
     """Approximate log marginal likelihood ``log Z_PEP(α)`` (seed000 §3.2 boxed formula).
 
@@ -70,6 +75,7 @@ def log_marginal_likelihood(
         x: inputs, [N, D]; y: targets, [N].
         alpha: Power-EP power in [0, 1]; 0 selects the VFE (Titsias) bound.
         jitter: relative jitter on ``K_uu`` (see :mod:`pepcore.linalg`).
+        mask: booleans [N]; rows with ``False`` (padding) are left out. None: all rows.
 
     Returns:
         Scalar ``log Z_PEP(α)``.
@@ -82,18 +88,19 @@ def log_marginal_likelihood(
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1]; got {alpha}")
-    f = _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter)
-    n = x.shape[0]
+    mask = jnp.ones(x.shape[0], bool) if mask is None else mask
+    f = _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, mask)
+    row_sum = lambda terms: jnp.sum(jnp.where(mask, terms, 0.0))
     evidence = (
-        -0.5 * n * LOG_2PI
+        -0.5 * row_sum(jnp.full(x.shape[0], LOG_2PI))
         - jnp.sum(jnp.log(jnp.diagonal(f.chol_inner)))
-        - 0.5 * jnp.sum(jnp.log(f.site_variance))
-        - 0.5 * jnp.sum(y**2 / f.site_variance)
+        - 0.5 * row_sum(jnp.log(f.site_variance))
+        - 0.5 * row_sum(y**2 / f.site_variance)
         + 0.5 * jnp.sum(f.inner_target**2)
     )
     if alpha == 0.0:  # VFE trace term, the α → 0 limit of the last term (seed000 eq. 130)
-        return evidence - 0.5 * jnp.sum(f.residual) / noise_variance
-    return evidence - (1.0 - alpha) / (2.0 * alpha) * jnp.sum(jnp.log1p(alpha * f.residual / noise_variance))
+        return evidence - 0.5 * row_sum(f.residual) / noise_variance
+    return evidence - (1.0 - alpha) / (2.0 * alpha) * row_sum(jnp.log1p(alpha * f.residual / noise_variance))
 
 
 def predict_f(
@@ -110,7 +117,7 @@ def predict_f(
 
     ``m* = c*ᵀ J⁻ᵀ b`` and ``v* = k** − ‖c*‖² + ‖J⁻¹c*‖²`` with ``c* = L⁻¹k_u*`` (seed000 §3.2).
     """
-    f = _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter)
+    f = _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, jnp.ones(x.shape[0], bool))
     c = solve_lower(f.chol_uu, kernel(inducing, x_new))
     mean = c.T @ solve_upper_from_lower(f.chol_inner, f.inner_target)
     var = kernel.diag(x_new) - jnp.sum(c**2, axis=0) + jnp.sum(solve_lower(f.chol_inner, c) ** 2, axis=0)
@@ -134,6 +141,37 @@ class RegressionParams(NamedTuple):
         return positive(self.raw_noise_variance)
 
 
-def energy(params: RegressionParams, x, y, alpha: float, jitter: float = DEFAULT_JITTER):
-    """:func:`log_marginal_likelihood` as a function of the unconstrained :class:`RegressionParams`."""
-    return log_marginal_likelihood(params.kernel, params.inducing, params.noise_variance, x, y, alpha, jitter)
+@dataclass(frozen=True)
+class CollapsedRegression:
+    """:func:`log_marginal_likelihood` in the model protocol (:mod:`pipeline.models.protocol`).
+
+    The sites are integrated out in closed form, so the objective is not a sum over blocks: it is
+    trained with the whole training set as one block (its data term), and nothing is shared.
+
+    Args:
+        alpha: Power-EP power in [0, 1]; 0 selects the VFE (Titsias) bound.
+        jitter: relative jitter on ``K_uu``.
+    """
+
+    alpha: float = 0.5
+    jitter: float = DEFAULT_JITTER
+
+    def step_shared(self, params: RegressionParams, n_total):
+        return ()
+
+    def global_energy(self, params: RegressionParams, shared, n_total):
+        return jnp.zeros((), params.inducing.dtype)
+
+    def data_energy(self, params: RegressionParams, shared, x, y, mask):
+        """``log Z_PEP(α)`` of the rows with ``mask``."""
+        return log_marginal_likelihood(params.kernel, params.inducing, params.noise_variance, x, y, self.alpha,
+                                       self.jitter, mask)
+
+    def predict_y(self, params: RegressionParams, x_train, y_train, x_new):
+        """Predictive mean and variance of ``y`` at ``x_new`` given the training rows."""
+        mean, var = predict_f(params.kernel, params.inducing, params.noise_variance, x_train, y_train, x_new,
+                              self.alpha, self.jitter)
+        return mean, var + params.noise_variance
+
+
+jax.tree_util.register_static(CollapsedRegression)

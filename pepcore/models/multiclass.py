@@ -23,16 +23,15 @@ with ``Z_{i,k} = ∫ φ_i^k(f̄)^α cav(f̄) df̄``. As α → 0, ``G + L`` tend
 Two ways to train, chosen by the type of ``params.factor``:
 
 * :class:`NaturalFactor` — the paper's method (§2.3): the factor moves only by EP updates
-  (:meth:`MultiClassGP.local_site_stats` summed over chunks, then :meth:`MultiClassGP.site_update`),
+  (:meth:`MultiClassGP.site_stats` summed over blocks, then :meth:`MultiClassGP.site_update`),
   and the gradient of ``G + L`` w.r.t. the hyper-parameters and inducing inputs is eq. (10)/(12): the
   cavity and ``q`` are held fixed in ``f̄`` coordinates (``stop_gradient`` surrogate of spec §2.6, whose
   prior part is eqs. 63–64), and the factor receives no gradient. Values are the true ``G`` and ``L``.
 * :class:`CholeskyFactor` — the direct mode: ``Λ̃_c = L_cL_cᵀ`` and ``η̃_c`` are ordinary parameters,
   and ``G + L`` is differentiated exactly, so Adam can act on everything (as seed004 does).
 
-Numerics: with ``L_c = chol(K_c)`` and ``R = chol(I + s L_cᵀΛ̃_cL_c)`` a Gaussian ``p·t^s`` has
-``V = SSᵀ``, ``S = L_cR⁻ᵀ``, ``m = S c``, ``c = R⁻¹sL_cᵀη̃`` and ``g − g(p) = ½‖c‖² − log|R|``; nothing is
-inverted explicitly.
+The C latent GPs, their tied factors, ``q`` and the cavities are a bank of sparse GPs
+(:mod:`pepcore.bank`, G = C); this module adds the per-row factors of eq. (6).
 
 Reference: Villacampa-Calvo & Hernández-Lobato, "Scalable Multi-Class Gaussian Process Classification
 using Expectation Propagation", ICML 2017 (arXiv 1706.07258); spec ``shared/spec/seed001.md``.
@@ -47,25 +46,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pepcore import bank
+from pepcore.bank import CholeskyFactor, NaturalFactor
 from pepcore.initialisation import squared_median_lengthscale
 from pepcore.kernels import BatchedARDSquaredExponential
-from pepcore.linalg import DEFAULT_JITTER, cholesky, cholesky_and_inverse, per_matrix, solve_lower
+from pepcore.linalg import DEFAULT_JITTER, cholesky, per_matrix
 from pepcore.models import multiclass_sites as sites
 from pepcore.parameters import log_of_positive, positive_from_log
-
-
-class NaturalFactor(NamedTuple):
-    """Tied factor per class in natural parameters, updated by EP (the paper's SEP)."""
-
-    shift: jnp.ndarray  # η̃_c, [C, M]
-    precision: jnp.ndarray  # Λ̃_c, [C, M, M], symmetric positive semi-definite
-
-
-class CholeskyFactor(NamedTuple):
-    """Tied factor per class as ``(η̃_c, L_c)`` with ``Λ̃_c = L_cL_cᵀ``, trained by gradient (direct mode)."""
-
-    shift: jnp.ndarray  # η̃_c, [C, M]
-    chol: jnp.ndarray  # lower-triangular L_c, [C, M, M]
 
 
 class MultiClassParams(NamedTuple):
@@ -87,35 +74,12 @@ class SiteStats(NamedTuple):
     rows: jnp.ndarray  # |B|: unmasked rows, []
 
 
-class ClassGaussians(NamedTuple):
-    """``p(f̄^c)·t_c^s`` per class in ``f̄`` coordinates."""
-
-    mean: jnp.ndarray  # [C, M]
-    sqrt_cov: jnp.ndarray  # S with V = SSᵀ, [C, M, M]
-    log_normaliser: jnp.ndarray  # g(·) − g(prior), [C]
-
-
-class PriorFactors(NamedTuple):
-    """``L_c = chol(K_c)`` and its inverse (the inverse turns every later solve into a matrix product,
-    :func:`pepcore.linalg.cholesky_and_inverse`)."""
-
-    chol: jnp.ndarray  # [C, M, M]
-    inverse: jnp.ndarray  # [C, M, M]
-
-
 class StepShared(NamedTuple):
-    """The O(C·M³) quantities every block of a step needs, computed once per step by the coordinator
+    """The O(C·M³) quantities every block of a step needs, computed once per step by the trainer
     (:meth:`MultiClassGP.step_shared`) and sent to the workers with the params."""
 
-    prior: PriorFactors
-    cavity: ClassGaussians  # p(f̄^c)·t_c^(1 − α/n_c)
-
-
-class RowProjections(NamedTuple):
-    """Per class and row: ``υ_i^c = K_c⁻¹k_c(x_i)`` and the FITC variance ``s_i^c`` (eqs. 4–5)."""
-
-    directions: jnp.ndarray  # [C, B, M]
-    fitc_var: jnp.ndarray  # [C, B]
+    prior: bank.PriorFactors
+    cavity: bank.Gaussians  # p(f̄^c)·t_c^(1 − α/n_c)
 
 
 def hold_gradient(value, surrogate):
@@ -123,35 +87,9 @@ def hold_gradient(value, surrogate):
     return jax.lax.stop_gradient(value) + surrogate - jax.lax.stop_gradient(surrogate)
 
 
-def project(gaussians: ClassGaussians, directions) -> sites.Projections:
-    """``a = υᵀm`` and ``w = υᵀVυ`` for ``directions [C, B, M]``; outputs ``[B, C]``."""
-    mean = jnp.einsum("cbm,cm->bc", directions, gaussians.mean)
-    var = jnp.sum(jnp.einsum("cbm,cmn->bcn", directions, gaussians.sqrt_cov) ** 2, axis=-1)
-    return sites.Projections(mean, var)
-
-
 def label_side(values, y):
     """The label-class column of ``[B, C]`` values, as ``[B, 1]`` (broadcasts over the other class k)."""
     return jnp.take_along_axis(values, y[:, None], axis=1)
-
-
-def _whitened_precision(factor, chol_k):
-    """``L_Kᵀ Λ̃ L_K`` for one class."""
-    if isinstance(factor, CholeskyFactor):
-        a = chol_k.T @ jnp.tril(factor.chol)
-        return a @ a.T
-    a = chol_k.T @ factor.precision @ chol_k
-    return 0.5 * (a + a.T)
-
-
-def _gaussian(chol_k, factor, scale):
-    """``p·t^scale`` for one class (see the module docstring for the whitened form)."""
-    size = chol_k.shape[0]
-    chol_b = cholesky(jnp.eye(size, dtype=chol_k.dtype) + scale * _whitened_precision(factor, chol_k))
-    whitened = solve_lower(chol_b, scale * (chol_k.T @ factor.shift))
-    sqrt_cov = solve_lower(chol_b, chol_k.T).T  # L R⁻ᵀ
-    log_normaliser = 0.5 * jnp.sum(whitened**2) - jnp.sum(jnp.log(jnp.diagonal(chol_b)))
-    return sqrt_cov @ whitened, sqrt_cov, log_normaliser
 
 
 @dataclass(frozen=True)
@@ -256,44 +194,16 @@ class MultiClassGP:
         return params._replace(factor=CholeskyFactor(params.factor.shift, inv_chol))
 
     # ----------------------------------------------------------------------------------------------
-    def _kernels(self, params: MultiClassParams):
+    def sparse_gps(self, params: MultiClassParams) -> bank.Bank:
+        """The C constrained sparse GPs: ``σ_c``, ``ℓ_c`` and the diagonal ``σ_{0,c} + jitter·σ_c`` (on
+        ``K_c`` and ``κ_c``, spec §1.5)."""
         amplitude = positive_from_log(params.raw_amplitude)
-        noise = positive_from_log(params.raw_noise) + self.jitter * amplitude
-        return amplitude, noise, positive_from_log(0.5 * params.raw_lengthscales)
+        kernel = BatchedARDSquaredExponential(positive_from_log(0.5 * params.raw_lengthscales), amplitude)
+        return bank.Bank(kernel, params.inducing, positive_from_log(params.raw_noise) + self.jitter * amplitude)
 
-    def _cross_covariances(self, params: MultiClassParams, x=None):
-        """``k_c(Z_c, x)`` for every class, ``[C, M, B]`` (``K_c`` without noise when ``x`` is None);
-        batched over classes, no factorisation involved."""
-        amplitude, _, lengthscales = self._kernels(params)
-        kernels = BatchedARDSquaredExponential(lengthscales, amplitude)
-        return kernels.gram(params.inducing) if x is None else kernels.cross(params.inducing, x)
-
-    def prior_factors(self, params: MultiClassParams) -> PriorFactors:
+    def prior_factors(self, params: MultiClassParams) -> bank.PriorFactors:
         """``chol(K_c)`` and its inverse, with the noise (and jitter) on the diagonal of ``K_c``."""
-        noise = self._kernels(params)[1]
-        eye = jnp.eye(params.inducing.shape[1], dtype=noise.dtype)
-        return PriorFactors(*cholesky_and_inverse(self._cross_covariances(params) + noise[:, None, None] * eye))
-
-    def gaussians(self, params: MultiClassParams, chol_k, scale) -> ClassGaussians:
-        """``p(f̄^c)·t_c^{scale_c}`` per class (``scale`` ``[C]``: 1 for ``q``, ``1 − α/n_c`` for the cavity)."""
-        mean, sqrt_cov, log_norm = per_matrix(_gaussian, chol_k, params.factor, jnp.broadcast_to(scale, (self.num_classes,)))
-        return ClassGaussians(mean, sqrt_cov, log_norm)
-
-    def row_projections(self, params: MultiClassParams, prior: PriorFactors, x) -> RowProjections:
-        """``υ_i^c = K_c⁻¹k_c(x_i)`` and ``s_i^c = κ_c − k_cᵀK_c⁻¹k_c`` (eqs. 4–5) for the rows ``x``."""
-        amplitude, noise, _ = self._kernels(params)
-        proj = prior.inverse @ self._cross_covariances(params, x)  # L⁻¹k, [C, M, B]
-        fitc = jnp.maximum((amplitude + noise)[:, None] - jnp.sum(proj**2, axis=1), noise[:, None])  # s ≥ σ₀ exactly
-        return RowProjections(jnp.einsum("cmb,cmn->cbn", proj, prior.inverse), fitc)  # υ = L⁻ᵀL⁻¹k
-
-    def prior_surrogate(self, prior: PriorFactors, q: ClassGaussians):
-        """``Σ_c −½log|K_c| − ½tr(K_c⁻¹(V_c + m_cm_cᵀ))`` with ``q`` held fixed: its gradient is the
-        prior term ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of eq. (10) (eqs. 63–64)."""
-        q = jax.lax.stop_gradient(q)
-        whitened_cov = prior.inverse @ q.sqrt_cov
-        whitened_mean = jnp.einsum("cmn,cn->cm", prior.inverse, q.mean)
-        log_det = jnp.sum(jnp.log(jnp.diagonal(prior.chol, axis1=-2, axis2=-1)))
-        return -log_det - 0.5 * (jnp.sum(whitened_cov**2) + jnp.sum(whitened_mean**2))
+        return bank.prior_factors(self.sparse_gps(params))
 
     def _holds_cavity(self, params: MultiClassParams) -> bool:
         return isinstance(params.factor, NaturalFactor)
@@ -306,107 +216,108 @@ class MultiClassGP:
         """``chol(K_c)`` and the cavities ``p·t^(1 − α/n_c)``: what every block of a step needs, O(C·M³).
 
         The energy is ``G(params, S) + Σ_blocks L(params, S; block)`` with ``S = step_shared(params)``;
-        the coordinator computes ``S`` once per step and back-propagates into it once (DESIGN §2 as
-        extended in :mod:`pipeline.models`). With a :class:`NaturalFactor` the cavity is held fixed
+        the trainer computes ``S`` once per step and back-propagates into it once (the model protocol,
+        :mod:`pipeline.models.protocol`). With a :class:`NaturalFactor` the cavity is held fixed
         (eq. 10), so only the prior factors carry gradient.
         """
-        return self.refresh_shared(params, StepShared(self.prior_factors(params), None), n_total)
+        return self._refresh_shared(params, StepShared(self.prior_factors(params), None), n_total)
 
-    def refresh_shared(self, params: MultiClassParams, shared: StepShared, n_total) -> StepShared:
+    def _refresh_shared(self, params: MultiClassParams, shared: StepShared, n_total) -> StepShared:
         """``shared`` with the cavities of ``params``' factor, the prior factors kept: after an EP update
         of a :class:`NaturalFactor` (the hyper-parameters did not move) only the cavities change, and
         they carry no gradient, so a pullback of :meth:`step_shared` taken before the update still holds."""
-        cavity = self.gaussians(params, shared.prior.chol, self._cavity_scale(n_total))
+        cavity = bank.gaussians(shared.prior, params.factor, self._cavity_scale(n_total))
         return shared._replace(cavity=jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity)
 
     # ----------------------------------------------------------------------------------------------
-    def global_energy_shared(self, params: MultiClassParams, shared: StepShared, n_total):
+    def global_energy(self, params: MultiClassParams, shared: StepShared, n_total):
         """``G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))]`` (spec §2.8.6); O(C·M³), independent of N.
 
         With a :class:`NaturalFactor` the gradient is the prior term of eq. (10) only (see the module
         docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``.
         """
-        q = self.gaussians(params, shared.prior.chol, 1.0)
-        weight = self.factor_counts(n_total) / self.alpha
-        value = jnp.sum(q.log_normaliser + weight * (shared.cavity.log_normaliser - q.log_normaliser))
+        q = bank.gaussians(shared.prior, params.factor, 1.0)
+        value = bank.power_ep_global_term(q, shared.cavity, self.factor_counts(n_total), self.alpha)
         if self._holds_cavity(params):
-            return hold_gradient(value, self.prior_surrogate(shared.prior, q))
+            return hold_gradient(value, bank.prior_surrogate(shared.prior, q))
         return value
-
-    def global_energy(self, params: MultiClassParams, n_total):
-        """``G`` of :meth:`global_energy_shared` with its own :meth:`step_shared` (DESIGN §2 contract)."""
-        return self.global_energy_shared(params, self.step_shared(params, n_total), n_total)
 
     def _pair_cavities(self, params: MultiClassParams, shared: StepShared, x, y):
         """Cavity projections of every pair ``(i, k)``: label side ``[B, 1]``, other side ``[B, C]``."""
-        rows = self.row_projections(params, shared.prior, x)
+        rows = bank.row_projections(self.sparse_gps(params), shared.prior, x)
         cavity = jax.lax.stop_gradient(shared.cavity) if self._holds_cavity(params) else shared.cavity
-        proj = project(cavity, rows.directions)
+        proj = bank.project(cavity, rows.directions)
         fitc = rows.fitc_var.T
         label = sites.Projections(label_side(proj.mean, y), label_side(proj.var, y))
         return rows, label, proj, label_side(fitc, y), fitc
 
-    def local_energy_shared(self, params: MultiClassParams, shared: StepShared, x, y, mask):
-        """``L = (1/α) Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one chunk (eq. 34).
+    def data_energy(self, params: MultiClassParams, shared: StepShared, x, y, mask):
+        """``L = (1/α) Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one block (eq. 34).
 
-        ``x`` ``[B, D]``, integer ``y`` ``[B]``, boolean ``mask`` ``[B]``; masked (padding) rows contribute
-        exactly zero to the value and the gradient. ``shared`` (from :meth:`step_shared`) carries the
-        cavities and with them ``n_c``.
+        ``x`` ``[B, D]``, labels ``y`` ``[B]`` (integers, or floats holding integers as the trainer's
+        blocks do), boolean ``mask`` ``[B]``; masked (padding) rows contribute exactly zero to the value
+        and the gradient. ``shared`` (from :meth:`step_shared`) carries the cavities and with them ``n_c``.
         """
+        y = y.astype(jnp.int32)
         _, label, other, label_fitc, other_fitc = self._pair_cavities(params, shared, x, y)
         terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha) / self.alpha
         return jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
 
-    def local_energy(self, params: MultiClassParams, x, y, mask, n_total):
-        """``L`` of :meth:`local_energy_shared` with its own :meth:`step_shared` (DESIGN §2 contract)."""
-        return self.local_energy_shared(params, self.step_shared(params, n_total), x, y, mask)
-
     def energy(self, params: MultiClassParams, x, y):
         """The whole ``log Z_q`` estimate ``G + L`` on in-memory data (all rows)."""
         n = x.shape[0]
-        return self.global_energy(params, n) + self.local_energy(params, x, y, jnp.ones(n, bool), n)
+        shared = self.step_shared(params, n)
+        return self.global_energy(params, shared, n) + self.data_energy(params, shared, x, y, jnp.ones(n, bool))
 
     # ----------------------------------------------------------------------------------------------
-    def local_site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask) -> SiteStats:
-        """Refine every factor of the chunk against the SEP cavity and sum the new sites per class.
+    def site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask) -> SiteStats:
+        """Refine every factor of the block against the SEP cavity and sum the new sites per class.
 
         The sums ``Σ_i Δ_i^c υ_i^cυ_i^cᵀ``, ``Σ_i μ̃_i^c υ_i^c`` (spec §2.8.5, eqs. 26–27) and the counts
-        ``n_{B,c}`` add over chunks exactly like gradients; masked rows contribute zero. ``shared`` is
+        ``n_{B,c}`` add over blocks exactly like gradients; masked rows contribute zero. ``shared`` is
         :meth:`step_shared` of ``params``.
         """
+        y = y.astype(jnp.int32)
         rows, label, other, label_fitc, other_fitc = self._pair_cavities(params, shared, x, y)
         refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha)
         shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
         count = sites.factor_counts(y, mask, self.num_classes)
         return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
 
-    def site_update(self, params: MultiClassParams, stats: SiteStats, scale=1.0, damping=1.0):
+    def site_update(self, params: MultiClassParams, shared: StepShared, stats: SiteStats, n_total, damping=1.0):
         """Damped SEP update of the tied factors from summed site statistics (spec §2.8.5):
 
-            Λ̃_c ← (1 − ρ n_{B,c}/n_c) Λ̃_c + ρ Σ_{B} Δ_i^c υ_i^cυ_i^cᵀ,   and likewise for η̃_c,
+            Λ̃_c ← (1 − ρ_c n_{B,c}/n_c) Λ̃_c + ρ_c Σ_{B} Δ_i^c υ_i^cυ_i^cᵀ,   and likewise for η̃_c,
 
-        with ``n_c`` for ``N = scale·|B|`` rows (``scale = N/|B|``; 1 for a full batch, where
-        ``n_{B,c} = n_c``). ``ρ = 1`` is undamped (the stochastic code). A result that is not finite is
-        rejected: ``params`` come back unchanged.
+        with ``n_c`` for ``N = n_total`` rows (a full batch has ``n_{B,c} = n_c``). ``ρ = 1`` is undamped (the stochastic code). The step of a class is shrunk to
+        ``ρ_c = min(ρ, n_c/n_{B,c})`` so the kept fraction of the old factor never goes negative (a
+        minibatch that holds more of a class's factors than ``n_c/ρ``, e.g. one class only at small
+        ``N/|B|``): the new precision is then a non-negative combination of positive semi-definite terms.
+
+        Returns:
+            ``(params, shared, accepted)``: the updated params, ``shared`` with the new cavities, and
+            whether the update was taken — a result that is not finite is rejected and ``params`` come
+            back unchanged.
         """
         if not self._holds_cavity(params):
             raise TypeError("site_update needs a NaturalFactor; a CholeskyFactor is trained by gradient")
-        keep = 1.0 - damping * stats.count / self.factor_counts(scale * stats.rows)
+        counts = self.factor_counts(n_total)
+        step = jnp.minimum(damping, counts / jnp.maximum(stats.count, 1.0))
+        keep = 1.0 - step * stats.count / counts
         factor = params.factor
         new = NaturalFactor(
-            keep[:, None] * factor.shift + damping * stats.shift,
-            keep[:, None, None] * factor.precision + damping * stats.precision,
+            keep[:, None] * factor.shift + step[:, None] * stats.shift,
+            keep[:, None, None] * factor.precision + step[:, None, None] * stats.precision,
         )
         ok = jnp.all(jnp.isfinite(new.shift)) & jnp.all(jnp.isfinite(new.precision))
-        return params._replace(factor=jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, factor))
+        params = params._replace(factor=jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, factor))
+        return params, self._refresh_shared(params, shared, n_total), ok
 
     # ----------------------------------------------------------------------------------------------
-    def predict_latent(self, params: MultiClassParams, x):
+    def predict_latent(self, params: MultiClassParams, x) -> bank.Marginals:
         """``m*_c``, ``v*_c`` of eqs. (66)–(67) (noise included in ``κ``), ``[B, C]`` each."""
         prior = self.prior_factors(params)
-        rows = self.row_projections(params, prior, x)
-        proj = project(self.gaussians(params, prior.chol, 1.0), rows.directions)
-        return proj.mean, proj.var + rows.fitc_var.T
+        return bank.latent_marginals(self.sparse_gps(params), prior, bank.gaussians(prior, params.factor, 1.0), x)
 
     def predict(self, params: MultiClassParams, x):
         """Predictive log-probabilities ``log p(y* = c | x*)``, ``[B, C]`` (eq. 11/68)."""

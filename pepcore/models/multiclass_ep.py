@@ -25,6 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from pepcore import bank
 from pepcore.models import multiclass_sites as sites
 from pepcore.models.multiclass import MultiClassGP, MultiClassParams, NaturalFactor, hold_gradient, label_side
 
@@ -37,7 +38,7 @@ class EPSites(NamedTuple):
 
 
 class _PairCavities(NamedTuple):
-    rows: object  # RowProjections at the current hyper-parameters
+    rows: bank.RowProjections  # at the current hyper-parameters
     label: sites.Projections  # [B, C]
     other: sites.Projections  # [B, C]
     label_fitc: jnp.ndarray  # [B, 1]
@@ -57,8 +58,8 @@ def init_sites(num_rows: int, params: MultiClassParams) -> EPSites:
 
 def _pair_cavities(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, hold: bool) -> _PairCavities:
     prior = model.prior_factors(params)
-    rows = model.row_projections(params, prior, x)
-    q = model.gaussians(params, prior.chol, 1.0)
+    rows = bank.row_projections(model.sparse_gps(params), prior, x)
+    q = bank.gaussians(prior, params.factor, 1.0)
     if hold:
         q = jax.lax.stop_gradient(q)
     stored = jnp.swapaxes(state.directions, 0, 1)  # [C, B, M]
@@ -122,8 +123,8 @@ def site_factor(state: EPSites, y) -> NaturalFactor:
 def global_energy(model: MultiClassGP, params: MultiClassParams):
     """``Σ_c g(q_c) − g(p_c)`` (eq. 60, first bracket); gradient: the prior term of eq. (10)."""
     prior = model.prior_factors(params)
-    q = model.gaussians(params, prior.chol, 1.0)
-    return hold_gradient(jnp.sum(q.log_normaliser), model.prior_surrogate(prior, q))
+    q = bank.gaussians(prior, params.factor, 1.0)
+    return hold_gradient(jnp.sum(q.log_normaliser), bank.prior_surrogate(prior, q))
 
 
 def local_energy(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, mask):

@@ -16,10 +16,8 @@ and the Power-EP energy (seed000 eq. 110 with tied sites) splits into a global p
 As α → 0 the cavity becomes q and ``F`` the uncollapsed VFE bound ``−KL(q‖p) + Σ E_q[log p]``
 (seed000 eqs. 144–146); ``alpha=0`` is that branch exactly. α = 1 is the (tied) EP energy.
 
-Numerics: everything is expressed through ``L_uu = chol(K_uu)``, ``A = L_uuᵀL`` and
-``B_s = I + s AAᵀ`` (``s = 1`` for q, ``1 − α/N`` for the cavity), so that
-``φ(s) − φ(p) = ½‖R_s⁻¹ s L_uuᵀη‖² − log|R_s|`` with ``R_s = chol(B_s)``; no matrix is inverted and
-``K_uu`` cancels from the global part.
+The GP, its tied factor (a Cholesky factor moved by the optimiser), ``q`` and the cavity are a bank of
+one sparse GP (:mod:`pepcore.bank`, G = 1); this module adds the likelihood's per-row term.
 """
 
 from __future__ import annotations
@@ -30,10 +28,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from pepcore import bank
 from pepcore.initialisation import initial_kernel_and_inducing
-from pepcore.kernels import ARDSquaredExponential
+from pepcore.kernels import BatchedARDSquaredExponential
 from pepcore.likelihoods import scaled_log_tilted
-from pepcore.linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
+from pepcore.linalg import DEFAULT_JITTER, cholesky
 from pepcore.parameters import positive, unconstrain_positive
 
 
@@ -48,16 +47,16 @@ class SparseGPParams(NamedTuple):
     factor_chol: jnp.ndarray  # lower-triangular L with Λ = N θ₂ = LLᵀ, [M, M]
 
 
-def kernel_of(params: SparseGPParams) -> ARDSquaredExponential:
-    """The constrained kernel of ``params``."""
-    return ARDSquaredExponential(positive(params.raw_lengthscales), positive(params.raw_variance))
+class StepShared(NamedTuple):
+    """What every block of a step needs, O(M³) once per step: ``chol(K_uu)`` and the cavity."""
+
+    prior: bank.PriorFactors
+    cavity: bank.Gaussians  # p·t_tot^(1 − α/N) (q itself at α = 0)
 
 
-class _Posterior(NamedTuple):
-    chol_uu: jnp.ndarray  # L_uu, [M, M]
-    factor_root: jnp.ndarray  # A = L_uuᵀL, [M, M]
-    chol_b: jnp.ndarray  # R_s, [M, M]
-    whitened: jnp.ndarray  # c_s = R_s⁻¹ s L_uuᵀη, [M]
+def tied_factor(params: SparseGPParams) -> bank.CholeskyFactor:
+    """The tied factor as a bank's (G = 1)."""
+    return bank.CholeskyFactor(params.factor_shift[None], params.factor_chol[None])
 
 
 @dataclass(frozen=True)
@@ -86,6 +85,12 @@ class PowerEPSparseGP:
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1]; got {self.alpha}")
 
+    def sparse_gp(self, params: SparseGPParams) -> bank.Bank:
+        """The constrained GP as a bank of one: kernel, inducing inputs and the jitter ``jitter·σ_f``."""
+        variance = positive(params.raw_variance)
+        kernel = BatchedARDSquaredExponential(positive(params.raw_lengthscales)[None], variance[None])
+        return bank.Bank(kernel, params.inducing[None], (self.jitter * variance)[None])
+
     # ----------------------------------------------------------------------------------------------
     def init(
         self,
@@ -103,81 +108,62 @@ class PowerEPSparseGP:
         lengthscales, variance, z = initial_kernel_and_inducing(
             x, num_inducing, inducing=inducing, lengthscales=lengthscales, variance=variance, seed=seed
         )
-        kernel = ARDSquaredExponential(jnp.asarray(lengthscales), jnp.asarray(float(variance)))
-        chol_uu = cholesky(kernel(jnp.asarray(z), jnp.asarray(z)), self.jitter * kernel.variance)
-        inv_chol_t = solve_lower(chol_uu, jnp.eye(z.shape[0])).T  # L_uu⁻ᵀ: K_uu⁻¹ = L_uu⁻ᵀL_uu⁻¹
-        factor_chol = cholesky(inv_chol_t @ inv_chol_t.T)
         lik = self.likelihood.init_params() if likelihood_params is None else likelihood_params
-        return SparseGPParams(
+        params = SparseGPParams(
             raw_lengthscales=unconstrain_positive(jnp.asarray(lengthscales)),
             raw_variance=unconstrain_positive(jnp.asarray(float(variance))),
             inducing=jnp.asarray(z),
             likelihood=lik,
             factor_shift=jnp.zeros(z.shape[0]),
-            factor_chol=factor_chol,
+            factor_chol=jnp.zeros((z.shape[0], z.shape[0])),
         )
+        inverse = bank.prior_factors(self.sparse_gp(params)).inverse[0]  # K_uu⁻¹ = PᵀP
+        return params._replace(factor_chol=cholesky(inverse.T @ inverse))
 
     # ----------------------------------------------------------------------------------------------
-    def _posterior(self, params: SparseGPParams, scale) -> _Posterior:
-        kernel = kernel_of(params)
-        z = params.inducing
-        chol_uu = cholesky(kernel(z, z), self.jitter * kernel.variance)
-        a = chol_uu.T @ jnp.tril(params.factor_chol)
-        chol_b = cholesky(jnp.eye(z.shape[0], dtype=z.dtype) + scale * (a @ a.T))
-        whitened = solve_lower(chol_b, scale * (chol_uu.T @ params.factor_shift))
-        return _Posterior(chol_uu, a, chol_b, whitened)
+    def step_shared(self, params: SparseGPParams, n_total) -> StepShared:
+        """``chol(K_uu)`` and the cavity ``p·t_tot^(1 − α/N)`` (``q`` itself at α = 0)."""
+        prior = bank.prior_factors(self.sparse_gp(params))
+        scale = 1.0 if self.alpha == 0.0 else 1.0 - self.alpha / n_total
+        return StepShared(prior, bank.gaussians(prior, tied_factor(params), scale))
 
-    @staticmethod
-    def _relative_log_normaliser(post: _Posterior):
-        """``φ(q_s) − φ(p) = ½‖c_s‖² − log|R_s|``."""
-        return 0.5 * jnp.sum(post.whitened**2) - jnp.sum(jnp.log(jnp.diagonal(post.chol_b)))
-
-    def _cavity_scale(self, n_total):
-        return 1.0 - self.alpha / n_total
-
-    def global_energy(self, params: SparseGPParams, n_total):
-        """``G = φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))``; for α = 0, ``φ(q) − φ(p) − E_q[log t_tot(u)]``."""
-        post = self._posterior(params, 1.0)
-        rel_q = self._relative_log_normaliser(post)
+    def global_energy(self, params: SparseGPParams, shared: StepShared, n_total):
+        """``G = φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))``; for α = 0, ``φ(q) − φ(p) − E_q[log t_tot(u)]`` with
+        ``E_q[log t_tot] = ηᵀm − ½tr(Λ(V + mmᵀ))`` (seed000 eqs. 144–146)."""
         if self.alpha == 0.0:
-            a = post.factor_root
-            b_inv_a = solve_lower(post.chol_b, a)  # R⁻¹A
-            quad_mean = jnp.sum((a.T @ solve_upper_from_lower(post.chol_b, post.whitened)) ** 2)  # mᵀΛm
-            expected_log_factor = jnp.sum(post.whitened**2) - 0.5 * (jnp.sum(b_inv_a**2) + quad_mean)
-            return rel_q - expected_log_factor
-        cav = self._posterior(params, self._cavity_scale(n_total))
-        return rel_q + (n_total / self.alpha) * (self._relative_log_normaliser(cav) - rel_q)
+            q = shared.cavity
+            chol_t = jnp.tril(params.factor_chol).T
+            mean, sqrt_cov = q.mean[0], q.sqrt_cov[0]
+            expected_log_factor = (params.factor_shift @ mean
+                                   - 0.5 * (jnp.sum((chol_t @ sqrt_cov) ** 2) + jnp.sum((chol_t @ mean) ** 2)))
+            return q.log_normaliser[0] - expected_log_factor
+        q = bank.gaussians(shared.prior, tied_factor(params), 1.0)
+        return bank.power_ep_global_term(q, shared.cavity, n_total, self.alpha)
 
-    def _marginals(self, post: _Posterior, params: SparseGPParams, x):
-        """Mean and variance of ``f(x)`` under the Gaussian described by ``post`` (q or the cavity)."""
-        kernel = kernel_of(params)
-        proj = solve_lower(post.chol_uu, kernel(params.inducing, x))  # a_n = L_uu⁻¹k_n, [M, B]
-        mean = proj.T @ solve_upper_from_lower(post.chol_b, post.whitened)
-        var = (
-            jnp.maximum(kernel.diag(x) - jnp.sum(proj**2, axis=0), 0.0)
-            + jnp.sum(solve_lower(post.chol_b, proj) ** 2, axis=0)
-        )
-        return mean, var
-
-    def local_energy(self, params: SparseGPParams, x, y, mask, n_total):
-        """Data term of one chunk: ``Σ_n mask_n (1/α) log Z̃_n`` (``Σ mask_n E_q[log p]`` at α = 0).
-
-        Rows with ``mask = 0`` (padding) contribute exactly zero to the value and the gradient.
-        """
-        scale = 1.0 if self.alpha == 0.0 else self._cavity_scale(n_total)
-        mean, var = self._marginals(self._posterior(params, scale), params, x)
-        terms = scaled_log_tilted(self.likelihood, params.likelihood, y, mean, var, self.alpha)
+    def data_energy(self, params: SparseGPParams, shared: StepShared, x, y, mask):
+        """Data term of one block: ``Σ_n mask_n (1/α) log Z̃_n`` under the cavity ``shared``
+        (``Σ mask_n E_q[log p]`` at α = 0). Rows with ``mask = 0`` (padding) contribute exactly zero to
+        the value and the gradient."""
+        marginals = bank.latent_marginals(self.sparse_gp(params), shared.prior, shared.cavity, x)
+        terms = scaled_log_tilted(self.likelihood, params.likelihood, y, marginals.mean[:, 0], marginals.var[:, 0],
+                                  self.alpha)
         return jnp.sum(jnp.where(mask, terms, 0.0))
 
     def energy(self, params: SparseGPParams, x, y):
         """The whole energy ``F = G + L`` on in-memory data (all rows, no minibatching)."""
         n = x.shape[0]
-        return self.global_energy(params, n) + self.local_energy(params, x, y, jnp.ones(n, bool), n)
+        shared = self.step_shared(params, n)
+        return self.global_energy(params, shared, n) + self.data_energy(params, shared, x, y, jnp.ones(n, bool))
 
     # ----------------------------------------------------------------------------------------------
+    def _posterior(self, params: SparseGPParams) -> tuple[bank.PriorFactors, bank.Gaussians]:
+        prior = bank.prior_factors(self.sparse_gp(params))
+        return prior, bank.gaussians(prior, tied_factor(params), 1.0)
+
     def predict_f(self, params: SparseGPParams, x):
         """Posterior mean and variance of the latent function at ``x``."""
-        return self._marginals(self._posterior(params, 1.0), params, x)
+        marginals = bank.latent_marginals(self.sparse_gp(params), *self._posterior(params), x)
+        return marginals.mean[:, 0], marginals.var[:, 0]
 
     def predict_y(self, params: SparseGPParams, x):
         """The likelihood's predictive distribution at ``x`` (mean/variance, or class-1 probability)."""
@@ -185,11 +171,9 @@ class PowerEPSparseGP:
         return self.likelihood.predict(params.likelihood, mean, var)
 
     def posterior_moments(self, params: SparseGPParams):
-        """``(m, V)`` of ``q(u)``: ``m = L_uu R⁻ᵀc``, ``V = L_uu B⁻¹ L_uuᵀ``."""
-        post = self._posterior(params, 1.0)
-        mean = post.chol_uu @ solve_upper_from_lower(post.chol_b, post.whitened)
-        half = solve_lower(post.chol_b, post.chol_uu.T)
-        return mean, half.T @ half
+        """``(m, V)`` of ``q(u)``."""
+        q = self._posterior(params)[1]
+        return q.mean[0], q.sqrt_cov[0] @ q.sqrt_cov[0].T
 
 
 jax.tree_util.register_static(PowerEPSparseGP)

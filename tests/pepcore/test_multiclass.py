@@ -107,11 +107,16 @@ def test_site_removal_and_normaliser_change_match_dense_algebra():
 # SEP and EP
 
 
+def _sep_update(model, params, x, y, damping):
+    n = x.shape[0]
+    shared = model.step_shared(params, n)
+    stats = model.site_stats(params, shared, x, y, jnp.ones(n, bool))
+    return model.site_update(params, shared, stats, n, damping)
+
+
 @jax.jit
 def _sep_step(model, params, x, y, damping):
-    n = x.shape[0]
-    stats = model.local_site_stats(params, model.step_shared(params, n), x, y, jnp.ones(n, bool))
-    return model.site_update(params, stats, 1.0, damping)
+    return _sep_update(model, params, x, y, damping)[0]
 
 
 _ep_step = jax.jit(lambda model, p, s, x, y, damping: ep.update(model, p, s, x, y, jnp.ones(x.shape[0], bool), damping))
@@ -212,9 +217,11 @@ def test_sep_batch_converges_to_a_fixed_point():
 def test_non_finite_site_statistics_are_rejected():
     model, params, x, y = _problem()
     n = x.shape[0]
-    stats = jax.jit(lambda p: model.local_site_stats(p, model.step_shared(p, n), x, y, jnp.ones(n, bool)))(params)
+    shared = model.step_shared(params, n)
+    stats = jax.jit(lambda p: model.site_stats(p, shared, x, y, jnp.ones(n, bool)))(params)
     bad = stats._replace(shift=stats.shift.at[0, 0].set(jnp.nan))
-    kept = jax.jit(model.site_update)(params, bad)
+    kept, _, accepted = jax.jit(model.site_update)(params, shared, bad, n, 1.0)
+    assert not bool(accepted)
     np.testing.assert_array_equal(kept.factor.shift, params.factor.shift)
     np.testing.assert_array_equal(kept.factor.precision, params.factor.precision)
 
@@ -239,15 +246,15 @@ def test_chunked_masked_terms_sum_to_the_whole(factor):
     else:
         params = model.init(np.asarray(x), 4, noise=0.3, factor="cholesky")
     n = x.shape[0]
-    value_and_grad = jax.jit(jax.value_and_grad(model.local_energy), static_argnums=4)
-    whole = value_and_grad(params, x, y, jnp.ones(n, bool), n)
-    parts = [value_and_grad(params, *chunk, n) for chunk in _padded_chunks(x, y, 10)]
+    value_and_grad = jax.jit(jax.value_and_grad(lambda p, *rows: model.data_energy(p, model.step_shared(p, n), *rows)))
+    whole = value_and_grad(params, x, y, jnp.ones(n, bool))
+    parts = [value_and_grad(params, *chunk) for chunk in _padded_chunks(x, y, 10)]
     assert float(sum(v for v, _ in parts)) == pytest.approx(float(whole[0]), rel=1e-12)
     summed = jax.tree_util.tree_map(lambda *g: sum(g), *[g for _, g in parts])
     for a, b in zip(jax.tree_util.tree_leaves(summed), jax.tree_util.tree_leaves(whole[1])):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
     if factor == "natural":
-        site_stats = jax.jit(lambda p, *rows: model.local_site_stats(p, model.step_shared(p, n), *rows))
+        site_stats = jax.jit(lambda p, *rows: model.site_stats(p, model.step_shared(p, n), *rows))
         stats = [site_stats(params, *chunk) for chunk in _padded_chunks(x, y, 10)]
         total = site_stats(params, x, y, jnp.ones(n, bool))
         for a, b in zip(jax.tree_util.tree_map(lambda *s: sum(s), *stats), total):
@@ -350,13 +357,34 @@ def test_predictive_quadrature_matches_monte_carlo():
 
 
 def test_refreshed_shared_quantities_equal_fresh_ones_after_a_site_update():
-    """After an EP update (only the factor moves) refresh_shared keeps the prior factors and recomputes
+    """After an EP update (only the factor moves) site_update keeps the prior factors and recomputes
     the cavities: the result equals step_shared of the updated params."""
     model, params, x, y = _problem()
     n = x.shape[0]
     shared = model.step_shared(params, n)
-    updated = _sep_step(model, params, x, y, 0.5)
-    refreshed, fresh = model.refresh_shared(updated, shared, n), model.step_shared(updated, n)
+    updated, refreshed, _ = _sep_update(model, params, x, y, 0.5)
+    fresh = model.step_shared(updated, n)
     for a, b in zip(jax.tree_util.tree_leaves(refreshed), jax.tree_util.tree_leaves(fresh)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
     assert not np.allclose(refreshed.cavity.mean, shared.cavity.mean)  # the factor did move
+
+
+def test_a_one_class_minibatch_at_small_n_keeps_a_valid_factor():
+    """Eight rows of class 0 hold 16 factors of class 0, more than the n_0 = 13.3 of N = 10 rows: the
+    step shrinks to ρ_0 = n_0/n_{B,0}, so the old factor is dropped (kept fraction exactly 0, not the
+    negative 1 − 16/13.3) and the new precision is the batch's sites scaled by n_0/n_{B,0}; the other
+    classes keep 1 − 8/13.3 of theirs."""
+    model, params, x, y = _problem()
+    params, _ = _run_sep(model, params, x, y, 5, 0.5)  # a non-zero factor to keep or drop
+    rows, n_total = np.flatnonzero(np.asarray(y) == 0)[:8], 10.0
+    shared = model.step_shared(params, n_total)
+    stats = model.site_stats(params, shared, x[rows], y[rows], jnp.ones(8, bool))
+    updated, _, accepted = model.site_update(params, shared, stats, n_total, 1.0)
+    counts = np.asarray(model.factor_counts(n_total))
+    assert bool(accepted) and float(stats.count[0]) == 16.0 > counts[0]
+    np.testing.assert_allclose(updated.factor.precision[0], counts[0] / 16.0 * stats.precision[0], rtol=1e-12)
+    keep = 1.0 - 8.0 / counts[1:]
+    np.testing.assert_allclose(updated.factor.precision[1:], keep[:, None, None] * params.factor.precision[1:]
+                               + stats.precision[1:], rtol=1e-12, atol=1e-14)
+    for precision in np.asarray(updated.factor.precision):
+        assert np.linalg.eigvalsh(precision).min() > -1e-10 * np.abs(precision).max()

@@ -64,6 +64,6 @@ def test_multiclass_energy_and_prediction(data, factor):
     x, _, classes = data
     model = MultiClassGP.from_labels(classes, 3)
     params = model.init(x, 4, noise=0.3, factor=factor)
-    xj, yj, mask = jnp.asarray(x), jnp.asarray(classes), jnp.ones(len(x), bool)
-    _assert_unbatched(lambda p: model.global_energy(p, 30) + model.local_energy(p, xj, yj, mask, 30), params)
+    xj, yj = jnp.asarray(x), jnp.asarray(classes)
+    _assert_unbatched(lambda p: model.energy(p, xj, yj), params)
     assert _batched_lapack(jax.make_jaxpr(lambda p: model.predict(p, xj))(params).jaxpr) == []

@@ -62,7 +62,8 @@ def test_global_and_data_terms_match_dense_formulas(regression, alpha):
     model = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=0.0)
     params = _params(z, shift, precision, Gaussian.init_params(NOISE))
     g_ref, cav_mean, cav_cov = _dense_energy_terms(z, shift, precision, 40, alpha)
-    assert float(model.global_energy(params, 40)) == pytest.approx(g_ref, rel=1e-9)
+    shared = model.step_shared(params, 40)
+    assert float(model.global_energy(params, shared, 40)) == pytest.approx(g_ref, rel=1e-9)
     kuu, kuf = oracles.se_kernel(z, z, LS, VAR), oracles.se_kernel(z, x, LS, VAR)
     w = np.linalg.solve(kuu, kuf)  # K_uu⁻¹K_uf
     mu = w.T @ cav_mean
@@ -71,7 +72,7 @@ def test_global_and_data_terms_match_dense_formulas(regression, alpha):
     log_z = [np.log(integrate.quad(lambda f: stats.norm.pdf(f, m_, np.sqrt(v_)) * stats.norm.pdf(y_, f, np.sqrt(s2)) ** alpha,
                                    m_ - 12 * np.sqrt(v_), m_ + 12 * np.sqrt(v_), epsabs=0, epsrel=1e-12)[0])
              for m_, v_, y_ in zip(mu, v, y)]
-    local = model.local_energy(params, jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool), 40)
+    local = model.data_energy(params, shared, jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool))
     assert float(local) == pytest.approx(np.sum(log_z) / alpha, rel=1e-8)
 
 
@@ -125,13 +126,13 @@ def test_padding_and_chunking_do_not_change_the_data_term(regression, likelihood
     y = y if isinstance(likelihood, Gaussian) else (y > 0.5).astype(float)
     model = PowerEPSparseGP(likelihood, alpha=0.5)
     params = model.init(x, 6, likelihood_params=Gaussian.init_params(NOISE) if isinstance(likelihood, Gaussian) else None)
-    data_term = jax.value_and_grad(model.local_energy)
-    whole_v, whole_g = data_term(params, jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool), 40)
+    data_term = jax.value_and_grad(lambda p, *rows: model.data_energy(p, model.step_shared(p, 40), *rows))
+    whole_v, whole_g = data_term(params, jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool))
     pad = 24  # chunks of 32 rows: 32 + 8 real rows, the second chunk padded with garbage
     xp = np.concatenate([x, np.full((pad, 2), 1e3)])
     yp = np.concatenate([y, np.full(pad, 7.0)])
     mask = np.arange(64) < 40
-    parts = [data_term(params, jnp.asarray(xp[s]), jnp.asarray(yp[s]), jnp.asarray(mask[s]), 40)
+    parts = [data_term(params, jnp.asarray(xp[s]), jnp.asarray(yp[s]), jnp.asarray(mask[s]))
              for s in (slice(0, 32), slice(32, 64))]
     assert float(parts[0][0] + parts[1][0]) == pytest.approx(float(whole_v), rel=1e-12)
     summed = jax.tree_util.tree_map(lambda a, b: a + b, parts[0][1], parts[1][1])

@@ -10,23 +10,31 @@ from pipeline.errors import InputError
 
 def test_defaults_follow_the_papers():
     config = load_config(None)
-    assert (config.num_inducing, config.alpha, config.damping) == (200, None, 1.0)
+    assert (config.model, config.batch_size, config.rows_per_block, config.learning_rate) == ({}, 10_000, 1_000, 0.01)
     assert config == TrainConfig()
+
+
+def test_blocks_follow_a_small_batch_unless_set():
+    assert load_config(None, batch_size=128).rows_per_block == 128
+    assert load_config(None, batch_size=128, block_rows=64).rows_per_block == 64
 
 
 def test_toml_with_overrides(tmp_path):
     path = tmp_path / "train.toml"
-    path.write_text("num_inducing = 20\nepochs = 4\nlr_schedule = 'cosine'\n")
+    path.write_text("epochs = 4\nlr_schedule = 'cosine'\n[model]\nnum_inducing = 20\n")
     config = load_config(path, epochs=7, batch_size=None)
-    assert (config.num_inducing, config.epochs, config.lr_schedule, config.batch_size) == (20, 7, "cosine", 10_000)
+    assert (config.model, config.epochs, config.lr_schedule, config.batch_size) == ({"num_inducing": 20}, 7, "cosine",
+                                                                                    10_000)
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("num_inducing = 0\n", "num_inducing: Input should be greater than or equal to 1 (found 0)"),
-    ("inducing = 5\n", "inducing: Extra inputs are not permitted"),
-    ("alpha = 'half'\n", "alpha: Input should be a valid number"),
-    ("batch_size = 10\nblock_rows = 20\n", "batch_size (10) must be at least block_rows (20)"),
-    ("num_inducing = \n", "not a readable TOML file"),
+    ("epochs = 0\n", "epochs: Input should be greater than or equal to 1 (found 0)"),
+    ("num_inducing = 5\n", "num_inducing: Extra inputs are not permitted (found 5) (a model's settings go in the "
+                           "[model] table)"),
+    ("learning_rate = 'half'\n", "learning_rate: Input should be a valid number"),
+    ("batch_size = 10\nblock_rows = 20\n", "batch_size (10) is smaller than block_rows (20); lower block_rows or "
+                                            "leave it unset"),
+    ("epochs = \n", "not a readable TOML file"),
 ])
 def test_bad_config_names_file_and_key(tmp_path, text, expected):
     path = tmp_path / "bad.toml"
@@ -47,6 +55,9 @@ def test_resume_compatibility():
     assert config.incompatibilities(config.model_copy(update={"learning_rate": 0.1})) == ["learning_rate: 0.01 → 0.1"]
     cosine = TrainConfig(lr_schedule="cosine")
     assert cosine.incompatibilities(cosine.model_copy(update={"epochs": 20})) == ["epochs: 10 → 20"]
+    settings = TrainConfig(model={"alpha": 0.5})
+    assert settings.incompatibilities(settings.model_copy(update={"model": {"alpha": 0.2, "num_inducing": 9}})) == [
+        "model.alpha: 0.5 → 0.2", "model.num_inducing: None → 9"]
 
 
 def test_for_rows_caps_blocks_and_batches():

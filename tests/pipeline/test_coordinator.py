@@ -14,8 +14,9 @@ from tests.pipeline.toy_model import ToySpec
 from tests.trainstores import FAST, leaves_equal, make_store
 
 
-def job(store, run_dir, model="sparse-gp-classifier", **changes):
-    return TrainJob(model, store, FAST.model_copy(update=changes), run_dir)
+def job(store, run_dir, model="sparse-gp-classifier", settings=None, **changes):
+    model_settings = {**FAST.model, **(settings or {})}
+    return TrainJob(model, store, FAST.model_copy(update={**changes, "model": model_settings}), run_dir)
 
 
 def test_classifier_learns_and_leaves_checkpoints(binary_store, tmp_path):
@@ -68,7 +69,9 @@ def test_model_must_fit_the_store(binary_store, regression_store, tmp_path):
     with pytest.raises(InputError, match="unknown model 'gp'; expected one of sparse-gp-regressor, "):
         train(job(binary_store, tmp_path, model="gp"))
     with pytest.raises(InputError, match="num_inducing = 500 exceeds the 400 training rows"):
-        train(job(regression_store, tmp_path, model="sparse-gp-regressor", num_inducing=500))
+        train(job(regression_store, tmp_path, model="sparse-gp-regressor", settings={"num_inducing": 500}))
+    with pytest.raises(InputError, match=r"invalid settings of --model sparse-gp-classifier: model.alpha"):
+        train(job(binary_store, tmp_path, settings={"alpha": 2.0}))
 
 
 def test_regressor_reports_rmse_in_target_units(regression_store, tmp_path):
@@ -100,8 +103,8 @@ def test_non_finite_steps_are_rejected_and_counted(regression_store, tmp_path, m
 def test_damped_site_updates(regression_store, tmp_path, monkeypatch, damping):
     """Full-batch steps: post_mean_t = (1 − (1 − ρ)^t) Σy/(1 + N) exactly as the damped recursion."""
     monkeypatch.setitem(MODELS, "toy", ToySpec())
-    config = dict(model="toy", batch_size=400, block_rows=400, epochs=3, damping=damping)
-    result = train(job(regression_store, tmp_path, **config))
+    config = dict(model="toy", batch_size=400, block_rows=400, epochs=3)
+    result = train(job(regression_store, tmp_path, settings={"damping": damping}, **config))
     y = regression_store.arrays("train")[1][:].astype(float)
     target = y.sum() / (1 + len(y))
     np.testing.assert_allclose(result.params["post_mean"], target * (1 - (1 - damping) ** 3), rtol=1e-12)

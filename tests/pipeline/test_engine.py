@@ -12,7 +12,8 @@ from pipeline import engine
 from pipeline.blocks import BlockSource, TargetScaling
 from pipeline.engine import BlockCache, Engine, InProcess, block_bytes, connect, tree_sum
 from pipeline.errors import InputError
-from pipeline.models import MODELS, DataTerm, shared_form
+from pipeline.models import MODELS
+from pipeline.step import DataTerm
 from pipeline.sampling import MinibatchSchedule
 from tests.trainstores import FAST
 
@@ -34,15 +35,18 @@ def test_blocks_are_standardised_padded_and_masked(binary_store):
 
 def test_map_sum_equals_the_full_data_term(binary_store):
     spec = MODELS["sparse-gp-classifier"]
-    model = spec.model(FAST)
+    settings = spec.Settings(**FAST.model)
+    model = spec.build(settings, {})
     source = BlockSource.of(binary_store, "train", 48, TargetScaling())
     x = np.concatenate([source.read(b).x[source.read(b).mask] for b in range(9)])
     y = np.concatenate([source.read(b).y[source.read(b).mask] for b in range(9)])
-    params = spec.init(model, x, FAST)
-    value, (grad, shared_grad) = Engine(InProcess(), source).map_sum(DataTerm(shared_form(model), 400),
-                                                                     (params, ()), range(9))
-    assert shared_grad == ()
-    direct_value, direct_grad = jax.value_and_grad(model.local_energy)(params, x, y, np.ones(400, bool), 400)
+    params = spec.init(model, x, settings, 0)
+    shared = model.step_shared(params, 400)
+    value, (grad, shared_grad) = Engine(InProcess(), source).map_sum(DataTerm(model), (params, shared), range(9))
+    direct_value, (direct_grad, direct_shared_grad) = jax.value_and_grad(model.data_energy, argnums=(0, 1))(
+        params, shared, x, y, np.ones(400, bool))
+    for a, b in zip(jax.tree_util.tree_leaves(shared_grad), jax.tree_util.tree_leaves(direct_shared_grad)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(value, direct_value, rtol=1e-12)
     for a, b in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(direct_grad)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -19,8 +19,9 @@ from tests.trainstores import FAST, leaves_equal
 SEP = "multiclass-sep"
 
 
-def job(store, run_dir, model=SEP, **config):
-    return TrainJob(model, store, FAST.model_copy(update=config), run_dir)
+def job(store, run_dir, model=SEP, settings=None, **config):
+    return TrainJob(model, store, FAST.model_copy(update={**config, "model": {**FAST.model, **(settings or {})}}),
+                    run_dir)
 
 
 def test_sep_in_process_one_and_two_workers_are_bit_identical(three_class_store, cluster, tmp_path):
@@ -65,8 +66,9 @@ def test_stores_and_powers_that_do_not_fit_are_refused(binary_store, regression_
         Trainer(job(regression_store, tmp_path), InProcess())
     with pytest.raises(InputError, match="is binary and needs 2 classes; this store has 3"):
         Trainer(job(three_class_store, tmp_path, "sparse-gp-classifier"), InProcess())
-    with pytest.raises(InputError, match=r"needs a power in \(0, 1\]"):
-        Trainer(job(three_class_store, tmp_path, alpha=0.0), InProcess())
+    with pytest.raises(InputError, match=r"invalid settings of --model multiclass-sep: model.alpha: Input should "
+                                         r"be greater than 0"):
+        Trainer(job(three_class_store, tmp_path, settings={"alpha": 0.0}), InProcess())
     assert {SEP, "multiclass-direct"} <= set(MODELS)
     binary = train(job(binary_store, tmp_path / "binary", epochs=1))  # two classes are a special case
     assert np.isfinite(binary.history[-1]["test_nll"])
@@ -82,8 +84,7 @@ def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradien
     import jax.numpy as jnp
 
     import pepcore
-    from pipeline.coordinator import minibatch_energy
-    from pipeline.models import shared_form
+    from pipeline.step import DataTerm, minibatch_energy
 
     trainer = Trainer(job(three_class_store, tmp_path, model), InProcess())
     state = trainer.fresh_state()
@@ -91,15 +92,18 @@ def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradien
     blocks = trainer.schedule.blocks(1)
     rows = [trainer.train.source.read(b) for b in blocks]
     x, y, mask = (np.concatenate([getattr(r, f) for r in rows]) for f in ("x", "y", "mask"))
-    scale, n_total, energy = trainer.n_total / mask.sum(), trainer.n_total, shared_form(trainer.model)
+    scale, n_total, model = trainer.n_total / mask.sum(), trainer.n_total, trainer.model
     with pepcore.float64():
-        shared, pullback = trainer.compiled.prepare(state.params)
-        data_value, data_grad = trainer.train.map_sum(trainer.data_term, (state.params, shared), blocks)
-        value, grad = minibatch_energy(energy, n_total, state.params, shared, pullback, data_value, data_grad, scale)
-        plain = jax.value_and_grad(lambda p: trainer.model.global_energy(p, n_total)
-                                   + scale * trainer.model.local_energy(p, jnp.asarray(x), jnp.asarray(y), mask,
-                                                                        n_total))
-        expected_value, expected_grad = plain(state.params)
+        shared, pullback = jax.vjp(lambda p: model.step_shared(p, n_total), state.params)
+        data_value, data_grad = trainer.train.map_sum(DataTerm(model), (state.params, shared), blocks)
+        value, grad = minibatch_energy(model, n_total, state.params, shared, pullback, data_value, data_grad, scale)
+
+        def plain(p):
+            again = model.step_shared(p, n_total)
+            return (model.global_energy(p, again, n_total)
+                    + scale * model.data_energy(p, again, jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask)))
+
+        expected_value, expected_grad = jax.value_and_grad(plain)(state.params)
     assert float(value) == pytest.approx(float(expected_value), rel=1e-10)
     for a, b in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(expected_grad)):
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-9 * np.abs(b).max())

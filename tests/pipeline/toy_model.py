@@ -1,6 +1,6 @@
-"""A toy model for the coordinator's model-independent paths: conjugate mean estimation with an
-EP-style site statistic (to test damped tied-factor updates) and an optional NaN trap (to test the
-rejection of non-finite steps)."""
+"""A toy model for the trainer's model-independent paths: conjugate mean estimation with an EP-style
+site statistic (to test damped tied-factor updates) and an optional NaN trap (to test the rejection of
+non-finite steps)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import math
 from dataclasses import dataclass
 
 import jax.numpy as jnp
+from pydantic import Field
 
 from pipeline.blocks import TargetScaling
 from pipeline.metrics import regression_sums
+from pipeline.models import ModelSettings
 
 
 @dataclass(frozen=True)
@@ -20,19 +22,23 @@ class ConjugateMean:
 
     nan_above: float = math.inf  # the data term is NaN once |w| exceeds this
 
-    def global_energy(self, params, n_total):
+    def step_shared(self, params, n_total):
+        return ()
+
+    def global_energy(self, params, shared, n_total):
         return -0.5 * params["w"] ** 2
 
-    def local_energy(self, params, x, y, mask, n_total):
+    def data_energy(self, params, shared, x, y, mask):
         value = -0.5 * jnp.sum(jnp.where(mask, (y - params["w"]) ** 2, 0.0))
         return jnp.where(jnp.abs(params["w"]) > self.nan_above, jnp.nan, value)
 
-    def local_site_stats(self, params, x, y, mask, n_total):
+    def site_stats(self, params, shared, x, y, mask):
         return {"sum_y": jnp.sum(jnp.where(mask, y, 0.0)), "count": jnp.sum(mask).astype(float)}
 
-    def site_update(self, params, stats, scale, damping):
-        target = scale * stats["sum_y"] / (1.0 + scale * stats["count"])
-        return {**params, "post_mean": (1 - damping) * params["post_mean"] + damping * target}
+    def site_update(self, params, shared, stats, n_total, damping):
+        scale = n_total / stats["count"]
+        target = scale * stats["sum_y"] / (1.0 + n_total)
+        return {**params, "post_mean": (1 - damping) * params["post_mean"] + damping * target}, shared, True
 
 
 @dataclass(frozen=True)
@@ -44,34 +50,38 @@ class HeldOut:
         return regression_sums(mean, jnp.ones_like(y), y, mask)
 
 
+class ToySettings(ModelSettings):
+    damping: float = Field(1.0, gt=0.0, le=1.0)
+
+
 @dataclass(frozen=True)
 class ToySpec:
     """The ModelSpec protocol for :class:`ConjugateMean` (registered by tests with monkeypatch)."""
 
     name: str = "toy"
     task: str = "regression"
+    description: str = "conjugate mean (tests)"
     nan_above: float = math.inf
+    Settings = ToySettings
+    has_sites = True
 
-    def check(self, store):
+    def check(self, data, settings, block_rows):
         pass
 
-    def store_binding(self, store):
+    def binding(self, data):
         return {}
 
-    def bind(self, binding):
-        return self
-
-    def targets(self, store):
-        return TargetScaling()
-
-    def model(self, config):
+    def build(self, settings, binding):
         return ConjugateMean(self.nan_above)
 
-    def init(self, model, x, config):
+    def init(self, model, x, settings, seed):
         return {"w": jnp.asarray(0.0), "post_mean": jnp.asarray(0.0)}
+
+    def frozen(self, settings, params):
+        return {"w": False, "post_mean": True}
+
+    def targets(self, data):
+        return TargetScaling()
 
     def held_out(self, model, targets):
         return HeldOut(model)
-
-    def frozen(self, config):
-        return lambda params: {"w": False, "post_mean": True}

@@ -1,13 +1,14 @@
 """scikit-learn-style multi-class GP classifier: EP or stochastic EP (seed001), trained in-process.
 
 Training follows seed001 §2.3 (spec §2.7, §2.9): for every (mini)batch, first the EP update of the
-factors of its rows — the tied per-class factors for ``method="sep"``
-(:meth:`~pepcore.models.multiclass.MultiClassGP.local_site_stats` then ``site_update``), the untied
-factors for ``method="ep"`` (:func:`pepcore.models.multiclass_ep.update`) — then one guarded Adam ascent
-step on the hyper-parameters and inducing inputs with the gradient of eq. (10)/(12) (the cavity held
-fixed; the data term scaled by ``N/|B|``, the prior term not). A full batch damps the factor update with
-``ρ_t = damping·0.99^t`` (halved for the rest of the run whenever an EP row had to be skipped); minibatches
-are undamped, as the reference code.
+factors of its rows, then one guarded Adam ascent step on the hyper-parameters and inducing inputs with
+the gradient of eq. (10)/(12) (the cavity held fixed; the data term scaled by ``N/|B|``, the prior term
+not). ``method="sep"`` (tied per-class factors) trains through the trainer — the same step as
+``pep train --model multiclass-sep`` — over the in-memory rows; ``method="ep"`` (untied factors, per-row
+state O(N·C·M)) runs its own compiled loop (:func:`pepcore.models.multiclass_ep.update`). A full batch
+damps the factor update with ``ρ_t = damping·0.99^t`` (for EP halved for the rest of the run whenever a
+row had to be skipped); minibatches are undamped, as the reference code. Inputs are standardised with
+the training rows' statistics unless ``standardize=False``.
 
 Example:
     >>> from sklearn.datasets import load_iris
@@ -31,12 +32,14 @@ import pepcore
 from pepcore.linalg import DEFAULT_JITTER
 from pepcore.models import multiclass_ep as ep
 from pepcore.models.multiclass import MultiClassGP, NaturalFactor
-from pipeline.optimize import adam, ascent_update
+from pipeline.datasets import ArrayData
+from pipeline.estimators.base import InputScaling, fit_in_process, training_config
+from pipeline.models.multiclass import SEP
+from pipeline.step import adam, ascent_update
 from pipeline.validation import check_class_labels, check_features, check_num_inducing, check_targets
 
 METHODS = ("sep", "ep")
 PREDICT_CHUNK_ROWS = 1024  # bounds prediction memory: ~1024·(16C·5)·C doubles per intermediate
-DAMPING_DECAY = 0.99  # per full-batch iteration (spec §2.4)
 
 
 def _optimizer(learning_rate):
@@ -51,19 +54,6 @@ def _ascent(energy, params, opt_state, learning_rate):
     return ascent_update(_optimizer(learning_rate), params, opt_state, value, grad) + (value,)
 
 
-def _sep_step(model: MultiClassGP, params, opt_state, state, index, x, y, mask, n_total, damping, learning_rate):
-    del index
-    rows = jnp.sum(mask)
-    stats = model.local_site_stats(params, model.step_shared(params, n_total), x, y, mask)
-    params = model.site_update(params, stats, n_total / rows, damping)
-
-    def energy(p):
-        shared = model.step_shared(p, n_total)
-        return model.global_energy_shared(p, shared, n_total) + n_total / rows * model.local_energy_shared(p, shared, x, y, mask)
-
-    return _ascent(energy, params, opt_state, learning_rate) + (jnp.asarray(0), state)
-
-
 def _ep_step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y, mask, n_total, damping, learning_rate):
     # Padding rows carry the out-of-range index N: gathered as zeros, dropped when scattered back.
     rows_state = jax.tree_util.tree_map(lambda a: a.at[index].get(mode="fill", fill_value=0.0), state)
@@ -76,17 +66,16 @@ def _ep_step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x
 
 
 @partial(jax.jit, static_argnames="model")
-def _train(model: MultiClassGP, params, opt_state, state, x, y, index, mask, damping, learning_rate):
-    """All training steps as one ``lax.scan`` over the per-step row indices ``[T, S]``, masks and base
-    damping ``[T]``; an EP step that skips rows halves the damping of all later steps."""
+def _train_ep(model: MultiClassGP, params, opt_state, state, x, y, index, mask, damping, learning_rate):
+    """All untied-EP training steps as one ``lax.scan`` over the per-step row indices ``[T, S]``, masks
+    and base damping ``[T]``; a step that skips rows halves the damping of all later steps."""
     n_total = x.shape[0]
-    step_fn = _sep_step if state is None else _ep_step
 
     def step(carry, inputs):
         params, opt_state, state, halvings = carry
         rows, rows_mask, rho = inputs
         safe = jnp.minimum(rows, n_total - 1)
-        params, opt_state, ok, value, skipped, state = step_fn(
+        params, opt_state, ok, value, skipped, state = _ep_step(
             model, params, opt_state, state, rows, x[safe], y[safe], rows_mask, float(n_total),
             rho * 0.5**halvings, learning_rate,
         )
@@ -99,6 +88,7 @@ def _train(model: MultiClassGP, params, opt_state, state, x, y, index, mask, dam
 
 _predict = jax.jit(lambda model, params, x: model.predict(params, x))
 _sep_evidence = jax.jit(lambda model, params, x, y: model.energy(params, x, y))
+DAMPING_DECAY = 0.99  # per full-batch iteration (spec §2.4)
 _ep_evidence = jax.jit(ep.log_evidence)
 
 
@@ -136,10 +126,12 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         damping: initial full-batch damping ``ρ_0`` (decays by 0.99 per iteration).
         seed: inducing-input sample and minibatch order.
         jitter: relative jitter on each ``K_c``.
+        standardize: train on inputs standardised with the training rows' mean and deviation.
 
-    Attributes (after fit): ``classes_``, ``params_``, ``energy_trace_`` (the ``log Z_q`` estimate at
-    every step), ``n_rejected_steps_`` (non-finite Adam steps skipped), ``n_skipped_rows_`` (EP row
-    updates skipped for an improper cavity), ``ep_sites_`` (``method="ep"``).
+    Attributes (after fit): ``classes_``, ``params_``, ``energy_trace_`` (the ``log Z_q`` estimate per
+    full-batch step or per epoch), ``n_rejected_steps_`` (non-finite Adam steps skipped),
+    ``n_rejected_site_updates_`` (SEP: non-finite tied-factor updates skipped), ``n_skipped_rows_``
+    (EP: row updates skipped for an improper cavity), ``ep_sites_`` (``method="ep"``).
     """
 
     def __init__(
@@ -154,6 +146,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         damping: float = 0.5,
         seed: int = 0,
         jitter: float = DEFAULT_JITTER,
+        standardize: bool = True,
     ):
         self.num_inducing = num_inducing
         self.method = method
@@ -165,6 +158,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         self.damping = damping
         self.seed = seed
         self.jitter = jitter
+        self.standardize = standardize
 
     # ----------------------------------------------------------------------------------------------
     def _num_steps(self, n_rows: int) -> int:
@@ -195,28 +189,56 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         self.classes_, labels = check_class_labels(check_targets(y, x.shape[0]))
         num_steps = self._num_steps(x.shape[0])
         check_num_inducing(self.num_inducing, None, x.shape[0], x.shape[1])
-        n = x.shape[0]
+        data = ArrayData(x, labels, "classification", self.classes_.size)
+        self.scaling_ = InputScaling.of(data, self.standardize)
         with pepcore.float64():
-            self.model_ = MultiClassGP.from_labels(
-                labels, self.classes_.size, alpha=float(self.alpha), jitter=self.jitter
-            )
-            params = self.model_.init(x, int(self.num_inducing), seed=self.seed)
-            self.x_train_, self.y_train_ = jnp.asarray(x), jnp.asarray(labels)
+            self.x_train_, self.y_train_ = jnp.asarray(self.scaling_(x)), jnp.asarray(labels)
+        settings = {"num_inducing": int(self.num_inducing), "alpha": float(self.alpha), "jitter": float(self.jitter)}
+        if self.method == "sep":
+            self._fit_sep(x, labels, settings, num_steps)
+        else:
+            self._fit_ep(settings, num_steps)
+        self.n_features_in_ = x.shape[1]
+        return self
+
+    def _fit_sep(self, x, labels, settings: dict, num_steps: int) -> None:
+        """Tied factors through the trainer: one block per step; minibatches are blocks of the rows in
+        a seeded random order, so that a batch is not a run of one class."""
+        n = x.shape[0]
+        full_batch = self.batch_size is None
+        if full_batch:
+            settings.update(damping=float(self.damping), damping_decay=DAMPING_DECAY)
+            data, epochs = ArrayData(x, labels, "classification", self.classes_.size), num_steps
+        else:
+            order = np.random.default_rng(self.seed).permutation(n)
+            data = ArrayData(x[order], labels[order], "classification", self.classes_.size)
+            epochs = -(-num_steps // -(-n // self.batch_size))
+        config = training_config(settings, rows_per_step=n if full_batch else int(self.batch_size), epochs=epochs,
+                                 learning_rate=self.learning_rate, standardize=self.standardize, seed=self.seed)
+        with pepcore.float64():
+            self.model_ = SEP.build(SEP.Settings(**settings), SEP.binding(data))
+        for name, value in fit_in_process(SEP, data, config, num_steps).items():
+            setattr(self, name, value)
+        self.ep_sites_, self.n_skipped_rows_ = None, 0
+
+    def _fit_ep(self, settings: dict, num_steps: int) -> None:
+        """Untied factors (per-row state) in their own compiled loop (:func:`_train_ep`)."""
+        n = self.x_train_.shape[0]
+        with pepcore.float64():
+            self.model_ = MultiClassGP.from_labels(self.y_train_, self.classes_.size, alpha=settings["alpha"],
+                                                   jitter=settings["jitter"])
+            params = self.model_.init(self.x_train_, int(self.num_inducing), seed=self.seed)
             opt_state = _optimizer(self.learning_rate).init(params)
-            state = ep.init_sites(n, params) if self.method == "ep" else None
             index, mask = _batches(n, self.batch_size, num_steps, self.seed)
             decay = DAMPING_DECAY ** np.arange(num_steps)
             damping = np.ones(num_steps) if self.batch_size is not None else self.damping * decay
-            params, state, values, ok, skipped = _train(
-                self.model_, params, opt_state, state, self.x_train_, self.y_train_,
+            params, state, values, ok, skipped = _train_ep(
+                self.model_, params, opt_state, ep.init_sites(n, params), self.x_train_, self.y_train_,
                 jnp.asarray(index), jnp.asarray(mask), jnp.asarray(damping), float(self.learning_rate),
             )
-            values, rejected, skipped = np.asarray(values), int(np.sum(~np.asarray(ok))), int(np.sum(skipped))
-        self.params_, self.ep_sites_ = params, state
-        self.energy_trace_ = values
-        self.n_rejected_steps_, self.n_skipped_rows_ = rejected, skipped
-        self.n_features_in_ = x.shape[1]
-        return self
+        self.params_, self.ep_sites_, self.energy_trace_ = params, state, np.asarray(values)
+        self.n_rejected_steps_, self.n_rejected_site_updates_ = int(np.sum(~np.asarray(ok))), 0
+        self.n_skipped_rows_ = int(np.sum(skipped))
 
     # ----------------------------------------------------------------------------------------------
     def log_marginal_likelihood(self) -> float:
@@ -234,7 +256,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         chunks = []
         with pepcore.float64():
             for start in range(0, x.shape[0], PREDICT_CHUNK_ROWS):
-                rows = x[start : start + PREDICT_CHUNK_ROWS]
+                rows = self.scaling_(x[start : start + PREDICT_CHUNK_ROWS])
                 log_proba = _predict(self.model_, self.params_, jnp.asarray(_padded_rows(rows)))
                 chunks.append(np.asarray(log_proba)[: rows.shape[0]])
         return np.concatenate(chunks)

@@ -1,0 +1,155 @@
+"""A bank of G independent sparse GPs with tied Gaussian factors: the piece every model of pep shares.
+
+Power EP (seed000) is one such GP (G = 1) with a likelihood per row; the multi-class classifier of
+seed001 is a bank of G = C GPs, one per class; a deep GP (seed004) is one bank per layer. A model adds
+only its per-row term (:mod:`pepcore.likelihoods`, :mod:`pepcore.models.multiclass_sites`).
+
+GP ``g`` has inducing inputs ``Z_g`` ``[M, D]``, an ARD squared-exponential kernel and a diagonal term
+``d_g`` (the inducing-output noise of seed001 §1.5 plus the jitter): its prior on the inducing outputs
+is ``p_g(u) = N(0, K_g)``, ``K_g = k_g(Z_g, Z_g) + d_g I``, and ``κ_g = σ_g + d_g``. All N tied factors
+of GP ``g`` are one Gaussian ``t_g(u) = exp(η_gᵀu − ½uᵀΛ_gu)`` stored in ``u`` coordinates — natural
+parameters moved by EP updates (:class:`NaturalFactor`) or a Cholesky factor ``Λ_g = L_gL_gᵀ`` moved by
+the optimiser (:class:`CholeskyFactor`). Every Gaussian a method needs is ``p_g·t_g^s``: ``q`` (``s = 1``)
+or the Power-EP cavity (``s = 1 − α/n_g``, ``n_g`` the factors tied into ``t_g``).
+
+Numerics: with ``L = chol(K_g)`` and ``R = chol(I + s LᵀΛL)``, ``p·t^s`` has ``V = SSᵀ``, ``S = LR⁻ᵀ``,
+``m = S c``, ``c = R⁻¹sLᵀη`` and ``φ(p·t^s) − φ(p) = ½‖c‖² − log|R|`` (seed000 eq. 113 in whitened form);
+nothing is inverted explicitly but ``L`` (:func:`pepcore.linalg.cholesky_and_inverse`), whose inverse
+turns every projection of rows into matrix products.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+import jax
+import jax.numpy as jnp
+
+from pepcore.kernels import BatchedARDSquaredExponential
+from pepcore.linalg import cholesky, cholesky_and_inverse, per_matrix, solve_lower
+
+
+class NaturalFactor(NamedTuple):
+    """Tied factors in natural parameters, updated by EP (SEP)."""
+
+    shift: jnp.ndarray  # η_g, [G, M]
+    precision: jnp.ndarray  # Λ_g, [G, M, M], symmetric positive semi-definite
+
+
+class CholeskyFactor(NamedTuple):
+    """Tied factors as ``(η_g, L_g)`` with ``Λ_g = L_gL_gᵀ``, trained by gradient."""
+
+    shift: jnp.ndarray  # η_g, [G, M]
+    chol: jnp.ndarray  # lower-triangular L_g, [G, M, M]
+
+
+Factor = Union[NaturalFactor, CholeskyFactor]
+
+
+class Bank(NamedTuple):
+    """The constrained hyper-parameters of G sparse GPs."""
+
+    kernel: BatchedARDSquaredExponential  # σ_g [G], ℓ_g [G, D]
+    inducing: jnp.ndarray  # Z_g, [G, M, D]
+    diagonal: jnp.ndarray  # d_g, [G]: added to K_g's diagonal and to κ_g; the floor of the FITC variance
+
+
+class PriorFactors(NamedTuple):
+    """``L_g = chol(K_g)`` and its inverse."""
+
+    chol: jnp.ndarray  # [G, M, M]
+    inverse: jnp.ndarray  # [G, M, M]
+
+
+class Gaussians(NamedTuple):
+    """``p_g·t_g^s`` per GP in ``u`` coordinates."""
+
+    mean: jnp.ndarray  # [G, M]
+    sqrt_cov: jnp.ndarray  # S with V = SSᵀ, [G, M, M]
+    log_normaliser: jnp.ndarray  # φ(·) − φ(p_g), [G]
+
+
+class RowProjections(NamedTuple):
+    """Per GP and row: ``υ = K_g⁻¹k_g(x)`` and the FITC variance ``κ_g − k_gᵀK_g⁻¹k_g ≥ d_g`` (seed001 eqs. 4–5)."""
+
+    directions: jnp.ndarray  # [G, B, M]
+    fitc_var: jnp.ndarray  # [G, B]
+
+
+class Marginals(NamedTuple):
+    """A Gaussian over ``u_g`` seen along rows' directions: ``a = υᵀm``, ``w = υᵀVυ``."""
+
+    mean: jnp.ndarray  # [B, G]
+    var: jnp.ndarray  # [B, G]
+
+
+def prior_factors(bank: Bank) -> PriorFactors:
+    """``chol(K_g)`` and its inverse for every GP, O(G·M³)."""
+    eye = jnp.eye(bank.inducing.shape[1], dtype=bank.diagonal.dtype)
+    gram = bank.kernel.gram(bank.inducing) + bank.diagonal[:, None, None] * eye
+    return PriorFactors(*cholesky_and_inverse(gram))
+
+
+def _whitened_precision(factor: Factor, chol_k):
+    """``LᵀΛL`` for one GP."""
+    if isinstance(factor, CholeskyFactor):
+        a = chol_k.T @ jnp.tril(factor.chol)
+        return a @ a.T
+    a = chol_k.T @ factor.precision @ chol_k
+    return 0.5 * (a + a.T)
+
+
+def _gaussian(chol_k, factor: Factor, scale):
+    """``p·t^scale`` for one GP (see the module docstring for the whitened form)."""
+    size = chol_k.shape[0]
+    chol_b = cholesky(jnp.eye(size, dtype=chol_k.dtype) + scale * _whitened_precision(factor, chol_k))
+    whitened = solve_lower(chol_b, scale * (chol_k.T @ factor.shift))
+    sqrt_cov = solve_lower(chol_b, chol_k.T).T  # L R⁻ᵀ
+    log_normaliser = 0.5 * jnp.sum(whitened**2) - jnp.sum(jnp.log(jnp.diagonal(chol_b)))
+    return sqrt_cov @ whitened, sqrt_cov, log_normaliser
+
+
+def gaussians(prior: PriorFactors, factor: Factor, scale) -> Gaussians:
+    """``p_g·t_g^{s_g}`` for every GP (``scale`` a scalar or ``[G]``: 1 for ``q``, ``1 − α/n_g`` for the
+    cavity), one factorisation at a time (:func:`pepcore.linalg.per_matrix`)."""
+    scale = jnp.broadcast_to(scale, prior.chol.shape[:1])
+    return Gaussians(*per_matrix(_gaussian, prior.chol, factor, scale))
+
+
+def row_projections(bank: Bank, prior: PriorFactors, x) -> RowProjections:
+    """``υ = K_g⁻¹k_g(x)`` and the FITC variance for the rows ``x`` ``[B, D]`` (batched over GPs)."""
+    proj = prior.inverse @ bank.kernel.cross(bank.inducing, x)  # L⁻¹k, [G, M, B]
+    kappa = bank.kernel.variance + bank.diagonal
+    fitc = jnp.maximum(kappa[:, None] - jnp.sum(proj**2, axis=1), bank.diagonal[:, None])
+    return RowProjections(jnp.einsum("gmb,gmn->gbn", proj, prior.inverse), fitc)  # υ = L⁻ᵀL⁻¹k
+
+
+def project(gaussians: Gaussians, directions) -> Marginals:
+    """``a = υᵀm`` and ``w = υᵀVυ`` for ``directions`` ``[G, B, M]``; outputs ``[B, G]``."""
+    mean = jnp.einsum("gbm,gm->bg", directions, gaussians.mean)
+    var = jnp.sum(jnp.einsum("gbm,gmn->bgn", directions, gaussians.sqrt_cov) ** 2, axis=-1)
+    return Marginals(mean, var)
+
+
+def latent_marginals(bank: Bank, prior: PriorFactors, gaussian: Gaussians, x) -> Marginals:
+    """Mean and variance of every GP's ``f(x)`` under ``gaussian`` (``q`` or a cavity): the projection
+    plus the FITC variance, ``[B, G]`` each."""
+    rows = row_projections(bank, prior, x)
+    proj = project(gaussian, rows.directions)
+    return Marginals(proj.mean, proj.var + rows.fitc_var.T)
+
+
+def power_ep_global_term(q: Gaussians, cavity: Gaussians, counts, alpha: float):
+    """``Σ_g φ(q_g) − φ(p_g) + (n_g/α)(φ(cav_g) − φ(q_g))`` (seed000 eq. 110 with tied factors; seed001
+    spec §2.8.6): O(G·M³), independent of the rows."""
+    return jnp.sum(q.log_normaliser + (counts / alpha) * (cavity.log_normaliser - q.log_normaliser))
+
+
+def prior_surrogate(prior: PriorFactors, q: Gaussians):
+    """``Σ_g −½log|K_g| − ½tr(K_g⁻¹(V_g + m_gm_gᵀ))`` with ``q`` held fixed: its gradient is the prior term
+    ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of seed001 eq. (10) (eqs. 63–64)."""
+    q = jax.lax.stop_gradient(q)
+    whitened_cov = prior.inverse @ q.sqrt_cov
+    whitened_mean = jnp.einsum("gmn,gn->gm", prior.inverse, q.mean)
+    log_det = jnp.sum(jnp.log(jnp.diagonal(prior.chol, axis1=-2, axis2=-1)))
+    return -log_det - 0.5 * (jnp.sum(whitened_cov**2) + jnp.sum(whitened_mean**2))

@@ -1,0 +1,104 @@
+"""In-memory training data with the interface the trainer reads from a store (DESIGN §3), so that the
+estimators train through the same trainer and step as ``pep train``.
+
+:class:`ArrayData` holds a training split only; its attributes are computed as ``pep ingest``
+computes a store's (per-feature mean and deviation with :class:`~pipeline.moments.Moments`, class
+counts, a checksum of the arrays), and its blocks are cut, standardised and padded exactly as a
+store's (:class:`~pipeline.blocks.BlockSource`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.blocks import Block, TargetScaling
+from pipeline.moments import Moments
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayBlocks:
+    """The blocks of an in-memory split; the interface of :class:`~pipeline.blocks.BlockSource`."""
+
+    x: np.ndarray = field(repr=False)  # [N, D] float64
+    y: np.ndarray = field(repr=False)  # [N]
+    block_rows: int
+    x_mean: tuple[float, ...]
+    x_std: tuple[float, ...]
+    targets: TargetScaling
+
+    @property
+    def n_rows(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def n_blocks(self) -> int:
+        return math.ceil(self.n_rows / self.block_rows)
+
+    def rows_in(self, block: int) -> int:
+        """Real (unpadded) rows of ``block``."""
+        return min(self.block_rows, self.n_rows - block * self.block_rows)
+
+    def read(self, block: int) -> Block:
+        """Block ``block``, standardised and padded as a store's."""
+        if not 0 <= block < self.n_blocks:
+            raise IndexError(f"the arrays have {self.n_blocks} blocks, no block {block}")
+        start, rows = block * self.block_rows, self.rows_in(block)
+        x = np.zeros((self.block_rows, self.x.shape[1]))
+        y = np.zeros(self.block_rows)
+        x[:rows] = (self.x[start:start + rows] - self.x_mean) / self.x_std
+        y[:rows] = self.targets(self.y[start:start + rows])
+        return Block(x, y, np.arange(self.block_rows) < rows)
+
+
+class ArrayData:
+    """A training split held in memory, seen as a store with an empty test split.
+
+    Args:
+        x: inputs [N, D] (validated by the caller).
+        y: class labels ``0..C−1`` (classification) or targets (regression), [N].
+        task: ``"classification"`` or ``"regression"``.
+        n_classes: C for classification.
+        target_statistics: regression: record the targets' mean and deviation (the trainer then
+            standardises them, as for a store); False keeps them as they are (mean 0, scale 1).
+    """
+
+    path = "the in-memory training data"
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, task: str, n_classes: int | None = None,
+                 target_statistics: bool = True):
+        self.x, self.y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        self.task, self.n_classes = task, n_classes
+        x_moments = Moments.of(self.x)
+        attrs: dict[str, Any] = {"x_mean": x_moments.mean.tolist(), "x_std": x_moments.std().tolist(),
+                                 "y_mean": 0.0, "y_std": 1.0, "class_counts": {"train": [], "test": []}}
+        if task == "regression" and target_statistics:
+            y_moments = Moments.of(self.y)
+            attrs.update(y_mean=float(y_moments.mean[0]), y_std=float(y_moments.std()[0]))
+        elif task == "classification":
+            counts = np.bincount(self.y.astype(np.int64), minlength=n_classes)
+            attrs["class_counts"] = {"train": counts.tolist(), "test": [0] * len(counts)}
+        self.attrs = attrs
+        digest = hashlib.sha256(self.x.tobytes())
+        digest.update(self.y.tobytes())
+        self.checksum = f"sha256:{digest.hexdigest()}"
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(f"x{i}" for i in range(self.x.shape[1]))
+
+    def n_rows(self, split: str) -> int:
+        return self.x.shape[0] if split == "train" else 0
+
+    def blocks(self, split: str, block_rows: int, targets: TargetScaling, standardize: bool = True) -> ArrayBlocks:
+        """The blocks of the training split (``split`` must be ``"train"``)."""
+        if split != "train":
+            raise ValueError(f"in-memory data has only a training split, not {split!r}")
+        mean, std = np.asarray(self.attrs["x_mean"]), np.asarray(self.attrs["x_std"])
+        if not standardize:
+            mean, std = np.zeros_like(mean), np.ones_like(std)
+        return ArrayBlocks(self.x, self.y, block_rows, tuple(map(float, mean)), tuple(map(float, std)), targets)

@@ -1,0 +1,56 @@
+"""What every estimator shares: the fit through the trainer — the same step and loop as ``pep train``,
+in-process over in-memory arrays — and the standardisation of user-unit inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import TrainConfig
+from pipeline.coordinator import Trainer, TrainJob
+from pipeline.datasets import ArrayData
+from pipeline.engine import InProcess
+from pipeline.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class InputScaling:
+    """``x ↦ (x − mean)/std``: user units to the model's (the training rows' statistics, as the trainer)."""
+
+    mean: np.ndarray  # [D]
+    std: np.ndarray  # [D]
+
+    @classmethod
+    def of(cls, data: ArrayData, standardize: bool) -> "InputScaling":
+        mean, std = np.asarray(data.attrs["x_mean"]), np.asarray(data.attrs["x_std"])
+        return cls(mean, std) if standardize else cls(np.zeros_like(mean), np.ones_like(std))
+
+    def __call__(self, x) -> np.ndarray:
+        return (np.asarray(x, dtype=np.float64) - self.mean) / self.std
+
+
+def training_config(model_settings: dict[str, Any], *, rows_per_step: int, epochs: int, learning_rate: float,
+                    standardize: bool, seed: int, **changes: Any) -> TrainConfig:
+    """A config for an in-memory fit: ``rows_per_step`` rows per step, each step one block."""
+    return TrainConfig(model=model_settings, learning_rate=learning_rate, epochs=max(epochs, 1),
+                       batch_size=rows_per_step, block_rows=rows_per_step, standardize=standardize, seed=seed,
+                       checkpoint_every=max(epochs, 1), **changes)
+
+
+def fit_in_process(spec: ModelSpec, data: ArrayData, config: TrainConfig, steps: int,
+                   initial_params: Any = None) -> dict[str, Any]:
+    """Train ``spec`` on ``data`` for ``steps`` steps with the trainer (no run directory) and return the
+    fitted attributes every estimator sets: ``params_``, ``energy_trace_`` (the energy estimate of every
+    step), ``n_rejected_steps_`` (non-finite ascent steps skipped) and ``n_rejected_site_updates_``."""
+    trainer = Trainer(TrainJob(spec, data, config, None), InProcess(), initial_params)
+    energies: list[float] = []
+
+    def record(event: str, **info: Any) -> None:
+        if event == "step":
+            energies.append(info["energy"])
+
+    result = trainer.run(until_step=steps, progress=record)
+    return {"params_": result.params, "energy_trace_": np.asarray(energies),
+            "n_rejected_steps_": result.rejected_steps, "n_rejected_site_updates_": result.rejected_site_updates}

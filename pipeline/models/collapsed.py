@@ -1,0 +1,79 @@
+"""The collapsed PEP-α regression objective (seed000 §3.2,
+:class:`pepcore.models.collapsed_regression.CollapsedRegression`) as a model of the trainer.
+
+Its sites are integrated out in closed form, so the objective is not a sum over blocks: it trains
+with the whole training split as one block (full batch), and it predicts from its training rows, so it
+has no per-block held-out evaluation. ``SparseGPRegressor`` trains it; ``pep train`` offers the tied
+``sparse-gp-regressor`` for data that does not fit one block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+from pydantic import Field
+
+from pepcore.initialisation import initial_kernel_and_inducing
+from pepcore.models.collapsed_regression import CollapsedRegression, RegressionParams
+from pepcore.parameters import unconstrain_positive
+from pipeline.blocks import TargetScaling
+from pipeline.errors import InputError
+from pipeline.models.protocol import ModelSettings
+from pipeline.models.sparse_gp import (INITIAL_NOISE_VARIANCE, check_inducing, check_task, fixed_inducing,
+                                       regression_targets)
+
+
+class CollapsedSettings(ModelSettings):
+    """Settings of the collapsed regression objective."""
+
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC (seed000 §3.2)")
+
+
+@dataclass(frozen=True)
+class CollapsedRegressionSpec:
+    """The :class:`~pipeline.models.ModelSpec` protocol for :class:`CollapsedRegression`."""
+
+    name: str = "collapsed-regressor"
+    task: str = "regression"
+    description: str = "collapsed Power-EP sparse GP regression (full batch, seed000 §3.2)"
+    Settings = CollapsedSettings
+    has_sites = False
+
+    def check(self, data: Any, settings: CollapsedSettings, block_rows: int) -> None:
+        check_task(self, data)
+        if block_rows < data.n_rows("train"):
+            raise InputError(f"{data.path}: --model {self.name} needs the whole training split in one block; "
+                             f"block_rows is {block_rows} for {data.n_rows('train')} rows")
+
+    def binding(self, data: Any) -> dict[str, Any]:
+        return {}
+
+    def build(self, settings: CollapsedSettings, binding: dict[str, Any]) -> CollapsedRegression:
+        return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter)
+
+    def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
+             lengthscales=None, variance: float = 1.0,
+             noise_variance: float = INITIAL_NOISE_VARIANCE) -> RegressionParams:
+        """k-means inducing inputs and median-distance lengthscales unless given (seed000 §7)."""
+        if inducing is None:
+            check_inducing(settings, x.shape[0])
+        lengthscales, variance, z = initial_kernel_and_inducing(
+            x, settings.num_inducing, inducing=inducing, lengthscales=lengthscales, variance=variance, seed=seed)
+        return RegressionParams(unconstrain_positive(jnp.asarray(lengthscales)),
+                                unconstrain_positive(jnp.asarray(variance)),
+                                unconstrain_positive(jnp.asarray(float(noise_variance))), jnp.asarray(z))
+
+    def frozen(self, settings: CollapsedSettings, params: RegressionParams) -> RegressionParams:
+        return fixed_inducing(params, settings)
+
+    def targets(self, data: Any) -> TargetScaling:
+        return regression_targets(data)
+
+    def held_out(self, model: CollapsedRegression, targets: TargetScaling) -> None:
+        """None: predictions need the training rows (see the module docstring)."""
+        return None
+
+
+COLLAPSED = CollapsedRegressionSpec()

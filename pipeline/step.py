@@ -1,0 +1,186 @@
+"""The training step: one pure ``init``/``update`` pair in the optax style, the only training loop body
+in pep. The trainer runs it with a Dask or in-process engine over store blocks; the estimators run the
+same trainer over in-memory arrays.
+
+Each ``update(state, batch)`` (seed001 §2.3, spec §2.9; DESIGN §2, §4):
+
+1. computes the step-shared quantities ``S = step_shared(θ, N)`` once, with their pullback;
+2. for models with site updates, sums the site statistics over the minibatch and applies the damped
+   tied-factor update (``ρ_t = ρ·decay^t``), refreshing ``S`` — the factor is refined first and the
+   gradient taken with the new factor;
+3. sums the data term and its gradients w.r.t. ``θ`` and ``S`` over the minibatch, forms
+   ``F̂ = G(θ, S) + (N/|B|)·Σ_B L`` and ``dF̂/dθ = ∂G/∂θ + (N/|B|)Σ∂L/∂θ + pullback(∂G/∂S + (N/|B|)Σ∂L/∂S)``
+   (the chain rule through ``S``), and takes a guarded ascent step with the optimiser: a non-finite
+   energy or gradient leaves params and optimiser state unchanged and is reported (DESIGN §8).
+
+``batch`` is anything with ``scale`` (``N/|B|``) and ``sum(fn, inputs)``, the sum over the
+minibatch's blocks of ``fn(inputs, x, y, mask)`` in a fixed order (:class:`~pipeline.engine.Engine`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import optax
+
+import pepcore
+from pipeline.models.protocol import Energy
+
+
+class StepState(NamedTuple):
+    """What the step carries from one call to the next."""
+
+    params: Any
+    opt_state: Any
+    count: jnp.ndarray  # shape=(), int32: steps taken (drives the damping decay)
+
+
+class StepInfo(NamedTuple):
+    """What one step reports."""
+
+    energy: jnp.ndarray  # shape=(): the minibatch estimate F̂ before the ascent step
+    accepted: jnp.ndarray  # shape=(), bool: the ascent step was taken (finite energy and gradient)
+    sites_accepted: jnp.ndarray  # shape=(), bool: the site update was taken (True without one)
+
+
+class Minibatch(Protocol):
+    """The rows of one step, as the step sees them."""
+
+    scale: float  # N / |B|
+
+    def sum(self, fn: Callable, inputs: Any) -> Any:
+        """``Σ_blocks fn(inputs, x, y, mask)`` over the minibatch, in a fixed order."""
+
+
+class StepParts(NamedTuple):
+    """The compiled pieces ``update`` is made of (for profiling, :mod:`benchmarks.bench_sep_step`)."""
+
+    prepare: Callable  # params -> (S, pullback of S)
+    site_update: Callable  # (params, S, stats, count) -> (params, S refreshed, accepted)
+    ascend: Callable  # (params, opt_state, S, pullback, data value, data grads, scale) -> params, opt_state, ok, F̂
+    data_term: Callable  # the per-block data term (DataTerm)
+    site_term: Callable  # the per-block site statistics (SiteTerm)
+
+
+class TrainStep(NamedTuple):
+    """``init(params) -> StepState`` and ``update(state, batch) -> (StepState, StepInfo)``."""
+
+    init: Callable[[Any], StepState]
+    update: Callable[[StepState, Minibatch], tuple[StepState, StepInfo]]
+    parts: StepParts
+
+
+@dataclass(frozen=True)
+class DataTerm:
+    """Per-block data term and its gradient w.r.t. the params and the step-shared quantities; input
+    ``(params, shared)``. Hashable, so every process compiles it once."""
+
+    model: Energy
+
+    def __call__(self, inputs, x, y, mask):
+        params, shared = inputs
+        return jax.value_and_grad(self.model.data_energy, argnums=(0, 1))(params, shared, x, y, mask)
+
+
+@dataclass(frozen=True)
+class SiteTerm:
+    """Per-block site statistics (models with site updates); input ``(params, shared)``."""
+
+    model: Energy
+
+    def __call__(self, inputs, x, y, mask):
+        params, shared = inputs
+        return self.model.site_stats(params, shared, x, y, mask)
+
+
+def all_finite(tree) -> jnp.ndarray:
+    """True when every leaf of ``tree`` is finite."""
+    return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]))
+
+
+def ascent_update(optimizer: optax.GradientTransformation, params, opt_state, value, grad):
+    """One guarded ascent step on ``value`` with gradient ``grad``: ``(params, opt_state, accepted)``."""
+    ok = jnp.isfinite(value) & all_finite(grad)
+    safe_grad = jax.tree_util.tree_map(lambda g: jnp.where(ok, -g, 0.0), grad)
+    updates, new_state = optimizer.update(safe_grad, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
+    return keep(new_params, params), keep(new_state, opt_state), ok
+
+
+def adam(learning_rate: optax.ScalarOrSchedule, frozen: Callable[[Any], Any] | None = None) -> optax.GradientTransformation:
+    """optax Adam (default moments, as the papers use) that leaves the leaves ``frozen(params)`` marks
+    True where they are."""
+    base = optax.adam(learning_rate)
+    if frozen is None:
+        return base
+    labels = lambda params: jax.tree_util.tree_map(lambda f: "frozen" if f else "train", frozen(params))
+    return optax.multi_transform({"train": base, "frozen": optax.set_to_zero()}, labels)
+
+
+def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Callable, data_value, data_grad,
+                     scale) -> tuple[Any, Any]:
+    """``F̂ = G(θ, S) + scale·Σ_B L`` and its gradient from the summed block results (the value, and the
+    gradients w.r.t. ``θ`` and ``S``): ``∂G/∂θ + scale·Σ∂L/∂θ + pullback(∂G/∂S + scale·Σ∂L/∂S)``, the
+    chain rule through ``S = step_shared(θ)`` whose ``pullback`` is its VJP."""
+    global_value, (global_grad, global_shared_grad) = jax.value_and_grad(
+        model.global_energy, argnums=(0, 1))(params, shared, n_total)
+
+    def plus_scaled(total, part):
+        return jax.tree_util.tree_map(lambda a, b: a + scale * b, total, part)
+
+    data_grad_params, data_grad_shared = data_grad
+    (through_shared,) = pullback(plus_scaled(global_shared_grad, data_grad_shared))
+    grad = jax.tree_util.tree_map(jnp.add, plus_scaled(global_grad, data_grad_params), through_shared)
+    return global_value + scale * data_value, grad
+
+
+def training_step(model: Energy, optimizer: optax.GradientTransformation, n_total: int, *, sites: bool = False,
+                  damping: float = 1.0, damping_decay: float = 1.0) -> TrainStep:
+    """The step of ``model`` (see the module docstring) on a training split of ``n_total`` rows.
+
+    Args:
+        model: the energy (a :class:`~pipeline.models.protocol.SiteUpdates` when ``sites``).
+        optimizer: any optax transformation; it receives the negated gradient (ascent).
+        n_total: training rows N.
+        sites: gather site statistics and update the tied factor before the gradient step.
+        damping, damping_decay: the site update's step ``ρ_t = damping·damping_decay^t``.
+    """
+
+    def prepare(params):
+        return jax.vjp(lambda p: model.step_shared(p, n_total), params)
+
+    def site_update(params, shared, stats, count):
+        return model.site_update(params, shared, stats, n_total, damping * damping_decay ** count)
+
+    def ascend(params, opt_state, shared, pullback, data_value, data_grad, scale):
+        value, grad = minibatch_energy(model, n_total, params, shared, pullback, data_value, data_grad, scale)
+        params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
+        return params, opt_state, ok, value
+
+    prepare, site_update, ascend = jax.jit(prepare), jax.jit(site_update), jax.jit(ascend)
+    data_term, site_term = DataTerm(model), SiteTerm(model)
+
+    def init(params) -> StepState:
+        with pepcore.float64():
+            return StepState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+    def update(state: StepState, batch: Minibatch) -> tuple[StepState, StepInfo]:
+        params = state.params
+        with pepcore.float64():
+            shared, pullback = prepare(params)
+        sites_ok = jnp.asarray(True)
+        if sites:
+            stats = batch.sum(site_term, (params, shared))
+            with pepcore.float64():
+                params, shared, sites_ok = site_update(params, shared, stats, state.count)
+        value, grad = batch.sum(data_term, (params, shared))
+        with pepcore.float64():
+            params, opt_state, ok, energy = ascend(params, state.opt_state, shared, pullback, value, grad,
+                                                   batch.scale)
+            return StepState(params, opt_state, state.count + 1), StepInfo(energy, ok, sites_ok)
+
+    return TrainStep(init, update, StepParts(prepare, site_update, ascend, data_term, site_term))
