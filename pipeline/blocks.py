@@ -36,8 +36,33 @@ class TargetScaling:
         return (np.asarray(y, dtype=np.float64) - self.shift) / self.scale
 
 
+class FixedBlocks:
+    """Rows cut into fixed-size blocks, standardised and padded (what every block source shares);
+    a subclass has ``n_rows``, ``block_rows``, ``x_mean``, ``x_std``, ``targets`` and ``rows(start, stop)``."""
+
+    @property
+    def n_blocks(self) -> int:
+        return math.ceil(self.n_rows / self.block_rows)
+
+    def rows_in(self, block: int) -> int:
+        """Real (unpadded) rows of ``block``."""
+        return min(self.block_rows, self.n_rows - block * self.block_rows)
+
+    def read(self, block: int) -> Block:
+        """Read, standardise and pad ``block``."""
+        if not 0 <= block < self.n_blocks:
+            raise IndexError(f"{self.describe()} has {self.n_blocks} blocks, no block {block}")
+        start, rows = block * self.block_rows, self.rows_in(block)
+        x_rows, y_rows = self.rows(start, start + rows)
+        x = np.zeros((self.block_rows, x_rows.shape[1]))
+        y = np.zeros(self.block_rows)
+        x[:rows] = (x_rows.astype(np.float64) - self.x_mean) / self.x_std
+        y[:rows] = self.targets(y_rows)
+        return Block(x, y, np.arange(self.block_rows) < rows)
+
+
 @dataclass(frozen=True)
-class BlockSource:
+class BlockSource(FixedBlocks):
     """The blocks of one split of a store; small, hashable and picklable (shipped to workers).
 
     Attributes:
@@ -68,25 +93,13 @@ class BlockSource:
         return cls(store.path, split, store.n_rows(split), block_rows, tuple(map(float, mean)),
                    tuple(map(float, std)), targets)
 
-    @property
-    def n_blocks(self) -> int:
-        return math.ceil(self.n_rows / self.block_rows)
+    def describe(self) -> str:
+        return self.split
 
-    def rows_in(self, block: int) -> int:
-        """Real (unpadded) rows of ``block``."""
-        return min(self.block_rows, self.n_rows - block * self.block_rows)
-
-    def read(self, block: int) -> Block:
-        """Read, standardise and pad ``block``."""
-        if not 0 <= block < self.n_blocks:
-            raise IndexError(f"{self.split} has {self.n_blocks} blocks, no block {block}")
+    def rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``[start, stop)`` of the split as stored."""
         x_array, y_array = _arrays(self.store_path, self.split)
-        start, rows = block * self.block_rows, self.rows_in(block)
-        x = np.zeros((self.block_rows, x_array.shape[1]))
-        y = np.zeros(self.block_rows)
-        x[:rows] = (x_array[start:start + rows].astype(np.float64) - self.x_mean) / self.x_std
-        y[:rows] = self.targets(y_array[start:start + rows])
-        return Block(x, y, np.arange(self.block_rows) < rows)
+        return x_array[start:stop], y_array[start:stop]
 
 
 @lru_cache(maxsize=8)

@@ -10,19 +10,18 @@ store's (:class:`~pipeline.blocks.BlockSource`).
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pipeline.blocks import Block, TargetScaling
+from pipeline.blocks import FixedBlocks, TargetScaling
 from pipeline.moments import Moments
 
 
 @dataclass(frozen=True, eq=False)
-class ArrayBlocks:
-    """The blocks of an in-memory split; the interface of :class:`~pipeline.blocks.BlockSource`."""
+class ArrayBlocks(FixedBlocks):
+    """The blocks of an in-memory split, cut as a store's (:class:`~pipeline.blocks.BlockSource`)."""
 
     x: np.ndarray = field(repr=False)  # [N, D] float64
     y: np.ndarray = field(repr=False)  # [N]
@@ -35,24 +34,11 @@ class ArrayBlocks:
     def n_rows(self) -> int:
         return self.x.shape[0]
 
-    @property
-    def n_blocks(self) -> int:
-        return math.ceil(self.n_rows / self.block_rows)
+    def describe(self) -> str:
+        return "the in-memory arrays"
 
-    def rows_in(self, block: int) -> int:
-        """Real (unpadded) rows of ``block``."""
-        return min(self.block_rows, self.n_rows - block * self.block_rows)
-
-    def read(self, block: int) -> Block:
-        """Block ``block``, standardised and padded as a store's."""
-        if not 0 <= block < self.n_blocks:
-            raise IndexError(f"the arrays have {self.n_blocks} blocks, no block {block}")
-        start, rows = block * self.block_rows, self.rows_in(block)
-        x = np.zeros((self.block_rows, self.x.shape[1]))
-        y = np.zeros(self.block_rows)
-        x[:rows] = (self.x[start:start + rows] - self.x_mean) / self.x_std
-        y[:rows] = self.targets(self.y[start:start + rows])
-        return Block(x, y, np.arange(self.block_rows) < rows)
+    def rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.x[start:stop], self.y[start:stop]
 
 
 class ArrayData:

@@ -1,4 +1,4 @@
-"""Gaussian natural-parameter algebra, linear algebra, kernels and the positive bijection."""
+"""The sparse-GP bank's Gaussians, linear algebra, kernels and the positive bijections."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy.stats import multivariate_normal
 
-from pepcore import gaussian
+from pepcore import bank, gaussian
 from pepcore.kernels import ARDSquaredExponential, BatchedARDSquaredExponential
 from pepcore.linalg import cholesky, logdet_from_cholesky
 from pepcore.parameters import log_of_positive, positive, positive_from_log, unconstrain_positive
@@ -19,29 +19,27 @@ def _random_spd(rng, m):
     return a @ a.T + m * np.eye(m)
 
 
-def test_log_normaliser_integrates_the_factor():
-    """φ(h, Λ) equals log of the integral of exp(hᵀu − ½uᵀΛu): compare with the Gaussian density."""
+@pytest.mark.parametrize("form", ["natural", "cholesky"])
+def test_bank_gaussians_match_dense_natural_parameters(form):
+    """``p_g·t_g^s`` of the bank (whitened form) against the dense natural-parameter formulas:
+    precision ``K⁻¹ + sΛ``, mean ``(K⁻¹ + sΛ)⁻¹sη`` and ``φ(q) − φ(p) = ½hᵀP⁻¹h − ½log|P| − ½log|K|``."""
     rng = np.random.default_rng(0)
-    lam, h = _random_spd(rng, 3), rng.normal(size=3)
-    g = gaussian.NaturalGaussian(jnp.asarray(h), jnp.asarray(lam))
-    u = rng.normal(size=3)
-    mean = np.linalg.solve(lam, h)
-    # exp(hᵀu − ½uᵀΛu − φ) must be the normalised density N(u; Λ⁻¹h, Λ⁻¹)
-    log_factor = h @ u - 0.5 * u @ lam @ u - float(gaussian.log_normaliser(g))
-    assert log_factor == pytest.approx(multivariate_normal(mean, np.linalg.inv(lam)).logpdf(u), rel=1e-12)
-
-
-def test_moments_round_trip_and_product_quotient():
-    rng = np.random.default_rng(1)
-    mean, cov = rng.normal(size=4), _random_spd(rng, 4)
-    g = gaussian.from_moments(jnp.asarray(mean), jnp.asarray(cov))
-    m2, c2 = gaussian.to_moments(g)
-    np.testing.assert_allclose(m2, mean, rtol=1e-12)
-    np.testing.assert_allclose(c2, cov, rtol=1e-12)
-    other = gaussian.from_moments(jnp.asarray(rng.normal(size=4)), jnp.asarray(_random_spd(rng, 4)))
-    back = gaussian.divide(gaussian.multiply(g, other, 0.7), other, 0.7)
-    np.testing.assert_allclose(back.precision, g.precision, rtol=1e-12)
-    np.testing.assert_allclose(back.shift, g.shift, rtol=1e-12)
+    gram = np.stack([_random_spd(rng, 4) for _ in range(2)])
+    roots = rng.normal(size=(2, 4, 4))
+    shift, scale = rng.normal(size=(2, 4)), np.array([1.0, 0.3])
+    precision = roots @ np.swapaxes(roots, 1, 2)
+    factor = (bank.NaturalFactor(jnp.asarray(shift), jnp.asarray(precision)) if form == "natural"
+              else bank.CholeskyFactor(jnp.asarray(shift), jnp.asarray(np.linalg.cholesky(precision))))
+    chol = np.linalg.cholesky(gram)
+    prior = bank.PriorFactors(jnp.asarray(chol), jnp.asarray(np.linalg.inv(chol)))
+    q = bank.gaussians(prior, factor, jnp.asarray(scale))
+    for g in range(2):
+        post = np.linalg.inv(gram[g]) + scale[g] * precision[g]
+        h = scale[g] * shift[g]
+        np.testing.assert_allclose(q.mean[g], np.linalg.solve(post, h), rtol=1e-10)
+        np.testing.assert_allclose(q.sqrt_cov[g] @ q.sqrt_cov[g].T, np.linalg.inv(post), rtol=1e-10, atol=1e-12)
+        expected = 0.5 * h @ np.linalg.solve(post, h) - 0.5 * np.linalg.slogdet(post)[1] - 0.5 * np.linalg.slogdet(gram[g])[1]
+        assert float(q.log_normaliser[g]) == pytest.approx(expected, rel=1e-10)
 
 
 def test_log_density_and_logdet():
