@@ -12,13 +12,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from pipeline.baselines import classification_baselines
-from pipeline.config import TrainConfig
-from pipeline.coordinator import Trainer, TrainJob
-from pipeline.engine import connect
-from pipeline.ingest import ingest
-from pipeline.sources import SourceRequest, open_source
-from pipeline.stores import Store
+from pipeline.training.baselines import classification_baselines
+from pipeline.training.config import TrainConfig
+from pipeline.training.trainer import Trainer, TrainJob
+from pipeline.training.engine import connect
+from pipeline.data.ingest import ingest
+from pipeline.data.sources import SourceRequest, open_source
+from pipeline.data.stores import Store
 
 MODEL = "multiclass-sep"
 

@@ -10,7 +10,7 @@ config (M = 200, 10,000-row steps in 1,000-row blocks):
 
 * ``direct``: the same jitted per-block function (``value_and_grad`` of the data term) called in this
   process on the step's blocks, already in memory — the floor;
-* ``engine[in-process | local:1 | local:2]``: :meth:`pipeline.engine.Engine.map_sum` per step;
+* ``engine[in-process | local:1 | local:2]``: :meth:`pipeline.training.engine.Engine.map_sum` per step;
   overhead = engine / direct − 1;
 * the same two clusters with each worker pinned to its own core (``local:N:pinned``), which
   separates the engine's scaling from XLA's own intra-op threads;
@@ -35,12 +35,12 @@ import numpy as np
 import psutil
 
 import pepcore
-from pipeline.config import TrainConfig
-from pipeline.coordinator import TrainJob, Trainer
-from pipeline.engine import Engine, InProcess, connect, evaluate_blocks
-from pipeline.ingest import ingest
-from pipeline.sources import SourceRequest, open_source
-from pipeline.stores import open_store
+from pipeline.training.config import TrainConfig
+from pipeline.training.trainer import TrainJob, Trainer
+from pipeline.training.engine import Engine, InProcess, connect, evaluate_blocks
+from pipeline.data.ingest import ingest
+from pipeline.data.sources import SourceRequest, open_source
+from pipeline.data.stores import open_store
 
 RESULTS = Path(__file__).parent / "results" / "bench_engine.json"
 MODEL = "sparse-gp-classifier"

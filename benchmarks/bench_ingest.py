@@ -4,7 +4,7 @@ Generates a CSV of ``--rows`` rows (default 2,000,000; 8 numeric features and a 
 airline data) in a temporary directory, then, each in its own subprocess so that its peak memory is its
 own, runs:
 
-- ``pep_library``: :func:`pipeline.ingest.ingest` (streaming, Dask chunk writes, no Prefect);
+- ``pep_library``: :func:`pipeline.data.ingest.ingest` (streaming, Dask chunk writes, no Prefect);
 - ``pep_cli``: the ``pep ingest csv … --json`` command (the Prefect flow, with its temporary server);
 - ``pandas_zarr``: ``pandas.read_csv`` of the whole file, then one ``zarr`` array write.
 
@@ -42,8 +42,8 @@ REPORT = ("print(json.dumps({'seconds': seconds, 'imports_rss_mb': imported, 'pe
           "file=sys.stderr)")
 CHILDREN = {
     "pep_library": """
-        from pipeline.ingest import ingest
-        from pipeline.sources import SourceRequest, open_source
+        from pipeline.data.ingest import ingest
+        from pipeline.data.sources import SourceRequest, open_source
         imported = rss()
         began = time.perf_counter()
         ingest(open_source("csv", SourceRequest((CSV,), "label")), OUT + "/pep.zarr")

@@ -29,12 +29,12 @@ import pepcore
 from benchmarks._common import write_results
 from benchmarks._multiclass_run import MODEL
 from benchmarks.bench_fashion_mnist import PAPER_MNIST
-from pipeline.coordinator import Trainer, TrainJob
-from pipeline.engine import BLOCKS, InProcess, compute_threads
-from pipeline.ingest import ingest
-from pipeline.sources import SourceRequest, open_source
-from pipeline.sources.mnist import DEBIAN_DIR
-from pipeline.stores import Store, open_store
+from pipeline.training.trainer import Trainer, TrainJob
+from pipeline.training.engine import BLOCKS, InProcess, compute_threads
+from pipeline.data.ingest import ingest
+from pipeline.data.sources import SourceRequest, open_source
+from pipeline.data.sources.mnist import DEBIAN_DIR
+from pipeline.data.stores import Store, open_store
 
 
 def timed(times: dict[str, list[float]], name: str, call: Callable[[], Any]) -> Any:

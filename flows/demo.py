@@ -26,10 +26,10 @@ from rich.table import Table
 
 from flows.pipeline import pipeline_flow
 from flows.train import prefect_quietly, training_display, user_errors
-from pipeline.baselines import classification_baselines
-from pipeline.checkpoint import checkpoint_dir
-from pipeline.config import TrainConfig
-from pipeline.stores import open_store
+from pipeline.training.baselines import classification_baselines
+from pipeline.training.checkpoint import checkpoint_dir
+from pipeline.training.config import TrainConfig
+from pipeline.data.stores import open_store
 
 MODEL = "multiclass-sep"
 # M = 100 inducing points per class, 6 epochs of 10,000-row steps (27 steps each: a tied-factor update,

@@ -14,8 +14,8 @@ from rich.console import Console
 
 from flows.reports import publish_evaluation, write_metrics
 from flows.train import is_transient, prefect_quietly, user_errors
-from pipeline.coordinator import evaluate, load_run
-from pipeline.engine import CLUSTER_HELP, connect, parse_cluster
+from pipeline.training.trainer import evaluate, load_run
+from pipeline.training.engine import CLUSTER_HELP, connect, parse_cluster
 
 
 @task(name="evaluate", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,

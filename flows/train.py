@@ -29,14 +29,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from flows.ingest import TELEMETRY_OFF, _mute_prefect_console
 from flows.reports import plot_learning_curve, publish_training, write_metrics
-from pipeline.checkpoint import newest_manifest
-from pipeline.config import TrainConfig, load_config
-from pipeline.coordinator import Progress as ProgressCallback
-from pipeline.coordinator import Trainer, TrainJob, TrainResult, no_progress
-from pipeline.engine import CLUSTER_HELP, connect, parse_cluster
+from pipeline.training.checkpoint import newest_manifest
+from pipeline.training.config import TrainConfig, load_config
+from pipeline.training.trainer import Progress as ProgressCallback
+from pipeline.training.trainer import Trainer, TrainJob, TrainResult, no_progress
+from pipeline.training.engine import CLUSTER_HELP, connect, parse_cluster
 from pipeline.errors import InputError
 from pipeline.models import MODELS, get_model, model_settings
-from pipeline.stores import open_store
+from pipeline.data.stores import open_store
 
 progress_reporter: ContextVar[ProgressCallback] = ContextVar("train_progress", default=no_progress)
 """Where the running flow reports training progress; the command line sets it to its display."""
@@ -80,7 +80,7 @@ def train_flow(model: str, data: str, run_dir: str, config: dict[str, Any] | Non
         model: a registered model name (``pipeline.models.MODELS``).
         data: path of the store.
         run_dir: run directory (checkpoints, plot, metrics).
-        config: :class:`~pipeline.config.TrainConfig` fields; defaults for the rest.
+        config: :class:`~pipeline.training.config.TrainConfig` fields; defaults for the rest.
         cluster: ``none``, ``local:N`` or ``tcp://HOST:PORT``.
         resume: continue from the newest checkpoint of ``run_dir``.
         segment_epochs: epochs per ``train-segment`` task.
@@ -119,7 +119,7 @@ def train_command(
     data: Annotated[Path, typer.Option(help="The store to train on (made by `pep ingest`).")],
     run_dir: Annotated[Path, typer.Option(help="Directory for checkpoints, plot and metrics.")],
     config: Annotated[Path | None, typer.Option(help="TOML file of training settings "
-                                                     "(see pipeline/config.py).")] = None,
+                                                     "(see pipeline/training/config.py).")] = None,
     cluster: Annotated[str, typer.Option(help=CLUSTER_HELP + ".")] = "none",
     epochs: Annotated[int | None, typer.Option(help="Override the config's epochs.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Override the config's rows per step.")] = None,

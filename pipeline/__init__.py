@@ -1,6 +1,6 @@
 """pipeline — data stores, the distributed engine, the coordinator and the estimators.
 
-The estimators are imported lazily (PEP 562), so that ``import pipeline.stores`` and the ingest command
+The estimators are imported lazily (PEP 562), so that ``import pipeline.data.stores`` and the ingest command
 do not load JAX (≈ 180 MB of resident memory) when they do not need it.
 """
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from pydantic import Field
 
-from pipeline.blocks import TargetScaling
-from pipeline.config import TrainConfig
-from pipeline.coordinator import TrainJob, evaluate, load_run, train
-from pipeline.metrics import regression_sums
+from pipeline.data.blocks import TargetScaling
+from pipeline.training.config import TrainConfig
+from pipeline.training.trainer import TrainJob, evaluate, load_run, train
+from pipeline.training.metrics import regression_sums
 from pipeline.models import MODELS, ModelSettings, get_model, register
 from tests.trainstores import leaves_equal, make_store
 

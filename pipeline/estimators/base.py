@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import TrainConfig
-from pipeline.coordinator import Trainer, TrainJob
-from pipeline.datasets import ArrayData
-from pipeline.engine import InProcess
+from pipeline.training.config import TrainConfig
+from pipeline.training.trainer import Trainer, TrainJob
+from pipeline.data.datasets import ArrayData
+from pipeline.training.engine import InProcess
 from pipeline.models import ModelSpec
 
 

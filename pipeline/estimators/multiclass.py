@@ -32,11 +32,11 @@ import pepcore
 from pepcore.linalg import DEFAULT_JITTER
 from pepcore.models import multiclass_ep as ep
 from pepcore.models.multiclass import MultiClassGP, NaturalFactor
-from pipeline.datasets import ArrayData
+from pipeline.data.datasets import ArrayData
 from pipeline.estimators.base import InputScaling, fit_in_process, training_config
 from pipeline.models.multiclass import SEP
-from pipeline.step import adam, ascent_update
-from pipeline.validation import check_class_labels, check_features, check_num_inducing, check_targets
+from pipeline.training.step import adam, ascent_update
+from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
 
 METHODS = ("sep", "ep")
 PREDICT_CHUNK_ROWS = 1024  # bounds prediction memory: ~1024·(16C·5)·C doubles per intermediate

@@ -27,11 +27,11 @@ from sklearn.utils.validation import check_is_fitted
 
 import pepcore
 from pepcore.linalg import DEFAULT_JITTER
-from pipeline.datasets import ArrayData
+from pipeline.data.datasets import ArrayData
 from pipeline.estimators.base import InputScaling, fit_in_process, training_config
 from pipeline.models.collapsed import COLLAPSED
 from pipeline.models.sparse_gp import CLASSIFIER
-from pipeline.validation import check_class_labels, check_features, check_num_inducing, check_targets
+from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
 
 
 class _SparseGPBase(BaseEstimator):

@@ -18,7 +18,7 @@ from pydantic import Field
 from pepcore.initialisation import initial_kernel_and_inducing
 from pepcore.models.collapsed_regression import CollapsedRegression, RegressionParams
 from pepcore.parameters import unconstrain_positive
-from pipeline.blocks import TargetScaling
+from pipeline.data.blocks import TargetScaling
 from pipeline.errors import InputError
 from pipeline.models.protocol import ModelSettings
 from pipeline.models.sparse_gp import (INITIAL_NOISE_VARIANCE, check_inducing, check_task, fixed_inducing,

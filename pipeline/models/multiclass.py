@@ -26,9 +26,9 @@ import numpy as np
 from pydantic import Field
 
 from pepcore.models.multiclass import MultiClassGP, MultiClassParams, NaturalFactor
-from pipeline.blocks import TargetScaling
+from pipeline.data.blocks import TargetScaling
 from pipeline.errors import InputError
-from pipeline.metrics import classification_sums
+from pipeline.training.metrics import classification_sums
 from pipeline.models.protocol import ModelSettings
 from pipeline.models.registry import register
 from pipeline.models.sparse_gp import check_inducing, check_task, fixed_inducing

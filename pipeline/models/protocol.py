@@ -7,7 +7,7 @@ Every method here optimises an energy with tied factors, written in the *step-sh
 
 where ``S`` holds what every block of a step needs and costs O(G·M³) to compute (prior factors,
 cavities); the trainer computes it once per step with its pullback, the blocks return ``∂L/∂θ`` and
-``∂L/∂S``, and the chain rule gives ``dF/dθ`` (DESIGN §2; :mod:`pipeline.step`). A model with nothing to
+``∂L/∂S``, and the chain rule gives ``dF/dθ`` (DESIGN §2; :mod:`pipeline.training.step`). A model with nothing to
 share returns ``()``. Models with EP-style moment matching of the tied factor (seed001's SEP) declare
 ``has_sites = True`` in their spec and implement :class:`SiteUpdates`: per-block sums of refined site
 statistics, reduced like gradients, and the damped update of the tied factor that they drive.
@@ -77,7 +77,7 @@ class ModelSpec(Protocol):
 
     def check(self, data: Any, settings: ModelSettings, block_rows: int) -> None:
         """Raise :class:`~pipeline.errors.InputError` unless the dataset (a store, or in-memory
-        arrays, :mod:`pipeline.datasets`) suits the model."""
+        arrays, :mod:`pipeline.data.datasets`) suits the model."""
 
     def binding(self, data: Any) -> dict[str, Any]:
         """What the model needs of the training data (JSON; kept in checkpoints), e.g. class counts."""
@@ -92,7 +92,7 @@ class ModelSpec(Protocol):
         """A pytree like ``params`` of bools: True for leaves the optimiser must not move."""
 
     def targets(self, data: Any) -> Any:
-        """Stored targets → model units (a :class:`~pipeline.blocks.TargetScaling`)."""
+        """Stored targets → model units (a :class:`~pipeline.data.blocks.TargetScaling`)."""
 
     def held_out(self, model: Energy, targets: Any) -> Callable:
-        """The per-block function whose sums give the held-out metrics (:mod:`pipeline.metrics`)."""
+        """The per-block function whose sums give the held-out metrics (:mod:`pipeline.training.metrics`)."""

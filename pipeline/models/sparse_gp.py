@@ -13,9 +13,9 @@ from pydantic import Field
 
 from pepcore.likelihoods import Gaussian, Probit
 from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
-from pipeline.blocks import TargetScaling
+from pipeline.data.blocks import TargetScaling
 from pipeline.errors import InputError
-from pipeline.metrics import classification_sums, regression_sums
+from pipeline.training.metrics import classification_sums, regression_sums
 from pipeline.models.protocol import ModelSettings
 from pipeline.models.registry import register
 

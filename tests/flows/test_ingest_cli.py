@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from pipeline.stores import open_store
+from pipeline.data.stores import open_store
 from tests import datafiles
 
 

@@ -9,7 +9,7 @@ from prefect.states import Failed
 
 from flows.ingest import artifact_key, ingest_flow, is_transient
 from pipeline.errors import InputError
-from pipeline.stores import open_store
+from pipeline.data.stores import open_store
 from tests import datafiles
 
 

@@ -8,8 +8,8 @@ import json
 import numpy as np
 
 from pipeline import MultiClassGPClassifier
-from pipeline.config import TrainConfig
-from pipeline.coordinator import load_run
+from pipeline.training.config import TrainConfig
+from pipeline.training.trainer import load_run
 from tests.flows.test_train_cli import pep
 from tests.trainstores import config_toml, leaves_equal, make_store
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.engine import connect
+from pipeline.training.engine import connect
 from tests.trainstores import make_store
 
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from pipeline import checkpoint
-from pipeline.checkpoint import CheckpointWarning
+from pipeline.training import checkpoint
+from pipeline.training.checkpoint import CheckpointWarning
 from tests.trainstores import leaves_equal
 
 TREES = {"params": {"a": np.arange(6.0).reshape(2, 3), "b": (np.float64(2.5), np.int32(7))},

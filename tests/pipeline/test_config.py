@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import TrainConfig, load_config
+from pipeline.training.config import TrainConfig, load_config
 from pipeline.errors import InputError
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import checkpoint
-from pipeline.coordinator import TrainJob, evaluate, train
+from pipeline.training import checkpoint
+from pipeline.training.trainer import TrainJob, evaluate, train
 from pipeline.errors import InputError
 from pipeline.models import MODELS
 from tests.pipeline.toy_model import ToySpec

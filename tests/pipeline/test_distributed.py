@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from pipeline.coordinator import TrainJob, train
-from pipeline.engine import connect
+from pipeline.training.trainer import TrainJob, train
+from pipeline.training.engine import connect
 from tests.trainstores import FAST, leaves_equal
 
 

@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pipeline import engine
-from pipeline.blocks import BlockSource, TargetScaling
-from pipeline.engine import BlockCache, Engine, InProcess, block_bytes, connect, tree_sum
+from pipeline.training import engine
+from pipeline.data.blocks import BlockSource, TargetScaling
+from pipeline.training.engine import BlockCache, Engine, InProcess, block_bytes, connect, tree_sum
 from pipeline.errors import InputError
 from pipeline.models import MODELS
-from pipeline.step import DataTerm
-from pipeline.sampling import MinibatchSchedule
+from pipeline.training.step import DataTerm
+from pipeline.training.sampling import MinibatchSchedule
 from tests.trainstores import FAST
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.ingest import ingest
-from pipeline.sources import SourceRequest, open_source
-from pipeline.sources.mnist import DEBIAN_DIR
-from pipeline.stores import open_store
+from pipeline.data.ingest import ingest
+from pipeline.data.sources import SourceRequest, open_source
+from pipeline.data.sources.mnist import DEBIAN_DIR
+from pipeline.data.stores import open_store
 from tests import datafiles
 
 

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.coordinator import Trainer, TrainJob, evaluate, load_run, train
-from pipeline.engine import InProcess, connect
+from pipeline.training.trainer import Trainer, TrainJob, evaluate, load_run, train
+from pipeline.training.engine import InProcess, connect
 from pipeline.errors import InputError
 from pipeline.models import MODELS
 from tests.pipeline.test_distributed import without_seconds
@@ -84,7 +84,7 @@ def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradien
     import jax.numpy as jnp
 
     import pepcore
-    from pipeline.step import DataTerm, minibatch_energy
+    from pipeline.training.step import DataTerm, minibatch_energy
 
     trainer = Trainer(job(three_class_store, tmp_path, model), InProcess())
     state = trainer.fresh_state()

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pipeline.ingest import ingest
-from pipeline.shuffle import ShuffleBuffer
-from pipeline.sources import SourceRequest, open_source
-from pipeline.stores import open_store
+from pipeline.data.ingest import ingest
+from pipeline.data.shuffle import ShuffleBuffer
+from pipeline.data.sources import SourceRequest, open_source
+from pipeline.data.stores import open_store
 
 
 def _run(blocks, capacity, seed):

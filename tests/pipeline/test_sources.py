@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.sources import SourceRequest, open_source
-from pipeline.sources.airline import FEATURES
+from pipeline.data.sources import SourceRequest, open_source
+from pipeline.data.sources.airline import FEATURES
 from tests import datafiles
 
 

@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 from pipeline.errors import InputError
-from pipeline.stores import (
+from pipeline.data.stores import (
     REQUIRED_ATTRS,
     SCHEMA_VERSION,
     create_split_arrays,

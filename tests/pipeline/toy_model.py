@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 from pydantic import Field
 
-from pipeline.blocks import TargetScaling
-from pipeline.metrics import regression_sums
+from pipeline.data.blocks import TargetScaling
+from pipeline.training.metrics import regression_sums
 from pipeline.models import ModelSettings
 
 

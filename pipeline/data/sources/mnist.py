@@ -22,7 +22,7 @@ from typing import IO
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.sources.base import RowBlock, Source, SourceRequest, reading
+from pipeline.data.sources.base import RowBlock, Source, SourceRequest, reading
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 N_CLASSES = 10

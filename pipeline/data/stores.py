@@ -200,8 +200,8 @@ class Store:
         return self._attrs["n_train" if split == "train" else "n_test"]
 
     def blocks(self, split: str, block_rows: int, targets: Any, standardize: bool = True) -> Any:
-        """The fixed-size training blocks of ``split`` (:class:`~pipeline.blocks.BlockSource`)."""
-        from pipeline.blocks import BlockSource
+        """The fixed-size training blocks of ``split`` (:class:`~pipeline.data.blocks.BlockSource`)."""
+        from pipeline.data.blocks import BlockSource
 
         return BlockSource.of(self, split, block_rows, targets, standardize)
 

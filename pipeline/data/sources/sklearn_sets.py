@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.sources.base import BLOCK_ROWS, RowBlock, Source, SourceRequest
+from pipeline.data.sources.base import BLOCK_ROWS, RowBlock, Source, SourceRequest
 
 # name -> task; all are shipped inside scikit-learn, none is downloaded.
 SETS = {

@@ -1,14 +1,14 @@
-"""The trainer: the one training loop of pep, around :mod:`pipeline.step` (DESIGN §2, §4, §5).
+"""The trainer: the one training loop of pep, around :mod:`pipeline.training.step` (DESIGN §2, §4, §5).
 
-Each step ``s`` the minibatch schedule picks the blocks of ``s`` (:mod:`pipeline.sampling`) and the
+Each step ``s`` the minibatch schedule picks the blocks of ``s`` (:mod:`pipeline.training.sampling`) and the
 step's ``update`` runs on them through the engine (Dask workers or this process); at the end of every
 epoch the trainer records the epoch's mean energy and the held-out metrics, and every
-``checkpoint_every`` steps and at the end it writes a checkpoint (:mod:`pipeline.checkpoint`).
+``checkpoint_every`` steps and at the end it writes a checkpoint (:mod:`pipeline.training.checkpoint`).
 
 The state that a checkpoint holds — params, optimiser state, step (which fixes the sampling position
 and the damping schedule), the RNG key, the epoch's running energy and the history — is everything the
 loop reads, so a resumed run continues bit-for-bit as an uninterrupted one would. The estimators run
-this same trainer over in-memory arrays (:mod:`pipeline.datasets`), without a run directory.
+this same trainer over in-memory arrays (:mod:`pipeline.data.datasets`), without a run directory.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ import numpy as np
 import optax
 
 import pepcore
-from pipeline import checkpoint
-from pipeline.blocks import BlockSource, TargetScaling
-from pipeline.config import TrainConfig
-from pipeline.engine import Backend, Engine, InProcess, compute_threads
+from pipeline.training import checkpoint
+from pipeline.data.blocks import BlockSource, TargetScaling
+from pipeline.training.config import TrainConfig
+from pipeline.training.engine import Backend, Engine, InProcess, compute_threads
 from pipeline.errors import InputError
-from pipeline.metrics import finish
+from pipeline.training.metrics import finish
 from pipeline.models import ModelSpec, get_model, model_settings
-from pipeline.sampling import MinibatchSchedule
-from pipeline.step import StepState, TrainStep, adam, training_step
-from pipeline.stores import open_store
+from pipeline.training.sampling import MinibatchSchedule
+from pipeline.training.step import StepState, TrainStep, adam, training_step
+from pipeline.data.stores import open_store
 
 INIT_ROWS = 5_000  # training rows sampled to place the inducing inputs (k-means) and lengthscales
 
@@ -52,7 +52,7 @@ def no_progress(event: str, **info: Any) -> None:
 @dataclass(frozen=True)
 class TrainJob:
     """What to train: a model (a registered name, or a spec) on a store (or in-memory data,
-    :class:`~pipeline.datasets.ArrayData`), with a config, into a run directory (None: no checkpoints)."""
+    :class:`~pipeline.data.datasets.ArrayData`), with a config, into a run directory (None: no checkpoints)."""
 
     model: str | ModelSpec
     store: Any
@@ -299,7 +299,7 @@ class Trainer:
 
 @dataclass(frozen=True)
 class EngineBatch:
-    """A minibatch of blocks as the step sees it (:class:`pipeline.step.Minibatch`)."""
+    """A minibatch of blocks as the step sees it (:class:`pipeline.training.step.Minibatch`)."""
 
     engine: Engine
     blocks: list[int]

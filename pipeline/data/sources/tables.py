@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.sources.base import (
+from pipeline.data.sources.base import (
     BLOCK_ROWS,
     RowBlock,
     Source,

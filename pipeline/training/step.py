@@ -14,7 +14,7 @@ Each ``update(state, batch)`` (seed001 §2.3, spec §2.9; DESIGN §2, §4):
    energy or gradient leaves params and optimiser state unchanged and is reported (DESIGN §8).
 
 ``batch`` is anything with ``scale`` (``N/|B|``) and ``sum(fn, inputs)``, the sum over the
-minibatch's blocks of ``fn(inputs, x, y, mask)`` in a fixed order (:class:`~pipeline.engine.Engine`).
+minibatch's blocks of ``fn(inputs, x, y, mask)`` in a fixed order (:class:`~pipeline.training.engine.Engine`).
 """
 
 from __future__ import annotations

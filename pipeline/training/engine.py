@@ -1,7 +1,7 @@
 """The distributed engine (DESIGN §4): sums of a per-block function over blocks, in a fixed order.
 
 ``Engine.map_sum(fn, params, blocks)`` evaluates ``fn(params, x, y, mask)`` on each listed block of a
-:class:`~pipeline.blocks.BlockSource` and returns the sum of the results. It knows nothing about
+:class:`~pipeline.data.blocks.BlockSource` and returns the sum of the results. It knows nothing about
 models: ``fn`` is any hashable, picklable function returning a pytree (the coordinator passes
 ``value_and_grad`` of a model's data term, or a held-out metric function).
 
@@ -60,7 +60,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from threadpoolctl import threadpool_limits
 
 import pepcore
-from pipeline.blocks import Block, BlockSource
+from pipeline.data.blocks import Block, BlockSource
 from pipeline.errors import InputError
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.errors import InputError
-from pipeline.sources.base import (
+from pipeline.data.sources.base import (
     RowBlock,
     Source,
     SourceRequest,
