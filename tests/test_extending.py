@@ -127,3 +127,21 @@ def test_a_model_defined_here_trains_resumes_and_evaluates(linear_model, tmp_pat
     ridge_rmse = np.sqrt(np.mean((np.hstack([x_test, np.ones((len(x_test), 1))]) @ expected - y_test) ** 2))
     assert metrics["n_test"] == len(y_test) and metrics["rmse"] == pytest.approx(ridge_rmse, rel=1e-3)
     assert metrics["rmse"] == whole.history[-1]["rmse"]
+
+
+PLUGIN = LinearSpec(name="map-linear-plugin")
+
+
+def test_an_installed_package_registers_a_model_through_its_entry_point(tmp_path, monkeypatch):
+    """A distribution on the path whose ``pep.models`` entry point names a spec: ``get_model`` (what
+    ``pep train --model`` calls) finds it without any import by the user."""
+    info = tmp_path / "pep_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pep-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[pep.models]\nmap-linear-plugin = tests.test_extending:PLUGIN\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "map-linear-plugin" not in MODELS
+    try:
+        assert get_model("map-linear-plugin") is PLUGIN
+    finally:
+        MODELS.pop("map-linear-plugin", None)
