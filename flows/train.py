@@ -91,6 +91,8 @@ def train_flow(model: str, data: str, run_dir: str, config: dict[str, Any] | Non
     reporter = progress_reporter.get()
 
     def progress(event: str, **info: Any) -> None:
+        if event == "start" and info["resumed_from"]:
+            logger.info("resumed from %s at step %d of %d", info["resumed_from"], info["step"], info["total_steps"])
         if event == "epoch":
             logger.info("epoch %(epoch)d: energy %(energy).6g, %(held_out)s", {
                 **info["record"], "held_out": {k: v for k, v in info["record"].items() if k.startswith(("test", "rmse"))}})

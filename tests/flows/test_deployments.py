@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import sys
 from pathlib import Path
 
 import yaml
@@ -20,6 +22,17 @@ def test_every_deployment_entrypoint_is_a_flow():
         assert isinstance(flow, Flow) and deployment["work_pool"]["name"] == "pep"
         names.add(flow.name)
     assert names == {"ingest", "train", "evaluate", "pipeline"}
+
+
+def test_no_module_in_flows_shadows_an_importable_module():
+    """A Prefect worker runs an entrypoint as a script with ``flows/`` first on ``sys.path`` (issue 12:
+    ``flows/pipeline.py`` shadowed the ``pipeline`` package and every deployment run crashed)."""
+    elsewhere = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "flows"]
+    names = sorted(path.stem for path in (ROOT / "flows").glob("*.py") if path.stem != "__init__")
+    assert "end_to_end" in names and "pipeline" not in names
+    shadowing = [name for name in names if name in sys.builtin_module_names
+                 or importlib.machinery.PathFinder.find_spec(name, elsewhere) is not None]
+    assert not shadowing, f"flows/ modules named like importable modules: {shadowing}"
 
 
 def test_infra_files_parse_and_reference_the_image():
