@@ -33,7 +33,7 @@ from pipeline.checkpoint import newest_manifest
 from pipeline.config import TrainConfig, load_config
 from pipeline.coordinator import Progress as ProgressCallback
 from pipeline.coordinator import Trainer, TrainJob, TrainResult, no_progress
-from pipeline.engine import CLUSTER_HELP, connect, parse_cluster
+from pipeline.engine import CLUSTER_HELP, TLS_CONFIG, client_security, connect, parse_cluster
 from pipeline.errors import InputError
 from pipeline.models import MODELS, get_model
 from pipeline.stores import open_store
@@ -114,6 +114,29 @@ def train_flow(model: str, data: str, run_dir: str, config: dict[str, Any] | Non
 
 
 # --------------------------------------------------------------------------------------------------
+TlsCaFile = Annotated[Path | None, typer.Option(help="CA certificate of a tls:// cluster (default: Dask's "
+                                                     "distributed.comm.tls.ca-file).")]
+TlsCert = Annotated[Path | None, typer.Option(help="Client certificate for a tls:// cluster (default: "
+                                                   "Dask's distributed.comm.tls.client.cert).")]
+TlsKey = Annotated[Path | None, typer.Option(help="Its private key (default: Dask's "
+                                                  "distributed.comm.tls.client.key).")]
+
+
+def use_cluster(cluster: str, tls_ca_file: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
+    """Check ``--cluster`` and make the ``--tls-*`` files Dask's client TLS configuration of this
+    process (over ``DASK_DISTRIBUTED__COMM__TLS__*`` and Dask's config files), so that the flow's
+    :func:`~pipeline.engine.connect` uses them; refuse a tls:// cluster without them."""
+    import dask
+
+    parse_cluster(cluster)
+    given = {TLS_CONFIG[name]: str(path) for name, path in (("ca", tls_ca_file), ("cert", tls_cert),
+                                                             ("key", tls_key)) if path is not None}
+    if given and not cluster.startswith("tls://"):
+        raise InputError(f"--tls-ca-file/--tls-cert/--tls-key: only for a tls:// --cluster, found {cluster!r}")
+    dask.config.set(given)
+    client_security(cluster)
+
+
 def train_command(
     model: Annotated[str, typer.Option(help=f"One of: {', '.join(MODELS)}.")],
     data: Annotated[Path, typer.Option(help="The store to train on (made by `pep ingest`).")],
@@ -127,13 +150,16 @@ def train_command(
                                               "--run-dir (its config unless --config is given).")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON summary object.")] = False,
     quiet: Annotated[bool, typer.Option(help="No progress display or summary.")] = False,
+    tls_ca_file: TlsCaFile = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
 ) -> None:
     """Train a model on a store, with checkpoints; resumable with --resume."""
     prefect_quietly()
     with user_errors("pep train"):
         store = open_store(data)  # fail fast on bad options, before Prefect starts its server
         get_model(model)
-        parse_cluster(cluster)
+        use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         base = (newest_manifest(run_dir) or {}).get("config") if resume and config is None else None
         settings = load_config(config, base, epochs=epochs, batch_size=batch_size)
         with training_display(enabled=not (quiet or json_output)):
