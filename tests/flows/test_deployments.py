@@ -40,5 +40,6 @@ def test_infra_files_parse_and_reference_the_image():
     assert {"prefect-server", "dask-scheduler", "dask-worker", "prefect-worker"} <= set(compose["services"])
     for service in compose["services"].values():
         assert (ROOT / service["build"]["dockerfile"]).exists()
-    kinds = [doc["kind"] for doc in yaml.safe_load_all((ROOT / "infra/k8s/dask-cluster.yaml").read_text())]
-    assert kinds == ["Service", "Deployment", "Deployment"]
+    kinds = [doc["kind"] for name in ("dask-cluster.yaml", "prefect-worker.yaml")
+             for doc in yaml.safe_load_all((ROOT / "infra/k8s" / name).read_text())]
+    assert kinds == ["DaskCluster", "ConfigMap", "Deployment"]
