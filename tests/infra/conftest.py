@@ -55,7 +55,7 @@ class Stack:
     def flow_run(self, flow_run_id: str) -> dict[str, Any]:
         return httpx.get(f"{self.api_url}/flow_runs/{flow_run_id}", timeout=30).json()
 
-    def wait_for_flow_run(self, flow_run_id: str, timeout: float = 600) -> dict[str, Any]:
+    def wait_for_flow_run(self, flow_run_id: str, timeout: float = 300) -> dict[str, Any]:
         return wait_until(lambda: (run := self.flow_run(flow_run_id))["state_type"] in FINAL and run,
                           timeout, f"flow run {flow_run_id}", interval=1)
 
