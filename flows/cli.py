@@ -16,6 +16,7 @@ COMMANDS = {
     "train": ("flows.train", "train_command"),
     "evaluate": ("flows.evaluate", "evaluate_command"),
     "demo": ("flows.demo", "demo_command"),
+    "cluster": ("flows.cluster", "cluster_app"),  # a group: `pep cluster certs DIR`
 }
 
 
@@ -29,8 +30,12 @@ def build_app(names=tuple(COMMANDS)) -> typer.Typer:
     )
     application.callback()(lambda: None)
     for name in names:
-        module, function = COMMANDS[name]
-        application.command(name)(getattr(import_module(module), function))
+        module, attribute = COMMANDS[name]
+        command = getattr(import_module(module), attribute)
+        if isinstance(command, typer.Typer):
+            application.add_typer(command, name=name)
+        else:
+            application.command(name)(command)
     return application
 
 

@@ -24,7 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.pipeline import pipeline_flow
+from flows.end_to_end import pipeline_flow
 from flows.train import prefect_quietly, training_display, user_errors
 from pipeline.training.baselines import classification_baselines
 from pipeline.training.checkpoint import checkpoint_dir

@@ -13,9 +13,9 @@ from prefect.cache_policies import NO_CACHE
 from rich.console import Console
 
 from flows.reports import publish_evaluation, write_metrics
-from flows.train import is_transient, prefect_quietly, user_errors
+from flows.train import TlsCaFile, TlsCert, TlsKey, is_transient, prefect_quietly, use_cluster, user_errors
 from pipeline.training.trainer import evaluate, load_run
-from pipeline.training.engine import CLUSTER_HELP, connect, parse_cluster
+from pipeline.training.engine import CLUSTER_HELP, connect
 
 
 @task(name="evaluate", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,
@@ -44,11 +44,14 @@ def evaluate_command(
                                                    "store).")] = None,
     cluster: Annotated[str, typer.Option(help=CLUSTER_HELP + ".")] = "none",
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    tls_ca_file: TlsCaFile = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
 ) -> None:
     """Held-out metrics (test error / RMSE, NLL) of a trained run's newest checkpoint."""
     prefect_quietly()
     with user_errors("pep evaluate"):
-        parse_cluster(cluster)
+        use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         load_run(run_dir)  # fail fast, before Prefect starts its server
         metrics = evaluate_flow(str(run_dir), None if data is None else str(data), cluster)
     if json_output:

@@ -33,7 +33,7 @@ from pipeline.training.checkpoint import newest_manifest
 from pipeline.training.config import TrainConfig, load_config
 from pipeline.training.trainer import Progress as ProgressCallback
 from pipeline.training.trainer import Trainer, TrainJob, TrainResult, no_progress
-from pipeline.training.engine import CLUSTER_HELP, connect, parse_cluster
+from pipeline.training.engine import CLUSTER_HELP, TLS_CONFIG, client_security, connect, parse_cluster
 from pipeline.errors import InputError
 from pipeline.models import MODELS, get_model, model_settings
 from pipeline.data.stores import open_store
@@ -93,6 +93,8 @@ def train_flow(model: str, data: str, run_dir: str, config: dict[str, Any] | Non
     reporter = progress_reporter.get()
 
     def progress(event: str, **info: Any) -> None:
+        if event == "start" and info["resumed_from"]:
+            logger.info("resumed from %s at step %d of %d", info["resumed_from"], info["step"], info["total_steps"])
         if event == "epoch":
             logger.info("epoch %(epoch)d: energy %(energy).6g, %(held_out)s", {
                 **info["record"], "held_out": {k: v for k, v in info["record"].items() if k.startswith(("test", "rmse"))}})
@@ -114,6 +116,29 @@ def train_flow(model: str, data: str, run_dir: str, config: dict[str, Any] | Non
 
 
 # --------------------------------------------------------------------------------------------------
+TlsCaFile = Annotated[Path | None, typer.Option(help="CA certificate of a tls:// cluster (default: Dask's "
+                                                     "distributed.comm.tls.ca-file).")]
+TlsCert = Annotated[Path | None, typer.Option(help="Client certificate for a tls:// cluster (default: "
+                                                   "Dask's distributed.comm.tls.client.cert).")]
+TlsKey = Annotated[Path | None, typer.Option(help="Its private key (default: Dask's "
+                                                  "distributed.comm.tls.client.key).")]
+
+
+def use_cluster(cluster: str, tls_ca_file: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
+    """Check ``--cluster`` and make the ``--tls-*`` files Dask's client TLS configuration of this
+    process (over ``DASK_DISTRIBUTED__COMM__TLS__*`` and Dask's config files), so that the flow's
+    :func:`~pipeline.training.engine.connect` uses them; refuse a tls:// cluster without them."""
+    import dask
+
+    parse_cluster(cluster)
+    given = {TLS_CONFIG[name]: str(path) for name, path in (("ca", tls_ca_file), ("cert", tls_cert),
+                                                             ("key", tls_key)) if path is not None}
+    if given and not cluster.startswith("tls://"):
+        raise InputError(f"--tls-ca-file/--tls-cert/--tls-key: only for a tls:// --cluster, found {cluster!r}")
+    dask.config.set(given)
+    client_security(cluster)
+
+
 def train_command(
     model: Annotated[str, typer.Option(help=f"One of: {', '.join(MODELS)}.")],
     data: Annotated[Path, typer.Option(help="The store to train on (made by `pep ingest`).")],
@@ -127,13 +152,16 @@ def train_command(
                                               "--run-dir (its config unless --config is given).")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON summary object.")] = False,
     quiet: Annotated[bool, typer.Option(help="No progress display or summary.")] = False,
+    tls_ca_file: TlsCaFile = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
 ) -> None:
     """Train a model on a store, with checkpoints; resumable with --resume."""
     prefect_quietly()
     with user_errors("pep train"):
         store = open_store(data)  # fail fast on bad options, before Prefect starts its server
         spec = get_model(model)
-        parse_cluster(cluster)
+        use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         base = (newest_manifest(run_dir) or {}).get("config") if resume and config is None else None
         settings = load_config(config, base, epochs=epochs, batch_size=batch_size)
         model_settings(spec, settings.model, str(config or "defaults"))

@@ -66,6 +66,11 @@ def test_train_and_evaluate_json(store, config_file, tmp_path):
     (["--cluster", "local"], "--cluster: expected local:N"),
     (["--model", "gp"], "--model: unknown model 'gp'"),
     (["--batch-size", "0"], "batch_size: Input should be greater than or equal to 1"),
+    (["--cluster", "tls://127.0.0.1:8786"], "a TLS scheduler needs a CA and a client certificate"),
+    (["--cluster", "tls://127.0.0.1:8786", "--tls-ca-file", "no-ca.pem", "--tls-cert", "no-cert.pem"],
+     "TLS ca file no-ca.pem: no such file"),
+    (["--tls-cert", "client.pem"], "--tls-ca-file/--tls-cert/--tls-key: only for a tls:// --cluster"),
+    (["--cluster", "slurm:0"], "--cluster: expected local:N"),
 ])
 def test_bad_input_fails_cleanly(store, tmp_path, args, message):
     options = {"--model": MODEL, "--data": store.path, "--run-dir": str(tmp_path / "run"), "--cluster": "none",

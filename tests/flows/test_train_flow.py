@@ -12,7 +12,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
 from flows.evaluate import evaluate_flow
-from flows.pipeline import pipeline_flow
+from flows.end_to_end import pipeline_flow
 from flows.train import progress_reporter, train_flow
 from pipeline.training.trainer import TrainJob, load_run, train
 from tests.trainstores import FAST, leaves_equal, make_store

@@ -1,4 +1,10 @@
-"""The Prefect flow ``pipeline``: ingest → train → evaluate as three sub-flows (DESIGN §6)."""
+"""The Prefect flow ``pipeline``: ingest → train → evaluate as three sub-flows (DESIGN §6).
+
+The module is not called ``pipeline.py``: a Prefect worker loads a deployment's entrypoint as a script
+with its folder (``flows/``) first on ``sys.path``, where a ``flows/pipeline.py`` would shadow the
+``pipeline`` package that every flow imports (issue 12; ``tests/flows/test_deployments.py`` checks
+that no module in ``flows/`` is named like an importable package).
+"""
 
 from __future__ import annotations
 

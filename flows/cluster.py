@@ -1,0 +1,156 @@
+"""``pep cluster certs DIR``: a certificate authority and the certificates of a TLS Dask cluster.
+
+Anything that leaves loopback must be encrypted (issue 12). Dask encrypts and authenticates its
+connections with TLS when the scheduler, the workers and the clients are given a CA and a
+certificate signed by it; every side then refuses a peer whose certificate that CA did not sign
+(mutual TLS). This writes, into ``DIR``:
+
+====================================  ============================================================
+``ca.pem``, ``ca-key.pem``            the CA (keep its key private; it signs new certificates)
+``cluster.pem``, ``cluster-key.pem``  scheduler and workers (server and client use; the names in
+                                      ``--host`` plus ``localhost`` and ``127.0.0.1``)
+``client.pem``, ``client-key.pem``    ``pep train``/``pep evaluate`` and Prefect workers
+====================================  ============================================================
+
+Private keys (ECDSA P-256) are written with mode 0600. Start the cluster with them (``infra/README.md``)::
+
+    dask scheduler --protocol tls --tls-ca-file DIR/ca.pem --tls-cert DIR/cluster.pem --tls-key DIR/cluster-key.pem ...
+    dask worker tls://HOST:8786 --tls-ca-file DIR/ca.pem --tls-cert DIR/cluster.pem --tls-key DIR/cluster-key.pem ...
+    pep train ... --cluster tls://HOST:8786 --tls-ca-file DIR/ca.pem --tls-cert DIR/client.pem --tls-key DIR/client-key.pem
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+CA, CLUSTER, CLIENT = "ca", "cluster", "client"
+
+
+def _name(common_name: str):
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "pep"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _write_key(path: Path, key) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(data)
+
+
+def _write_certificate(path: Path, certificate) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+
+
+def make_certificates(directory: Path, hosts: tuple[str, ...] = (), days: int = 365,
+                      overwrite: bool = False) -> dict[str, str]:
+    """Write a CA and the cluster and client certificates into ``directory`` (see the module docstring).
+
+    Args:
+        directory: where the six PEM files go (created if missing).
+        hosts: DNS names or IP addresses the scheduler and workers are reached at (beyond
+            ``localhost`` and ``127.0.0.1``); Dask does not check them, other TLS clients may.
+        days: validity of every certificate.
+        overwrite: replace existing files instead of refusing.
+
+    Returns:
+        ``{"ca": path, "cluster_cert": path, "cluster_key": path, "client_cert": path, "client_key": path}``.
+
+    Raises:
+        FileExistsError: a file would be replaced and ``overwrite`` is false.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    directory.mkdir(parents=True, exist_ok=True)
+    names = [f"{stem}{suffix}" for stem in (CA, CLUSTER, CLIENT) for suffix in (".pem", "-key.pem")]
+    existing = [name for name in names if (directory / name).exists()]
+    if existing and not overwrite:
+        raise FileExistsError(f"{directory}: {', '.join(existing)} exist (use --overwrite to replace them)")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(_name("pep cluster CA")).issuer_name(_name("pep cluster CA"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(start).not_valid_after(end)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False,
+                                       encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    _write_key(directory / f"{CA}-key.pem", ca_key)
+    _write_certificate(directory / f"{CA}.pem", ca)
+
+    alternative = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    for host in hosts:
+        try:
+            alternative.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            alternative.append(x509.DNSName(host))
+    usages = {CLUSTER: [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+              CLIENT: [ExtendedKeyUsageOID.CLIENT_AUTH]}
+    for stem, usage in usages.items():
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (x509.CertificateBuilder().subject_name(_name(f"pep {stem}")).issuer_name(ca.subject)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(start).not_valid_after(end)
+                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                   .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
+                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                                  critical=False))
+        if stem == CLUSTER:
+            builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
+        _write_key(directory / f"{stem}-key.pem", key)
+        _write_certificate(directory / f"{stem}.pem", builder.sign(ca_key, hashes.SHA256()))
+    return {"ca": str(directory / f"{CA}.pem"),
+            **{f"{stem}_{kind}": str(directory / f"{stem}{suffix}") for stem in (CLUSTER, CLIENT)
+               for kind, suffix in (("cert", ".pem"), ("key", "-key.pem"))}}
+
+
+cluster_app = typer.Typer(name="cluster", help="Tools for running pep on a Dask cluster.",
+                          no_args_is_help=True)
+
+
+@cluster_app.command("certs")
+def certs_command(
+    directory: Annotated[Path, typer.Argument(help="Directory for the CA and certificates.")],
+    host: Annotated[list[str] | None, typer.Option(help="A DNS name or IP address of the scheduler and "
+                                                        "workers (repeatable); localhost and "
+                                                        "127.0.0.1 are always included.")] = None,
+    days: Annotated[int, typer.Option(min=1, help="Validity in days.")] = 365,
+    overwrite: Annotated[bool, typer.Option(help="Replace existing files.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the file paths as one JSON object.")] = False,
+) -> None:
+    """Make a CA and TLS certificates for the scheduler, the workers and the clients."""
+    try:
+        paths = make_certificates(directory, tuple(host or ()), days, overwrite)
+    except (FileExistsError, OSError) as error:
+        typer.echo(f"pep cluster certs: error: {error}", err=True)
+        raise typer.Exit(2 if isinstance(error, FileExistsError) else 1) from None
+    if json_output:
+        typer.echo(json.dumps(paths))
+        return
+    d = directory
+    typer.echo(f"wrote ca.pem, ca-key.pem, cluster.pem, cluster-key.pem, client.pem, client-key.pem into {d}\n"
+               f"scheduler/workers: --tls-ca-file {d}/ca.pem --tls-cert {d}/cluster.pem --tls-key {d}/cluster-key.pem\n"
+               f"pep train/evaluate: --tls-ca-file {d}/ca.pem --tls-cert {d}/client.pem --tls-key {d}/client-key.pem")

@@ -1,0 +1,113 @@
+"""A loopback stack of real processes, as infra/README.md starts it: a Prefect server, the ``pep``
+process work pool with ``prefect.yaml``'s deployments, a Prefect worker, a Dask scheduler and two
+Dask workers — each bound to 127.0.0.1, each stopped by its process-group id at the end."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.infra.loopback import (DASK_WORKER_ENV, ROOT, Processes, dask_scheduler, dask_worker, free_port,
+                                  leftovers, wait_until)
+
+FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+
+
+class Stack:
+    """The running loopback stack and what the tests do with it."""
+
+    def __init__(self, processes: Processes, api_url: str, scheduler: str):
+        self.processes, self.api_url, self.scheduler = processes, api_url, scheduler
+        self.dask_workers = 0
+
+    # -- processes --------------------------------------------------------------------------------
+    def start_prefect_worker(self) -> None:
+        self.processes.start("prefect-worker", "prefect", "worker", "start", "--pool", "pep")
+        wait_until(lambda: "started!" in self.processes.log("prefect-worker"), 120, "the Prefect worker")
+
+    def start_dask_worker(self) -> str:
+        self.dask_workers += 1
+        name = f"dask-worker-{self.dask_workers}"
+        self.processes.start(name, *dask_worker(self.scheduler, name), env=DASK_WORKER_ENV)
+        return name
+
+    def dask_worker_names(self) -> list[str]:
+        return [name for name in self.processes.started if name.startswith("dask-worker-")]
+
+    def wait_for_dask_workers(self, n: int) -> None:
+        from distributed import Client
+
+        with Client(self.scheduler, timeout=30) as client:
+            client.wait_for_workers(n, timeout=120)
+
+    # -- Prefect ----------------------------------------------------------------------------------
+    def run_deployment(self, parameters: dict[str, Any]) -> str:
+        """``prefect deployment run pipeline/pipeline --params JSON``; the flow run's id."""
+        output = self.processes.run("prefect", "deployment", "run", "pipeline/pipeline", "--params",
+                                    json.dumps(parameters))
+        return re.search(r"UUID:\s*([0-9a-f-]{36})", output).group(1)
+
+    def flow_run(self, flow_run_id: str) -> dict[str, Any]:
+        return httpx.get(f"{self.api_url}/flow_runs/{flow_run_id}", timeout=30).json()
+
+    def wait_for_flow_run(self, flow_run_id: str, timeout: float = 300) -> dict[str, Any]:
+        return wait_until(lambda: (run := self.flow_run(flow_run_id))["state_type"] in FINAL and run,
+                          timeout, f"flow run {flow_run_id}", interval=1)
+
+    def logs(self, flow_run_id: str, since: datetime | None = None) -> list[str]:
+        """Messages logged by the flow run and its sub-flows (tasks included) since ``since``,
+        oldest first."""
+        children = httpx.post(f"{self.api_url}/flow_runs/filter", timeout=30, json={
+            "flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}}).json()
+        selected = {"flow_run_id": {"any_": [flow_run_id, *(run["id"] for run in children)]}}
+        if since is not None:
+            selected["timestamp"] = {"after_": since.isoformat()}
+        found = httpx.post(f"{self.api_url}/logs/filter", timeout=30, json={
+            "logs": selected, "sort": "TIMESTAMP_ASC", "limit": 200}).json()
+        return [entry["message"] for entry in found]
+
+    def artifact(self, key: str) -> dict[str, Any] | None:
+        found = httpx.post(f"{self.api_url}/artifacts/filter", timeout=30, json={
+            "artifacts": {"key": {"any_": [key]}}, "sort": "CREATED_DESC", "limit": 1}).json()
+        return found[0] if found else None
+
+
+@pytest.fixture(scope="package")
+def stack(tmp_path_factory):
+    """Everything infra/README.md §1–2 starts, on free ports of 127.0.0.1."""
+    home = tmp_path_factory.mktemp("loopback")
+    api_port, scheduler_port = free_port(), free_port()
+    api_url = f"http://127.0.0.1:{api_port}/api"
+    scheduler = f"tcp://127.0.0.1:{scheduler_port}"
+    processes = Processes(home / "logs", {
+        "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_API_URL": api_url, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        "PEP_HOME": str(ROOT), "PEP_DASK_SCHEDULER": scheduler})
+    try:
+        processes.start("prefect-server", "prefect", "server", "start", "--host", "127.0.0.1",
+                        "--port", str(api_port))
+        processes.start("dask-scheduler", *dask_scheduler(scheduler_port))
+        stack = Stack(processes, api_url, scheduler)
+        for _ in range(2):
+            stack.start_dask_worker()
+        wait_until(lambda: _healthy(api_url), 180, "the Prefect server")
+        processes.run("prefect", "work-pool", "create", "pep", "--type", "process")
+        processes.run("prefect", "--no-prompt", "deploy", "--all", timeout=300)
+        stack.start_prefect_worker()
+        stack.wait_for_dask_workers(2)
+        yield stack
+    finally:
+        processes.stop_all()
+    assert not leftovers(processes.token), "processes of the loopback stack outlived their teardown"
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        return httpx.get(f"{api_url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False

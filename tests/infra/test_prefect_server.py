@@ -1,0 +1,175 @@
+"""The ``pipeline`` deployment run for real (issue 12): a Prefect server, ``prefect deploy --all`` from
+prefect.yaml, a process-pool worker and a Dask scheduler with two workers, all on 127.0.0.1 — run
+undisturbed, with a Dask worker killed mid-run, and with the Prefect worker killed mid-run."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from flows.reports import artifact_key
+from pipeline.training.checkpoint import checkpoint_dir
+from pipeline.training.trainer import load_run
+from tests.infra.loopback import ROOT, leftovers, listening_sockets, wait_until
+from tests.trainstores import leaves_equal
+
+pytestmark = pytest.mark.infra
+
+README = (ROOT / "infra/README.md").read_text()
+RUN_COMMAND = re.compile(r"^\.venv/bin/prefect deployment run pipeline/pipeline --watch --params '(.*)'$", re.M)
+NPZ_COMMAND = re.compile(r'^\.venv/bin/python -c "(.*)"$', re.M)
+
+
+def documented_parameters() -> dict:
+    """The parameters of infra/README.md's ``prefect deployment run pipeline/pipeline`` command: the
+    test runs exactly those, with its own paths and scheduler. Its config: 400 training rows in blocks
+    of 48, 2 blocks per step: 5 steps per epoch, 12 epochs, 60 steps, a checkpoint every 4."""
+    return json.loads(RUN_COMMAND.search(README).group(1))
+
+
+def test_both_readmes_show_the_command_the_test_runs():
+    main = (ROOT / "README.md").read_text()
+    for command in (RUN_COMMAND, NPZ_COMMAND):
+        assert command.search(README).group(0) in main
+
+
+@pytest.fixture(scope="module")
+def npz_input(tmp_path_factory) -> Path:
+    """t.npz, made by infra/README.md's command."""
+    command = NPZ_COMMAND.search(README).group(1)
+    directory = tmp_path_factory.mktemp("loopback-data")
+    subprocess.run([sys.executable, "-c", command], cwd=directory, check=True, timeout=60)
+    return directory / "t.npz"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("loopback-store") / "t.zarr"
+
+
+def parameters(stack, npz_input, store, run_dir) -> dict:
+    return {**documented_parameters(), "inputs": [str(npz_input)], "store": str(store), "run_dir": str(run_dir),
+            "cluster": stack.scheduler}
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """Steps of the complete checkpoints (those with a manifest) of a run directory."""
+    directory = checkpoint_dir(run_dir)
+    if not directory.exists():
+        return []
+    return sorted(int(path.parent.name.removeprefix("step-")) for path in directory.glob("step-*/manifest.json"))
+
+
+@pytest.fixture(scope="module")
+def undisturbed(stack, npz_input, store, tmp_path_factory):
+    """The pipeline deployment's flow run on the loopback stack: (flow run, run directory)."""
+    run_dir = tmp_path_factory.mktemp("loopback-runs") / "undisturbed"
+    flow_run = stack.wait_for_flow_run(stack.run_deployment(parameters(stack, npz_input, store, run_dir)))
+    return flow_run, run_dir
+
+
+def test_the_pipeline_deployment_completes_on_the_loopback_stack(stack, undisturbed, store):
+    flow_run, run_dir = undisturbed
+    assert flow_run["state_type"] == "COMPLETED", stack.processes.log("prefect-worker")[-3000:]
+    assert store.exists() and checkpoint_steps(run_dir)[-1] == 60
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["n_test"] == 100 and 0 <= metrics["test_error"] < 0.5
+    artifact = stack.artifact(artifact_key("evaluate", run_dir))
+    assert artifact is not None and artifact["type"] == "table"
+    (row,) = json.loads(artifact["data"])
+    assert row["test_error"] == metrics["test_error"] and row["test_nll"] == metrics["test_nll"]
+    assert stack.artifact(artifact_key("train", run_dir))["type"] == "markdown"
+
+
+def test_every_server_scheduler_and_worker_listens_on_loopback_only(stack, undisturbed):
+    listening, outside = listening_sockets(stack.processes.token)
+    assert len(listening) >= 5 and not outside, outside  # API, scheduler, dashboard, workers, nannies
+
+
+def run_and_interrupt(stack, params: dict, run_dir: Path, at_step: int = 8) -> tuple[str, int]:
+    """Start a pipeline flow run and wait until it has written a checkpoint at ``at_step`` or later:
+    (flow run id, newest checkpoint step then)."""
+    flow_run_id = stack.run_deployment(params)
+    newest = wait_until(lambda: (steps := checkpoint_steps(run_dir)) and steps[-1] >= at_step and steps[-1],
+                        300, f"a checkpoint at step {at_step} in {run_dir}", interval=0.05)
+    return flow_run_id, newest
+
+
+def same_result(run_dir: Path, reference: Path) -> bool:
+    """Bit-identical final params and identical held-out metrics."""
+    ours, theirs = (json.loads((d / "metrics.json").read_text()) for d in (run_dir, reference))
+    return (ours["step"] == theirs["step"] == 60 and ours["test_error"] == theirs["test_error"]
+            and ours["test_nll"] == theirs["test_nll"]
+            and leaves_equal(load_run(run_dir).trees["params"], load_run(reference).trees["params"]))
+
+
+def resumed_from(logs: list[str]) -> list[int]:
+    """Steps the flow run's training segments resumed from (``resumed from …/step-N at step N``)."""
+    return [int(m.group(1)) for m in map(re.compile(r"resumed from .*step-\d+ at step (\d+)").search, logs) if m]
+
+
+def test_a_dask_worker_killed_mid_run_gives_the_same_final_metrics(stack, undisturbed, npz_input, store,
+                                                                    tmp_path):
+    run_dir = tmp_path / "dask-worker-killed"
+    flow_run_id, newest = run_and_interrupt(stack, parameters(stack, npz_input, store, run_dir), run_dir)
+    victim = stack.dask_worker_names()[0]
+    stack.processes.kill(victim)  # SIGKILL to its process group: the nanny and its worker process
+    assert newest < 60 and stack.flow_run(flow_run_id)["state_type"] == "RUNNING"
+    stack.start_dask_worker()
+    flow_run = stack.wait_for_flow_run(flow_run_id)
+    assert flow_run["state_type"] == "COMPLETED", stack.processes.log("prefect-worker")[-3000:]
+    assert same_result(run_dir, undisturbed[1])
+    stack.wait_for_dask_workers(2)  # the replacement joined: the next test has two workers again
+
+
+def flow_run_processes(token: str) -> list[int]:
+    """Live flow-run processes (``python -m prefect.engine``) of the stack."""
+    return [pid for pid in leftovers(token)
+            if b"prefect.engine" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def test_a_prefect_worker_killed_mid_run_crashes_it_and_prefect_retry_resumes(
+        stack, undisturbed, npz_input, store, tmp_path):
+    """SIGKILL to the Prefect worker (OOM killer, lost node): the flow-run process, in a session of its
+    own, loses its worker, reports CRASHED and exits; ``prefect flow-run retry ID`` schedules the same
+    flow run again, a new worker picks it up and it resumes from the newest checkpoint."""
+    run_dir = tmp_path / "prefect-worker-killed"
+    flow_run_id, _ = run_and_interrupt(stack, parameters(stack, npz_input, store, run_dir), run_dir)
+    stack.processes.kill("prefect-worker")
+    crashed = stack.wait_for_flow_run(flow_run_id, timeout=120)
+    stopped_at = checkpoint_steps(run_dir)[-1]
+    assert crashed["state_type"] == "CRASHED" and stopped_at < 60, crashed["state"]
+    wait_until(lambda: not flow_run_processes(stack.processes.token), 60, "the orphaned flow run to exit")
+    stack.start_prefect_worker()
+    retried_at = datetime.now(timezone.utc)
+    stack.processes.run("prefect", "flow-run", "retry", flow_run_id)
+    retried = stack.wait_for_flow_run(flow_run_id, timeout=300)
+    assert retried["state_type"] == "COMPLETED", stack.processes.log("prefect-worker")[-3000:]
+    assert resumed_from(stack.logs(flow_run_id, since=retried_at))[0] == stopped_at
+    assert same_result(run_dir, undisturbed[1])
+
+
+def test_a_prefect_worker_stopped_mid_run_then_a_new_run_of_the_deployment_resumes(
+        stack, undisturbed, npz_input, store, tmp_path):
+    """SIGTERM to the Prefect worker (``kill PID``, a stopped service): the worker stops and ends its
+    flow-run process; what the server is told depends on timing (seen here: the run Completed before
+    the stop reached it, or left Running for good). Running the deployment again with the same
+    parameters resumes from the newest checkpoint and ends with the same result."""
+    run_dir = tmp_path / "prefect-worker-stopped"
+    params = parameters(stack, npz_input, store, run_dir)
+    run_and_interrupt(stack, params, run_dir)
+    stack.processes.kill("prefect-worker", signal.SIGTERM, timeout=120)  # returns when the worker exited
+    wait_until(lambda: not flow_run_processes(stack.processes.token), 120, "the flow-run process to end")
+    stopped_at = checkpoint_steps(run_dir)[-1]
+    stack.start_prefect_worker()
+    rerun = stack.wait_for_flow_run(stack.run_deployment(params), timeout=300)
+    assert rerun["state_type"] == "COMPLETED", stack.processes.log("prefect-worker")[-3000:]
+    assert resumed_from(stack.logs(rerun["id"]))[0] == stopped_at
+    assert same_result(run_dir, undisturbed[1])
