@@ -1,4 +1,8 @@
-"""Positive parameters are stored unconstrained; this is the one place the bijections live.
+"""Constrained parameters are stored unconstrained; this is the one place the bijections live.
+
+Each parameter pytree (a NamedTuple) declares its table ``BIJECTIONS = {field: (name, bijection)}``
+once; :func:`constrained` and :func:`unconstrained` are the only places a model moves between the
+stored values and the ones the mathematics uses (GPJax's ``DEFAULT_BIJECTION``, STYLE principle 7).
 
 Softplus is the default (gradients stay bounded for large values). The multi-class model stores its
 hyper-parameters as logarithms, as seed001's reference code does ("ADAM ascent step on log σ, log σ₀,
@@ -7,6 +11,8 @@ on Fashion-MNIST this alone moves pep onto the R code's accuracy trajectory (REA
 """
 
 from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,3 +37,27 @@ def positive_from_log(raw):
 def log_of_positive(value):
     """Inverse of :func:`positive_from_log`."""
     return jnp.log(jnp.asarray(value))
+
+
+class Bijection(NamedTuple):
+    """``forward``: stored (unconstrained) → constrained value; ``inverse``: back."""
+
+    forward: Callable[[Any], Any]
+    inverse: Callable[[Any], Any]
+
+
+SOFTPLUS = Bijection(positive, unconstrain_positive)
+LOG = Bijection(positive_from_log, log_of_positive)
+LOG_OF_SQUARE = Bijection(lambda raw: jnp.exp(0.5 * raw), lambda value: jnp.log(jnp.asarray(value) ** 2))
+"""A positive ``ℓ`` stored as ``log ℓ²`` (seed001's reference code's lengthscale parameter)."""
+
+
+def constrained(params: NamedTuple) -> dict[str, Any]:
+    """The constrained values of ``params`` by name, from its class's ``BIJECTIONS`` table."""
+    return {name: bijection.forward(getattr(params, field))
+            for field, (name, bijection) in type(params).BIJECTIONS.items()}
+
+
+def unconstrained(cls: type, **values: Any) -> dict[str, Any]:
+    """The stored fields of ``cls`` for constrained ``values`` given by name (its ``BIJECTIONS``)."""
+    return {field: bijection.inverse(values[name]) for field, (name, bijection) in cls.BIJECTIONS.items()}

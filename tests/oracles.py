@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 from scipy.stats import multivariate_normal
 
@@ -49,6 +50,7 @@ def titsias_optimal_q(x, y, z, lengthscales, variance, noise):
 
 def assert_gradient_matches_central_differences(fn, grad_fn, theta, eps, rtol=1e-5, atol_fraction=1e-6):
     """``grad_fn(theta)`` equals the central differences of scalar ``fn`` at flat ``theta``, to ``rtol``
-    (and to ``atol_fraction`` of the largest component, for entries near zero)."""
+    (and to ``atol_fraction`` of the largest component, for entries near zero). Both are compiled once."""
+    fn, grad_fn = jax.jit(fn), jax.jit(grad_fn)
     fd = np.array([(fn(theta.at[i].add(eps)) - fn(theta.at[i].add(-eps))) / (2 * eps) for i in range(theta.size)])
     np.testing.assert_allclose(np.asarray(grad_fn(theta)), fd, rtol=rtol, atol=atol_fraction * np.max(np.abs(fd)))

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from pepcore.gaussian import LOG_2PI
 from pepcore.kernels import ARDSquaredExponential
 from pepcore.linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
-from pepcore.parameters import positive
+from pepcore.parameters import SOFTPLUS, constrained
 
 
 class _Factorisation(NamedTuple):
@@ -132,13 +132,17 @@ class RegressionParams(NamedTuple):
     raw_noise_variance: jnp.ndarray  # []
     inducing: jnp.ndarray  # Z, [M, D]
 
+    BIJECTIONS = {"raw_lengthscales": ("lengthscales", SOFTPLUS), "raw_variance": ("variance", SOFTPLUS),
+                  "raw_noise_variance": ("noise_variance", SOFTPLUS)}
+
     @property
     def kernel(self) -> ARDSquaredExponential:
-        return ARDSquaredExponential(positive(self.raw_lengthscales), positive(self.raw_variance))
+        values = constrained(self)
+        return ARDSquaredExponential(values["lengthscales"], values["variance"])
 
     @property
     def noise_variance(self):
-        return positive(self.raw_noise_variance)
+        return constrained(self)["noise_variance"]
 
 
 @dataclass(frozen=True)

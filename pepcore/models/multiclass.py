@@ -52,7 +52,7 @@ from pepcore.initialisation import squared_median_lengthscale
 from pepcore.kernels import BatchedARDSquaredExponential
 from pepcore.linalg import DEFAULT_JITTER, cholesky, per_matrix
 from pepcore.models import multiclass_sites as sites
-from pepcore.parameters import log_of_positive, positive_from_log
+from pepcore.parameters import LOG, LOG_OF_SQUARE, constrained, unconstrained
 
 
 class MultiClassParams(NamedTuple):
@@ -63,6 +63,9 @@ class MultiClassParams(NamedTuple):
     raw_lengthscales: jnp.ndarray  # log ℓ_c² (the reference code's log l, l the squared lengthscale), [C, D]
     inducing: jnp.ndarray  # Z_c, [C, M, D]
     factor: Union[NaturalFactor, CholeskyFactor]
+
+    BIJECTIONS = {"raw_amplitude": ("amplitude", LOG), "raw_noise": ("noise", LOG),
+                  "raw_lengthscales": ("lengthscales", LOG_OF_SQUARE)}
 
 
 class SiteStats(NamedTuple):
@@ -177,9 +180,8 @@ class MultiClassGP:
             lengthscales = squared_median_lengthscale(x, seed)
         lengthscales = np.broadcast_to(np.asarray(lengthscales, dtype=float), (num_classes, dim))
         params = MultiClassParams(
-            raw_amplitude=log_of_positive(jnp.full(num_classes, float(amplitude))),
-            raw_noise=log_of_positive(jnp.full(num_classes, float(noise))),
-            raw_lengthscales=log_of_positive(jnp.asarray(lengthscales) ** 2),
+            **unconstrained(MultiClassParams, amplitude=jnp.full(num_classes, float(amplitude)),
+                            noise=jnp.full(num_classes, float(noise)), lengthscales=jnp.asarray(lengthscales)),
             inducing=jnp.asarray(inducing),
             factor=NaturalFactor(
                 jnp.zeros((num_classes, num_inducing)), jnp.zeros((num_classes, num_inducing, num_inducing))
@@ -197,9 +199,9 @@ class MultiClassGP:
     def sparse_gps(self, params: MultiClassParams) -> bank.Bank:
         """The C constrained sparse GPs: ``σ_c``, ``ℓ_c`` and the diagonal ``σ_{0,c} + jitter·σ_c`` (on
         ``K_c`` and ``κ_c``, spec §1.5)."""
-        amplitude = positive_from_log(params.raw_amplitude)
-        kernel = BatchedARDSquaredExponential(positive_from_log(0.5 * params.raw_lengthscales), amplitude)
-        return bank.Bank(kernel, params.inducing, positive_from_log(params.raw_noise) + self.jitter * amplitude)
+        values = constrained(params)
+        kernel = BatchedARDSquaredExponential(values["lengthscales"], values["amplitude"])
+        return bank.Bank(kernel, params.inducing, values["noise"] + self.jitter * values["amplitude"])
 
     def prior_factors(self, params: MultiClassParams) -> bank.PriorFactors:
         """``chol(K_c)`` and its inverse, with the noise (and jitter) on the diagonal of ``K_c``."""

@@ -33,7 +33,7 @@ from pepcore.initialisation import initial_kernel_and_inducing
 from pepcore.kernels import BatchedARDSquaredExponential
 from pepcore.likelihoods import scaled_log_tilted
 from pepcore.linalg import DEFAULT_JITTER, cholesky
-from pepcore.parameters import positive, unconstrain_positive
+from pepcore.parameters import SOFTPLUS, constrained, unconstrained
 
 
 class SparseGPParams(NamedTuple):
@@ -45,6 +45,8 @@ class SparseGPParams(NamedTuple):
     likelihood: dict  # the likelihood's unconstrained parameters
     factor_shift: jnp.ndarray  # η = N θ₁, [M]
     factor_chol: jnp.ndarray  # lower-triangular L with Λ = N θ₂ = LLᵀ, [M, M]
+
+    BIJECTIONS = {"raw_lengthscales": ("lengthscales", SOFTPLUS), "raw_variance": ("variance", SOFTPLUS)}
 
 
 class StepShared(NamedTuple):
@@ -87,9 +89,9 @@ class PowerEPSparseGP:
 
     def sparse_gp(self, params: SparseGPParams) -> bank.Bank:
         """The constrained GP as a bank of one: kernel, inducing inputs and the jitter ``jitter·σ_f``."""
-        variance = positive(params.raw_variance)
-        kernel = BatchedARDSquaredExponential(positive(params.raw_lengthscales)[None], variance[None])
-        return bank.Bank(kernel, params.inducing[None], (self.jitter * variance)[None])
+        values = constrained(params)
+        kernel = BatchedARDSquaredExponential(values["lengthscales"][None], values["variance"][None])
+        return bank.Bank(kernel, params.inducing[None], (self.jitter * values["variance"])[None])
 
     # ----------------------------------------------------------------------------------------------
     def init(
@@ -110,8 +112,8 @@ class PowerEPSparseGP:
         )
         lik = self.likelihood.init_params() if likelihood_params is None else likelihood_params
         params = SparseGPParams(
-            raw_lengthscales=unconstrain_positive(jnp.asarray(lengthscales)),
-            raw_variance=unconstrain_positive(jnp.asarray(float(variance))),
+            **unconstrained(SparseGPParams, lengthscales=jnp.asarray(lengthscales),
+                            variance=jnp.asarray(float(variance))),
             inducing=jnp.asarray(z),
             likelihood=lik,
             factor_shift=jnp.zeros(z.shape[0]),

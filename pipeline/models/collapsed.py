@@ -17,7 +17,7 @@ from pydantic import Field
 
 from pepcore.initialisation import initial_kernel_and_inducing
 from pepcore.models.collapsed_regression import CollapsedRegression, RegressionParams
-from pepcore.parameters import unconstrain_positive
+from pepcore.parameters import unconstrained
 from pipeline.data.blocks import TargetScaling
 from pipeline.errors import InputError
 from pipeline.models.protocol import ModelSettings
@@ -61,9 +61,9 @@ class CollapsedRegressionSpec:
             check_inducing(settings, x.shape[0])
         lengthscales, variance, z = initial_kernel_and_inducing(
             x, settings.num_inducing, inducing=inducing, lengthscales=lengthscales, variance=variance, seed=seed)
-        return RegressionParams(unconstrain_positive(jnp.asarray(lengthscales)),
-                                unconstrain_positive(jnp.asarray(variance)),
-                                unconstrain_positive(jnp.asarray(float(noise_variance))), jnp.asarray(z))
+        raw = unconstrained(RegressionParams, lengthscales=jnp.asarray(lengthscales), variance=jnp.asarray(variance),
+                            noise_variance=jnp.asarray(float(noise_variance)))
+        return RegressionParams(**raw, inducing=jnp.asarray(z))
 
     def frozen(self, settings: CollapsedSettings, params: RegressionParams) -> RegressionParams:
         return fixed_inducing(params, settings)

@@ -388,3 +388,25 @@ def test_a_one_class_minibatch_at_small_n_keeps_a_valid_factor():
                                + stats.precision[1:], rtol=1e-12, atol=1e-14)
     for precision in np.asarray(updated.factor.precision):
         assert np.linalg.eigvalsh(precision).min() > -1e-10 * np.abs(precision).max()
+
+
+def test_minibatch_updates_of_one_batch_reach_the_fixed_point_of_its_copies():
+    """SEP with scale N/|B| = 3: updating on one batch as if it were a third of N = 3|B| rows reaches the
+    same tied factor as full-batch SEP on the batch repeated three times (spec §2.8.5)."""
+    model, params, x, y = _problem()
+    repeated = MultiClassGP.from_labels(np.tile(np.asarray(y), 3), 3)
+    assert repeated == model  # same class frequencies, so the same n_c for any N
+    n = x.shape[0]
+
+    @jax.jit
+    def minibatch_step(p):
+        shared = model.step_shared(p, 3.0 * n)
+        stats = model.site_stats(p, shared, x, y, jnp.ones(n, bool))
+        return model.site_update(p, shared, stats, 3.0 * n, 0.5)[0]
+
+    minibatch, _ = jax.lax.scan(lambda p, _: (minibatch_step(p), None), params, None, length=3000)
+    full, _ = _run_sep(model, params, jnp.tile(x, (3, 1)), jnp.tile(y, 3), 600, 0.5)  # steps of ρ/3 vs ρ
+    for mine, theirs in zip(minibatch.factor, full.factor):  # to 1e-9 of each array's largest entry
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-9 * np.abs(theirs).max())
+    alone, _ = _run_sep(model, params, x, y, 200, 0.5)  # the batch as the whole data: scale 1, another point
+    assert not np.allclose(alone.factor.precision, minibatch.factor.precision, rtol=0.1)

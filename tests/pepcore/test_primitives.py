@@ -10,7 +10,11 @@ from scipy.stats import multivariate_normal
 from pepcore import bank, gaussian
 from pepcore.kernels import ARDSquaredExponential, BatchedARDSquaredExponential
 from pepcore.linalg import cholesky, logdet_from_cholesky
-from pepcore.parameters import log_of_positive, positive, positive_from_log, unconstrain_positive
+from pepcore.models.collapsed_regression import RegressionParams
+from pepcore.models.multiclass import MultiClassParams
+from pepcore.models.power_ep import SparseGPParams
+from pepcore.parameters import (constrained, log_of_positive, positive, positive_from_log, unconstrain_positive,
+                               unconstrained)
 from tests import oracles
 
 
@@ -141,3 +145,13 @@ def test_cholesky_and_inverse_gradient_matches_autodiff_and_finite_differences()
         assert float(jnp.sum(grad * direction)) == pytest.approx(float(central), rel=1e-7)
         lower, inverse = cholesky_and_inverse(matrices)
         np.testing.assert_allclose(lower @ inverse, np.broadcast_to(np.eye(6), (3, 6, 6)), atol=1e-13)
+
+
+@pytest.mark.parametrize("cls", [SparseGPParams, MultiClassParams, RegressionParams])
+def test_every_parameter_table_round_trips(cls):
+    """Each parameter pytree declares its bijections once; constrained ∘ unconstrained is the identity."""
+    values = {name: jnp.asarray([0.3, 2.0, 40.0]) for name, _ in cls.BIJECTIONS.values()}
+    raw = unconstrained(cls, **values)
+    params = cls(**raw, **{field: None for field in cls._fields if field not in raw})
+    for name, value in constrained(params).items():
+        np.testing.assert_allclose(value, values[name], rtol=1e-12)
