@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy import integrate, optimize, special
 from scipy.stats import multivariate_normal
 
 
@@ -52,3 +53,39 @@ def assert_gradient_matches_central_differences(fn, grad_fn, theta, eps, rtol=1e
     (and to ``atol_fraction`` of the largest component, for entries near zero)."""
     fd = np.array([(fn(theta.at[i].add(eps)) - fn(theta.at[i].add(-eps))) / (2 * eps) for i in range(theta.size)])
     np.testing.assert_allclose(np.asarray(grad_fn(theta)), fd, rtol=rtol, atol=atol_fraction * np.max(np.abs(fd)))
+
+
+def inverse_mills_ratio(u):
+    """``N(u)/Φ(u)`` from scipy's ``erfcx`` (0 where ``Φ(u)`` is 1 to double precision)."""
+    with np.errstate(over="ignore"):
+        return np.sqrt(2.0 / np.pi) / special.erfcx(-u / np.sqrt(2.0))
+
+
+def probit_power_moments(mean, var, alpha):
+    """``log Z = log E_{u∼N(mean, var)}[Φ(u)^α]``, ``G = ∂log Z/∂mean``, ``H = 2∂log Z/∂var`` by
+    ``scipy.integrate.quad`` (``G = E_t[αλ]``, ``H = E_t[αλ((α−1)λ − u)]`` under the tilted density).
+
+    In ``z = (u − mean)/√var`` the tilted log-density ``−z²/2 + α log Φ(u)`` is concave with curvature ≤ −1,
+    so ``[z* − 40, z* + 40]`` around its mode ``z*`` holds all of its mass; that span is cut into unit
+    panels, plus panels of width ``1/√(α·var)`` around the step at ``u = 0``, each integrated by ``quad``.
+    ``var = 0`` gives the closed form of ``α log Φ(mean)``.
+    """
+    lam = inverse_mills_ratio
+    if var == 0:
+        return alpha * special.log_ndtr(mean), alpha * lam(mean), alpha * lam(mean) * ((alpha - 1) * lam(mean) - mean)
+    sd = np.sqrt(var)
+    log_density = lambda z: -0.5 * z * z + alpha * special.log_ndtr(mean + sd * z)
+    mode = optimize.minimize_scalar(lambda z: -log_density(z), bounds=(-60, 60 + abs(mean) / sd), method="bounded",
+                                    options={"xatol": 1e-12}).x
+    peak = log_density(mode)
+    edges = set(mode + np.arange(-40.0, 41.0))
+    edges |= {e for e in (np.arange(-40.0, 41.0) / np.sqrt(alpha) - mean) / sd if abs(e - mode) < 40}
+    edges = np.array(sorted(edges))
+
+    def expect(f):
+        return sum(integrate.quad(lambda z: np.exp(log_density(z) - peak) * f(mean + sd * z), a, b,
+                                  epsabs=0, epsrel=1e-13, limit=200)[0] for a, b in zip(edges[:-1], edges[1:]))
+
+    z = expect(lambda u: 1.0)
+    return (np.log(z) + peak - 0.5 * np.log(2 * np.pi), expect(lambda u: alpha * lam(u)) / z,
+            expect(lambda u: alpha * lam(u) * ((alpha - 1) * lam(u) - u)) / z)
