@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import integrate, optimize, special
-from scipy.stats import multivariate_normal
+from scipy.stats import multivariate_normal, norm
 
 
 def se_kernel(x1, x2, lengthscales, variance):
@@ -89,3 +89,39 @@ def probit_power_moments(mean, var, alpha):
     z = expect(lambda u: 1.0)
     return (np.log(z) + peak - 0.5 * np.log(2 * np.pi), expect(lambda u: alpha * lam(u)) / z,
             expect(lambda u: alpha * lam(u) * ((alpha - 1) * lam(u) - u)) / z)
+
+
+def multiclass_predictive_probabilities(mean, var):
+    """``p(y = c) = ∫ N(f; m_c, v_c) Π_{k≠c} Φ((f − m_k)/√v_k) df`` (seed001 eq. 68) for one row, by
+    ``scipy.integrate.quad`` on panels cut at ``m_k + t√v_k``, ``t ∈ {−10, −5, …, 10}``, of every class."""
+    sd = np.sqrt(var)
+    edges = np.unique(np.concatenate([m + s * np.arange(-10.0, 10.5, 5.0) for m, s in zip(mean, sd)]))
+    probs = []
+    for c in range(len(mean)):
+        others = np.arange(len(mean)) != c
+
+        def integrand(f):
+            return np.exp(norm.logpdf(f, mean[c], sd[c]) + np.sum(special.log_ndtr((f - mean[others]) / sd[others])))
+
+        lo, hi = mean[c] - 12 * sd[c], mean[c] + 12 * sd[c]
+        cuts = np.concatenate([[lo], edges[(edges > lo) & (edges < hi)], [hi]])
+        probs.append(sum(integrate.quad(integrand, a, b, epsabs=1e-15, epsrel=1e-12, limit=200)[0]
+                         for a, b in zip(cuts[:-1], cuts[1:])))
+    return np.array(probs)
+
+
+def probit_tilted_moments_2d(a_y, w_y, a_k, w_k, fitc, alpha):
+    """``Z``, ``(E[t_y], Var[t_y])``, ``(E[t_k], Var[t_k])`` of ``Φ((t_y − t_k)/√fitc)^α N(t_y; a_y, w_y)
+    N(t_k; a_k, w_k)`` (seed001 eq. 34) by nested ``scipy.integrate.quad_vec`` over ±12 cavity sds."""
+    def inner(zy):
+        ty = a_y + np.sqrt(w_y) * zy
+
+        def integrand(zk):
+            tk = a_k + np.sqrt(w_k) * zk
+            weight = np.exp(alpha * special.log_ndtr((ty - tk) / np.sqrt(fitc)) - 0.5 * (zy * zy + zk * zk)) / (2 * np.pi)
+            return weight * np.array([1.0, ty, tk, ty * ty, tk * tk])
+
+        return integrate.quad_vec(integrand, -12, 12, epsabs=1e-15, epsrel=1e-12, norm="max")[0]
+
+    z, sy, sk, syy, skk = integrate.quad_vec(inner, -12, 12, epsabs=1e-15, epsrel=1e-12, norm="max")[0]
+    return z, (sy / z, syy / z - (sy / z) ** 2), (sk / z, skk / z - (sk / z) ** 2)
