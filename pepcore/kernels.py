@@ -31,7 +31,11 @@ class ARDSquaredExponential(NamedTuple):
                 f"kernel inputs must be [N1, D] and [N2, D] with the same D; got {x1.shape} and {x2.shape}"
             )
         # Σ_d (x1_d − x2_d)²/ℓ_d² with the weights on x1's side only: when x2 is data (not
-        # differentiated) the backward pass needs one [N1, D] matrix product instead of two.
+        # differentiated) the backward pass needs one [N1, D] matrix product instead of two. The
+        # expansion ‖x1‖² + ‖x2‖² − 2x1·x2 is taken about x1's mean (see `_centre`; x1 holds the
+        # inducing inputs in every caller).
+        centre = _centre(x1)
+        x1, x2 = x1 - centre, x2 - centre
         weights = 1.0 / self.lengthscales**2
         sq = (jnp.sum(x1**2 * weights, axis=1)[:, None] + jnp.sum(x2**2 * weights, axis=1)[None, :]
               - 2.0 * (x1 * weights) @ x2.T)
@@ -40,6 +44,20 @@ class ARDSquaredExponential(NamedTuple):
     def diag(self, x):
         """``k(x_n, x_n)`` for each row, shape [N]."""
         return jnp.full(x.shape[:1], self.variance, dtype=x.dtype)
+
+
+def _centre(points):
+    """The mean of the rows of ``points`` ([..., D]), a constant for autodiff: shape [D].
+
+    Squared distances are translation invariant, but their expansion ``‖x‖² + ‖z‖² − 2x·z`` cancels
+    catastrophically when the inputs share a large offset ``o`` (round-off ``~ε‖o‖²/ℓ²``: at ``o = 1e6``
+    the kernel was off by 2.6e-4, at 1e8 it was meaningless). Expanding about a point inside the
+    inputs costs ``O(N·D)`` and leaves round-off ``~ε·spread²/ℓ²``. The centre carries no gradient: the
+    exact distances do not depend on it, so the derivative with it held fixed is the exact one. Callers
+    take it from the inducing inputs only, so it (and the rounding) does not depend on how the data rows
+    are chunked.
+    """
+    return jax.lax.stop_gradient(jnp.mean(points.reshape(-1, points.shape[-1]), axis=0))
 
 
 @jax.custom_vjp
@@ -78,13 +96,15 @@ class BatchedARDSquaredExponential(NamedTuple):
 
     def gram(self, z):
         """``k_c(Z_c, Z_c)`` for ``z`` [C, M, D], shape [C, M, M]."""
-        scaled = z / self.lengthscales[:, None, :]
+        scaled = (z - _centre(z)) / self.lengthscales[:, None, :]
         norms = jnp.sum(scaled**2, axis=-1)
         sq = norms[:, :, None] + norms[:, None, :] - 2.0 * _symmetric_gram(scaled)
         return self.variance[:, None, None] * jnp.exp(-0.5 * jnp.maximum(sq, 0.0))
 
     def cross(self, z, x):
         """``k_c(Z_c, x)`` for ``z`` [C, M, D] and rows ``x`` [B, D] shared by all kernels, shape [C, M, B]."""
+        centre = _centre(z)  # the expansion point of `gram`: inside the data, where Z lies
+        z, x = z - centre, x - centre
         weights = 1.0 / self.lengthscales**2
         weighted = z * weights[:, None, :]
         sq = (jnp.sum(z * weighted, axis=-1)[:, :, None] + (weights @ (x**2).T)[:, None, :]

@@ -16,12 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import jax.numpy as jnp
-from jax.nn import logsumexp
 from jax.scipy.special import log_ndtr, ndtr
 
 from pepcore.gaussian import LOG_2PI
 from pepcore.parameters import positive, unconstrain_positive
-from pepcore.quadrature import GaussHermite
+from pepcore.quadrature import GaussHermite, ProbitPowerQuadrature, log_probit_power
 
 
 def scaled_log_tilted(likelihood, params, y, mean, var, alpha: float):
@@ -67,11 +66,14 @@ class Gaussian:
 class Probit:
     """``p(y|f) = Φ(s f)`` with ``s = 2y − 1`` for labels ``y ∈ {0, 1}`` (seed000 §3.8).
 
-    ``α = 1`` uses the closed form ``log Φ(s m/√(1+v))``; other ``α`` use Gauss–Hermite in log-sum-exp
-    form, ``log Σ_i (w_i/√π) Φ(s f_i)^α`` with ``log Φ`` from ``log_ndtr`` (seed000 §4.1).
+    ``α = 1`` uses the closed form ``log Φ(s m/√(1+v))``; ``0 < α < 1`` uses the composite rule of
+    :class:`~pepcore.quadrature.ProbitPowerQuadrature` on ``log E[Φ(s f)^α]`` (accurate and with a finite
+    gradient for any cavity variance, 0 included); ``α = 0`` (:meth:`expected_log_prob`) uses
+    Gauss–Hermite in log-sum-exp form with ``log Φ`` from ``log_ndtr`` (seed000 §4.1).
     """
 
     quadrature: GaussHermite = GaussHermite()
+    tilted_quadrature: ProbitPowerQuadrature = ProbitPowerQuadrature()
     name: str = field(default="probit", init=False)
 
     @staticmethod
@@ -86,8 +88,7 @@ class Probit:
         s = self._sign(y)
         if alpha == 1.0:
             return log_ndtr(s * mean / jnp.sqrt(1.0 + var))
-        points, log_w = self.quadrature.nodes(mean, var)
-        return logsumexp(log_w + alpha * log_ndtr(s[..., None] * points), axis=-1)
+        return log_probit_power(s * mean, var, alpha, self.tilted_quadrature)
 
     def expected_log_prob(self, params, y, mean, var):
         points, log_w = self.quadrature.nodes(mean, var)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from scipy.stats import multivariate_normal
+from scipy import integrate, optimize, special
+from scipy.stats import multivariate_normal, norm
 
 
 def se_kernel(x1, x2, lengthscales, variance):
@@ -54,3 +55,75 @@ def assert_gradient_matches_central_differences(fn, grad_fn, theta, eps, rtol=1e
     fn, grad_fn = jax.jit(fn), jax.jit(grad_fn)
     fd = np.array([(fn(theta.at[i].add(eps)) - fn(theta.at[i].add(-eps))) / (2 * eps) for i in range(theta.size)])
     np.testing.assert_allclose(np.asarray(grad_fn(theta)), fd, rtol=rtol, atol=atol_fraction * np.max(np.abs(fd)))
+
+
+def inverse_mills_ratio(u):
+    """``N(u)/Φ(u)`` from scipy's ``erfcx`` (0 where ``Φ(u)`` is 1 to double precision)."""
+    with np.errstate(over="ignore"):
+        return np.sqrt(2.0 / np.pi) / special.erfcx(-u / np.sqrt(2.0))
+
+
+def probit_power_moments(mean, var, alpha):
+    """``log Z = log E_{u∼N(mean, var)}[Φ(u)^α]``, ``G = ∂log Z/∂mean``, ``H = 2∂log Z/∂var`` by
+    ``scipy.integrate.quad`` (``G = E_t[αλ]``, ``H = E_t[αλ((α−1)λ − u)]`` under the tilted density).
+
+    In ``z = (u − mean)/√var`` the tilted log-density ``−z²/2 + α log Φ(u)`` is concave with curvature ≤ −1,
+    so ``[z* − 40, z* + 40]`` around its mode ``z*`` holds all of its mass; that span is cut into unit
+    panels, plus panels of width ``1/√(α·var)`` around the step at ``u = 0``, each integrated by ``quad``.
+    ``var = 0`` gives the closed form of ``α log Φ(mean)``.
+    """
+    lam = inverse_mills_ratio
+    if var == 0:
+        return alpha * special.log_ndtr(mean), alpha * lam(mean), alpha * lam(mean) * ((alpha - 1) * lam(mean) - mean)
+    sd = np.sqrt(var)
+    log_density = lambda z: -0.5 * z * z + alpha * special.log_ndtr(mean + sd * z)
+    mode = optimize.minimize_scalar(lambda z: -log_density(z), bounds=(-60, 60 + abs(mean) / sd), method="bounded",
+                                    options={"xatol": 1e-12}).x
+    peak = log_density(mode)
+    edges = set(mode + np.arange(-40.0, 41.0))
+    edges |= {e for e in (np.arange(-40.0, 41.0) / np.sqrt(alpha) - mean) / sd if abs(e - mode) < 40}
+    edges = np.array(sorted(edges))
+
+    def expect(f):
+        return sum(integrate.quad(lambda z: np.exp(log_density(z) - peak) * f(mean + sd * z), a, b,
+                                  epsabs=0, epsrel=1e-13, limit=200)[0] for a, b in zip(edges[:-1], edges[1:]))
+
+    z = expect(lambda u: 1.0)
+    return (np.log(z) + peak - 0.5 * np.log(2 * np.pi), expect(lambda u: alpha * lam(u)) / z,
+            expect(lambda u: alpha * lam(u) * ((alpha - 1) * lam(u) - u)) / z)
+
+
+def multiclass_predictive_probabilities(mean, var):
+    """``p(y = c) = ∫ N(f; m_c, v_c) Π_{k≠c} Φ((f − m_k)/√v_k) df`` (seed001 eq. 68) for one row, by
+    ``scipy.integrate.quad`` on panels cut at ``m_k + t√v_k``, ``t ∈ {−10, −5, …, 10}``, of every class."""
+    sd = np.sqrt(var)
+    edges = np.unique(np.concatenate([m + s * np.arange(-10.0, 10.5, 5.0) for m, s in zip(mean, sd)]))
+    probs = []
+    for c in range(len(mean)):
+        others = np.arange(len(mean)) != c
+
+        def integrand(f):
+            return np.exp(norm.logpdf(f, mean[c], sd[c]) + np.sum(special.log_ndtr((f - mean[others]) / sd[others])))
+
+        lo, hi = mean[c] - 12 * sd[c], mean[c] + 12 * sd[c]
+        cuts = np.concatenate([[lo], edges[(edges > lo) & (edges < hi)], [hi]])
+        probs.append(sum(integrate.quad(integrand, a, b, epsabs=1e-15, epsrel=1e-12, limit=200)[0]
+                         for a, b in zip(cuts[:-1], cuts[1:])))
+    return np.array(probs)
+
+
+def probit_tilted_moments_2d(a_y, w_y, a_k, w_k, fitc, alpha):
+    """``Z``, ``(E[t_y], Var[t_y])``, ``(E[t_k], Var[t_k])`` of ``Φ((t_y − t_k)/√fitc)^α N(t_y; a_y, w_y)
+    N(t_k; a_k, w_k)`` (seed001 eq. 34) by nested ``scipy.integrate.quad_vec`` over ±12 cavity sds."""
+    def inner(zy):
+        ty = a_y + np.sqrt(w_y) * zy
+
+        def integrand(zk):
+            tk = a_k + np.sqrt(w_k) * zk
+            weight = np.exp(alpha * special.log_ndtr((ty - tk) / np.sqrt(fitc)) - 0.5 * (zy * zy + zk * zk)) / (2 * np.pi)
+            return weight * np.array([1.0, ty, tk, ty * ty, tk * tk])
+
+        return integrate.quad_vec(integrand, -12, 12, epsabs=1e-15, epsrel=1e-12, norm="max")[0]
+
+    z, sy, sk, syy, skk = integrate.quad_vec(inner, -12, 12, epsabs=1e-15, epsrel=1e-12, norm="max")[0]
+    return z, (sy / z, syy / z - (sy / z) ** 2), (sk / z, skk / z - (sk / z) ** 2)

@@ -1,8 +1,8 @@
 """Streaming ingest of a source into a pep store (DESIGN §3), in three coarse steps.
 
-1. :func:`stage` — one pass over the source: every block is checked (finite values, labels), then the
-   rows pass through a seeded, memory-bounded shuffle (:mod:`pipeline.data.shuffle`) and are appended, as
-   float32, to a staging array inside a temporary sibling of the store. Memory holds one block, the
+1. :func:`stage` — one pass over the source: every block is checked (finite values within float32's
+   range, labels), then the rows pass through a seeded, memory-bounded shuffle
+   (:mod:`pipeline.data.shuffle`) and are appended, as float32, to a staging array inside a temporary sibling of the store. Memory holds one block, the
    shuffle buffer (≤ 64 MB) and one chunk, whatever the input size.
 2. :func:`write` — the test rows are drawn by seed (or taken from the source's own split), then every
    chunk of ``train/`` and ``test/`` is copied from the staging array in parallel with Dask; each chunk
@@ -43,6 +43,7 @@ from pipeline.data.stores import SCHEMA_VERSION, SPLITS, create_split_arrays, da
 from pipeline.data.stores import write_chunk as store_chunk
 
 DEFAULT_CHUNK_ROWS = 10_000
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the store is float32: larger magnitudes are refused
 CHUNK_BYTES = 2**20  # wide rows get fewer rows per chunk: reading one training block stays cheap
 
 
@@ -161,7 +162,7 @@ def stage(source: Source, work: Path, chunk_rows: int, seed: int,
         progress: called with ``("read", rows so far, None)`` after each block.
 
     Raises:
-        InputError: a non-finite value, a label outside 0..C-1 (or not an integer), or no rows.
+        InputError: a non-finite value or one beyond float32's range, a label outside 0..C-1 (or not an integer), or no rows.
     """
     group = zarr.open_group(str(work / STAGING), mode="w", zarr_format=3)
     n_features = len(source.feature_names)
@@ -333,12 +334,18 @@ def summarise(attrs: Mapping[str, Any], out: Path, seconds: float) -> IngestSumm
 
 
 def _check_finite(block: RowBlock, source: Source) -> None:
-    """Raise InputError at the first non-finite feature or target value of a block."""
+    """Raise InputError at the first feature or target value that is not finite or outside float32's range.
+
+    The store holds float32 (:func:`stage`), so a finite float64 beyond ``±3.4028235e38`` would become
+    ``inf`` there; it is refused like a non-finite one.
+    """
     for values, names in ((block.X, source.feature_names), (block.y[:, None], (source.target_name,))):
-        bad = ~np.isfinite(values)
+        bad = ~np.isfinite(values) | (np.abs(values) > FLOAT32_MAX)
         if bad.any():
             i, j = np.argwhere(bad)[0]
-            raise InputError(f"{block.where(i)}, column '{names[j]}': expected a finite number, "
+            expected = ("a finite number" if not np.isfinite(values[i, j])
+                        else f"a number within float32's range (±{FLOAT32_MAX:.8g})")
+            raise InputError(f"{block.where(i)}, column '{names[j]}': expected {expected}, "
                              f"found {values[i, j]}")
 
 

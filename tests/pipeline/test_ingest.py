@@ -109,6 +109,10 @@ def test_overwrite_replaces_the_store(tmp_path):
 @pytest.mark.parametrize(("text", "options", "message"), [
     ("a,b,label\n1,2,0\n3,inf,1\n", {},
      r"t.csv: line 3, column 'b': expected a finite number, found inf"),
+    ("a,b,label\n1,2,0\n3,4,1\n-5e38,6,1\n", {},
+     r"t.csv: line 4, column 'a': expected a number within float32's range \(±3.4028235e\+38\), found -5e\+38"),
+    ("a,b,label\n1,2,0.5\n3,4,1e39\n", {"task": "regression"},
+     r"t.csv: line 3, column 'label': expected a number within float32's range .*found 1e\+39"),
     ("a,b,label\n1,2,0\n3,4,-1\n5,6,1\n", {},
      r"t.csv: line 3, column 'label': expected a class label in 0..C-1 .*found -1 \(pass --task regression"),
     ("a,b,label\n1,2,0\n3,4,1.5\n", {"task": "classification"},
@@ -144,6 +148,11 @@ def test_bad_labels_and_nan_in_binary_inputs_leave_nothing(tmp_path):
     X[4, 1] = np.nan
     np.savez(tmp_path / "d.npz", X=X, y=np.arange(10) % 2)
     with pytest.raises(InputError, match=r"d.npz: row 4, column 'x1': expected a finite number, found nan"):
+        ingest(open_source("npz", SourceRequest((tmp_path / "d.npz",))), tmp_path / "s.zarr")
+    X[4, 1] = 1.0
+    X[7, 0] = 3.5e38  # finite in float64, inf once cast to the store's float32
+    np.savez(tmp_path / "d.npz", X=X, y=np.arange(10) % 2)
+    with pytest.raises(InputError, match=r"d.npz: row 7, column 'x0': expected a number within float32's range"):
         ingest(open_source("npz", SourceRequest((tmp_path / "d.npz",))), tmp_path / "s.zarr")
     assert {p.name for p in tmp_path.iterdir()} == {"m", "d.npz"}
 
