@@ -90,14 +90,16 @@ def update(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, 
 
     Returns:
         ``(params, state, skipped)``: the updated parameters and row sites, and the number of unmasked
-        rows left unchanged because one of their cavities was improper.
+        rows left unchanged because one of their cavities was improper or a refined site was not finite
+        (such a row keeps its old sites, so the per-class sums stay finite).
     """
     num_classes = model.num_classes
     cav = _pair_cavities(model, params, state, x, y, hold=False)
     factors = sites.factor_mask(y, mask, num_classes)
-    proper = (cav.label_removal > 0) & (cav.other_removal > 0)
-    refresh = mask & jnp.all(proper | ~factors, axis=1)  # rows refined this time
     refined = sites.refine(cav.label, cav.other, cav.label_fitc, cav.other_fitc, model.alpha)
+    finite = jnp.all(jnp.stack([jnp.isfinite(leaf) for leaf in refined]), axis=0)
+    valid = (cav.label_removal > 0) & (cav.other_removal > 0) & finite
+    refresh = mask & jnp.all(valid | ~factors, axis=1)  # rows refined this time
     chosen = factors & refresh[:, None]
     damped = jax.tree_util.tree_map(
         lambda new, old: jnp.where(chosen, damping * new + (1.0 - damping) * old, old), refined, state.scalars

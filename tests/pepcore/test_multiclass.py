@@ -428,3 +428,23 @@ def test_minibatch_updates_of_one_batch_reach_the_fixed_point_of_its_copies():
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-9 * np.abs(theirs).max())
     alone, _ = _run_sep(model, params, x, y, 200, 0.5)  # the batch as the whole data: scale 1, another point
     assert not np.allclose(alone.factor.precision, minibatch.factor.precision, rtol=0.1)
+
+
+def test_untied_ep_skips_and_counts_rows_whose_refined_sites_are_not_finite(monkeypatch):
+    """Untied EP is guarded like SEP: a row whose refinement is not finite keeps its old sites and is
+    counted in ``skipped``; the per-class sums stay finite and the other rows are refined."""
+    model, params, x, y = _problem()
+    state = ep.init_sites(x.shape[0], params)
+    refine = sites.refine
+
+    def refine_with_a_nan_row(*args, **kwargs):
+        refined = refine(*args, **kwargs)
+        return refined._replace(label_precision=refined.label_precision.at[3].set(jnp.nan))
+
+    monkeypatch.setattr(sites, "refine", refine_with_a_nan_row)
+    updated, new_state, skipped = ep.update(model, params, state, x, y, jnp.ones(x.shape[0], bool), 1.0)
+    assert int(skipped) == 1
+    assert np.all(np.isfinite(updated.factor.precision)) and np.all(np.isfinite(updated.factor.shift))
+    np.testing.assert_array_equal(new_state.scalars.label_precision[3], state.scalars.label_precision[3])
+    np.testing.assert_array_equal(new_state.directions[3], state.directions[3])
+    assert np.count_nonzero(np.asarray(new_state.scalars.other_precision)) > 0  # the other rows moved

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from pipeline.training import checkpoint
-from pipeline.training.trainer import TrainJob, evaluate, train
+from pipeline.training.engine import InProcess
+from pipeline.training.trainer import Trainer, TrainJob, evaluate, train
 from pipeline.errors import InputError
 from pipeline.models import MODELS
 from tests.pipeline.toy_model import ToySpec
@@ -109,3 +110,15 @@ def test_damped_site_updates(regression_store, tmp_path, monkeypatch, damping):
     target = y.sum() / (1 + len(y))
     np.testing.assert_allclose(result.params["post_mean"], target * (1 - (1 - damping) ** 3), rtol=1e-12)
     assert checkpoint.has_checkpoints(tmp_path)
+
+
+def test_segments_continue_silently_and_only_a_resume_says_resumed(binary_store, tmp_path):
+    """The flow trains in per-epoch segments on one trainer: later segments continue in memory and do not
+    report a resume; a new trainer asked to resume reports the checkpoint it resumed from."""
+    starts = []
+    record = lambda event, **info: starts.append(info["resumed_from"]) if event == "start" else None
+    trainer = Trainer(job(binary_store, tmp_path), InProcess())
+    segments = [trainer.run(segment_steps=5, progress=record) for _ in range(3)]
+    assert [s.steps for s in segments] == [5, 10, 15] and segments[-1].finished and starts == [None, None, None]
+    train(job(binary_store, tmp_path, epochs=4), resume=True, progress=record)
+    assert starts[-1] == tmp_path / "checkpoints" / "step-00000015"
