@@ -60,7 +60,7 @@ def demo_command(
                                config=config.model_dump(), cluster=f"local:{workers}:pinned", resume=False)
         baselines = classification_baselines(open_store(store))
     trained = result["train"]
-    rows = [{"model": f"pep {MODEL} (M={config.num_inducing} per class, {workers} workers)",
+    rows = [{"model": f"pep {MODEL} (M={config.model['num_inducing']} per class, {workers} workers)",
              "test_error": result["evaluate"]["test_error"], "test_nll": result["evaluate"]["test_nll"],
              "seconds": trained["seconds"]}, *baselines]
     report = {"store": str(store), "run_dir": str(run_dir), "n_test": result["evaluate"]["n_test"],
