@@ -36,6 +36,15 @@ class TargetScaling:
         return (np.asarray(y, dtype=np.float64) - self.shift) / self.scale
 
 
+def input_statistics(attrs, standardize: bool = True) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(x_mean, x_std)`` the inputs are standardised with: the training split's (a store's or in-memory
+    data's ``attrs``), or mean 0 and scale 1 when ``standardize`` is False (inputs fed as stored)."""
+    mean, std = np.asarray(attrs["x_mean"], float), np.asarray(attrs["x_std"], float)
+    if not standardize:
+        mean, std = np.zeros_like(mean), np.ones_like(std)
+    return tuple(map(float, mean)), tuple(map(float, std))
+
+
 class FixedBlocks:
     """Rows cut into fixed-size blocks, standardised and padded (what every block source shares);
     a subclass has ``n_rows``, ``block_rows``, ``x_mean``, ``x_std``, ``targets`` and ``rows(start, stop)``."""
@@ -87,11 +96,8 @@ class BlockSource(FixedBlocks):
            standardize: bool = True) -> "BlockSource":
         """The blocks of ``split`` of ``store``, standardised with the training statistics unless
         ``standardize`` is False (then ``x`` is fed as stored: mean 0, scale 1)."""
-        mean, std = np.asarray(store.attrs["x_mean"], float), np.asarray(store.attrs["x_std"], float)
-        if not standardize:
-            mean, std = np.zeros_like(mean), np.ones_like(std)
-        return cls(store.path, split, store.n_rows(split), block_rows, tuple(map(float, mean)),
-                   tuple(map(float, std)), targets)
+        return cls(store.path, split, store.n_rows(split), block_rows, *input_statistics(store.attrs, standardize),
+                   targets)
 
     def describe(self) -> str:
         return self.split

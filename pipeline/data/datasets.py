@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.data.blocks import FixedBlocks, TargetScaling
+from pipeline.data.blocks import FixedBlocks, TargetScaling, input_statistics
 from pipeline.data.moments import Moments
 
 
@@ -84,7 +84,4 @@ class ArrayData:
         """The blocks of the training split (``split`` must be ``"train"``)."""
         if split != "train":
             raise ValueError(f"in-memory data has only a training split, not {split!r}")
-        mean, std = np.asarray(self.attrs["x_mean"]), np.asarray(self.attrs["x_std"])
-        if not standardize:
-            mean, std = np.zeros_like(mean), np.ones_like(std)
-        return ArrayBlocks(self.x, self.y, block_rows, tuple(map(float, mean)), tuple(map(float, std)), targets)
+        return ArrayBlocks(self.x, self.y, block_rows, *input_statistics(self.attrs, standardize), targets)

@@ -10,6 +10,7 @@ import numpy as np
 
 from pipeline.training.config import TrainConfig
 from pipeline.training.trainer import Trainer, TrainJob
+from pipeline.data.blocks import input_statistics
 from pipeline.data.datasets import ArrayData
 from pipeline.training.engine import InProcess
 from pipeline.models import ModelSpec
@@ -24,19 +25,18 @@ class InputScaling:
 
     @classmethod
     def of(cls, data: ArrayData, standardize: bool) -> "InputScaling":
-        mean, std = np.asarray(data.attrs["x_mean"]), np.asarray(data.attrs["x_std"])
-        return cls(mean, std) if standardize else cls(np.zeros_like(mean), np.ones_like(std))
+        return cls(*map(np.asarray, input_statistics(data.attrs, standardize)))
 
     def __call__(self, x) -> np.ndarray:
         return (np.asarray(x, dtype=np.float64) - self.mean) / self.std
 
 
 def training_config(model_settings: dict[str, Any], *, rows_per_step: int, epochs: int, learning_rate: float,
-                    standardize: bool, seed: int, **changes: Any) -> TrainConfig:
+                    standardize: bool, seed: int) -> TrainConfig:
     """A config for an in-memory fit: ``rows_per_step`` rows per step, each step one block."""
     return TrainConfig(model=model_settings, learning_rate=learning_rate, epochs=max(epochs, 1),
                        batch_size=rows_per_step, block_rows=rows_per_step, standardize=standardize, seed=seed,
-                       checkpoint_every=max(epochs, 1), **changes)
+                       checkpoint_every=max(epochs, 1))
 
 
 def fit_in_process(spec: ModelSpec, data: ArrayData, config: TrainConfig, steps: int,

@@ -39,6 +39,7 @@ from pipeline.training.step import adam, ascent_update
 from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
 
 METHODS = ("sep", "ep")
+DAMPING_DECAY = 0.99  # per full-batch iteration (spec §2.4)
 PREDICT_CHUNK_ROWS = 1024  # bounds prediction memory: ~1024·(16C·5)·C doubles per intermediate
 
 
@@ -88,7 +89,6 @@ def _train_ep(model: MultiClassGP, params, opt_state, state, x, y, index, mask, 
 
 _predict = jax.jit(lambda model, params, x: model.predict(params, x))
 _sep_evidence = jax.jit(lambda model, params, x, y: model.energy(params, x, y))
-DAMPING_DECAY = 0.99  # per full-batch iteration (spec §2.4)
 _ep_evidence = jax.jit(ep.log_evidence)
 
 
@@ -195,23 +195,23 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
             self.x_train_, self.y_train_ = jnp.asarray(self.scaling_(x)), jnp.asarray(labels)
         settings = {"num_inducing": int(self.num_inducing), "alpha": float(self.alpha), "jitter": float(self.jitter)}
         if self.method == "sep":
-            self._fit_sep(x, labels, settings, num_steps)
+            self._fit_sep(data, settings, num_steps)
         else:
             self._fit_ep(settings, num_steps)
         self.n_features_in_ = x.shape[1]
         return self
 
-    def _fit_sep(self, x, labels, settings: dict, num_steps: int) -> None:
+    def _fit_sep(self, data: ArrayData, settings: dict, num_steps: int) -> None:
         """Tied factors through the trainer: one block per step; minibatches are blocks of the rows in
         a seeded random order, so that a batch is not a run of one class."""
-        n = x.shape[0]
+        n = data.n_rows("train")
         full_batch = self.batch_size is None
         if full_batch:
             settings.update(damping=float(self.damping), damping_decay=DAMPING_DECAY)
-            data, epochs = ArrayData(x, labels, "classification", self.classes_.size), num_steps
+            epochs = num_steps
         else:
             order = np.random.default_rng(self.seed).permutation(n)
-            data = ArrayData(x[order], labels[order], "classification", self.classes_.size)
+            data = ArrayData(data.x[order], data.y[order], "classification", self.classes_.size)
             epochs = -(-num_steps // -(-n // self.batch_size))
         config = training_config(settings, rows_per_step=n if full_batch else int(self.batch_size), epochs=epochs,
                                  learning_rate=self.learning_rate, standardize=self.standardize, seed=self.seed)
