@@ -54,7 +54,7 @@ def _run(x, y, train, test, fraction, method, args):
     x_train, x_test = scaler.transform(x[train]), scaler.transform(x[test])
     num_inducing = max(1, round(fraction * train.size))
     clf = MultiClassGPClassifier(
-        num_inducing=num_inducing, method=method, max_iter=args.iterations,
+        num_inducing=num_inducing, method=method, alpha=1.0, max_iter=args.iterations, tol=args.tol,
         learning_rate=args.learning_rate, seed=args.seed,
     )
     start = time.perf_counter()
@@ -66,6 +66,7 @@ def _run(x, y, train, test, fraction, method, args):
         "test_nll": float(log_loss(y[test], proba, labels=clf.classes_)),
         "test_error": float(np.mean(clf.predict(x_test) != y[test])),
         "log_marginal_likelihood": clf.log_marginal_likelihood(),
+        "steps": clf.n_iter_,
         "train_seconds": seconds,
         "rejected_steps": clf.n_rejected_steps_,
         "skipped_rows": clf.n_skipped_rows_,
@@ -111,7 +112,7 @@ def _setting_in_child(name: str, fraction: float, method: str, args) -> list[dic
     """:func:`_setting` in a child process, retried when it overruns ``--setting-timeout``."""
     command = [sys.executable, "-m", "benchmarks.bench_multiclass_uci", "--child", name, str(fraction), method,
                "--splits", str(args.splits), "--iterations", str(args.iterations),
-               "--learning-rate", str(args.learning_rate), "--seed", str(args.seed)]
+               "--learning-rate", str(args.learning_rate), "--tol", str(args.tol), "--seed", str(args.seed)]
     for attempt in range(args.attempts):
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=args.setting_timeout, check=True)
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--splits", type=int, default=20)
     parser.add_argument("--iterations", type=int, default=250)
     parser.add_argument("--learning-rate", type=float, default=0.05)
+    parser.add_argument("--tol", type=float, default=0.0, help="the estimators' stopping rule (0: all --iterations)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--setting-timeout", type=float, default=300.0)
     parser.add_argument("--attempts", type=int, default=4)

@@ -1,12 +1,14 @@
 """What every estimator shares: the fit through the trainer — the same step and loop as ``pep train``,
-in-process over in-memory arrays — and the standardisation of user-unit inputs."""
+in-process over in-memory arrays — its stopping rule, and the standardisation of user-unit inputs."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from pipeline.training.config import TrainConfig
 from pipeline.training.trainer import Trainer, TrainJob
@@ -31,6 +33,45 @@ class InputScaling:
         return (np.asarray(x, dtype=np.float64) - self.mean) / self.std
 
 
+STOPPING_WINDOW = 25  # steps per window of the stopping rule (at least one epoch with minibatches)
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """Stop once the energy has stopped rising: the mean of its last ``window`` step values exceeds the
+    mean of the ``window`` before by less than ``tol`` nats per training row (window means smooth Adam's
+    oscillations and minibatch noise; non-finite, rejected steps are left out). ``tol = 0`` never stops.
+    """
+
+    tol: float
+    n_rows: int
+    window: int
+
+    def gain_per_row(self, energies: np.ndarray) -> float:
+        """The rise of the window mean per row (``inf`` until two windows have been seen)."""
+        if len(energies) < 2 * self.window:
+            return float("inf")
+        last, before = energies[-self.window:], energies[-2 * self.window:-self.window]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a window of rejected steps only: not converged
+            gain = (np.nanmean(np.where(np.isfinite(last), last, np.nan))
+                    - np.nanmean(np.where(np.isfinite(before), before, np.nan))) / self.n_rows
+        return float(gain) if np.isfinite(gain) else float("inf")
+
+    def converged(self, energies: np.ndarray) -> bool:
+        return self.tol > 0 and self.gain_per_row(energies) < self.tol
+
+    def warn_unless_converged(self, estimator: Any, max_iter: int) -> None:
+        """A :class:`~sklearn.exceptions.ConvergenceWarning`, pointing at the user's ``fit`` call, when the
+        cap stopped a fit of ``estimator`` (fitted: ``energy_trace_``, ``converged_``) that was still
+        improving. Called by the estimator's ``_fit…`` method."""
+        if self.tol > 0 and max_iter > 0 and not estimator.converged_:
+            gain = self.gain_per_row(estimator.energy_trace_)
+            warnings.warn(f"{type(estimator).__name__}: the energy still rose by {gain:.2g} nats per row over the "
+                          f"last {self.window} steps when max_iter={max_iter} was reached (tol={self.tol:g}); "
+                          "increase max_iter (or the learning rate)", ConvergenceWarning, stacklevel=4)
+
+
 def training_config(model_settings: dict[str, Any], *, rows_per_step: int, epochs: int, learning_rate: float,
                     standardize: bool, seed: int) -> TrainConfig:
     """A config for an in-memory fit: ``rows_per_step`` rows per step, each step one block."""
@@ -40,17 +81,23 @@ def training_config(model_settings: dict[str, Any], *, rows_per_step: int, epoch
 
 
 def fit_in_process(spec: ModelSpec, data: ArrayData, config: TrainConfig, steps: int,
-                   initial_params: Any = None) -> dict[str, Any]:
-    """Train ``spec`` on ``data`` for ``steps`` steps with the trainer (no run directory) and return the
-    fitted attributes every estimator sets: ``params_``, ``energy_trace_`` (the energy estimate of every
-    step), ``n_rejected_steps_`` (non-finite ascent steps skipped) and ``n_rejected_site_updates_``."""
+                   initial_params: Any = None, stopping: StoppingRule | None = None) -> dict[str, Any]:
+    """Train ``spec`` on ``data`` with the trainer (no run directory) for at most ``steps`` steps, checking
+    ``stopping`` after every window of steps, and return the fitted attributes every estimator sets:
+    ``params_``, ``energy_trace_`` (the energy estimate of every step), ``n_iter_`` (steps taken),
+    ``converged_``, ``n_rejected_steps_`` (non-finite ascent steps skipped) and ``n_rejected_site_updates_``."""
     trainer = Trainer(TrainJob(spec, data, config, None), InProcess(), initial_params)
+    stopping = stopping or StoppingRule(0.0, 1, max(steps, 1))
     energies: list[float] = []
 
     def record(event: str, **info: Any) -> None:
         if event == "step":
             energies.append(info["energy"])
 
-    result = trainer.run(until_step=steps, progress=record)
-    return {"params_": result.params, "energy_trace_": np.asarray(energies),
+    result = trainer.run(until_step=0)
+    while result.steps < steps and not stopping.converged(np.asarray(energies)):
+        result = trainer.run(until_step=min(steps, result.steps + stopping.window), progress=record)
+    trace = np.asarray(energies)
+    return {"params_": result.params, "energy_trace_": trace, "n_iter_": result.steps,
+            "converged_": stopping.converged(trace),
             "n_rejected_steps_": result.rejected_steps, "n_rejected_site_updates_": result.rejected_site_updates}

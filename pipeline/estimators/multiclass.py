@@ -6,7 +6,7 @@ the gradient of eq. (10)/(12) (the cavity held fixed; the data term scaled by ``
 not). ``method="sep"`` (tied per-class factors) trains through the trainer — the same step as
 ``pep train --model multiclass-sep`` — over the in-memory rows; ``method="ep"`` (untied factors, per-row
 state O(N·C·M)) runs its own compiled loop (:func:`pepcore.models.multiclass_ep.update`). A full batch
-damps the factor update with ``ρ_t = damping·0.99^t`` (for EP halved for the rest of the run whenever a
+damps the factor update with ``ρ_t = max(damping·0.99^t, min(damping, 0.05))`` (for EP halved for the rest of the run whenever a
 row had to be skipped); minibatches are undamped, as the reference code. Inputs are standardised with
 the training rows' statistics unless ``standardize=False``.
 
@@ -33,7 +33,7 @@ from pepcore.linalg import DEFAULT_JITTER
 from pepcore.models import multiclass_ep as ep
 from pepcore.models.multiclass import MultiClassGP, NaturalFactor
 from pipeline.data.datasets import ArrayData
-from pipeline.estimators.base import InputScaling, fit_in_process, training_config
+from pipeline.estimators.base import STOPPING_WINDOW, InputScaling, StoppingRule, fit_in_process, training_config
 from pipeline.models.multiclass import SEP
 from pipeline.training.step import adam, ascent_update
 from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
@@ -67,9 +67,10 @@ def _ep_step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x
 
 
 @partial(jax.jit, static_argnames="model")
-def _train_ep(model: MultiClassGP, params, opt_state, state, x, y, index, mask, damping, learning_rate):
-    """All untied-EP training steps as one ``lax.scan`` over the per-step row indices ``[T, S]``, masks
-    and base damping ``[T]``; a step that skips rows halves the damping of all later steps."""
+def _train_ep(model: MultiClassGP, carry, x, y, index, mask, damping, learning_rate):
+    """Untied-EP training steps as one ``lax.scan`` over the per-step row indices ``[T, S]``, masks and
+    base damping ``[T]``, from and to ``carry = (params, opt_state, sites, halvings)``; a step that skips
+    rows halves the damping of all later steps."""
     n_total = x.shape[0]
 
     def step(carry, inputs):
@@ -82,9 +83,7 @@ def _train_ep(model: MultiClassGP, params, opt_state, state, x, y, index, mask, 
         )
         return (params, opt_state, state, halvings + (skipped > 0)), (value, ok, skipped)
 
-    carry = (params, opt_state, state, jnp.asarray(0))
-    (params, _, state, _), (values, ok, skipped) = jax.lax.scan(step, carry, (index, mask, damping))
-    return params, state, values, ok, skipped
+    return jax.lax.scan(step, carry, (index, mask, damping))
 
 
 _predict = jax.jit(lambda model, params, x: model.predict(params, x))
@@ -120,10 +119,14 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         alpha: Power-EP power of the factors in (0, 1]: 1 is the paper's EP/SEP, small α approaches the
             variational bound with the likelihood of eq. (6).
         batch_size: rows per minibatch, or None for full-batch training (the paper's UCI setting).
-        max_iter: training steps (full-batch iterations or minibatches) when ``epochs`` is None.
-        epochs: passes over the data (minibatch training); overrides ``max_iter``.
+        max_iter: the most training steps (full-batch iterations or minibatches) when ``epochs`` is None.
+        tol: stop once the energy's mean over a window of steps (25, or one epoch if longer) rose by
+            less than ``tol`` nats per training row over the window before (a ``ConvergenceWarning``
+            if ``max_iter`` comes first); 0 runs all ``max_iter`` steps.
+        epochs: passes over the data, all run (minibatch training); overrides ``max_iter`` and ``tol``.
         learning_rate: Adam step size on the (unconstrained) hyper-parameters and inducing inputs.
-        damping: initial full-batch damping ``ρ_0`` (decays by 0.99 per iteration).
+        damping: initial full-batch damping ``ρ_0`` (decays by 0.99 per iteration down to 0.05,
+            :meth:`~pipeline.models.SiteSettings.damping_schedule`).
         seed: inducing-input sample and minibatch order.
         jitter: relative jitter on each ``K_c``.
         standardize: train on inputs standardised with the training rows' mean and deviation.
@@ -138,11 +141,12 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         self,
         num_inducing: int = 50,
         method: str = "sep",
-        alpha: float = 1.0,
+        alpha: float = 0.5,
         batch_size: int | None = None,
-        max_iter: int = 250,
+        max_iter: int = 2000,
+        tol: float = 1e-4,
         epochs: int | None = None,
-        learning_rate: float = 0.01,
+        learning_rate: float = 0.05,
         damping: float = 0.5,
         seed: int = 0,
         jitter: float = DEFAULT_JITTER,
@@ -153,6 +157,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         self.alpha = alpha
         self.batch_size = batch_size
         self.max_iter = max_iter
+        self.tol = tol
         self.epochs = epochs
         self.learning_rate = learning_rate
         self.damping = damping
@@ -170,6 +175,8 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"batch_size must be None or an integer in 1..{n_rows}; got {self.batch_size!r}")
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
             raise ValueError(f"max_iter must be a non-negative integer; got {self.max_iter!r}")
+        if not self.tol >= 0:
+            raise ValueError(f"tol must be non-negative; got {self.tol!r}")
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha!r}")
         if not self.learning_rate > 0:
@@ -194,6 +201,8 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         with pepcore.float64():
             self.x_train_, self.y_train_ = jnp.asarray(self.scaling_(x)), jnp.asarray(labels)
         settings = {"num_inducing": int(self.num_inducing), "alpha": float(self.alpha), "jitter": float(self.jitter)}
+        if self.batch_size is None:
+            settings.update(damping=float(self.damping), damping_decay=DAMPING_DECAY)
         if self.method == "sep":
             self._fit_sep(data, settings, num_steps)
         else:
@@ -201,13 +210,18 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         self.n_features_in_ = x.shape[1]
         return self
 
+    def _stopping(self, n_rows: int) -> StoppingRule:
+        """The stopping rule over windows of 25 steps or one epoch; none when ``epochs`` is given."""
+        steps_per_epoch = 1 if self.batch_size is None else -(-n_rows // self.batch_size)
+        tol = 0.0 if self.epochs is not None else float(self.tol)
+        return StoppingRule(tol, n_rows, max(STOPPING_WINDOW, steps_per_epoch))
+
     def _fit_sep(self, data: ArrayData, settings: dict, num_steps: int) -> None:
         """Tied factors through the trainer: one block per step; minibatches are blocks of the rows in
         a seeded random order, so that a batch is not a run of one class."""
         n = data.n_rows("train")
         full_batch = self.batch_size is None
         if full_batch:
-            settings.update(damping=float(self.damping), damping_decay=DAMPING_DECAY)
             epochs = num_steps
         else:
             order = np.random.default_rng(self.seed).permutation(n)
@@ -217,27 +231,35 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
                                  learning_rate=self.learning_rate, standardize=self.standardize, seed=self.seed)
         with pepcore.float64():
             self.model_ = SEP.build(SEP.Settings(**settings), SEP.binding(data))
-        for name, value in fit_in_process(SEP, data, config, num_steps).items():
+        stopping = self._stopping(n)
+        for name, value in fit_in_process(SEP, data, config, num_steps, None, stopping).items():
             setattr(self, name, value)
+        stopping.warn_unless_converged(self, num_steps)
         self.ep_sites_, self.n_skipped_rows_ = None, 0
 
     def _fit_ep(self, settings: dict, num_steps: int) -> None:
-        """Untied factors (per-row state) in their own compiled loop (:func:`_train_ep`)."""
+        """Untied factors (per-row state) in their own compiled loop (:func:`_train_ep`), a window of
+        steps per call, until the stopping rule or ``num_steps``; full-batch damping as SEP's."""
         n = self.x_train_.shape[0]
+        stopping = self._stopping(n)
+        index, mask = _batches(n, self.batch_size, num_steps, self.seed)
+        damping = np.asarray(SEP.Settings(**settings).damping_schedule()(np.arange(num_steps)), np.float64)
+        values, ok, skipped = np.zeros(0), np.zeros(0, bool), np.zeros(0, int)
         with pepcore.float64():
             self.model_ = MultiClassGP.from_labels(self.y_train_, self.classes_.size, alpha=settings["alpha"],
                                                    jitter=settings["jitter"])
             params = self.model_.init(self.x_train_, int(self.num_inducing), seed=self.seed)
-            opt_state = _optimizer(self.learning_rate).init(params)
-            index, mask = _batches(n, self.batch_size, num_steps, self.seed)
-            decay = DAMPING_DECAY ** np.arange(num_steps)
-            damping = np.ones(num_steps) if self.batch_size is not None else self.damping * decay
-            params, state, values, ok, skipped = _train_ep(
-                self.model_, params, opt_state, ep.init_sites(n, params), self.x_train_, self.y_train_,
-                jnp.asarray(index), jnp.asarray(mask), jnp.asarray(damping), float(self.learning_rate),
-            )
-        self.params_, self.ep_sites_, self.energy_trace_ = params, state, np.asarray(values)
-        self.n_rejected_steps_, self.n_rejected_site_updates_ = int(np.sum(~np.asarray(ok))), 0
+            carry = (params, _optimizer(self.learning_rate).init(params), ep.init_sites(n, params), jnp.asarray(0))
+            while values.size < num_steps and not stopping.converged(values):
+                window = slice(values.size, min(num_steps, values.size + stopping.window))
+                carry, out = _train_ep(self.model_, carry, self.x_train_, self.y_train_, jnp.asarray(index[window]),
+                                       jnp.asarray(mask[window]), jnp.asarray(damping[window]),
+                                       float(self.learning_rate))
+                values, ok, skipped = (np.concatenate([a, np.asarray(b)]) for a, b in zip((values, ok, skipped), out))
+        self.params_, _, self.ep_sites_, _ = carry
+        self.energy_trace_, self.n_iter_, self.converged_ = values, values.size, stopping.converged(values)
+        stopping.warn_unless_converged(self, num_steps)
+        self.n_rejected_steps_, self.n_rejected_site_updates_ = int(np.sum(~ok)), 0
         self.n_skipped_rows_ = int(np.sum(skipped))
 
     # ----------------------------------------------------------------------------------------------

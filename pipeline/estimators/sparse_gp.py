@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted
 import pepcore
 from pepcore.linalg import DEFAULT_JITTER
 from pipeline.data.datasets import ArrayData
-from pipeline.estimators.base import InputScaling, fit_in_process, training_config
+from pipeline.estimators.base import STOPPING_WINDOW, InputScaling, StoppingRule, fit_in_process, training_config
 from pipeline.models.collapsed import COLLAPSED
 from pipeline.models.sparse_gp import CLASSIFIER
 from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
@@ -46,6 +46,7 @@ class _SparseGPBase(BaseEstimator):
         lengthscales=None,
         variance: float | None = None,
         max_iter: int = 1000,
+        tol: float = 1e-4,
         learning_rate: float = 0.01,
         seed: int = 0,
         jitter: float = DEFAULT_JITTER,
@@ -58,6 +59,7 @@ class _SparseGPBase(BaseEstimator):
         self.lengthscales = lengthscales
         self.variance = variance
         self.max_iter = max_iter
+        self.tol = tol
         self.learning_rate = learning_rate
         self.seed = seed
         self.jitter = jitter
@@ -68,13 +70,15 @@ class _SparseGPBase(BaseEstimator):
             raise ValueError(f"alpha must lie in [0, 1]; got {self.alpha}")
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
             raise ValueError(f"max_iter must be a non-negative integer; got {self.max_iter!r}")
+        if not self.tol >= 0:
+            raise ValueError(f"tol must be non-negative; got {self.tol!r}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive; got {self.learning_rate!r}")
         check_num_inducing(self.num_inducing, self.inducing_points, x.shape[0], x.shape[1])
 
     def _fit(self, spec, data: ArrayData, initial_params):
-        """Train ``spec`` from ``initial_params`` (a function of the input scaling) for ``max_iter``
-        full-batch steps."""
+        """Train ``spec`` from ``initial_params`` (a function of the input scaling) by full-batch steps
+        until the energy stops rising (``tol``) or ``max_iter`` steps."""
         self.scaling_ = InputScaling.of(data, self.standardize)
         config = training_config(self._settings(data), rows_per_step=data.n_rows("train"),
                                  epochs=int(self.max_iter), learning_rate=self.learning_rate,
@@ -82,8 +86,10 @@ class _SparseGPBase(BaseEstimator):
         with pepcore.float64():
             self.model_ = spec.build(spec.Settings(**config.model), spec.binding(data))
             start = initial_params(self.scaling_)
-        for name, value in fit_in_process(spec, data, config, int(self.max_iter), start).items():
+        stopping = StoppingRule(float(self.tol), data.n_rows("train"), STOPPING_WINDOW)
+        for name, value in fit_in_process(spec, data, config, int(self.max_iter), start, stopping).items():
             setattr(self, name, value)
+        stopping.warn_unless_converged(self, int(self.max_iter))
         self.n_features_in_ = data.x.shape[1]
 
     def _settings(self, data: ArrayData) -> dict:
@@ -114,7 +120,10 @@ class SparseGPRegressor(RegressorMixin, _SparseGPBase):
         train_inducing: optimise the inducing inputs as well as the hyper-parameters.
         lengthscales, variance, noise_variance: starting values (defaults: median distance / 2,
             var(y), var(y)/100 as in the seed000 reference code).
-        max_iter: Adam steps; 0 evaluates at the given parameters without optimising.
+        max_iter: the most Adam steps; 0 evaluates at the given parameters without optimising.
+        tol: stop once the energy's mean over 25 steps rose by less than ``tol`` nats per training row
+            over the 25 before (a ``ConvergenceWarning`` if ``max_iter`` comes first); 0 runs all
+            ``max_iter`` steps.
         learning_rate, seed, jitter: optimiser step, k-means seed, relative jitter on K_uu.
         standardize: train on standardised inputs.
         normalize_y: train on centred and scaled targets (``log_marginal_likelihood()`` is then that of
@@ -131,6 +140,7 @@ class SparseGPRegressor(RegressorMixin, _SparseGPBase):
         variance: float | None = None,
         noise_variance: float | None = None,
         max_iter: int = 1000,
+        tol: float = 1e-4,
         learning_rate: float = 0.01,
         seed: int = 0,
         jitter: float = DEFAULT_JITTER,
@@ -138,7 +148,7 @@ class SparseGPRegressor(RegressorMixin, _SparseGPBase):
         normalize_y: bool = False,
     ):
         super().__init__(num_inducing, alpha, inducing_points, train_inducing, lengthscales, variance, max_iter,
-                         learning_rate, seed, jitter, standardize)
+                         tol, learning_rate, seed, jitter, standardize)
         self.noise_variance = noise_variance
         self.normalize_y = normalize_y
 

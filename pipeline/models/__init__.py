@@ -5,9 +5,9 @@ implementing :class:`Energy` (and :class:`SiteUpdates` for EP-style factor updat
 (:class:`ModelSpec`: settings, data checks, initialisation, held-out metrics) and :func:`register` it.
 """
 
-from pipeline.models.protocol import Energy, ModelSettings, ModelSpec, SiteUpdates
+from pipeline.models.protocol import Energy, ModelSettings, ModelSpec, SiteSettings, SiteUpdates
 from pipeline.models.registry import MODELS, get_model, model_settings, register
 from pipeline.models import multiclass, sparse_gp  # noqa: E402,F401  (register the built-in models)
 
-__all__ = ["Energy", "MODELS", "ModelSettings", "ModelSpec", "SiteUpdates", "get_model", "model_settings",
+__all__ = ["Energy", "MODELS", "ModelSettings", "ModelSpec", "SiteSettings", "SiteUpdates", "get_model", "model_settings",
            "register"]

@@ -29,17 +29,15 @@ from pepcore.models.multiclass import MultiClassGP, MultiClassParams, NaturalFac
 from pipeline.data.blocks import TargetScaling
 from pipeline.errors import InputError
 from pipeline.training.metrics import classification_sums
-from pipeline.models.protocol import ModelSettings
+from pipeline.models.protocol import SiteSettings
 from pipeline.models.registry import register
 from pipeline.models.sparse_gp import check_inducing, check_task, fixed_inducing
 
 
-class MultiClassSettings(ModelSettings):
-    """Settings of the multi-class models."""
+class MultiClassSettings(SiteSettings):
+    """Settings of the multi-class models (the damping is used by ``multiclass-sep``)."""
 
     alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power of the factors (1: the paper's EP)")
-    damping: float = Field(1.0, gt=0.0, le=1.0, description="SEP step ρ of the tied-factor update (1 with minibatches, seed001 §2.7)")
-    damping_decay: float = Field(1.0, gt=0.0, le=1.0, description="ρ_t = ρ·decay^t (0.99: the full-batch schedule of spec §2.4)")
 
 
 @dataclass(frozen=True)

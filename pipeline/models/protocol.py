@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, runtime_checkable
 
+import jax.numpy as jnp
+import optax
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -54,6 +56,23 @@ class ModelSettings(BaseModel):
     num_inducing: int = Field(200, ge=1, description="inducing points M (per latent GP)")
     train_inducing: bool = Field(True, description="optimise the inducing inputs")
     jitter: float = Field(1.4901161193847656e-08, ge=0.0, description="relative jitter on K_uu (pepcore.linalg)")
+
+
+class SiteSettings(ModelSettings):
+    """Settings of a model with site updates (``has_sites``): the step ``ρ_t`` of the damped
+    tied-factor update (spec seed001 §2.4)."""
+
+    damping: float = Field(1.0, gt=0.0, le=1.0, description="SEP step ρ of the tied-factor update (1 with minibatches, seed001 §2.7)")
+    damping_decay: float = Field(1.0, gt=0.0, le=1.0, description="ρ_t = ρ·decay^t (0.99: the full-batch schedule of spec §2.4)")
+    damping_floor: float = Field(0.05, ge=0.0, le=1.0, description="ρ_t never falls below min(ρ, floor)")
+
+    def damping_schedule(self) -> optax.Schedule:
+        """``ρ_t = max(ρ·decay^t, min(ρ, floor))``. The floor keeps the factor tracking the hyper-parameters:
+        their steps use the gradient as if EP had converged (spec §2.9), and with a factor frozen by the
+        decay (ρ_t → 0) they drift from its fixed point — full-batch wine collapsed after ~550 steps at
+        learning rate 0.05 (tests/pipeline/test_estimators.py)."""
+        floor = min(self.damping, self.damping_floor)
+        return lambda count: jnp.maximum(self.damping * self.damping_decay ** count, floor)
 
 
 @runtime_checkable

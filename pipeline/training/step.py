@@ -139,7 +139,7 @@ def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Call
 
 
 def training_step(model: Energy, optimizer: optax.GradientTransformation, n_total: int, *, sites: bool = False,
-                  damping: float = 1.0, damping_decay: float = 1.0) -> TrainStep:
+                  damping: optax.ScalarOrSchedule = 1.0) -> TrainStep:
     """The step of ``model`` (see the module docstring) on a training split of ``n_total`` rows.
 
     Args:
@@ -147,14 +147,15 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, n_tota
         optimizer: any optax transformation; it receives the negated gradient (ascent).
         n_total: training rows N.
         sites: gather site statistics and update the tied factor before the gradient step.
-        damping, damping_decay: the site update's step ``ρ_t = damping·damping_decay^t``.
+        damping: the site update's step ``ρ``, or a schedule ``t ↦ ρ_t``
+            (:meth:`~pipeline.models.protocol.SiteSettings.damping_schedule`).
     """
 
     def prepare(params):
         return jax.vjp(lambda p: model.step_shared(p, n_total), params)
 
     def site_update(params, shared, stats, count):
-        return model.site_update(params, shared, stats, n_total, damping * damping_decay ** count)
+        return model.site_update(params, shared, stats, n_total, damping(count) if callable(damping) else damping)
 
     def ascend(params, opt_state, shared, pullback, data_value, data_grad, scale):
         value, grad = minibatch_energy(model, n_total, params, shared, pullback, data_value, data_grad, scale)

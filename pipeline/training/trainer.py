@@ -327,8 +327,9 @@ def _training_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, 
     config = TrainConfig.model_validate_json(trajectory)
     optimizer = adam(learning_rate(config, steps_per_epoch, total_steps),
                      lambda params: spec.frozen(settings, params))
-    return training_step(model, optimizer, n_total, sites=spec.has_sites,
-                         damping=getattr(settings, "damping", 1.0), damping_decay=getattr(settings, "damping_decay", 1.0))
+    if not spec.has_sites:
+        return training_step(model, optimizer, n_total)
+    return training_step(model, optimizer, n_total, sites=True, damping=settings.damping_schedule())
 
 
 def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False,

@@ -8,11 +8,10 @@ import math
 from dataclasses import dataclass
 
 import jax.numpy as jnp
-from pydantic import Field
 
 from pipeline.data.blocks import TargetScaling
 from pipeline.training.metrics import regression_sums
-from pipeline.models import ModelSettings
+from pipeline.models import SiteSettings
 
 
 @dataclass(frozen=True)
@@ -50,8 +49,8 @@ class HeldOut:
         return regression_sums(mean, jnp.ones_like(y), y, mask)
 
 
-class ToySettings(ModelSettings):
-    damping: float = Field(1.0, gt=0.0, le=1.0)
+class ToySettings(SiteSettings):
+    """The damped site update's settings (no model settings of its own)."""
 
 
 @dataclass(frozen=True)

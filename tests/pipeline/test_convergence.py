@@ -1,0 +1,105 @@
+"""The estimators' stopping rule: they stop once the energy stops rising, warn when ``max_iter`` comes
+first, and the damping floor keeps a long full-batch SEP fit from drifting off EP's fixed point."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+from sklearn.exceptions import ConvergenceWarning
+
+from pipeline import MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
+from pipeline.estimators.base import StoppingRule
+
+
+def test_stopping_rule_compares_window_means_per_row():
+    rule = StoppingRule(tol=1e-3, n_rows=100, window=10)
+    rising = -100.0 * np.exp(-np.arange(60) / 15.0)  # the window mean rises by 100·e^{-t/15}·(…) per window
+    gains = [rule.gain_per_row(rising[:t]) for t in (19, 20, 40, 60)]
+    assert gains[0] == np.inf  # fewer than two windows
+    expected = [(rising[t - 10:t].mean() - rising[t - 20:t - 10].mean()) / 100 for t in (20, 40, 60)]
+    np.testing.assert_allclose(gains[1:], expected, rtol=1e-12)
+    first = next(t for t in range(20, 400) if rule.converged(-100.0 * np.exp(-np.arange(t) / 15.0)))
+    assert (-100 * np.exp(-np.arange(first - 10, first) / 15)).mean() \
+        - (-100 * np.exp(-np.arange(first - 20, first - 10) / 15)).mean() < 0.1
+    assert not StoppingRule(0.0, 100, 10).converged(np.zeros(100))  # tol = 0 never stops
+
+
+def test_rejected_steps_are_left_out_of_the_window_means():
+    rule = StoppingRule(tol=1e-3, n_rows=10, window=4)
+    trace = np.array([1.0, np.nan, 1.0, 1.0, 2.0, -np.inf, 2.0, 2.0])
+    assert rule.gain_per_row(trace) == pytest.approx(0.1)
+    assert rule.gain_per_row(np.array([1.0, 1, 1, 1, np.nan, np.nan, np.nan, np.nan])) == np.inf
+
+
+@pytest.fixture(scope="module")
+def regression_data():
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-3, 3, size=(60, 1))
+    return x, np.sin(2 * x[:, 0]) + 0.1 * rng.normal(size=60)
+
+
+def test_regressor_stops_when_the_energy_stops_rising(regression_data):
+    x, y = regression_data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        stopped = SparseGPRegressor(num_inducing=10, max_iter=5000, learning_rate=0.05).fit(x, y)
+    assert stopped.converged_ and stopped.n_iter_ < 5000 and stopped.n_iter_ % 25 == 0
+    assert stopped.energy_trace_.shape == (stopped.n_iter_,)
+    longer = SparseGPRegressor(num_inducing=10, max_iter=stopped.n_iter_ + 500, tol=0,
+                               learning_rate=0.05).fit(x, y)
+    # what the further 500 steps still gain is of the order of the tolerance (1e-4 nats per row per window)
+    gain = (longer.log_marginal_likelihood() - stopped.log_marginal_likelihood()) / x.shape[0]
+    assert gain < 500 / 25 * 1e-4
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SparseGPRegressor(num_inducing=10, max_iter=30),
+    lambda: SparseGPClassifier(num_inducing=10, max_iter=30),
+    lambda: MultiClassGPClassifier(num_inducing=5, max_iter=30),
+    lambda: MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=30),
+], ids=["regressor", "classifier", "multiclass-sep", "multiclass-ep"])
+def test_a_fit_cut_short_by_max_iter_warns(regression_data, make):
+    x, y = load_iris(return_X_y=True)
+    if isinstance(make(), SparseGPRegressor):
+        x, y = regression_data
+    elif isinstance(make(), SparseGPClassifier):
+        y = (y > 0).astype(int)
+    with pytest.warns(ConvergenceWarning, match="max_iter=30") as caught:
+        model = make().fit(x, y)
+    assert {w.filename for w in caught} == {__file__}  # the warning points at the user's fit call
+    assert not model.converged_ and model.n_iter_ == 30 and model.energy_trace_.shape == (30,)
+
+
+def test_untied_ep_stops_in_windows_and_matches_one_uninterrupted_run(monkeypatch):
+    x, y = load_iris(return_X_y=True)
+    windows = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=60, tol=0).fit(x, y)
+    longer = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=2000, learning_rate=0.05).fit(x, y)
+    assert longer.converged_ and longer.n_iter_ < 2000 and longer.n_iter_ % 25 == 0
+    assert windows.n_iter_ == 60  # windows of 25, 25 and 10 steps: the carry passes between calls
+    monkeypatch.setattr("pipeline.estimators.multiclass.STOPPING_WINDOW", 60)
+    one_call = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=60, tol=0).fit(x, y)
+    np.testing.assert_allclose(one_call.energy_trace_, windows.energy_trace_, rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_damping_floor_keeps_full_batch_sep_at_the_fixed_point():
+    """Wine, full-batch SEP at learning rate 0.05: with the paper's ρ_t = 0.5·0.99^t alone the factor
+    freezes and the energy collapses after ~550 steps; with the floor it keeps rising."""
+    from sklearn.datasets import load_wine
+    from pipeline.data.datasets import ArrayData
+    from pipeline.models import get_model
+    from pipeline.estimators.base import fit_in_process, training_config
+
+    x, y = load_wine(return_X_y=True)
+    data = ArrayData(x, y, "classification", 3)
+
+    def trace(floor):
+        settings = {"num_inducing": 50, "damping": 0.5, "damping_decay": 0.99, "damping_floor": floor}
+        config = training_config(settings, rows_per_step=len(y), epochs=800, learning_rate=0.05,
+                                 standardize=True, seed=0)
+        return fit_in_process(get_model("multiclass-sep"), data, config, 800)["energy_trace_"]
+
+    frozen, floored = trace(0.0), trace(0.05)
+    assert frozen[-50:].mean() < frozen[:500].max() - 20
+    assert floored[-50:].mean() > floored[:500].max() - 1
