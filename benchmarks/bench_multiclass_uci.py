@@ -8,7 +8,7 @@ with ``M`` inducing inputs per class, ``M = round(p·N_train)``. Reports the mea
 the test negative log-likelihood and test error, the training time, and the paper's Wine rows beside.
 
 Usage:  taskset -c 0 nice .venv/bin/python -m benchmarks.bench_multiclass_uci [--splits 20] [--datasets wine iris]
-Writes: benchmarks/results/multiclass_uci.json
+Writes: benchmarks/results/multiclass_uci.json (``--name``)
 
 Each (dataset, M, method) setting runs in a child process with a time limit and is retried if it
 overruns: on this loaded 2-core machine XLA CPU intermittently wedges inside a compiled call (all
@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=250)
     parser.add_argument("--learning-rate", type=float, default=0.05)
     parser.add_argument("--tol", type=float, default=0.0, help="the estimators' stopping rule (0: all --iterations)")
+    parser.add_argument("--name", default="multiclass_uci", help="results file benchmarks/results/NAME.json")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--setting-timeout", type=float, default=300.0)
     parser.add_argument("--attempts", type=int, default=4)
@@ -149,8 +150,8 @@ def main() -> None:
                                   "num_inducing": results[0]["num_inducing"], **_summary(results)})
                 print(_table(summaries[-1:]).splitlines()[2], flush=True)
     table = _table(summaries)
-    settings = {k: v for k, v in vars(args).items() if k != "child"}
-    write_results("multiclass_uci", {"settings": settings, "summary": summaries, "runs": runs, "table": table})
+    settings = {k: v for k, v in vars(args).items() if k not in ("child", "name")}
+    write_results(args.name, {"settings": settings, "summary": summaries, "runs": runs, "table": table})
     print(table)
 
 
