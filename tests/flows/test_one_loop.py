@@ -26,9 +26,9 @@ def test_estimator_fit_equals_pep_train(tmp_path):
     assert summary["steps"] == 12 and summary["rejected_steps"] == 0 and summary["rejected_site_updates"] == 0
 
     x, y = (a[:] for a in store.arrays("train"))  # the stored (float32, shuffled) training rows
-    clf = MultiClassGPClassifier(num_inducing=6, max_iter=12, learning_rate=0.05, damping=0.5)
+    clf = MultiClassGPClassifier(num_inducing=6, alpha=1.0, max_iter=12, learning_rate=0.05, damping=0.5)
     clf.fit(x.astype(np.float64), y)
     trained = load_run(tmp_path / "run").trees["params"]
     assert leaves_equal(clf.params_, trained)
-    assert not leaves_equal(trained, MultiClassGPClassifier(num_inducing=6, max_iter=11, learning_rate=0.05,
-                                                            damping=0.5).fit(x.astype(np.float64), y).params_)
+    one_step_less = MultiClassGPClassifier(num_inducing=6, alpha=1.0, max_iter=11, learning_rate=0.05, damping=0.5)
+    assert not leaves_equal(trained, one_step_less.fit(x.astype(np.float64), y).params_)
