@@ -20,7 +20,8 @@ Gauss–Legendre rule: panels cut at ``m + t√v`` (the cavity), ``μ + tσ`` (t
 features and the Heaviside's step sit), ``t ∈ [−L, L]``; within a panel ``F`` at each node is the
 exact integral of the polynomial through the panel's nodes (spectral integration), so ``F`` is accurate
 wherever the density is smooth on the panels. ``φ(Φ⁻¹(F)) = φ(Φ⁻¹(min(F, 1 − F)))`` needs ``F`` only to
-absolute accuracy. The error against ``mpmath`` quadrature and against the probit's Owen's-T closed-form
+absolute accuracy. Where the density jumps (the Heaviside's step, a panel edge) ``φ(Φ⁻¹(F)) ≈ F√(2 log 1/F)``
+is not smooth and the rule is good to ~1e-7 relative only. The error against ``mpmath`` quadrature and against the probit's Owen's-T closed-form
 CDF (seed002 eq. 45) is measured in ``tests/pepcore/test_projections.py``.
 """
 

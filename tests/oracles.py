@@ -200,6 +200,6 @@ def quantile_std_mpmath(log_density, lower, upper, breaks=(), digits=25):
         def tail(x):
             below = [p for p in points if p < x] + [x]
             u = mpmath.quad(lambda f: mpmath.exp(log_density(f)), below) / z
-            return min(u, 1 - u)
+            return max(min(u, 1 - u), mpmath.mpf(10) ** -digits)
 
         return float(mpmath.quad(lambda f: mpmath.npdf(mpmath.sqrt(2) * mpmath.erfinv(2 * tail(f) - 1)), points))
