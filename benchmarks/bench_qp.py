@@ -64,7 +64,7 @@ def load(name):
     raise ValueError(f"unknown dataset {name!r}")
 
 
-def classification(name, repeats, max_iter):
+def classification(name, repeats, max_iter, save):
     x, y = load(name)
     rows = []
     for repeat in range(repeats):
@@ -80,7 +80,7 @@ def classification(name, repeats, max_iter):
                                "log_evidence": model.log_marginal_likelihood()}
             rows.append(row)
             print(name, repeat, fold, row["ep"], row["qp"], flush=True)
-    return {"rows": x.shape[0], "features": x.shape[1], "folds": rows, "summary": summarise(rows, ["nll", "error"])}
+            save({"rows": x.shape[0], "features": x.shape[1], "folds": rows, "summary": summarise(rows, ["nll", "error"])})
 
 
 def summarise(rows, metrics):
@@ -101,7 +101,7 @@ def coal_counts():
     return span.astype(float), np.array([np.sum(years == year) for year in span], float)
 
 
-def poisson(repeats, max_iter):
+def poisson(repeats, max_iter, save):
     year, counts = coal_counts()
     x = ((year - year.mean()) / year.std())[:, None]
     rows = []
@@ -123,7 +123,7 @@ def poisson(repeats, max_iter):
                            "log_evidence": fitted.log_evidence}
         rows.append(row)
         print("coal", repeat, row["ep"], row["qp"], flush=True)
-    return {"years": len(year), "events": int(counts.sum()), "splits": rows, "summary": summarise(rows, ["abs_error", "nll"])}
+        save({"years": len(year), "events": int(counts.sum()), "splits": rows, "summary": summarise(rows, ["abs_error", "nll"])})
 
 
 def main():
@@ -135,16 +135,26 @@ def main():
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     started = time.time()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def saver(*keys):
+        """Write the results so far after every fold or split (an interrupted run keeps what it finished)."""
+        def save(value):
+            target = result
+            for key in keys[:-1]:
+                target = target[key]
+            target[keys[-1]] = value
+            result["seconds"] = time.time() - started
+            args.out.write_text(json.dumps(result, indent=1))
+        return save
+
     result = {"command": "python -m benchmarks.bench_qp " + " ".join(
         [f"--repeats {args.repeats}", f"--poisson-repeats {args.poisson_repeats}", "--datasets", *args.datasets,
          f"--max-iter {args.max_iter}"]), "classification": {}}
     if args.poisson_repeats > 0:
-        result["coal"] = poisson(args.poisson_repeats, args.max_iter)
+        poisson(args.poisson_repeats, args.max_iter, saver("coal"))
     for name in args.datasets:
-        result["classification"][name] = classification(name, args.repeats, args.max_iter)
-    result["seconds"] = time.time() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+        classification(name, args.repeats, args.max_iter, saver("classification", name))
 
 
 if __name__ == "__main__":
