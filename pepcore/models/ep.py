@@ -162,16 +162,11 @@ class EP(NamedTuple):
     def run(self, cov, data: SiteData, sites: Sites | None = None, max_sweeps: int = 200,
             tol: float = 1e-9) -> EPResult:
         """Sweeps until no site's natural parameters move by more than ``tol`` (absolute), at most
-        ``max_sweeps``; starts from ``sites`` (default: all zero)."""
+        ``max_sweeps``; starts from ``sites`` (default: all zero). One compiled call (:func:`sweep_until`)."""
         self.check()
         sites = zero_sites(data.y.shape[0]) if sites is None else sites
-        for sweep in range(1, max_sweeps + 1):
-            new, skipped = _sweep(self, cov, data, sites)
-            change = float(jnp.max(jnp.abs(jnp.concatenate([new.precision - sites.precision, new.shift - sites.shift]))))
-            sites = new
-            if change <= tol:
-                break
-        return EPResult(sites, posterior(cov, data, sites), sweep, change <= tol, int(skipped))
+        sites, sweeps, change, skipped = sweep_until(self, cov, data, sites, max_sweeps, tol)
+        return EPResult(sites, posterior(cov, data, sites), int(sweeps), bool(change <= tol), int(skipped))
 
     def log_evidence(self, cov, data: SiteData, sites: Sites):
         """``log Z_EP`` of the module docstring."""
@@ -200,6 +195,26 @@ def _log_evidence(ep: EP, cov, data: SiteData, sites: Sites):
                                                ep.alpha)
     local = log_z + _log_normaliser(cavity_precision, cavity_shift) - _log_normaliser(1.0 / var, mean / var)
     return gaussian_part(cov, data, sites) + jnp.sum(local) / ep.alpha
+
+
+@partial(jax.jit, static_argnums=0)
+def sweep_until(ep: EP, cov, data: SiteData, sites: Sites, max_sweeps, tol):
+    """Sweeps in one ``lax.while_loop`` until the largest change of a site parameter is ``≤ tol`` or
+    ``max_sweeps`` sweeps ran: ``(sites, sweeps, last change, skipped updates of the last sweep)``. Traceable,
+    so a caller can compile it into a larger function (the evidence optimiser does)."""
+
+    def unfinished(state):
+        _, sweeps, change, _ = state
+        return (sweeps < max_sweeps) & (change > tol)
+
+    def one_sweep(state):
+        old, sweeps, _, _ = state
+        new, skipped = _sweep(ep, cov, data, old)
+        change = jnp.maximum(jnp.max(jnp.abs(new.precision - old.precision)), jnp.max(jnp.abs(new.shift - old.shift)))
+        return new, sweeps + 1, change, skipped.astype(jnp.int32)
+
+    start = (sites, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, sites.precision.dtype), jnp.zeros((), jnp.int32))
+    return jax.lax.while_loop(unfinished, one_sweep, start)
 
 
 @partial(jax.jit, static_argnums=0)
@@ -242,4 +257,5 @@ def predict_latent(cov, cross_cov, test_var, data: SiteData, sites: Sites):
     return mean, test_var - jnp.sum(cross_cov * reduction, axis=0)
 
 
-__all__ = ["EP", "EPResult", "Posterior", "SiteData", "Sites", "gaussian_part", "posterior", "predict_latent", "site_data", "zero_sites"]
+__all__ = ["EP", "EPResult", "Posterior", "SiteData", "Sites", "gaussian_part", "posterior", "predict_latent", "site_data",
+           "sweep_until", "zero_sites"]

@@ -2,10 +2,13 @@
 shared lengthscale (the authors' GPy ``RBF``) maximise the EP evidence ``log Z_EP`` (seed002 eq. 4) by
 L-BFGS-B, EP (or QP) re-run to convergence from the previous sites at every evaluation (GPy's
 ``ep_mode="nested"``); the gradient is the Gaussian part's with the sites fixed (R&W §5.5.2; exact at an
-EP fixed point, and used unchanged for QP, as the paper's code does)."""
+EP fixed point, and used unchanged for QP, as the paper's code does). Each evaluation — the sweeps to
+convergence, ``log Z_EP`` and its gradient — is one compiled call (:func:`_evaluate`), compiled once per
+shape of the training inputs."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -16,7 +19,7 @@ from scipy import optimize
 import pepcore
 from pepcore.initialisation import median_lengthscale
 from pepcore.kernels import ARDSquaredExponential
-from pepcore.models.ep import EP, SiteData, Sites, gaussian_part, predict_latent
+from pepcore.models.ep import EP, SiteData, Sites, gaussian_part, predict_latent, sweep_until, zero_sites
 
 JITTER = 1e-8  # relative, on the prior covariance's diagonal
 
@@ -26,6 +29,7 @@ class UntiedFit(NamedTuple):
     sites: Sites
     log_evidence: float
     evaluations: int
+    unconverged: int  # evaluations whose EP stopped at max_sweeps
 
 
 def _kernel(log_theta, dim):
@@ -37,28 +41,38 @@ def _prior_cov(log_theta, x):
     return k(x, x) + JITTER * jnp.exp(log_theta[1]) * jnp.eye(x.shape[0])
 
 
+@partial(jax.jit, static_argnums=0)
+def _evaluate(ep: EP, log_theta, x, data: SiteData, sites: Sites, max_sweeps, tol):
+    """One compiled evaluation of the objective: EP (or QP) from ``sites`` at ``log_theta`` to ``tol``, then
+    ``log Z_EP`` and its gradient in ``log_theta`` (the Gaussian part's with the sites held fixed).
+    Compiled once per ``ep`` and shape of ``x``; returns ``(sites, log Z_EP, gradient, converged)``."""
+    sites, _, change, _ = sweep_until(ep, _prior_cov(log_theta, x), data, sites, max_sweeps, tol)
+    gradient = jax.grad(lambda t: gaussian_part(_prior_cov(t, x), data, sites))(log_theta)
+    return sites, ep.log_evidence(_prior_cov(log_theta, x), data, sites), gradient, change <= tol
+
+
 def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, max_iter: int = 100,
-        seed: int = 0) -> UntiedFit:
-    """Maximise ``log Z_EP`` over ``[log ℓ, log σ_f²]`` from ``log_theta`` (default: median distance, 1)."""
+        seed: int = 0, max_sweeps: int = 200, tol: float = 1e-7) -> UntiedFit:
+    """Maximise ``log Z_EP`` over ``[log ℓ, log σ_f²]`` from ``log_theta`` (default: median distance, 1);
+    EP runs from the previous evaluation's sites (``sites``, default zero, the first time)."""
     ep.check()
     with pepcore.float64():
         x = jnp.asarray(x, dtype=jnp.float64)
         start = np.array([np.log(median_lengthscale(np.asarray(x), seed)), 0.0]) if log_theta is None else log_theta
-        evidence = jax.jit(lambda t, s: ep.log_evidence(_prior_cov(t, x), data, s))
-        gradient = jax.jit(jax.grad(lambda t, s: gaussian_part(_prior_cov(t, x), data, s)))
-        state = {"sites": sites, "evaluations": 0}
+        state = {"sites": zero_sites(data.y.shape[0]) if sites is None else sites, "evaluations": 0, "unconverged": 0}
 
         def objective(theta):
-            theta = jnp.asarray(theta)
-            result = ep.run(_prior_cov(theta, x), data, state["sites"], tol=1e-7)
-            state["sites"] = result.sites
+            new, value, gradient, converged = _evaluate(ep, jnp.asarray(theta, jnp.float64), x, data, state["sites"],
+                                                        max_sweeps, tol)
+            state["sites"] = new
             state["evaluations"] += 1
-            return -float(evidence(theta, result.sites)), -np.asarray(gradient(theta, result.sites))
+            state["unconverged"] += int(not converged)
+            return -float(value), -np.asarray(gradient)
 
         solution = optimize.minimize(objective, start, jac=True, method="L-BFGS-B",
                                      options={"maxiter": max_iter, "ftol": 1e-9})
         value, _ = objective(solution.x)  # the sites at the returned parameters
-        return UntiedFit(np.asarray(solution.x), state["sites"], -value, state["evaluations"])
+        return UntiedFit(np.asarray(solution.x), state["sites"], -value, state["evaluations"], state["unconverged"])
 
 
 def predict(fitted: UntiedFit, x_train, data: SiteData, x_test):
