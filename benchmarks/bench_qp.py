@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -64,26 +65,31 @@ def load(name):
     raise ValueError(f"unknown dataset {name!r}")
 
 
-def classification(name, repeats, max_iter, save):
+def classification(name, repeat, max_iter, rows, save):
+    """One repeat of 10-fold CV on ``name`` (folds by ``KFold(shuffle=True, random_state=repeat)``), appended to ``rows``."""
     x, y = load(name)
-    rows = []
-    for repeat in range(repeats):
-        for fold, (train, test) in enumerate(KFold(10, shuffle=True, random_state=repeat).split(x)):
-            ep = SparseGPClassifier(sites="untied", projection="kl", alpha=1.0, max_iter=max_iter).fit(x[train], y[train])
-            qp = SparseGPClassifier(sites="untied", projection="wasserstein", alpha=1.0, max_iter=max_iter,
-                                    lengthscales=np.exp(ep.params_[0]) * ep.scaling_.std,
-                                    variance=float(np.exp(ep.params_[1]))).fit(x[train], y[train])
-            row = {"repeat": repeat, "fold": fold}
-            for method, model in [("ep", ep), ("qp", qp)]:
-                prob = np.clip(model.predict_proba(x[test])[np.arange(len(test)), y[test]], 1e-300, 1)
-                row[method] = {"nll": float(-np.mean(np.log(prob))), "error": float(np.mean(prob < 0.5)),
-                               "log_evidence": model.log_marginal_likelihood()}
-            rows.append(row)
-            print(name, repeat, fold, row["ep"], row["qp"], flush=True)
-            save({"rows": x.shape[0], "features": x.shape[1], "folds": rows, "summary": summarise(rows, ["nll", "error"])})
+    for fold, (train, test) in enumerate(KFold(10, shuffle=True, random_state=repeat).split(x)):
+        started = time.time()
+        ep = SparseGPClassifier(sites="untied", projection="kl", alpha=1.0, max_iter=max_iter).fit(x[train], y[train])
+        qp = SparseGPClassifier(sites="untied", projection="wasserstein", alpha=1.0, max_iter=max_iter,
+                                lengthscales=np.exp(ep.params_[0]) * ep.scaling_.std,
+                                variance=float(np.exp(ep.params_[1]))).fit(x[train], y[train])
+        row = {"repeat": repeat, "fold": fold}
+        for method, model in [("ep", ep), ("qp", qp)]:
+            prob = np.clip(model.predict_proba(x[test])[np.arange(len(test)), y[test]], 1e-300, 1)
+            row[method] = {"nll": float(-np.mean(np.log(prob))), "error": float(np.mean(prob < 0.5)),
+                           "log_evidence": model.log_marginal_likelihood(),
+                           "unconverged_evaluations": model.untied_.unconverged}
+        row["seconds"] = time.time() - started
+        rows.append(row)
+        print(name, repeat, fold, row["ep"], row["qp"], f"{row['seconds']:.1f}s", flush=True)
+        save({"rows": x.shape[0], "features": x.shape[1], "folds": rows, "summary": summarise(rows, ["nll", "error"])})
 
 
 def summarise(rows, metrics):
+    """Per metric: the means (and standard deviations over the folds or splits) per method, the mean paired difference QP − EP with its standard error over the
+    folds (or splits), the fraction where QP is lower, and (several repeats) the mean ± std over the repeats'
+    averages, the paper's format."""
     out = {}
     for metric in metrics:
         ep = np.array([r["ep"][metric] for r in rows])
@@ -91,7 +97,16 @@ def summarise(rows, metrics):
         diff = qp - ep
         out[metric] = {"ep": float(ep.mean()), "qp": float(qp.mean()), "qp_minus_ep": float(diff.mean()),
                        "qp_minus_ep_se": float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else None,
-                       "qp_better_fraction": float(np.mean(diff < 0))}
+                       "qp_better_fraction": float(np.mean(diff < 0)),
+                       "ep_std": float(ep.std(ddof=1)) if len(ep) > 1 else None,
+                       "qp_std": float(qp.std(ddof=1)) if len(qp) > 1 else None}
+        repeats = sorted({r["repeat"] for r in rows})
+        if len(repeats) > 1 and "fold" in rows[0]:
+            means = np.array([[np.mean([r[m][metric] for r in rows if r["repeat"] == k]) for m in ("ep", "qp")]
+                              for k in repeats])
+            out[metric]["over_repeats"] = {"repeats": len(repeats), "ep_mean": float(means[:, 0].mean()),
+                                           "ep_std": float(means[:, 0].std(ddof=1)), "qp_mean": float(means[:, 1].mean()),
+                                           "qp_std": float(means[:, 1].std(ddof=1))}
     return out
 
 
@@ -101,9 +116,12 @@ def coal_counts():
     return span.astype(float), np.array([np.sum(years == year) for year in span], float)
 
 
-def poisson(repeats, max_iter, save):
+def poisson(repeats, max_iter, save, start="median"):
+    """``start``: the hyper-parameters L-BFGS-B starts from — ``"median"`` (median distance, variance 1) or
+    ``"gpy"`` (the authors' ``GPy.kern.RBF(1)`` defaults on the raw year: lengthscale 1 year, variance 1)."""
     year, counts = coal_counts()
     x = ((year - year.mean()) / year.std())[:, None]
+    first = None if start == "median" else np.array([np.log(1.0 / year.std()), 0.0])
     rows = []
     for repeat in range(repeats):
         test = np.random.default_rng(repeat).random(len(year)) > 0.5
@@ -113,17 +131,17 @@ def poisson(repeats, max_iter, save):
         row = {"repeat": repeat}
         fitted = None
         for method, projection in [("ep", "kl"), ("qp", "wasserstein")]:
-            start = (None, None) if fitted is None else (fitted.log_theta, fitted.sites)
-            fitted = untied_ep.fit(EP(PoissonSquare(), projection), x[train], data, *start, max_iter=max_iter)
+            begin = (first, None) if fitted is None else (fitted.log_theta, fitted.sites)
+            fitted = untied_ep.fit(EP(PoissonSquare(), projection), x[train], data, *begin, max_iter=max_iter)
             mean, var = untied_ep.predict(fitted, x[train], data, x[test])
             shape, scale = PoissonSquare.predict(mean + 1.0, var)  # + the prior mean
             mode = np.where(shape > 1, np.floor(scale * (shape - 1)), 0.0)
             log_p = nbinom.logpmf(counts[test], shape, 1.0 / (1.0 + scale))
             row[method] = {"abs_error": float(np.mean(np.abs(mode - counts[test]))), "nll": float(-np.mean(log_p)),
-                           "log_evidence": fitted.log_evidence}
+                           "log_evidence": fitted.log_evidence, "unconverged_evaluations": fitted.unconverged}
         rows.append(row)
         print("coal", repeat, row["ep"], row["qp"], flush=True)
-        save({"years": len(year), "events": int(counts.sum()), "splits": rows, "summary": summarise(rows, ["abs_error", "nll"])})
+        save({"years": len(year), "events": int(counts.sum()), "start": start, "splits": rows, "summary": summarise(rows, ["abs_error", "nll"])})
 
 
 def main():
@@ -131,6 +149,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=10, help="repeats of 10-fold CV (paper: 10)")
     parser.add_argument("--poisson-repeats", type=int, default=200, help="random halvings of the coal data (paper: 200)")
     parser.add_argument("--datasets", nargs="*", default=["crabs", "wine1-vs-rest", "breast-cancer", "pima"])
+    parser.add_argument("--poisson-start", choices=["median", "gpy"], default="median",
+                        help="coal: start L-BFGS-B from the median distance or from GPy's RBF defaults (1 year, 1)")
+    parser.add_argument("--start-repeats-within", type=float, default=None, metavar="MINUTES",
+                        help="start no repeat of the CV after this many minutes (the JSON's repeats_done says how many ran)")
     parser.add_argument("--max-iter", type=int, default=50, help="L-BFGS-B iterations per fit")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -148,13 +170,23 @@ def main():
             args.out.write_text(json.dumps(result, indent=1))
         return save
 
-    result = {"command": "python -m benchmarks.bench_qp " + " ".join(
-        [f"--repeats {args.repeats}", f"--poisson-repeats {args.poisson_repeats}", "--datasets", *args.datasets,
-         f"--max-iter {args.max_iter}"]), "classification": {}}
+    options = [f"--repeats {args.repeats}", f"--poisson-repeats {args.poisson_repeats}",
+               f"--poisson-start {args.poisson_start}", "--datasets", *args.datasets, f"--max-iter {args.max_iter}"]
+    if args.start_repeats_within is not None:
+        options.append(f"--start-repeats-within {args.start_repeats_within:g}")
+    if args.out != RESULTS:
+        options.append(f"--out {args.out}")
+    result = {"command": "python -m benchmarks.bench_qp " + " ".join(options),
+              "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "classification": {}}
     if args.poisson_repeats > 0:
-        poisson(args.poisson_repeats, args.max_iter, saver("coal"))
-    for name in args.datasets:
-        classification(name, args.repeats, args.max_iter, saver("classification", name))
+        poisson(args.poisson_repeats, args.max_iter, saver("coal"), args.poisson_start)
+    rows = {name: [] for name in args.datasets}
+    for repeat in range(args.repeats):  # every data set's repeat k before any repeat k + 1
+        if args.start_repeats_within is not None and time.time() - started > 60 * args.start_repeats_within:
+            break
+        for name in args.datasets:
+            classification(name, repeat, args.max_iter, rows[name], saver("classification", name))
+        saver("repeats_done")(repeat + 1)
 
 
 if __name__ == "__main__":

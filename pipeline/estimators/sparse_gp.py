@@ -198,7 +198,7 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
     GP (O(N³); for N up to a few thousand), ``num_inducing``, ``inducing_points``, ``train_inducing``,
     ``learning_rate`` unused; the amplitude and one shared lengthscale maximise the EP evidence by
     L-BFGS-B (``max_iter`` iterations), as seed002's experiments (:mod:`pipeline.estimators.untied_ep`);
-    EP's sites are updated in parallel sweeps (one linear solve per sweep).
+    EP's sites are updated in parallel sweeps damped by ½ (one linear solve per sweep).
     ``projection`` (untied sites only): ``"kl"`` is EP's moment matching, ``"wasserstein"`` Quantile
     Propagation (same mean, the L2-Wasserstein variance; seed002); ``alpha`` is a Power-EP power in both.
 
@@ -274,7 +274,7 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
             length = (median_lengthscale(self.x_train_, self.seed) if self.lengthscales is None
                       else float(np.mean(np.asarray(self.lengthscales, float) / self.scaling_.std)))
             start = np.log([length, 1.0 if self.variance is None else float(self.variance)])
-        self.untied_ = untied_ep.fit(EP(Probit(), self.projection, float(self.alpha), schedule="parallel"),
+        self.untied_ = untied_ep.fit(EP(Probit(), self.projection, float(self.alpha), damping=0.5, schedule="parallel"),
                                      self.x_train_, self.site_data_, start, max_iter=int(self.max_iter), seed=self.seed)
         self.params_ = self.untied_.log_theta
         self.n_features_in_ = x.shape[1]
