@@ -40,6 +40,7 @@ def test_untied_ep_and_qp_fit_and_agree_on_labels():
     qp = SparseGPClassifier(sites="untied", projection="wasserstein", alpha=1.0, max_iter=30).fit(x, y)
     start = SparseGPClassifier(sites="untied", alpha=1.0, max_iter=0).fit(x, y)
     assert ep.log_marginal_likelihood() > start.log_marginal_likelihood()
+    assert ep.untied_.unconverged == 0 and qp.untied_.unconverged == 0  # EP converged at every evaluation
     assert np.array_equal(ep.predict(x), qp.predict(x))
     assert ep.score(x, y) > 0.85
     fixed = SparseGPClassifier(sites="untied", projection="wasserstein", alpha=1.0, max_iter=0,
