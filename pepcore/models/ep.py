@@ -135,11 +135,13 @@ class EP(NamedTuple):
 
     Example:
         >>> import jax.numpy as jnp
+        >>> import pepcore
         >>> from pepcore.likelihoods import Heaviside
-        >>> box = site_data([0, 0], [1, 1], weight=[1.0, -1.0], offset=[0.1, 0.1])   # h(x + b) h(−x + b)
-        >>> ep = EP(Heaviside())
-        >>> result = ep.run(jnp.eye(1), box)
-        >>> round(float(jnp.exp(ep.log_evidence(jnp.eye(1), box, result.sites))), 10)   # seed003 §2.3
+        >>> with pepcore.float64():
+        ...     box = site_data([0, 0], [1, 1], weight=[1.0, -1.0], offset=[0.1, 0.1])   # h(x + b) h(−x + b)
+        ...     ep = EP(Heaviside())
+        ...     result = ep.run(jnp.eye(1), box)
+        ...     print(round(float(jnp.exp(ep.log_evidence(jnp.eye(1), box, result.sites))), 10))   # seed003 §2.3
         0.0866590335
     """
 
