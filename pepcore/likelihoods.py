@@ -9,6 +9,12 @@ argument. Each provides
 * ``predict(params, mean, var)`` — the predictive distribution of ``y``.
 
 ``params`` is the likelihood's own dict of unconstrained parameters (empty for the probit).
+
+Likelihoods without parameters used as EP/QP sites (:mod:`pepcore.projections`) also provide
+
+* ``log_prob(y, f)`` — ``log p(y|f)``,
+* ``tilted_moments(y, mean, var, alpha=1)`` — ``log Z̃`` and the mean and variance of the tilted
+  distribution ``∝ N(f; m, v) p(y|f)^α``.
 """
 
 from __future__ import annotations
@@ -16,11 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import jax.numpy as jnp
-from jax.scipy.special import log_ndtr, ndtr
+import numpy as np
+from jax.nn import logsumexp
+from jax.scipy.special import gammaln, log_ndtr, ndtr, xlogy
+from jax.scipy.stats import norm
 
 from pepcore.gaussian import LOG_2PI
 from pepcore.parameters import positive, unconstrain_positive
-from pepcore.quadrature import GaussHermite, ProbitPowerQuadrature, log_probit_power
+from pepcore.quadrature import (GaussHermite, ProbitPowerQuadrature, log_ndtr_and_mills_ratio, log_probit_power,
+                                probit_power_moments)
 
 
 def scaled_log_tilted(likelihood, params, y, mean, var, alpha: float):
@@ -97,3 +107,89 @@ class Probit:
     def predict(self, params, mean, var):
         """``p(y = 1 | x) = Φ(m/√(1+v))``."""
         return ndtr(mean / jnp.sqrt(1.0 + var))
+
+    def log_prob(self, y, f):
+        return log_ndtr(self._sign(y) * f)
+
+    def tilted_moments(self, y, mean, var, alpha=1.0):
+        """``log Z̃``, mean and variance of ``∝ N(f; m, v) Φ(sf)^α``. At ``α = 1``: ``z = sm/√(1+v)``,
+        ``λ = N(z)/Φ(z)``, mean ``m + svλ/√(1+v)``, variance ``v − v²λ(z + λ)/(1+v)`` (seed002 eq. 36;
+        R&W eqs. 3.58); otherwise the derivatives of :func:`~pepcore.quadrature.probit_power_moments`
+        (seed002 eqs. 29, 34)."""
+        s = self._sign(y)
+        if alpha == 1.0:
+            z = s * mean / jnp.sqrt(1.0 + var)
+            log_z, lam = log_ndtr_and_mills_ratio(z)
+            return log_z, mean + s * var * lam / jnp.sqrt(1.0 + var), var - var**2 * lam * (z + lam) / (1.0 + var)
+        log_z, slope, curvature = probit_power_moments(s * mean, var, alpha, self.tilted_quadrature)
+        return log_z, mean + s * var * slope, var - var**2 * (slope**2 - curvature)
+
+
+@dataclass(frozen=True)
+class Heaviside:
+    """``p(y|f) = h(sf)``, the step (1 for ``sf > 0``), ``s = 2y − 1``: seed003's factors, a probit of
+    zero width. The tilted distribution is a truncated Gaussian; ``h^α = h``, so ``α`` changes nothing."""
+
+    name: str = field(default="heaviside", init=False)
+
+    @staticmethod
+    def log_prob(y, f):
+        return jnp.where((2.0 * y - 1.0) * f >= 0, 0.0, -jnp.inf)
+
+    @staticmethod
+    def tilted_moments(y, mean, var, alpha=1.0):
+        """``z = sm/√v``, ``log Z̃ = log Φ(z)``, mean ``m + s√v λ``, variance ``v(1 − λ(z + λ))``,
+        ``λ = N(z)/Φ(z)`` (seed003 eqs. 13–18 in one dimension)."""
+        s = 2.0 * y - 1.0
+        sd = jnp.sqrt(var)
+        z = s * mean / sd
+        log_z, lam = log_ndtr_and_mills_ratio(z)
+        return log_z, mean + s * sd * lam, var * (1.0 - lam * (z + lam))
+
+
+@dataclass(frozen=True)
+class PoissonSquare:
+    """Poisson counts with the square link, ``p(y|f) = g^y e^{−g}/y!``, ``g = f²`` (seed002 §5.2, App. C.2).
+
+    ``e^{−f²} N(f; m, v) = √π N(m; 0, v + ½) N(f; β, s²)`` with ``s² = v/(1 + 2v)``, ``β = m/(1 + 2v)``, so
+    the tilted distribution is ``∝ f^{2y} N(f; β, s²)`` and its normaliser and moments are ratios of the
+    Gaussian's raw moments ``M_n = E[f^n] = Σ_{k even} C(n, k) β^{n−k} s^k (k − 1)!!`` — every term of
+    ``M_{2y}`` and ``M_{2y+2}`` positive, ``M_{2y+1} = sign(β)·|…|`` — the closed form of seed002
+    eqs. 54–60 without the hypergeometric functions. Sums run to the static ``2·max_count + 2``.
+    ``α = 1`` only.
+    """
+
+    max_count: int = 100
+    name: str = field(default="poisson-square", init=False)
+
+    @staticmethod
+    def log_prob(y, f):
+        return xlogy(2.0 * y, jnp.abs(f)) - f**2 - gammaln(y + 1.0)
+
+    def tilted_moments(self, y, mean, var, alpha=1.0):
+        if alpha != 1.0:
+            raise ValueError(f"the Poisson square-link tilted moments are for alpha = 1 only; got {alpha}")
+        scale2 = var / (1.0 + 2.0 * var)
+        centre = mean / (1.0 + 2.0 * var)
+        log_m = [self._log_abs_raw_moment(2.0 * y + j, centre, scale2) for j in range(3)]
+        log_z = (0.5 * np.log(np.pi) + norm.logpdf(mean, 0.0, jnp.sqrt(var + 0.5)) + log_m[0] - gammaln(y + 1.0))
+        tilted_mean = jnp.sign(centre) * jnp.exp(log_m[1] - log_m[0])
+        return log_z, tilted_mean, jnp.exp(log_m[2] - log_m[0]) - tilted_mean**2
+
+    def _log_abs_raw_moment(self, order, centre, scale2):
+        """``log |E[f^n]|`` under ``N(β, s²)`` for a traced integer ``n ≤ 2·max_count + 2``."""
+        k = jnp.arange(0, 2 * self.max_count + 3, 2, dtype=centre.dtype)  # even k
+        order, centre, scale2 = (a[..., None] for a in jnp.broadcast_arrays(order, centre, scale2))
+        log_double_factorial = gammaln(k + 1.0) - 0.5 * k * np.log(2.0) - gammaln(0.5 * k + 1.0)  # (k − 1)!!
+        log_terms = (gammaln(order + 1.0) - gammaln(k + 1.0) - gammaln(jnp.maximum(order - k, 0.0) + 1.0)
+                     + xlogy(order - k, jnp.abs(centre)) + 0.5 * k * jnp.log(scale2) + log_double_factorial)
+        return logsumexp(jnp.where(k <= order, log_terms, -jnp.inf), axis=-1)
+
+    @staticmethod
+    def predict(mean, var):
+        """Shape ``k`` and scale ``c`` of the Gamma matched to the mean and variance of ``g = f²``,
+        ``f ∼ N(m, v)`` (seed002 eq. 119); the predictive count is negative binomial
+        ``NB(y; k, 1/(1 + c))`` (eq. 122)."""
+        second = mean**2 + var
+        spread = 2.0 * var * (2.0 * mean**2 + var)
+        return second**2 / spread, spread / second

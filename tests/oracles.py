@@ -127,3 +127,79 @@ def probit_tilted_moments_2d(a_y, w_y, a_k, w_k, fitc, alpha):
 
     z, sy, sk, syy, skk = integrate.quad_vec(inner, -12, 12, epsabs=1e-15, epsrel=1e-12, norm="max")[0]
     return z, (sy / z, syy / z - (sy / z) ** 2), (sk / z, skk / z - (sk / z) ** 2)
+
+
+# --- seed003 toy problems (prior N(0, 1); probit(t) = ½ + ½erf(t) = Φ(√2 t), seed003 eq. 31) ---
+
+def box_evidence(b):
+    """``Z_true = ∫ N(x) h(x + b) h(−x + b) dx = erf(b/√2)`` (seed003 eq. 47)."""
+    return special.erf(b / np.sqrt(2.0))
+
+
+def probit_box_evidence(w, c):
+    """``∫ N(x) probit(w(x + c)) probit(w(−x + c)) dx``: with ``a = √2w``, ``P(ε₁ ≤ a(x + c), ε₂ ≤ a(c − x))`` is
+    the bivariate normal CDF at ``(ac, ac)/√(1 + a²)`` with correlation ``−a²/(1 + a²)``."""
+    a = np.sqrt(2.0) * w
+    h = a * c / np.sqrt(1.0 + a * a)
+    rho = -a * a / (1.0 + a * a)
+    return multivariate_normal(mean=[0.0, 0.0], cov=[[1.0, rho], [rho, 1.0]]).cdf([h, h])
+
+
+def repeated_probit_evidence(w, n):
+    """``∫ N(x) probit(−wx)^n dx`` by ``scipy.integrate.quad`` (seed003 §5)."""
+    return integrate.quad(lambda x: norm.pdf(x) * norm.cdf(-np.sqrt(2.0) * w * x) ** n, -np.inf, np.inf,
+                          epsabs=0, epsrel=1e-13, limit=200)[0]
+
+
+# --- seed002: the probit tilted distribution q̃(f) ∝ Φ(yf) N(f; μ, σ²), y = ±1 ---
+
+def probit_tilted_cdf(x, mu, sigma, y):
+    """``F(x) = Φ₂(h, k; r)/Φ(k)``, ``h = (x − μ)/σ``, ``k = yμ/√(1 + σ²)``, ``r = −yσ/√(1 + σ²)`` (seed002
+    eqs. 37–46), the bivariate normal CDF written with ``scipy.special.owens_t`` (Owen 1956):
+    ``Φ₂(h, k; r) = ½Φ(h) + ½Φ(k) − T(h, a_h) − T(k, a_k) − β``. For ``x ≠ μ`` and ``μ ≠ 0``."""
+    h, k = (x - mu) / sigma, y * mu / np.sqrt(1.0 + sigma**2)
+    r = -y * sigma / np.sqrt(1.0 + sigma**2)
+    root = np.sqrt(1.0 - r * r)
+    beta = 0.0 if h * k > 0 else 0.5
+    joint = (0.5 * norm.cdf(h) + 0.5 * norm.cdf(k) - special.owens_t(h, (k - r * h) / (h * root))
+             - special.owens_t(k, (h - r * k) / (k * root)) - beta)
+    return joint / norm.cdf(k)
+
+
+def probit_tilted_quantile_std(mu, sigma, y, wasserstein=False):
+    """``(mean, variance, σ*)`` and, if ``wasserstein``, ``W₂²(q̃, N(mean, σ*²))`` of the probit tilted distribution with ``scipy``
+    double-precision quadrature on :func:`probit_tilted_cdf`: ``σ* = ∫ φ(Φ⁻¹(F)) df`` (seed002 eq. 23), and
+    ``W₂² = ∫₀¹ (F⁻¹(u) − mean − σ*Φ⁻¹(u))² du`` through the quantile function (``brentq``), independently of
+    seed002's identity ``W₂² = Var − σ*²``."""
+    z = norm.cdf(y * mu / np.sqrt(1 + sigma**2))
+    density = lambda f: norm.pdf(f, mu, sigma) * norm.cdf(y * f) / z
+    lo, hi = min(mu - 12 * sigma, -12.0), max(mu + 12 * sigma, 12.0)
+    cuts = np.unique(np.concatenate([np.linspace(lo, hi, 25), [mu, 0.0]]))
+    quad = lambda g: sum(integrate.quad(g, a, b, epsabs=1e-15, epsrel=1e-13, limit=200)[0] for a, b in zip(cuts[:-1], cuts[1:]))
+    mean = quad(lambda f: f * density(f))
+    var = quad(lambda f: (f - mean) ** 2 * density(f))
+    cdf = lambda f: probit_tilted_cdf(f, mu, sigma, y)
+    std = quad(lambda f: norm.pdf(norm.ppf(np.clip(min(cdf(f), 1 - cdf(f)), 1e-300, 0.5))))
+    if not wasserstein:
+        return mean, var, std
+    quantile = lambda u: optimize.brentq(lambda f: cdf(f) - u, lo, hi, xtol=1e-14, rtol=1e-14)
+    w2 = integrate.quad(lambda u: (quantile(u) - mean - std * norm.ppf(u)) ** 2, 0, 1, epsabs=1e-14, epsrel=1e-10,
+                        limit=200)[0]
+    return mean, var, std, w2
+
+
+def quantile_std_mpmath(log_density, lower, upper, breaks=(), digits=25):
+    """``σ* = ∫ φ(Φ⁻¹(F(f))) df`` (seed002 eq. 23) of the density ``∝ exp(log_density)`` (an mpmath
+    function) on ``[lower, upper]``, with ``F`` by ``mpmath.quad`` at ``digits`` significant digits."""
+    import mpmath
+
+    with mpmath.workdps(digits):
+        points = sorted({mpmath.mpf(lower), mpmath.mpf(upper), *map(mpmath.mpf, breaks)})
+        z = mpmath.quad(lambda f: mpmath.exp(log_density(f)), points)
+
+        def tail(x):
+            below = [p for p in points if p < x] + [x]
+            u = mpmath.quad(lambda f: mpmath.exp(log_density(f)), below) / z
+            return max(min(u, 1 - u), mpmath.mpf(10) ** -digits)
+
+        return float(mpmath.quad(lambda f: mpmath.npdf(mpmath.sqrt(2) * mpmath.erfinv(2 * tail(f) - 1)), points))

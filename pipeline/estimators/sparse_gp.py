@@ -26,7 +26,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 import pepcore
+from pepcore.initialisation import median_lengthscale
+from pepcore.likelihoods import Probit
 from pepcore.linalg import DEFAULT_JITTER
+from pepcore.models.ep import EP, site_data
+from pepcore.projections import projection as named_projection
+from pipeline.estimators import untied_ep
 from pipeline.data.datasets import ArrayData
 from pipeline.estimators.base import STOPPING_WINDOW, InputScaling, StoppingRule, fit_in_process, training_config
 from pipeline.models.collapsed import COLLAPSED
@@ -196,16 +201,62 @@ class SparseGPRegressor(RegressorMixin, _SparseGPBase):
 
 
 class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
-    """Binary GP classification (probit) with tied-factor Power EP (α = 1: EP, α → 0: VFE).
+    """Binary GP classification (probit) with EP-family sites.
 
-    Arguments as :class:`SparseGPRegressor` (without ``noise_variance``; ``variance`` defaults to 1).
+    ``sites="tied"`` (default): the sparse GP's tied-factor Power EP (α = 1: EP, α → 0: VFE), trained by
+    the trainer (the same step as ``pep train``). ``sites="untied"``: one site per training row on the exact
+    GP (O(N³); for N up to a few thousand), ``num_inducing``, ``inducing_points``, ``train_inducing``,
+    ``learning_rate`` unused; the amplitude and one shared lengthscale maximise the EP evidence by
+    L-BFGS-B (``max_iter`` iterations), as seed002's experiments (:mod:`pipeline.estimators.untied_ep`);
+    EP's sites are updated in parallel sweeps damped by ½ (one linear solve per sweep).
+    ``projection`` (untied sites only): ``"kl"`` is EP's moment matching, ``"wasserstein"`` Quantile
+    Propagation (same mean, the L2-Wasserstein variance; seed002); ``alpha`` is a Power-EP power in both.
+
+    Other arguments as :class:`SparseGPRegressor` (without ``noise_variance``; ``variance`` defaults to 1).
     Labels may be any two values; ``classes_`` holds them sorted.
+
+    Example:
+        >>> from sklearn.datasets import load_breast_cancer
+        >>> x, y = load_breast_cancer(return_X_y=True)
+        >>> qp = SparseGPClassifier(sites="untied", projection="wasserstein", alpha=1.0, max_iter=20).fit(x[:100], y[:100])
+        >>> qp.score(x[100:200], y[100:200]) > 0.9
+        True
     """
 
+    def __init__(
+        self,
+        num_inducing: int = 50,
+        alpha: float = 0.5,
+        inducing_points=None,
+        train_inducing: bool = True,
+        lengthscales=None,
+        variance: float | None = None,
+        max_iter: int = 3000,
+        tol: float = 1e-4,
+        learning_rate: float = 0.01,
+        seed: int = 0,
+        jitter: float = DEFAULT_JITTER,
+        standardize: bool = True,
+        sites: str = "tied",
+        projection: str = "kl",
+    ):
+        super().__init__(num_inducing, alpha, inducing_points, train_inducing, lengthscales, variance, max_iter,
+                         tol, learning_rate, seed, jitter, standardize)
+        self.sites = sites
+        self.projection = projection
+
     def fit(self, X, y):
-        """Fit the tied factor, hyper-parameters (and inducing inputs) by maximising the Power-EP energy."""
+        """Fit the sites and hyper-parameters (tied: and inducing inputs) by maximising the (Power-)EP evidence."""
         x = check_features(X)
         self.classes_, labels = check_class_labels(check_targets(y, x.shape[0]), binary=True)
+        if self.sites not in ("tied", "untied"):
+            raise ValueError(f"sites must be 'tied' or 'untied'; got {self.sites!r}")
+        named_projection(self.projection)
+        if self.sites == "untied":
+            return self._fit_untied(x, labels)
+        if self.projection != "kl":
+            raise ValueError(f"projection={self.projection!r} needs sites='untied'; the tied-factor model projects "
+                             "by moment matching only")
         self._check_settings(x)
         data = ArrayData(x, labels, "classification", 2)
 
@@ -220,18 +271,46 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
             self.x_train_, self.y_train_ = jnp.asarray(self.scaling_(x)), jnp.asarray(labels, dtype=jnp.float64)
         return self
 
+    def _fit_untied(self, x, labels):
+        if not 0.0 < float(self.alpha) <= 1.0:
+            raise ValueError(f"alpha must lie in (0, 1] with untied sites; got {self.alpha}")
+        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
+            raise ValueError(f"max_iter must be a non-negative integer; got {self.max_iter!r}")
+        self.scaling_ = InputScaling.of(ArrayData(x, labels, "classification", 2), self.standardize)
+        self.x_train_ = self.scaling_(x)
+        with pepcore.float64():
+            self.site_data_ = site_data(np.arange(x.shape[0]), labels)
+        start = None
+        if self.lengthscales is not None or self.variance is not None:
+            length = (median_lengthscale(self.x_train_, self.seed) if self.lengthscales is None
+                      else float(np.mean(np.asarray(self.lengthscales, float) / self.scaling_.std)))
+            start = np.log([length, 1.0 if self.variance is None else float(self.variance)])
+        self.untied_ = untied_ep.fit(EP(Probit(), self.projection, float(self.alpha), damping=0.5, schedule="parallel"),
+                                     self.x_train_, self.site_data_, start, max_iter=int(self.max_iter), seed=self.seed)
+        self.params_ = self.untied_.log_theta
+        self.n_features_in_ = x.shape[1]
+        return self
+
     def log_marginal_likelihood(self) -> float:
-        """The Power-EP energy (the approximate log marginal likelihood) at the fitted parameters."""
+        """The Power-EP energy (the approximate log marginal likelihood) at the fitted parameters; untied
+        sites: ``log Z_EP`` (seed002 eq. 4)."""
         check_is_fitted(self, "params_")
+        if self.sites == "untied":
+            return self.untied_.log_evidence
         with pepcore.float64():
             return float(self.model_.energy(self.params_, self.x_train_, self.y_train_))
 
     def predict_proba(self, X):
         """Class probabilities ``[p(y = classes_[0]), p(y = classes_[1])]`` per row, ``Φ(m/√(1+v))``."""
-        x = self._inputs(X)
-        with pepcore.float64():
-            mean, var = self.model_.predict_f(self.params_, x)
-            z = np.asarray(mean) / np.sqrt(1.0 + np.asarray(var))
+        if self.sites == "untied":
+            check_is_fitted(self, "params_")
+            x = self.scaling_(check_features(X, n_features=self.n_features_in_))
+            mean, var = untied_ep.predict(self.untied_, self.x_train_, self.site_data_, x)
+        else:
+            x = self._inputs(X)
+            with pepcore.float64():
+                mean, var = self.model_.predict_f(self.params_, x)
+        z = np.asarray(mean) / np.sqrt(1.0 + np.asarray(var))
         return np.exp(np.stack([log_ndtr(-z), log_ndtr(z)], axis=1))
 
     def predict(self, X):

@@ -1,0 +1,134 @@
+"""Untied EP / Power EP / QP (pepcore/models/ep.py) on seed003's toy problems, against closed forms."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pepcore.kernels import ARDSquaredExponential
+from pepcore.likelihoods import Heaviside, Probit
+from pepcore.models.collapsed_regression import log_marginal_likelihood
+from pepcore.models.ep import EP, gaussian_part, site_data
+from tests import oracles
+
+PRIOR = jnp.eye(1)  # N(x; 0, 1)
+
+
+def _evidence(ep, data, **run):
+    result = ep.run(PRIOR, data, **run)
+    assert result.converged
+    return float(jnp.exp(ep.log_evidence(PRIOR, data, result.sites))), result
+
+
+def _box(b):
+    """``h(x + b) h(−x + b)`` (seed003 eq. 36)."""
+    return site_data([0, 0], [1, 1], weight=[1.0, -1.0], offset=[b, b])
+
+
+@pytest.mark.parametrize("b, z_ep, z_true", [(0.1, 0.0866590335, 0.0796556746), (0.5, 0.4106398736, 0.3829249225),
+                                             (1.0, 0.7102628497, 0.6826894921), (2.0, 0.9584686387, 0.9544997361)])
+def test_symmetric_box_overestimates_the_evidence(b, z_ep, z_true):
+    """seed003 §2.3: Z_EP at the report's fixed point, above Z_true = erf(b/√2)."""
+    z, result = _evidence(EP(Heaviside()), _box(b))
+    assert z == pytest.approx(z_ep, rel=1e-9)
+    assert oracles.box_evidence(b) == pytest.approx(z_true, rel=1e-9)
+    assert z > oracles.box_evidence(b)
+
+
+@pytest.mark.parametrize("w, c, z_ep, z_true", [(1.0, 0.5, 0.3469021850, 0.3456268321), (5.0, 0.5, 0.3998075109, 0.3794519569),
+                                                (0.5, 1.0, 0.4798932462, 0.4796682277)])
+def test_probit_box_overestimates_the_evidence(w, c, z_ep, z_true):
+    """seed003 §3: factors probit(w(±x + c)) = Φ(√2w(±x + c))."""
+    a = np.sqrt(2.0) * w
+    z, _ = _evidence(EP(Probit()), site_data([0, 0], [1, 1], weight=[a, -a], offset=[a * c, a * c]))
+    assert z == pytest.approx(z_ep, rel=1e-8)
+    assert oracles.probit_box_evidence(w, c) == pytest.approx(z_true, rel=1e-8)
+    assert z > z_true
+
+
+@pytest.mark.parametrize("n, ratio", [(1, 1.0), (2, 0.884795), (5, 0.768910), (10, 0.701772)])
+def test_repeated_heavisides_underestimate_and_equal_power_ep(n, ratio):
+    """seed003 §5: N copies of h(−x) (Z_true = ½) give Z_EP/Z_true of the report; Power EP with power
+    1/N on one copy (damping 1/N, as the spec) reaches the same Z, mean and variance to 1e-6 relative."""
+    z, result = _evidence(EP(Heaviside()), site_data([0] * n, [1] * n, weight=-1.0))
+    assert z / 0.5 == pytest.approx(ratio, abs=5e-7)
+    power = EP(Heaviside(), alpha=1.0 / n, damping=1.0 / n)
+    z_power, power_result = _evidence(power, site_data([0], [1], weight=-1.0), max_sweeps=5000, tol=1e-13)
+    assert z_power == pytest.approx(z, rel=1e-6)
+    np.testing.assert_allclose(power_result.posterior.mean, result.posterior.mean, rtol=1e-6)
+    np.testing.assert_allclose(power_result.posterior.cov, result.posterior.cov, rtol=1e-6)
+
+
+@pytest.mark.parametrize("w, n, ratio", [(1.0, 5, 0.982015), (3.0, 2, 0.954225)])
+def test_repeated_probits_underestimate(w, n, ratio):
+    z, _ = _evidence(EP(Probit()), site_data([0] * n, [1] * n, weight=-np.sqrt(2.0) * w))
+    assert z / oracles.repeated_probit_evidence(w, n) == pytest.approx(ratio, abs=5e-7)
+
+
+@pytest.mark.parametrize("b, var_ep, var_qp", [(0.1, 4.659101e-03, 4.289027e-03), (1.0, 3.503294e-01, 3.356560e-01)])
+def test_quantile_propagation_shrinks_the_box_variance(b, var_ep, var_qp):
+    """seed002 spec §9.3: at the fixed points EP's and QP's posterior variances of the box."""
+    for projection, expected in [("kl", var_ep), ("wasserstein", var_qp)]:
+        result = EP(Heaviside(), projection=projection).run(PRIOR, _box(b))
+        assert float(result.posterior.cov[0, 0]) == pytest.approx(expected, rel=2e-6)
+
+
+def test_fitc_two_point_example():
+    """seed003 §8: the project's FITC (collapsed PEP at α = 1) on y = 0 at x = (1, 0), σ_f = ℓ = 0.5, σ_n = 0.1:
+    exact with inducing inputs at the data, ln p_FITC − ln p_true = 0.0582977467 with one at 0.5."""
+    x, y = np.array([[1.0], [0.0]]), np.zeros(2)
+    kernel = ARDSquaredExponential(jnp.asarray([0.5]), jnp.asarray(0.25))
+    exact = oracles.exact_gp_evidence(x, y, [0.5], 0.25, 0.01)
+    assert exact == pytest.approx(-0.4822639911, rel=1e-9)
+    fitc = lambda z: float(log_marginal_likelihood(kernel, jnp.asarray(z), 0.01, jnp.asarray(x), jnp.asarray(y), 1.0, 0.0))
+    assert fitc(x) == pytest.approx(exact, rel=1e-10)
+    assert fitc([[0.5]]) - exact == pytest.approx(0.0582977467, rel=1e-8)
+
+
+def _classification(n=25, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 2))
+    labels = (x[:, 0] + 0.5 * rng.normal(size=n) > 0).astype(float)
+    return jnp.asarray(x), site_data(jnp.arange(n), labels)
+
+
+def _cov(x, log_theta):
+    kernel = ARDSquaredExponential(jnp.exp(log_theta[:1]) * jnp.ones(2), jnp.exp(log_theta[1]))
+    return kernel(x, x) + 1e-8 * jnp.eye(x.shape[0])
+
+
+@pytest.mark.parametrize("projection", ["kl", "wasserstein"])
+def test_parallel_damped_reaches_the_sequential_fixed_point(projection):
+    x, data = _classification()
+    cov = _cov(x, jnp.log(jnp.array([1.2, 2.0])))
+    sequential = EP(Probit(), projection).run(cov, data, tol=1e-11)
+    parallel = EP(Probit(), projection, damping=0.5, schedule="parallel").run(cov, data, max_sweeps=1000, tol=1e-11)
+    assert sequential.converged and parallel.converged
+    np.testing.assert_allclose(parallel.sites.precision, sequential.sites.precision, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(parallel.posterior.mean, sequential.posterior.mean, rtol=1e-8, atol=1e-10)
+
+
+def test_evidence_gradient_is_the_gaussian_parts_at_the_fixed_point():
+    """R&W §5.5.2: d log Z_EP/dθ = ∂/∂θ of the Gaussian part with the sites fixed (central differences of
+    the converged evidence, 1e-5 relative)."""
+    x, data = _classification()
+    ep = EP(Probit())
+    theta = jnp.log(jnp.array([1.2, 2.0]))
+    sites = ep.run(_cov(x, theta), data, tol=1e-12).sites
+    grad = jax.grad(lambda t: gaussian_part(_cov(x, t), data, sites))(theta)
+
+    def evidence(t):
+        return float(ep.log_evidence(_cov(x, t), data, ep.run(_cov(x, t), data, sites, tol=1e-13).sites))
+
+    eps = 1e-5
+    fd = [(evidence(theta.at[i].add(eps)) - evidence(theta.at[i].add(-eps))) / (2 * eps) for i in range(2)]
+    np.testing.assert_allclose(grad, fd, rtol=1e-5)
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="projection"):
+        EP(Probit(), "l2").check()
+    with pytest.raises(ValueError, match="damping"):
+        EP(Probit(), damping=0.0).check()
+    with pytest.raises(ValueError, match="schedule"):
+        EP(Probit(), schedule="random").check()

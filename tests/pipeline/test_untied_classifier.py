@@ -1,0 +1,70 @@
+"""SparseGPClassifier(sites="untied", projection=...): exact-GP EP / QP with the EP evidence maximised."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pepcore.kernels import ARDSquaredExponential
+from pepcore.likelihoods import Probit
+from pepcore.models.ep import EP, predict_latent, site_data
+from pipeline import SparseGPClassifier
+
+
+def _data(n=40, seed=1):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 2))
+    return x, (x[:, 0] - 0.5 * x[:, 1] + 0.4 * rng.normal(size=n) > 0).astype(int)
+
+
+def test_predictions_match_the_dense_formulas():
+    """``predict_latent`` against ``k*ᵀK⁻¹μ`` and ``k** − k*ᵀK⁻¹k* + k*ᵀK⁻¹ΣK⁻¹k*`` in numpy."""
+    x, y = _data()
+    kernel = ARDSquaredExponential(jnp.ones(2), jnp.asarray(2.0))
+    cov = kernel(jnp.asarray(x), jnp.asarray(x)) + 1e-6 * jnp.eye(len(y))
+    data = site_data(np.arange(len(y)), y)
+    result = EP(Probit(), "wasserstein").run(cov, data)
+    x_test = np.linspace(-2, 2, 7)[:, None] * np.ones(2)
+    cross = kernel(jnp.asarray(x), jnp.asarray(x_test))
+    mean, var = predict_latent(cov, cross, kernel.diag(jnp.asarray(x_test)), data, result.sites)
+    k, ks, q = np.asarray(cov), np.asarray(cross), result.posterior
+    a = np.linalg.solve(k, ks)
+    np.testing.assert_allclose(mean, a.T @ np.asarray(q.mean), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(var, 2.0 - np.sum(ks * a, 0) + np.sum(a * (np.asarray(q.cov) @ a), 0), rtol=1e-7, atol=1e-10)
+
+
+def test_untied_ep_and_qp_fit_and_agree_on_labels():
+    """Both maximise the EP evidence above its starting value; the same predicted labels; QP's latent
+    variances at the training inputs are not above EP's at their common hyper-parameters."""
+    x, y = _data()
+    ep = SparseGPClassifier(sites="untied", alpha=1.0, max_iter=30).fit(x, y)
+    qp = SparseGPClassifier(sites="untied", projection="wasserstein", alpha=1.0, max_iter=30).fit(x, y)
+    start = SparseGPClassifier(sites="untied", alpha=1.0, max_iter=0).fit(x, y)
+    assert ep.log_marginal_likelihood() > start.log_marginal_likelihood()
+    assert ep.untied_.unconverged == 0 and qp.untied_.unconverged == 0  # EP converged at every evaluation
+    assert np.array_equal(ep.predict(x), qp.predict(x))
+    assert ep.score(x, y) > 0.85
+    fixed = SparseGPClassifier(sites="untied", projection="wasserstein", alpha=1.0, max_iter=0,
+                               lengthscales=np.exp(ep.params_[0]) * ep.scaling_.std, variance=float(np.exp(ep.params_[1])))
+    fixed.fit(x, y)
+    same_theta = SparseGPClassifier(sites="untied", alpha=1.0, max_iter=0, lengthscales=np.exp(ep.params_[0]) * ep.scaling_.std,
+                                    variance=float(np.exp(ep.params_[1]))).fit(x, y)
+    qp_var = np.diag(np.asarray(_posterior_cov(fixed)))
+    ep_var = np.diag(np.asarray(_posterior_cov(same_theta)))
+    assert np.all(qp_var <= ep_var * (1 + 1e-9))
+
+
+def _posterior_cov(model):
+    from pepcore.models.ep import posterior
+    from pipeline.estimators.untied_ep import _prior_cov
+
+    return posterior(_prior_cov(jnp.asarray(model.params_), jnp.asarray(model.x_train_)), model.site_data_, model.untied_.sites).cov
+
+
+def test_bad_settings_are_refused():
+    x, y = _data()
+    with pytest.raises(ValueError, match="needs sites='untied'"):
+        SparseGPClassifier(projection="wasserstein").fit(x, y)
+    with pytest.raises(ValueError, match="sites must be"):
+        SparseGPClassifier(sites="shared").fit(x, y)
+    with pytest.raises(ValueError, match="projection must be one of"):
+        SparseGPClassifier(sites="untied", projection="l2").fit(x, y)
