@@ -39,6 +39,20 @@ def training_config(model_settings: dict[str, Any], *, rows_per_step: int, epoch
                        checkpoint_every=max(epochs, 1))
 
 
+def training_steps(n_rows: int, batch_size: int | None, max_iter: int, epochs: int | None) -> int:
+    """The number of steps of a fit: ``max_iter``, or ``epochs`` passes of ``⌈n_rows/batch_size⌉``
+    minibatches (a full batch when ``batch_size`` is None). ValueError naming a bad argument."""
+    if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= n_rows):
+        raise ValueError(f"batch_size must be None or an integer in 1..{n_rows}; got {batch_size!r}")
+    if not isinstance(max_iter, (int, np.integer)) or max_iter < 0:
+        raise ValueError(f"max_iter must be a non-negative integer; got {max_iter!r}")
+    if epochs is None:
+        return int(max_iter)
+    if not isinstance(epochs, (int, np.integer)) or epochs < 1:
+        raise ValueError(f"epochs must be None or a positive integer; got {epochs!r}")
+    return int(epochs) * -(-n_rows // (n_rows if batch_size is None else batch_size))
+
+
 def fit_in_process(spec: ModelSpec, data: ArrayData, config: TrainConfig, steps: int,
                    initial_params: Any = None) -> dict[str, Any]:
     """Train ``spec`` on ``data`` for ``steps`` steps with the trainer (no run directory) and return the

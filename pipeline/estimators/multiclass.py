@@ -33,7 +33,7 @@ from pepcore.linalg import DEFAULT_JITTER
 from pepcore.models import multiclass_ep as ep
 from pepcore.models.multiclass import MultiClassGP, NaturalFactor
 from pipeline.data.datasets import ArrayData
-from pipeline.estimators.base import InputScaling, fit_in_process, training_config
+from pipeline.estimators.base import InputScaling, fit_in_process, training_config, training_steps
 from pipeline.models.multiclass import SEP
 from pipeline.training.step import adam, ascent_update
 from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
@@ -164,24 +164,13 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
     def _num_steps(self, n_rows: int) -> int:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}; got {self.method!r}")
-        if self.batch_size is not None and (
-            not isinstance(self.batch_size, (int, np.integer)) or not 1 <= self.batch_size <= n_rows
-        ):
-            raise ValueError(f"batch_size must be None or an integer in 1..{n_rows}; got {self.batch_size!r}")
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
-            raise ValueError(f"max_iter must be a non-negative integer; got {self.max_iter!r}")
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha!r}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive; got {self.learning_rate!r}")
         if not 0.0 < self.damping <= 1.0:
             raise ValueError(f"damping must lie in (0, 1]; got {self.damping!r}")
-        if self.epochs is None:
-            return int(self.max_iter)
-        if not isinstance(self.epochs, (int, np.integer)) or self.epochs < 1:
-            raise ValueError(f"epochs must be None or a positive integer; got {self.epochs!r}")
-        batch = n_rows if self.batch_size is None else self.batch_size
-        return int(self.epochs) * -(-n_rows // batch)
+        return training_steps(n_rows, self.batch_size, self.max_iter, self.epochs)
 
     def fit(self, X, y):
         """Fit the factors, hyper-parameters and inducing inputs (seed001 §2.3)."""
