@@ -47,7 +47,7 @@ class LayerParams(NamedTuple):
     raw_variance: jnp.ndarray  # log σ_f², [G or 1]
     inducing: jnp.ndarray  # Z, [G, M, D_in]
     factor_shift: jnp.ndarray  # η = Nθ₁'s linear part, [G, M]
-    factor_chol: jnp.ndarray  # lower-triangular L with Λ = LLᵀ, [G, M, M]
+    factor_chol: jnp.ndarray  # L with Λ = LLᵀ: strictly lower part as is, diagonal as log (spec §2.4), [G, M, M]
     likelihood: dict  # the outputs' noise: Gaussian params (hidden layers), the model's likelihood (last)
 
     BIJECTIONS = {"raw_lengthscales": ("lengthscales", LOG), "raw_variance": ("variance", LOG)}
@@ -67,15 +67,18 @@ class StepShared(NamedTuple):
 
 
 def tied_factor(layer: LayerParams) -> bank.CholeskyFactor:
-    return bank.CholeskyFactor(layer.factor_shift, layer.factor_chol)
+    """The layer's tied factors as a bank's, ``L = tril(raw, −1) + diag(exp(diag raw))``: the reference
+    code's log-diagonal (spec §2.4), so that Adam grows the factor's precision geometrically."""
+    raw = layer.factor_chol
+    diagonal = jnp.exp(jnp.diagonal(raw, axis1=-2, axis2=-1))
+    return bank.CholeskyFactor(layer.factor_shift, jnp.tril(raw, -1) + diagonal[..., None] * jnp.eye(raw.shape[-1]))
 
 
 def _random_factor(rng: np.random.Generator, width: int, num_inducing: int, scale: float) -> tuple:
-    """The reference code's random tied factor (spec §5.3): ``Λ = LLᵀ`` with ``L`` lower-triangular,
-    ``N(0, scale²)`` below the diagonal and ``exp(N(0, scale²))`` on it; ``η ~ N(0, scale²)``."""
-    raw = scale * rng.normal(size=(width, num_inducing, num_inducing))
-    chol = np.tril(raw, -1) + np.exp(np.diagonal(raw, axis1=1, axis2=2))[:, :, None] * np.eye(num_inducing)
-    return jnp.asarray(scale * rng.normal(size=(width, num_inducing))), jnp.asarray(chol)
+    """The reference code's random tied factor (spec §5.3): ``η`` and the stored ``L`` (log-diagonal)
+    with ``N(0, scale²)`` entries."""
+    raw = np.tril(scale * rng.normal(size=(width, num_inducing, num_inducing)))
+    return jnp.asarray(scale * rng.normal(size=(width, num_inducing))), jnp.asarray(raw)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 import jax
 from pydantic import Field
@@ -21,7 +21,8 @@ from pipeline.models.sparse_gp import (INITIAL_NOISE_VARIANCE, GaussianHeldOut, 
 class DeepGPSettings(ModelSettings):
     """Settings of the deep GPs (the ``[model]`` table)."""
 
-    hidden_dims: tuple[int, ...] = Field((2,), description="widths of the hidden layers; () is one GP layer")
+    hidden_dims: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+        (2,), description="widths of the hidden layers; () is one GP layer")
     num_inducing: int = Field(100, ge=1, description="inducing points M per GP (seed004 §8.2: 50 or 100)")
     alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power: 1 is seed004's approximate EP")
     share_hypers: bool = Field(False, description="one kernel per layer (the authors' code) instead of per GP "
@@ -29,10 +30,6 @@ class DeepGPSettings(ModelSettings):
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0,
                                   description="starting noise variance of every layer, in standardised units")
     jitter: float = Field(1e-6, ge=0.0, description="relative jitter on every K_uu (the authors' code: 1e-6)")
-
-    def model_post_init(self, _context: Any) -> None:
-        if any(width < 1 for width in self.hidden_dims):
-            raise ValueError(f"hidden_dims must be positive widths; got {self.hidden_dims}")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from scipy.stats import norm
 from pepcore import bank
 from pepcore.kernels import BatchedARDSquaredExponential
 from pepcore.likelihoods import Gaussian, Probit
-from pepcore.models.deep_gp import DeepGP, DeepGPParams
+from pepcore.models.deep_gp import DeepGP, DeepGPParams, tied_factor
 from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
 from pepcore.parameters import constrained, unconstrain_positive
 from pepcore.psi_statistics import psi_statistics, uncertain_input_marginals
@@ -99,7 +99,7 @@ def test_uncertain_input_at_zero_variance_is_the_fixed_row_projection():
     layer = params.layers[1]
     gps = model.layer_bank(layer)
     prior = bank.prior_factors(gps)
-    gaussian = bank.gaussians(prior, bank.CholeskyFactor(layer.factor_shift, layer.factor_chol), 0.9)
+    gaussian = bank.gaussians(prior, tied_factor(layer), 0.9)
     rows = jnp.asarray(np.random.default_rng(2).normal(size=(5, 3)))
     fixed = jax.jit(bank.latent_marginals)(gps, prior, gaussian, rows)
     uncertain = jax.jit(uncertain_input_marginals)(gps, prior, gaussian, rows, jnp.zeros_like(rows))
@@ -127,7 +127,7 @@ def test_one_layer_is_the_tied_power_ep_sparse_gp(alpha):
     same = SparseGPParams(raw_lengthscales=unconstrain_positive(values["lengthscales"][0]),
                           raw_variance=unconstrain_positive(values["variance"][0]), inducing=layer.inducing[0],
                           likelihood=layer.likelihood, factor_shift=layer.factor_shift[0],
-                          factor_chol=layer.factor_chol[0])
+                          factor_chol=tied_factor(layer).chol[0])
     reference = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=model.jitter)
     energy, expected = float(jax.jit(model.energy)(params, x, y)), float(jax.jit(reference.energy)(same, x, y))
     assert abs(energy - expected) <= 1e-8 * abs(expected)
@@ -157,8 +157,9 @@ def test_one_data_point_energy_is_its_log_z():
     assert float(model.global_energy(params, shared, 1)) == pytest.approx(0.0, abs=1e-12)
     assert float(model.energy(params, x, y)) == pytest.approx(float(expected), rel=1e-12)
     prior_only = model.propagate(params, shared.priors, shared.cavities, x)
+    no_factor = lambda raw: jnp.where(jnp.eye(raw.shape[-1], dtype=bool), -jnp.inf, 0.0 * raw)  # L = 0
     posteriors = model.posteriors(params._replace(layers=tuple(
-        layer._replace(factor_shift=0 * layer.factor_shift, factor_chol=0 * layer.factor_chol)
+        layer._replace(factor_shift=0 * layer.factor_shift, factor_chol=no_factor(layer.factor_chol))
         for layer in params.layers)))
     np.testing.assert_allclose(prior_only, model.propagate(params, *posteriors, x), rtol=1e-12)
 
