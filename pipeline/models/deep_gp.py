@@ -4,18 +4,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 
 import jax
 from pydantic import Field
 
 from pepcore.likelihoods import Gaussian, Probit
 from pepcore.models.deep_gp import DeepGP, DeepGPParams
-from pipeline.data.blocks import TargetScaling
 from pipeline.models.protocol import ModelSettings
 from pipeline.models.registry import register
-from pipeline.models.sparse_gp import (INITIAL_NOISE_VARIANCE, GaussianHeldOut, ProbitHeldOut, check_inducing,
-                                       check_task, regression_targets)
+from pipeline.models.sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
 
 
 class DeepGPSettings(ModelSettings):
@@ -33,20 +31,11 @@ class DeepGPSettings(ModelSettings):
 
 
 @dataclass(frozen=True)
-class DeepGPSpec:
-    """A deep GP bound to a task (the :class:`~pipeline.models.ModelSpec` protocol)."""
+class DeepGPSpec(SparseGPSpec):
+    """A deep GP bound to a task (the :class:`~pipeline.models.ModelSpec` protocol); the data checks,
+    targets and held-out metrics are the sparse GP's."""
 
-    name: str
-    task: str
-    description: str
     Settings = DeepGPSettings
-    has_sites = False
-
-    def check(self, data: Any, settings: DeepGPSettings, block_rows: int) -> None:
-        check_task(self, data, 2 if self.task == "classification" else None)
-
-    def binding(self, data: Any) -> dict[str, Any]:
-        return {}
 
     def build(self, settings: DeepGPSettings, binding: dict[str, Any]) -> DeepGP:
         likelihood = Gaussian() if self.task == "regression" else Probit()
@@ -65,12 +54,6 @@ class DeepGPSpec:
         trainable = jax.tree_util.tree_map(lambda _: False, params)
         return trainable._replace(layers=tuple(layer._replace(inducing=not settings.train_inducing)
                                                for layer in trainable.layers))
-
-    def targets(self, data: Any) -> TargetScaling:
-        return regression_targets(data) if self.task == "regression" else TargetScaling()
-
-    def held_out(self, model: DeepGP, targets: TargetScaling) -> Callable:
-        return GaussianHeldOut(model, targets) if self.task == "regression" else ProbitHeldOut(model)
 
 
 REGRESSOR = register(DeepGPSpec("deep-gp", "regression",
