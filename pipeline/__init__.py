@@ -7,6 +7,8 @@ do not load JAX (≈ 180 MB of resident memory) when they do not need it.
 from importlib import import_module
 
 _EXPORTS = {
+    "DeepGPClassifier": "pipeline.estimators.deep_gp",
+    "DeepGPRegressor": "pipeline.estimators.deep_gp",
     "MultiClassGPClassifier": "pipeline.estimators.multiclass",
     "SparseGPClassifier": "pipeline.estimators.sparse_gp",
     "SparseGPRegressor": "pipeline.estimators.sparse_gp",

@@ -72,12 +72,35 @@ class StoppingRule:
                           "increase max_iter (or the learning rate)", ConvergenceWarning, stacklevel=4)
 
 
+def stopping_rule(tol: float, n_rows: int, batch_size: int | None, epochs: int | None) -> StoppingRule:
+    """The estimators' rule: windows of 25 steps or one epoch of ``batch_size`` rows, whichever is longer;
+    none (``tol = 0``) when the user asked for a number of ``epochs``. ValueError for a negative ``tol``."""
+    if not tol >= 0:
+        raise ValueError(f"tol must be non-negative; got {tol!r}")
+    steps_per_epoch = 1 if batch_size is None else -(-n_rows // batch_size)
+    return StoppingRule(0.0 if epochs is not None else float(tol), n_rows, max(STOPPING_WINDOW, steps_per_epoch))
+
+
 def training_config(model_settings: dict[str, Any], *, rows_per_step: int, epochs: int, learning_rate: float,
                     standardize: bool, seed: int) -> TrainConfig:
     """A config for an in-memory fit: ``rows_per_step`` rows per step, each step one block."""
     return TrainConfig(model=model_settings, learning_rate=learning_rate, epochs=max(epochs, 1),
                        batch_size=rows_per_step, block_rows=rows_per_step, standardize=standardize, seed=seed,
                        checkpoint_every=max(epochs, 1))
+
+
+def training_steps(n_rows: int, batch_size: int | None, max_iter: int, epochs: int | None) -> int:
+    """The number of steps of a fit: ``max_iter``, or ``epochs`` passes of ``⌈n_rows/batch_size⌉``
+    minibatches (a full batch when ``batch_size`` is None). ValueError naming a bad argument."""
+    if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= n_rows):
+        raise ValueError(f"batch_size must be None or an integer in 1..{n_rows}; got {batch_size!r}")
+    if not isinstance(max_iter, (int, np.integer)) or max_iter < 0:
+        raise ValueError(f"max_iter must be a non-negative integer; got {max_iter!r}")
+    if epochs is None:
+        return int(max_iter)
+    if not isinstance(epochs, (int, np.integer)) or epochs < 1:
+        raise ValueError(f"epochs must be None or a positive integer; got {epochs!r}")
+    return int(epochs) * -(-n_rows // (n_rows if batch_size is None else batch_size))
 
 
 def fit_in_process(spec: ModelSpec, data: ArrayData, config: TrainConfig, steps: int,

@@ -33,7 +33,7 @@ from pepcore.linalg import DEFAULT_JITTER
 from pepcore.models import multiclass_ep as ep
 from pepcore.models.multiclass import MultiClassGP, NaturalFactor
 from pipeline.data.datasets import ArrayData
-from pipeline.estimators.base import STOPPING_WINDOW, InputScaling, StoppingRule, fit_in_process, training_config
+from pipeline.estimators.base import InputScaling, fit_in_process, stopping_rule, training_config, training_steps
 from pipeline.models.multiclass import SEP
 from pipeline.training.step import adam, ascent_update
 from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
@@ -169,26 +169,13 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
     def _num_steps(self, n_rows: int) -> int:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}; got {self.method!r}")
-        if self.batch_size is not None and (
-            not isinstance(self.batch_size, (int, np.integer)) or not 1 <= self.batch_size <= n_rows
-        ):
-            raise ValueError(f"batch_size must be None or an integer in 1..{n_rows}; got {self.batch_size!r}")
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
-            raise ValueError(f"max_iter must be a non-negative integer; got {self.max_iter!r}")
-        if not self.tol >= 0:
-            raise ValueError(f"tol must be non-negative; got {self.tol!r}")
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha!r}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive; got {self.learning_rate!r}")
         if not 0.0 < self.damping <= 1.0:
             raise ValueError(f"damping must lie in (0, 1]; got {self.damping!r}")
-        if self.epochs is None:
-            return int(self.max_iter)
-        if not isinstance(self.epochs, (int, np.integer)) or self.epochs < 1:
-            raise ValueError(f"epochs must be None or a positive integer; got {self.epochs!r}")
-        batch = n_rows if self.batch_size is None else self.batch_size
-        return int(self.epochs) * -(-n_rows // batch)
+        return training_steps(n_rows, self.batch_size, self.max_iter, self.epochs)
 
     def fit(self, X, y):
         """Fit the factors, hyper-parameters and inducing inputs (seed001 §2.3)."""
@@ -210,12 +197,6 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         self.n_features_in_ = x.shape[1]
         return self
 
-    def _stopping(self, n_rows: int) -> StoppingRule:
-        """The stopping rule over windows of 25 steps or one epoch; none when ``epochs`` is given."""
-        steps_per_epoch = 1 if self.batch_size is None else -(-n_rows // self.batch_size)
-        tol = 0.0 if self.epochs is not None else float(self.tol)
-        return StoppingRule(tol, n_rows, max(STOPPING_WINDOW, steps_per_epoch))
-
     def _fit_sep(self, data: ArrayData, settings: dict, num_steps: int) -> None:
         """Tied factors through the trainer: one block per step; minibatches are blocks of the rows in
         a seeded random order, so that a batch is not a run of one class."""
@@ -231,7 +212,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
                                  learning_rate=self.learning_rate, standardize=self.standardize, seed=self.seed)
         with pepcore.float64():
             self.model_ = SEP.build(SEP.Settings(**settings), SEP.binding(data))
-        stopping = self._stopping(n)
+        stopping = stopping_rule(self.tol, n, self.batch_size, self.epochs)
         for name, value in fit_in_process(SEP, data, config, num_steps, None, stopping).items():
             setattr(self, name, value)
         stopping.warn_unless_converged(self, num_steps)
@@ -241,7 +222,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         """Untied factors (per-row state) in their own compiled loop (:func:`_train_ep`), a window of
         steps per call, until the stopping rule or ``num_steps``; full-batch damping as SEP's."""
         n = self.x_train_.shape[0]
-        stopping = self._stopping(n)
+        stopping = stopping_rule(self.tol, n, self.batch_size, self.epochs)
         index, mask = _batches(n, self.batch_size, num_steps, self.seed)
         damping = np.asarray(SEP.Settings(**settings).damping_schedule()(np.arange(num_steps)), np.float64)
         values, ok, skipped = np.zeros(0), np.zeros(0, bool), np.zeros(0, int)

@@ -33,7 +33,7 @@ from pepcore.models.ep import EP, site_data
 from pepcore.projections import projection as named_projection
 from pipeline.estimators import untied_ep
 from pipeline.data.datasets import ArrayData
-from pipeline.estimators.base import STOPPING_WINDOW, InputScaling, StoppingRule, fit_in_process, training_config
+from pipeline.estimators.base import InputScaling, fit_in_process, stopping_rule, training_config
 from pipeline.models.collapsed import COLLAPSED
 from pipeline.models.sparse_gp import CLASSIFIER
 from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
@@ -75,8 +75,6 @@ class _SparseGPBase(BaseEstimator):
             raise ValueError(f"alpha must lie in [0, 1]; got {self.alpha}")
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
             raise ValueError(f"max_iter must be a non-negative integer; got {self.max_iter!r}")
-        if not self.tol >= 0:
-            raise ValueError(f"tol must be non-negative; got {self.tol!r}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive; got {self.learning_rate!r}")
         check_num_inducing(self.num_inducing, self.inducing_points, x.shape[0], x.shape[1])
@@ -91,7 +89,7 @@ class _SparseGPBase(BaseEstimator):
         with pepcore.float64():
             self.model_ = spec.build(spec.Settings(**config.model), spec.binding(data))
             start = initial_params(self.scaling_)
-        stopping = StoppingRule(float(self.tol), data.n_rows("train"), STOPPING_WINDOW)
+        stopping = stopping_rule(self.tol, data.n_rows("train"), None, None)
         for name, value in fit_in_process(spec, data, config, int(self.max_iter), start, stopping).items():
             setattr(self, name, value)
         stopping.warn_unless_converged(self, int(self.max_iter))

@@ -61,7 +61,7 @@ def fixed_inducing(params: Any, settings: ModelSettings) -> Any:
 class ProbitHeldOut:
     """Per-block held-out sums of a probit classifier: ``log p(y|x) = log Φ(s m/√(1+v))``."""
 
-    model: PowerEPSparseGP
+    model: Any  # predict_f(params, x) -> (mean, var) of the latent function
 
     def __call__(self, params, x, y, mask):
         mean, var = self.model.predict_f(params, x)

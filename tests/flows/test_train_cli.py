@@ -86,11 +86,12 @@ def test_evaluate_without_a_run(tmp_path):
     assert done.returncode == 2 and "no complete checkpoint (train first with `pep train`)" in done.stderr
 
 
-def test_sigkill_then_resume_ends_bit_identical(store, config_file, tmp_path):
+@pytest.mark.parametrize("model", [MODEL, pytest.param("deep-gp-classifier", marks=pytest.mark.slow)])
+def test_sigkill_then_resume_ends_bit_identical(model, store, config_file, tmp_path):
     epochs = 40  # 200 steps, a checkpoint every 4
-    reference = train(TrainJob(MODEL, store, FAST.model_copy(update={"epochs": epochs}), tmp_path / "reference"))
+    reference = train(TrainJob(model, store, FAST.model_copy(update={"epochs": epochs}), tmp_path / "reference"))
     run_dir = tmp_path / "killed"
-    args = ["train", "--model", MODEL, "--data", store.path, "--run-dir", str(run_dir), "--config",
+    args = ["train", "--model", model, "--data", store.path, "--run-dir", str(run_dir), "--config",
             str(config_file), "--epochs", str(epochs), "--quiet"]
     process = subprocess.Popen([str(BIN / "pep"), *args], env=environment(), start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

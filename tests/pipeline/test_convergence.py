@@ -77,7 +77,7 @@ def test_untied_ep_stops_in_windows_and_matches_one_uninterrupted_run(monkeypatc
     longer = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=2000, learning_rate=0.05).fit(x, y)
     assert longer.converged_ and longer.n_iter_ < 2000 and longer.n_iter_ % 25 == 0
     assert windows.n_iter_ == 60  # windows of 25, 25 and 10 steps: the carry passes between calls
-    monkeypatch.setattr("pipeline.estimators.multiclass.STOPPING_WINDOW", 60)
+    monkeypatch.setattr("pipeline.estimators.base.STOPPING_WINDOW", 60)
     one_call = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=60, tol=0).fit(x, y)
     np.testing.assert_allclose(one_call.energy_trace_, windows.energy_trace_, rtol=1e-12)
 

@@ -1,0 +1,62 @@
+"""``deep-gp`` and ``deep-gp-classifier``: deep GPs trained with approximate EP (seed004,
+:class:`pepcore.models.deep_gp.DeepGP`) with a Gaussian or probit output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import jax
+from pydantic import Field
+
+from pepcore.likelihoods import Gaussian, Probit
+from pepcore.models.deep_gp import DeepGP, DeepGPParams
+from pipeline.models.protocol import ModelSettings
+from pipeline.models.registry import register
+from pipeline.models.sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
+
+
+class DeepGPSettings(ModelSettings):
+    """Settings of the deep GPs (the ``[model]`` table)."""
+
+    hidden_dims: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+        (2,), description="widths of the hidden layers; () is one GP layer")
+    num_inducing: int = Field(100, ge=1, description="inducing points M per GP (seed004 §8.2: 50 or 100)")
+    alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power: 1 is seed004's approximate EP")
+    share_hypers: bool = Field(False, description="one kernel per layer (the authors' code) instead of per GP "
+                                                  "(the paper)")
+    noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0,
+                                  description="starting noise variance of every layer, in standardised units")
+    jitter: float = Field(1e-6, ge=0.0, description="relative jitter on every K_uu (the authors' code: 1e-6)")
+
+
+@dataclass(frozen=True)
+class DeepGPSpec(SparseGPSpec):
+    """A deep GP bound to a task (the :class:`~pipeline.models.ModelSpec` protocol); the data checks,
+    targets and held-out metrics are the sparse GP's."""
+
+    Settings = DeepGPSettings
+
+    def build(self, settings: DeepGPSettings, binding: dict[str, Any]) -> DeepGP:
+        likelihood = Gaussian() if self.task == "regression" else Probit()
+        return DeepGP(likelihood, alpha=settings.alpha, jitter=settings.jitter)
+
+    def init(self, model: DeepGP, x, settings: DeepGPSettings, seed: int) -> DeepGPParams:
+        """The authors' starting values (:meth:`pepcore.models.deep_gp.DeepGP.init`)."""
+        check_inducing(settings, x.shape[0])
+        likelihood = (Gaussian.init_params(settings.noise_variance) if self.task == "regression"
+                      else Probit.init_params())
+        return model.init(x, settings.hidden_dims, settings.num_inducing, likelihood_params=likelihood,
+                          noise_variance=settings.noise_variance, share_hypers=settings.share_hypers, seed=seed)
+
+    def frozen(self, settings: DeepGPSettings, params: DeepGPParams) -> DeepGPParams:
+        """Every leaf trainable but the inducing inputs unless ``train_inducing``."""
+        trainable = jax.tree_util.tree_map(lambda _: False, params)
+        return trainable._replace(layers=tuple(layer._replace(inducing=not settings.train_inducing)
+                                               for layer in trainable.layers))
+
+
+REGRESSOR = register(DeepGPSpec("deep-gp", "regression",
+                                "deep GP regression with approximate EP (seed004; Gaussian output)"))
+CLASSIFIER = register(DeepGPSpec("deep-gp-classifier", "classification",
+                                 "deep GP binary classification with approximate EP (seed004; probit output)"))

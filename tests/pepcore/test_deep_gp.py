@@ -1,0 +1,203 @@
+"""Deep GP with approximate EP (seed004) against oracles: ψ-statistics and propagated moments vs Monte
+Carlo (10⁶ samples), one layer vs the exact sparse-GP evidence and the tied Power-EP energy, gradients vs
+central differences, minibatch estimates vs the full energy."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+from scipy.stats import norm
+
+from pepcore import bank
+from pepcore.kernels import BatchedARDSquaredExponential
+from pepcore.likelihoods import Gaussian, Probit
+from pepcore.models.deep_gp import DeepGP, DeepGPParams, tied_factor
+from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
+from pepcore.parameters import constrained, unconstrain_positive
+from pepcore.psi_statistics import psi_statistics, uncertain_input_marginals
+from tests import oracles
+
+SAMPLES = 1_000_000
+
+
+def _data(n=20, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    return jnp.asarray(x), jnp.asarray(np.sin(2 * x[:, 0]) + 0.1 * rng.normal(size=n))
+
+
+def _model_and_params(hidden, likelihood=Gaussian(), alpha=1.0, num_inducing=4, seed=0, n=20):
+    """A model whose parameters are not at their starting values: perturbed hyper-parameters, inducing
+    inputs and noises, and tied factors of moderate size."""
+    x, y = _data(n, seed=seed)
+    model = DeepGP(likelihood, alpha=alpha)
+    params = model.init(x, hidden_dims=hidden, num_inducing=num_inducing, seed=seed)
+    flat, unravel = ravel_pytree(params)
+    rng = np.random.default_rng(seed + 1)
+    return model, unravel(flat + 0.2 * jnp.asarray(rng.normal(size=flat.shape))), x, y
+
+
+def _numpy_layers(model: DeepGP, params: DeepGPParams, gaussians):
+    """Each layer as plain numpy arrays: kernel, Z, diagonal, the Gaussian over u, output noise."""
+    layers = []
+    for index, (layer, gaussian) in enumerate(zip(params.layers, gaussians)):
+        gps = model.layer_bank(layer)
+        last = index == len(params.layers) - 1
+        layers.append(dict(
+            ell=np.asarray(gps.kernel.lengthscales), sf2=np.asarray(gps.kernel.variance),
+            z=np.asarray(gps.inducing), d=np.asarray(gps.diagonal), m=np.asarray(gaussian.mean),
+            cov=np.asarray(gaussian.sqrt_cov @ jnp.swapaxes(gaussian.sqrt_cov, -1, -2)),
+            noise=0.0 if last else float(Gaussian.noise_variance(layer.likelihood))))
+    return layers
+
+
+def _conditional_moments(layer, g, h):
+    """Exact mean and variance of GP ``g``'s output given fixed inputs ``h`` (dense numpy)."""
+    kuu = oracles.se_kernel(layer["z"][g], layer["z"][g], layer["ell"][g], layer["sf2"][g]) + layer["d"][g] * np.eye(
+        layer["z"].shape[1])
+    k = oracles.se_kernel(h, layer["z"][g], layer["ell"][g], layer["sf2"][g])  # [S, M]
+    a = np.linalg.solve(kuu, k.T).T
+    mean = a @ layer["m"][g]
+    var = layer["sf2"][g] + layer["d"][g] - np.sum(a * k, 1) + np.sum((a @ layer["cov"][g]) * a, 1)
+    return mean, var
+
+
+def _monte_carlo_moments(layers, row, rng):
+    """Moment propagation by simulation: each layer's input is 10⁶ draws from the diagonal Gaussian whose
+    moments the *simulation* of the previous layer gave; u and the FITC noise are integrated exactly
+    given each draw (Rao–Blackwell), the input distribution by sampling."""
+    h = row[None, :]
+    for index, layer in enumerate(layers):
+        moments = [_conditional_moments(layer, g, h) for g in range(layer["z"].shape[0])]
+        mean = np.array([m.mean() for m, _ in moments])
+        var = np.array([v.mean() + m.var() for m, v in moments])  # law of total variance
+        if index < len(layers) - 1:
+            h = mean + np.sqrt(var + layer["noise"]) * rng.normal(size=(SAMPLES, mean.size))
+    return mean[0], var[0]
+
+
+def test_psi_statistics_match_monte_carlo():
+    rng = np.random.default_rng(0)
+    g, m, d = 2, 4, 3
+    kernel = BatchedARDSquaredExponential(jnp.asarray(rng.uniform(0.5, 2.0, (g, d))), jnp.asarray([0.7, 1.3]))
+    z = jnp.asarray(rng.normal(size=(g, m, d)))
+    mean, var = jnp.asarray(rng.normal(size=(2, d))), jnp.asarray(rng.uniform(0.05, 1.5, (2, d)))
+    psi = psi_statistics(kernel, z, mean, var)
+    for b in range(2):
+        h = np.asarray(mean[b]) + np.sqrt(np.asarray(var[b])) * rng.normal(size=(SAMPLES, d))
+        for c in range(g):
+            k = oracles.se_kernel(h, np.asarray(z[c]), np.asarray(kernel.lengthscales[c]), float(kernel.variance[c]))
+            np.testing.assert_allclose(psi.psi1[c, b], k.mean(0), atol=1e-3)
+            np.testing.assert_allclose(psi.psi2[c, b], k.T @ k / SAMPLES, atol=1e-3)
+
+
+def test_uncertain_input_at_zero_variance_is_the_fixed_row_projection():
+    model, params, x, _ = _model_and_params((3, 2))
+    layer = params.layers[1]
+    gps = model.layer_bank(layer)
+    prior = bank.prior_factors(gps)
+    gaussian = bank.gaussians(prior, tied_factor(layer), 0.9)
+    rows = jnp.asarray(np.random.default_rng(2).normal(size=(5, 3)))
+    fixed = jax.jit(bank.latent_marginals)(gps, prior, gaussian, rows)
+    uncertain = jax.jit(uncertain_input_marginals)(gps, prior, gaussian, rows, jnp.zeros_like(rows))
+    np.testing.assert_allclose(uncertain.mean, fixed.mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(uncertain.var, fixed.var, rtol=1e-8)
+
+
+@pytest.mark.parametrize("hidden", [(), (2,), (3, 2)])
+def test_propagated_moments_match_monte_carlo(hidden):
+    model, params, x, _ = _model_and_params(hidden)
+    shared = jax.jit(model.step_shared)(params, x.shape[0])
+    mean, var = jax.jit(model.propagate)(params, shared.priors, shared.cavities, x[:3])
+    layers = _numpy_layers(model, params, shared.cavities)
+    for row in range(3):
+        mc_mean, mc_var = _monte_carlo_moments(layers, np.asarray(x[row]), np.random.default_rng(row))
+        assert abs(float(mean[row]) - mc_mean) < 1e-3
+        assert abs(float(var[row]) - mc_var) < 1e-3
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_one_layer_is_the_tied_power_ep_sparse_gp(alpha):
+    model, params, x, y = _model_and_params((), alpha=alpha)
+    layer = params.layers[0]
+    values = constrained(layer)
+    same = SparseGPParams(raw_lengthscales=unconstrain_positive(values["lengthscales"][0]),
+                          raw_variance=unconstrain_positive(values["variance"][0]), inducing=layer.inducing[0],
+                          likelihood=layer.likelihood, factor_shift=layer.factor_shift[0],
+                          factor_chol=tied_factor(layer).chol[0])
+    reference = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=model.jitter)
+    energy, expected = float(jax.jit(model.energy)(params, x, y)), float(jax.jit(reference.energy)(same, x, y))
+    assert abs(energy - expected) <= 1e-8 * abs(expected)
+    np.testing.assert_allclose(jax.jit(model.predict_y)(params, x), jax.jit(reference.predict_y)(same, x),
+                               rtol=1e-10)
+
+
+def test_one_layer_log_z_is_the_exact_integral():
+    """``log Z_n = log ∫ N(u; m̂, V̂) N(y_n; f_n(u)) du = log N(y_n; kᵀK⁻¹m̂, FITC + kᵀK⁻¹V̂K⁻¹k + σ²)``."""
+    model, params, x, y = _model_and_params(())
+    shared = jax.jit(model.step_shared)(params, x.shape[0])
+    layer = _numpy_layers(model, params, shared.cavities)[0]
+    mean, var = _conditional_moments(layer, 0, np.asarray(x))
+    noise = float(Gaussian.noise_variance(params.layers[0].likelihood))
+    expected = norm.logpdf(np.asarray(y), mean, np.sqrt(var + noise))
+    data_energy = jax.jit(model.data_energy)
+    rows = [float(data_energy(params, shared, x, y, jnp.arange(x.shape[0]) == n)) for n in range(x.shape[0])]
+    np.testing.assert_allclose(rows, expected, rtol=1e-10)
+
+
+def test_one_data_point_energy_is_its_log_z():
+    """N = 1: the cavity is the prior, ``F = log Z_1`` (spec §9)."""
+    model, params, x, y = _model_and_params((2,))
+    x, y = x[:1], y[:1]
+    shared = model.step_shared(params, 1)
+    expected = model.data_energy(params, shared, x, y, jnp.ones(1, bool))
+    assert float(model.global_energy(params, shared, 1)) == pytest.approx(0.0, abs=1e-12)
+    assert float(model.energy(params, x, y)) == pytest.approx(float(expected), rel=1e-12)
+    prior_only = model.propagate(params, shared.priors, shared.cavities, x)
+    no_factor = lambda raw: jnp.where(jnp.eye(raw.shape[-1], dtype=bool), -jnp.inf, 0.0 * raw)  # L = 0
+    posteriors = model.posteriors(params._replace(layers=tuple(
+        layer._replace(factor_shift=0 * layer.factor_shift, factor_chol=no_factor(layer.factor_chol))
+        for layer in params.layers)))
+    np.testing.assert_allclose(prior_only, model.propagate(params, *posteriors, x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("hidden, likelihood", [((2,), Gaussian()), ((2,), Probit()), ((2, 2), Gaussian())])
+def test_energy_gradient_matches_central_differences(hidden, likelihood):
+    model, params, x, y = _model_and_params(hidden, likelihood, num_inducing=3, n=8)
+    y = y if isinstance(likelihood, Gaussian) else (y > 0).astype(float)
+    flat, unravel = ravel_pytree(params)
+    energy = lambda v: model.energy(unravel(v), x, y)
+    oracles.assert_gradient_matches_central_differences(energy, jax.grad(energy), flat, eps=1e-6)
+
+
+def test_minibatch_estimates_average_to_the_full_energy():
+    """One epoch's batches (a permutation cut into equal parts): the mean of ``G + (N/|B|)Σ_B log Z`` is F."""
+    model, params, x, y = _model_and_params((2,), n=24)
+    n, size = x.shape[0], 6
+    shared = model.step_shared(params, n)
+    data_energy = jax.jit(model.data_energy)
+    order = np.random.default_rng(5).permutation(n)
+    estimates = [model.global_energy(params, shared, n)
+                 + n / size * data_energy(params, shared, x[rows], y[rows], jnp.ones(size, bool))
+                 for rows in order.reshape(-1, size)]
+    assert float(np.mean(estimates)) == pytest.approx(float(jax.jit(model.energy)(params, x, y)), rel=1e-12)
+
+
+def test_masked_rows_add_nothing():
+    model, params, x, y = _model_and_params((2,))
+    shared = model.step_shared(params, 100)
+    mask = jnp.arange(x.shape[0]) < 7
+    garbage = x.at[7:].set(1e3)
+    value_and_grad = jax.jit(jax.value_and_grad(model.data_energy))
+    value, grad = value_and_grad(params, shared, garbage, y, mask)
+    ref_value, ref_grad = value_and_grad(params, shared, x[:7], y[:7], jnp.ones(7, bool))
+    assert float(value) == pytest.approx(float(ref_value), rel=1e-12)
+    np.testing.assert_allclose(ravel_pytree(grad)[0], ravel_pytree(ref_grad)[0], rtol=1e-9, atol=1e-12)
+
+
+def test_alpha_outside_the_unit_interval_is_rejected():
+    with pytest.raises(ValueError, match="alpha must lie in"):
+        DeepGP(Gaussian(), alpha=0.0)

@@ -1,0 +1,76 @@
+"""``DeepGPRegressor`` / ``DeepGPClassifier``: units, what depth buys on data a GP cannot fit, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+from sklearn.linear_model import LogisticRegression
+
+from pipeline import DeepGPClassifier, DeepGPRegressor
+
+
+def step_data(n, seed):
+    """seed004 spec §9's toy: a step at 0 with noise 0.05."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (n, 1))
+    return x, (x[:, 0] > 0).astype(float) + 0.05 * rng.normal(size=n)
+
+
+def test_targets_are_standardised_and_results_in_user_units():
+    """At the starting state (``max_iter=0``) an affine change of ``y`` moves the predictions with it and
+    the log marginal likelihood by the Jacobian ``−N log 10`` (to rounding)."""
+    x, y = step_data(40, 0)
+    fits = [DeepGPRegressor(hidden_dims=(2,), num_inducing=5, max_iter=0).fit(x, scale * y + shift)
+            for scale, shift in ((1.0, 0.0), (10.0, 5.0))]
+    (mean, std), (mean10, std10) = (f.predict(x, return_std=True) for f in fits)
+    np.testing.assert_allclose(mean10, 10 * mean + 5, rtol=1e-9)
+    np.testing.assert_allclose(std10, 10 * std, rtol=1e-9)
+    lml, lml10 = (f.log_marginal_likelihood() for f in fits)
+    assert lml10 == pytest.approx(lml - 40 * np.log(10.0), rel=1e-10)
+
+
+@pytest.mark.slow  # two fits, ~50 s on the shared 2-core machine (compilation)
+def test_a_deep_gp_fits_a_step_better_than_one_gp():
+    x, y = step_data(120, 1)
+    x_test, y_test = step_data(200, 2)
+    scores = {}
+    for hidden in ((), (2,)):
+        model = DeepGPRegressor(hidden_dims=hidden, num_inducing=15, epochs=60, batch_size=40,
+                                learning_rate=0.02).fit(x, y)
+        mean, std = model.predict(x_test, return_std=True)
+        scores[hidden] = float(np.mean(norm.logpdf(y_test, mean, std)))
+        assert model.n_rejected_steps_ == 0
+    assert scores[(2,)] > scores[()] + 0.1, scores
+
+
+@pytest.mark.slow  # ~45 s on the shared 2-core machine (compilation)
+def test_classifier_separates_a_disc_that_logistic_regression_cannot():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 2))
+    labels = np.where(np.sum(x**2, axis=1) < 1.2, "in", "out")
+    clf = DeepGPClassifier(hidden_dims=(2,), num_inducing=10, max_iter=150, learning_rate=0.05).fit(x[:150], labels[:150])
+    proba = clf.predict_proba(x[150:])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    assert list(clf.classes_) == ["in", "out"]
+    linear = LogisticRegression().fit(x[:150], labels[:150]).score(x[150:], labels[150:])
+    assert clf.score(x[150:], labels[150:]) >= 0.85 > linear + 0.1
+    assert np.isfinite(clf.log_marginal_likelihood())
+
+
+@pytest.mark.parametrize("arguments, X, message", [
+    ({"hidden_dims": (0,)}, None, "hidden_dims must be a tuple of positive integers"),
+    ({"hidden_dims": 2}, None, "hidden_dims must be a tuple of positive integers"),
+    ({"alpha": 0.0}, None, "alpha must lie in (0, 1]"),
+    ({"batch_size": 0}, None, "batch_size must be None or an integer in 1..40"),
+    ({"epochs": 0}, None, "epochs must be None or a positive integer"),
+    ({"num_inducing": 41}, None, "num_inducing=41 exceeds the number of training rows (40)"),
+    ({"learning_rate": -1.0}, None, "learning_rate must be positive"),
+    ({}, "nan", "X contains NaN or Inf at row 3"),
+])
+def test_bad_input_is_refused_by_name(arguments, X, message):
+    x, y = step_data(40, 0)
+    if X == "nan":
+        x[3, 0] = np.nan
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        DeepGPRegressor(**{"num_inducing": 5, "max_iter": 1, **arguments}).fit(x, y)
