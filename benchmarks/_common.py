@@ -27,6 +27,12 @@ def best_time(fn, repeats: int) -> float:
     return min(times)
 
 
+def standard_error(values) -> float:
+    """Standard error of the mean of ``values`` (sample deviation / √n); NaN for fewer than two values."""
+    values = np.asarray(values, float)
+    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
+
+
 def loglog_slope(sizes, seconds) -> float:
     """Least-squares exponent ``p`` in ``seconds ∝ size^p``."""
     return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])

@@ -25,7 +25,7 @@ import time
 import numpy as np
 from scipy.stats import norm
 
-from benchmarks._common import write_results
+from benchmarks._common import standard_error, write_results
 
 DATASETS = {"boston": ("MASS", "Boston", "medv"), "concrete": ("modeldata", "concrete", "compressive_strength")}
 PEP_MODELS = {"gp": (), "dgp2": (2,), "dgp2+2": (2, 2)}
@@ -142,9 +142,9 @@ def fit_gpytorch(width, x, y, x_test, y_test, args) -> dict[str, float]:
 def summary(runs: list[dict[str, float]]) -> dict[str, float]:
     out = {}
     for key in ("test_ll", "rmse", "seconds"):
-        values = np.array([r[key] for r in runs])
-        out[key] = float(values.mean())
-        out[f"{key}_se"] = float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0
+        values = [r[key] for r in runs]
+        out[key] = float(np.mean(values))
+        out[f"{key}_se"] = standard_error(values)
     return out
 
 

@@ -28,7 +28,7 @@ from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedShuffleSplit
 from sklearn.preprocessing import StandardScaler
 
-from benchmarks._common import write_results
+from benchmarks._common import standard_error, write_results
 from pipeline import MultiClassGPClassifier, SparseGPClassifier
 from pipeline.data.sources import SourceRequest, open_source
 from pipeline.data.sources.mnist import DEBIAN_DIR
@@ -83,9 +83,7 @@ def _fit_both(estimator, x_train, y_train, x_test, y_test) -> dict:
 
 def _summary(runs: list[dict]) -> dict:
     def mean_se(values):
-        values = np.asarray(values, float)
-        se = values.std(ddof=1) / np.sqrt(values.size) if values.size > 1 else float("nan")
-        return [round(float(values.mean()), 4), round(float(se), 4)]
+        return [round(float(np.mean(values)), 4), round(standard_error(values), 4)]
 
     keys = ("gp_nll", "lr_nll", "gp_error", "lr_error", "gp_seconds", "gp_steps")
     summary = {key: mean_se([r[key] for r in runs]) for key in keys}

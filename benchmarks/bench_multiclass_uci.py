@@ -32,7 +32,7 @@ from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedShuffleSplit
 from sklearn.preprocessing import StandardScaler
 
-from benchmarks._common import write_results
+from benchmarks._common import standard_error, write_results
 from pipeline import MultiClassGPClassifier
 
 DATASETS = {"wine": load_wine, "iris": load_iris, "digits": load_digits}
@@ -75,8 +75,8 @@ def _run(x, y, train, test, fraction, method, args):
 
 def _summary(runs):
     def stat(key):
-        values = np.array([r[key] for r in runs])
-        return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0
+        values = [r[key] for r in runs]
+        return float(np.mean(values)), standard_error(values)
 
     # Median fit time: the first split of each setting also pays for JIT compilation.
     seconds = float(np.median([r["train_seconds"] for r in runs]))

@@ -51,12 +51,10 @@ class StoppingRule:
         """The rise of the window mean per row (``inf`` until two windows have been seen)."""
         if len(energies) < 2 * self.window:
             return float("inf")
-        last, before = energies[-self.window:], energies[-2 * self.window:-self.window]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a window of rejected steps only: not converged
-            gain = (np.nanmean(np.where(np.isfinite(last), last, np.nan))
-                    - np.nanmean(np.where(np.isfinite(before), before, np.nan))) / self.n_rows
-        return float(gain) if np.isfinite(gain) else float("inf")
+        last, before = (_finite(energies[-self.window:]), _finite(energies[-2 * self.window:-self.window]))
+        if not (last.size and before.size):  # a window of rejected steps only: not converged
+            return float("inf")
+        return float((last.mean() - before.mean()) / self.n_rows)
 
     def converged(self, energies: np.ndarray) -> bool:
         return self.tol > 0 and self.gain_per_row(energies) < self.tol
@@ -70,6 +68,10 @@ class StoppingRule:
             warnings.warn(f"{type(estimator).__name__}: the energy still rose by {gain:.2g} nats per row over the "
                           f"last {self.window} steps when max_iter={max_iter} was reached (tol={self.tol:g}); "
                           "increase max_iter (or the learning rate)", ConvergenceWarning, stacklevel=4)
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    return values[np.isfinite(values)]
 
 
 def stopping_rule(tol: float, n_rows: int, batch_size: int | None, epochs: int | None) -> StoppingRule:

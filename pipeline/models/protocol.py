@@ -70,7 +70,7 @@ class SiteSettings(ModelSettings):
         """``ρ_t = max(ρ·decay^t, min(ρ, floor))``. The floor keeps the factor tracking the hyper-parameters:
         their steps use the gradient as if EP had converged (spec §2.9), and with a factor frozen by the
         decay (ρ_t → 0) they drift from its fixed point — full-batch wine collapsed after ~550 steps at
-        learning rate 0.05 (tests/pipeline/test_estimators.py)."""
+        learning rate 0.05 (tests/pipeline/test_convergence.py)."""
         floor = min(self.damping, self.damping_floor)
         return lambda count: jnp.maximum(self.damping * self.damping_decay ** count, floor)
 
