@@ -1,16 +1,18 @@
 """The estimators at their default settings against logistic regression, on the same splits.
 
 Datasets: scikit-learn's iris, wine (multi-class: ``MultiClassGPClassifier()``) and breast cancer
-(binary: ``SparseGPClassifier()``), each as ``--splits`` stratified 80/20 splits (``random_state=0``);
+(binary: ``SparseGPClassifier()``; ``breast_cancer_exact_ep``: ``SparseGPClassifier(sites="untied")``, exact-GP
+EP), each as ``--splits`` stratified 80/20 splits (``random_state=0``);
 Fashion-MNIST subsets (``MultiClassGPClassifier()``): per split a stratified random sample of
 ``--fmnist-rows`` training images and 2,000 test images. Logistic regression is scikit-learn's
 (L2, C = 1, inputs standardised with the training rows' statistics); the GP estimators standardise
 internally. Reports per dataset the mean ± standard error over splits of the test NLL and error of both,
-the paired NLL difference (GP − LR), the GP's fitting seconds, steps and whether it converged.
+the paired NLL difference (GP − LR), the GP's fitting seconds, steps (exact EP: L-BFGS-B iterations) and
+whether it converged.
 
 Usage:  .venv/bin/python -m benchmarks.bench_estimators [--splits 5] [--datasets iris wine ...]
-            [--fmnist-rows 1000 ...] [--mnist-dir /usr/share/datasets/fashion-mnist]
-Writes: benchmarks/results/bench_estimators.json
+            [--fmnist-rows 1000 ...] [--mnist-dir /usr/share/datasets/fashion-mnist] [--name bench_estimators]
+Writes: benchmarks/results/NAME.json
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +62,8 @@ DATASETS = {
     "iris": (lambda k: _sklearn_splits(load_iris, k), MultiClassGPClassifier),
     "wine": (lambda k: _sklearn_splits(load_wine, k), MultiClassGPClassifier),
     "breast_cancer": (lambda k: _sklearn_splits(load_breast_cancer, k), SparseGPClassifier),
+    "breast_cancer_exact_ep": (lambda k: _sklearn_splits(load_breast_cancer, k),
+                               partial(SparseGPClassifier, sites="untied")),
 }
 
 
@@ -98,6 +103,7 @@ def main() -> None:
     parser.add_argument("--fmnist-rows", type=int, nargs="*", default=[1000])
     parser.add_argument("--datasets", nargs="*", default=[*DATASETS, "fashion_mnist"])
     parser.add_argument("--mnist-dir", type=Path, default=DEBIAN_DIR)
+    parser.add_argument("--name", default="bench_estimators", help="results/NAME.json")
     args = parser.parse_args()
     datasets = {name: DATASETS[name] for name in args.datasets if name in DATASETS}
     if "fashion_mnist" in args.datasets:
@@ -110,8 +116,8 @@ def main() -> None:
         for i, split in enumerate(splits(args.splits)):
             runs.append(_fit_both(estimator, *split))
             print(name, i, runs[-1], flush=True)
-        results[name] = {"estimator": f"{estimator.__name__}()", "splits": runs, "summary": _summary(runs)}
-        write_results("bench_estimators", {  # after every dataset: a run cut short keeps what it finished
+        results[name] = {"estimator": repr(estimator()), "splits": runs, "summary": _summary(runs)}
+        write_results(args.name, {  # after every dataset: a run cut short keeps what it finished
             "protocol": "stratified 80/20 splits (random_state=0) of the scikit-learn sets; Fashion-MNIST: a "
                         f"stratified sample of the training images per split and {FMNIST_TEST_ROWS} test images; "
                         "GP estimators at their defaults; logistic regression L2 C=1 on standardised inputs",

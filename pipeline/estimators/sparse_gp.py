@@ -19,10 +19,13 @@ Example:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import jax.numpy as jnp
 from scipy.special import log_ndtr
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 import pepcore
@@ -205,7 +208,8 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
     the trainer (the same step as ``pep train``). ``sites="untied"``: one site per training row on the exact
     GP (O(N³); for N up to a few thousand), ``num_inducing``, ``inducing_points``, ``train_inducing``,
     ``learning_rate`` unused; the amplitude and one shared lengthscale maximise the EP evidence by
-    L-BFGS-B (``max_iter`` iterations), as seed002's experiments (:mod:`pipeline.estimators.untied_ep`);
+    L-BFGS-B (at most ``max_iter`` iterations; ``n_iter_``, ``converged_`` and a ``ConvergenceWarning`` when
+    ``max_iter`` cuts it short, as in tied mode), as seed002's experiments (:mod:`pipeline.estimators.untied_ep`);
     EP's sites are updated in parallel sweeps damped by ½ (one linear solve per sweep).
     ``projection`` (untied sites only): ``"kl"`` is EP's moment matching, ``"wasserstein"`` Quantile
     Propagation (same mean, the L2-Wasserstein variance; seed002); ``alpha`` is a Power-EP power in both.
@@ -286,6 +290,11 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
         self.untied_ = untied_ep.fit(EP(Probit(), self.projection, float(self.alpha), damping=0.5, schedule="parallel"),
                                      self.x_train_, self.site_data_, start, max_iter=int(self.max_iter), seed=self.seed)
         self.params_ = self.untied_.log_theta
+        self.n_iter_, self.converged_ = self.untied_.iterations, self.untied_.converged
+        if not self.converged_ and self.max_iter > 0:
+            warnings.warn(f"SparseGPClassifier(sites='untied'): L-BFGS-B stopped after {self.n_iter_} iterations "
+                          f"(max_iter={self.max_iter}) before converging: {self.untied_.message}",
+                          ConvergenceWarning, stacklevel=3)
         self.n_features_in_ = x.shape[1]
         return self
 

@@ -30,6 +30,9 @@ class UntiedFit(NamedTuple):
     log_evidence: float
     evaluations: int
     unconverged: int  # evaluations whose EP stopped at max_sweeps
+    iterations: int  # L-BFGS-B iterations
+    converged: bool  # L-BFGS-B's own convergence test held (not stopped by max_iter or a failed line search)
+    message: str  # L-BFGS-B's reason for stopping
 
 
 def _kernel(log_theta, dim):
@@ -72,7 +75,8 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
         solution = optimize.minimize(objective, start, jac=True, method="L-BFGS-B",
                                      options={"maxiter": max_iter, "ftol": 1e-9})
         value, _ = objective(solution.x)  # the sites at the returned parameters
-        return UntiedFit(np.asarray(solution.x), state["sites"], -value, state["evaluations"], state["unconverged"])
+        return UntiedFit(np.asarray(solution.x), state["sites"], -value, state["evaluations"], state["unconverged"],
+                         int(solution.nit), bool(solution.success), str(solution.message))
 
 
 def predict(fitted: UntiedFit, x_train, data: SiteData, x_test):

@@ -1,8 +1,11 @@
 """SparseGPClassifier(sites="untied", projection=...): exact-GP EP / QP with the EP evidence maximised."""
 
+import warnings
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 
 from pepcore.kernels import ARDSquaredExponential
 from pepcore.likelihoods import Probit
@@ -68,3 +71,18 @@ def test_bad_settings_are_refused():
         SparseGPClassifier(sites="shared").fit(x, y)
     with pytest.raises(ValueError, match="projection must be one of"):
         SparseGPClassifier(sites="untied", projection="l2").fit(x, y)
+
+
+def test_untied_fit_reports_its_iterations_and_warns_when_max_iter_cuts_it_short():
+    """``n_iter_``/``converged_`` as every estimator's; a fit stopped by ``max_iter`` raises scikit-learn's
+    ``ConvergenceWarning`` at the caller's ``fit`` line, a converged one raises none."""
+    x, y = _data()
+    with pytest.warns(ConvergenceWarning, match="max_iter=2") as caught:
+        short = SparseGPClassifier(sites="untied", alpha=1.0, max_iter=2).fit(x, y)
+    assert caught[0].filename == __file__
+    assert (short.n_iter_, short.converged_) == (2, False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        full = SparseGPClassifier(sites="untied", alpha=1.0).fit(x, y)
+    assert full.converged_ and 2 < full.n_iter_ < full.max_iter
+    assert full.log_marginal_likelihood() > short.log_marginal_likelihood()
