@@ -32,7 +32,7 @@ from pipeline.training.config import TrainConfig
 from pipeline.data.ingest import ingest
 from pipeline.data.sources import SourceRequest, open_source
 from pipeline.data.sources.mnist import DEBIAN_DIR
-from pipeline.data.stores import open_store
+from pipeline.data.stores import Store, open_store
 
 PAPER_MNIST = TrainConfig(model={"num_inducing": 200, "damping": 1.0, "alpha": 1.0}, batch_size=200, block_rows=200,
                           learning_rate=1e-3, standardize=False, checkpoint_every=10_000)
@@ -54,6 +54,15 @@ def truncated_copy(source: Path, out: Path, train_rows: int) -> Path:
     return out
 
 
+def fashion_mnist_store(directory: Path, work: Path, max_train_rows: int | None) -> tuple[Path, Store]:
+    """The MNIST-format files used (``directory``, or a copy in ``work`` cut to ``max_train_rows`` training
+    images) and the store ingested from them in ``work``."""
+    if max_train_rows:
+        directory = truncated_copy(directory, work / "idx", max_train_rows)
+    ingest(open_source("mnist", SourceRequest((directory,))), work / "fashion-mnist.zarr")
+    return directory, open_store(work / "fashion-mnist.zarr")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=7)
@@ -63,12 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     config = PAPER_MNIST.model_copy(update={"epochs": args.epochs})
     with tempfile.TemporaryDirectory(prefix="pep-bench-fmnist-") as work:
-        directory = args.mnist_dir
-        if args.max_train_rows:
-            directory = truncated_copy(directory, Path(work) / "idx", args.max_train_rows)
-        store_path = Path(work) / "fashion-mnist.zarr"
-        ingest(open_source("mnist", SourceRequest((directory,))), store_path)
-        store = open_store(store_path)
+        _, store = fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows)
         reference = baselines(store)
         sep = run_sep(store, config, args.cluster)
         n_train = store.n_rows("train")

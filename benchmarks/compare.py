@@ -1,0 +1,186 @@
+"""pep against GPyTorch on Fashion-MNIST, side by side in one run (issue 13).
+
+Both models see the same rows (pixels / 255, no per-pixel standardisation), the same number of inducing
+inputs per class and the same minibatch, for the same number of epochs, one after the other in this
+process:
+
+* pep: ``multiclass-sep`` at seed001's MNIST settings (M = 200 per class, Adam with step 1e-3, undamped
+  tied-factor updates, α = 1) through the trainer that ``pep train`` runs (``--cluster`` chooses the
+  backend); float64.
+* GPyTorch: the SVGP of its multi-class example — C = 10 independent latent GPs
+  (``IndependentMultitaskVariationalStrategy``), each with its own ARD RBF kernel, constant mean and M
+  learned inducing inputs started at random training rows, ``SoftmaxLikelihood`` without mixing, the
+  ELBO, Adam with step 0.01; float32, as GPyTorch users run it. Its lengthscales start where pep's do
+  (ℓ² = the median distance between rows): from GPyTorch's default ℓ = 0.69 every kernel value between
+  images is ~0 and it stays at chance for hundreds of steps (measured: 2.302 after 80 steps).
+* logistic regression (scikit-learn, to convergence) and the class frequencies, for scale.
+
+Per epoch: the seconds spent in training steps only (evaluation excluded, as seed001 §4.5), the
+cumulative seconds, test error and test NLL. The summary gives pep's seconds per epoch over GPyTorch's
+(the mean over epochs, whose first holds pep's compilation, and the last epoch alone) and the training
+seconds each needed to reach GPyTorch's final test NLL.
+
+Usage::
+
+    .venv/bin/python -m benchmarks.compare [--epochs 4] [--batch-sizes 200 2000] [--max-train-rows N]
+        [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none] [--name compare]
+
+Needs the ``bench`` extra (torch CPU, gpytorch). Writes ``benchmarks/results/NAME.json`` and
+``NAME.png`` (test NLL against training seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks._common import RESULTS, write_results
+from benchmarks._multiclass_run import baselines, run_sep
+from benchmarks.bench_fashion_mnist import PAPER_MNIST, fashion_mnist_store
+from pepcore.initialisation import squared_median_lengthscale
+from pipeline.data.sources import SourceRequest, open_source
+from pipeline.data.sources.mnist import DEBIAN_DIR
+
+GPYTORCH_LEARNING_RATE = 0.01
+EVALUATION_ROWS = 2000  # test rows per GPyTorch prediction call
+
+
+def _arrays(directory: Path):
+    blocks = list(open_source("mnist", SourceRequest((directory,))).read())
+    x = np.concatenate([b.X for b in blocks]).astype(np.float32)
+    y = np.concatenate([b.y for b in blocks]).astype(np.int64)
+    is_test = np.concatenate([b.is_test for b in blocks])
+    return x[~is_test], y[~is_test], x[is_test], y[is_test]
+
+
+def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epochs: int, seed: int = 0) -> dict:
+    """GPyTorch's multi-class SVGP (module docstring): per-epoch training seconds, test error and NLL."""
+    import gpytorch
+    import torch
+
+    torch.manual_seed(seed)
+    classes, dim = int(y.max()) + 1, x.shape[1]
+
+    class SVGP(gpytorch.models.ApproximateGP):
+        def __init__(self, inducing):
+            distribution = gpytorch.variational.CholeskyVariationalDistribution(
+                num_inducing, batch_shape=torch.Size([classes]))
+            strategy = gpytorch.variational.IndependentMultitaskVariationalStrategy(
+                gpytorch.variational.VariationalStrategy(self, inducing, distribution, learn_inducing_locations=True),
+                num_tasks=classes)
+            super().__init__(strategy)
+            self.mean_module = gpytorch.means.ConstantMean(batch_shape=torch.Size([classes]))
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(batch_shape=torch.Size([classes]), ard_num_dims=dim),
+                batch_shape=torch.Size([classes]))
+
+        def forward(self, inputs):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(inputs), self.covar_module(inputs))
+
+    rng = np.random.default_rng(seed)
+    starts = np.stack([x[rng.choice(len(x), num_inducing, replace=False)] for _ in range(classes)])
+    model = SVGP(torch.from_numpy(starts))
+    model.covar_module.base_kernel.lengthscale = squared_median_lengthscale(x, seed)  # pep's start (seed001 §4.5)
+    likelihood = gpytorch.likelihoods.SoftmaxLikelihood(num_classes=classes, mixing_weights=False)
+    objective = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(x))
+    optimiser = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=GPYTORCH_LEARNING_RATE)
+    train_x, train_y = torch.from_numpy(x), torch.from_numpy(y)
+    records, seconds = [], 0.0
+    for epoch in range(1, epochs + 1):
+        model.train(), likelihood.train()
+        order = torch.from_numpy(rng.permutation(len(x)))
+        started = time.perf_counter()
+        for start in range(0, len(x), batch_size):
+            rows = order[start:start + batch_size]
+            optimiser.zero_grad()
+            loss = -objective(model(train_x[rows]), train_y[rows])
+            loss.backward()
+            optimiser.step()
+        seconds += time.perf_counter() - started
+        model.eval(), likelihood.eval()
+        with torch.no_grad():
+            proba = np.concatenate([likelihood(model(torch.from_numpy(x_test[i:i + EVALUATION_ROWS]))).probs.mean(0).numpy()
+                                    for i in range(0, len(x_test), EVALUATION_ROWS)])
+        picked = np.clip(proba[np.arange(len(y_test)), y_test], 1e-300, None)
+        records.append({"epoch": epoch, "training_seconds": round(seconds, 2),
+                        "test_error": float(np.mean(proba.argmax(1) != y_test)),
+                        "test_nll": float(-np.mean(np.log(picked)))})
+        print({"gpytorch": records[-1]}, flush=True)
+    return {"per_epoch": records, "seconds_per_epoch": round(seconds / epochs, 2), "learning_rate": GPYTORCH_LEARNING_RATE,
+            "dtype": "float32", "torch_threads": torch.get_num_threads()}
+
+
+def seconds_to_reach(per_epoch: list[dict], nll: float) -> float | None:
+    """Training seconds at the first epoch whose test NLL is at most ``nll`` (None: never)."""
+    return next((r["training_seconds"] for r in per_epoch if r["test_nll"] <= nll), None)
+
+
+def last_epoch_seconds(per_epoch: list[dict]) -> float:
+    """Training seconds of the last epoch alone (pep's first epoch also holds its compilation)."""
+    cumulative = [0.0] + [r["training_seconds"] for r in per_epoch]
+    return cumulative[-1] - cumulative[-2]
+
+
+def summary(pep: dict, gpytorch: dict) -> dict:
+    """pep's seconds per epoch over GPyTorch's (mean over epochs, and the last epoch alone) and the training
+    seconds each took to reach GPyTorch's final test NLL."""
+    target = gpytorch["per_epoch"][-1]["test_nll"]
+    return {"pep_over_gpytorch_seconds_per_epoch": round(pep["seconds_per_epoch"] / gpytorch["seconds_per_epoch"], 3),
+            "pep_over_gpytorch_last_epoch": round(last_epoch_seconds(pep["per_epoch"])
+                                                  / last_epoch_seconds(gpytorch["per_epoch"]), 3),
+            "gpytorch_final_test_nll": target,
+            "seconds_to_gpytorch_final_nll": {"pep": seconds_to_reach(pep["per_epoch"], target),
+                                              "gpytorch": gpytorch["per_epoch"][-1]["training_seconds"]}}
+
+
+def plot(runs: dict, path: Path) -> None:
+    """Test NLL against cumulative training seconds, one panel per minibatch size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 4), squeeze=False)
+    for axis, (batch, run) in zip(axes[0], runs.items()):
+        for name in ("pep", "gpytorch"):
+            records = run[name]["per_epoch"]
+            axis.plot([r["training_seconds"] for r in records], [r["test_nll"] for r in records], "o-", label=name)
+        axis.set(title=f"Fashion-MNIST, minibatch {batch}", xlabel="training seconds", ylabel="test NLL")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[200, 2000])
+    parser.add_argument("--max-train-rows", type=int, default=None)
+    parser.add_argument("--mnist-dir", type=Path, default=DEBIAN_DIR)
+    parser.add_argument("--cluster", default="none", help="pep's backend: none (in-process), local:N, ...")
+    parser.add_argument("--name", default="compare", help="results/NAME.json and NAME.png")
+    args = parser.parse_args()
+    num_inducing = PAPER_MNIST.model["num_inducing"]
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="pep-compare-") as work:
+        directory, store = fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows)
+        reference = baselines(store)
+        arrays = _arrays(directory)
+        for batch in args.batch_sizes:
+            config = PAPER_MNIST.model_copy(update={"epochs": args.epochs, "batch_size": batch,
+                                                    "block_rows": batch})
+            pep = run_sep(store, config, args.cluster)
+            gpytorch = run_gpytorch(*arrays, num_inducing, batch, args.epochs)
+            runs[batch] = {"pep": pep, "gpytorch": gpytorch, "summary": summary(pep, gpytorch)}
+            write_results(args.name, {"data": str(args.mnist_dir), "n_train": len(arrays[0]), "n_test": len(arrays[2]),
+                                      "epochs": args.epochs, "num_inducing": num_inducing, "runs": runs,
+                                      "baselines": reference})
+    plot(runs, RESULTS / f"{args.name}.png")
+
+
+if __name__ == "__main__":
+    main()
