@@ -8,7 +8,7 @@ species, index, FL, RW, CL, CW, BD; 200 × 7), wine class 1 against the rest (17
 random_state=repeat)``; the paper: 100 repeats), features standardised on the training folds; EP first, QP
 started from EP's hyper-parameters (the authors' code). Every data set's repeat k runs before any repeat
 k + 1, and ``--start-repeats-within MINUTES`` starts no repeat after that time (``repeats_done`` in the
-JSON). Reported per data set: mean test error and NLL per method, the mean paired difference QP − EP with
+JSON); ``--continue`` keeps the finished repeats of ``--out`` and runs the next ones. Reported per data set: mean test error and NLL per method, the mean paired difference QP − EP with
 its standard error over the folds, and over several repeats the mean ± std of the repeats' averages (the
 paper's format).
 
