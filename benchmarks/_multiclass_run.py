@@ -63,14 +63,15 @@ class EpochClock:
         self._last = time.perf_counter()
 
 
-def run_sep(store: Store, config: TrainConfig, cluster: str) -> dict[str, Any]:
-    """Train ``multiclass-sep`` on ``store`` (in a temporary run directory) on ``cluster``; per-epoch
-    metrics, seconds per epoch (training steps only) and the coordinator's state size."""
+def run_sep(store: Store, config: TrainConfig, cluster: str, model: str = MODEL) -> dict[str, Any]:
+    """Train ``model`` (a SEP model: ``multiclass-sep`` by default) on ``store`` (in a temporary run
+    directory) on ``cluster``; per-epoch metrics, seconds per epoch (training steps only) and the
+    coordinator's state size."""
     backend = connect(cluster)
     clock = EpochClock()
     try:
         with tempfile.TemporaryDirectory(prefix="pep-bench-run-") as run_dir:
-            trainer = Trainer(TrainJob(MODEL, store, config, Path(run_dir)), backend)
+            trainer = Trainer(TrainJob(model, store, config, Path(run_dir)), backend)
             started = time.perf_counter()
             result = trainer.run(progress=clock)
             wall = time.perf_counter() - started
@@ -80,7 +81,7 @@ def run_sep(store: Store, config: TrainConfig, cluster: str) -> dict[str, Any]:
     epochs = len(clock.records)
     factor = result.params.factor
     return {
-        "model": MODEL, "cluster": cluster, "config": config.model_dump(),
+        "model": model, "cluster": cluster, "config": config.model_dump(),
         "steps_per_epoch": trainer.schedule.steps_per_epoch, "per_epoch": clock.records,
         "seconds_per_epoch": round(clock.training_seconds / epochs, 2),
         "wall_seconds_with_evaluation": round(wall, 1), "rejected_steps": result.rejected_steps,

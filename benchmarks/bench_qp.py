@@ -8,7 +8,7 @@ species, index, FL, RW, CL, CW, BD; 200 × 7), wine class 1 against the rest (17
 random_state=repeat)``; the paper: 100 repeats), features standardised on the training folds; EP first, QP
 started from EP's hyper-parameters (the authors' code). Every data set's repeat k runs before any repeat
 k + 1, and ``--start-repeats-within MINUTES`` starts no repeat after that time (``repeats_done`` in the
-JSON). Reported per data set: mean test error and NLL per method, the mean paired difference QP − EP with
+JSON); ``--continue`` keeps the finished repeats of ``--out`` and runs the next ones. Reported per data set: mean test error and NLL per method, the mean paired difference QP − EP with
 its standard error over the folds, and over several repeats the mean ± std of the repeats' averages (the
 paper's format).
 
@@ -151,6 +151,14 @@ def poisson(repeats, max_iter, save, start="median"):
         save({"years": len(year), "events": int(counts.sum()), "start": start, "splits": rows, "summary": summarise(rows, ["abs_error", "nll"])})
 
 
+def finished(path, command):
+    """The results in ``path`` if the same ``command`` (but for ``--start-repeats-within``) wrote them."""
+    old = json.loads(path.read_text())
+    if old["command"].split(" --start-repeats-within")[0] != command.split(" --start-repeats-within")[0]:
+        raise ValueError(f"--continue: {path} was written by {old['command']!r}, not by {command!r}")
+    return old
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10, help="repeats of 10-fold CV (paper: 10)")
@@ -161,6 +169,8 @@ def main():
     parser.add_argument("--start-repeats-within", type=float, default=None, metavar="MINUTES",
                         help="start no repeat of the CV after this many minutes (the JSON's repeats_done says how many ran)")
     parser.add_argument("--max-iter", type=int, default=50, help="L-BFGS-B iterations per fit")
+    parser.add_argument("--continue", dest="resume", action="store_true",
+                        help="keep the finished repeats of the CV in --out (same data sets and settings) and run the rest")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     started = time.time()
@@ -181,6 +191,8 @@ def main():
                f"--poisson-start {args.poisson_start}", "--datasets", *args.datasets, f"--max-iter {args.max_iter}"]
     if args.start_repeats_within is not None:
         options.append(f"--start-repeats-within {args.start_repeats_within:g}")
+    if args.resume:
+        options.append("--continue")
     if args.out != RESULTS:
         options.append(f"--out {args.out}")
     result = {"command": "python -m benchmarks.bench_qp " + " ".join(options),
@@ -188,7 +200,14 @@ def main():
     if args.poisson_repeats > 0:
         poisson(args.poisson_repeats, args.max_iter, saver("coal"), args.poisson_start)
     rows = {name: [] for name in args.datasets}
-    for repeat in range(args.repeats):  # every data set's repeat k before any repeat k + 1
+    first = 0
+    if args.resume:  # the folds of the finished repeats stay; a repeat cut short runs again
+        old = finished(args.out, result["command"])
+        first = old["repeats_done"]
+        rows = {name: [row for row in old["classification"][name]["folds"] if row["repeat"] < first] for name in args.datasets}
+        result.update(classification=old["classification"], repeats_done=first,
+                      seconds_before=old["seconds"] + old.get("seconds_before", 0.0))
+    for repeat in range(first, args.repeats):  # every data set's repeat k before any repeat k + 1
         if args.start_repeats_within is not None and time.time() - started > 60 * args.start_repeats_within:
             break
         for name in args.datasets:

@@ -294,7 +294,8 @@ class MultiClassGP:
         with ``n_c`` for ``N = n_total`` rows (a full batch has ``n_{B,c} = n_c``). ``ρ = 1`` is undamped (the stochastic code). The step of a class is shrunk to
         ``ρ_c = min(ρ, n_c/n_{B,c})`` so the kept fraction of the old factor never goes negative (a
         minibatch that holds more of a class's factors than ``n_c/ρ``, e.g. one class only at small
-        ``N/|B|``): the new precision is then a non-negative combination of positive semi-definite terms.
+        ``N/|B|``): the new precision is then a non-negative combination of positive semi-definite terms
+        (:func:`pepcore.bank.damped_site_update`).
 
         Returns:
             ``(params, shared, accepted)``: the updated params, ``shared`` with the new cavities, and
@@ -303,16 +304,9 @@ class MultiClassGP:
         """
         if not self._holds_cavity(params):
             raise TypeError("site_update needs a NaturalFactor; a CholeskyFactor is trained by gradient")
-        counts = self.factor_counts(n_total)
-        step = jnp.minimum(damping, counts / jnp.maximum(stats.count, 1.0))
-        keep = 1.0 - step * stats.count / counts
-        factor = params.factor
-        new = NaturalFactor(
-            keep[:, None] * factor.shift + step[:, None] * stats.shift,
-            keep[:, None, None] * factor.precision + step[:, None, None] * stats.precision,
-        )
-        ok = jnp.all(jnp.isfinite(new.shift)) & jnp.all(jnp.isfinite(new.precision))
-        params = params._replace(factor=jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, factor))
+        factor, ok = bank.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
+                                             self.factor_counts(n_total), damping)
+        params = params._replace(factor=factor)
         return params, self._refresh_shared(params, shared, n_total), ok
 
     # ----------------------------------------------------------------------------------------------

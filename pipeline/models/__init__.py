@@ -7,7 +7,7 @@ implementing :class:`Energy` (and :class:`SiteUpdates` for EP-style factor updat
 
 from pipeline.models.protocol import Energy, ModelSettings, ModelSpec, SiteSettings, SiteUpdates
 from pipeline.models.registry import MODELS, get_model, model_settings, register
-from pipeline.models import multiclass, sparse_gp, deep_gp  # noqa: E402,F401  (register the built-in models)
+from pipeline.models import multiclass, sparse_gp, deep_gp, tied_ep  # noqa: E402,F401  (register the built-in models)
 
 __all__ = ["Energy", "MODELS", "ModelSettings", "ModelSpec", "SiteSettings", "SiteUpdates", "get_model", "model_settings",
            "register"]

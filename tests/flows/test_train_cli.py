@@ -86,10 +86,16 @@ def test_evaluate_without_a_run(tmp_path):
     assert done.returncode == 2 and "no complete checkpoint (train first with `pep train`)" in done.stderr
 
 
-@pytest.mark.parametrize("model", [MODEL, pytest.param("deep-gp-classifier", marks=pytest.mark.slow)])
-def test_sigkill_then_resume_ends_bit_identical(model, store, config_file, tmp_path):
+@pytest.mark.parametrize("model, settings", [(MODEL, {}),
+                                             pytest.param("tied-ep-classifier", {"projection": "wasserstein"},  # QP's sites
+                                                          marks=pytest.mark.slow),
+                                             pytest.param("deep-gp-classifier", {}, marks=pytest.mark.slow)])
+def test_sigkill_then_resume_ends_bit_identical(model, settings, store, tmp_path):
     epochs = 40  # 200 steps, a checkpoint every 4
-    reference = train(TrainJob(model, store, FAST.model_copy(update={"epochs": epochs}), tmp_path / "reference"))
+    config = FAST.model_copy(update={"model": {**FAST.model, **settings}})
+    config_file = tmp_path / "config.toml"
+    config_file.write_text(config_toml(config))
+    reference = train(TrainJob(model, store, config.model_copy(update={"epochs": epochs}), tmp_path / "reference"))
     run_dir = tmp_path / "killed"
     args = ["train", "--model", model, "--data", store.path, "--run-dir", str(run_dir), "--config",
             str(config_file), "--epochs", str(epochs), "--quiet"]

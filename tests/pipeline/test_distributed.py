@@ -17,10 +17,13 @@ def without_seconds(history):
     return [{k: v for k, v in record.items() if k != "seconds"} for record in history]
 
 
-@pytest.mark.parametrize("model, store", [("sparse-gp-classifier", "binary_store"),
-                                          pytest.param("deep-gp", "regression_store", marks=pytest.mark.slow)])
-def test_in_process_one_and_two_workers_are_bit_identical(model, store, cluster, tmp_path, request):
-    job = lambda name: TrainJob(model, request.getfixturevalue(store), FAST, tmp_path / name)
+@pytest.mark.parametrize("model, store, settings", [
+    ("sparse-gp-classifier", "binary_store", {}),
+    ("tied-ep-classifier", "binary_store", {"projection": "wasserstein"}),  # QP's site updates
+    pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow)])
+def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings, cluster, tmp_path, request):
+    config = FAST.model_copy(update={"model": {**FAST.model, **settings}})
+    job = lambda name: TrainJob(model, request.getfixturevalue(store), config, tmp_path / name)
     reference = train(job("in-process"))
     one = connect("local:1")
     try:

@@ -37,12 +37,15 @@ def test_sep_in_process_one_and_two_workers_are_bit_identical(three_class_store,
         assert without_seconds(result.history) == without_seconds(reference.history)
 
 
-@pytest.mark.parametrize("model", [SEP, "multiclass-direct"])
-def test_interrupted_run_resumes_to_identical_params(three_class_store, tmp_path, model):
-    reference = train(job(three_class_store, tmp_path / "whole", model))
-    first = train(job(three_class_store, tmp_path / "cut", model), until_step=7)
+@pytest.mark.parametrize("model, store, settings", [(SEP, "three_class_store", None),
+                                                    ("multiclass-direct", "three_class_store", None),
+                                                    ("tied-ep-classifier", "binary_store", {"projection": "wasserstein"})])
+def test_interrupted_run_resumes_to_identical_params(model, store, settings, tmp_path, request):
+    store = request.getfixturevalue(store)
+    reference = train(job(store, tmp_path / "whole", model, settings))
+    first = train(job(store, tmp_path / "cut", model, settings), until_step=7)
     assert first.steps == 7 and not first.finished
-    resumed = train(job(three_class_store, tmp_path / "cut", model), resume=True)
+    resumed = train(job(store, tmp_path / "cut", model, settings), resume=True)
     assert leaves_equal(resumed.params, reference.params)
     assert without_seconds(resumed.history) == without_seconds(reference.history)
     assert leaves_equal(load_run(tmp_path / "cut").trees["params"], reference.params)

@@ -1,0 +1,173 @@
+"""Binary GP classification with tied sites moved by stochastic EP or Quantile Propagation (SEP/SQP).
+
+One sparse GP (a bank of one, :mod:`pepcore.bank`) with a probit likelihood whose N factors are tied into
+one Gaussian ``t(u) = exp(ηᵀu − ½uᵀΛu)`` in natural parameters, the multi-class SEP of seed001 §2.3 with
+G = 1 and the binary factor ``Φ(s f)``, ``s = 2y − 1``:
+
+    q ∝ p(u) t,      cav ∝ p(u) t^(1 − 1/N).
+
+A row with direction ``υ = K⁻¹k(x)`` and FITC variance ``v_f`` sees ``u`` only through ``τ = υᵀu``, whose
+factor is ``∫ N(f; τ, v_f) Φ(s f) df = Φ(s τ/c)``, ``c = √(1 + v_f)``. Its refined site is the
+projection of the tilted ``q̃(τ) ∝ N(τ; a, w) Φ(s τ/c)`` (``a = υᵀm_cav``, ``w = υᵀV_cavυ``) divided by
+the cavity (seed002 eq. 6). The projection is a setting (:mod:`pepcore.projections`): ``"kl"`` is EP's
+moment matching, ``"wasserstein"`` Quantile Propagation's same mean and variance ``σ*² ≤ Var q̃``. By
+QP's locality (seed002 Theorems 3–4) the W₂ projection of the tilted distribution over ``u`` changes only
+the marginal of ``τ``, so both projections give a rank-one site in ``u``:
+
+    site(u) = exp(ν τ − ½ ρ τ²),   ρ = 1/σ*² − 1/w,   ν = μ*/σ*² − a/w.
+
+Both projections are affine-equivariant, so ``q̃(τ)`` is projected as the standard probit tilted of
+``τ/c`` and scaled back. The tied factor moves by the damped SEP update (:func:`pepcore.bank.damped_site_update`);
+hyper-parameters and inducing inputs ascend EP's energy with cavity and ``q`` held fixed in ``u``
+coordinates (seed001 eq. 10, as :class:`~pepcore.models.multiclass.MultiClassGP`) — also for QP, which
+has no energy of its own (seed002 §6: the paper optimises EP's evidence at QP's sites).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from pepcore import bank
+from pepcore.bank import NaturalFactor
+from pepcore.initialisation import initial_kernel_and_inducing
+from pepcore.kernels import BatchedARDSquaredExponential
+from pepcore.likelihoods import Probit
+from pepcore.linalg import DEFAULT_JITTER
+from pepcore.models.multiclass import hold_gradient
+from pepcore.models.power_ep import SparseGPParams
+from pepcore.parameters import constrained, unconstrained
+from pepcore.projections import projection as named_projection
+
+
+class TiedEPParams(NamedTuple):
+    """The state: unconstrained kernel hyper-parameters, inducing inputs and the tied factor (``[1, M]``, ``[1, M, M]``)."""
+
+    raw_lengthscales: jnp.ndarray  # [D]
+    raw_variance: jnp.ndarray  # []
+    inducing: jnp.ndarray  # Z, [M, D]
+    factor: NaturalFactor
+
+    BIJECTIONS = SparseGPParams.BIJECTIONS
+
+
+class SiteStats(NamedTuple):
+    """Sums over rows of refined sites in ``u`` (they reduce over blocks like gradients)."""
+
+    shift: jnp.ndarray  # Σ ν υ, [1, M]
+    precision: jnp.ndarray  # Σ ρ υυᵀ, [1, M, M]
+    count: jnp.ndarray  # unmasked rows, [1]
+
+
+class StepShared(NamedTuple):
+    """``chol(K_uu)`` and the SEP cavity ``p·t^(1 − 1/N)`` (held fixed: it carries no gradient)."""
+
+    prior: bank.PriorFactors
+    cavity: bank.Gaussians
+
+
+@dataclass(frozen=True)
+class TiedEPClassifier:
+    """Binary probit sparse GP with tied EP (``projection="kl"``) or QP (``"wasserstein"``) sites.
+
+    Example:
+        >>> x = jax.random.normal(jax.random.key(0), (40, 2)); y = (x[:, 0] > 0).astype(float)
+        >>> model = TiedEPClassifier(projection="wasserstein")
+        >>> params = model.init(x, num_inducing=5)
+        >>> shared = model.step_shared(params, 40)
+        >>> stats = model.site_stats(params, shared, x, y, jnp.ones(40, bool))
+        >>> params, shared, ok = model.site_update(params, shared, stats, 40, 1.0)
+        >>> bool(ok)
+        True
+    """
+
+    projection: str = "kl"
+    jitter: float = DEFAULT_JITTER
+
+    def __post_init__(self):
+        named_projection(self.projection)  # a clear error for an unknown name
+
+    def sparse_gp(self, params: TiedEPParams) -> bank.Bank:
+        """The constrained GP as a bank of one, with the jitter ``jitter·σ_f`` on ``K_uu``."""
+        values = constrained(params)
+        kernel = BatchedARDSquaredExponential(values["lengthscales"][None], values["variance"][None])
+        return bank.Bank(kernel, params.inducing[None], (self.jitter * values["variance"])[None])
+
+    def init(self, x, num_inducing: int, *, inducing=None, lengthscales=None, variance: float = 1.0,
+             seed: int = 0) -> TiedEPParams:
+        """k-means inducing inputs, median-distance lengthscales, and the tied factor 1 (``q`` = prior)."""
+        lengthscales, variance, z = initial_kernel_and_inducing(
+            x, num_inducing, inducing=inducing, lengthscales=lengthscales, variance=variance, seed=seed)
+        size = z.shape[0]
+        return TiedEPParams(**unconstrained(TiedEPParams, lengthscales=jnp.asarray(lengthscales),
+                                            variance=jnp.asarray(float(variance))),
+                            inducing=jnp.asarray(z),
+                            factor=NaturalFactor(jnp.zeros((1, size)), jnp.zeros((1, size, size))))
+
+    # ----------------------------------------------------------------------------------------------
+    def step_shared(self, params: TiedEPParams, n_total) -> StepShared:
+        prior = bank.prior_factors(self.sparse_gp(params))
+        return self._refresh_shared(params, prior, n_total)
+
+    def _refresh_shared(self, params: TiedEPParams, prior: bank.PriorFactors, n_total) -> StepShared:
+        cavity = bank.gaussians(prior, params.factor, 1.0 - 1.0 / n_total)
+        return StepShared(prior, jax.lax.stop_gradient(cavity))
+
+    def global_energy(self, params: TiedEPParams, shared: StepShared, n_total):
+        """``G = φ(q) − φ(p) + N(φ(cav) − φ(q))`` (seed000 eq. 110 with tied factors, α = 1), with the
+        gradient of the prior term of seed001 eq. (10) only."""
+        q = bank.gaussians(shared.prior, params.factor, 1.0)
+        value = bank.power_ep_global_term(q, shared.cavity, n_total, 1.0)
+        return hold_gradient(value, bank.prior_surrogate(shared.prior, q))
+
+    def data_energy(self, params: TiedEPParams, shared: StepShared, x, y, mask):
+        """``L = Σ_n mask_n log Φ(s_n m_n/√(1 + v_n))`` under the cavity (masked rows add exactly 0)."""
+        marginals = bank.latent_marginals(self.sparse_gp(params), shared.prior, shared.cavity, x)
+        terms = Probit().log_tilted({}, y, marginals.mean[:, 0], marginals.var[:, 0], 1.0)
+        return jnp.sum(jnp.where(mask, terms, 0.0))
+
+    # ----------------------------------------------------------------------------------------------
+    def refined_sites(self, params: TiedEPParams, shared: StepShared, x, y):
+        """Per row: the direction ``υ`` ``[B, M]`` and the refined site ``(ρ, ν)`` on ``τ = υᵀu`` (module
+        docstring), each ``[B]``. ``ρ = (w − σ*²)/(wσ*²)`` and ``ν = (μ* − a)/σ*² + aρ`` avoid the
+        difference of large ``1/σ*²`` and ``1/w`` where ``w`` is small; ``ρ ≥ 0`` (seed002 Cor. 2.1)."""
+        rows = bank.row_projections(self.sparse_gp(params), shared.prior, x)
+        cavity = bank.project(shared.cavity, rows.directions)
+        a, w, scale = cavity.mean[:, 0], cavity.var[:, 0], jnp.sqrt(1.0 + rows.fitc_var[0])
+        _, mean, var = named_projection(self.projection)(Probit(), y, a / scale, w / scale**2)
+        mean, var = scale * mean, scale**2 * var
+        precision = jnp.maximum(w - var, 0.0) / (w * var)
+        return rows.directions[0], precision, (mean - a) / var + a * precision
+
+    def site_stats(self, params: TiedEPParams, shared: StepShared, x, y, mask) -> SiteStats:
+        """The block's refined sites summed in ``u``: ``Σ ν υ``, ``Σ ρ υυᵀ`` and the row count."""
+        directions, precision, shift = self.refined_sites(params, shared, x, y)
+        precision, shift = jnp.where(mask, precision, 0.0), jnp.where(mask, shift, 0.0)
+        return SiteStats((shift @ directions)[None], jnp.einsum("b,bm,bn->mn", precision, directions, directions)[None],
+                         jnp.sum(mask.astype(shift.dtype))[None])
+
+    def site_update(self, params: TiedEPParams, shared: StepShared, stats: SiteStats, n_total, damping=1.0):
+        """``(params, shared, accepted)``: the damped SEP update towards the summed sites; a non-finite
+        result is rejected."""
+        factor, ok = bank.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
+                                             jnp.asarray(n_total, stats.count.dtype)[None], damping)
+        params = params._replace(factor=factor)
+        return params, self._refresh_shared(params, shared.prior, n_total), ok
+
+    # ----------------------------------------------------------------------------------------------
+    def predict_f(self, params: TiedEPParams, x):
+        """Mean and variance of the latent function at ``x`` under ``q``."""
+        gp = self.sparse_gp(params)
+        prior = bank.prior_factors(gp)
+        marginals = bank.latent_marginals(gp, prior, bank.gaussians(prior, params.factor, 1.0), x)
+        return marginals.mean[:, 0], marginals.var[:, 0]
+
+    def predict_y(self, params: TiedEPParams, x):
+        """``p(y = 1 | x) = Φ(m/√(1 + v))``."""
+        return Probit().predict({}, *self.predict_f(params, x))
+
+
+jax.tree_util.register_static(TiedEPClassifier)

@@ -1,0 +1,79 @@
+"""Tied EP / QP site updates (pepcore/models/tied_ep.py) against untied EP on a single site."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pepcore import bank
+from pepcore.bank import NaturalFactor
+from pepcore.likelihoods import Probit
+from pepcore.models.ep import EP, site_data
+from pepcore.models.tied_ep import TiedEPClassifier
+
+
+def _random_state(model, seed):
+    """Parameters with a random tied factor (so the cavity has a non-zero mean) and one row."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(12, 2))
+    params = model.init(x, num_inducing=4, seed=seed)
+    a = 0.5 * rng.normal(size=(4, 4))
+    factor = NaturalFactor(jnp.asarray(rng.normal(size=(1, 4))), jnp.asarray((a @ a.T)[None]))
+    return params._replace(factor=factor), x[:1]
+
+
+@pytest.mark.parametrize("projection", ["kl", "wasserstein"])
+@pytest.mark.parametrize("seed, y", [(0, 1.0), (1, 0.0)])
+def test_one_site_update_gives_the_untied_projection(projection, seed, y):
+    """With N = 2 tied factors and ρ = 1, one row's update leaves ``q = cav·site``: along the row's
+    direction ``τ = υᵀu`` its mean and variance are those of untied EP/QP on one site ``Φ(s τ/c)`` with the
+    prior ``N(a, w)`` (the cavity's projection), ``c² = 1 + `` the FITC variance."""
+    model = TiedEPClassifier(projection)
+    params, x = _random_state(model, seed)
+    labels = jnp.asarray([y])
+    shared = model.step_shared(params, 2)
+    stats = model.site_stats(params, shared, x, labels, jnp.ones(1, bool))
+    updated, _, accepted = model.site_update(params, shared, stats, 2, 1.0)
+    assert bool(accepted)
+    rows = bank.row_projections(model.sparse_gp(params), shared.prior, x)
+    q = bank.project(bank.gaussians(shared.prior, updated.factor, 1.0), rows.directions)
+    cavity = bank.project(shared.cavity, rows.directions)
+    a, w, c = float(cavity.mean[0, 0]), float(cavity.var[0, 0]), float(jnp.sqrt(1.0 + rows.fitc_var[0, 0]))
+    assert abs(a) > 0.1  # a non-trivial cavity
+    untied = EP(Probit(), projection).run(jnp.asarray([[w]]), site_data([0], [y], weight=1.0 / c, prior_mean=[a]))
+    assert untied.converged
+    assert float(q.mean[0, 0]) == pytest.approx(float(untied.posterior.mean[0]) + a, rel=1e-9, abs=1e-12)
+    assert float(q.var[0, 0]) == pytest.approx(float(untied.posterior.cov[0, 0]), rel=1e-8)
+
+
+@pytest.mark.parametrize("seed", [1])
+def test_quantile_sites_keep_the_mean_and_shrink_the_variance(seed):
+    """seed002 Thm 2 / Cor. 2.1 in the tied model: from the same cavity, QP's refined sites have EP's
+    tilted mean and a variance no larger along each row (to 1e-12 relative, the rule's accuracy,
+    tests/pepcore/test_projections.py); smaller for most rows, equal where the cavity along ``υ`` is so
+    narrow (``w`` ~ 1e-14 here) that the tilted distribution is Gaussian to rounding. Site precisions are
+    compared through these variances: where ``w`` is tiny ``ρ = 1/σ*² − 1/w`` carries the rule's error
+    divided by ``w``, which changes the variance along ``υ`` only by that relative error."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(size=(30, 2)), jnp.asarray(rng.integers(0, 2, 30), float)
+    ep, qp = TiedEPClassifier("kl"), TiedEPClassifier("wasserstein")
+    params, _ = _random_state(ep, seed)
+    shared = ep.step_shared(params, 30)
+    _, ep_precision, ep_shift = ep.refined_sites(params, shared, x, y)
+    directions, qp_precision, qp_shift = qp.refined_sites(params, shared, x, y)
+    cavity = bank.project(shared.cavity, directions[None])
+    a, w = cavity.mean[:, 0], cavity.var[:, 0]
+
+    def moments(precision, shift):
+        var = 1.0 / (1.0 / w + precision)
+        return var * (a / w + shift), var
+
+    (ep_mean, ep_var), (qp_mean, qp_var) = moments(ep_precision, ep_shift), moments(qp_precision, qp_shift)
+    np.testing.assert_allclose(qp_mean, ep_mean, rtol=1e-9, atol=1e-12)
+    assert bool(jnp.all(ep_precision >= 0))
+    assert bool(jnp.all(qp_var <= ep_var * (1 + 1e-12))) and float(jnp.mean(qp_var < ep_var * (1 - 1e-9))) > 0.5
+
+
+def test_unknown_projection_is_refused():
+    with pytest.raises(ValueError, match="projection must be one of"):
+        TiedEPClassifier("hellinger")
