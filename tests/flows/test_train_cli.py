@@ -28,6 +28,11 @@ def store(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def regression_store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("cli-stores") / "regression.zarr", task="regression")
+
+
+@pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli-config") / "fast.toml"
     path.write_text(config_toml(FAST))
@@ -86,8 +91,11 @@ def test_evaluate_without_a_run(tmp_path):
     assert done.returncode == 2 and "no complete checkpoint (train first with `pep train`)" in done.stderr
 
 
-@pytest.mark.parametrize("model", [MODEL, pytest.param("deep-gp-classifier", marks=pytest.mark.slow)])
-def test_sigkill_then_resume_ends_bit_identical(model, store, config_file, tmp_path):
+@pytest.mark.parametrize("model, store_name", [(MODEL, "store"),
+                                               pytest.param("deep-gp-classifier", "store", marks=pytest.mark.slow),
+                                               pytest.param("deep-gp", "regression_store", marks=pytest.mark.slow)])
+def test_sigkill_then_resume_ends_bit_identical(model, store_name, config_file, tmp_path, request):
+    store = request.getfixturevalue(store_name)
     epochs = 40  # 200 steps, a checkpoint every 4
     reference = train(TrainJob(model, store, FAST.model_copy(update={"epochs": epochs}), tmp_path / "reference"))
     run_dir = tmp_path / "killed"
