@@ -11,9 +11,13 @@ distributions, learned inducing inputs, Gaussian likelihood, ``DeepApproximateML
 samples), at pep's hidden width and M, with the same minibatches' size, number of Adam steps and
 learning rate, on the same splits in the same run.
 
-Needs the ``bench`` extra (README: Deep GPs)::
+Splits are the outer loop (every model of every data set on split 0, then split 1, …), each (data
+set, split) one unit of work for ``--jobs`` spawned worker processes, and the JSON is rewritten after
+every split with the summaries over the splits done so far (``splits_done``), so an interrupted run
+keeps a like-for-like comparison. Needs the ``bench`` extra (README: Deep GPs)::
 
-    nice -n 10 .venv/bin/python -m benchmarks.bench_dgp --splits 20 --inducing 100 --models gp dgp2 gpytorch
+    OPENBLAS_NUM_THREADS=1 nice -n 10 .venv/bin/python -m benchmarks.bench_dgp --jobs 2 --splits 20 \
+        --inducing 100 --models dgp2 gp gpytorch --samples 3     # benchmarks/results/bench_dgp.json
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
+from multiprocessing import get_context
 
 import numpy as np
 from scipy.stats import norm
@@ -148,6 +155,21 @@ def summary(runs: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def fit_split(name: str, index: int, args: argparse.Namespace) -> dict[tuple[str, int], dict[str, float]]:
+    """Every model of ``args`` at every M on split ``index`` of data set ``name`` (one worker's unit)."""
+    x, y = load(name)
+    train, test = pbp_splits(x.shape[0], args.splits)[index]
+    data = (x[train], y[train], x[test], y[test])
+    results = {}
+    for m in args.inducing:
+        args.m = m
+        for model in args.models:
+            results[model, m] = (fit_gpytorch(2, *data, args) if model == "gpytorch"
+                                 else fit_pep(PEP_MODELS[model], *data, args))
+            print(f"  {name} M={m} {model} split {index}: {results[model, m]}", flush=True)
+    return results
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -160,27 +182,29 @@ def main(argv=None) -> dict:
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--samples", type=int, default=10, help="GPyTorch's likelihood samples")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes, each fitting one (data set, split)")
     parser.add_argument("--name", default="bench_dgp", help="results/NAME.json")
     args = parser.parse_args(argv)
     results = {"settings": {k: v for k, v in vars(args).items() if k != "name"}, "rows": []}
-    for name in args.datasets:
-        x, y = load(name)
-        splits = pbp_splits(x.shape[0], args.splits)
-        for m in args.inducing:
-            args.m = m
-            for model in args.models:
-                runs = []
-                for index, (train, test) in enumerate(splits):
-                    data = (x[train], y[train], x[test], y[test])
-                    runs.append(fit_gpytorch(2, *data, args) if model == "gpytorch"
-                                else fit_pep(PEP_MODELS[model], *data, args))
-                    print(f"  {name} M={m} {model} split {index}: {runs[-1]}", flush=True)
-                row = {"dataset": name, "n": int(x.shape[0]), "d": int(x.shape[1]), "model": model, "M": m,
-                       **summary(runs), "splits": runs}
-                results["rows"].append(row)
-                print(f"{name} M={m} {model}: test LL {row['test_ll']:.3f} ± {row['test_ll_se']:.3f}, "
-                      f"RMSE {row['rmse']:.3f} ± {row['rmse_se']:.3f}, {row['seconds']:.1f} s/fit", flush=True)
-                write_results(args.name, results)  # after every row: an interrupted run keeps what it measured
+    sizes = {name: load(name)[0].shape for name in args.datasets}
+    units = [(name, index) for index in range(args.splits) for name in args.datasets]
+    runs: dict[tuple[str, int, str], list] = {}
+    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
+        done = pool.map(fit_split, *zip(*units), repeat(args, len(units)))
+        for (name, index), split in zip(units, done):
+            for (model, m), run in split.items():
+                runs.setdefault((name, m, model), []).append(run)
+            if name != args.datasets[-1]:
+                continue
+            # after every split of every data set: an interrupted run keeps what it measured
+            results["rows"] = [{"dataset": name, "n": int(sizes[name][0]), "d": int(sizes[name][1]), "model": model,
+                                "M": m, **summary(split_runs), "splits": split_runs}
+                               for (name, m, model), split_runs in runs.items()]
+            results["splits_done"] = index + 1
+            write_results(args.name, results)
+    for row in results["rows"]:
+        print(f"{row['dataset']} M={row['M']} {row['model']}: test LL {row['test_ll']:.3f} ± {row['test_ll_se']:.3f}, "
+              f"RMSE {row['rmse']:.3f} ± {row['rmse_se']:.3f}, {row['seconds']:.1f} s/fit", flush=True)
     return results
 
 

@@ -28,6 +28,11 @@ def store(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def regression_store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("cli-stores") / "regression.zarr", task="regression")
+
+
+@pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli-config") / "fast.toml"
     path.write_text(config_toml(FAST))
@@ -86,11 +91,13 @@ def test_evaluate_without_a_run(tmp_path):
     assert done.returncode == 2 and "no complete checkpoint (train first with `pep train`)" in done.stderr
 
 
-@pytest.mark.parametrize("model, settings", [(MODEL, {}),
-                                             pytest.param("tied-ep-classifier", {"projection": "wasserstein"},  # QP's sites
-                                                          marks=pytest.mark.slow),
-                                             pytest.param("deep-gp-classifier", {}, marks=pytest.mark.slow)])
-def test_sigkill_then_resume_ends_bit_identical(model, settings, store, tmp_path):
+@pytest.mark.parametrize("model, store_name, settings", [
+    (MODEL, "store", {}),
+    pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, marks=pytest.mark.slow),  # QP's sites
+    pytest.param("deep-gp-classifier", "store", {}, marks=pytest.mark.slow),
+    pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow)])
+def test_sigkill_then_resume_ends_bit_identical(model, store_name, settings, tmp_path, request):
+    store = request.getfixturevalue(store_name)
     epochs = 40  # 200 steps, a checkpoint every 4
     config = FAST.model_copy(update={"model": {**FAST.model, **settings}})
     config_file = tmp_path / "config.toml"
