@@ -11,8 +11,8 @@ Backends:
 * :class:`DaskBackend` — a ``LocalCluster`` of worker *processes* (``local:N``; ``local:N:pinned``
   gives worker ``i`` core ``i mod cores`` alone: no oversubscription, but results then match other
   pinned clusters, not the in-process backend, see below) or an existing
-  scheduler (``tcp://HOST:PORT``). Each step the params are scattered once to every worker
-  (``broadcast=True``); each worker gets one task with the blocks assigned to it (block ``b`` goes to
+  scheduler (``tcp://HOST:PORT``). Each step the params are scattered to every worker (one copy
+  each); each worker gets one task with the blocks assigned to it (block ``b`` goes to
   worker ``b mod W``, so a worker keeps seeing the same blocks); tasks may move to another worker if
   theirs dies, and a failed step is re-run.
 
@@ -268,11 +268,12 @@ class DaskBackend:
     def evaluate(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
         from distributed import KilledWorker
         from distributed.comm import CommClosedError
+        from distributed.utils import CancelledError
 
         for attempt in range(1, STEP_ATTEMPTS + 1):
             try:
                 return self._evaluate_once(fn, params, source, blocks)
-            except (KilledWorker, CommClosedError, OSError) as error:
+            except (KilledWorker, CommClosedError, OSError, CancelledError) as error:
                 if attempt == STEP_ATTEMPTS:
                     raise
                 log.warning("blocks lost with a worker (%s); re-running the step (attempt %d of %d)",
@@ -287,9 +288,12 @@ class DaskBackend:
         plan: dict[str, list[int]] = {}
         for b in blocks:
             plan.setdefault(workers[b % len(workers)], []).append(b)
-        shared = self.client.scatter(jax.device_get(params), broadcast=True, hash=False)
-        futures = {worker: self.client.submit(evaluate_blocks, fn, shared, source, assigned,
-                                              workers=[worker], allow_other_workers=True, pure=False)
+        # One copy of the params sent to each worker, not one scatter with broadcast=True: the scheduler's
+        # replication kept retrying a worker killed while it ran and the step hung (measured: a SIGKILLed
+        # worker, tests/infra/test_prefect_server.py). A lost copy fails the step, which is re-run.
+        host = jax.device_get(params)
+        futures = {worker: self.client.submit(evaluate_blocks, fn, self.client.scatter(host, workers=[worker], hash=False),
+                                              source, assigned, workers=[worker], allow_other_workers=True, pure=False)
                    for worker, assigned in plan.items()}
         results: dict[int, Any] = {}
         for worker, future in futures.items():
