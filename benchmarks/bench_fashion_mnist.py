@@ -54,13 +54,13 @@ def truncated_copy(source: Path, out: Path, train_rows: int) -> Path:
     return out
 
 
-def fashion_mnist_store(directory: Path, work: Path, max_train_rows: int | None) -> tuple[Path, Store]:
-    """The MNIST-format files used (``directory``, or a copy in ``work`` cut to ``max_train_rows`` training
-    images) and the store ingested from them in ``work``."""
+def fashion_mnist_store(directory: Path, work: Path, max_train_rows: int | None) -> Store:
+    """The store ingested in ``work`` from the MNIST-format files in ``directory`` (cut to the first
+    ``max_train_rows`` training images when given)."""
     if max_train_rows:
         directory = truncated_copy(directory, work / "idx", max_train_rows)
     ingest(open_source("mnist", SourceRequest((directory,))), work / "fashion-mnist.zarr")
-    return directory, open_store(work / "fashion-mnist.zarr")
+    return open_store(work / "fashion-mnist.zarr")
 
 
 def main() -> None:
@@ -72,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     config = PAPER_MNIST.model_copy(update={"epochs": args.epochs})
     with tempfile.TemporaryDirectory(prefix="pep-bench-fmnist-") as work:
-        _, store = fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows)
+        store = fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows)
         reference = baselines(store)
         sep = run_sep(store, config, args.cluster)
         n_train = store.n_rows("train")

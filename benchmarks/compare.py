@@ -42,19 +42,17 @@ from benchmarks._common import RESULTS, write_results
 from benchmarks._multiclass_run import baselines, run_sep
 from benchmarks.bench_fashion_mnist import PAPER_MNIST, fashion_mnist_store
 from pepcore.initialisation import squared_median_lengthscale
-from pipeline.data.sources import SourceRequest, open_source
 from pipeline.data.sources.mnist import DEBIAN_DIR
+from pipeline.data.stores import Store
 
 GPYTORCH_LEARNING_RATE = 0.01
 EVALUATION_ROWS = 2000  # test rows per GPyTorch prediction call
 
 
-def _arrays(directory: Path):
-    blocks = list(open_source("mnist", SourceRequest((directory,))).read())
-    x = np.concatenate([b.X for b in blocks]).astype(np.float32)
-    y = np.concatenate([b.y for b in blocks]).astype(np.int64)
-    is_test = np.concatenate([b.is_test for b in blocks])
-    return x[~is_test], y[~is_test], x[is_test], y[is_test]
+def _arrays(store: Store):
+    """``(x, y, x_test, y_test)`` of the store pep trains on: float32 pixels / 255, int64 labels."""
+    (x, y), (x_test, y_test) = ((a[:], b[:]) for a, b in map(store.arrays, ("train", "test")))
+    return x.astype(np.float32), y.astype(np.int64), x_test.astype(np.float32), y_test.astype(np.int64)
 
 
 def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epochs: int, seed: int = 0) -> dict:
@@ -167,9 +165,9 @@ def main() -> None:
     num_inducing = PAPER_MNIST.model["num_inducing"]
     runs = {}
     with tempfile.TemporaryDirectory(prefix="pep-compare-") as work:
-        directory, store = fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows)
+        store = fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows)
         reference = baselines(store)
-        arrays = _arrays(directory)
+        arrays = _arrays(store)
         for batch in args.batch_sizes:
             config = PAPER_MNIST.model_copy(update={"epochs": args.epochs, "batch_size": batch,
                                                     "block_rows": batch})
