@@ -34,12 +34,11 @@ import jax.numpy as jnp
 from pepcore import bank
 from pepcore.bank import NaturalFactor
 from pepcore.initialisation import initial_kernel_and_inducing
-from pepcore.kernels import BatchedARDSquaredExponential
 from pepcore.likelihoods import Probit
 from pepcore.linalg import DEFAULT_JITTER
 from pepcore.models.multiclass import hold_gradient
-from pepcore.models.power_ep import SparseGPParams
-from pepcore.parameters import constrained, unconstrained
+from pepcore.models.power_ep import SparseGPParams, one_gp_bank
+from pepcore.parameters import unconstrained
 from pepcore.projections import projection as named_projection
 
 
@@ -92,9 +91,7 @@ class TiedEPClassifier:
 
     def sparse_gp(self, params: TiedEPParams) -> bank.Bank:
         """The constrained GP as a bank of one, with the jitter ``jitter·σ_f`` on ``K_uu``."""
-        values = constrained(params)
-        kernel = BatchedARDSquaredExponential(values["lengthscales"][None], values["variance"][None])
-        return bank.Bank(kernel, params.inducing[None], (self.jitter * values["variance"])[None])
+        return one_gp_bank(params, self.jitter)
 
     def init(self, x, num_inducing: int, *, inducing=None, lengthscales=None, variance: float = 1.0,
              seed: int = 0) -> TiedEPParams:
