@@ -23,7 +23,7 @@ seconds each needed to reach GPyTorch's final test NLL.
 Usage::
 
     .venv/bin/python -m benchmarks.compare [--epochs 4] [--batch-sizes 200 2000] [--max-train-rows N]
-        [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none] [--name compare]
+        [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none] [--torch-device cpu] [--name compare]
 
 Needs the ``bench`` extra (torch CPU, gpytorch). Writes ``benchmarks/results/NAME.json`` and
 ``NAME.png`` (test NLL against training seconds).
@@ -55,12 +55,15 @@ def _arrays(store: Store):
     return x.astype(np.float32), y.astype(np.int64), x_test.astype(np.float32), y_test.astype(np.int64)
 
 
-def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epochs: int, seed: int = 0) -> dict:
-    """GPyTorch's multi-class SVGP (module docstring): per-epoch training seconds, test error and NLL."""
+def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epochs: int, seed: int = 0,
+                 device: str = "cpu") -> dict:
+    """GPyTorch's multi-class SVGP (module docstring) on the torch ``device``: per-epoch training seconds,
+    test error and NLL."""
     import gpytorch
     import torch
 
     torch.manual_seed(seed)
+    on_device = torch.device(device)
     classes, dim = int(y.max()) + 1, x.shape[1]
 
     class SVGP(gpytorch.models.ApproximateGP):
@@ -84,32 +87,37 @@ def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epoch
     model = SVGP(torch.from_numpy(starts))
     model.covar_module.base_kernel.lengthscale = squared_median_lengthscale(x, seed)  # pep's start (seed001 §4.5)
     likelihood = gpytorch.likelihoods.SoftmaxLikelihood(num_classes=classes, mixing_weights=False)
+    model, likelihood = model.to(on_device), likelihood.to(on_device)
     objective = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(x))
     optimiser = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=GPYTORCH_LEARNING_RATE)
-    train_x, train_y = torch.from_numpy(x), torch.from_numpy(y)
+    train_x, train_y = torch.from_numpy(x).to(on_device), torch.from_numpy(y).to(on_device)
     records, seconds = [], 0.0
     for epoch in range(1, epochs + 1):
         model.train(), likelihood.train()
         order = torch.from_numpy(rng.permutation(len(x)))
         started = time.perf_counter()
         for start in range(0, len(x), batch_size):
-            rows = order[start:start + batch_size]
+            rows = order[start:start + batch_size].to(on_device)
             optimiser.zero_grad()
             loss = -objective(model(train_x[rows]), train_y[rows])
             loss.backward()
             optimiser.step()
+        if on_device.type == "cuda":
+            torch.cuda.synchronize()
         seconds += time.perf_counter() - started
         model.eval(), likelihood.eval()
         with torch.no_grad():
-            proba = np.concatenate([likelihood(model(torch.from_numpy(x_test[i:i + EVALUATION_ROWS]))).probs.mean(0).numpy()
-                                    for i in range(0, len(x_test), EVALUATION_ROWS)])
+            proba = np.concatenate([
+                likelihood(model(torch.from_numpy(x_test[i:i + EVALUATION_ROWS]).to(on_device))).probs.mean(0).cpu().numpy()
+                for i in range(0, len(x_test), EVALUATION_ROWS)])
         picked = np.clip(proba[np.arange(len(y_test)), y_test], 1e-300, None)
         records.append({"epoch": epoch, "training_seconds": round(seconds, 2),
                         "test_error": float(np.mean(proba.argmax(1) != y_test)),
                         "test_nll": float(-np.mean(np.log(picked)))})
         print({"gpytorch": records[-1]}, flush=True)
     return {"per_epoch": records, "seconds_per_epoch": round(seconds / epochs, 2), "learning_rate": GPYTORCH_LEARNING_RATE,
-            "dtype": "float32", "torch_threads": torch.get_num_threads()}
+            "dtype": "float32", "torch_threads": torch.get_num_threads(), "device": device,
+            "torch": torch.__version__, "gpytorch": gpytorch.__version__}
 
 
 def seconds_to_reach(per_epoch: list[dict], nll: float) -> float | None:
@@ -160,6 +168,8 @@ def main() -> None:
     parser.add_argument("--max-train-rows", type=int, default=None)
     parser.add_argument("--mnist-dir", type=Path, default=DEBIAN_DIR)
     parser.add_argument("--cluster", default="none", help="pep's backend: none (in-process), local:N, ...")
+    parser.add_argument("--torch-device", default="cpu", help="GPyTorch's torch device: cpu or cuda (pep runs on "
+                        "JAX's default backend: the GPU where jax has its CUDA plugin)")
     parser.add_argument("--name", default="compare", help="results/NAME.json and NAME.png")
     args = parser.parse_args()
     num_inducing = PAPER_MNIST.model["num_inducing"]
@@ -172,7 +182,7 @@ def main() -> None:
             config = PAPER_MNIST.model_copy(update={"epochs": args.epochs, "batch_size": batch,
                                                     "block_rows": batch})
             pep = run_sep(store, config, args.cluster)
-            gpytorch = run_gpytorch(*arrays, num_inducing, batch, args.epochs)
+            gpytorch = run_gpytorch(*arrays, num_inducing, batch, args.epochs, device=args.torch_device)
             runs[batch] = {"pep": pep, "gpytorch": gpytorch, "summary": summary(pep, gpytorch)}
             write_results(args.name, {"data": str(args.mnist_dir), "n_train": len(arrays[0]), "n_test": len(arrays[2]),
                                       "epochs": args.epochs, "num_inducing": num_inducing, "runs": runs,
