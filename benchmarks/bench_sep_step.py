@@ -7,11 +7,12 @@ cavities, the data term through the engine, and the global term + chain rule + A
 
 Usage::
 
-    .venv/bin/python -m benchmarks.bench_sep_step [--store fmnist.zarr] [--steps 15]
+    .venv/bin/python -m benchmarks.bench_sep_step [--store fmnist.zarr] [--steps 15] [--batch-size 200]
+        [--mnist-dir /usr/share/datasets/fashion-mnist] [--name bench_sep_step]
 
-Without ``--store``, Fashion-MNIST (``pep ingest mnist``) is ingested into a temporary directory and
-the paper's MNIST settings of :mod:`benchmarks.bench_fashion_mnist` are used. Writes
-``benchmarks/results/bench_sep_step.json``.
+Without ``--store``, Fashion-MNIST (``pep ingest mnist``) is ingested from ``--mnist-dir`` into a temporary
+directory; the paper's MNIST settings of :mod:`benchmarks.bench_fashion_mnist` are used, with one block per
+minibatch of ``--batch-size`` rows. Writes ``benchmarks/results/NAME.json``.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def timed(times: dict[str, list[float]], name: str, call: Callable[[], Any]) -> 
     return result
 
 
-def profile(store: Store, steps: int) -> dict[str, Any]:
+def profile(store: Store, steps: int, batch_size: int) -> dict[str, Any]:
     """Median milliseconds of each piece of a step, and of the direct block calls."""
-    config = PAPER_MNIST.model_copy(update={"epochs": 1})
+    config = PAPER_MNIST.model_copy(update={"epochs": 1, "batch_size": batch_size, "block_rows": batch_size})
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="pep-bench-step-") as run_dir, compute_threads():
         trainer = Trainer(TrainJob(MODEL, store, config, Path(run_dir)), InProcess())
@@ -91,13 +92,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--batch-size", type=int, default=PAPER_MNIST.batch_size)
+    parser.add_argument("--mnist-dir", type=Path, default=DEBIAN_DIR)
+    parser.add_argument("--name", default="bench_sep_step", help="results/NAME.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pep-bench-step-data-") as work:
         path = args.store
         if path is None:
             path = Path(work) / "fashion-mnist.zarr"
-            ingest(open_source("mnist", SourceRequest((DEBIAN_DIR,))), path)
-        write_results("bench_sep_step", {"data": str(args.store or DEBIAN_DIR), **profile(open_store(path), args.steps)})
+            ingest(open_source("mnist", SourceRequest((args.mnist_dir,))), path)
+        write_results(args.name, {"data": str(args.store or args.mnist_dir),
+                                  **profile(open_store(path), args.steps, args.batch_size)})
 
 
 if __name__ == "__main__":

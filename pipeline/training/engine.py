@@ -17,11 +17,14 @@ Backends:
   theirs dies, and a failed step is re-run.
 
 Memory: every process that computes blocks keeps the blocks it read in a :class:`BlockCache` of at most
-``PEP_BLOCK_CACHE_MB`` megabytes (default 16; 0 turns it off), least recently used first out. A block
-evicted from it is read from Zarr again when next needed, which the operating system's page cache and
-the ≤ 1 MiB chunks of ``pep ingest`` make cheap (0.75 ms per 1,000-row airline block, measured). A
-worker's memory is therefore bounded whatever the number of training rows N: a store that fits in the
-budget is read once, a larger one costs a re-read per block per epoch.
+``PEP_BLOCK_CACHE_MB`` megabytes (default 16; 0 turns it off), least recently used first out, plus the
+blocks of its latest call (one step's share of the minibatch), which a step's second pass over the same
+blocks (the data term after the site statistics) finds whatever the budget. Cached blocks live on JAX's
+default device (a GPU's memory where there is one), so a block is copied there once, not per call. A
+block evicted from it is read from Zarr again when next needed, which the operating system's page cache
+and the ≤ 1 MiB chunks of ``pep ingest`` make cheap (0.75 ms per 1,000-row airline block, measured). A
+worker's memory is therefore bounded by the budget and the minibatch whatever the number of training
+rows N: a store that fits in the budget is read once, a larger one costs a re-read per block per epoch.
 
 Determinism: every block's result is computed by the same compiled function on the same inputs,
 whatever process computes it, and the per-block results are summed on the coordinator in a fixed
@@ -127,7 +130,9 @@ def block_bytes(block: Block) -> int:
 
 
 class BlockCache:
-    """The blocks this process read, least recently used first out, at most ``budget()`` bytes.
+    """The blocks this process read, as float64 arrays on JAX's default device, least recently used
+    first out, at most ``budget()`` bytes; and, beyond the budget, the blocks of the latest
+    :meth:`get_all` call.
 
     A block larger than the budget is returned but not kept; a budget of 0 keeps nothing. The budget is
     read at every call, so a changed ``$PEP_BLOCK_CACHE_MB`` applies from the next block on.
@@ -146,6 +151,7 @@ class BlockCache:
         self.budget = budget
         self.nbytes = 0
         self._blocks: OrderedDict[tuple[BlockSource, int], Block] = OrderedDict()
+        self._latest: tuple[tuple[BlockSource, tuple[int, ...]], list[Block]] | None = None
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -162,13 +168,23 @@ class BlockCache:
         if key in self._blocks:
             self._blocks.move_to_end(key)
             return self._blocks[key]
-        block = source.read(index)
+        with pepcore.float64():
+            block = Block(*jax.device_put(tuple(source.read(index))))
         size = block_bytes(block)
         if size <= budget:
             self._trim(budget - size)
             self._blocks[key] = block
             self.nbytes += size
         return block
+
+    def get_all(self, source: BlockSource, indices: Sequence[int]) -> list[Block]:
+        """Blocks ``indices`` of ``source`` (as :meth:`get`); asked for the same blocks as the latest
+        call, it returns them without a read, whatever the budget."""
+        key, latest = (source, tuple(indices)), self._latest
+        if latest is None or latest[0] != key:
+            self._latest = None  # released before the next blocks are read
+            latest = self._latest = (key, [self.get(source, index) for index in indices])
+        return latest[1]
 
     def _trim(self, limit: int) -> None:
         """Drop least recently used blocks until at most ``limit`` bytes are held."""
@@ -193,7 +209,7 @@ def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequ
     (results that travel), else JAX arrays (in-process: no copies to and from the device buffers)."""
     with pepcore.float64(), compute_threads():
         compiled = _compiled(fn)
-        results = [compiled(params, *BLOCKS.get(source, b)) for b in blocks]
+        results = [compiled(params, *block) for block in BLOCKS.get_all(source, blocks)]
         return jax.device_get(results) if to_host else results
 
 

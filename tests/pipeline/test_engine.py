@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pipeline.training import engine
-from pipeline.data.blocks import BlockSource, TargetScaling
+from pipeline.data.blocks import Block, BlockSource, TargetScaling
 from pipeline.training.engine import BlockCache, Engine, InProcess, block_bytes, connect, tree_sum
 from pipeline.errors import InputError
 from pipeline.models import MODELS
@@ -144,3 +144,31 @@ def test_schedule_visits_every_block_once_per_epoch():
 def test_bad_cluster_values(value):
     with pytest.raises(InputError, match="--cluster: expected local:N"):
         connect(value)
+
+
+class CountingSource:
+    """A block source that counts its reads (blocks of zeros)."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def read(self, index):
+        self.reads += 1
+        return Block(np.zeros((4, 2)), np.zeros(4), np.ones(4, bool))
+
+
+def test_a_steps_second_pass_over_its_blocks_reads_nothing_whatever_the_budget():
+    source, cache = CountingSource(), BlockCache(lambda: 0)
+    first = cache.get_all(source, [0, 1])
+    assert cache.get_all(source, [0, 1]) is first and source.reads == 2  # the data term after the site statistics
+    cache.get_all(source, [2])
+    cache.get_all(source, [0, 1])
+    assert source.reads == 5 and (len(cache), cache.nbytes) == (0, 0)  # released once other blocks were asked for
+
+
+def test_cached_blocks_are_float64_arrays_on_the_default_device(binary_store):
+    source = BlockSource.of(binary_store, "train", 48, TargetScaling())
+    block = BlockCache().get(source, 0)
+    assert all(isinstance(a, jax.Array) and a.devices() == {jax.devices()[0]} for a in block)
+    assert block.x.dtype == np.float64 and block.mask.dtype == bool
+    np.testing.assert_array_equal(block.x, source.read(0).x)
