@@ -26,7 +26,8 @@ Usage::
         [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none] [--torch-device cpu] [--name compare]
 
 Needs the ``bench`` extra (torch CPU, gpytorch). Writes ``benchmarks/results/NAME.json`` and
-``NAME.png`` (test NLL against training seconds).
+``NAME.png`` (test NLL against training seconds) and prints the README's table (:func:`markdown`; a test
+checks that the README's tables are those of the committed JSON files).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from benchmarks.bench_fashion_mnist import PAPER_MNIST, fashion_mnist_store
 from pepcore.initialisation import squared_median_lengthscale
 from pipeline.data.sources.mnist import DEBIAN_DIR
 from pipeline.data.stores import Store
+from pipeline.training.engine import block_cache_budget
 
 GPYTORCH_LEARNING_RATE = 0.01
 EVALUATION_ROWS = 2000  # test rows per GPyTorch prediction call
@@ -143,6 +145,31 @@ def summary(pep: dict, gpytorch: dict) -> dict:
                                               "gpytorch": gpytorch["per_epoch"][-1]["training_seconds"]}}
 
 
+def markdown(payload: dict) -> str:
+    """The README's table of one run (``benchmarks/results/NAME.json``): per minibatch, training seconds of
+    pep's and GPyTorch's first and last epochs, pep's last epoch over GPyTorch's, both models' test error
+    and NLL after the last epoch and the seconds each took to reach GPyTorch's final NLL."""
+    machine = payload["machine"]
+    lines = [f"{', '.join(machine['devices'])}, JAX {machine['jax']}, block cache {payload['block_cache_mb']:g} MB, "
+             f"{payload['epochs']} epochs, {payload['n_train']:,} / {payload['n_test']:,} rows:", "",
+             "| minibatch | pep s, epoch 1 / last | GPyTorch s, epoch 1 / last | pep / GPyTorch, last epoch "
+             "| pep error / NLL | GPyTorch error / NLL | s to GPyTorch's final NLL, pep / GPyTorch |",
+             "|---|---|---|---|---|---|---|"]
+    for batch, run in payload["runs"].items():
+        cells = [f"{int(batch):,}"]
+        for name in ("pep", "gpytorch"):
+            first = run[name]["per_epoch"][0]["training_seconds"]
+            cells.append(f"{first:.2f} / {last_epoch_seconds(run[name]['per_epoch']):.2f}")
+        cells.append(f"{run['summary']['pep_over_gpytorch_last_epoch']:.2f}")
+        for name in ("pep", "gpytorch"):
+            final = run[name]["per_epoch"][-1]
+            cells.append(f"{100 * final['test_error']:.1f} % / {final['test_nll']:.3f}")
+        reach = run["summary"]["seconds_to_gpytorch_final_nll"]
+        cells.append(" / ".join("never" if reach[name] is None else f"{reach[name]:.2f}" for name in ("pep", "gpytorch")))
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def plot(runs: dict, path: Path) -> None:
     """Test NLL against cumulative training seconds, one panel per minibatch size."""
     import matplotlib
@@ -184,10 +211,12 @@ def main() -> None:
             pep = run_sep(store, config, args.cluster)
             gpytorch = run_gpytorch(*arrays, num_inducing, batch, args.epochs, device=args.torch_device)
             runs[batch] = {"pep": pep, "gpytorch": gpytorch, "summary": summary(pep, gpytorch)}
-            write_results(args.name, {"data": str(args.mnist_dir), "n_train": len(arrays[0]), "n_test": len(arrays[2]),
-                                      "epochs": args.epochs, "num_inducing": num_inducing, "runs": runs,
-                                      "baselines": reference})
+            payload = {"data": str(args.mnist_dir), "n_train": len(arrays[0]), "n_test": len(arrays[2]),
+                       "epochs": args.epochs, "num_inducing": num_inducing,
+                       "block_cache_mb": block_cache_budget() / 2**20, "runs": runs, "baselines": reference}
+            write_results(args.name, payload)
     plot(runs, RESULTS / f"{args.name}.png")
+    print(markdown(payload))
 
 
 if __name__ == "__main__":
