@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pipeline.training.trainer import load_run
 from tests.flows.test_train_cli import pep
 from tests.trainstores import FAST, config_toml, make_store
 
 
+@pytest.mark.slow
 def test_deep_gp_train_and_evaluate_json(tmp_path):
     store = make_store(tmp_path / "regression.zarr", task="regression")
     config = tmp_path / "deep.toml"

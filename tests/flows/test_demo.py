@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.flows.test_train_cli import pep
 
 
+@pytest.mark.slow
 def test_demo_trains_and_beats_the_class_frequencies(tmp_path):
     report = json.loads(pep("demo", "--out", str(tmp_path / "demo"), "--epochs", "1", "--json").stdout)
     pep_row, logistic, frequencies = report["results"]

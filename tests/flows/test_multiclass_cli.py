@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.flows.test_train_cli import pep
 from tests.trainstores import FAST, config_toml, make_store
 
 
+@pytest.mark.slow
 def test_multiclass_sep_train_and_evaluate_json(tmp_path):
     store = make_store(tmp_path / "three-class.zarr", n_classes=3)
     config = tmp_path / "fast.toml"

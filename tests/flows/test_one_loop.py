@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from pipeline import MultiClassGPClassifier
 from pipeline.training.config import TrainConfig
@@ -14,6 +15,7 @@ from tests.flows.test_train_cli import pep
 from tests.trainstores import config_toml, leaves_equal, make_store
 
 
+@pytest.mark.slow
 def test_estimator_fit_equals_pep_train(tmp_path):
     # one chunk per split, so the store's training statistics are computed exactly as the estimator's
     store = make_store(tmp_path / "three.zarr", n_classes=3, chunk_rows=1_000)

@@ -51,6 +51,7 @@ def pep(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow
 def test_train_and_evaluate_json(store, config_file, tmp_path):
     run_dir = tmp_path / "run"
     summary = json.loads(pep("train", "--model", MODEL, "--data", store.path, "--run-dir", str(run_dir),
@@ -71,11 +72,12 @@ def test_train_and_evaluate_json(store, config_file, tmp_path):
     (["--cluster", "local"], "--cluster: expected local:N"),
     (["--model", "gp"], "--model: unknown model 'gp'"),
     (["--batch-size", "0"], "batch_size: Input should be greater than or equal to 1"),
-    (["--cluster", "tls://127.0.0.1:8786"], "a TLS scheduler needs a CA and a client certificate"),
-    (["--cluster", "tls://127.0.0.1:8786", "--tls-ca-file", "no-ca.pem", "--tls-cert", "no-cert.pem"],
-     "TLS ca file no-ca.pem: no such file"),
-    (["--tls-cert", "client.pem"], "--tls-ca-file/--tls-cert/--tls-key: only for a tls:// --cluster"),
-    (["--cluster", "slurm:0"], "--cluster: expected local:N"),
+    *(pytest.param(*case, marks=pytest.mark.slow) for case in [  # ~4 s each: a `pep` process per case
+        (["--cluster", "tls://127.0.0.1:8786"], "a TLS scheduler needs a CA and a client certificate"),
+        (["--cluster", "tls://127.0.0.1:8786", "--tls-ca-file", "no-ca.pem", "--tls-cert", "no-cert.pem"],
+         "TLS ca file no-ca.pem: no such file"),
+        (["--tls-cert", "client.pem"], "--tls-ca-file/--tls-cert/--tls-key: only for a tls:// --cluster"),
+        (["--cluster", "slurm:0"], "--cluster: expected local:N")]),
 ])
 def test_bad_input_fails_cleanly(store, tmp_path, args, message):
     options = {"--model": MODEL, "--data": store.path, "--run-dir": str(tmp_path / "run"), "--cluster": "none",
@@ -91,6 +93,7 @@ def test_evaluate_without_a_run(tmp_path):
     assert done.returncode == 2 and "no complete checkpoint (train first with `pep train`)" in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, store_name, settings", [
     (MODEL, "store", {}),
     pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, marks=pytest.mark.slow),  # QP's sites
@@ -126,6 +129,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_training_on_a_real_scheduler_and_two_workers(store, config_file, tmp_path):
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"

@@ -32,6 +32,7 @@ def artifacts(*keys):
     return {artifact.key: artifact for artifact in asyncio.run(read())}
 
 
+@pytest.mark.slow
 def test_train_flow_publishes_artifacts_and_files(store, tmp_path):
     run_dir = tmp_path / "Flow Run"
     summary = train_flow(MODEL, store.path, str(run_dir), FAST.model_dump())

@@ -148,6 +148,7 @@ def test_one_layer_log_z_is_the_exact_integral():
     np.testing.assert_allclose(rows, expected, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_one_data_point_energy_is_its_log_z():
     """N = 1: the cavity is the prior, ``F = log Z_1`` (spec §9)."""
     model, params, x, y = _model_and_params((2,))
@@ -164,6 +165,7 @@ def test_one_data_point_energy_is_its_log_z():
     np.testing.assert_allclose(prior_only, model.propagate(params, *posteriors, x), rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hidden, likelihood", [((2,), Gaussian()), ((2,), Probit()), ((2, 2), Gaussian())])
 def test_energy_gradient_matches_central_differences(hidden, likelihood):
     model, params, x, y = _model_and_params(hidden, likelihood, num_inducing=3, n=8)

@@ -43,6 +43,7 @@ def test_every_likelihood_is_tested():
     assert defined == {type(lik) for lik, _ in LIKELIHOODS} | {type(lik) for lik, _, _ in SITE_LIKELIHOODS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lik, y, alpha", SITE_LIKELIHOODS)
 def test_tilted_moments_match_adaptive_quadrature(lik, y, alpha):
     """``log Z̃``, mean and variance of ``∝ N(f; m, v) p(y|f)^α`` against ``scipy.integrate.quad`` (1e-9) on
@@ -60,6 +61,7 @@ def test_tilted_moments_match_adaptive_quadrature(lik, y, alpha):
         assert var == pytest.approx(second / z - (first / z) ** 2, rel=1e-7, abs=1e-9 * v), (m, v)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha, tol", [(1.0, 1e-10), (0.5, 1e-9)])
 def test_probit_tilted_normaliser_matches_adaptive_quadrature(alpha, tol):
     """Cavity variances 0.01..1e4 (Gauss–Hermite erred by 2e-4 at v = 30 and ~1e-2 at v = 100)."""
@@ -72,6 +74,7 @@ def test_probit_tilted_normaliser_matches_adaptive_quadrature(alpha, tol):
             assert got == pytest.approx(ref, abs=tol), (y, m, v)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.1, 0.5, 0.9])
 def test_probit_power_expectation_matches_scipy_quad(alpha):
     """``log E[Φ(u)^α]``, its slope ``G`` and curvature ``ν = G² − H = −∂²/∂μ²`` for ``u ~ N(μ, r)``, ``r`` from 0

@@ -64,6 +64,7 @@ def test_refined_sites_match_tilted_moments_by_quadrature(gap, alpha):
         np.testing.assert_allclose(q_cov, cov + np.outer(gain, gain) * (t_var - ww), rtol=1e3 * tol, atol=tol)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.1, 0.5, 0.9])
 def test_power_sites_match_scipy_quad_at_every_cavity_width(alpha):
     """α < 1 at cavity/site variance ratios var/S from exactly 0 (a row far from every inducing input) to
@@ -204,6 +205,7 @@ def test_ep_incremental_sums_equal_the_site_sums():
     np.testing.assert_allclose(params.factor.shift, rebuilt.shift, atol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_eq10_matches_finite_differences_of_log_zq_at_ep_convergence(alpha):
     """Also at the fixed point of Power EP (α = 0.5), where the same cavity-held gradient is exact."""
@@ -358,6 +360,7 @@ def test_small_power_approaches_the_variational_bound():
 # Predictive distribution (eq. 68)
 
 
+@pytest.mark.slow
 def test_predictive_quadrature_matches_scipy_quad():
     """Within 1e-9 of ``scipy.integrate.quad`` (absolute, per class probability) on 40 random rows (C = 3..7,
     variances 1e-3..10: latents up to 100× sharper than others) and three hand-picked ones; mass 1 to 1e-9."""
@@ -374,6 +377,7 @@ def test_predictive_quadrature_matches_scipy_quad():
         assert probs.sum() == pytest.approx(1.0, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_refreshed_shared_quantities_equal_fresh_ones_after_a_site_update():
     """After an EP update (only the factor moves) site_update keeps the prior factors and recomputes
     the cavities: the result equals step_shared of the updated params."""

@@ -55,6 +55,7 @@ def _dense_energy_terms(z, shift, precision, n, alpha):
     return phi_q - phi_p + n / alpha * (phi_c - phi_q), cav_cov @ (s * shift), cav_cov
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.05])
 def test_global_and_data_terms_match_dense_formulas(regression, alpha):
     x, y, z = regression
@@ -97,6 +98,7 @@ def test_alpha_zero_at_the_vfe_optimum_is_the_titsias_bound(regression):
         assert float(energy) == pytest.approx(bound, rel=rel)
 
 
+@pytest.mark.slow
 def test_probit_alpha_zero_is_the_uncollapsed_vfe_bound(regression):
     """α = 0 equals −KL(q‖p) + Σ E_q[log Φ] (seed000 eqs. 145–146), computed densely with quadrature."""
     x, y, z = regression
@@ -120,6 +122,7 @@ def test_probit_alpha_zero_is_the_uncollapsed_vfe_bound(regression):
     assert gaps[0] / gaps[1] == pytest.approx(10.0, rel=0.05)  # the gap closes as O(α)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("likelihood", [Gaussian(), Probit()])
 def test_padding_and_chunking_do_not_change_the_data_term(regression, likelihood):
     x, y, z = regression

@@ -70,6 +70,7 @@ def test_kernel_matches_dense_formula_and_checks_shapes():
         k(jnp.asarray(x1), jnp.asarray(x2[:, :2]))
 
 
+@pytest.mark.slow
 def test_batched_kernels_match_one_kernel_per_class_in_value_and_gradient():
     """The class-batched Gram and cross matrices (and the symmetric Gram's hand-written backward pass)
     equal C separate ARDSquaredExponential evaluations and their autodiff gradients."""

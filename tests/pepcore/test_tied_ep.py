@@ -22,6 +22,7 @@ def _random_state(model, seed):
     return params._replace(factor=factor), x[:1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("projection", ["kl", "wasserstein"])
 @pytest.mark.parametrize("seed, y", [(0, 1.0), (1, 0.0)])
 def test_one_site_update_gives_the_untied_projection(projection, seed, y):
@@ -46,6 +47,7 @@ def test_one_site_update_gives_the_untied_projection(projection, seed, y):
     assert float(q.var[0, 0]) == pytest.approx(float(untied.posterior.cov[0, 0]), rel=1e-8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1])
 def test_quantile_sites_keep_the_mean_and_shrink_the_variance(seed):
     """seed002 Thm 2 / Cor. 2.1 in the tied model: from the same cavity, QP's refined sites have EP's

@@ -39,6 +39,7 @@ def regression_data():
     return x, np.sin(2 * x[:, 0]) + 0.1 * rng.normal(size=60)
 
 
+@pytest.mark.slow
 def test_regressor_stops_when_the_energy_stops_rising(regression_data):
     x, y = regression_data
     with warnings.catch_warnings():
@@ -53,6 +54,7 @@ def test_regressor_stops_when_the_energy_stops_rising(regression_data):
     assert gain < 500 / 25 * 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [
     lambda: SparseGPRegressor(num_inducing=10, max_iter=30),
     lambda: SparseGPClassifier(num_inducing=10, max_iter=30),
@@ -71,6 +73,7 @@ def test_a_fit_cut_short_by_max_iter_warns(regression_data, make):
     assert not model.converged_ and model.n_iter_ == 30 and model.energy_trace_.shape == (30,)
 
 
+@pytest.mark.slow
 def test_untied_ep_stops_in_windows_and_matches_one_uninterrupted_run(monkeypatch):
     x, y = load_iris(return_X_y=True)
     windows = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=60, tol=0).fit(x, y)

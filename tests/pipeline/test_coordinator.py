@@ -20,6 +20,7 @@ def job(store, run_dir, model="sparse-gp-classifier", settings=None, **changes):
     return TrainJob(model, store, FAST.model_copy(update={**changes, "model": model_settings}), run_dir)
 
 
+@pytest.mark.slow
 def test_classifier_learns_and_leaves_checkpoints(binary_store, tmp_path):
     events = []
     result = train(job(binary_store, tmp_path, epochs=4), progress=lambda e, **i: events.append(e))
@@ -75,6 +76,7 @@ def test_model_must_fit_the_store(binary_store, regression_store, tmp_path):
         train(job(binary_store, tmp_path, settings={"alpha": 2.0}))
 
 
+@pytest.mark.slow
 def test_regressor_reports_rmse_in_target_units(regression_store, tmp_path):
     result = train(job(regression_store, tmp_path, model="sparse-gp-regressor", epochs=6))
     y_test = regression_store.arrays("test")[1][:]

@@ -19,7 +19,8 @@ def without_seconds(history):
 
 @pytest.mark.parametrize("model, store, settings", [
     ("sparse-gp-classifier", "binary_store", {}),
-    ("tied-ep-classifier", "binary_store", {"projection": "wasserstein"}),  # QP's site updates
+    pytest.param("tied-ep-classifier", "binary_store", {"projection": "wasserstein"},  # QP's site updates
+                 marks=pytest.mark.slow),
     pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow)])
 def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings, cluster, tmp_path, request):
     config = FAST.model_copy(update={"model": {**FAST.model, **settings}})

@@ -40,6 +40,7 @@ def test_regressor_alpha_zero_and_one_are_vfe_and_fitc(regression_data):
     assert fitc == pytest.approx(oracles.fitc_evidence(x, y, z, LS, VAR, NOISE), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_regressor_training_improves_the_evidence_and_fits(regression_data):
     x, y = regression_data
     start = SparseGPRegressor(num_inducing=15, max_iter=0).fit(x, y)
@@ -65,6 +66,7 @@ def test_estimators_clone_like_sklearn():
     assert params["num_inducing"] == 7 and params["alpha"] == 0.3
 
 
+@pytest.mark.slow
 def test_breast_cancer_classification():
     """The README's numbers at the defaults (the stopping rule ends the fit after ~1,800 steps): 3.5 %
     test error (4 of 114; 5 under JAX 0.11) and test NLL 0.075, below logistic regression's 0.092 on the
@@ -81,6 +83,7 @@ def test_breast_cancer_classification():
     assert nll == pytest.approx(0.075, abs=3e-3) and nll < 0.092
 
 
+@pytest.mark.slow
 def test_classifier_keeps_label_values():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(40, 2))
@@ -121,6 +124,7 @@ def test_bad_settings_are_rejected(regression_data):
         SparseGPRegressor(num_inducing=5, max_iter=1).fit(x, y).predict(np.ones((2, 3)))
 
 
+@pytest.mark.slow
 def test_alpha_changes_the_fitted_classifier():
     """α is the Power-EP power of the tied factor: fits at α = 1 and α = 0.05 from the same start differ
     (a fit that ignored α would give identical parameters), and α = 0.05 is within 1 % of the VFE fit."""

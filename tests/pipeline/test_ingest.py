@@ -82,6 +82,7 @@ def test_source_split_mnist_and_airline_data_expo(tmp_path):
     assert summary.rows_dropped_total == 5 and summary.rows_dropped["plane has no year of manufacture"] == 2
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not DEBIAN_DIR.is_dir(), reason="apt-get install -y dataset-fashion-mnist")
 def test_real_fashion_mnist(tmp_path):
     summary = ingest(open_source("mnist", SourceRequest((DEBIAN_DIR,))), tmp_path / "f.zarr")

@@ -21,6 +21,7 @@ def _fit(iris, **kw):
     return MultiClassGPClassifier(**settings).fit(x, y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["sep", "ep"])
 def test_full_batch_training_fits_iris_and_raises_the_evidence(iris, method):
     x, y = iris
@@ -35,6 +36,7 @@ def test_full_batch_training_fits_iris_and_raises_the_evidence(iris, method):
     np.testing.assert_array_equal(clf.predict(x), np.argmax(proba, axis=1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["sep", "ep"])
 def test_minibatch_training_counts_epochs_and_pads_the_last_batch(iris, method):
     x, y = iris
@@ -43,6 +45,7 @@ def test_minibatch_training_counts_epochs_and_pads_the_last_batch(iris, method):
     assert clf.score(x, y) > 0.8
 
 
+@pytest.mark.slow
 def test_power_ep_option_trains(iris):
     x, y = iris
     clf = _fit(iris, alpha=0.5, max_iter=20)

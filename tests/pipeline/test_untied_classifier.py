@@ -19,6 +19,7 @@ def _data(n=40, seed=1):
     return x, (x[:, 0] - 0.5 * x[:, 1] + 0.4 * rng.normal(size=n) > 0).astype(int)
 
 
+@pytest.mark.slow
 def test_predictions_match_the_dense_formulas():
     """``predict_latent`` against ``k*ᵀK⁻¹μ`` and ``k** − k*ᵀK⁻¹k* + k*ᵀK⁻¹ΣK⁻¹k*`` in numpy."""
     x, y = _data()
@@ -35,6 +36,7 @@ def test_predictions_match_the_dense_formulas():
     np.testing.assert_allclose(var, 2.0 - np.sum(ks * a, 0) + np.sum(a * (np.asarray(q.cov) @ a), 0), rtol=1e-7, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_untied_ep_and_qp_fit_and_agree_on_labels():
     """Both maximise the EP evidence above its starting value; the same predicted labels; QP's latent
     variances at the training inputs are not above EP's at their common hyper-parameters."""
