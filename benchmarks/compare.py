@@ -1,12 +1,13 @@
-"""pep against GPyTorch on Fashion-MNIST, side by side in one run (issue 13).
+"""pep against GPyTorch on Fashion-MNIST or the 3-class airline delays, side by side in one run (issue 13).
 
-Both models see the same rows (pixels / 255, no per-pixel standardisation), the same number of inducing
-inputs per class and the same minibatch, for the same number of epochs, one after the other in this
-process:
+Both models see the same rows (Fashion-MNIST: pixels / 255, no per-pixel standardisation; airline: inputs
+standardised with the training split's statistics), the same number of inducing inputs per class and the
+same minibatch, for the same number of epochs, one after the other in this process:
 
-* pep: ``multiclass-sep`` at seed001's MNIST settings (M = 200 per class, Adam with step 1e-3, undamped
-  tied-factor updates, α = 1) through the trainer that ``pep train`` runs (``--cluster`` chooses the
-  backend); float64.
+* pep: ``multiclass-sep`` through the trainer that ``pep train`` runs (``--cluster`` chooses the backend),
+  float64; on Fashion-MNIST at seed001's MNIST settings (M = 200 per class, Adam with step 1e-3, undamped
+  tied-factor updates, α = 1), on the airline at :data:`benchmarks.bench_airline_multiclass.AIRLINE_SEP`
+  (M = 200, cosine Adam 0.05, 2,500-row blocks).
 * GPyTorch: the SVGP of its multi-class example — C = 10 independent latent GPs
   (``IndependentMultitaskVariationalStrategy``), each with its own ARD RBF kernel, constant mean and M
   learned inducing inputs started at random training rows, ``SoftmaxLikelihood`` without mixing, the
@@ -22,8 +23,10 @@ seconds each needed to reach GPyTorch's final test NLL.
 
 Usage::
 
-    .venv/bin/python -m benchmarks.compare [--epochs 4] [--batch-sizes 200 2000] [--max-train-rows N]
-        [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none] [--torch-device cpu] [--name compare]
+    .venv/bin/python -m benchmarks.compare [--data fashion-mnist] [--epochs 4] [--batch-sizes 200 2000]
+        [--max-train-rows N] [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none]
+        [--torch-device cpu] [--name compare]
+    .venv/bin/python -m benchmarks.compare --data airline --epochs 3 --batch-sizes 10000 --name compare_airline
 
 Needs the ``bench`` extra (torch CPU, gpytorch). Writes ``benchmarks/results/NAME.json`` and
 ``NAME.png`` (test NLL against training seconds) and prints the README's table (:func:`markdown`; a test
@@ -33,28 +36,55 @@ checks that the README's tables are those of the committed JSON files).
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from benchmarks._common import RESULTS, write_results
-from benchmarks._multiclass_run import baselines, run_sep
+from benchmarks._multiclass_run import airline_classes, baselines, run_sep
+from benchmarks.bench_airline_multiclass import AIRLINE_SEP
 from benchmarks.bench_fashion_mnist import PAPER_MNIST, fashion_mnist_store
 from pepcore.initialisation import squared_median_lengthscale
+from pipeline.data.blocks import input_statistics
 from pipeline.data.sources.mnist import DEBIAN_DIR
-from pipeline.data.stores import Store
+from pipeline.data.stores import Store, open_store
+from pipeline.training.config import TrainConfig
 from pipeline.training.engine import block_cache_budget
 
 GPYTORCH_LEARNING_RATE = 0.01
 EVALUATION_ROWS = 2000  # test rows per GPyTorch prediction call
 
 
-def _arrays(store: Store):
-    """``(x, y, x_test, y_test)`` of the store pep trains on: float32 pixels / 255, int64 labels."""
+class Dataset(NamedTuple):
+    """A comparison's data: its name in reports, pep's settings, and the rows per block (None: one block
+    per step)."""
+
+    name: str
+    settings: TrainConfig
+    block_rows: int | None
+
+
+DATASETS = {"fashion-mnist": Dataset("Fashion-MNIST", PAPER_MNIST, None),
+            "airline": Dataset("airline 2013, 3 classes", AIRLINE_SEP, AIRLINE_SEP.block_rows)}
+
+
+def _arrays(store: Store, standardize: bool):
+    """``(x, y, x_test, y_test)`` of the store pep trains on, as pep sees them (standardised with the
+    training statistics when ``standardize``): float32 inputs, int64 labels."""
+    mean, std = (np.asarray(v) for v in input_statistics(store.attrs, standardize))
     (x, y), (x_test, y_test) = ((a[:], b[:]) for a, b in map(store.arrays, ("train", "test")))
-    return x.astype(np.float32), y.astype(np.int64), x_test.astype(np.float32), y_test.astype(np.int64)
+    scaled = lambda inputs: ((inputs - mean) / std).astype(np.float32)
+    return scaled(x), y.astype(np.int64), scaled(x_test), y_test.astype(np.int64)
+
+
+def _config(dataset: Dataset, epochs: int, batch: int) -> TrainConfig:
+    """pep's settings on ``dataset`` for ``epochs`` epochs of ``batch``-row steps."""
+    return dataset.settings.model_copy(update={"epochs": epochs, "batch_size": batch,
+                                               "block_rows": min(batch, dataset.block_rows or batch)})
 
 
 def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epochs: int, seed: int = 0,
@@ -150,7 +180,8 @@ def markdown(payload: dict) -> str:
     pep's and GPyTorch's first and last epochs, pep's last epoch over GPyTorch's, both models' test error
     and NLL after the last epoch and the seconds each took to reach GPyTorch's final NLL."""
     machine = payload["machine"]
-    lines = [f"{', '.join(machine['devices'])}, JAX {machine['jax']}, block cache {payload['block_cache_mb']:g} MB, "
+    lines = [f"{payload['dataset']}, {', '.join(machine['devices'])}, JAX {machine['jax']}, "
+             f"block cache {payload['block_cache_mb']:g} MB, "
              f"{payload['epochs']} epochs, {payload['n_train']:,} / {payload['n_test']:,} rows:", "",
              "| minibatch | pep s, epoch 1 / last | GPyTorch s, epoch 1 / last | pep / GPyTorch, last epoch "
              "| pep error / NLL | GPyTorch error / NLL | s to GPyTorch's final NLL, pep / GPyTorch |",
@@ -182,7 +213,7 @@ def plot(runs: dict, path: Path) -> None:
         for name in ("pep", "gpytorch"):
             records = run[name]["per_epoch"]
             axis.plot([r["training_seconds"] for r in records], [r["test_nll"] for r in records], "o-", label=name)
-        axis.set(title=f"Fashion-MNIST, minibatch {batch}", xlabel="training seconds", ylabel="test NLL")
+        axis.set(title=f"minibatch {batch}", xlabel="training seconds", ylabel="test NLL")
         axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -190,6 +221,7 @@ def plot(runs: dict, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", choices=sorted(DATASETS), default="fashion-mnist")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[200, 2000])
     parser.add_argument("--max-train-rows", type=int, default=None)
@@ -199,24 +231,25 @@ def main() -> None:
                         "JAX's default backend: the GPU where jax has its CUDA plugin)")
     parser.add_argument("--name", default="compare", help="results/NAME.json and NAME.png")
     args = parser.parse_args()
-    num_inducing = PAPER_MNIST.model["num_inducing"]
+    dataset = DATASETS[args.data]
+    num_inducing = dataset.settings.model["num_inducing"]
     runs = {}
     with tempfile.TemporaryDirectory(prefix="pep-compare-") as work:
-        store = fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows)
+        store = (fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows) if args.data == "fashion-mnist"
+                 else open_store(airline_classes(Path(work))))
         reference = baselines(store)
-        arrays = _arrays(store)
+        arrays = _arrays(store, dataset.settings.standardize)
         for batch in args.batch_sizes:
-            config = PAPER_MNIST.model_copy(update={"epochs": args.epochs, "batch_size": batch,
-                                                    "block_rows": batch})
-            pep = run_sep(store, config, args.cluster)
+            pep = run_sep(store, _config(dataset, args.epochs, batch), args.cluster)
             gpytorch = run_gpytorch(*arrays, num_inducing, batch, args.epochs, device=args.torch_device)
             runs[batch] = {"pep": pep, "gpytorch": gpytorch, "summary": summary(pep, gpytorch)}
-            payload = {"data": str(args.mnist_dir), "n_train": len(arrays[0]), "n_test": len(arrays[2]),
+            payload = {"dataset": dataset.name, "data": str(args.mnist_dir) if args.data == "fashion-mnist" else "bundled",
+                       "n_train": len(arrays[0]), "n_test": len(arrays[2]),
                        "epochs": args.epochs, "num_inducing": num_inducing,
                        "block_cache_mb": block_cache_budget() / 2**20, "runs": runs, "baselines": reference}
-            write_results(args.name, payload)
+            path = write_results(args.name, payload)
     plot(runs, RESULTS / f"{args.name}.png")
-    print(markdown(payload))
+    print(markdown(json.loads(path.read_text())))
 
 
 if __name__ == "__main__":
