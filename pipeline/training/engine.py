@@ -18,12 +18,13 @@ Backends:
 
 Memory: every process that computes blocks keeps the blocks it read in a :class:`BlockCache` of at most
 ``PEP_BLOCK_CACHE_MB`` megabytes (default 16; 0 turns it off), least recently used first out, plus the
-blocks of its latest call (one step's share of the minibatch), which a step's second pass over the same
+blocks of its latest call when they total at most :data:`LATEST_CALL_MB` (one step's share of the
+minibatch; not an evaluation pass over a large test split), which a step's second pass over the same
 blocks (the data term after the site statistics) finds whatever the budget. Cached blocks live on JAX's
 default device (a GPU's memory where there is one), so a block is copied there once, not per call. A
 block evicted from it is read from Zarr again when next needed, which the operating system's page cache
 and the ≤ 1 MiB chunks of ``pep ingest`` make cheap (0.75 ms per 1,000-row airline block, measured). A
-worker's memory is therefore bounded by the budget and the minibatch whatever the number of training
+worker's memory is therefore bounded by the budget plus :data:`LATEST_CALL_MB` whatever the number of
 rows N: a store that fits in the budget is read once, a larger one costs a re-read per block per epoch.
 
 Determinism: every block's result is computed by the same compiled function on the same inputs,
@@ -124,6 +125,11 @@ def block_cache_budget() -> int:
     return int(megabytes * 2**20)
 
 
+LATEST_CALL_MB = 256
+"""The blocks of a :meth:`BlockCache.get_all` call are held for the next call up to this many megabytes
+(a 10,000-row Fashion-MNIST minibatch is 63 MB in float64)."""
+
+
 def block_bytes(block: Block) -> int:
     """Memory held by a block's arrays."""
     return block.x.nbytes + block.y.nbytes + block.mask.nbytes
@@ -132,7 +138,7 @@ def block_bytes(block: Block) -> int:
 class BlockCache:
     """The blocks this process read, as float64 arrays on JAX's default device, least recently used
     first out, at most ``budget()`` bytes; and, beyond the budget, the blocks of the latest
-    :meth:`get_all` call.
+    :meth:`get_all` call if they total at most ``latest_call_bytes``.
 
     A block larger than the budget is returned but not kept; a budget of 0 keeps nothing. The budget is
     read at every call, so a changed ``$PEP_BLOCK_CACHE_MB`` applies from the next block on.
@@ -147,8 +153,8 @@ class BlockCache:
         True
     """
 
-    def __init__(self, budget: Callable[[], int] = block_cache_budget):
-        self.budget = budget
+    def __init__(self, budget: Callable[[], int] = block_cache_budget, latest_call_bytes: int = LATEST_CALL_MB * 2**20):
+        self.budget, self.latest_call_bytes = budget, latest_call_bytes
         self.nbytes = 0
         self._blocks: OrderedDict[tuple[BlockSource, int], Block] = OrderedDict()
         self._latest: tuple[tuple[BlockSource, tuple[int, ...]], list[Block]] | None = None
@@ -177,14 +183,27 @@ class BlockCache:
             self.nbytes += size
         return block
 
-    def get_all(self, source: BlockSource, indices: Sequence[int]) -> list[Block]:
-        """Blocks ``indices`` of ``source`` (as :meth:`get`); asked for the same blocks as the latest
-        call, it returns them without a read, whatever the budget."""
+    def get_all(self, source: BlockSource, indices: Sequence[int]) -> Iterator[Block]:
+        """Blocks ``indices`` of ``source``, one at a time (as :meth:`get`); asked for the same blocks as
+        the latest call, it yields them without a read, whatever the budget, when that call's blocks
+        totalled at most ``latest_call_bytes``."""
         key, latest = (source, tuple(indices)), self._latest
-        if latest is None or latest[0] != key:
-            self._latest = None  # released before the next blocks are read
-            latest = self._latest = (key, [self.get(source, index) for index in indices])
-        return latest[1]
+        if latest is not None and latest[0] == key:
+            yield from latest[1]
+            return
+        self._latest = None  # released before the next blocks are read
+        held: list[Block] | None = []  # None once the call outgrows latest_call_bytes
+        size = 0
+        for index in indices:
+            block = self.get(source, index)
+            size += block_bytes(block)
+            if held is not None and size <= self.latest_call_bytes:
+                held.append(block)
+            else:
+                held = None
+            yield block
+        if held is not None:
+            self._latest = (key, held)
 
     def _trim(self, limit: int) -> None:
         """Drop least recently used blocks until at most ``limit`` bytes are held."""

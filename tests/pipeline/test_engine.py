@@ -159,11 +159,24 @@ class CountingSource:
 
 def test_a_steps_second_pass_over_its_blocks_reads_nothing_whatever_the_budget():
     source, cache = CountingSource(), BlockCache(lambda: 0)
-    first = cache.get_all(source, [0, 1])
-    assert cache.get_all(source, [0, 1]) is first and source.reads == 2  # the data term after the site statistics
-    cache.get_all(source, [2])
-    cache.get_all(source, [0, 1])
+    first = list(cache.get_all(source, [0, 1]))
+    again = list(cache.get_all(source, [0, 1]))  # the data term after the site statistics
+    assert all(a is b for a, b in zip(again, first)) and source.reads == 2
+    list(cache.get_all(source, [2]))
+    list(cache.get_all(source, [0, 1]))
     assert source.reads == 5 and (len(cache), cache.nbytes) == (0, 0)  # released once other blocks were asked for
+
+
+def test_a_call_larger_than_the_hold_limit_is_not_held():
+    source = CountingSource()
+    one_block = block_bytes(source.read(0))
+    cache = BlockCache(lambda: 0, latest_call_bytes=2 * one_block)
+    for _ in range(2):
+        list(cache.get_all(source, [0, 1, 2]))  # an evaluation pass over a large test split
+    assert source.reads == 1 + 6
+    for _ in range(2):
+        list(cache.get_all(source, [0, 1]))
+    assert source.reads == 7 + 2
 
 
 def test_cached_blocks_are_float64_arrays_on_the_default_device(binary_store):
