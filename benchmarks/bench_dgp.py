@@ -16,7 +16,8 @@ gradient noise that costs ~0.1 in test log-likelihood at 1,000 steps — README:
 Splits are the outer loop (every model of every data set on split 0, then split 1, …), each (data
 set, split) one unit of work for ``--jobs`` spawned worker processes, and the JSON is rewritten after
 every split with the summaries over the splits done so far (``splits_done``), so an interrupted run
-keeps a like-for-like comparison, and ``--continue`` runs the splits it did not reach. Needs the ``bench`` extra (README: Deep GPs)::
+keeps a like-for-like comparison, and ``--continue`` runs the splits it did not reach. Needs the
+``bench`` extra (README: Deep GPs)::
 
     OPENBLAS_NUM_THREADS=1 nice -n 10 .venv/bin/python -m benchmarks.bench_dgp --jobs 2 --splits 20 \
         --inducing 100 --models dgp2 gp gpytorch --samples 3 --name bench_dgp_fullbatch
