@@ -1,7 +1,8 @@
 """The estimators at their default settings against logistic regression, on the same splits.
 
 Datasets: scikit-learn's iris, wine (multi-class: ``MultiClassGPClassifier()``) and breast cancer
-(binary: ``SparseGPClassifier()``; ``breast_cancer_exact_ep``: ``SparseGPClassifier(sites="untied")``, exact-GP
+(binary: ``SparseGPClassifier()``; ``breast_cancer_ard``: ``SparseGPClassifier(ard=True)``, one lengthscale
+per input; ``breast_cancer_exact_ep``: ``SparseGPClassifier(sites="untied")``, exact-GP
 EP), each as ``--splits`` stratified 80/20 splits (``random_state=0``);
 Fashion-MNIST subsets (``MultiClassGPClassifier()``): per split a stratified random sample of
 ``--fmnist-rows`` training images and 2,000 test images. Logistic regression is scikit-learn's
@@ -62,6 +63,7 @@ DATASETS = {
     "iris": (lambda k: _sklearn_splits(load_iris, k), MultiClassGPClassifier),
     "wine": (lambda k: _sklearn_splits(load_wine, k), MultiClassGPClassifier),
     "breast_cancer": (lambda k: _sklearn_splits(load_breast_cancer, k), SparseGPClassifier),
+    "breast_cancer_ard": (lambda k: _sklearn_splits(load_breast_cancer, k), partial(SparseGPClassifier, ard=True)),
     "breast_cancer_exact_ep": (lambda k: _sklearn_splits(load_breast_cancer, k),
                                partial(SparseGPClassifier, sites="untied")),
 }

@@ -4,8 +4,10 @@ Each parameter pytree (a NamedTuple) declares its table ``BIJECTIONS = {field: (
 once; :func:`constrained` and :func:`unconstrained` are the only places a model moves between the
 stored values and the ones the mathematics uses (GPJax's ``DEFAULT_BIJECTION``, STYLE principle 7).
 
-Softplus is the default (gradients stay bounded for large values). The multi-class model stores its
-hyper-parameters as logarithms, as seed001's reference code does ("ADAM ascent step on log σ, log σ₀,
+Softplus (gradients stay bounded for large values) is kept by the collapsed regression and the tied
+EP/QP classifier. The power-EP sparse GP and the deep GP store logarithms (an Adam step is a relative
+change: a classifier's amplitude can grow from 1 to ~50 within a fit); the multi-class model does so
+as seed001's reference code does ("ADAM ascent step on log σ, log σ₀,
 log l", with l the *squared* lengthscale), so Adam's default step is the same relative change as there:
 on Fashion-MNIST this alone moves pep onto the R code's accuracy trajectory (README).
 """

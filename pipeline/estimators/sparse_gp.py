@@ -214,6 +214,13 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
     ``projection`` (untied sites only): ``"kl"`` is EP's moment matching, ``"wasserstein"`` Quantile
     Propagation (same mean, the L2-Wasserstein variance; seed002); ``alpha`` is a Power-EP power in both.
 
+    ``ard``: one lengthscale per input; by default one lengthscale is shared by the (standardised) inputs, as
+    the default kernels of scikit-learn, GPflow and GPyTorch: on breast cancer (N = 455, D = 30) the
+    evidence gives a few inputs short ARD lengthscales, and rows far out along them fall back towards
+    p = ½ — test NLL 0.107 with ARD against 0.090 shared, logistic regression 0.086 (README). A starting
+    ``lengthscales`` vector is then replaced by the geometric mean of its standardised values.
+    ``sites="untied"`` always shares one lengthscale.
+
     Other arguments as :class:`SparseGPRegressor` (without ``noise_variance``; ``variance`` defaults to 1).
     Labels may be any two values; ``classes_`` holds them sorted.
 
@@ -241,11 +248,13 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
         standardize: bool = True,
         sites: str = "tied",
         projection: str = "kl",
+        ard: bool = False,
     ):
         super().__init__(num_inducing, alpha, inducing_points, train_inducing, lengthscales, variance, max_iter,
                          tol, learning_rate, seed, jitter, standardize)
         self.sites = sites
         self.projection = projection
+        self.ard = ard
 
     def fit(self, X, y):
         """Fit the sites and hyper-parameters (tied: and inducing inputs) by maximising the (Power-)EP evidence."""
@@ -255,6 +264,8 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
             raise ValueError(f"sites must be 'tied' or 'untied'; got {self.sites!r}")
         named_projection(self.projection)
         if self.sites == "untied":
+            if self.ard:
+                raise ValueError("ard=True needs sites='tied'; sites='untied' fits one shared lengthscale")
             return self._fit_untied(x, labels)
         if self.projection != "kl":
             raise ValueError(f"projection={self.projection!r} needs sites='untied'; the tied-factor model projects "
@@ -266,12 +277,16 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
             inducing, lengthscales = self._starting_kernel(scaling)
             num_inducing = self.num_inducing if inducing is None else inducing.shape[0]
             return self.model_.init(scaling(x), num_inducing, inducing=inducing, lengthscales=lengthscales,
-                                    variance=1.0 if self.variance is None else self.variance, seed=self.seed)
+                                    variance=1.0 if self.variance is None else self.variance, seed=self.seed,
+                                    ard=bool(self.ard))
 
         self._fit(CLASSIFIER, data, initial)
         with pepcore.float64():
             self.x_train_, self.y_train_ = jnp.asarray(self.scaling_(x)), jnp.asarray(labels, dtype=jnp.float64)
         return self
+
+    def _settings(self, data: ArrayData) -> dict:
+        return {**super()._settings(data), "ard": bool(self.ard)}
 
     def _fit_untied(self, x, labels):
         if not 0.0 < float(self.alpha) <= 1.0:

@@ -28,6 +28,7 @@ class SparseGPSettings(ModelSettings):
     """Settings of the tied Power-EP sparse GPs."""
 
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="Power-EP power: 0 VFE limit, 1 EP (seed000 §5: 0.5)")
+    ard: bool = Field(True, description="one lengthscale per input (ARD); false: one shared by all inputs")
 
 
 def check_task(spec: Any, data: Any, n_classes: int | None = None) -> None:
@@ -103,11 +104,12 @@ class SparseGPSpec:
         return PowerEPSparseGP(likelihood, alpha=settings.alpha, jitter=settings.jitter)
 
     def init(self, model: PowerEPSparseGP, x, settings: SparseGPSettings, seed: int) -> SparseGPParams:
-        """k-means inducing inputs, median-distance lengthscales, unit kernel variance."""
+        """k-means inducing inputs, median-distance lengthscales (``ard``: one per input), unit kernel variance."""
         check_inducing(settings, x.shape[0])
         likelihood = (Gaussian.init_params(INITIAL_NOISE_VARIANCE) if self.task == "regression"
                       else Probit.init_params())
-        return model.init(x, settings.num_inducing, variance=1.0, likelihood_params=likelihood, seed=seed)
+        return model.init(x, settings.num_inducing, variance=1.0, likelihood_params=likelihood, seed=seed,
+                          ard=settings.ard)
 
     def frozen(self, settings: SparseGPSettings, params: SparseGPParams) -> SparseGPParams:
         return fixed_inducing(params, settings)

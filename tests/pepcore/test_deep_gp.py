@@ -16,7 +16,7 @@ from pepcore.kernels import BatchedARDSquaredExponential
 from pepcore.likelihoods import Gaussian, Probit
 from pepcore.models.deep_gp import DeepGP, DeepGPParams, tied_factor
 from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
-from pepcore.parameters import constrained, unconstrain_positive
+from pepcore.parameters import constrained, unconstrained
 from pepcore.psi_statistics import psi_statistics, uncertain_input_marginals
 from tests import oracles
 
@@ -124,8 +124,8 @@ def test_one_layer_is_the_tied_power_ep_sparse_gp(alpha):
     model, params, x, y = _model_and_params((), alpha=alpha)
     layer = params.layers[0]
     values = constrained(layer)
-    same = SparseGPParams(raw_lengthscales=unconstrain_positive(values["lengthscales"][0]),
-                          raw_variance=unconstrain_positive(values["variance"][0]), inducing=layer.inducing[0],
+    same = SparseGPParams(**unconstrained(SparseGPParams, lengthscales=values["lengthscales"][0],
+                                          variance=values["variance"][0]), inducing=layer.inducing[0],
                           likelihood=layer.likelihood, factor_shift=layer.factor_shift[0],
                           factor_chol=tied_factor(layer).chol[0])
     reference = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=model.jitter)

@@ -9,7 +9,7 @@ from scipy import integrate, stats
 
 from pepcore.likelihoods import Gaussian, Probit
 from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
-from pepcore.parameters import unconstrain_positive
+from pepcore.parameters import constrained, unconstrained
 from tests import oracles
 
 LS, VAR, NOISE = np.array([0.9, 1.4]), 1.3, 0.2
@@ -17,8 +17,7 @@ LS, VAR, NOISE = np.array([0.9, 1.4]), 1.3, 0.2
 
 def _params(z, shift, precision, lik_params):
     return SparseGPParams(
-        raw_lengthscales=unconstrain_positive(jnp.asarray(LS)),
-        raw_variance=unconstrain_positive(jnp.asarray(VAR)),
+        **unconstrained(SparseGPParams, lengthscales=jnp.asarray(LS), variance=jnp.asarray(VAR)),
         inducing=jnp.asarray(z),
         likelihood=lik_params,
         factor_shift=jnp.asarray(shift),
@@ -171,6 +170,28 @@ def test_predictions_match_dense_posterior(regression):
     m_u, v_u = model.posterior_moments(params)
     np.testing.assert_allclose(v_u, v_q, rtol=1e-8)
     np.testing.assert_allclose(model.predict_y(params, jnp.asarray(x)), stats.norm.cdf(np.asarray(mean) / np.sqrt(1 + np.asarray(var))), rtol=1e-10)
+
+
+def test_one_shared_lengthscale_is_the_ard_kernel_with_equal_lengthscales(regression):
+    """``ard=False`` starts from the geometric mean of the lengthscales and stores one; the energy, its
+    gradient (the sum of the ARD gradients in log ℓ) and the predictions are the ARD model's with that
+    lengthscale in every input."""
+    x, y, z = regression
+    y = (y > 0.5).astype(float)
+    model = PowerEPSparseGP(Probit(), alpha=0.5)
+    shared = model.init(x, 6, inducing=z, lengthscales=LS, variance=VAR, ard=False)
+    assert shared.raw_lengthscales.shape == (1,)
+    mean_ls = float(np.sqrt(LS[0] * LS[1]))
+    np.testing.assert_allclose(constrained(shared)["lengthscales"], [mean_ls], rtol=1e-14)
+    shift, precision = _random_factor(np.random.default_rng(5), 6, 40)
+    shared = shared._replace(factor_shift=jnp.asarray(shift), factor_chol=jnp.linalg.cholesky(jnp.asarray(precision)))
+    ard = shared._replace(raw_lengthscales=jnp.full(2, shared.raw_lengthscales[0]))
+    energy = lambda p: model.energy(p, jnp.asarray(x), jnp.asarray(y))
+    assert float(energy(shared)) == pytest.approx(float(energy(ard)), rel=1e-13)
+    assert float(jax.grad(energy)(shared).raw_lengthscales[0]) == pytest.approx(
+        float(jnp.sum(jax.grad(energy)(ard).raw_lengthscales)), rel=1e-10)
+    for a, b in zip(model.predict_f(shared, jnp.asarray(x)), model.predict_f(ard, jnp.asarray(x))):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
 def test_alpha_outside_unit_interval_is_rejected():

@@ -68,9 +68,9 @@ def test_estimators_clone_like_sklearn():
 
 @pytest.mark.slow
 def test_breast_cancer_classification():
-    """The README's numbers at the defaults (the stopping rule ends the fit after ~1,800 steps): 3.5 %
-    test error (4 of 114; 5 under JAX 0.11) and test NLL 0.075, below logistic regression's 0.092 on the
-    same split."""
+    """The README's numbers at the defaults (one shared lengthscale; the stopping rule ends the fit after
+    ~850 steps): 3.5 % test error (4 of 114) and test NLL 0.069, below logistic regression's 0.092 on the
+    same split; one lengthscale per input (``ard=True``) is worse here, 0.072 (5 errors)."""
     x, y = load_breast_cancer(return_X_y=True)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0)
     scaler = StandardScaler().fit(x_train)
@@ -79,8 +79,8 @@ def test_breast_cancer_classification():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
     error = np.mean(model.predict(scaler.transform(x_test)) != y_test)
     nll = -np.mean(np.log(proba[np.arange(len(y_test)), y_test]))
-    assert model.converged_ and error <= 5 / 114
-    assert nll == pytest.approx(0.075, abs=3e-3) and nll < 0.092
+    assert model.converged_ and error <= 5 / 114 and model.params_.raw_lengthscales.shape == (1,)
+    assert nll == pytest.approx(0.069, abs=3e-3) and nll < 0.092
 
 
 @pytest.mark.slow

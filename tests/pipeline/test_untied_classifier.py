@@ -73,6 +73,8 @@ def test_bad_settings_are_refused():
         SparseGPClassifier(sites="shared").fit(x, y)
     with pytest.raises(ValueError, match="projection must be one of"):
         SparseGPClassifier(sites="untied", projection="l2").fit(x, y)
+    with pytest.raises(ValueError, match="ard=True needs sites='tied'"):
+        SparseGPClassifier(sites="untied", ard=True).fit(x, y)
 
 
 def test_untied_fit_reports_its_iterations_and_warns_when_max_iter_cuts_it_short():
