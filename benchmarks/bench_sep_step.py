@@ -8,7 +8,7 @@ cavities, the data term through the engine, and the global term + chain rule + A
 Usage::
 
     .venv/bin/python -m benchmarks.bench_sep_step [--store fmnist.zarr] [--steps 15] [--batch-size 200]
-        [--mnist-dir /usr/share/datasets/fashion-mnist] [--name bench_sep_step]
+        [--mnist-dir /usr/share/datasets/fashion-mnist] [--kernel-products float64] [--name bench_sep_step]
 
 Without ``--store``, Fashion-MNIST (``pep ingest mnist``) is ingested from ``--mnist-dir`` into a temporary
 directory; the paper's MNIST settings of :mod:`benchmarks.bench_fashion_mnist` are used, with one block per
@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 import pepcore
+from pepcore.kernels import PRODUCT_DTYPES
 from benchmarks._common import write_results
 from benchmarks._multiclass_run import MODEL
 from benchmarks.bench_fashion_mnist import PAPER_MNIST
@@ -46,9 +47,11 @@ def timed(times: dict[str, list[float]], name: str, call: Callable[[], Any]) -> 
     return result
 
 
-def profile(store: Store, steps: int, batch_size: int) -> dict[str, Any]:
+def profile(store: Store, steps: int, batch_size: int, kernel_products: str = "float64") -> dict[str, Any]:
     """Median milliseconds of each piece of a step, and of the direct block calls."""
-    config = PAPER_MNIST.model_copy(update={"epochs": 1, "batch_size": batch_size, "block_rows": batch_size})
+    model = {**PAPER_MNIST.model, "kernel_products": kernel_products}
+    config = PAPER_MNIST.model_copy(update={"epochs": 1, "batch_size": batch_size, "block_rows": batch_size,
+                                            "model": model})
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="pep-bench-step-") as run_dir, compute_threads():
         trainer = Trainer(TrainJob(MODEL, store, config, Path(run_dir)), InProcess())
@@ -94,6 +97,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--batch-size", type=int, default=PAPER_MNIST.batch_size)
     parser.add_argument("--mnist-dir", type=Path, default=DEBIAN_DIR)
+    parser.add_argument("--kernel-products", choices=PRODUCT_DTYPES, default="float64")
     parser.add_argument("--name", default="bench_sep_step", help="results/NAME.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pep-bench-step-data-") as work:
@@ -102,7 +106,7 @@ def main() -> None:
             path = Path(work) / "fashion-mnist.zarr"
             ingest(open_source("mnist", SourceRequest((args.mnist_dir,))), path)
         write_results(args.name, {"data": str(args.store or args.mnist_dir),
-                                  **profile(open_store(path), args.steps, args.batch_size)})
+                                  **profile(open_store(path), args.steps, args.batch_size, args.kernel_products)})
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ standardised with the training split's statistics), the same number of inducing 
 same minibatch, for the same number of epochs, one after the other in this process:
 
 * pep: ``multiclass-sep`` through the trainer that ``pep train`` runs (``--cluster`` chooses the backend),
-  float64; on Fashion-MNIST at seed001's MNIST settings (M = 200 per class, Adam with step 1e-3, undamped
-  tied-factor updates, α = 1), on the airline at :data:`benchmarks.bench_airline_multiclass.AIRLINE_SEP`
+  float64 (``--kernel-products float32``: the kernel's matrix products over the inputs in float32, the EP
+  algebra still float64); on Fashion-MNIST at seed001's MNIST settings (M = 200 per class, Adam with step
+  1e-3, undamped tied-factor updates, α = 1), on the airline at :data:`benchmarks.bench_airline_multiclass.AIRLINE_SEP`
   (M = 200, cosine Adam 0.05, 2,500-row blocks).
 * GPyTorch: the SVGP of its multi-class example — C = 10 independent latent GPs
   (``IndependentMultitaskVariationalStrategy``), each with its own ARD RBF kernel, constant mean and M
@@ -25,7 +26,7 @@ Usage::
 
     .venv/bin/python -m benchmarks.compare [--data fashion-mnist] [--epochs 4] [--batch-sizes 200 2000]
         [--max-train-rows N] [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none]
-        [--torch-device cpu] [--name compare]
+        [--torch-device cpu] [--kernel-products float64] [--name compare]
     .venv/bin/python -m benchmarks.compare --data airline --epochs 3 --batch-sizes 10000 --name compare_airline
 
 Needs the ``bench`` extra (torch CPU, gpytorch). Writes ``benchmarks/results/NAME.json`` and
@@ -49,6 +50,7 @@ from benchmarks._multiclass_run import airline_classes, baselines, run_sep
 from benchmarks.bench_airline_multiclass import AIRLINE_SEP
 from benchmarks.bench_fashion_mnist import PAPER_MNIST, fashion_mnist_store
 from pepcore.initialisation import squared_median_lengthscale
+from pepcore.kernels import PRODUCT_DTYPES
 from pipeline.data.blocks import input_statistics
 from pipeline.data.sources.mnist import DEBIAN_DIR
 from pipeline.data.stores import Store, open_store
@@ -81,10 +83,13 @@ def _arrays(store: Store, standardize: bool):
     return scaled(x), y.astype(np.int64), scaled(x_test), y_test.astype(np.int64)
 
 
-def _config(dataset: Dataset, epochs: int, batch: int) -> TrainConfig:
-    """pep's settings on ``dataset`` for ``epochs`` epochs of ``batch``-row steps."""
+def _config(dataset: Dataset, epochs: int, batch: int, kernel_products: str) -> TrainConfig:
+    """pep's settings on ``dataset`` for ``epochs`` epochs of ``batch``-row steps, with the kernel's
+    products over the inputs in ``kernel_products`` (``multiclass-sep``'s setting)."""
     block_rows = batch if dataset.one_block_per_step else min(batch, dataset.settings.block_rows)
-    return dataset.settings.model_copy(update={"epochs": epochs, "batch_size": batch, "block_rows": block_rows})
+    model = {**dataset.settings.model, "kernel_products": kernel_products}
+    return dataset.settings.model_copy(update={"epochs": epochs, "batch_size": batch, "block_rows": block_rows,
+                                               "model": model})
 
 
 def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epochs: int, seed: int = 0,
@@ -180,8 +185,10 @@ def markdown(payload: dict) -> str:
     pep's and GPyTorch's first and last epochs, pep's last epoch over GPyTorch's, both models' test error
     and NLL after the last epoch and the seconds each took to reach GPyTorch's final NLL."""
     machine = payload["machine"]
+    products = payload.get("kernel_products", "float64")
     lines = [f"{payload['dataset']}, {', '.join(machine['devices'])}, JAX {machine['jax']}, "
              f"block cache {payload['block_cache_mb']:g} MB, "
+             + ("" if products == "float64" else f"pep's kernel products in {products}, ") +
              f"{payload['epochs']} epochs, {payload['n_train']:,} / {payload['n_test']:,} rows:", "",
              "| minibatch | pep s, epoch 1 / last | GPyTorch s, epoch 1 / last | pep / GPyTorch, last epoch "
              "| pep error / NLL | GPyTorch error / NLL | s to GPyTorch's final NLL, pep / GPyTorch |",
@@ -229,6 +236,8 @@ def main() -> None:
     parser.add_argument("--cluster", default="none", help="pep's backend: none (in-process), local:N, ...")
     parser.add_argument("--torch-device", default="cpu", help="GPyTorch's torch device: cpu or cuda (pep runs on "
                         "JAX's default backend: the GPU where jax has its CUDA plugin)")
+    parser.add_argument("--kernel-products", choices=PRODUCT_DTYPES, default="float64",
+                        help="pep's kernel_products setting (multiclass-sep; the EP algebra stays float64)")
     parser.add_argument("--name", default="compare", help="results/NAME.json and NAME.png")
     args = parser.parse_args()
     dataset = DATASETS[args.data]
@@ -240,13 +249,14 @@ def main() -> None:
         reference = baselines(store)
         arrays = _arrays(store, dataset.settings.standardize)
         for batch in args.batch_sizes:
-            pep = run_sep(store, _config(dataset, args.epochs, batch), args.cluster)
+            pep = run_sep(store, _config(dataset, args.epochs, batch, args.kernel_products), args.cluster)
             gpytorch = run_gpytorch(*arrays, num_inducing, batch, args.epochs, device=args.torch_device)
             runs[batch] = {"pep": pep, "gpytorch": gpytorch, "summary": summary(pep, gpytorch)}
             payload = {"dataset": dataset.name, "data": str(args.mnist_dir) if args.data == "fashion-mnist" else "bundled",
                        "n_train": len(arrays[0]), "n_test": len(arrays[2]),
                        "epochs": args.epochs, "num_inducing": num_inducing,
-                       "block_cache_mb": block_cache_budget() / 2**20, "runs": runs, "baselines": reference}
+                       "block_cache_mb": block_cache_budget() / 2**20, "kernel_products": args.kernel_products,
+                       "runs": runs, "baselines": reference}
             path = write_results(args.name, payload)
     plot(runs, RESULTS / f"{args.name}.png")
     print(markdown(json.loads(path.read_text())))

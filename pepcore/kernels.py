@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+
+PRODUCT_DTYPES = ("float64", "float32")
 
 
 class ARDSquaredExponential(NamedTuple):
@@ -78,7 +83,10 @@ def _symmetric_gram_backward(a, cotangent):
 _symmetric_gram.defvjp(_symmetric_gram_forward, _symmetric_gram_backward)
 
 
-class BatchedARDSquaredExponential(NamedTuple):
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["lengthscales", "variance"],
+                   meta_fields=["products"])
+@dataclass(frozen=True)
+class BatchedARDSquaredExponential:
     """``C`` ARD squared-exponential kernels evaluated together (one per class of a multi-class model).
 
     Written as whole-batch matrix products rather than ``jax.vmap`` of :class:`ARDSquaredExponential`:
@@ -89,16 +97,28 @@ class BatchedARDSquaredExponential(NamedTuple):
     Args:
         lengthscales: ``ℓ_c``, shape [C, D], positive.
         variance: ``σ_c``, shape [C], positive.
+        products: dtype of the matrix products over the input dimension D, the O(C·M·B·D) and
+            O(C·M²·D) part of the cost (a static field). ``"float32"`` halves their time on a CPU and
+            leaves an absolute error ``~6e-8·(‖z − c‖² + ‖x − c‖²)/ℓ²`` in the squared distances (``c``
+            the centre of the inducing inputs, :func:`_centre`); the distances, exponentials and
+            everything downstream stay in the inputs' dtype. ``"float64"`` (default) keeps all of it
+            exact to double precision.
     """
 
     lengthscales: jnp.ndarray  # [C, D]
     variance: jnp.ndarray  # [C]
+    products: str = "float64"
+
+    def __post_init__(self):
+        if self.products not in PRODUCT_DTYPES:
+            raise ValueError(f"products must be one of {PRODUCT_DTYPES}; got {self.products!r}")
 
     def gram(self, z):
         """``k_c(Z_c, Z_c)`` for ``z`` [C, M, D], shape [C, M, M]."""
         scaled = (z - _centre(z)) / self.lengthscales[:, None, :]
         norms = jnp.sum(scaled**2, axis=-1)
-        sq = norms[:, :, None] + norms[:, None, :] - 2.0 * _symmetric_gram(scaled)
+        inner = _symmetric_gram(scaled.astype(self.products)).astype(scaled.dtype)
+        sq = norms[:, :, None] + norms[:, None, :] - 2.0 * inner
         return self.variance[:, None, None] * jnp.exp(-0.5 * jnp.maximum(sq, 0.0))
 
     def cross(self, z, x):
@@ -107,6 +127,6 @@ class BatchedARDSquaredExponential(NamedTuple):
         z, x = z - centre, x - centre
         weights = 1.0 / self.lengthscales**2
         weighted = z * weights[:, None, :]
-        sq = (jnp.sum(z * weighted, axis=-1)[:, :, None] + (weights @ (x**2).T)[:, None, :]
-              - 2.0 * jnp.einsum("cmd,bd->cmb", weighted, x))
+        inner = jnp.einsum("cmd,bd->cmb", weighted.astype(self.products), x.astype(self.products)).astype(x.dtype)
+        sq = jnp.sum(z * weighted, axis=-1)[:, :, None] + (weights @ (x**2).T)[:, None, :] - 2.0 * inner
         return self.variance[:, None, None] * jnp.exp(-0.5 * jnp.maximum(sq, 0.0))

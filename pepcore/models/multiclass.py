@@ -49,7 +49,7 @@ import numpy as np
 from pepcore import bank
 from pepcore.bank import CholeskyFactor, NaturalFactor
 from pepcore.initialisation import squared_median_lengthscale
-from pepcore.kernels import BatchedARDSquaredExponential
+from pepcore.kernels import PRODUCT_DTYPES, BatchedARDSquaredExponential
 from pepcore.linalg import DEFAULT_JITTER, cholesky, per_matrix
 from pepcore.models import multiclass_sites as sites
 from pepcore.parameters import LOG, LOG_OF_SQUARE, constrained, unconstrained
@@ -106,6 +106,9 @@ class MultiClassGP:
             variational bound ``−KL(q‖p) + Σ E_q[log Φ]`` with the likelihood of eq. (6).
         jitter: relative jitter on ``K_c`` (``jitter·σ_c`` is added to ``K_c`` and ``κ_c``).
         quadrature: the rule of the predictive integral (eq. 68).
+        kernel_products: dtype of the kernels' matrix products over the input dimension
+            (:class:`~pepcore.kernels.BatchedARDSquaredExponential`); ``"float32"`` halves the time of
+            the O(C·M·D·(M + B)) part of a step at large D (images), the EP algebra stays float64.
 
     Example:
         >>> x = jax.random.normal(jax.random.key(0), (30, 2)); y = jnp.argmax(x @ jnp.ones((2, 3)), 1)
@@ -119,6 +122,7 @@ class MultiClassGP:
     alpha: float = 1.0
     jitter: float = DEFAULT_JITTER
     quadrature: sites.PredictiveQuadrature = sites.PredictiveQuadrature()
+    kernel_products: str = "float64"
 
     def __post_init__(self):
         freq = np.asarray(self.class_frequencies, dtype=float)
@@ -128,6 +132,8 @@ class MultiClassGP:
             raise ValueError(f"class_frequencies must be non-negative and sum to 1; got {self.class_frequencies}")
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha}")
+        if self.kernel_products not in PRODUCT_DTYPES:
+            raise ValueError(f"kernel_products must be one of {PRODUCT_DTYPES}; got {self.kernel_products!r}")
 
     @classmethod
     def from_labels(cls, y, num_classes: int, **kwargs) -> "MultiClassGP":
@@ -200,7 +206,7 @@ class MultiClassGP:
         """The C constrained sparse GPs: ``σ_c``, ``ℓ_c`` and the diagonal ``σ_{0,c} + jitter·σ_c`` (on
         ``K_c`` and ``κ_c``, spec §1.5)."""
         values = constrained(params)
-        kernel = BatchedARDSquaredExponential(values["lengthscales"], values["amplitude"])
+        kernel = BatchedARDSquaredExponential(values["lengthscales"], values["amplitude"], self.kernel_products)
         return bank.Bank(kernel, params.inducing, values["noise"] + self.jitter * values["amplitude"])
 
     def prior_factors(self, params: MultiClassParams) -> bank.PriorFactors:

@@ -29,6 +29,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 import pepcore
+from pepcore.kernels import PRODUCT_DTYPES
 from pepcore.linalg import DEFAULT_JITTER
 from pepcore.models import multiclass_ep as ep
 from pepcore.models.multiclass import MultiClassGP, NaturalFactor
@@ -129,6 +130,9 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
             :meth:`~pipeline.models.SiteSettings.damping_schedule`).
         seed: inducing-input sample and minibatch order.
         jitter: relative jitter on each ``K_c``.
+        kernel_products: ``"float32"`` runs the kernels' matrix products over the inputs in single
+            precision (faster for many inputs, e.g. images; the EP algebra stays float64), see
+            :class:`pepcore.kernels.BatchedARDSquaredExponential`.
         standardize: train on inputs standardised with the training rows' mean and deviation.
 
     Attributes (after fit): ``classes_``, ``params_``, ``energy_trace_`` (the ``log Z_q`` estimate per
@@ -150,6 +154,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         damping: float = 0.5,
         seed: int = 0,
         jitter: float = DEFAULT_JITTER,
+        kernel_products: str = "float64",
         standardize: bool = True,
     ):
         self.num_inducing = num_inducing
@@ -163,6 +168,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         self.damping = damping
         self.seed = seed
         self.jitter = jitter
+        self.kernel_products = kernel_products
         self.standardize = standardize
 
     # ----------------------------------------------------------------------------------------------
@@ -175,6 +181,8 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"learning_rate must be positive; got {self.learning_rate!r}")
         if not 0.0 < self.damping <= 1.0:
             raise ValueError(f"damping must lie in (0, 1]; got {self.damping!r}")
+        if self.kernel_products not in PRODUCT_DTYPES:
+            raise ValueError(f"kernel_products must be one of {PRODUCT_DTYPES}; got {self.kernel_products!r}")
         return training_steps(n_rows, self.batch_size, self.max_iter, self.epochs)
 
     def fit(self, X, y):
@@ -187,7 +195,8 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         self.scaling_ = InputScaling.of(data, self.standardize)
         with pepcore.float64():
             self.x_train_, self.y_train_ = jnp.asarray(self.scaling_(x)), jnp.asarray(labels)
-        settings = {"num_inducing": int(self.num_inducing), "alpha": float(self.alpha), "jitter": float(self.jitter)}
+        settings = {"num_inducing": int(self.num_inducing), "alpha": float(self.alpha), "jitter": float(self.jitter),
+                    "kernel_products": self.kernel_products}
         if self.batch_size is None:
             settings.update(damping=float(self.damping), damping_decay=DAMPING_DECAY)
         if self.method == "sep":
@@ -228,7 +237,8 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         values, ok, skipped = np.zeros(0), np.zeros(0, bool), np.zeros(0, int)
         with pepcore.float64():
             self.model_ = MultiClassGP.from_labels(self.y_train_, self.classes_.size, alpha=settings["alpha"],
-                                                   jitter=settings["jitter"])
+                                                   jitter=settings["jitter"],
+                                                   kernel_products=settings["kernel_products"])
             params = self.model_.init(self.x_train_, int(self.num_inducing), seed=self.seed)
             carry = (params, _optimizer(self.learning_rate).init(params), ep.init_sites(n, params), jnp.asarray(0))
             while values.size < num_steps and not stopping.converged(values):

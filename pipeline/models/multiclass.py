@@ -19,7 +19,7 @@ binding holds the training class counts (from a store's ``class_counts``, kept i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import jax.numpy as jnp
 import numpy as np
@@ -38,6 +38,9 @@ class MultiClassSettings(SiteSettings):
     """Settings of the multi-class models (the damping is used by ``multiclass-sep``)."""
 
     alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power of the factors (1: the paper's EP)")
+    kernel_products: Literal["float64", "float32"] = Field(
+        "float64", description="dtype of the kernel's matrix products over the inputs; float32 halves that part "
+        "of a step at large D (images), the EP algebra stays float64")
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class MultiClassSpec:
     def build(self, settings: MultiClassSettings, binding: dict[str, Any]) -> MultiClassGP:
         counts = np.asarray(binding["class_counts"], dtype=float)
         return MultiClassGP(tuple(float(f) for f in counts / counts.sum()), alpha=settings.alpha,
-                            jitter=settings.jitter)
+                            jitter=settings.jitter, kernel_products=settings.kernel_products)
 
     def init(self, model: MultiClassGP, x, settings: MultiClassSettings, seed: int) -> MultiClassParams:
         """A random sample of ``M`` rows per class as inducing inputs; lengthscales from the median

@@ -53,10 +53,22 @@ def test_power_ep_option_trains(iris):
     assert clf.score(x, y) > 0.85
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["sep", "ep"])
+def test_float32_kernel_products_give_the_float64_fit(iris, method):
+    """``kernel_products="float32"`` reaches both training paths: the energy trace and the predictions
+    within 1e-6 of the float64 fit's, not bit-equal to them."""
+    x, _ = iris
+    exact, fast = (_fit(iris, method=method, max_iter=20, kernel_products=p) for p in ("float64", "float32"))
+    np.testing.assert_allclose(fast.energy_trace_, exact.energy_trace_, rtol=1e-6)
+    np.testing.assert_allclose(fast.predict_proba(x), exact.predict_proba(x), rtol=0, atol=1e-6)
+    assert not np.array_equal(fast.energy_trace_, exact.energy_trace_)
+
+
 def test_string_labels_and_sklearn_clone(iris):
     x, y = iris
     names = np.array(["setosa", "versicolor", "virginica"])[y]
-    clf = clone(MultiClassGPClassifier(num_inducing=6, max_iter=40, learning_rate=0.05)).fit(x, names)
+    clf = clone(MultiClassGPClassifier(num_inducing=6, max_iter=5, tol=0.0, learning_rate=0.05)).fit(x, names)
     assert list(clf.classes_) == list(names[[0, 50, 100]])
     assert set(clf.predict(x[:5])) <= set(names)
     assert clf.get_params()["method"] == "sep"
@@ -75,6 +87,7 @@ def test_string_labels_and_sklearn_clone(iris):
         ({"learning_rate": -1.0}, np.eye(4), [0, 1, 2, 0], "learning_rate must be positive"),
         ({"damping": 0.0}, np.eye(4), [0, 1, 2, 0], "damping must lie in"),
         ({"alpha": 0.0}, np.eye(4), [0, 1, 2, 0], "alpha must lie in"),
+        ({"kernel_products": "half"}, np.eye(4), [0, 1, 2, 0], "kernel_products must be one of .*'half'"),
     ],
 )
 def test_bad_input_is_refused_with_a_clear_message(kw, X, y, match):

@@ -68,6 +68,20 @@ def test_sep_improves_held_out_nll(three_class_store, tmp_path):
 
 
 @pytest.mark.slow
+def test_float32_kernel_products_follow_the_float64_run(three_class_store, tmp_path):
+    """``kernel_products = "float32"`` through the trainer: every epoch's held-out NLL and energy within
+    1e-6 relative of the float64 run's, the same errors, and the setting recorded with the run."""
+    runs = {products: train(job(three_class_store, tmp_path / products, settings={"kernel_products": products}))
+            for products in ("float64", "float32")}
+    for fast, exact in zip(runs["float32"].history, runs["float64"].history, strict=True):
+        assert fast["test_error"] == exact["test_error"]
+        assert fast["test_nll"] == pytest.approx(exact["test_nll"], rel=1e-6)
+        assert fast["energy_per_row"] == pytest.approx(exact["energy_per_row"], rel=1e-6)
+    assert fast["test_nll"] != exact["test_nll"]  # the setting reached the kernel
+    assert load_run(tmp_path / "float32").meta["config"]["model"]["kernel_products"] == "float32"
+
+
+@pytest.mark.slow
 def test_stores_and_powers_that_do_not_fit_are_refused(binary_store, regression_store, three_class_store, tmp_path):
     with pytest.raises(InputError, match="needs a classification store"):
         Trainer(job(regression_store, tmp_path), InProcess())
@@ -76,6 +90,9 @@ def test_stores_and_powers_that_do_not_fit_are_refused(binary_store, regression_
     with pytest.raises(InputError, match=r"invalid settings of --model multiclass-sep: model.alpha: Input should "
                                          r"be greater than 0"):
         Trainer(job(three_class_store, tmp_path, settings={"alpha": 0.0}), InProcess())
+    with pytest.raises(InputError, match=r"model.kernel_products: Input should be 'float64' or 'float32' "
+                                         r"\(found 'float16'\)"):
+        Trainer(job(three_class_store, tmp_path, settings={"kernel_products": "float16"}), InProcess())
     assert {SEP, "multiclass-direct"} <= set(MODELS)
     binary = train(job(binary_store, tmp_path / "binary", epochs=1))  # two classes are a special case
     assert np.isfinite(binary.history[-1]["test_nll"])
