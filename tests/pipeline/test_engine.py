@@ -41,9 +41,9 @@ def test_map_sum_equals_the_full_data_term(binary_store):
     x = np.concatenate([source.read(b).x[source.read(b).mask] for b in range(9)])
     y = np.concatenate([source.read(b).y[source.read(b).mask] for b in range(9)])
     params = spec.init(model, x, settings, 0)
-    shared = model.step_shared(params, 400)
+    shared = jax.jit(model.step_shared)(params, 400)
     value, (grad, shared_grad) = Engine(InProcess(), source).map_sum(DataTerm(model), (params, shared), range(9))
-    direct_value, (direct_grad, direct_shared_grad) = jax.value_and_grad(model.data_energy, argnums=(0, 1))(
+    direct_value, (direct_grad, direct_shared_grad) = jax.jit(jax.value_and_grad(model.data_energy, argnums=(0, 1)))(
         params, shared, x, y, np.ones(400, bool))
     for a, b in zip(jax.tree_util.tree_leaves(shared_grad), jax.tree_util.tree_leaves(direct_shared_grad)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
