@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
 
 
-PRODUCT_DTYPES = ("float64", "float32")
+ProductDtype = Literal["float64", "float32"]
+"""The dtypes :class:`BatchedARDSquaredExponential` can run its products over the inputs in."""
+PRODUCT_DTYPES = get_args(ProductDtype)
+
+
+def check_product_dtype(value: str, name: str = "products") -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is one of :data:`PRODUCT_DTYPES`."""
+    if value not in PRODUCT_DTYPES:
+        raise ValueError(f"{name} must be one of {PRODUCT_DTYPES}; got {value!r}")
 
 
 class ARDSquaredExponential(NamedTuple):
@@ -107,11 +115,10 @@ class BatchedARDSquaredExponential:
 
     lengthscales: jnp.ndarray  # [C, D]
     variance: jnp.ndarray  # [C]
-    products: str = "float64"
+    products: ProductDtype = "float64"
 
     def __post_init__(self):
-        if self.products not in PRODUCT_DTYPES:
-            raise ValueError(f"products must be one of {PRODUCT_DTYPES}; got {self.products!r}")
+        check_product_dtype(self.products)
 
     def gram(self, z):
         """``k_c(Z_c, Z_c)`` for ``z`` [C, M, D], shape [C, M, M]."""

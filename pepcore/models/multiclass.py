@@ -49,7 +49,7 @@ import numpy as np
 from pepcore import bank
 from pepcore.bank import CholeskyFactor, NaturalFactor
 from pepcore.initialisation import squared_median_lengthscale
-from pepcore.kernels import PRODUCT_DTYPES, BatchedARDSquaredExponential
+from pepcore.kernels import BatchedARDSquaredExponential, ProductDtype, check_product_dtype
 from pepcore.linalg import DEFAULT_JITTER, cholesky, per_matrix
 from pepcore.models import multiclass_sites as sites
 from pepcore.parameters import LOG, LOG_OF_SQUARE, constrained, unconstrained
@@ -122,7 +122,7 @@ class MultiClassGP:
     alpha: float = 1.0
     jitter: float = DEFAULT_JITTER
     quadrature: sites.PredictiveQuadrature = sites.PredictiveQuadrature()
-    kernel_products: str = "float64"
+    kernel_products: ProductDtype = "float64"
 
     def __post_init__(self):
         freq = np.asarray(self.class_frequencies, dtype=float)
@@ -132,8 +132,7 @@ class MultiClassGP:
             raise ValueError(f"class_frequencies must be non-negative and sum to 1; got {self.class_frequencies}")
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha}")
-        if self.kernel_products not in PRODUCT_DTYPES:
-            raise ValueError(f"kernel_products must be one of {PRODUCT_DTYPES}; got {self.kernel_products!r}")
+        check_product_dtype(self.kernel_products, "kernel_products")
 
     @classmethod
     def from_labels(cls, y, num_classes: int, **kwargs) -> "MultiClassGP":

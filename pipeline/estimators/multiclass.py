@@ -29,7 +29,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 import pepcore
-from pepcore.kernels import PRODUCT_DTYPES
+from pepcore.kernels import ProductDtype, check_product_dtype
 from pepcore.linalg import DEFAULT_JITTER
 from pepcore.models import multiclass_ep as ep
 from pepcore.models.multiclass import MultiClassGP, NaturalFactor
@@ -154,7 +154,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         damping: float = 0.5,
         seed: int = 0,
         jitter: float = DEFAULT_JITTER,
-        kernel_products: str = "float64",
+        kernel_products: ProductDtype = "float64",
         standardize: bool = True,
     ):
         self.num_inducing = num_inducing
@@ -181,8 +181,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"learning_rate must be positive; got {self.learning_rate!r}")
         if not 0.0 < self.damping <= 1.0:
             raise ValueError(f"damping must lie in (0, 1]; got {self.damping!r}")
-        if self.kernel_products not in PRODUCT_DTYPES:
-            raise ValueError(f"kernel_products must be one of {PRODUCT_DTYPES}; got {self.kernel_products!r}")
+        check_product_dtype(self.kernel_products, "kernel_products")
         return training_steps(n_rows, self.batch_size, self.max_iter, self.epochs)
 
     def fit(self, X, y):

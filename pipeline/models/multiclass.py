@@ -19,12 +19,13 @@ binding holds the training class counts (from a store's ``class_counts``, kept i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import jax.numpy as jnp
 import numpy as np
 from pydantic import Field
 
+from pepcore.kernels import ProductDtype
 from pepcore.models.multiclass import MultiClassGP, MultiClassParams, NaturalFactor
 from pipeline.data.blocks import TargetScaling
 from pipeline.errors import InputError
@@ -38,7 +39,7 @@ class MultiClassSettings(SiteSettings):
     """Settings of the multi-class models (the damping is used by ``multiclass-sep``)."""
 
     alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power of the factors (1: the paper's EP)")
-    kernel_products: Literal["float64", "float32"] = Field(
+    kernel_products: ProductDtype = Field(
         "float64", description="dtype of the kernel's matrix products over the inputs; float32 halves that part "
         "of a step at large D (images), the EP algebra stays float64")
 
