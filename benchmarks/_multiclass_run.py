@@ -12,13 +12,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from pipeline.training.baselines import classification_baselines
-from pipeline.training.config import TrainConfig
-from pipeline.training.trainer import Trainer, TrainJob
-from pipeline.training.engine import connect
-from pipeline.data.ingest import ingest
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.stores import Store
+from pep_gp.pipeline.training.baselines import classification_baselines
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from pep_gp.pipeline.training.engine import connect
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.stores import Store
 
 MODEL = "multiclass-sep"
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from benchmarks._common import write_results
 from benchmarks._multiclass_run import baselines, run_sep
-from pipeline.data.ingest import ingest
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.stores import open_store
-from pipeline.training.config import TrainConfig
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.stores import open_store
+from pep_gp.pipeline.training.config import TrainConfig
 
 MODEL = "tied-ep-classifier"
 # 10,000-row steps (27 per epoch) in 2,500-row blocks, cosine-decayed Adam, undamped SEP (ρ = 1).

@@ -69,7 +69,7 @@ def scores(y, mean, var) -> dict[str, float]:
 
 
 def fit_pep(hidden, x, y, x_test, y_test, args) -> dict[str, float]:
-    from pipeline import DeepGPRegressor
+    from pep_gp import DeepGPRegressor
 
     start = time.perf_counter()
     model = DeepGPRegressor(hidden_dims=hidden, num_inducing=args.m, max_iter=args.steps, tol=0,

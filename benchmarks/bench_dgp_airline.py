@@ -30,10 +30,10 @@ import numpy as np
 
 from benchmarks._common import write_results
 from benchmarks.bench_dgp import fit_gpytorch, scores
-from pipeline.data.stores import open_store
-from pipeline.training.config import TrainConfig
-from pipeline.training.engine import connect
-from pipeline.training.trainer import TrainJob, train
+from pep_gp.pipeline.data.stores import open_store
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.engine import connect
+from pep_gp.pipeline.training.trainer import TrainJob, train
 
 
 def fit_pep(hidden: list[int], store, backend, run_dir: Path, args) -> dict:

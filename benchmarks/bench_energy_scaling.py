@@ -1,8 +1,8 @@
 """Energy + gradient time of pep's Power-EP objectives against N and M, with fitted exponents.
 
 Measures ``jit(value_and_grad)`` of
-  * the tied-factor Power-EP energy (probit, α = 0.5; ``pepcore.models.power_ep``) and
-  * the collapsed PEP-α regression objective (α = 0.5; ``pepcore.models.collapsed_regression``),
+  * the tied-factor Power-EP energy (probit, α = 0.5; ``pep_gp.core.models.power_ep``) and
+  * the collapsed PEP-α regression objective (α = 0.5; ``pep_gp.core.models.collapsed_regression``),
 expected O(N·M²), side by side with the exact GP evidence + gradient (O(N³)) at the same N.
 
 Usage:  .venv/bin/python -m benchmarks.bench_energy_scaling [--quick]
@@ -17,13 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import pepcore
+import pep_gp.core
 from benchmarks._common import best_time, loglog_slope, write_results
-from pepcore.gaussian import log_density
-from pepcore.likelihoods import Probit
-from pepcore.linalg import DEFAULT_JITTER
-from pepcore.models import collapsed_regression
-from pepcore.models.power_ep import PowerEPSparseGP
+from pep_gp.core.gaussian import log_density
+from pep_gp.core.likelihoods import Probit
+from pep_gp.core.linalg import DEFAULT_JITTER
+from pep_gp.core.models import collapsed_regression
+from pep_gp.core.models.power_ep import PowerEPSparseGP
 
 D = 8
 
@@ -72,7 +72,7 @@ def main(quick: bool) -> None:
     m_grid = [32, 64, 128] if quick else [32, 64, 128, 256, 512]
     exact_grid = [500, 1_000, 2_000] if quick else [500, 1_000, 2_000, 4_000]
     m_fixed, n_fixed = 64, 8_000
-    with pepcore.float64():
+    with pep_gp.core.float64():
         results = {"settings": {"D": D, "M_for_N_sweep": m_fixed, "N_for_M_sweep": n_fixed, "repeats": repeats,
                                 "statistic": "min seconds of jit(value_and_grad) after compile"}}
         for name, make in [("tied_power_ep_probit", _tied), ("collapsed_regression", _collapsed)]:

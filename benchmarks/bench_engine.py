@@ -10,7 +10,7 @@ config (M = 200, 10,000-row steps in 1,000-row blocks):
 
 * ``direct``: the same jitted per-block function (``value_and_grad`` of the data term) called in this
   process on the step's blocks, already in memory — the floor;
-* ``engine[in-process | local:1 | local:2]``: :meth:`pipeline.training.engine.Engine.map_sum` per step;
+* ``engine[in-process | local:1 | local:2]``: :meth:`pep_gp.pipeline.training.engine.Engine.map_sum` per step;
   overhead = engine / direct − 1;
 * the same two clusters with each worker pinned to its own core (``local:N:pinned``), which
   separates the engine's scaling from XLA's own intra-op threads;
@@ -34,13 +34,13 @@ import jax
 import numpy as np
 import psutil
 
-import pepcore
-from pipeline.training.config import TrainConfig
-from pipeline.training.trainer import TrainJob, Trainer
-from pipeline.training.engine import Engine, InProcess, connect, evaluate_blocks
-from pipeline.data.ingest import ingest
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.stores import open_store
+import pep_gp.core
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.trainer import TrainJob, Trainer
+from pep_gp.pipeline.training.engine import Engine, InProcess, connect, evaluate_blocks
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.stores import open_store
 
 RESULTS = Path(__file__).parent / "results" / "bench_engine.json"
 MODEL = "sparse-gp-classifier"
@@ -60,7 +60,7 @@ def per_step(run, steps: int) -> float:
 def step_times(store, config: TrainConfig, steps: int) -> dict[str, Any]:
     trainer = Trainer(TrainJob(MODEL, store, config, Path(tempfile.mkdtemp())), InProcess())
     params = trainer.fresh_state().params
-    with pepcore.float64():
+    with pep_gp.core.float64():
         params = jax.device_get((params, trainer.model.step_shared(params, trainer.n_total)))
     source, fn, schedule = trainer.train.source, trainer.step_fn.parts.data_term, trainer.schedule
     results = {"direct": per_step(lambda s: evaluate_blocks(fn, params, source, schedule.blocks(s)), steps)}
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[50_000, 200_000, 800_000])
     args = parser.parse_args()
     config = TrainConfig()
-    with tempfile.TemporaryDirectory() as scratch, pepcore.float64():
+    with tempfile.TemporaryDirectory() as scratch, pep_gp.core.float64():
         path = args.store
         if path is None:
             path = Path(scratch) / "airline.zarr"

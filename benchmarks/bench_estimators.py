@@ -33,9 +33,9 @@ from sklearn.model_selection import StratifiedShuffleSplit
 from sklearn.preprocessing import StandardScaler
 
 from benchmarks._common import standard_error, write_results
-from pipeline import MultiClassGPClassifier, SparseGPClassifier
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.sources.mnist import DEBIAN_DIR
+from pep_gp import MultiClassGPClassifier, SparseGPClassifier
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
 
 FMNIST_TEST_ROWS = 2000
 

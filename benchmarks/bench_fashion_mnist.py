@@ -28,11 +28,11 @@ import numpy as np
 
 from benchmarks._common import write_results
 from benchmarks._multiclass_run import baselines, peak_rss_mb, run_sep
-from pipeline.training.config import TrainConfig
-from pipeline.data.ingest import ingest
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.sources.mnist import DEBIAN_DIR
-from pipeline.data.stores import Store, open_store
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
+from pep_gp.pipeline.data.stores import Store, open_store
 
 PAPER_MNIST = TrainConfig(model={"num_inducing": 200, "damping": 1.0, "alpha": 1.0}, batch_size=200, block_rows=200,
                           learning_rate=1e-3, standardize=False, checkpoint_every=10_000)

@@ -4,7 +4,7 @@ Generates a CSV of ``--rows`` rows (default 2,000,000; 8 numeric features and a 
 airline data) in a temporary directory, then, each in its own subprocess so that its peak memory is its
 own, runs:
 
-- ``pep_library``: :func:`pipeline.data.ingest.ingest` (streaming, Dask chunk writes, no Prefect);
+- ``pep_library``: :func:`pep_gp.pipeline.data.ingest.ingest` (streaming, Dask chunk writes, no Prefect);
 - ``pep_cli``: the ``pep ingest csv … --json`` command (the Prefect flow, with its temporary server);
 - ``pandas_zarr``: ``pandas.read_csv`` of the whole file, then one ``zarr`` array write.
 
@@ -42,15 +42,15 @@ REPORT = ("print(json.dumps({'seconds': seconds, 'imports_rss_mb': imported, 'pe
           "file=sys.stderr)")
 CHILDREN = {
     "pep_library": """
-        from pipeline.data.ingest import ingest
-        from pipeline.data.sources import SourceRequest, open_source
+        from pep_gp.pipeline.data.ingest import ingest
+        from pep_gp.pipeline.data.sources import SourceRequest, open_source
         imported = rss()
         began = time.perf_counter()
         ingest(open_source("csv", SourceRequest((CSV,), "label")), OUT + "/pep.zarr")
         seconds = time.perf_counter() - began
     """,
     "pep_cli": """
-        from flows.cli import main
+        from pep_gp.flows.cli import main
         imported = rss()
         sys.argv = ["pep", "ingest", "csv", "--input", CSV, "--target", "label",
                     "--out", OUT + "/cli.zarr", "--json"]

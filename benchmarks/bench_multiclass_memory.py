@@ -8,12 +8,12 @@ Usage::
 
 The airline 3-class store (``pep ingest airline``, ingested into a temporary directory without
 ``--store``) is copied into a second store whose training split is its training rows ``--copies`` times
-(same test split; written by :func:`pipeline.data.ingest.ingest`, so its attributes are those of any store).
+(same test split; written by :func:`pep_gp.pipeline.data.ingest.ingest`, so its attributes are those of any store).
 ``multiclass-sep`` (M = 100, 10,000-row steps in 1,000-row blocks) then trains the same number of
 steps on each, every run in a new coordinator process with a new ``local:2:pinned`` cluster: by
 default one epoch of the large store, so its workers
 visit more distinct blocks than their block caches hold (``$PEP_BLOCK_CACHE_MB``, see
-:mod:`pipeline.training.engine`) while the small store goes through several epochs. The large store is trained
+:mod:`pep_gp.pipeline.training.engine`) while the small store goes through several epochs. The large store is trained
 a second time with an unbounded block cache (every block a worker read is kept, the engine's behaviour
 before the cache was bounded) for comparison.
 
@@ -43,13 +43,13 @@ import psutil
 
 from benchmarks._common import best_time, write_results
 from benchmarks._multiclass_run import MODEL, EpochClock, airline_classes, tree_bytes
-from pipeline.training import engine
-from pipeline.training.config import TrainConfig
-from pipeline.training.trainer import Trainer, TrainJob
-from pipeline.training.engine import BLOCK_CACHE_ENV, InProcess, block_bytes, block_cache_budget, connect
-from pipeline.data.ingest import ingest
-from pipeline.data.sources import RowBlock, Source
-from pipeline.data.stores import Store, open_store
+from pep_gp.pipeline.training import engine
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from pep_gp.pipeline.training.engine import BLOCK_CACHE_ENV, InProcess, block_bytes, block_cache_budget, connect
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.sources import RowBlock, Source
+from pep_gp.pipeline.data.stores import Store, open_store
 
 CONFIG = TrainConfig(model={"num_inducing": 100}, batch_size=10_000, block_rows=1_000, checkpoint_every=1_000_000)
 UNBOUNDED_MB = "1000000"  # a block cache no run fills: every block read is kept

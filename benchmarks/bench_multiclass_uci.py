@@ -33,7 +33,7 @@ from sklearn.model_selection import StratifiedShuffleSplit
 from sklearn.preprocessing import StandardScaler
 
 from benchmarks._common import standard_error, write_results
-from pipeline import MultiClassGPClassifier
+from pep_gp import MultiClassGPClassifier
 
 DATASETS = {"wine": load_wine, "iris": load_iris, "digits": load_digits}
 FRACTIONS = (0.05, 0.10, 0.20)

@@ -41,11 +41,11 @@ from scipy.stats import nbinom
 from sklearn.datasets import load_breast_cancer, load_wine
 from sklearn.model_selection import KFold
 
-import pepcore
-from pepcore.likelihoods import PoissonSquare
-from pepcore.models.ep import EP, site_data
-from pipeline import SparseGPClassifier
-from pipeline.estimators import untied_ep
+import pep_gp.core
+from pep_gp.core.likelihoods import PoissonSquare
+from pep_gp.core.models.ep import EP, site_data
+from pep_gp import SparseGPClassifier
+from pep_gp.pipeline.estimators import untied_ep
 
 RESULTS = Path(__file__).parent / "results" / "bench_qp.json"
 
@@ -189,7 +189,7 @@ def poisson(repeats, max_iter, save, start="median"):
     for repeat in range(repeats):
         test = np.random.default_rng(repeat).random(len(year)) > 0.5
         train = ~test
-        with pepcore.float64():
+        with pep_gp.core.float64():
             data = site_data(np.arange(train.sum()), counts[train], prior_mean=np.ones(train.sum()))
         row = {"repeat": repeat}
         fitted = None

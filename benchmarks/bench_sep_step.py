@@ -26,17 +26,17 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-import pepcore
-from pepcore.kernels import PRODUCT_DTYPES
+import pep_gp.core
+from pep_gp.core.kernels import PRODUCT_DTYPES
 from benchmarks._common import write_results
 from benchmarks._multiclass_run import MODEL
 from benchmarks.bench_fashion_mnist import PAPER_MNIST
-from pipeline.training.trainer import Trainer, TrainJob
-from pipeline.training.engine import BLOCKS, InProcess, compute_threads
-from pipeline.data.ingest import ingest
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.sources.mnist import DEBIAN_DIR
-from pipeline.data.stores import Store, open_store
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from pep_gp.pipeline.training.engine import BLOCKS, InProcess, compute_threads
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
+from pep_gp.pipeline.data.stores import Store, open_store
 
 
 def timed(times: dict[str, list[float]], name: str, call: Callable[[], Any]) -> Any:
@@ -62,7 +62,7 @@ def profile(store: Store, steps: int, batch_size: int, kernel_products: str = "f
             blocks = trainer.schedule.blocks(state.step)
             scale = trainer.n_total / train.rows(blocks)
             params = state.params
-            with pepcore.float64():
+            with pep_gp.core.float64():
                 shared, pullback = timed(times, "step-shared quantities + pullback", lambda: compiled.prepare(params))
                 stats = timed(times, "site statistics (engine)",
                               lambda: train.map_sum(compiled.site_term, (params, shared), blocks))
@@ -75,7 +75,7 @@ def profile(store: Store, steps: int, batch_size: int, kernel_products: str = "f
                     lambda: compiled.ascend(params, state.opt_state, shared, pullback, value, grad, scale))
             state.step += 1
         block = BLOCKS.get(train.source, 0)
-        with pepcore.float64():
+        with pep_gp.core.float64():
             x, y, mask = block  # the cache's arrays, already on the device
             site_term, data_term = jax.jit(compiled.site_term), jax.jit(compiled.data_term)
             inputs = (state.params, compiled.prepare(state.params)[0])

@@ -49,13 +49,13 @@ from benchmarks._common import RESULTS, write_results
 from benchmarks._multiclass_run import airline_classes, baselines, run_sep
 from benchmarks.bench_airline_multiclass import AIRLINE_SEP
 from benchmarks.bench_fashion_mnist import PAPER_MNIST, fashion_mnist_store
-from pepcore.initialisation import squared_median_lengthscale
-from pepcore.kernels import PRODUCT_DTYPES
-from pipeline.data.blocks import input_statistics
-from pipeline.data.sources.mnist import DEBIAN_DIR
-from pipeline.data.stores import Store, open_store
-from pipeline.training.config import TrainConfig
-from pipeline.training.engine import block_cache_budget
+from pep_gp.core.initialisation import squared_median_lengthscale
+from pep_gp.core.kernels import PRODUCT_DTYPES
+from pep_gp.pipeline.data.blocks import input_statistics
+from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
+from pep_gp.pipeline.data.stores import Store, open_store
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.engine import block_cache_budget
 
 GPYTORCH_LEARNING_RATE = 0.01
 EVALUATION_ROWS = 2000  # test rows per GPyTorch prediction call

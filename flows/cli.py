@@ -12,11 +12,11 @@ from importlib import import_module
 import typer
 
 COMMANDS = {
-    "ingest": ("flows.ingest", "ingest_command"),
-    "train": ("flows.train", "train_command"),
-    "evaluate": ("flows.evaluate", "evaluate_command"),
-    "demo": ("flows.demo", "demo_command"),
-    "cluster": ("flows.cluster", "cluster_app"),  # a group: `pep cluster certs DIR`
+    "ingest": ("pep_gp.flows.ingest", "ingest_command"),
+    "train": ("pep_gp.flows.train", "train_command"),
+    "evaluate": ("pep_gp.flows.evaluate", "evaluate_command"),
+    "demo": ("pep_gp.flows.demo", "demo_command"),
+    "cluster": ("pep_gp.flows.cluster", "cluster_app"),  # a group: `pep cluster certs DIR`
 }
 
 
@@ -42,7 +42,7 @@ def build_app(names=tuple(COMMANDS)) -> typer.Typer:
 def __getattr__(name: str):
     if name == "app":  # the full application, for tests and embedding
         return build_app()
-    raise AttributeError(f"module 'flows.cli' has no attribute {name!r}")
+    raise AttributeError(f"module 'pep_gp.flows.cli' has no attribute {name!r}")
 
 
 def main() -> None:

@@ -24,12 +24,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.end_to_end import pipeline_flow
-from flows.train import prefect_quietly, training_display, user_errors
-from pipeline.training.baselines import classification_baselines
-from pipeline.training.checkpoint import checkpoint_dir
-from pipeline.training.config import TrainConfig
-from pipeline.data.stores import open_store
+from .end_to_end import pipeline_flow
+from .train import prefect_quietly, training_display, user_errors
+from ..pipeline.training.baselines import classification_baselines
+from ..pipeline.training.checkpoint import checkpoint_dir
+from ..pipeline.training.config import TrainConfig
+from ..pipeline.data.stores import open_store
 
 MODEL = "multiclass-sep"
 # M = 100 inducing points per class, 6 epochs of 10,000-row steps (27 steps each: a tied-factor update,

@@ -1,10 +1,4 @@
-"""The Prefect flow ``pipeline``: ingest → train → evaluate as three sub-flows (DESIGN §6).
-
-The module is not called ``pipeline.py``: a Prefect worker loads a deployment's entrypoint as a script
-with its folder (``flows/``) first on ``sys.path``, where a ``flows/pipeline.py`` would shadow the
-``pipeline`` package that every flow imports (issue 12; ``tests/flows/test_deployments.py`` checks
-that no module in ``flows/`` is named like an importable package).
-"""
+"""The Prefect flow ``pep-pipeline``: ingest → train → evaluate as three sub-flows."""
 
 from __future__ import annotations
 
@@ -13,12 +7,12 @@ from typing import Any
 
 from prefect import flow
 
-from flows.evaluate import evaluate_flow
-from flows.ingest import ingest_flow
-from flows.train import train_flow
+from .evaluate import evaluate_flow
+from .ingest import ingest_flow
+from .train import train_flow
 
 
-@flow(name="pipeline")
+@flow(name="pep-pipeline")
 def pipeline_flow(source: str, store: str, model: str, run_dir: str, inputs: list[str] | None = None,
                   target: str | None = None, config: dict[str, Any] | None = None, cluster: str = "none", reingest: bool = False,
                   resume: bool = True) -> dict[str, Any]:
@@ -28,7 +22,7 @@ def pipeline_flow(source: str, store: str, model: str, run_dir: str, inputs: lis
     Args:
         source, inputs, target: as ``pep ingest SOURCE --input … --target TARGET``.
         store: path of the store.
-        model, run_dir, config, cluster: as :func:`flows.train.train_flow`.
+        model, run_dir, config, cluster: as :func:`pep_gp.flows.train.train_flow`.
         reingest: ingest again, replacing the store (a new store means a new run directory).
         resume: continue an interrupted run in ``run_dir`` (the default: re-running the pipeline
             picks up where it stopped).

@@ -12,10 +12,10 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from rich.console import Console
 
-from flows.reports import publish_evaluation, write_metrics
-from flows.train import TlsCaFile, TlsCert, TlsKey, is_transient, prefect_quietly, use_cluster, user_errors
-from pipeline.training.trainer import evaluate, load_run
-from pipeline.training.engine import CLUSTER_HELP, connect
+from .reports import publish_evaluation, write_metrics
+from .train import TlsCaFile, TlsCert, TlsKey, is_transient, prefect_quietly, use_cluster, user_errors
+from ..pipeline.training.trainer import evaluate, load_run
+from ..pipeline.training.engine import CLUSTER_HELP, connect
 
 
 @task(name="evaluate", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,
@@ -28,7 +28,7 @@ def evaluate_task(run_dir: str, data: str | None, cluster: str) -> dict[str, Any
         backend.close()
 
 
-@flow(name="evaluate")
+@flow(name="pep-evaluate")
 def evaluate_flow(run_dir: str, data: str | None = None, cluster: str = "none") -> dict[str, Any]:
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (default:
     the training store); written to ``run_dir/metrics.json`` and published as ``evaluate-<run>``."""

@@ -1,8 +1,8 @@
 """The Prefect flow ``ingest`` and the ``pep ingest`` command that runs it.
 
-The flow runs the three coarse steps of :mod:`pipeline.data.ingest` as tasks (read, write, publish); the
+The flow runs the three coarse steps of :mod:`pep_gp.pipeline.data.ingest` as tasks (read, write, publish); the
 fine-grained per-chunk work inside ``write`` is Dask's. Only reading and writing retry, and only on
-transient I/O errors: an :class:`~pipeline.errors.InputError` fails at once. The flow publishes a
+transient I/O errors: an :class:`~pep_gp.pipeline.errors.InputError` fails at once. The flow publishes a
 keyed markdown artifact with the summary, so each store has a version history of its ingests.
 """
 
@@ -27,8 +27,8 @@ from rich.console import Console
 from rich.progress import Progress as RichProgress
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from pipeline.errors import InputError
-from pipeline.data.ingest import (
+from ..pipeline.errors import InputError
+from ..pipeline.data.ingest import (
     Progress,
     Steps,
     check_destination,
@@ -39,7 +39,7 @@ from pipeline.data.ingest import (
     stage,
     write,
 )
-from pipeline.data.sources import SOURCE_NAMES, SourceRequest, open_source
+from ..pipeline.data.sources import SOURCE_NAMES, SourceRequest, open_source
 
 # Prefect's telemetry tries to reach the internet; off unless the user set these.
 TELEMETRY_OFF = {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
@@ -61,11 +61,11 @@ write_task = task(write, name="ingest-write", **_io_retries)
 publish_task = task(publish, name="ingest-publish", cache_policy=NO_CACHE)
 
 
-@flow(name="ingest")
+@flow(name="pep-ingest")
 def ingest_flow(source: str, out: str, inputs: list[str] | None = None, target: str | None = None,
                 task: str = "auto", chunk_rows: int | None = None,
                 test_size: str | None = None, seed: int = 0, overwrite: bool = False) -> dict[str, Any]:
-    """Ingest a source into a pep store (see :func:`pipeline.data.ingest.ingest`).
+    """Ingest a source into a pep store (see :func:`pep_gp.pipeline.data.ingest.ingest`).
 
     Args:
         source: ``airline``, ``mnist``, ``csv``, ``parquet``, ``npz`` or ``sklearn:NAME``.
@@ -79,7 +79,7 @@ def ingest_flow(source: str, out: str, inputs: list[str] | None = None, target: 
         overwrite: replace an existing store.
 
     Returns:
-        The ingest summary (:class:`pipeline.data.ingest.IngestSummary`) as a dict.
+        The ingest summary (:class:`pep_gp.pipeline.data.ingest.IngestSummary`) as a dict.
     """
     opened = open_source(source, SourceRequest(tuple(Path(p) for p in inputs or ()), target, task))
     summary = ingest(opened, out, chunk_rows=chunk_rows, test_size=test_size, seed=seed,

@@ -27,16 +27,16 @@ from prefect.runtime import task_run
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from flows.ingest import TELEMETRY_OFF, _mute_prefect_console
-from flows.reports import plot_learning_curve, publish_training, write_metrics
-from pipeline.training.checkpoint import newest_manifest
-from pipeline.training.config import TrainConfig, load_config
-from pipeline.training.trainer import Progress as ProgressCallback
-from pipeline.training.trainer import Trainer, TrainJob, TrainResult, no_progress
-from pipeline.training.engine import CLUSTER_HELP, TLS_CONFIG, client_security, connect, parse_cluster
-from pipeline.errors import InputError
-from pipeline.models import MODELS, get_model, model_settings
-from pipeline.data.stores import open_store
+from .ingest import TELEMETRY_OFF, _mute_prefect_console
+from .reports import plot_learning_curve, publish_training, write_metrics
+from ..pipeline.training.checkpoint import newest_manifest
+from ..pipeline.training.config import TrainConfig, load_config
+from ..pipeline.training.trainer import Progress as ProgressCallback
+from ..pipeline.training.trainer import Trainer, TrainJob, TrainResult, no_progress
+from ..pipeline.training.engine import CLUSTER_HELP, TLS_CONFIG, client_security, connect, parse_cluster
+from ..pipeline.errors import InputError
+from ..pipeline.models import MODELS, get_model, model_settings
+from ..pipeline.data.stores import open_store
 
 progress_reporter: ContextVar[ProgressCallback] = ContextVar("train_progress", default=no_progress)
 """Where the running flow reports training progress; the command line sets it to its display."""
@@ -71,16 +71,16 @@ def summarise(job: TrainJob, cluster: str, result: TrainResult) -> dict[str, Any
             "checkpoint": str(result.checkpoint)}
 
 
-@flow(name="train")
+@flow(name="pep-train")
 def train_flow(model: str, data: str, run_dir: str, config: dict[str, Any] | None = None,
                cluster: str = "none", resume: bool = False, segment_epochs: int = 1) -> dict[str, Any]:
     """Train ``model`` on the store ``data`` into ``run_dir``.
 
     Args:
-        model: a registered model name (``pipeline.models.MODELS``).
+        model: a registered model name (``pep_gp.pipeline.models.MODELS``).
         data: path of the store.
         run_dir: run directory (checkpoints, plot, metrics).
-        config: :class:`~pipeline.training.config.TrainConfig` fields; defaults for the rest.
+        config: :class:`~pep_gp.pipeline.training.config.TrainConfig` fields; defaults for the rest.
         cluster: ``none``, ``local:N`` or ``tcp://HOST:PORT``.
         resume: continue from the newest checkpoint of ``run_dir``.
         segment_epochs: epochs per ``train-segment`` task.
@@ -127,7 +127,7 @@ TlsKey = Annotated[Path | None, typer.Option(help="Its private key (default: Das
 def use_cluster(cluster: str, tls_ca_file: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
     """Check ``--cluster`` and make the ``--tls-*`` files Dask's client TLS configuration of this
     process (over ``DASK_DISTRIBUTED__COMM__TLS__*`` and Dask's config files), so that the flow's
-    :func:`~pipeline.training.engine.connect` uses them; refuse a tls:// cluster without them."""
+    :func:`~pep_gp.pipeline.training.engine.connect` uses them; refuse a tls:// cluster without them."""
     import dask
 
     parse_cluster(cluster)

@@ -1,7 +1,7 @@
-"""pepcore — the mathematics of pep: pure JAX functions of (params, data), float64, no I/O.
+"""pep_gp.core — the mathematics of pep: pure JAX functions of (params, data), float64, no I/O.
 
 Numerical precision is explicit: every function computes in the dtype of its inputs. Entry points run
-pepcore under :func:`float64` (a scoped ``jax.enable_x64``), never by flipping a global flag at import.
+pep_gp.core under :func:`float64` (a scoped ``jax.enable_x64``), never by flipping a global flag at import.
 """
 
 import jax

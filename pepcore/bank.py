@@ -2,7 +2,7 @@
 
 Power EP (seed000) is one such GP (G = 1) with a likelihood per row; the multi-class classifier of
 seed001 is a bank of G = C GPs, one per class; a deep GP (seed004) is one bank per layer. A model adds
-only its per-row term (:mod:`pepcore.likelihoods`, :mod:`pepcore.models.multiclass_sites`).
+only its per-row term (:mod:`pep_gp.core.likelihoods`, :mod:`pep_gp.core.models.multiclass_sites`).
 
 GP ``g`` has inducing inputs ``Z_g`` ``[M, D]``, an ARD squared-exponential kernel and a diagonal term
 ``d_g`` (the inducing-output noise of seed001 §1.5 plus the jitter): its prior on the inducing outputs
@@ -14,7 +14,7 @@ or the Power-EP cavity (``s = 1 − α/n_g``, ``n_g`` the factors tied into ``t_
 
 Numerics: with ``L = chol(K_g)`` and ``R = chol(I + s LᵀΛL)``, ``p·t^s`` has ``V = SSᵀ``, ``S = LR⁻ᵀ``,
 ``m = S c``, ``c = R⁻¹sLᵀη`` and ``φ(p·t^s) − φ(p) = ½‖c‖² − log|R|`` (seed000 eq. 113 in whitened form);
-nothing is inverted explicitly but ``L`` (:func:`pepcore.linalg.cholesky_and_inverse`), whose inverse
+nothing is inverted explicitly but ``L`` (:func:`pep_gp.core.linalg.cholesky_and_inverse`), whose inverse
 turns every projection of rows into matrix products.
 """
 
@@ -25,8 +25,8 @@ from typing import NamedTuple, Union
 import jax
 import jax.numpy as jnp
 
-from pepcore.kernels import BatchedARDSquaredExponential
-from pepcore.linalg import cholesky, cholesky_and_inverse, per_matrix, solve_lower
+from .kernels import BatchedARDSquaredExponential
+from .linalg import cholesky, cholesky_and_inverse, per_matrix, solve_lower
 
 
 class NaturalFactor(NamedTuple):
@@ -111,7 +111,7 @@ def _gaussian(chol_k, factor: Factor, scale):
 
 def gaussians(prior: PriorFactors, factor: Factor, scale) -> Gaussians:
     """``p_g·t_g^{s_g}`` for every GP (``scale`` a scalar or ``[G]``: 1 for ``q``, ``1 − α/n_g`` for the
-    cavity), one factorisation at a time (:func:`pepcore.linalg.per_matrix`)."""
+    cavity), one factorisation at a time (:func:`pep_gp.core.linalg.per_matrix`)."""
     scale = jnp.broadcast_to(scale, prior.chol.shape[:1])
     return Gaussians(*per_matrix(_gaussian, prior.chol, factor, scale))
 

@@ -6,7 +6,7 @@ import math
 
 import jax.numpy as jnp
 
-from pepcore.linalg import cholesky, logdet_from_cholesky, solve_lower
+from .linalg import cholesky, logdet_from_cholesky, solve_lower
 
 LOG_2PI = math.log(2.0 * math.pi)
 

@@ -10,7 +10,7 @@ argument. Each provides
 
 ``params`` is the likelihood's own dict of unconstrained parameters (empty for the probit).
 
-Likelihoods without parameters used as EP/QP sites (:mod:`pepcore.projections`) also provide
+Likelihoods without parameters used as EP/QP sites (:mod:`pep_gp.core.projections`) also provide
 
 * ``log_prob(y, f)`` — ``log p(y|f)``,
 * ``tilted_moments(y, mean, var, alpha=1)`` — ``log Z̃`` and the mean and variance of the tilted
@@ -27,9 +27,9 @@ from jax.nn import logsumexp
 from jax.scipy.special import gammaln, log_ndtr, ndtr, xlogy
 from jax.scipy.stats import norm
 
-from pepcore.gaussian import LOG_2PI
-from pepcore.parameters import positive, unconstrain_positive
-from pepcore.quadrature import (GaussHermite, ProbitPowerQuadrature, log_ndtr_and_mills_ratio, log_probit_power,
+from .gaussian import LOG_2PI
+from .parameters import positive, unconstrain_positive
+from .quadrature import (GaussHermite, ProbitPowerQuadrature, log_ndtr_and_mills_ratio, log_probit_power,
                                 probit_power_moments)
 
 
@@ -77,7 +77,7 @@ class Probit:
     """``p(y|f) = Φ(s f)`` with ``s = 2y − 1`` for labels ``y ∈ {0, 1}`` (seed000 §3.8).
 
     ``α = 1`` uses the closed form ``log Φ(s m/√(1+v))``; ``0 < α < 1`` uses the composite rule of
-    :class:`~pepcore.quadrature.ProbitPowerQuadrature` on ``log E[Φ(s f)^α]`` (accurate and with a finite
+    :class:`~pep_gp.core.quadrature.ProbitPowerQuadrature` on ``log E[Φ(s f)^α]`` (accurate and with a finite
     gradient for any cavity variance, 0 included); ``α = 0`` (:meth:`expected_log_prob`) uses
     Gauss–Hermite in log-sum-exp form with ``log Φ`` from ``log_ndtr`` (seed000 §4.1).
     """
@@ -114,7 +114,7 @@ class Probit:
     def tilted_moments(self, y, mean, var, alpha=1.0):
         """``log Z̃``, mean and variance of ``∝ N(f; m, v) Φ(sf)^α``. At ``α = 1``: ``z = sm/√(1+v)``,
         ``λ = N(z)/Φ(z)``, mean ``m + svλ/√(1+v)``, variance ``v − v²λ(z + λ)/(1+v)`` (seed002 eq. 36;
-        R&W eqs. 3.58); otherwise the derivatives of :func:`~pepcore.quadrature.probit_power_moments`
+        R&W eqs. 3.58); otherwise the derivatives of :func:`~pep_gp.core.quadrature.probit_power_moments`
         (seed002 eqs. 29, 34)."""
         s = self._sign(y)
         if alpha == 1.0:

@@ -1,6 +1,6 @@
 """A bank of sparse GPs seen through a *Gaussian* input: the RBF ψ-statistics and the moments they give.
 
-:func:`pepcore.bank.latent_marginals` projects fixed rows; a hidden layer of a deep GP (seed004) feeds
+:func:`pep_gp.core.bank.latent_marginals` projects fixed rows; a hidden layer of a deep GP (seed004) feeds
 the next layer a diagonal Gaussian ``h ~ N(μ, diag(s))`` instead. For the ARD squared-exponential kernel
 the expectations over ``h`` are closed form (Titsias & Lawrence 2010; seed004 spec §3.3)::
 
@@ -19,7 +19,7 @@ are each non-negative in exact arithmetic, each clamped at its floor:
     var = [κ − tr(K⁻¹ψ₂)]_{≥d}  +  [tr(K⁻¹V̂K⁻¹ψ₂)]_{≥0}  +  [aᵀψ₂a − (ψ₁ᵀa)²]_{≥0}
           E[FITC variance]         E[spread of u]             variance of the mean over h,
 
-with ``κ = σ_f² + d`` and ``d`` the bank's diagonal (jitter), as in :func:`pepcore.bank.row_projections`.
+with ``κ = σ_f² + d`` and ``d`` the bank's diagonal (jitter), as in :func:`pep_gp.core.bank.row_projections`.
 Squared distances are formed from differences, never expanded, so no offset cancels.
 """
 
@@ -29,8 +29,8 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from pepcore.bank import Bank, Gaussians, Marginals, PriorFactors
-from pepcore.kernels import BatchedARDSquaredExponential
+from .bank import Bank, Gaussians, Marginals, PriorFactors
+from .kernels import BatchedARDSquaredExponential
 
 
 class Psi(NamedTuple):
@@ -70,7 +70,7 @@ def psi_statistics(kernel: BatchedARDSquaredExponential, inducing, mean, var) ->
 def uncertain_input_marginals(bank: Bank, prior: PriorFactors, gaussian: Gaussians, mean, var) -> Marginals:
     """Mean and variance ``[B, G]`` of every GP's output at a Gaussian input ``N(mean, diag(var))``,
     ``u`` distributed as ``gaussian`` (seed004 App. D eqs. 1–2; the guarded split of the module docstring).
-    At ``var = 0`` this equals :func:`pepcore.bank.latent_marginals` at the rows ``mean``."""
+    At ``var = 0`` this equals :func:`pep_gp.core.bank.latent_marginals` at the rows ``mean``."""
     psi = psi_statistics(bank.kernel, bank.inducing, mean, var)
     inverse = jnp.swapaxes(prior.inverse, -1, -2) @ prior.inverse  # K⁻¹ = L⁻ᵀL⁻¹, [G, M, M]
     a = jnp.einsum("gmn,gn->gm", inverse, gaussian.mean)  # K⁻¹m̂

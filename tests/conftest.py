@@ -1,4 +1,4 @@
-"""Shared test fixtures: every test runs JAX in float64 (scoped, see ``pepcore.float64``)."""
+"""Shared test fixtures: every test runs JAX in float64 (scoped, see ``pep_gp.core.float64``)."""
 
 import os
 
@@ -7,10 +7,10 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import pytest
 
-import pepcore
+import pep_gp.core
 
 
 @pytest.fixture(autouse=True)
 def _float64():
-    with pepcore.float64():
+    with pep_gp.core.float64():
         yield

@@ -1,4 +1,4 @@
-"""Independent dense numpy/scipy reference computations used as test oracles (no pepcore code)."""
+"""Independent dense numpy/scipy reference computations used as test oracles (no pep_gp.core code)."""
 
 from __future__ import annotations
 

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from pydantic import Field
 
-from pipeline.data.blocks import TargetScaling
-from pipeline.training.config import TrainConfig
-from pipeline.training.trainer import TrainJob, evaluate, load_run, train
-from pipeline.training.metrics import regression_sums
-from pipeline.models import MODELS, ModelSettings, get_model, register
+from pep_gp.pipeline.data.blocks import TargetScaling
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.trainer import TrainJob, evaluate, load_run, train
+from pep_gp.pipeline.training.metrics import regression_sums
+from pep_gp.pipeline.models import MODELS, ModelSettings, get_model, register
 from tests.trainstores import leaves_equal, make_store
 
 
-# -- the mathematics (what would be a pepcore module) ----------------------------------------------
+# -- the mathematics (what would be a pep_gp.core module) ----------------------------------------------
 @dataclass(frozen=True)
 class LinearRegression:
     """``y = xᵀw + b + ε``, ``ε ~ N(0, σ²)``, ``w ~ N(0, I/λ)``; the energy is the log joint in
@@ -133,12 +133,12 @@ PLUGIN = LinearSpec(name="map-linear-plugin")
 
 
 def test_an_installed_package_registers_a_model_through_its_entry_point(tmp_path, monkeypatch):
-    """A distribution on the path whose ``pep.models`` entry point names a spec: ``get_model`` (what
+    """A distribution on the path whose ``pep_gp.models`` entry point names a spec: ``get_model`` (what
     ``pep train --model`` calls) finds it without any import by the user."""
     info = tmp_path / "pep_plugin-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pep-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pep.models]\nmap-linear-plugin = tests.test_extending:PLUGIN\n")
+    (info / "entry_points.txt").write_text("[pep_gp.models]\nmap-linear-plugin = tests.test_extending:PLUGIN\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "map-linear-plugin" not in MODELS
     try:

@@ -8,10 +8,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pipeline.training.config import TrainConfig
-from pipeline.data.ingest import ingest
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.stores import Store, open_store
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.stores import Store, open_store
 
 # make_store's 400 training rows in 9 blocks of 48 (the last one padded: 16 rows), two blocks per step:
 # 5 steps per epoch, the last one with a single block.

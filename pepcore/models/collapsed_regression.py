@@ -28,10 +28,10 @@ import jax
 
 import jax.numpy as jnp
 
-from pepcore.gaussian import LOG_2PI
-from pepcore.kernels import ARDSquaredExponential
-from pepcore.linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
-from pepcore.parameters import SOFTPLUS, constrained
+from ..gaussian import LOG_2PI
+from ..kernels import ARDSquaredExponential
+from ..linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
+from ..parameters import SOFTPLUS, constrained
 
 
 class _Factorisation(NamedTuple):
@@ -74,7 +74,7 @@ def log_marginal_likelihood(
         noise_variance: ``σ_y²``.
         x: inputs, [N, D]; y: targets, [N].
         alpha: Power-EP power in [0, 1]; 0 selects the VFE (Titsias) bound.
-        jitter: relative jitter on ``K_uu`` (see :mod:`pepcore.linalg`).
+        jitter: relative jitter on ``K_uu`` (see :mod:`pep_gp.core.linalg`).
         mask: booleans [N]; rows with ``False`` (padding) are left out. None: all rows.
 
     Returns:
@@ -147,7 +147,7 @@ class RegressionParams(NamedTuple):
 
 @dataclass(frozen=True)
 class CollapsedRegression:
-    """:func:`log_marginal_likelihood` in the model protocol (:mod:`pipeline.models.protocol`).
+    """:func:`log_marginal_likelihood` in the model protocol (:mod:`pep_gp.pipeline.models.protocol`).
 
     The sites are integrated out in closed form, so the objective is not a sum over blocks: it is
     trained with the whole training set as one block (its data term), and nothing is shared.

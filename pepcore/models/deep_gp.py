@@ -3,7 +3,7 @@
 Layer ``l`` maps its ``D_{l−1}``-dimensional input through ``G_l`` independent FITC sparse GPs (one per
 output dimension, each with its own inducing inputs ``Z``, ARD RBF kernel and tied factor) plus Gaussian
 noise ``σ_l²``; the last layer has one GP and the model's likelihood (Gaussian: the observation noise
-``σ_L²``; probit: none, spec §3.6). Each layer is a bank of :mod:`pepcore.bank` with ``G = G_l``; all N
+``σ_L²``; probit: none, spec §3.6). Each layer is a bank of :mod:`pep_gp.core.bank` with ``G = G_l``; all N
 tied factors of a GP are one Gaussian ``t(u)`` (the stored total ``Nθ₁``), so ``q ∝ p·t`` and the
 cavity ``∝ p·t^{1−α/N}`` (spec §2.2, §2.4, with a Power-EP power α; 1 is the paper). The energy is
 
@@ -12,10 +12,10 @@ cavity ``∝ p·t^{1−α/N}`` (spec §2.2, §2.4, with a Power-EP power α; 1 i
 (at α = 1: ``(1 − N)φ(q) + Nφ(cav) − φ(p)``), and ``log Z̃_n = log ∫ N(f; m_n, v_n) p(y_n|f)^α df`` with
 ``(m_n, v_n)`` the moments of the output GP at row ``n`` obtained by propagating moments through the
 layers under the cavities (probabilistic-backprop style, seed004 §5 and App. D): layer 1 sees the fixed
-row (:func:`pepcore.bank.latent_marginals`), every later layer the diagonal Gaussian of the previous
-layer's outputs plus its noise (:func:`pepcore.psi_statistics.uncertain_input_marginals`). The minibatch
+row (:func:`pep_gp.core.bank.latent_marginals`), every later layer the diagonal Gaussian of the previous
+layer's outputs plus its noise (:func:`pep_gp.core.psi_statistics.uncertain_input_marginals`). The minibatch
 estimate scales the ``log Z̃`` sum by ``N/|B|`` (§2.3; the trainer's step does that). Prediction is the
-same forward pass under ``q`` (§7). With one layer this is exactly :class:`pepcore.models.power_ep.PowerEPSparseGP`.
+same forward pass under ``q`` (§7). With one layer this is exactly :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pepcore import bank
-from pepcore.initialisation import kmeans_inducing, median_lengthscale
-from pepcore.kernels import BatchedARDSquaredExponential
-from pepcore.likelihoods import Gaussian, scaled_log_tilted
-from pepcore.parameters import LOG, constrained, unconstrained
-from pepcore.psi_statistics import uncertain_input_marginals
+from .. import bank
+from ..initialisation import kmeans_inducing, median_lengthscale
+from ..kernels import BatchedARDSquaredExponential
+from ..likelihoods import Gaussian, scaled_log_tilted
+from ..parameters import LOG, constrained, unconstrained
+from ..psi_statistics import uncertain_input_marginals
 
 KMEANS_ROWS = 20_000  # above this many rows layer 1's inducing inputs are random rows, not k-means (spec §5.3)
 UPPER_LOG_LENGTHSCALE = 1.0  # layers ≥ 2 start with log ℓ = 1 and Z on the diagonal of [−1, 1]^D (spec §5.3)
@@ -86,7 +86,7 @@ class DeepGP:
     """Deep GP trained with approximate EP (static configuration; the state is :class:`DeepGPParams`).
 
     Args:
-        likelihood: the output's likelihood (:class:`~pepcore.likelihoods.Gaussian` or ``Probit``).
+        likelihood: the output's likelihood (:class:`~pep_gp.core.likelihoods.Gaussian` or ``Probit``).
         alpha: the Power-EP power, in (0, 1]; 1 is seed004's approximate EP.
         jitter: relative jitter on every ``K_uu`` (the reference code adds 1e-6, spec §8.4).
 

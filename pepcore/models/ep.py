@@ -7,7 +7,7 @@ site (seed002 Algorithm 1; Power EP with power ``α``, seed000 §2.3):
 
     cavity  q^∖s(u) ∝ q(u) / t̃_s(u)^α                (natural parameters: q's minus α·site's)
     tilted  q̃(u) ∝ q^∖s(u) p(y_s|u)^α
-    new q   = projection(q̃)   (``"kl"``: EP's moment matching, ``"wasserstein"``: QP; pepcore.projections)
+    new q   = projection(q̃)   (``"kl"``: EP's moment matching, ``"wasserstein"``: QP; pep_gp.core.projections)
     site    ← (1 − δ)·site + δ·(new q ÷ cavity)^{1/α}   (damping δ; seed002 eq. 6)
 
 A site whose cavity is improper or whose new parameters are not finite keeps its old value and is
@@ -32,8 +32,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pepcore.gaussian import LOG_2PI
-from pepcore.projections import projection as named_projection
+from ..gaussian import LOG_2PI
+from ..projections import projection as named_projection
 
 
 class SiteData(NamedTuple):
@@ -135,9 +135,9 @@ class EP(NamedTuple):
 
     Example:
         >>> import jax.numpy as jnp
-        >>> import pepcore
-        >>> from pepcore.likelihoods import Heaviside
-        >>> with pepcore.float64():
+        >>> import pep_gp.core
+        >>> from pep_gp.core.likelihoods import Heaviside
+        >>> with pep_gp.core.float64():
         ...     box = site_data([0, 0], [1, 1], weight=[1.0, -1.0], offset=[0.1, 0.1])   # h(x + b) h(−x + b)
         ...     ep = EP(Heaviside())
         ...     result = ep.run(jnp.eye(1), box)

@@ -5,7 +5,7 @@ Model (seed001 §1, spec §1): class ``c`` has its own inducing inputs ``Z_c`` `
 values is ``N(f̄^c; 0, K_c)`` with ``K_c = σ_c exp(−½Σ_d Δ_d²/ℓ_{c,d}²) + σ_{0,c}I`` (the noise is on the
 inducing diagonal too, spec §1.5) and ``κ_c = σ_c + σ_{0,c}``. The likelihood is approximated by
 ``Π_{k≠y_i} Φ(α_i^k)`` (eq. 6), whose EP factors are rank one per class (eq. 8,
-:mod:`pepcore.models.multiclass_sites`).
+:mod:`pep_gp.core.models.multiclass_sites`).
 
 SEP ties all factors touching class ``c`` into one Gaussian factor ``t_c(f̄^c) = exp(η̃_cᵀf̄ − ½f̄ᵀΛ̃_cf̄)``,
 stored in ``f̄`` coordinates (so it stays fixed while hyper-parameters move, spec §5.7). With the
@@ -31,7 +31,7 @@ Two ways to train, chosen by the type of ``params.factor``:
   and ``G + L`` is differentiated exactly, so Adam can act on everything (as seed004 does).
 
 The C latent GPs, their tied factors, ``q`` and the cavities are a bank of sparse GPs
-(:mod:`pepcore.bank`, G = C); this module adds the per-row factors of eq. (6).
+(:mod:`pep_gp.core.bank`, G = C); this module adds the per-row factors of eq. (6).
 
 Reference: Villacampa-Calvo & Hernández-Lobato, "Scalable Multi-Class Gaussian Process Classification
 using Expectation Propagation", ICML 2017 (arXiv 1706.07258); spec ``shared/spec/seed001.md``.
@@ -46,19 +46,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pepcore import bank
-from pepcore.bank import CholeskyFactor, NaturalFactor
-from pepcore.initialisation import squared_median_lengthscale
-from pepcore.kernels import BatchedARDSquaredExponential, ProductDtype, check_product_dtype
-from pepcore.linalg import DEFAULT_JITTER, cholesky, per_matrix
-from pepcore.models import multiclass_sites as sites
-from pepcore.parameters import LOG, LOG_OF_SQUARE, constrained, unconstrained
+from .. import bank
+from ..bank import CholeskyFactor, NaturalFactor
+from ..initialisation import squared_median_lengthscale
+from ..kernels import BatchedARDSquaredExponential, ProductDtype, check_product_dtype
+from ..linalg import DEFAULT_JITTER, cholesky, per_matrix
+from . import multiclass_sites as sites
+from ..parameters import LOG, LOG_OF_SQUARE, constrained, unconstrained
 
 
 class MultiClassParams(NamedTuple):
     """The trainable state: per-class unconstrained hyper-parameters, inducing inputs and tied factor."""
 
-    raw_amplitude: jnp.ndarray  # log σ_c, [C] (logarithms as in the reference code, pepcore.parameters)
+    raw_amplitude: jnp.ndarray  # log σ_c, [C] (logarithms as in the reference code, pep_gp.core.parameters)
     raw_noise: jnp.ndarray  # log σ_{0,c}, [C]
     raw_lengthscales: jnp.ndarray  # log ℓ_c² (the reference code's log l, l the squared lengthscale), [C, D]
     inducing: jnp.ndarray  # Z_c, [C, M, D]
@@ -107,7 +107,7 @@ class MultiClassGP:
         jitter: relative jitter on ``K_c`` (``jitter·σ_c`` is added to ``K_c`` and ``κ_c``).
         quadrature: the rule of the predictive integral (eq. 68).
         kernel_products: dtype of the kernels' matrix products over the input dimension
-            (:class:`~pepcore.kernels.BatchedARDSquaredExponential`); ``"float32"`` halves the time of
+            (:class:`~pep_gp.core.kernels.BatchedARDSquaredExponential`); ``"float32"`` halves the time of
             the O(C·M·D·(M + B)) part of a step at large D (images), the EP algebra stays float64.
 
     Example:
@@ -168,7 +168,7 @@ class MultiClassGP:
 
         Inducing inputs are an independent random sample of ``num_inducing`` rows per class; amplitude
         and noise 1; ``ℓ² =`` the median distance of 1,000 random rows
-        (:func:`pepcore.initialisation.squared_median_lengthscale`, the reference code's start).
+        (:func:`pep_gp.core.initialisation.squared_median_lengthscale`, the reference code's start).
         ``factor="natural"`` starts the tied factor at zero (q = prior, spec §2.0); ``"cholesky"`` (direct
         mode) at ``Λ̃_c = K_c⁻¹``, ``η̃ = 0``, away from the saddle at ``L = 0``.
         """
@@ -224,7 +224,7 @@ class MultiClassGP:
 
         The energy is ``G(params, S) + Σ_blocks L(params, S; block)`` with ``S = step_shared(params)``;
         the trainer computes ``S`` once per step and back-propagates into it once (the model protocol,
-        :mod:`pipeline.models.protocol`). With a :class:`NaturalFactor` the cavity is held fixed
+        :mod:`pep_gp.pipeline.models.protocol`). With a :class:`NaturalFactor` the cavity is held fixed
         (eq. 10), so only the prior factors carry gradient.
         """
         return self._refresh_shared(params, StepShared(self.prior_factors(params), None), n_total)
@@ -300,7 +300,7 @@ class MultiClassGP:
         ``ρ_c = min(ρ, n_c/n_{B,c})`` so the kept fraction of the old factor never goes negative (a
         minibatch that holds more of a class's factors than ``n_c/ρ``, e.g. one class only at small
         ``N/|B|``): the new precision is then a non-negative combination of positive semi-definite terms
-        (:func:`pepcore.bank.damped_site_update`).
+        (:func:`pep_gp.core.bank.damped_site_update`).
 
         Returns:
             ``(params, shared, accepted)``: the updated params, ``shared`` with the new cavities, and

@@ -3,7 +3,7 @@
 The state is O(N·C·M): four scalars per factor and, per row and class, the direction ``υ_i^c`` with
 which the row's sites were last refined (spec §2.0). The sites' natural parameters stay fixed in ``f̄``
 coordinates while hyper-parameters move (spec §5.7); their per-class sums are kept in
-``params.factor`` (a :class:`~pepcore.models.multiclass.NaturalFactor`), so ``q_c ∝ p(f̄^c)·exp(η̃ᵀf̄ −
+``params.factor`` (a :class:`~pep_gp.core.models.multiclass.NaturalFactor`), so ``q_c ∝ p(f̄^c)·exp(η̃ᵀf̄ −
 ½f̄ᵀΛ̃f̄)`` is formed exactly as for SEP (eq. 25). For N up to ~10⁴.
 
 With a power α (``model.alpha``) every cavity removes ``φ̃^α`` and the refined site is
@@ -25,9 +25,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pepcore import bank
-from pepcore.models import multiclass_sites as sites
-from pepcore.models.multiclass import MultiClassGP, MultiClassParams, NaturalFactor, hold_gradient, label_side
+from .. import bank
+from . import multiclass_sites as sites
+from .multiclass import MultiClassGP, MultiClassParams, NaturalFactor, hold_gradient, label_side
 
 
 class EPSites(NamedTuple):

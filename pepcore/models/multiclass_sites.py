@@ -26,7 +26,7 @@ from jax.nn import logsumexp
 from jax.scipy.special import log_ndtr
 from jax.scipy.stats import norm
 
-from pepcore.quadrature import ProbitPowerQuadrature, log_probit_power, probit_power_moments
+from ..quadrature import ProbitPowerQuadrature, log_probit_power, probit_power_moments
 
 TILTED_QUADRATURE = ProbitPowerQuadrature()
 
@@ -54,7 +54,7 @@ def log_partition(label: Projections, other: Projections, label_fitc, other_fitc
     The factor depends on ``d = t^{y_i} − t^k ~ N(a^{y_i} − a^k, w^{y_i} + w^k)`` only, through
     ``Φ(d/√S)``, ``S = s^{y_i} + s^k``. At ``α = 1`` this is ``log Φ(α̂)``, ``α̂ = (a^{y_i} − a^k)/√b``,
     ``b = S + w^{y_i} + w^k``; otherwise ``log E[Φ(u)^α]`` for ``u = d/√S ~ N(mean/√S, var/S)`` by the
-    composite rule of :class:`~pepcore.quadrature.ProbitPowerQuadrature` (seed000 §4.1), whose gradient is
+    composite rule of :class:`~pep_gp.core.quadrature.ProbitPowerQuadrature` (seed000 §4.1), whose gradient is
     finite also where the cavity variance along ``υ`` underflows to 0 (rows far from every inducing input).
     """
     mean, var, fitc = label.mean - other.mean, label.var + other.var, label_fitc + other_fitc

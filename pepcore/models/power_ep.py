@@ -17,7 +17,7 @@ As α → 0 the cavity becomes q and ``F`` the uncollapsed VFE bound ``−KL(q�
 (seed000 eqs. 144–146); ``alpha=0`` is that branch exactly. α = 1 is the (tied) EP energy.
 
 The GP, its tied factor (a Cholesky factor moved by the optimiser), ``q`` and the cavity are a bank of
-one sparse GP (:mod:`pepcore.bank`, G = 1); this module adds the likelihood's per-row term.
+one sparse GP (:mod:`pep_gp.core.bank`, G = 1); this module adds the likelihood's per-row term.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pepcore import bank
-from pepcore.initialisation import initial_kernel_and_inducing
-from pepcore.kernels import BatchedARDSquaredExponential
-from pepcore.likelihoods import scaled_log_tilted
-from pepcore.linalg import DEFAULT_JITTER, cholesky
-from pepcore.parameters import LOG, constrained, unconstrained
+from .. import bank
+from ..initialisation import initial_kernel_and_inducing
+from ..kernels import BatchedARDSquaredExponential
+from ..likelihoods import scaled_log_tilted
+from ..linalg import DEFAULT_JITTER, cholesky
+from ..parameters import LOG, constrained, unconstrained
 
 
 class SparseGPParams(NamedTuple):
@@ -80,12 +80,12 @@ class PowerEPSparseGP:
     """Sparse GP with tied Power-EP factors (static configuration; the state is :class:`SparseGPParams`).
 
     Args:
-        likelihood: a likelihood of :mod:`pepcore.likelihoods`.
+        likelihood: a likelihood of :mod:`pep_gp.core.likelihoods`.
         alpha: the power, in [0, 1]; 0 is the variational (VFE) limit, 1 is EP.
-        jitter: relative jitter on ``K_uu`` (see :mod:`pepcore.linalg`).
+        jitter: relative jitter on ``K_uu`` (see :mod:`pep_gp.core.linalg`).
 
     Example:
-        >>> from pepcore.likelihoods import Probit
+        >>> from pep_gp.core.likelihoods import Probit
         >>> model = PowerEPSparseGP(Probit(), alpha=0.5)
         >>> x = jax.random.normal(jax.random.key(0), (20, 2)); y = (x[:, 0] > 0).astype(float)
         >>> params = model.init(x, num_inducing=5)

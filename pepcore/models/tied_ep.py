@@ -1,6 +1,6 @@
 """Binary GP classification with tied sites moved by stochastic EP or Quantile Propagation (SEP/SQP).
 
-One sparse GP (a bank of one, :mod:`pepcore.bank`) with a probit likelihood whose N factors are tied into
+One sparse GP (a bank of one, :mod:`pep_gp.core.bank`) with a probit likelihood whose N factors are tied into
 one Gaussian ``t(u) = exp(ηᵀu − ½uᵀΛu)`` in natural parameters, the multi-class SEP of seed001 §2.3 with
 G = 1 and the binary factor ``Φ(s f)``, ``s = 2y − 1``:
 
@@ -9,7 +9,7 @@ G = 1 and the binary factor ``Φ(s f)``, ``s = 2y − 1``:
 A row with direction ``υ = K⁻¹k(x)`` and FITC variance ``v_f`` sees ``u`` only through ``τ = υᵀu``, whose
 factor is ``∫ N(f; τ, v_f) Φ(s f) df = Φ(s τ/c)``, ``c = √(1 + v_f)``. Its refined site is the
 projection of the tilted ``q̃(τ) ∝ N(τ; a, w) Φ(s τ/c)`` (``a = υᵀm_cav``, ``w = υᵀV_cavυ``) divided by
-the cavity (seed002 eq. 6). The projection is a setting (:mod:`pepcore.projections`): ``"kl"`` is EP's
+the cavity (seed002 eq. 6). The projection is a setting (:mod:`pep_gp.core.projections`): ``"kl"`` is EP's
 moment matching, ``"wasserstein"`` Quantile Propagation's same mean and variance ``σ*² ≤ Var q̃``. By
 QP's locality (seed002 Theorems 3–4) the W₂ projection of the tilted distribution over ``u`` changes only
 the marginal of ``τ``, so both projections give a rank-one site in ``u``:
@@ -17,9 +17,9 @@ the marginal of ``τ``, so both projections give a rank-one site in ``u``:
     site(u) = exp(ν τ − ½ ρ τ²),   ρ = 1/σ*² − 1/w,   ν = μ*/σ*² − a/w.
 
 Both projections are affine-equivariant, so ``q̃(τ)`` is projected as the standard probit tilted of
-``τ/c`` and scaled back. The tied factor moves by the damped SEP update (:func:`pepcore.bank.damped_site_update`);
+``τ/c`` and scaled back. The tied factor moves by the damped SEP update (:func:`pep_gp.core.bank.damped_site_update`);
 hyper-parameters and inducing inputs ascend EP's energy with cavity and ``q`` held fixed in ``u``
-coordinates (seed001 eq. 10, as :class:`~pepcore.models.multiclass.MultiClassGP`) — also for QP, which
+coordinates (seed001 eq. 10, as :class:`~pep_gp.core.models.multiclass.MultiClassGP`) — also for QP, which
 has no energy of its own (seed002 §6: the paper optimises EP's evidence at QP's sites).
 """
 
@@ -31,15 +31,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pepcore import bank
-from pepcore.bank import NaturalFactor
-from pepcore.initialisation import initial_kernel_and_inducing
-from pepcore.likelihoods import Probit
-from pepcore.linalg import DEFAULT_JITTER
-from pepcore.models.multiclass import hold_gradient
-from pepcore.models.power_ep import one_gp_bank
-from pepcore.parameters import SOFTPLUS, unconstrained
-from pepcore.projections import projection as named_projection
+from .. import bank
+from ..bank import NaturalFactor
+from ..initialisation import initial_kernel_and_inducing
+from ..likelihoods import Probit
+from ..linalg import DEFAULT_JITTER
+from .multiclass import hold_gradient
+from .power_ep import one_gp_bank
+from ..parameters import SOFTPLUS, unconstrained
+from ..projections import projection as named_projection
 
 
 class TiedEPParams(NamedTuple):

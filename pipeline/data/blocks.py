@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import zarr
 
-from pipeline.data.stores import Store
+from .stores import Store
 
 
 class Block(NamedTuple):

@@ -2,9 +2,9 @@
 estimators train through the same trainer and step as ``pep train``.
 
 :class:`ArrayData` holds a training split only; its attributes are computed as ``pep ingest``
-computes a store's (per-feature mean and deviation with :class:`~pipeline.data.moments.Moments`, class
+computes a store's (per-feature mean and deviation with :class:`~pep_gp.pipeline.data.moments.Moments`, class
 counts, a checksum of the arrays), and its blocks are cut, standardised and padded exactly as a
-store's (:class:`~pipeline.data.blocks.BlockSource`).
+store's (:class:`~pep_gp.pipeline.data.blocks.BlockSource`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.data.blocks import FixedBlocks, TargetScaling, input_statistics
-from pipeline.data.moments import Moments
+from .blocks import FixedBlocks, TargetScaling, input_statistics
+from .moments import Moments
 
 
 @dataclass(frozen=True, eq=False)
 class ArrayBlocks(FixedBlocks):
-    """The blocks of an in-memory split, cut as a store's (:class:`~pipeline.data.blocks.BlockSource`)."""
+    """The blocks of an in-memory split, cut as a store's (:class:`~pep_gp.pipeline.data.blocks.BlockSource`)."""
 
     x: np.ndarray = field(repr=False)  # [N, D] float64
     y: np.ndarray = field(repr=False)  # [N]

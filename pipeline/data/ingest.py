@@ -2,7 +2,7 @@
 
 1. :func:`stage` — one pass over the source: every block is checked (finite values within float32's
    range, labels), then the rows pass through a seeded, memory-bounded shuffle
-   (:mod:`pipeline.data.shuffle`) and are appended, as float32, to a staging array inside a temporary sibling of the store. Memory holds one block, the
+   (:mod:`pep_gp.pipeline.data.shuffle`) and are appended, as float32, to a staging array inside a temporary sibling of the store. Memory holds one block, the
    shuffle buffer (≤ 64 MB) and one chunk, whatever the input size.
 2. :func:`write` — the test rows are drawn by seed (or taken from the source's own split), then every
    chunk of ``train/`` and ``test/`` is copied from the staging array in parallel with Dask; each chunk
@@ -34,13 +34,13 @@ import numpy as np
 import zarr
 from dask.callbacks import Callback
 
-from pipeline.errors import InputError
-from pipeline.data.moments import Moments
-from pipeline.data.shuffle import ShuffleBuffer, capacity_for
-from pipeline.data.sources import RowBlock, Source
-from pipeline.data.split import choose_test_rows, parse_test_size
-from pipeline.data.stores import SCHEMA_VERSION, SPLITS, create_split_arrays, data_checksum, finish_store
-from pipeline.data.stores import write_chunk as store_chunk
+from ..errors import InputError
+from .moments import Moments
+from .shuffle import ShuffleBuffer, capacity_for
+from .sources import RowBlock, Source
+from .split import choose_test_rows, parse_test_size
+from .stores import SCHEMA_VERSION, SPLITS, create_split_arrays, data_checksum, finish_store
+from .stores import write_chunk as store_chunk
 
 DEFAULT_CHUNK_ROWS = 10_000
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the store is float32: larger magnitudes are refused
@@ -158,7 +158,7 @@ def stage(source: Source, work: Path, chunk_rows: int, seed: int,
         source: the opened source.
         work: the temporary store directory (created if missing).
         chunk_rows: rows per staging chunk (the store's chunk size).
-        seed: seed of the row shuffle (see :mod:`pipeline.data.shuffle`).
+        seed: seed of the row shuffle (see :mod:`pep_gp.pipeline.data.shuffle`).
         progress: called with ``("read", rows so far, None)`` after each block.
 
     Raises:
@@ -288,7 +288,7 @@ def ingest(source: Source, out: str | Path, *, chunk_rows: int | None = None,
     """Ingest ``source`` into the store ``out``.
 
     Args:
-        source: an opened source (:func:`pipeline.data.sources.open_source`).
+        source: an opened source (:func:`pep_gp.pipeline.data.sources.open_source`).
         out: local directory of the store to create.
         chunk_rows: rows per chunk; None for :func:`default_chunk_rows`.
         test_size: ``--test-size`` text (a count or a fraction); None for the source's default.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import InputError
+from ..errors import InputError
 
 
 def parse_test_size(text: str) -> int | float:

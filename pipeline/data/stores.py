@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from pipeline.errors import InputError
+from ..errors import InputError
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "test")
@@ -200,8 +200,8 @@ class Store:
         return self._attrs["n_train" if split == "train" else "n_test"]
 
     def blocks(self, split: str, block_rows: int, targets: Any, standardize: bool = True) -> Any:
-        """The fixed-size training blocks of ``split`` (:class:`~pipeline.data.blocks.BlockSource`)."""
-        from pipeline.data.blocks import BlockSource
+        """The fixed-size training blocks of ``split`` (:class:`~pep_gp.pipeline.data.blocks.BlockSource`)."""
+        from .blocks import BlockSource
 
         return BlockSource.of(self, split, block_rows, targets, standardize)
 

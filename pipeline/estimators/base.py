@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline.training.config import TrainConfig
-from pipeline.training.trainer import Trainer, TrainJob
-from pipeline.data.blocks import input_statistics
-from pipeline.data.datasets import ArrayData
-from pipeline.training.engine import InProcess
-from pipeline.models import ModelSpec
+from ..training.config import TrainConfig
+from ..training.trainer import Trainer, TrainJob
+from ..data.blocks import input_statistics
+from ..data.datasets import ArrayData
+from ..training.engine import InProcess
+from ..models import ModelSpec
 
 
 @dataclass(frozen=True)

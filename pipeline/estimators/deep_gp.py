@@ -23,11 +23,11 @@ from scipy.special import log_ndtr
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-import pepcore
-from pipeline.data.datasets import ArrayData
-from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
-from pipeline.estimators.base import InputScaling, fit_in_process, stopping_rule, training_config, training_steps
-from pipeline.models.deep_gp import CLASSIFIER, REGRESSOR
+from ...core import float64
+from ..data.datasets import ArrayData
+from ..data.validation import check_class_labels, check_features, check_num_inducing, check_targets
+from .base import InputScaling, fit_in_process, stopping_rule, training_config, training_steps
+from ..models.deep_gp import CLASSIFIER, REGRESSOR
 
 PREDICT_CHUNK_ROWS = 512  # bounds prediction memory: ψ₂ holds rows·G·M² doubles per layer
 
@@ -89,7 +89,7 @@ class _DeepGPBase(BaseEstimator):
         config = training_config(settings, rows_per_step=rows, epochs=-(-steps // -(-n // rows)),
                                  learning_rate=self.learning_rate, standardize=self.standardize, seed=self.seed)
         self.scaling_ = InputScaling.of(data, self.standardize)
-        with pepcore.float64():
+        with float64():
             self.model_ = spec.build(spec.Settings(**settings), spec.binding(data))
         for name, value in fit_in_process(spec, shuffled, config, steps, None, stopping).items():
             setattr(self, name, value)
@@ -100,13 +100,13 @@ class _DeepGPBase(BaseEstimator):
         """Mean and variance of the output GP at ``X`` under ``q``, in row chunks."""
         check_is_fitted(self, "params_")
         x = self.scaling_(check_features(X, n_features=self.n_features_in_))
-        with pepcore.float64():
+        with float64():
             parts = [_predict_f(self.model_, self.params_, jnp.asarray(x[start:start + PREDICT_CHUNK_ROWS]))
                      for start in range(0, x.shape[0], PREDICT_CHUNK_ROWS)]
         return tuple(np.concatenate([np.asarray(p[i]) for p in parts]) for i in range(2))
 
     def _energy(self, y_model: np.ndarray) -> float:
-        with pepcore.float64():
+        with float64():
             return float(_energy(self.model_, self.params_, jnp.asarray(self.x_train_), jnp.asarray(y_model)))
 
 
@@ -119,7 +119,7 @@ class DeepGPRegressor(RegressorMixin, _DeepGPBase):
         num_inducing: inducing points M per GP (k-means of the inputs in layer 1).
         alpha: Power-EP power in (0, 1]; 1 is the paper's approximate EP.
         max_iter: the most Adam steps when ``epochs`` is None; 0 evaluates the starting state.
-        tol: the stopping rule (:class:`~pipeline.estimators.base.StoppingRule`, windows of 25 steps or
+        tol: the stopping rule (:class:`~pep_gp.pipeline.estimators.base.StoppingRule`, windows of 25 steps or
             one epoch); 0 runs all ``max_iter`` steps; not applied with ``epochs``.
         epochs: passes over the data in minibatches of ``batch_size`` (overrides ``max_iter``).
         batch_size: rows per step (None: all rows; the reference code uses 50).
@@ -129,7 +129,7 @@ class DeepGPRegressor(RegressorMixin, _DeepGPBase):
         standardize: train on standardised inputs.
 
     Attributes (after fit): ``params_``, ``energy_trace_`` (the energy estimate of every step),
-    ``n_rejected_steps_``, ``model_`` (:class:`pepcore.models.deep_gp.DeepGP`).
+    ``n_rejected_steps_``, ``model_`` (:class:`pep_gp.core.models.deep_gp.DeepGP`).
     """
 
     def fit(self, X, y):
@@ -145,7 +145,7 @@ class DeepGPRegressor(RegressorMixin, _DeepGPBase):
     def predict(self, X, return_std: bool = False):
         """Predictive mean of ``y`` (and its standard deviation, observation noise included)."""
         mean, var = self._latent(X)
-        with pepcore.float64():
+        with float64():
             mean, var = self.model_.likelihood.predict(self.params_.layers[-1].likelihood, mean, var)
         scale = self.targets_.scale
         mean = np.asarray(mean) * scale + self.targets_.shift

@@ -5,7 +5,7 @@ factors of its rows, then one guarded Adam ascent step on the hyper-parameters a
 the gradient of eq. (10)/(12) (the cavity held fixed; the data term scaled by ``N/|B|``, the prior term
 not). ``method="sep"`` (tied per-class factors) trains through the trainer — the same step as
 ``pep train --model multiclass-sep`` — over the in-memory rows; ``method="ep"`` (untied factors, per-row
-state O(N·C·M)) runs its own compiled loop (:func:`pepcore.models.multiclass_ep.update`). A full batch
+state O(N·C·M)) runs its own compiled loop (:func:`pep_gp.core.models.multiclass_ep.update`). A full batch
 damps the factor update with ``ρ_t = max(damping·0.99^t, min(damping, 0.05))`` (for EP halved for the rest of the run whenever a
 row had to be skipped); minibatches are undamped, as the reference code. Inputs are standardised with
 the training rows' statistics unless ``standardize=False``.
@@ -28,16 +28,16 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
-import pepcore
-from pepcore.kernels import ProductDtype, check_product_dtype
-from pepcore.linalg import DEFAULT_JITTER
-from pepcore.models import multiclass_ep as ep
-from pepcore.models.multiclass import MultiClassGP, NaturalFactor
-from pipeline.data.datasets import ArrayData
-from pipeline.estimators.base import InputScaling, fit_in_process, stopping_rule, training_config, training_steps
-from pipeline.models.multiclass import SEP
-from pipeline.training.step import adam, ascent_update
-from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
+from ...core import float64
+from ...core.kernels import ProductDtype, check_product_dtype
+from ...core.linalg import DEFAULT_JITTER
+from ...core.models import multiclass_ep as ep
+from ...core.models.multiclass import MultiClassGP, NaturalFactor
+from ..data.datasets import ArrayData
+from .base import InputScaling, fit_in_process, stopping_rule, training_config, training_steps
+from ..models.multiclass import SEP
+from ..training.step import adam, ascent_update
+from ..data.validation import check_class_labels, check_features, check_num_inducing, check_targets
 
 METHODS = ("sep", "ep")
 DAMPING_DECAY = 0.99  # per full-batch iteration (spec §2.4)
@@ -127,12 +127,12 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         epochs: passes over the data, all run (minibatch training); overrides ``max_iter`` and ``tol``.
         learning_rate: Adam step size on the (unconstrained) hyper-parameters and inducing inputs.
         damping: initial full-batch damping ``ρ_0`` (decays by 0.99 per iteration down to 0.05,
-            :meth:`~pipeline.models.SiteSettings.damping_schedule`).
+            :meth:`~pep_gp.pipeline.models.SiteSettings.damping_schedule`).
         seed: inducing-input sample and minibatch order.
         jitter: relative jitter on each ``K_c``.
         kernel_products: ``"float32"`` runs the kernels' matrix products over the inputs in single
             precision (faster for many inputs, e.g. images; the EP algebra stays float64), see
-            :class:`pepcore.kernels.BatchedARDSquaredExponential`.
+            :class:`pep_gp.core.kernels.BatchedARDSquaredExponential`.
         standardize: train on inputs standardised with the training rows' mean and deviation.
 
     Attributes (after fit): ``classes_``, ``params_``, ``energy_trace_`` (the ``log Z_q`` estimate per
@@ -192,7 +192,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         check_num_inducing(self.num_inducing, None, x.shape[0], x.shape[1])
         data = ArrayData(x, labels, "classification", self.classes_.size)
         self.scaling_ = InputScaling.of(data, self.standardize)
-        with pepcore.float64():
+        with float64():
             self.x_train_, self.y_train_ = jnp.asarray(self.scaling_(x)), jnp.asarray(labels)
         settings = {"num_inducing": int(self.num_inducing), "alpha": float(self.alpha), "jitter": float(self.jitter),
                     "kernel_products": self.kernel_products}
@@ -218,7 +218,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
             epochs = -(-num_steps // -(-n // self.batch_size))
         config = training_config(settings, rows_per_step=n if full_batch else int(self.batch_size), epochs=epochs,
                                  learning_rate=self.learning_rate, standardize=self.standardize, seed=self.seed)
-        with pepcore.float64():
+        with float64():
             self.model_ = SEP.build(SEP.Settings(**settings), SEP.binding(data))
         stopping = stopping_rule(self.tol, n, self.batch_size, self.epochs)
         for name, value in fit_in_process(SEP, data, config, num_steps, None, stopping).items():
@@ -234,7 +234,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         index, mask = _batches(n, self.batch_size, num_steps, self.seed)
         damping = np.asarray(SEP.Settings(**settings).damping_schedule()(np.arange(num_steps)), np.float64)
         values, ok, skipped = np.zeros(0), np.zeros(0, bool), np.zeros(0, int)
-        with pepcore.float64():
+        with float64():
             self.model_ = MultiClassGP.from_labels(self.y_train_, self.classes_.size, alpha=settings["alpha"],
                                                    jitter=settings["jitter"],
                                                    kernel_products=settings["kernel_products"])
@@ -256,7 +256,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
     def log_marginal_likelihood(self) -> float:
         """The estimate ``log Z_q`` (eq. 9) on the training data at the fitted state."""
         check_is_fitted(self, "params_")
-        with pepcore.float64():
+        with float64():
             if self.method == "ep":
                 return float(_ep_evidence(self.model_, self.params_, self.ep_sites_, self.x_train_, self.y_train_))
             return float(_sep_evidence(self.model_, self.params_, self.x_train_, self.y_train_))
@@ -266,7 +266,7 @@ class MultiClassGPClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "params_")
         x = check_features(X, n_features=self.n_features_in_)
         chunks = []
-        with pepcore.float64():
+        with float64():
             for start in range(0, x.shape[0], PREDICT_CHUNK_ROWS):
                 rows = self.scaling_(x[start : start + PREDICT_CHUNK_ROWS])
                 log_proba = _predict(self.model_, self.params_, jnp.asarray(_padded_rows(rows)))

@@ -28,18 +28,18 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
-import pepcore
-from pepcore.initialisation import median_lengthscale
-from pepcore.likelihoods import Probit
-from pepcore.linalg import DEFAULT_JITTER
-from pepcore.models.ep import EP, site_data
-from pepcore.projections import projection as named_projection
-from pipeline.estimators import untied_ep
-from pipeline.data.datasets import ArrayData
-from pipeline.estimators.base import InputScaling, fit_in_process, stopping_rule, training_config
-from pipeline.models.collapsed import COLLAPSED
-from pipeline.models.sparse_gp import CLASSIFIER
-from pipeline.data.validation import check_class_labels, check_features, check_num_inducing, check_targets
+from ...core import float64
+from ...core.initialisation import median_lengthscale
+from ...core.likelihoods import Probit
+from ...core.linalg import DEFAULT_JITTER
+from ...core.models.ep import EP, site_data
+from ...core.projections import projection as named_projection
+from . import untied_ep
+from ..data.datasets import ArrayData
+from .base import InputScaling, fit_in_process, stopping_rule, training_config
+from ..models.collapsed import COLLAPSED
+from ..models.sparse_gp import CLASSIFIER
+from ..data.validation import check_class_labels, check_features, check_num_inducing, check_targets
 
 
 class _SparseGPBase(BaseEstimator):
@@ -89,7 +89,7 @@ class _SparseGPBase(BaseEstimator):
         config = training_config(self._settings(data), rows_per_step=data.n_rows("train"),
                                  epochs=int(self.max_iter), learning_rate=self.learning_rate,
                                  standardize=self.standardize, seed=self.seed)
-        with pepcore.float64():
+        with float64():
             self.model_ = spec.build(spec.Settings(**config.model), spec.binding(data))
             start = initial_params(self.scaling_)
         stopping = stopping_rule(self.tol, data.n_rows("train"), None, None)
@@ -179,14 +179,14 @@ class SparseGPRegressor(RegressorMixin, _SparseGPBase):
 
         self._fit(COLLAPSED, data, initial)
         self.targets_ = COLLAPSED.targets(data)
-        with pepcore.float64():
+        with float64():
             self.x_train_, self.y_train_ = jnp.asarray(self.scaling_(x)), jnp.asarray(self.targets_(y))
         return self
 
     def log_marginal_likelihood(self) -> float:
         """``log Z_PEP(α)`` of the training targets in their own units at the fitted parameters."""
         check_is_fitted(self, "params_")
-        with pepcore.float64():
+        with float64():
             mask = jnp.ones(self.y_train_.shape[0], bool)
             value = float(self.model_.data_energy(self.params_, (), self.x_train_, self.y_train_, mask))
         return value - self.y_train_.shape[0] * np.log(self.y_scale_)  # the Jacobian of y ↦ (y − μ)/σ
@@ -194,7 +194,7 @@ class SparseGPRegressor(RegressorMixin, _SparseGPBase):
     def predict(self, X, return_std: bool = False):
         """Predictive mean of ``y`` (and its standard deviation, noise included, if ``return_std``)."""
         x = self._inputs(X)
-        with pepcore.float64():
+        with float64():
             mean, var = self.model_.predict_y(self.params_, self.x_train_, self.y_train_, x)
         mean = np.asarray(mean) * self.targets_.scale + self.targets_.shift
         std = np.sqrt(np.asarray(var)) * self.targets_.scale
@@ -209,7 +209,7 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
     GP (O(N³); for N up to a few thousand), ``num_inducing``, ``inducing_points``, ``train_inducing``,
     ``learning_rate`` unused; the amplitude and one shared lengthscale maximise the EP evidence by
     L-BFGS-B (at most ``max_iter`` iterations; ``n_iter_``, ``converged_`` and a ``ConvergenceWarning`` when
-    ``max_iter`` cuts it short, as in tied mode), as seed002's experiments (:mod:`pipeline.estimators.untied_ep`);
+    ``max_iter`` cuts it short, as in tied mode), as seed002's experiments (:mod:`pep_gp.pipeline.estimators.untied_ep`);
     EP's sites are updated in parallel sweeps damped by ½ (one linear solve per sweep).
     ``projection`` (untied sites only): ``"kl"`` is EP's moment matching, ``"wasserstein"`` Quantile
     Propagation (same mean, the L2-Wasserstein variance; seed002); ``alpha`` is a Power-EP power in both.
@@ -281,7 +281,7 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
                                     ard=bool(self.ard))
 
         self._fit(CLASSIFIER, data, initial)
-        with pepcore.float64():
+        with float64():
             self.x_train_, self.y_train_ = jnp.asarray(self.scaling_(x)), jnp.asarray(labels, dtype=jnp.float64)
         return self
 
@@ -295,7 +295,7 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
             raise ValueError(f"max_iter must be a non-negative integer; got {self.max_iter!r}")
         self.scaling_ = InputScaling.of(ArrayData(x, labels, "classification", 2), self.standardize)
         self.x_train_ = self.scaling_(x)
-        with pepcore.float64():
+        with float64():
             self.site_data_ = site_data(np.arange(x.shape[0]), labels)
         start = None
         if self.lengthscales is not None or self.variance is not None:
@@ -319,7 +319,7 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
         check_is_fitted(self, "params_")
         if self.sites == "untied":
             return self.untied_.log_evidence
-        with pepcore.float64():
+        with float64():
             return float(self.model_.energy(self.params_, self.x_train_, self.y_train_))
 
     def predict_proba(self, X):
@@ -330,7 +330,7 @@ class SparseGPClassifier(ClassifierMixin, _SparseGPBase):
             mean, var = untied_ep.predict(self.untied_, self.x_train_, self.site_data_, x)
         else:
             x = self._inputs(X)
-            with pepcore.float64():
+            with float64():
                 mean, var = self.model_.predict_f(self.params_, x)
         z = np.asarray(mean) / np.sqrt(1.0 + np.asarray(var))
         return np.exp(np.stack([log_ndtr(-z), log_ndtr(z)], axis=1))

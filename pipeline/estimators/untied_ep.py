@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import optimize
 
-import pepcore
-from pepcore.initialisation import median_lengthscale
-from pepcore.kernels import ARDSquaredExponential
-from pepcore.models.ep import EP, SiteData, Sites, gaussian_part, predict_latent, sweep_until, zero_sites
+from ...core import float64
+from ...core.initialisation import median_lengthscale
+from ...core.kernels import ARDSquaredExponential
+from ...core.models.ep import EP, SiteData, Sites, gaussian_part, predict_latent, sweep_until, zero_sites
 
 JITTER = 1e-8  # relative, on the prior covariance's diagonal
 
@@ -59,7 +59,7 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
     """Maximise ``log Z_EP`` over ``[log ℓ, log σ_f²]`` from ``log_theta`` (default: median distance, 1);
     EP runs from the previous evaluation's sites (``sites``, default zero, the first time)."""
     ep.check()
-    with pepcore.float64():
+    with float64():
         x = jnp.asarray(x, dtype=jnp.float64)
         start = np.array([np.log(median_lengthscale(np.asarray(x), seed)), 0.0]) if log_theta is None else log_theta
         state = {"sites": zero_sites(data.y.shape[0]) if sites is None else sites, "evaluations": 0, "unconverged": 0}
@@ -81,7 +81,7 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
 
 def predict(fitted: UntiedFit, x_train, data: SiteData, x_test):
     """Latent mean and variance at ``x_test``."""
-    with pepcore.float64():
+    with float64():
         x_train, x_test = (jnp.asarray(a, dtype=jnp.float64) for a in (x_train, x_test))
         theta = jnp.asarray(fitted.log_theta)
         kernel = _kernel(theta, x_train.shape[1])

@@ -1,5 +1,5 @@
 """The collapsed PEP-α regression objective (seed000 §3.2,
-:class:`pepcore.models.collapsed_regression.CollapsedRegression`) as a model of the trainer.
+:class:`pep_gp.core.models.collapsed_regression.CollapsedRegression`) as a model of the trainer.
 
 Its sites are integrated out in closed form, so the objective is not a sum over blocks: it trains
 with the whole training split as one block (full batch), and it predicts from its training rows, so it
@@ -15,13 +15,13 @@ from typing import Any
 import jax.numpy as jnp
 from pydantic import Field
 
-from pepcore.initialisation import initial_kernel_and_inducing
-from pepcore.models.collapsed_regression import CollapsedRegression, RegressionParams
-from pepcore.parameters import unconstrained
-from pipeline.data.blocks import TargetScaling
-from pipeline.errors import InputError
-from pipeline.models.protocol import ModelSettings
-from pipeline.models.sparse_gp import (INITIAL_NOISE_VARIANCE, check_inducing, check_task, fixed_inducing,
+from ...core.initialisation import initial_kernel_and_inducing
+from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
+from ...core.parameters import unconstrained
+from ..data.blocks import TargetScaling
+from ..errors import InputError
+from .protocol import ModelSettings
+from .sparse_gp import (INITIAL_NOISE_VARIANCE, check_inducing, check_task, fixed_inducing,
                                        regression_targets)
 
 
@@ -33,7 +33,7 @@ class CollapsedSettings(ModelSettings):
 
 @dataclass(frozen=True)
 class CollapsedRegressionSpec:
-    """The :class:`~pipeline.models.ModelSpec` protocol for :class:`CollapsedRegression`."""
+    """The :class:`~pep_gp.pipeline.models.ModelSpec` protocol for :class:`CollapsedRegression`."""
 
     name: str = "collapsed-regressor"
     task: str = "regression"

@@ -1,5 +1,5 @@
 """``deep-gp`` and ``deep-gp-classifier``: deep GPs trained with approximate EP (seed004,
-:class:`pepcore.models.deep_gp.DeepGP`) with a Gaussian or probit output."""
+:class:`pep_gp.core.models.deep_gp.DeepGP`) with a Gaussian or probit output."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Annotated, Any
 import jax
 from pydantic import Field
 
-from pepcore.likelihoods import Gaussian, Probit
-from pepcore.models.deep_gp import DeepGP, DeepGPParams
-from pipeline.models.protocol import ModelSettings
-from pipeline.models.registry import register
-from pipeline.models.sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
+from ...core.likelihoods import Gaussian, Probit
+from ...core.models.deep_gp import DeepGP, DeepGPParams
+from .protocol import ModelSettings
+from .registry import register
+from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
 
 
 class DeepGPSettings(ModelSettings):
@@ -32,7 +32,7 @@ class DeepGPSettings(ModelSettings):
 
 @dataclass(frozen=True)
 class DeepGPSpec(SparseGPSpec):
-    """A deep GP bound to a task (the :class:`~pipeline.models.ModelSpec` protocol); the data checks,
+    """A deep GP bound to a task (the :class:`~pep_gp.pipeline.models.ModelSpec` protocol); the data checks,
     targets and held-out metrics are the sparse GP's."""
 
     Settings = DeepGPSettings
@@ -42,7 +42,7 @@ class DeepGPSpec(SparseGPSpec):
         return DeepGP(likelihood, alpha=settings.alpha, jitter=settings.jitter)
 
     def init(self, model: DeepGP, x, settings: DeepGPSettings, seed: int) -> DeepGPParams:
-        """The authors' starting values (:meth:`pepcore.models.deep_gp.DeepGP.init`)."""
+        """The authors' starting values (:meth:`pep_gp.core.models.deep_gp.DeepGP.init`)."""
         check_inducing(settings, x.shape[0])
         likelihood = (Gaussian.init_params(settings.noise_variance) if self.task == "regression"
                       else Probit.init_params())

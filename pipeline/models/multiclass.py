@@ -1,5 +1,5 @@
 """``multiclass-sep`` and ``multiclass-direct``: seed001's multi-class GP classifier
-(:class:`pepcore.models.multiclass.MultiClassGP`: C latent sparse GPs, one tied factor per class,
+(:class:`pep_gp.core.models.multiclass.MultiClassGP`: C latent sparse GPs, one tied factor per class,
 O(C·M²) state).
 
 * ``multiclass-sep`` — the paper's SEP training (seed001 §2.3, spec §2.8–2.9): each step first gathers
@@ -25,14 +25,14 @@ import jax.numpy as jnp
 import numpy as np
 from pydantic import Field
 
-from pepcore.kernels import ProductDtype
-from pepcore.models.multiclass import MultiClassGP, MultiClassParams, NaturalFactor
-from pipeline.data.blocks import TargetScaling
-from pipeline.errors import InputError
-from pipeline.training.metrics import classification_sums
-from pipeline.models.protocol import SiteSettings
-from pipeline.models.registry import register
-from pipeline.models.sparse_gp import check_inducing, check_task, fixed_inducing
+from ...core.kernels import ProductDtype
+from ...core.models.multiclass import MultiClassGP, MultiClassParams, NaturalFactor
+from ..data.blocks import TargetScaling
+from ..errors import InputError
+from ..training.metrics import classification_sums
+from .protocol import SiteSettings
+from .registry import register
+from .sparse_gp import check_inducing, check_task, fixed_inducing
 
 
 class MultiClassSettings(SiteSettings):
@@ -59,7 +59,7 @@ class MultiClassHeldOut:
 
 @dataclass(frozen=True)
 class MultiClassSpec:
-    """The multi-class GP bound to a classification dataset (the :class:`~pipeline.models.ModelSpec`
+    """The multi-class GP bound to a classification dataset (the :class:`~pep_gp.pipeline.models.ModelSpec`
     protocol); ``factor`` is ``"natural"`` (SEP, site updates) or ``"cholesky"`` (direct mode)."""
 
     name: str

@@ -1,4 +1,4 @@
-"""What a model provides to the trainer: its mathematics (:class:`Energy`, from :mod:`pepcore`) and
+"""What a model provides to the trainer: its mathematics (:class:`Energy`, from :mod:`pep_gp.core`) and
 its binding to data and settings (:class:`ModelSpec`, one spec module per model in this package).
 
 Every method here optimises an energy with tied factors, written in the *step-shared* form
@@ -7,7 +7,7 @@ Every method here optimises an energy with tied factors, written in the *step-sh
 
 where ``S`` holds what every block of a step needs and costs O(G·M³) to compute (prior factors,
 cavities); the trainer computes it once per step with its pullback, the blocks return ``∂L/∂θ`` and
-``∂L/∂S``, and the chain rule gives ``dF/dθ`` (DESIGN §2; :mod:`pipeline.training.step`). A model with nothing to
+``∂L/∂S``, and the chain rule gives ``dF/dθ`` (DESIGN §2; :mod:`pep_gp.pipeline.training.step`). A model with nothing to
 share returns ``()``. Models with EP-style moment matching of the tied factor (seed001's SEP) declare
 ``has_sites = True`` in their spec and implement :class:`SiteUpdates`: per-block sums of refined site
 statistics, reduced like gradients, and the damped update of the tied factor that they drive.
@@ -55,7 +55,7 @@ class ModelSettings(BaseModel):
 
     num_inducing: int = Field(200, ge=1, description="inducing points M (per latent GP)")
     train_inducing: bool = Field(True, description="optimise the inducing inputs")
-    jitter: float = Field(1.4901161193847656e-08, ge=0.0, description="relative jitter on K_uu (pepcore.linalg)")
+    jitter: float = Field(1.4901161193847656e-08, ge=0.0, description="relative jitter on K_uu (pep_gp.core.linalg)")
 
 
 class SiteSettings(ModelSettings):
@@ -95,8 +95,8 @@ class ModelSpec(Protocol):
     has_sites: bool
 
     def check(self, data: Any, settings: ModelSettings, block_rows: int) -> None:
-        """Raise :class:`~pipeline.errors.InputError` unless the dataset (a store, or in-memory
-        arrays, :mod:`pipeline.data.datasets`) suits the model."""
+        """Raise :class:`~pep_gp.pipeline.errors.InputError` unless the dataset (a store, or in-memory
+        arrays, :mod:`pep_gp.pipeline.data.datasets`) suits the model."""
 
     def binding(self, data: Any) -> dict[str, Any]:
         """What the model needs of the training data (JSON; kept in checkpoints), e.g. class counts."""
@@ -111,7 +111,7 @@ class ModelSpec(Protocol):
         """A pytree like ``params`` of bools: True for leaves the optimiser must not move."""
 
     def targets(self, data: Any) -> Any:
-        """Stored targets → model units (a :class:`~pipeline.data.blocks.TargetScaling`)."""
+        """Stored targets → model units (a :class:`~pep_gp.pipeline.data.blocks.TargetScaling`)."""
 
     def held_out(self, model: Energy, targets: Any) -> Callable:
-        """The per-block function whose sums give the held-out metrics (:mod:`pipeline.training.metrics`)."""
+        """The per-block function whose sums give the held-out metrics (:mod:`pep_gp.pipeline.training.metrics`)."""

@@ -1,10 +1,10 @@
 """The model registry: the models ``pep train --model NAME`` and the estimators can build.
 
-A model is registered with :func:`register` (the built-in ones when :mod:`pipeline.models` is
-imported), or by an installed package through the ``pep.models`` entry-point group, whose entries
-name a :class:`~pipeline.models.protocol.ModelSpec` object::
+A model is registered with :func:`register` (the built-in ones when :mod:`pep_gp.pipeline.models` is
+imported), or by an installed package through the ``pep_gp.models`` entry-point group, whose entries
+name a :class:`~pep_gp.pipeline.models.protocol.ModelSpec` object::
 
-    [project.entry-points."pep.models"]
+    [project.entry-points."pep_gp.models"]
     my-model = "my_package.spec:SPEC"
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipeline.errors import InputError
-from pipeline.models.protocol import ModelSettings, ModelSpec
+from ..errors import InputError
+from .protocol import ModelSettings, ModelSpec
 
-ENTRY_POINTS = "pep.models"
+ENTRY_POINTS = "pep_gp.models"
 
 MODELS: dict[str, ModelSpec] = {}
 """The registered models by name."""
@@ -28,20 +28,20 @@ def register(spec: ModelSpec) -> ModelSpec:
     """Add ``spec`` to :data:`MODELS` (replacing a model of the same name) and return it.
 
     Raises:
-        TypeError: ``spec`` lacks part of the :class:`~pipeline.models.protocol.ModelSpec` protocol.
+        TypeError: ``spec`` lacks part of the :class:`~pep_gp.pipeline.models.protocol.ModelSpec` protocol.
     """
     missing = [name for name in ("name", "task", "description", "Settings", "has_sites", "check", "binding",
                                  "build", "init", "frozen", "targets", "held_out") if not hasattr(spec, name)]
     if missing:
         raise TypeError(f"{spec!r} is not a ModelSpec: it has no {', '.join(missing)}")
     if not (isinstance(spec.Settings, type) and issubclass(spec.Settings, ModelSettings)):
-        raise TypeError(f"{spec.name}: Settings must subclass pipeline.models.ModelSettings")
+        raise TypeError(f"{spec.name}: Settings must subclass pep_gp.pipeline.models.ModelSettings")
     MODELS[spec.name] = spec
     return spec
 
 
 def get_model(name: str) -> ModelSpec:
-    """The model registered as ``name`` (looking in the ``pep.models`` entry points if needed).
+    """The model registered as ``name`` (looking in the ``pep_gp.models`` entry points if needed).
 
     Raises:
         InputError: no such model; the message lists the known names.

@@ -1,5 +1,5 @@
 """``sparse-gp-regressor`` and ``sparse-gp-classifier``: one sparse GP with a tied Power-EP factor
-(seed000, :class:`pepcore.models.power_ep.PowerEPSparseGP`) and a Gaussian or probit likelihood."""
+(seed000, :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`) and a Gaussian or probit likelihood."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import jax.numpy as jnp
 from jax.scipy.special import log_ndtr
 from pydantic import Field
 
-from pepcore.likelihoods import Gaussian, Probit
-from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
-from pipeline.data.blocks import TargetScaling
-from pipeline.errors import InputError
-from pipeline.training.metrics import classification_sums, regression_sums
-from pipeline.models.protocol import ModelSettings
-from pipeline.models.registry import register
+from ...core.likelihoods import Gaussian, Probit
+from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
+from ..data.blocks import TargetScaling
+from ..errors import InputError
+from ..training.metrics import classification_sums, regression_sums
+from .protocol import ModelSettings
+from .registry import register
 
 # Initial noise variance of the Gaussian likelihood in standardised target units: var(y)/100, as the
 # seed000 reference code.
@@ -85,7 +85,7 @@ class GaussianHeldOut:
 
 @dataclass(frozen=True)
 class SparseGPSpec:
-    """A tied Power-EP sparse GP bound to a task (the :class:`~pipeline.models.ModelSpec` protocol)."""
+    """A tied Power-EP sparse GP bound to a task (the :class:`~pep_gp.pipeline.models.ModelSpec` protocol)."""
 
     name: str
     task: str

@@ -1,6 +1,6 @@
 """``tied-ep-classifier``: binary probit GP classification whose tied factor moves by stochastic EP
 (``projection = "kl"``) or stochastic Quantile Propagation (``"wasserstein"``, seed002) site updates
-(:class:`pepcore.models.tied_ep.TiedEPClassifier`), minibatched and distributed like every model."""
+(:class:`pep_gp.core.models.tied_ep.TiedEPClassifier`), minibatched and distributed like every model."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field
 
-from pepcore.bank import NaturalFactor
-from pepcore.models.tied_ep import TiedEPClassifier, TiedEPParams
-from pipeline.data.blocks import TargetScaling
-from pipeline.models.protocol import SiteSettings
-from pipeline.models.registry import register
-from pipeline.models.sparse_gp import ProbitHeldOut, check_inducing, check_task, fixed_inducing
+from ...core.bank import NaturalFactor
+from ...core.models.tied_ep import TiedEPClassifier, TiedEPParams
+from ..data.blocks import TargetScaling
+from .protocol import SiteSettings
+from .registry import register
+from .sparse_gp import ProbitHeldOut, check_inducing, check_task, fixed_inducing
 
 
 class TiedEPSettings(SiteSettings):
@@ -26,7 +26,7 @@ class TiedEPSettings(SiteSettings):
 
 @dataclass(frozen=True)
 class TiedEPSpec:
-    """The tied EP/QP classifier bound to a binary classification dataset (the :class:`~pipeline.models.ModelSpec` protocol)."""
+    """The tied EP/QP classifier bound to a binary classification dataset (the :class:`~pep_gp.pipeline.models.ModelSpec` protocol)."""
 
     name: str = "tied-ep-classifier"
     description: str = ("binary GP classification (probit), stochastic EP or Quantile Propagation with one tied "

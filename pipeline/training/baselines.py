@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-from pipeline.training.metrics import test_error, test_nll
-from pipeline.data.stores import Store
+from .metrics import test_error, test_nll
+from ..data.stores import Store
 
 
 def _standardised(store: Store, split: str) -> tuple[np.ndarray, np.ndarray]:

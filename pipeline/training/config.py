@@ -2,7 +2,7 @@
 
 The top level holds what every model shares (optimiser, epochs, minibatches, checkpoints); the
 ``[model]`` table holds the model's own settings, validated by the model's settings class
-(:mod:`pipeline.models`; e.g. ``num_inducing``, ``alpha``). Defaults follow the papers where they state
+(:mod:`pep_gp.pipeline.models`; e.g. ``num_inducing``, ``alpha``). Defaults follow the papers where they state
 a setting: optax Adam with its default moments (seed001 §3, "ADAM default"); M = 200 and α as the
 model's paper. Two settings are pep's own, because the papers' single-machine protocol (minibatch
 S = 200, one update per minibatch) would leave a distributed engine idle: ``batch_size`` = 10,000 rows
@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pipeline.errors import InputError
+from ..errors import InputError
 
 # Fields that do not change the optimisation trajectory: they may differ when a run is resumed
 # (``epochs`` only without the cosine schedule, whose decay is spread over all the steps).

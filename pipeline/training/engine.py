@@ -1,7 +1,7 @@
 """The distributed engine (DESIGN §4): sums of a per-block function over blocks, in a fixed order.
 
 ``Engine.map_sum(fn, params, blocks)`` evaluates ``fn(params, x, y, mask)`` on each listed block of a
-:class:`~pipeline.data.blocks.BlockSource` and returns the sum of the results. It knows nothing about
+:class:`~pep_gp.pipeline.data.blocks.BlockSource` and returns the sum of the results. It knows nothing about
 models: ``fn`` is any hashable, picklable function returning a pytree (the coordinator passes
 ``value_and_grad`` of a model's data term, or a held-out metric function).
 
@@ -63,9 +63,9 @@ import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 from threadpoolctl import threadpool_limits
 
-import pepcore
-from pipeline.data.blocks import Block, BlockSource
-from pipeline.errors import InputError
+from ...core import float64
+from ..data.blocks import Block, BlockSource
+from ..errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class BlockCache:
         if key in self._blocks:
             self._blocks.move_to_end(key)
             return self._blocks[key]
-        with pepcore.float64():
+        with float64():
             block = Block(*jax.device_put(tuple(source.read(index))))
         size = block_bytes(block)
         if size <= budget:
@@ -226,7 +226,7 @@ def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequ
                     to_host: bool = True) -> list:
     """``[fn(params, *block) for block in blocks]``, computed in float64; numpy pytrees when ``to_host``
     (results that travel), else JAX arrays (in-process: no copies to and from the device buffers)."""
-    with pepcore.float64(), compute_threads():
+    with float64(), compute_threads():
         compiled = _compiled(fn)
         results = [compiled(params, *block) for block in BLOCKS.get_all(source, blocks)]
         return jax.device_get(results) if to_host else results

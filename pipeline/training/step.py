@@ -14,7 +14,7 @@ Each ``update(state, batch)`` (seed001 §2.3, spec §2.9; DESIGN §2, §4):
    energy or gradient leaves params and optimiser state unchanged and is reported (DESIGN §8).
 
 ``batch`` is anything with ``scale`` (``N/|B|``) and ``sum(fn, inputs)``, the sum over the
-minibatch's blocks of ``fn(inputs, x, y, mask)`` in a fixed order (:class:`~pipeline.training.engine.Engine`).
+minibatch's blocks of ``fn(inputs, x, y, mask)`` in a fixed order (:class:`~pep_gp.pipeline.training.engine.Engine`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-import pepcore
-from pipeline.models.protocol import Energy
+from ...core import float64
+from ..models.protocol import Energy
 
 
 class StepState(NamedTuple):
@@ -143,12 +143,12 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, n_tota
     """The step of ``model`` (see the module docstring) on a training split of ``n_total`` rows.
 
     Args:
-        model: the energy (a :class:`~pipeline.models.protocol.SiteUpdates` when ``sites``).
+        model: the energy (a :class:`~pep_gp.pipeline.models.protocol.SiteUpdates` when ``sites``).
         optimizer: any optax transformation; it receives the negated gradient (ascent).
         n_total: training rows N.
         sites: gather site statistics and update the tied factor before the gradient step.
         damping: the site update's step ``ρ``, or a schedule ``t ↦ ρ_t``
-            (:meth:`~pipeline.models.protocol.SiteSettings.damping_schedule`).
+            (:meth:`~pep_gp.pipeline.models.protocol.SiteSettings.damping_schedule`).
     """
 
     def prepare(params):
@@ -166,20 +166,20 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, n_tota
     data_term, site_term = DataTerm(model), SiteTerm(model)
 
     def init(params) -> StepState:
-        with pepcore.float64():
+        with float64():
             return StepState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
     def update(state: StepState, batch: Minibatch) -> tuple[StepState, StepInfo]:
         params = state.params
-        with pepcore.float64():
+        with float64():
             shared, pullback = prepare(params)
         sites_ok = jnp.asarray(True)
         if sites:
             stats = batch.sum(site_term, (params, shared))
-            with pepcore.float64():
+            with float64():
                 params, shared, sites_ok = site_update(params, shared, stats, state.count)
         value, grad = batch.sum(data_term, (params, shared))
-        with pepcore.float64():
+        with float64():
             params, opt_state, ok, energy = ascend(params, state.opt_state, shared, pullback, value, grad,
                                                    batch.scale)
             return StepState(params, opt_state, state.count + 1), StepInfo(energy, ok, sites_ok)

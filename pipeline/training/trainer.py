@@ -1,14 +1,14 @@
-"""The trainer: the one training loop of pep, around :mod:`pipeline.training.step` (DESIGN §2, §4, §5).
+"""The trainer: the one training loop of pep, around :mod:`pep_gp.pipeline.training.step` (DESIGN §2, §4, §5).
 
-Each step ``s`` the minibatch schedule picks the blocks of ``s`` (:mod:`pipeline.training.sampling`) and the
+Each step ``s`` the minibatch schedule picks the blocks of ``s`` (:mod:`pep_gp.pipeline.training.sampling`) and the
 step's ``update`` runs on them through the engine (Dask workers or this process); at the end of every
 epoch the trainer records the epoch's mean energy and the held-out metrics, and every
-``checkpoint_every`` steps and at the end it writes a checkpoint (:mod:`pipeline.training.checkpoint`).
+``checkpoint_every`` steps and at the end it writes a checkpoint (:mod:`pep_gp.pipeline.training.checkpoint`).
 
 The state that a checkpoint holds — params, optimiser state, step (which fixes the sampling position
 and the damping schedule), the RNG key, the epoch's running energy and the history — is everything the
 loop reads, so a resumed run continues bit-for-bit as an uninterrupted one would. The estimators run
-this same trainer over in-memory arrays (:mod:`pipeline.data.datasets`), without a run directory.
+this same trainer over in-memory arrays (:mod:`pep_gp.pipeline.data.datasets`), without a run directory.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ import jax
 import numpy as np
 import optax
 
-import pepcore
-from pipeline.training import checkpoint
-from pipeline.data.blocks import BlockSource, TargetScaling
-from pipeline.training.config import TrainConfig
-from pipeline.training.engine import Backend, Engine, InProcess, compute_threads
-from pipeline.errors import InputError
-from pipeline.training.metrics import finish
-from pipeline.models import ModelSpec, get_model, model_settings
-from pipeline.training.sampling import MinibatchSchedule
-from pipeline.training.step import StepState, TrainStep, adam, training_step
-from pipeline.data.stores import open_store
+from ...core import float64
+from . import checkpoint
+from ..data.blocks import BlockSource, TargetScaling
+from .config import TrainConfig
+from .engine import Backend, Engine, InProcess, compute_threads
+from ..errors import InputError
+from .metrics import finish
+from ..models import ModelSpec, get_model, model_settings
+from .sampling import MinibatchSchedule
+from .step import StepState, TrainStep, adam, training_step
+from ..data.stores import open_store
 
 INIT_ROWS = 5_000  # training rows sampled to place the inducing inputs (k-means) and lengthscales
 
@@ -52,7 +52,7 @@ def no_progress(event: str, **info: Any) -> None:
 @dataclass(frozen=True)
 class TrainJob:
     """What to train: a model (a registered name, or a spec) on a store (or in-memory data,
-    :class:`~pipeline.data.datasets.ArrayData`), with a config, into a run directory (None: no checkpoints)."""
+    :class:`~pep_gp.pipeline.data.datasets.ArrayData`), with a config, into a run directory (None: no checkpoints)."""
 
     model: str | ModelSpec
     store: Any
@@ -139,7 +139,7 @@ class Trainer:
         self.test = (Engine(backend, store.blocks("test", block_rows, self.targets, config.standardize))
                      if has_test else None)
         self.n_total = store.n_rows("train")
-        with pepcore.float64():
+        with float64():
             key_data = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
         self.schedule = MinibatchSchedule(self.train.source.n_blocks,
                                           math.ceil(self.effective.batch_size / block_rows),
@@ -197,7 +197,7 @@ class Trainer:
     def fresh_state(self) -> _LoopState:
         """The starting state (the initial params are computed once per trainer)."""
         if self._start is None:
-            with pepcore.float64():
+            with float64():
                 params = self._initial_params
                 if params is None:
                     params = self.spec.init(self.model, self._init_sample(), self.settings, self.job.config.seed)
@@ -299,7 +299,7 @@ class Trainer:
 
 @dataclass(frozen=True)
 class EngineBatch:
-    """A minibatch of blocks as the step sees it (:class:`pipeline.training.step.Minibatch`)."""
+    """A minibatch of blocks as the step sees it (:class:`pep_gp.pipeline.training.step.Minibatch`)."""
 
     engine: Engine
     blocks: list[int]
@@ -351,7 +351,7 @@ def load_run(run_dir: Path) -> checkpoint.Restored:
     def templates(manifest: dict[str, Any]) -> dict[str, Any]:
         spec, settings, model = bound_model(manifest)
         n_features = len(manifest["x_mean"])
-        with pepcore.float64():  # any params of the right shapes: M inducing inputs in D dimensions
+        with float64():  # any params of the right shapes: M inducing inputs in D dimensions
             return {"params": spec.init(model, np.zeros((settings.num_inducing, n_features)), settings, 0)}
 
     restored = checkpoint.restore(run_dir, templates)

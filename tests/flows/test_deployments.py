@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.machinery
-import sys
 from pathlib import Path
 
 import yaml
@@ -13,26 +11,16 @@ from prefect import Flow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_deployment_entrypoint_is_a_flow():
+def test_every_deployment_entrypoint_is_a_namespaced_flow_of_the_installed_package():
     config = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     names = set()
     for deployment in config["deployments"]:
-        module, name = deployment["entrypoint"].split(":")
-        flow = getattr(importlib.import_module(module.removesuffix(".py").replace("/", ".")), name)
+        module, name = deployment["entrypoint"].rsplit(".", 1)
+        assert module.startswith("pep_gp.flows."), deployment["entrypoint"]
+        flow = getattr(importlib.import_module(module), name)
         assert isinstance(flow, Flow) and deployment["work_pool"]["name"] == "pep"
         names.add(flow.name)
-    assert names == {"ingest", "train", "evaluate", "pipeline"}
-
-
-def test_no_module_in_flows_shadows_an_importable_module():
-    """A Prefect worker runs an entrypoint as a script with ``flows/`` first on ``sys.path`` (issue 12:
-    ``flows/pipeline.py`` shadowed the ``pipeline`` package and every deployment run crashed)."""
-    elsewhere = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "flows"]
-    names = sorted(path.stem for path in (ROOT / "flows").glob("*.py") if path.stem != "__init__")
-    assert "end_to_end" in names and "pipeline" not in names
-    shadowing = [name for name in names if name in sys.builtin_module_names
-                 or importlib.machinery.PathFinder.find_spec(name, elsewhere) is not None]
-    assert not shadowing, f"flows/ modules named like importable modules: {shadowing}"
+    assert names == {"pep-ingest", "pep-train", "pep-evaluate", "pep-pipeline"}
 
 
 def test_infra_files_parse_and_reference_the_image():

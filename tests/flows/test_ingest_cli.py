@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from pipeline.data.stores import open_store
+from pep_gp.flows.cli import app
+from pep_gp.pipeline.data.stores import open_store
 from tests import datafiles
 
 

@@ -7,9 +7,9 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.states import Failed
 
-from flows.ingest import artifact_key, ingest_flow, is_transient
-from pipeline.errors import InputError
-from pipeline.data.stores import open_store
+from pep_gp.flows.ingest import artifact_key, ingest_flow, is_transient
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.data.stores import open_store
 from tests import datafiles
 
 

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from pipeline import MultiClassGPClassifier
-from pipeline.training.config import TrainConfig
-from pipeline.training.trainer import load_run
+from pep_gp import MultiClassGPClassifier
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.trainer import load_run
 from tests.flows.test_train_cli import pep
 from tests.trainstores import config_toml, leaves_equal, make_store
 

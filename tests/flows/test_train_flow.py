@@ -11,10 +11,10 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-from flows.evaluate import evaluate_flow
-from flows.end_to_end import pipeline_flow
-from flows.train import progress_reporter, train_flow
-from pipeline.training.trainer import TrainJob, load_run, train
+from pep_gp.flows.evaluate import evaluate_flow
+from pep_gp.flows.end_to_end import pipeline_flow
+from pep_gp.flows.train import progress_reporter, train_flow
+from pep_gp.pipeline.training.trainer import TrainJob, load_run, train
 from tests.trainstores import FAST, leaves_equal, make_store
 
 MODEL = "sparse-gp-classifier"

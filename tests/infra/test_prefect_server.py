@@ -14,21 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from flows.reports import artifact_key
-from pipeline.training.checkpoint import checkpoint_dir
-from pipeline.training.trainer import load_run
+from pep_gp.flows.reports import artifact_key
+from pep_gp.pipeline.training.checkpoint import checkpoint_dir
+from pep_gp.pipeline.training.trainer import load_run
 from tests.infra.loopback import ROOT, leftovers, listening_sockets, wait_until
 from tests.trainstores import leaves_equal
 
 pytestmark = pytest.mark.infra
 
 README = (ROOT / "infra/README.md").read_text()
-RUN_COMMAND = re.compile(r"^\.venv/bin/prefect deployment run pipeline/pipeline --watch --params '(.*)'$", re.M)
+RUN_COMMAND = re.compile(r"^\.venv/bin/prefect deployment run pep-pipeline/pipeline --watch --params '(.*)'$", re.M)
 NPZ_COMMAND = re.compile(r'^\.venv/bin/python -c "(.*)"$', re.M)
 
 
 def documented_parameters() -> dict:
-    """The parameters of infra/README.md's ``prefect deployment run pipeline/pipeline`` command: the
+    """The parameters of infra/README.md's ``prefect deployment run pep-pipeline/pipeline`` command: the
     test runs exactly those, with its own paths and scheduler. Its config: 400 training rows in blocks
     of 48, 2 blocks per step: 5 steps per epoch, 12 epochs, 60 steps, a checkpoint every 4."""
     return json.loads(RUN_COMMAND.search(README).group(1))

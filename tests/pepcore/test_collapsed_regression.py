@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pepcore.kernels import ARDSquaredExponential
-from pepcore.models.collapsed_regression import log_marginal_likelihood, predict_f
+from pep_gp.core.kernels import ARDSquaredExponential
+from pep_gp.core.models.collapsed_regression import log_marginal_likelihood, predict_f
 from tests import oracles
 
 LS, VAR, NOISE = np.array([0.8, 1.3]), 1.4, 0.09

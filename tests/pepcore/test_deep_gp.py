@@ -11,13 +11,13 @@ import pytest
 from jax.flatten_util import ravel_pytree
 from scipy.stats import norm
 
-from pepcore import bank
-from pepcore.kernels import BatchedARDSquaredExponential
-from pepcore.likelihoods import Gaussian, Probit
-from pepcore.models.deep_gp import DeepGP, DeepGPParams, tied_factor
-from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
-from pepcore.parameters import constrained, unconstrained
-from pepcore.psi_statistics import psi_statistics, uncertain_input_marginals
+from pep_gp.core import bank
+from pep_gp.core.kernels import BatchedARDSquaredExponential
+from pep_gp.core.likelihoods import Gaussian, Probit
+from pep_gp.core.models.deep_gp import DeepGP, DeepGPParams, tied_factor
+from pep_gp.core.models.power_ep import PowerEPSparseGP, SparseGPParams
+from pep_gp.core.parameters import constrained, unconstrained
+from pep_gp.core.psi_statistics import psi_statistics, uncertain_input_marginals
 from tests import oracles
 
 SAMPLES = 1_000_000

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pepcore.kernels import ARDSquaredExponential
-from pepcore.likelihoods import Heaviside, Probit
-from pepcore.models.collapsed_regression import log_marginal_likelihood
-from pepcore.models.ep import EP, gaussian_part, site_data
+from pep_gp.core.kernels import ARDSquaredExponential
+from pep_gp.core.likelihoods import Heaviside, Probit
+from pep_gp.core.models.collapsed_regression import log_marginal_likelihood
+from pep_gp.core.models.ep import EP, gaussian_part, site_data
 from tests import oracles
 
 PRIOR = jnp.eye(1)  # N(x; 0, 1)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from pepcore import likelihoods
-from pepcore.likelihoods import Gaussian, Heaviside, PoissonSquare, Probit, scaled_log_tilted
-from pepcore.quadrature import probit_power_moments
+from pep_gp.core import likelihoods
+from pep_gp.core.likelihoods import Gaussian, Heaviside, PoissonSquare, Probit, scaled_log_tilted
+from pep_gp.core.quadrature import probit_power_moments
 from tests import oracles
 
 CAVITIES = [(m, v) for m in (-3.0, -0.4, 0.0, 1.2, 2.5) for v in (0.01, 0.3, 1.0, 2.5, 5.0)]

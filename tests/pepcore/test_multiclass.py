@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy.special import log_ndtr
 
-from pepcore.models import multiclass_ep as ep
-from pepcore.models import multiclass_sites as sites
-from pepcore.models.multiclass import CholeskyFactor, MultiClassGP, NaturalFactor
+from pep_gp.core.models import multiclass_ep as ep
+from pep_gp.core.models import multiclass_sites as sites
+from pep_gp.core.models.multiclass import CholeskyFactor, MultiClassGP, NaturalFactor
 from tests import oracles
 
 
@@ -47,7 +47,7 @@ def test_refined_sites_match_tilted_moments_by_quadrature(gap, alpha):
     label, other = sites.Projections(a[0], w[0]), sites.Projections(a[1], w[1])
     new = sites.refine(label, other, fitc_y, fitc_k, alpha)
     z, tilted_y, tilted_k = oracles.probit_tilted_moments_2d(a[0], w[0], a[1], w[1], fitc_y + fitc_k, alpha)
-    tol = 1e-9  # α = 1: closed form; α < 1: the composite rule of pepcore.quadrature.ProbitPowerQuadrature
+    tol = 1e-9  # α = 1: closed form; α < 1: the composite rule of pep_gp.core.quadrature.ProbitPowerQuadrature
     assert float(sites.log_partition(label, other, fitc_y, fitc_k, alpha)) == pytest.approx(np.log(z), abs=tol)
     for (mu, cov), u, c1, c2, (t_mean, t_var), aa, ww in [
         (cavities[0], ups[0], new.label_precision, new.label_shift, tilted_y, a[0], w[0]),

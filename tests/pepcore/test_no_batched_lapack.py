@@ -2,7 +2,7 @@
 
 jaxlib 0.10 on CPU runs a batched Cholesky / triangular solve by fanning the batch out to the XLA
 thread pool and blocking on it, which deadlocks once as many such calls run concurrently as the pool
-has threads (see ``pepcore.linalg.per_matrix``). These tests walk the traced programs and fail on any
+has threads (see ``pep_gp.core.linalg.per_matrix``). These tests walk the traced programs and fail on any
 linear-algebra primitive whose operand is more than one matrix.
 """
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
-from pepcore.likelihoods import Gaussian, Probit
-from pepcore.models.multiclass import MultiClassGP
-from pepcore.models.power_ep import PowerEPSparseGP
+from pep_gp.core.likelihoods import Gaussian, Probit
+from pep_gp.core.models.multiclass import MultiClassGP
+from pep_gp.core.models.power_ep import PowerEPSparseGP
 
 LAPACK = {"cholesky", "triangular_solve", "lu", "qr", "eigh", "svd"}
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from pepcore.likelihoods import Gaussian, Probit
-from pepcore.models.power_ep import PowerEPSparseGP, SparseGPParams
-from pepcore.parameters import constrained, unconstrained
+from pep_gp.core.likelihoods import Gaussian, Probit
+from pep_gp.core.models.power_ep import PowerEPSparseGP, SparseGPParams
+from pep_gp.core.parameters import constrained, unconstrained
 from tests import oracles
 
 LS, VAR, NOISE = np.array([0.9, 1.4]), 1.3, 0.2

@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy.stats import multivariate_normal
 
-from pepcore import bank, gaussian
-from pepcore.kernels import ARDSquaredExponential, BatchedARDSquaredExponential
-from pepcore.linalg import cholesky, logdet_from_cholesky
-from pepcore.models.collapsed_regression import RegressionParams
-from pepcore.models.multiclass import MultiClassParams
-from pepcore.models.power_ep import SparseGPParams
-from pepcore.parameters import (constrained, log_of_positive, positive, positive_from_log, unconstrain_positive,
+from pep_gp.core import bank, gaussian
+from pep_gp.core.kernels import ARDSquaredExponential, BatchedARDSquaredExponential
+from pep_gp.core.linalg import cholesky, logdet_from_cholesky
+from pep_gp.core.models.collapsed_regression import RegressionParams
+from pep_gp.core.models.multiclass import MultiClassParams
+from pep_gp.core.models.power_ep import SparseGPParams
+from pep_gp.core.parameters import (constrained, log_of_positive, positive, positive_from_log, unconstrain_positive,
                                unconstrained)
 from tests import oracles
 
@@ -180,7 +180,7 @@ def test_positive_bijection_round_trips(value):
 def test_cholesky_and_inverse_gradient_matches_autodiff_and_finite_differences():
     """The matrix-product backward pass of cholesky_and_inverse equals autodiff through a Cholesky and
     a triangular solve (symmetrised), and central differences along a symmetric direction."""
-    from pepcore.linalg import cholesky_and_inverse, per_matrix, solve_lower
+    from pep_gp.core.linalg import cholesky_and_inverse, per_matrix, solve_lower
 
     rng = np.random.default_rng(4)
     with jax.enable_x64(True):

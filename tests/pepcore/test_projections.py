@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pepcore.likelihoods import Heaviside, PoissonSquare, Probit
-from pepcore.projections import kl, projection, wasserstein
+from pep_gp.core.likelihoods import Heaviside, PoissonSquare, Probit
+from pep_gp.core.projections import kl, projection, wasserstein
 from tests import oracles
 
 # seed002 spec §9.1 / §9.2: (μ, σ, y, Z, mean, sd EP, sd QP); probit y = ±1, Poisson counts.

@@ -5,11 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pepcore import bank
-from pepcore.bank import NaturalFactor
-from pepcore.likelihoods import Probit
-from pepcore.models.ep import EP, site_data
-from pepcore.models.tied_ep import TiedEPClassifier
+from pep_gp.core import bank
+from pep_gp.core.bank import NaturalFactor
+from pep_gp.core.likelihoods import Probit
+from pep_gp.core.models.ep import EP, site_data
+from pep_gp.core.models.tied_ep import TiedEPClassifier
 
 
 def _random_state(model, seed):

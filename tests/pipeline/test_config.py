@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.training.config import TrainConfig, load_config
-from pipeline.errors import InputError
+from pep_gp.pipeline.training.config import TrainConfig, load_config
+from pep_gp.pipeline.errors import InputError
 
 
 def test_defaults_follow_the_papers():

@@ -8,8 +8,8 @@ import pytest
 from sklearn.datasets import load_iris
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline import MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
-from pipeline.estimators.base import StoppingRule
+from pep_gp import MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
+from pep_gp.pipeline.estimators.base import StoppingRule
 
 
 def test_stopping_rule_compares_window_means_per_row():
@@ -80,7 +80,7 @@ def test_untied_ep_stops_in_windows_and_matches_one_uninterrupted_run(monkeypatc
     longer = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=2000, learning_rate=0.05).fit(x, y)
     assert longer.converged_ and longer.n_iter_ < 2000 and longer.n_iter_ % 25 == 0
     assert windows.n_iter_ == 60  # windows of 25, 25 and 10 steps: the carry passes between calls
-    monkeypatch.setattr("pipeline.estimators.base.STOPPING_WINDOW", 60)
+    monkeypatch.setattr("pep_gp.pipeline.estimators.base.STOPPING_WINDOW", 60)
     one_call = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=60, tol=0).fit(x, y)
     np.testing.assert_allclose(one_call.energy_trace_, windows.energy_trace_, rtol=1e-12)
 
@@ -90,9 +90,9 @@ def test_damping_floor_keeps_full_batch_sep_at_the_fixed_point():
     """Wine, full-batch SEP at learning rate 0.05: with the paper's ρ_t = 0.5·0.99^t alone the factor
     freezes and the energy collapses after ~550 steps; with the floor it keeps rising."""
     from sklearn.datasets import load_wine
-    from pipeline.data.datasets import ArrayData
-    from pipeline.models import get_model
-    from pipeline.estimators.base import fit_in_process, training_config
+    from pep_gp.pipeline.data.datasets import ArrayData
+    from pep_gp.pipeline.models import get_model
+    from pep_gp.pipeline.estimators.base import fit_in_process, training_config
 
     x, y = load_wine(return_X_y=True)
     data = ArrayData(x, y, "classification", 3)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.training import checkpoint
-from pipeline.training.engine import InProcess
-from pipeline.training.trainer import Trainer, TrainJob, evaluate, train
-from pipeline.errors import InputError
-from pipeline.models import MODELS
+from pep_gp.pipeline.training import checkpoint
+from pep_gp.pipeline.training.engine import InProcess
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob, evaluate, train
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.models import MODELS
 from tests.pipeline.toy_model import ToySpec
 from tests.trainstores import FAST, leaves_equal, make_store
 

@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import norm
 from sklearn.linear_model import LogisticRegression
 
-from pipeline import DeepGPClassifier, DeepGPRegressor
+from pep_gp import DeepGPClassifier, DeepGPRegressor
 
 
 def step_data(n, seed):

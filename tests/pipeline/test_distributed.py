@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from pipeline.training.trainer import TrainJob, train
-from pipeline.training.engine import connect
+from pep_gp.pipeline.training.trainer import TrainJob, train
+from pep_gp.pipeline.training.engine import connect
 from tests.trainstores import FAST, leaves_equal
 
 

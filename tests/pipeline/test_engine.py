@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pipeline.training import engine
-from pipeline.data.blocks import Block, BlockSource, TargetScaling
-from pipeline.training.engine import BlockCache, Engine, InProcess, block_bytes, connect, tree_sum
-from pipeline.errors import InputError
-from pipeline.models import MODELS
-from pipeline.training.step import DataTerm
-from pipeline.training.sampling import MinibatchSchedule
+from pep_gp.pipeline.training import engine
+from pep_gp.pipeline.data.blocks import Block, BlockSource, TargetScaling
+from pep_gp.pipeline.training.engine import BlockCache, Engine, InProcess, block_bytes, connect, tree_sum
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.models import MODELS
+from pep_gp.pipeline.training.step import DataTerm
+from pep_gp.pipeline.training.sampling import MinibatchSchedule
 from tests.trainstores import FAST
 
 

@@ -7,7 +7,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from pipeline import SparseGPClassifier, SparseGPRegressor
+from pep_gp import SparseGPClassifier, SparseGPRegressor
 from tests import oracles
 
 LS, VAR, NOISE = np.array([0.7, 1.1]), 1.2, 0.05

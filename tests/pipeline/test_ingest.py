@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.errors import InputError
-from pipeline.data.ingest import ingest
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.sources.mnist import DEBIAN_DIR
-from pipeline.data.stores import open_store
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
+from pep_gp.pipeline.data.stores import open_store
 from tests import datafiles
 
 

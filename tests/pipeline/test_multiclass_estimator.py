@@ -6,7 +6,7 @@ from sklearn.base import clone
 from sklearn.datasets import load_iris
 from sklearn.preprocessing import StandardScaler
 
-from pipeline import MultiClassGPClassifier
+from pep_gp import MultiClassGPClassifier
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.training.trainer import Trainer, TrainJob, evaluate, load_run, train
-from pipeline.training.engine import InProcess, connect
-from pipeline.errors import InputError
-from pipeline.models import MODELS
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob, evaluate, load_run, train
+from pep_gp.pipeline.training.engine import InProcess, connect
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.models import MODELS
 from tests.pipeline.test_distributed import without_seconds
 from tests.trainstores import FAST, leaves_equal
 
@@ -103,13 +103,13 @@ def test_stores_and_powers_that_do_not_fit_are_refused(binary_store, regression_
 def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradient(three_class_store, tmp_path,
                                                                                   model):
     """The coordinator computes chol(K_c) and the cavities once per step and back-propagates into them
-    once (pipeline.models: step-shared quantities): value and gradient must equal autodiff of the plain
+    once (pep_gp.pipeline.models: step-shared quantities): value and gradient must equal autodiff of the plain
     contract G + (N/|B|) Σ L on the same minibatch."""
     import jax
     import jax.numpy as jnp
 
-    import pepcore
-    from pipeline.training.step import DataTerm, minibatch_energy
+    import pep_gp.core
+    from pep_gp.pipeline.training.step import DataTerm, minibatch_energy
 
     trainer = Trainer(job(three_class_store, tmp_path, model), InProcess())
     state = trainer.fresh_state()
@@ -118,7 +118,7 @@ def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradien
     rows = [trainer.train.source.read(b) for b in blocks]
     x, y, mask = (np.concatenate([getattr(r, f) for r in rows]) for f in ("x", "y", "mask"))
     scale, n_total, model = trainer.n_total / mask.sum(), trainer.n_total, trainer.model
-    with pepcore.float64():
+    with pep_gp.core.float64():
         shared, pullback = jax.vjp(lambda p: model.step_shared(p, n_total), state.params)
         data_value, data_grad = trainer.train.map_sum(DataTerm(model), (state.params, shared), blocks)
         value, grad = minibatch_energy(model, n_total, state.params, shared, pullback, data_value, data_grad, scale)

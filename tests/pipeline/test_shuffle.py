@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pipeline.data.ingest import ingest
-from pipeline.data.shuffle import ShuffleBuffer
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.stores import open_store
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.shuffle import ShuffleBuffer
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.stores import open_store
 
 
 def _run(blocks, capacity, seed):

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.errors import InputError
-from pipeline.data.sources import SourceRequest, open_source
-from pipeline.data.sources.airline import FEATURES
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.sources.airline import FEATURES
 from tests import datafiles
 
 

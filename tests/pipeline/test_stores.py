@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import zarr
 
-from pipeline.errors import InputError
-from pipeline.data.stores import (
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.data.stores import (
     REQUIRED_ATTRS,
     SCHEMA_VERSION,
     create_split_arrays,

@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.errors import InputError
-from pipeline.training.engine import InProcess
-from pipeline.training.trainer import Trainer, train
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.training.engine import InProcess
+from pep_gp.pipeline.training.trainer import Trainer, train
 from tests.pipeline.test_multiclass_training import job
 
 MODEL = "tied-ep-classifier"

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from pepcore.kernels import ARDSquaredExponential
-from pepcore.likelihoods import Probit
-from pepcore.models.ep import EP, predict_latent, site_data
-from pipeline import SparseGPClassifier
+from pep_gp.core.kernels import ARDSquaredExponential
+from pep_gp.core.likelihoods import Probit
+from pep_gp.core.models.ep import EP, predict_latent, site_data
+from pep_gp import SparseGPClassifier
 
 
 def _data(n=40, seed=1):
@@ -59,8 +59,8 @@ def test_untied_ep_and_qp_fit_and_agree_on_labels():
 
 
 def _posterior_cov(model):
-    from pepcore.models.ep import posterior
-    from pipeline.estimators.untied_ep import _prior_cov
+    from pep_gp.core.models.ep import posterior
+    from pep_gp.pipeline.estimators.untied_ep import _prior_cov
 
     return posterior(_prior_cov(jnp.asarray(model.params_), jnp.asarray(model.x_train_)), model.site_data_, model.untied_.sites).cov
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import jax.numpy as jnp
 
-from pipeline.data.blocks import TargetScaling
-from pipeline.training.metrics import regression_sums
-from pipeline.models import SiteSettings
+from pep_gp.pipeline.data.blocks import TargetScaling
+from pep_gp.pipeline.training.metrics import regression_sums
+from pep_gp.pipeline.models import SiteSettings
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Source readers, one module per kind of input, and the registry mapping SOURCE names to them.
 
-Each reader turns its input into :class:`~pipeline.data.sources.base.RowBlock` s (constant memory in the
+Each reader turns its input into :class:`~pep_gp.pipeline.data.sources.base.RowBlock` s (constant memory in the
 input size); :func:`open_source` picks the reader for a name given on the command line.
 """
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline.errors import InputError
-from pipeline.data.sources.airline import open_airline
-from pipeline.data.sources.base import RowBlock, Source, SourceRequest
-from pipeline.data.sources.mnist import open_mnist
-from pipeline.data.sources.sklearn_sets import SETS, open_sklearn
-from pipeline.data.sources.tables import open_csv, open_npz, open_parquet
+from ...errors import InputError
+from .airline import open_airline
+from .base import RowBlock, Source, SourceRequest
+from .mnist import open_mnist
+from .sklearn_sets import SETS, open_sklearn
+from .tables import open_csv, open_npz, open_parquet
 
 READERS: dict[str, Callable[[SourceRequest], Source]] = {
     "airline": open_airline,

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.errors import InputError
-from pipeline.data.sources.base import (
+from ...errors import InputError
+from .base import (
     RowBlock,
     Source,
     SourceRequest,

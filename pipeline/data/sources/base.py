@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.errors import InputError
+from ...errors import InputError
 
 BLOCK_ROWS = 65_536
 

@@ -21,8 +21,8 @@ from typing import IO
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.data.sources.base import RowBlock, Source, SourceRequest, reading
+from ...errors import InputError
+from .base import RowBlock, Source, SourceRequest, reading
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 N_CLASSES = 10

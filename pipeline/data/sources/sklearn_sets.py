@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.data.sources.base import BLOCK_ROWS, RowBlock, Source, SourceRequest
+from ...errors import InputError
+from .base import BLOCK_ROWS, RowBlock, Source, SourceRequest
 
 # name -> task; all are shipped inside scikit-learn, none is downloaded.
 SETS = {

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import InputError
-from pipeline.data.sources.base import (
+from ...errors import InputError
+from .base import (
     BLOCK_ROWS,
     RowBlock,
     Source,

@@ -1,0 +1,49 @@
+"""pep — Expectation-Propagation-family sparse Gaussian processes, from a notebook to a Dask cluster.
+
+One import root for the three layers of the repository (each folder is installed under it):
+
+* :mod:`pep_gp.core` (folder ``pepcore/``) — the mathematics: pure JAX functions of (params, data);
+* :mod:`pep_gp.pipeline` (``pipeline/``) — stores, the engine, the trainer and the estimators;
+* :mod:`pep_gp.flows` (``flows/``) — the Prefect flows and the ``pep`` command line.
+
+The estimators and the run API are re-exported here and imported lazily (PEP 562), so that
+``import pep_gp`` and the ingest command do not load JAX (≈ 180 MB of resident memory) until needed.
+
+Example:
+    >>> from pep_gp import SparseGPClassifier
+    >>> SparseGPClassifier().get_params()["alpha"]
+    0.5
+"""
+
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("pep-gp")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+_EXPORTS = {
+    "DeepGPClassifier": "pep_gp.pipeline.estimators.deep_gp",
+    "DeepGPRegressor": "pep_gp.pipeline.estimators.deep_gp",
+    "MultiClassGPClassifier": "pep_gp.pipeline.estimators.multiclass",
+    "SparseGPClassifier": "pep_gp.pipeline.estimators.sparse_gp",
+    "SparseGPRegressor": "pep_gp.pipeline.estimators.sparse_gp",
+    "InputError": "pep_gp.pipeline.errors",
+    "MODELS": "pep_gp.pipeline.models",
+    "TrainConfig": "pep_gp.pipeline.training.config",
+    "train": "pep_gp.pipeline.training.trainer",
+    "evaluate": "pep_gp.pipeline.training.trainer",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'pep_gp' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__
