@@ -15,7 +15,7 @@ import numpy as np
 from pep_gp.pipeline.training.baselines import classification_baselines
 from pep_gp.pipeline.training.config import TrainConfig
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
-from pep_gp.pipeline.training.engine import connect
+from pep_gp.pipeline.engine import connect
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.stores import Store

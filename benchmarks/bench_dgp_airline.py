@@ -32,10 +32,8 @@ from benchmarks._common import write_results
 from benchmarks.bench_dgp import fit_gpytorch, scores
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.engine import connect
+from pep_gp.pipeline.engine import connect
 from pep_gp.pipeline.training.trainer import TrainJob, train
-
-
 def fit_pep(hidden: list[int], store, backend, run_dir: Path, args) -> dict:
     """``deep-gp`` with ``hidden`` widths on ``backend``: per-epoch seconds and the last held-out metrics."""
     config = TrainConfig(model={"hidden_dims": hidden, "num_inducing": args.inducing}, epochs=args.epochs,

@@ -10,7 +10,7 @@ config (M = 200, 10,000-row steps in 1,000-row blocks):
 
 * ``direct``: the same jitted per-block function (``value_and_grad`` of the data term) called in this
   process on the step's blocks, already in memory — the floor;
-* ``engine[in-process | local:1 | local:2]``: :meth:`pep_gp.pipeline.training.engine.Engine.map_sum` per step;
+* ``engine[in-process | local:1 | local:2]``: :meth:`pep_gp.pipeline.engine.Engine.map_sum` per step;
   overhead = engine / direct − 1;
 * the same two clusters with each worker pinned to its own core (``local:N:pinned``), which
   separates the engine's scaling from XLA's own intra-op threads;
@@ -37,7 +37,8 @@ import psutil
 import pep_gp.core
 from pep_gp.pipeline.training.config import TrainConfig
 from pep_gp.pipeline.training.trainer import TrainJob, Trainer
-from pep_gp.pipeline.training.engine import Engine, InProcess, connect, evaluate_blocks
+from pep_gp.pipeline.engine import Engine, InProcess, connect
+from pep_gp.pipeline.engine.cache import evaluate_blocks
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.stores import open_store

@@ -13,7 +13,7 @@ The airline 3-class store (``pep ingest airline``, ingested into a temporary dir
 steps on each, every run in a new coordinator process with a new ``local:2:pinned`` cluster: by
 default one epoch of the large store, so its workers
 visit more distinct blocks than their block caches hold (``$PEP_BLOCK_CACHE_MB``, see
-:mod:`pep_gp.pipeline.training.engine`) while the small store goes through several epochs. The large store is trained
+:mod:`pep_gp.pipeline.engine`) while the small store goes through several epochs. The large store is trained
 a second time with an unbounded block cache (every block a worker read is kept, the engine's behaviour
 before the cache was bounded) for comparison.
 
@@ -43,10 +43,11 @@ import psutil
 
 from benchmarks._common import best_time, write_results
 from benchmarks._multiclass_run import MODEL, EpochClock, airline_classes, tree_bytes
-from pep_gp.pipeline.training import engine
+from pep_gp.pipeline.engine import cache as engine_cache
 from pep_gp.pipeline.training.config import TrainConfig
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
-from pep_gp.pipeline.training.engine import BLOCK_CACHE_ENV, InProcess, block_bytes, block_cache_budget, connect
+from pep_gp.pipeline.engine.cache import BLOCK_CACHE_ENV, block_bytes, block_cache_budget
+from pep_gp.pipeline.engine import InProcess, connect
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import RowBlock, Source
 from pep_gp.pipeline.data.stores import Store, open_store
@@ -110,7 +111,7 @@ def process_memory() -> dict[str, float]:
 def worker_memory() -> dict[str, float]:
     """Run on a worker: its memory (:func:`process_memory`) and what its block cache holds."""
     return {**process_memory(), "cache_budget_mb": round(block_cache_budget() / MB, 1),
-            "cached_blocks": len(engine.BLOCKS), "cached_mb": round(engine.BLOCKS.nbytes / MB, 1)}
+            "cached_blocks": len(engine_cache.BLOCKS), "cached_mb": round(engine_cache.BLOCKS.nbytes / MB, 1)}
 
 
 def in_fresh_process(function: Callable[..., Any], *args: Any) -> Any:

@@ -32,7 +32,9 @@ from benchmarks._common import write_results
 from benchmarks._multiclass_run import MODEL
 from benchmarks.bench_fashion_mnist import PAPER_MNIST
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
-from pep_gp.pipeline.training.engine import BLOCKS, InProcess, compute_threads
+from pep_gp.pipeline.engine.cache import BLOCKS
+from pep_gp.pipeline.engine import InProcess
+from pep_gp.pipeline.engine.threads import compute_threads
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR

@@ -55,7 +55,7 @@ from pep_gp.pipeline.data.blocks import input_statistics
 from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
 from pep_gp.pipeline.data.stores import Store, open_store
 from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.engine import block_cache_budget
+from pep_gp.pipeline.engine.cache import block_cache_budget
 
 GPYTORCH_LEARNING_RATE = 0.01
 EVALUATION_ROWS = 2000  # test rows per GPyTorch prediction call

@@ -14,8 +14,8 @@ from rich.console import Console
 
 from .reports import publish_evaluation, write_metrics
 from .train import TlsCaFile, TlsCert, TlsKey, is_transient, prefect_quietly, use_cluster, user_errors
-from ..pipeline.training.trainer import evaluate, load_run
-from ..pipeline.training.engine import CLUSTER_HELP, connect
+from ..pipeline.training.runs import evaluate, load_run
+from ..pipeline.engine import CLUSTER_HELP, connect
 
 
 @task(name="evaluate", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,

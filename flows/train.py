@@ -33,7 +33,8 @@ from ..pipeline.training.checkpoint import newest_manifest
 from ..pipeline.training.config import TrainConfig, load_config
 from ..pipeline.training.trainer import Progress as ProgressCallback
 from ..pipeline.training.trainer import Trainer, TrainJob, TrainResult, no_progress
-from ..pipeline.training.engine import CLUSTER_HELP, TLS_CONFIG, client_security, connect, parse_cluster
+from ..pipeline.engine import CLUSTER_HELP, connect, parse_cluster
+from ..pipeline.engine.clusters import TLS_CONFIG, client_security
 from ..pipeline.errors import InputError
 from ..pipeline.models import MODELS, get_model, model_settings
 from ..pipeline.data.stores import open_store
@@ -127,7 +128,7 @@ TlsKey = Annotated[Path | None, typer.Option(help="Its private key (default: Das
 def use_cluster(cluster: str, tls_ca_file: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
     """Check ``--cluster`` and make the ``--tls-*`` files Dask's client TLS configuration of this
     process (over ``DASK_DISTRIBUTED__COMM__TLS__*`` and Dask's config files), so that the flow's
-    :func:`~pep_gp.pipeline.training.engine.connect` uses them; refuse a tls:// cluster without them."""
+    :func:`~pep_gp.pipeline.engine.connect` uses them; refuse a tls:// cluster without them."""
     import dask
 
     parse_cluster(cluster)

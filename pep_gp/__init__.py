@@ -33,7 +33,7 @@ _EXPORTS = {
     "MODELS": "pep_gp.pipeline.models",
     "TrainConfig": "pep_gp.pipeline.training.config",
     "train": "pep_gp.pipeline.training.trainer",
-    "evaluate": "pep_gp.pipeline.training.trainer",
+    "evaluate": "pep_gp.pipeline.training.runs",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from .kernels import BatchedARDSquaredExponential
 from .linalg import cholesky, cholesky_and_inverse, per_matrix, solve_lower
+from .parameters import constrained
 
 
 class NaturalFactor(NamedTuple):
@@ -145,28 +146,11 @@ def power_ep_global_term(q: Gaussians, cavity: Gaussians, counts, alpha: float):
     return jnp.sum(q.log_normaliser + (counts / alpha) * (cavity.log_normaliser - q.log_normaliser))
 
 
-def damped_site_update(factor: NaturalFactor, shift, precision, count, counts, damping):
-    """The SEP update of tied factors from summed refined sites (seed001 spec §2.8.5):
-
-        Λ_g ← (1 − ρ_g n_{B,g}/n_g) Λ_g + ρ_g Σ_B Δ υυᵀ,   and likewise for η_g,
-
-    ``shift [G, M]``, ``precision [G, M, M]`` the sums over the ``count [G]`` sites of a minibatch, ``counts``
-    the ``n_g`` tied factors. The step is shrunk to ``ρ_g = min(ρ, n_g/n_{B,g})`` so the kept fraction of
-    the old factor never goes negative. Returns the new factor, or the old one where the result is not
-    finite, and whether the new one was taken."""
-    step = jnp.minimum(damping, counts / jnp.maximum(count, 1.0))
-    keep = 1.0 - step * count / counts
-    new = NaturalFactor(keep[:, None] * factor.shift + step[:, None] * shift,
-                        keep[:, None, None] * factor.precision + step[:, None, None] * precision)
-    ok = jnp.all(jnp.isfinite(new.shift)) & jnp.all(jnp.isfinite(new.precision))
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, factor), ok
-
-
-def prior_surrogate(prior: PriorFactors, q: Gaussians):
-    """``Σ_g −½log|K_g| − ½tr(K_g⁻¹(V_g + m_gm_gᵀ))`` with ``q`` held fixed: its gradient is the prior term
-    ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of seed001 eq. (10) (eqs. 63–64)."""
-    q = jax.lax.stop_gradient(q)
-    whitened_cov = prior.inverse @ q.sqrt_cov
-    whitened_mean = jnp.einsum("gmn,gn->gm", prior.inverse, q.mean)
-    log_det = jnp.sum(jnp.log(jnp.diagonal(prior.chol, axis1=-2, axis2=-1)))
-    return -log_det - 0.5 * (jnp.sum(whitened_cov**2) + jnp.sum(whitened_mean**2))
+def one_gp_bank(params, jitter: float) -> Bank:
+    """A single squared-exponential sparse GP as a bank of one: ``params`` holds ``raw_lengthscales`` ([D], or
+    [1] for one lengthscale shared by the inputs), ``raw_variance`` and ``inducing`` (with
+    the bijections of its ``BIJECTIONS``); the jitter on ``K_uu`` is ``jitter·σ_f``."""
+    values = constrained(params)
+    lengthscales = jnp.broadcast_to(values["lengthscales"], params.inducing.shape[-1:])
+    kernel = BatchedARDSquaredExponential(lengthscales[None], values["variance"][None])
+    return Bank(kernel, params.inducing[None], (jitter * values["variance"])[None])

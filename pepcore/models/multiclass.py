@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import bank
+from .. import bank, sep
 from ..bank import CholeskyFactor, NaturalFactor
 from ..initialisation import squared_median_lengthscale
 from ..kernels import BatchedARDSquaredExponential, ProductDtype, check_product_dtype
@@ -83,11 +83,6 @@ class StepShared(NamedTuple):
 
     prior: bank.PriorFactors
     cavity: bank.Gaussians  # p(f̄^c)·t_c^(1 − α/n_c)
-
-
-def hold_gradient(value, surrogate):
-    """``value`` whose gradient is that of ``surrogate`` (``sg(value) + surrogate − sg(surrogate)``)."""
-    return jax.lax.stop_gradient(value) + surrogate - jax.lax.stop_gradient(surrogate)
 
 
 def label_side(values, y):
@@ -243,11 +238,11 @@ class MultiClassGP:
         With a :class:`NaturalFactor` the gradient is the prior term of eq. (10) only (see the module
         docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``.
         """
-        q = bank.gaussians(shared.prior, params.factor, 1.0)
-        value = bank.power_ep_global_term(q, shared.cavity, self.factor_counts(n_total), self.alpha)
+        counts = self.factor_counts(n_total)
         if self._holds_cavity(params):
-            return hold_gradient(value, bank.prior_surrogate(shared.prior, q))
-        return value
+            return sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha)
+        q = bank.gaussians(shared.prior, params.factor, 1.0)
+        return bank.power_ep_global_term(q, shared.cavity, counts, self.alpha)
 
     def _pair_cavities(self, params: MultiClassParams, shared: StepShared, x, y):
         """Cavity projections of every pair ``(i, k)``: label side ``[B, 1]``, other side ``[B, C]``."""
@@ -300,7 +295,7 @@ class MultiClassGP:
         ``ρ_c = min(ρ, n_c/n_{B,c})`` so the kept fraction of the old factor never goes negative (a
         minibatch that holds more of a class's factors than ``n_c/ρ``, e.g. one class only at small
         ``N/|B|``): the new precision is then a non-negative combination of positive semi-definite terms
-        (:func:`pep_gp.core.bank.damped_site_update`).
+        (:func:`pep_gp.core.sep.damped_site_update`).
 
         Returns:
             ``(params, shared, accepted)``: the updated params, ``shared`` with the new cavities, and
@@ -309,7 +304,7 @@ class MultiClassGP:
         """
         if not self._holds_cavity(params):
             raise TypeError("site_update needs a NaturalFactor; a CholeskyFactor is trained by gradient")
-        factor, ok = bank.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
+        factor, ok = sep.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
                                              self.factor_counts(n_total), damping)
         params = params._replace(factor=factor)
         return params, self._refresh_shared(params, shared, n_total), ok

@@ -25,9 +25,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import bank
+from .. import bank, sep
 from . import multiclass_sites as sites
-from .multiclass import MultiClassGP, MultiClassParams, NaturalFactor, hold_gradient, label_side
+from .multiclass import MultiClassGP, MultiClassParams, NaturalFactor, label_side
 
 
 class EPSites(NamedTuple):
@@ -126,7 +126,7 @@ def global_energy(model: MultiClassGP, params: MultiClassParams):
     """``Σ_c g(q_c) − g(p_c)`` (eq. 60, first bracket); gradient: the prior term of eq. (10)."""
     prior = model.prior_factors(params)
     q = bank.gaussians(prior, params.factor, 1.0)
-    return hold_gradient(jnp.sum(q.log_normaliser), bank.prior_surrogate(prior, q))
+    return sep.hold_gradient(jnp.sum(q.log_normaliser), sep.prior_surrogate(prior, q))
 
 
 def local_energy(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, mask):

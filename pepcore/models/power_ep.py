@@ -60,16 +60,6 @@ class StepShared(NamedTuple):
     cavity: bank.Gaussians  # p·t_tot^(1 − α/N) (q itself at α = 0)
 
 
-def one_gp_bank(params, jitter: float) -> bank.Bank:
-    """A single squared-exponential sparse GP as a bank of one: ``params`` holds ``raw_lengthscales`` ([D], or
-    [1] for one lengthscale shared by the inputs), ``raw_variance`` and ``inducing`` (with
-    :class:`SparseGPParams`' bijections); the jitter on ``K_uu`` is ``jitter·σ_f``."""
-    values = constrained(params)
-    lengthscales = jnp.broadcast_to(values["lengthscales"], params.inducing.shape[-1:])
-    kernel = BatchedARDSquaredExponential(lengthscales[None], values["variance"][None])
-    return bank.Bank(kernel, params.inducing[None], (jitter * values["variance"])[None])
-
-
 def tied_factor(params: SparseGPParams) -> bank.CholeskyFactor:
     """The tied factor as a bank's (G = 1)."""
     return bank.CholeskyFactor(params.factor_shift[None], params.factor_chol[None])
@@ -103,7 +93,7 @@ class PowerEPSparseGP:
 
     def sparse_gp(self, params: SparseGPParams) -> bank.Bank:
         """The constrained GP as a bank of one: kernel, inducing inputs and the jitter ``jitter·σ_f``."""
-        return one_gp_bank(params, self.jitter)
+        return bank.one_gp_bank(params, self.jitter)
 
     # ----------------------------------------------------------------------------------------------
     def init(

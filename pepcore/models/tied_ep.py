@@ -17,7 +17,7 @@ the marginal of ``τ``, so both projections give a rank-one site in ``u``:
     site(u) = exp(ν τ − ½ ρ τ²),   ρ = 1/σ*² − 1/w,   ν = μ*/σ*² − a/w.
 
 Both projections are affine-equivariant, so ``q̃(τ)`` is projected as the standard probit tilted of
-``τ/c`` and scaled back. The tied factor moves by the damped SEP update (:func:`pep_gp.core.bank.damped_site_update`);
+``τ/c`` and scaled back. The tied factor moves by the damped SEP update (:func:`pep_gp.core.sep.damped_site_update`);
 hyper-parameters and inducing inputs ascend EP's energy with cavity and ``q`` held fixed in ``u``
 coordinates (seed001 eq. 10, as :class:`~pep_gp.core.models.multiclass.MultiClassGP`) — also for QP, which
 has no energy of its own (seed002 §6: the paper optimises EP's evidence at QP's sites).
@@ -31,13 +31,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import bank
+from .. import bank, sep
 from ..bank import NaturalFactor
 from ..initialisation import initial_kernel_and_inducing
 from ..likelihoods import Probit
 from ..linalg import DEFAULT_JITTER
-from .multiclass import hold_gradient
-from .power_ep import one_gp_bank
 from ..parameters import SOFTPLUS, unconstrained
 from ..projections import projection as named_projection
 
@@ -92,7 +90,7 @@ class TiedEPClassifier:
 
     def sparse_gp(self, params: TiedEPParams) -> bank.Bank:
         """The constrained GP as a bank of one, with the jitter ``jitter·σ_f`` on ``K_uu``."""
-        return one_gp_bank(params, self.jitter)
+        return bank.one_gp_bank(params, self.jitter)
 
     def init(self, x, num_inducing: int, *, inducing=None, lengthscales=None, variance: float = 1.0,
              seed: int = 0) -> TiedEPParams:
@@ -117,9 +115,7 @@ class TiedEPClassifier:
     def global_energy(self, params: TiedEPParams, shared: StepShared, n_total):
         """``G = φ(q) − φ(p) + N(φ(cav) − φ(q))`` (seed000 eq. 110 with tied factors, α = 1), with the
         gradient of the prior term of seed001 eq. (10) only."""
-        q = bank.gaussians(shared.prior, params.factor, 1.0)
-        value = bank.power_ep_global_term(q, shared.cavity, n_total, 1.0)
-        return hold_gradient(value, bank.prior_surrogate(shared.prior, q))
+        return sep.held_global_energy(shared.prior, params.factor, shared.cavity, n_total, 1.0)
 
     def data_energy(self, params: TiedEPParams, shared: StepShared, x, y, mask):
         """``L = Σ_n mask_n log Φ(s_n m_n/√(1 + v_n))`` under the cavity (masked rows add exactly 0)."""
@@ -150,7 +146,7 @@ class TiedEPClassifier:
     def site_update(self, params: TiedEPParams, shared: StepShared, stats: SiteStats, n_total, damping=1.0):
         """``(params, shared, accepted)``: the damped SEP update towards the summed sites; a non-finite
         result is rejected."""
-        factor, ok = bank.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
+        factor, ok = sep.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
                                              jnp.asarray(n_total, stats.count.dtype)[None], damping)
         params = params._replace(factor=factor)
         return params, self._refresh_shared(params, shared.prior, n_total), ok

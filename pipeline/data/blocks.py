@@ -11,12 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import zarr
 
-from .stores import Store
 
 
 class Block(NamedTuple):
@@ -92,10 +91,11 @@ class BlockSource(FixedBlocks):
     targets: TargetScaling
 
     @classmethod
-    def of(cls, store: Store, split: str, block_rows: int, targets: TargetScaling,
+    def of(cls, store: Any, split: str, block_rows: int, targets: TargetScaling,
            standardize: bool = True) -> "BlockSource":
-        """The blocks of ``split`` of ``store``, standardised with the training statistics unless
-        ``standardize`` is False (then ``x`` is fed as stored: mean 0, scale 1)."""
+        """The blocks of ``split`` of ``store`` (a :class:`~pep_gp.pipeline.data.stores.Store`), standardised
+        with the training statistics unless ``standardize`` is False (then ``x`` is fed as stored: mean 0,
+        scale 1)."""
         return cls(store.path, split, store.n_rows(split), block_rows, *input_statistics(store.attrs, standardize),
                    targets)
 

@@ -32,6 +32,7 @@ import numpy as np
 import zarr
 
 from ..errors import InputError
+from .blocks import BlockSource
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "test")
@@ -201,8 +202,6 @@ class Store:
 
     def blocks(self, split: str, block_rows: int, targets: Any, standardize: bool = True) -> Any:
         """The fixed-size training blocks of ``split`` (:class:`~pep_gp.pipeline.data.blocks.BlockSource`)."""
-        from .blocks import BlockSource
-
         return BlockSource.of(self, split, block_rows, targets, standardize)
 
     def n_chunks(self, split: str) -> int:

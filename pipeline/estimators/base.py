@@ -14,7 +14,7 @@ from ..training.config import TrainConfig
 from ..training.trainer import Trainer, TrainJob
 from ..data.blocks import input_statistics
 from ..data.datasets import ArrayData
-from ..training.engine import InProcess
+from ..engine import InProcess
 from ..models import ModelSpec
 
 

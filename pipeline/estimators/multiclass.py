@@ -36,7 +36,8 @@ from ...core.models.multiclass import MultiClassGP, NaturalFactor
 from ..data.datasets import ArrayData
 from .base import InputScaling, fit_in_process, stopping_rule, training_config, training_steps
 from ..models.multiclass import SEP
-from ..training.step import adam, ascent_update
+from ..training.optimiser import adam
+from ..training.step import ascent_update
 from ..data.validation import check_class_labels, check_features, check_num_inducing, check_targets
 
 METHODS = ("sep", "ep")

@@ -1,10 +1,9 @@
-"""The collapsed PEP-α regression objective (seed000 §3.2,
+"""The collapsed PEP-α regression objective (Bui, Yan & Turner 2017, §3.2,
 :class:`pep_gp.core.models.collapsed_regression.CollapsedRegression`) as a model of the trainer.
 
 Its sites are integrated out in closed form, so the objective is not a sum over blocks: it trains
 with the whole training split as one block (full batch), and it predicts from its training rows, so it
-has no per-block held-out evaluation. ``SparseGPRegressor`` trains it; ``pep train`` offers the tied
-``sparse-gp-regressor`` for data that does not fit one block.
+has no per-block predictive.
 """
 
 from __future__ import annotations
@@ -18,28 +17,22 @@ from pydantic import Field
 from ...core.initialisation import initial_kernel_and_inducing
 from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
 from ...core.parameters import unconstrained
-from ..data.blocks import TargetScaling
 from ..errors import InputError
-from .protocol import ModelSettings
-from .sparse_gp import (INITIAL_NOISE_VARIANCE, check_inducing, check_task, fixed_inducing,
-                                       regression_targets)
+from .protocol import ModelSettings, SpecBase, check_task
+from .sparse_gp import INITIAL_NOISE_VARIANCE, check_inducing
 
 
 class CollapsedSettings(ModelSettings):
     """Settings of the collapsed regression objective."""
 
-    alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC (seed000 §3.2)")
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC")
 
 
 @dataclass(frozen=True)
-class CollapsedRegressionSpec:
-    """The :class:`~pep_gp.pipeline.models.ModelSpec` protocol for :class:`CollapsedRegression`."""
+class CollapsedRegressionSpec(SpecBase):
+    """The spec of :class:`CollapsedRegression`."""
 
-    name: str = "collapsed-regressor"
-    task: str = "regression"
-    description: str = "collapsed Power-EP sparse GP regression (full batch, seed000 §3.2)"
     Settings = CollapsedSettings
-    has_sites = False
 
     def check(self, data: Any, settings: CollapsedSettings, block_rows: int) -> None:
         check_task(self, data)
@@ -47,16 +40,13 @@ class CollapsedRegressionSpec:
             raise InputError(f"{data.path}: --model {self.name} needs the whole training split in one block; "
                              f"block_rows is {block_rows} for {data.n_rows('train')} rows")
 
-    def binding(self, data: Any) -> dict[str, Any]:
-        return {}
-
-    def build(self, settings: CollapsedSettings, binding: dict[str, Any]) -> CollapsedRegression:
+    def build(self, settings: CollapsedSettings, binding: dict) -> CollapsedRegression:
         return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter)
 
     def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
              lengthscales=None, variance: float = 1.0,
              noise_variance: float = INITIAL_NOISE_VARIANCE) -> RegressionParams:
-        """k-means inducing inputs and median-distance lengthscales unless given (seed000 §7)."""
+        """k-means inducing inputs and median-distance lengthscales unless given (Bui et al. 2017, §7)."""
         if inducing is None:
             check_inducing(settings, x.shape[0])
         lengthscales, variance, z = initial_kernel_and_inducing(
@@ -65,15 +55,10 @@ class CollapsedRegressionSpec:
                             noise_variance=jnp.asarray(float(noise_variance)))
         return RegressionParams(**raw, inducing=jnp.asarray(z))
 
-    def frozen(self, settings: CollapsedSettings, params: RegressionParams) -> RegressionParams:
-        return fixed_inducing(params, settings)
-
-    def targets(self, data: Any) -> TargetScaling:
-        return regression_targets(data)
-
-    def held_out(self, model: CollapsedRegression, targets: TargetScaling) -> None:
+    def predictive(self, model: CollapsedRegression, targets: Any) -> None:
         """None: predictions need the training rows (see the module docstring)."""
         return None
 
 
-COLLAPSED = CollapsedRegressionSpec()
+COLLAPSED = CollapsedRegressionSpec("collapsed-regressor", "regression",
+                                    "collapsed Power-EP sparse GP regression (full batch)")

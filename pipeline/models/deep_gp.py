@@ -1,12 +1,11 @@
-"""``deep-gp`` and ``deep-gp-classifier``: deep GPs trained with approximate EP (seed004,
+"""``deep-gp`` and ``deep-gp-classifier``: deep GPs trained with approximate EP (Bui et al. 2016,
 :class:`pep_gp.core.models.deep_gp.DeepGP`) with a Gaussian or probit output."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
-import jax
 from pydantic import Field
 
 from ...core.likelihoods import Gaussian, Probit
@@ -21,8 +20,8 @@ class DeepGPSettings(ModelSettings):
 
     hidden_dims: tuple[Annotated[int, Field(ge=1)], ...] = Field(
         (2,), description="widths of the hidden layers; () is one GP layer")
-    num_inducing: int = Field(100, ge=1, description="inducing points M per GP (seed004 §8.2: 50 or 100)")
-    alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power: 1 is seed004's approximate EP")
+    num_inducing: int = Field(100, ge=1, description="inducing points M per GP (Bui et al. 2016: 50 or 100)")
+    alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power: 1 is the paper's approximate EP")
     share_hypers: bool = Field(False, description="one kernel per layer (the authors' code) instead of per GP "
                                                   "(the paper)")
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0,
@@ -32,12 +31,11 @@ class DeepGPSettings(ModelSettings):
 
 @dataclass(frozen=True)
 class DeepGPSpec(SparseGPSpec):
-    """A deep GP bound to a task (the :class:`~pep_gp.pipeline.models.ModelSpec` protocol); the data checks,
-    targets and held-out metrics are the sparse GP's."""
+    """A deep GP bound to a task; the data checks, targets and predictive are the sparse GP's."""
 
     Settings = DeepGPSettings
 
-    def build(self, settings: DeepGPSettings, binding: dict[str, Any]) -> DeepGP:
+    def build(self, settings: DeepGPSettings, binding: dict) -> DeepGP:
         likelihood = Gaussian() if self.task == "regression" else Probit()
         return DeepGP(likelihood, alpha=settings.alpha, jitter=settings.jitter)
 
@@ -49,14 +47,8 @@ class DeepGPSpec(SparseGPSpec):
         return model.init(x, settings.hidden_dims, settings.num_inducing, likelihood_params=likelihood,
                           noise_variance=settings.noise_variance, share_hypers=settings.share_hypers, seed=seed)
 
-    def frozen(self, settings: DeepGPSettings, params: DeepGPParams) -> DeepGPParams:
-        """Every leaf trainable but the inducing inputs unless ``train_inducing``."""
-        trainable = jax.tree_util.tree_map(lambda _: False, params)
-        return trainable._replace(layers=tuple(layer._replace(inducing=not settings.train_inducing)
-                                               for layer in trainable.layers))
-
 
 REGRESSOR = register(DeepGPSpec("deep-gp", "regression",
-                                "deep GP regression with approximate EP (seed004; Gaussian output)"))
+                                "deep GP regression with approximate EP (Bui et al. 2016; Gaussian output)"))
 CLASSIFIER = register(DeepGPSpec("deep-gp-classifier", "classification",
-                                 "deep GP binary classification with approximate EP (seed004; probit output)"))
+                                 "deep GP binary classification with approximate EP (Bui et al. 2016; probit output)"))

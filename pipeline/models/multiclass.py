@@ -1,19 +1,16 @@
-"""``multiclass-sep`` and ``multiclass-direct``: seed001's multi-class GP classifier
-(:class:`pep_gp.core.models.multiclass.MultiClassGP`: C latent sparse GPs, one tied factor per class,
-O(C·M²) state).
+"""``multiclass-sep`` and ``multiclass-direct``: the multi-class GP classifier of Villacampa-Calvo &
+Hernández-Lobato (2017) (:class:`pep_gp.core.models.multiclass.MultiClassGP`: C latent sparse GPs, one tied
+factor per class, O(C·M²) state).
 
-* ``multiclass-sep`` — the paper's SEP training (seed001 §2.3, spec §2.8–2.9): each step first gathers
-  the minibatch's summed site statistics and applies the damped tied-factor update (spec §2.8.5), then
-  takes the data term's gradient at the *refined* factor with the cavity held fixed (eq. 10/12) and an
-  Adam step on the hyper-parameters and inducing inputs (the factor is frozen for Adam).
+* ``multiclass-sep`` — the paper's SEP training (§2.3): each step first gathers the minibatch's summed
+  site statistics and applies the damped tied-factor update, then takes the data term's gradient at the
+  *refined* factor with the cavity held fixed (eqs. 10, 12) and an Adam step on the hyper-parameters and
+  inducing inputs (the factor is frozen for Adam).
 * ``multiclass-direct`` — the tied factor is a Cholesky factor and Adam ascends the exact gradient of
   the same energy w.r.t. everything (no site statistics).
 
-Untied EP keeps O(N·C·M) per-row state and is not a trainer model: it trains in-process through
-``MultiClassGPClassifier(method="ep")`` for N up to ~10⁴.
-
-The per-class factor counts ``n_c`` (spec §2.8) need the class frequencies of the training split: the
-binding holds the training class counts (from a store's ``class_counts``, kept in checkpoints).
+The per-class factor counts ``n_c`` need the class frequencies of the training split: the binding holds
+the training class counts (from a store's ``class_counts``, kept in checkpoints).
 """
 
 from __future__ import annotations
@@ -21,18 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import jax.numpy as jnp
 import numpy as np
 from pydantic import Field
 
 from ...core.kernels import ProductDtype
-from ...core.models.multiclass import MultiClassGP, MultiClassParams, NaturalFactor
+from ...core.models.multiclass import MultiClassGP, MultiClassParams
 from ..data.blocks import TargetScaling
 from ..errors import InputError
-from ..training.metrics import classification_sums
-from .protocol import SiteSettings
+from .predictive import MultiClassPredictive
+from .protocol import SiteSettings, SpecBase, check_task
 from .registry import register
-from .sparse_gp import check_inducing, check_task, fixed_inducing
+from .sparse_gp import check_inducing
 
 
 class MultiClassSettings(SiteSettings):
@@ -45,27 +41,11 @@ class MultiClassSettings(SiteSettings):
 
 
 @dataclass(frozen=True)
-class MultiClassHeldOut:
-    """Per-block held-out sums: ``log p(y|x)`` by the predictive quadrature of eq. (11), and errors."""
+class MultiClassSpec(SpecBase):
+    """The multi-class GP bound to a classification dataset; ``factor`` is ``"natural"`` (SEP, site
+    updates) or ``"cholesky"`` (direct mode)."""
 
-    model: MultiClassGP
-
-    def __call__(self, params, x, y, mask):
-        log_probs = self.model.predict(params, x)
-        labels = y.astype(jnp.int32)
-        log_true = jnp.take_along_axis(log_probs, labels[:, None], axis=1)[:, 0]
-        return classification_sums(log_true, jnp.argmax(log_probs, axis=1) == labels, mask)
-
-
-@dataclass(frozen=True)
-class MultiClassSpec:
-    """The multi-class GP bound to a classification dataset (the :class:`~pep_gp.pipeline.models.ModelSpec`
-    protocol); ``factor`` is ``"natural"`` (SEP, site updates) or ``"cholesky"`` (direct mode)."""
-
-    name: str
-    description: str
-    factor: str
-    task = "classification"
+    factor: str = "natural"
     Settings = MultiClassSettings
 
     @property
@@ -93,25 +73,15 @@ class MultiClassSpec:
 
     def init(self, model: MultiClassGP, x, settings: MultiClassSettings, seed: int) -> MultiClassParams:
         """A random sample of ``M`` rows per class as inducing inputs; lengthscales from the median
-        distance; amplitude and noise 1 (spec §4.0)."""
+        distance; amplitude and noise 1 (the paper's §4 settings)."""
         check_inducing(settings, x.shape[0])
         return model.init(x, settings.num_inducing, factor=self.factor, seed=seed)
 
-    def frozen(self, settings: MultiClassSettings, params: MultiClassParams) -> MultiClassParams:
-        """SEP: the factor moves only by EP updates; both: inducing inputs unless ``train_inducing``."""
-        fixed = fixed_inducing(params, settings)
-        if isinstance(params.factor, NaturalFactor):
-            fixed = fixed._replace(factor=NaturalFactor(True, True))
-        return fixed
-
-    def targets(self, data: Any) -> TargetScaling:
-        return TargetScaling()
-
-    def held_out(self, model: MultiClassGP, targets: TargetScaling) -> Callable:
-        return MultiClassHeldOut(model)
+    def predictive(self, model: MultiClassGP, targets: TargetScaling) -> Callable:
+        return MultiClassPredictive(model)
 
 
-SEP = register(MultiClassSpec("multiclass-sep", "multi-class GP classification, stochastic EP with tied factors "
-                              "per class (seed001 §2.3)", "natural"))
-DIRECT = register(MultiClassSpec("multiclass-direct", "multi-class GP classification, Adam on the tied-factor "
-                                 "energy for all parameters (direct mode)", "cholesky"))
+SEP = register(MultiClassSpec("multiclass-sep", "classification", "multi-class GP classification, stochastic EP "
+                              "with tied factors per class (Villacampa-Calvo & Hernández-Lobato 2017)", "natural"))
+DIRECT = register(MultiClassSpec("multiclass-direct", "classification", "multi-class GP classification, Adam on "
+                                 "the tied-factor energy for all parameters (direct mode)", "cholesky"))

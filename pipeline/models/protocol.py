@@ -1,5 +1,6 @@
-"""What a model provides to the trainer: its mathematics (:class:`Energy`, from :mod:`pep_gp.core`) and
-its binding to data and settings (:class:`ModelSpec`, one spec module per model in this package).
+"""What a model provides to the trainer and the estimators: its mathematics (:class:`Energy`, from
+:mod:`pep_gp.core`) and its binding to data and settings (a spec: :class:`ModelSpec`, one spec module per
+model in this package, built on :class:`SpecBase`).
 
 Every method here optimises an energy with tied factors, written in the *step-shared* form
 
@@ -7,20 +8,30 @@ Every method here optimises an energy with tied factors, written in the *step-sh
 
 where ``S`` holds what every block of a step needs and costs O(G·M³) to compute (prior factors,
 cavities); the trainer computes it once per step with its pullback, the blocks return ``∂L/∂θ`` and
-``∂L/∂S``, and the chain rule gives ``dF/dθ`` (DESIGN §2; :mod:`pep_gp.pipeline.training.step`). A model with nothing to
-share returns ``()``. Models with EP-style moment matching of the tied factor (seed001's SEP) declare
-``has_sites = True`` in their spec and implement :class:`SiteUpdates`: per-block sums of refined site
-statistics, reduced like gradients, and the damped update of the tied factor that they drive.
-Capabilities are declared, never detected.
+``∂L/∂S``, and the chain rule gives ``dF/dθ`` (:mod:`pep_gp.pipeline.training.step`). A model with nothing
+to share returns ``()``. Models with EP-style moment matching of the tied factor (stochastic EP, Li et al.
+2015; Villacampa-Calvo & Hernández-Lobato 2017, §2.3) declare ``has_sites = True`` in their spec and
+implement :class:`SiteUpdates`: per-block sums of refined site statistics, reduced like gradients, and the
+damped update of the tied factor that they drive. Capabilities are declared, never detected.
+
+A spec is the only per-model face of pep: ``pep train --model NAME`` trains it, its estimator
+(:mod:`pep_gp.pipeline.estimators`) takes exactly its settings as constructor arguments, and
+``pep predict`` and the held-out metrics use its :meth:`~ModelSpec.predictive`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
+import jax
 import jax.numpy as jnp
 import optax
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..data.blocks import TargetScaling
+from ..errors import InputError
+from .predictive import BinaryPredictive, GaussianPredictive
 
 
 class Energy(Protocol):
@@ -53,23 +64,23 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_inducing: int = Field(200, ge=1, description="inducing points M (per latent GP)")
+    num_inducing: int = Field(200, ge=1, description="inducing points M (per latent GP); capped by the training rows")
     train_inducing: bool = Field(True, description="optimise the inducing inputs")
-    jitter: float = Field(1.4901161193847656e-08, ge=0.0, description="relative jitter on K_uu (pep_gp.core.linalg)")
+    jitter: float = Field(1.4901161193847656e-08, ge=0.0, description="relative jitter on K_uu")
 
 
 class SiteSettings(ModelSettings):
-    """Settings of a model with site updates (``has_sites``): the step ``ρ_t`` of the damped
-    tied-factor update (spec seed001 §2.4)."""
+    """Settings of a model with site updates (``has_sites``): the step ``ρ_t`` of the damped tied-factor
+    update (Villacampa-Calvo & Hernández-Lobato 2017, §2.3)."""
 
-    damping: float = Field(1.0, gt=0.0, le=1.0, description="SEP step ρ of the tied-factor update (1 with minibatches, seed001 §2.7)")
-    damping_decay: float = Field(1.0, gt=0.0, le=1.0, description="ρ_t = ρ·decay^t (0.99: the full-batch schedule of spec §2.4)")
+    damping: float = Field(1.0, gt=0.0, le=1.0, description="SEP step ρ of the tied-factor update (1 with minibatches)")
+    damping_decay: float = Field(1.0, gt=0.0, le=1.0, description="ρ_t = ρ·decay^t (0.99: the full-batch schedule)")
     damping_floor: float = Field(0.05, ge=0.0, le=1.0, description="ρ_t never falls below min(ρ, floor)")
 
     def damping_schedule(self) -> optax.Schedule:
         """``ρ_t = max(ρ·decay^t, min(ρ, floor))``. The floor keeps the factor tracking the hyper-parameters:
-        their steps use the gradient as if EP had converged (spec §2.9), and with a factor frozen by the
-        decay (ρ_t → 0) they drift from its fixed point — full-batch wine collapsed after ~550 steps at
+        their steps use the gradient as if EP had converged, and with a factor frozen by the decay
+        (ρ_t → 0) they drift from its fixed point — full-batch wine collapsed after ~550 steps at
         learning rate 0.05 (tests/pipeline/test_convergence.py)."""
         floor = min(self.damping, self.damping_floor)
         return lambda count: jnp.maximum(self.damping * self.damping_decay ** count, floor)
@@ -77,7 +88,8 @@ class SiteSettings(ModelSettings):
 
 @runtime_checkable
 class ModelSpec(Protocol):
-    """A model as the trainer sees it: its name, task, settings, and how it binds to data.
+    """A model as the trainer, the estimators and ``pep predict`` see it: its name, task, settings, and
+    how it binds to data (:class:`SpecBase` gives the parts most models share).
 
     Attributes:
         name: the ``--model`` name.
@@ -85,7 +97,7 @@ class ModelSpec(Protocol):
         description: one line for ``--help`` and reports.
         Settings: the pydantic class of its ``[model]`` settings (a :class:`ModelSettings`).
         has_sites: True when the model is a :class:`SiteUpdates` and each step first gathers site
-            statistics and updates the tied factor (seed001 §2.3's order).
+            statistics and updates the tied factor.
     """
 
     name: str
@@ -110,8 +122,61 @@ class ModelSpec(Protocol):
     def frozen(self, settings: ModelSettings, params: Any) -> Any:
         """A pytree like ``params`` of bools: True for leaves the optimiser must not move."""
 
-    def targets(self, data: Any) -> Any:
-        """Stored targets → model units (a :class:`~pep_gp.pipeline.data.blocks.TargetScaling`)."""
+    def targets(self, data: Any) -> TargetScaling:
+        """Stored targets → model units."""
 
-    def held_out(self, model: Energy, targets: Any) -> Callable:
-        """The per-block function whose sums give the held-out metrics (:mod:`pep_gp.pipeline.training.metrics`)."""
+    def predictive(self, model: Energy, targets: TargetScaling) -> Callable:
+        """``predict(params, x) -> dict`` on standardised rows ``x`` (:mod:`pep_gp.pipeline.models.predictive`):
+        ``{"log_proba": [B, C]}`` for classification, ``{"mean": [B], "var": [B]}`` in target units for
+        regression; jit-able, so it runs per block on the engine like the held-out metrics it gives."""
+
+
+def check_task(spec: Any, data: Any, n_classes: int | None = None) -> None:
+    """InputError unless ``data`` holds ``spec``'s task (and, for a binary model, 2 classes)."""
+    if data.task != spec.task:
+        raise InputError(f"{data.path}: --model {spec.name} needs a {spec.task} store; this store holds a "
+                         f"{data.task} task")
+    if n_classes is not None and data.n_classes != n_classes:
+        raise InputError(f"{data.path}: --model {spec.name} is binary and needs 2 classes; this store has "
+                         f"{data.n_classes} (for airline, ingest with --target delayed)")
+
+
+def leaves_named(params: Any, names: set[str]) -> Any:
+    """A pytree like ``params``: True for leaves under a field called one of ``names`` (at any depth)."""
+    def marked(path, _):
+        return any(getattr(key, "name", getattr(key, "key", None)) in names for key in path)
+    return jax.tree_util.tree_map_with_path(marked, params)
+
+
+@dataclass(frozen=True)
+class SpecBase:
+    """What most specs share: a task check (binary models set ``n_classes = 2``), no binding, targets
+    standardised for regression, Adam on every leaf but the inducing inputs unless ``train_inducing``
+    (and the tied factor of a model with site updates, which moves by EP), and the task's predictive
+    (a Gaussian ``predict_y`` or a probit ``predict_f``). A spec adds ``build`` and ``init``."""
+
+    name: str
+    task: str
+    description: str
+    Settings: ClassVar[type[ModelSettings]] = ModelSettings
+    has_sites: ClassVar[bool] = False
+    n_classes: ClassVar[int | None] = None
+
+    def check(self, data: Any, settings: ModelSettings, block_rows: int) -> None:
+        check_task(self, data, self.n_classes)
+
+    def binding(self, data: Any) -> dict[str, Any]:
+        return {}
+
+    def targets(self, data: Any) -> TargetScaling:
+        """Standardised regression targets (the training split's mean and deviation); labels as they are."""
+        if self.task == "regression":
+            return TargetScaling(float(data.attrs["y_mean"]), float(data.attrs["y_std"]))
+        return TargetScaling()
+
+    def frozen(self, settings: ModelSettings, params: Any) -> Any:
+        fixed = set() if settings.train_inducing else {"inducing"}
+        return leaves_named(params, fixed | ({"factor"} if self.has_sites else set()))
+
+    def predictive(self, model: Energy, targets: TargetScaling) -> Callable:
+        return GaussianPredictive(model, targets) if self.task == "regression" else BinaryPredictive(model)

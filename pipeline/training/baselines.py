@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-from .metrics import test_error, test_nll
+from ..metrics import test_error, test_nll
 from ..data.stores import Store
 
 

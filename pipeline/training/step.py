@@ -14,7 +14,7 @@ Each ``update(state, batch)`` (seed001 §2.3, spec §2.9; DESIGN §2, §4):
    energy or gradient leaves params and optimiser state unchanged and is reported (DESIGN §8).
 
 ``batch`` is anything with ``scale`` (``N/|B|``) and ``sum(fn, inputs)``, the sum over the
-minibatch's blocks of ``fn(inputs, x, y, mask)`` in a fixed order (:class:`~pep_gp.pipeline.training.engine.Engine`).
+minibatch's blocks of ``fn(inputs, x, y, mask)`` in a fixed order (:class:`~pep_gp.pipeline.engine.Engine`).
 """
 
 from __future__ import annotations
@@ -109,16 +109,6 @@ def ascent_update(optimizer: optax.GradientTransformation, params, opt_state, va
     new_params = optax.apply_updates(params, updates)
     keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
     return keep(new_params, params), keep(new_state, opt_state), ok
-
-
-def adam(learning_rate: optax.ScalarOrSchedule, frozen: Callable[[Any], Any] | None = None) -> optax.GradientTransformation:
-    """optax Adam (default moments, as the papers use) that leaves the leaves ``frozen(params)`` marks
-    True where they are."""
-    base = optax.adam(learning_rate)
-    if frozen is None:
-        return base
-    labels = lambda params: jax.tree_util.tree_map(lambda f: "frozen" if f else "train", frozen(params))
-    return optax.multi_transform({"train": base, "frozen": optax.set_to_zero()}, labels)
 
 
 def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Callable, data_value, data_grad,

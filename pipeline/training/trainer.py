@@ -1,13 +1,10 @@
-"""The trainer: the one training loop of pep, around :mod:`pep_gp.pipeline.training.step` (DESIGN §2, §4, §5).
+"""The trainer: the one training loop of pep, around :mod:`pep_gp.pipeline.training.step`.
 
 Each step ``s`` the minibatch schedule picks the blocks of ``s`` (:mod:`pep_gp.pipeline.training.sampling`) and the
 step's ``update`` runs on them through the engine (Dask workers or this process); at the end of every
 epoch the trainer records the epoch's mean energy and the held-out metrics, and every
-``checkpoint_every`` steps and at the end it writes a checkpoint (:mod:`pep_gp.pipeline.training.checkpoint`).
-
-The state that a checkpoint holds — params, optimiser state, step (which fixes the sampling position
-and the damping schedule), the RNG key, the epoch's running energy and the history — is everything the
-loop reads, so a resumed run continues bit-for-bit as an uninterrupted one would. The estimators run
+``checkpoint_every`` steps and at the end it writes a checkpoint of its state
+(:mod:`pep_gp.pipeline.training.state`), so a resumed run continues bit-for-bit. The estimators run
 this same trainer over in-memory arrays (:mod:`pep_gp.pipeline.data.datasets`), without a run directory.
 """
 
@@ -16,27 +13,25 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from functools import lru_cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
-import optax
 
 from ...core import float64
-from . import checkpoint
-from ..data.blocks import BlockSource, TargetScaling
-from .config import TrainConfig
-from .engine import Backend, Engine, InProcess, compute_threads
+from ..engine import Backend, Engine, InProcess
+from ..engine.threads import compute_threads
 from ..errors import InputError
-from .metrics import finish
-from ..models import ModelSpec, get_model, model_settings
+from ..metrics import finish
+from ..models import HeldOut, ModelSpec, get_model, model_settings
+from . import checkpoint
+from .config import TrainConfig
+from .optimiser import compiled_step
 from .sampling import MinibatchSchedule
-from .step import StepState, TrainStep, adam, training_step
-from ..data.stores import open_store
+from .state import LoopState, refuse_another_run, restored_state, save_state
+from .step import StepState
 
 INIT_ROWS = 5_000  # training rows sampled to place the inducing inputs (k-means) and lengthscales
 
@@ -93,20 +88,6 @@ class TrainResult:
         return {k: v for k, v in last.items() if k in ("test_error", "test_nll", "rmse", "n_test")}
 
 
-@dataclass
-class _LoopState:
-    params: Any
-    opt_state: Any
-    key_data: np.ndarray
-    step: int = 0
-    rejected: int = 0
-    rejected_sites: int = 0
-    epoch_energy: tuple[float, int] = (0.0, 0)  # sum and count of the finite step energies so far
-    history: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-    last_energy: float = float("nan")
-
-
 class Trainer:
     """One training job on one backend. The model, block sources, minibatch schedule and compiled
     step are built once; :meth:`run` trains a segment and may be called again (a later segment
@@ -134,7 +115,8 @@ class Trainer:
         self.targets = spec.targets(store)
         block_rows = self.effective.block_rows
         self.train = Engine(backend, store.blocks("train", block_rows, self.targets, config.standardize))
-        self.held_out = spec.held_out(self.model, self.targets)
+        predictive = spec.predictive(self.model, self.targets)
+        self.held_out = None if predictive is None else HeldOut(predictive, self.targets)
         has_test = store.n_rows("test") > 0 and self.held_out is not None
         self.test = (Engine(backend, store.blocks("test", block_rows, self.targets, config.standardize))
                      if has_test else None)
@@ -145,12 +127,12 @@ class Trainer:
                                           math.ceil(self.effective.batch_size / block_rows),
                                           tuple(int(k) for k in key_data))
         self.total_steps = config.epochs * self.schedule.steps_per_epoch
-        self.step_fn = _training_step(spec, self.settings, self.model, config.trajectory().model_dump_json(),
+        self.step_fn = compiled_step(spec, self.settings, self.model, config.trajectory().model_dump_json(),
                                       self.n_total, self.schedule.steps_per_epoch,
                                       self.total_steps if config.lr_schedule == "cosine" else 0)
         self._initial_params = initial_params
         self._start: StepState | None = None
-        self._state: _LoopState | None = None
+        self._state: LoopState | None = None
 
     # ---------------------------------------------------------------------------------------------
     def run(self, *, resume: bool = False, until_step: int | None = None, segment_steps: int | None = None,
@@ -194,7 +176,7 @@ class Trainer:
                            state.history, state.rejected, state.rejected_sites)
 
     # ---------------------------------------------------------------------------------------------
-    def fresh_state(self) -> _LoopState:
+    def fresh_state(self) -> LoopState:
         """The starting state (the initial params are computed once per trainer)."""
         if self._start is None:
             with float64():
@@ -202,7 +184,7 @@ class Trainer:
                 if params is None:
                     params = self.spec.init(self.model, self._init_sample(), self.settings, self.job.config.seed)
                 self._start = self.step_fn.init(params)
-        return _LoopState(self._start.params, self._start.opt_state, np.asarray(self.schedule.key_data, np.uint32))
+        return LoopState(self._start.params, self._start.opt_state, np.asarray(self.schedule.key_data, np.uint32))
 
     def _init_sample(self) -> np.ndarray:
         source = self.train.source
@@ -211,23 +193,7 @@ class Trainer:
         blocks = [source.read(int(b)) for b in chosen]
         return np.concatenate([b.x[b.mask] for b in blocks])
 
-    def templates(self, manifest: dict[str, Any], fresh: _LoopState) -> dict[str, Any]:
-        """The pytrees to restore from ``manifest``, after refusing another dataset or model or an
-        incompatible config (InputError)."""
-        run_dir, store = self.job.run_dir, self.job.store
-        if manifest["dataset_checksum"] != store.checksum:
-            raise InputError(f"{run_dir}: this run was trained on {manifest['data']} (checksum "
-                             f"{manifest['dataset_checksum']}), not on {store.path} (checksum "
-                             f"{store.checksum}); resume with the same data or use a new --run-dir")
-        if manifest["model"] != self.job.model_name:
-            raise InputError(f"{run_dir}: this run trains --model {manifest['model']}, not {self.job.model_name}")
-        changed = TrainConfig(**manifest["config"]).incompatibilities(self.job.config)
-        if changed:
-            raise InputError(f"{run_dir}: cannot resume with a different config ({'; '.join(changed)}); "
-                             "use the run's config or a new --run-dir")
-        return {"params": fresh.params, "opt_state": fresh.opt_state, "key": fresh.key_data}
-
-    def restore_or_init(self, resume: bool) -> tuple[_LoopState, Path | None]:
+    def restore_or_init(self, resume: bool) -> tuple[LoopState, Path | None]:
         run_dir = self.job.run_dir
         if run_dir is None:
             return self.fresh_state(), None
@@ -235,35 +201,32 @@ class Trainer:
             raise InputError(f"{run_dir}: already holds checkpoints; pass --resume to continue that run "
                              "or choose a new --run-dir")
         fresh = self.fresh_state()
-        restored = checkpoint.restore(run_dir, lambda m: self.templates(m, fresh)) if resume else None
+        restored = checkpoint.restore(run_dir, lambda manifest: self._templates(manifest, fresh)) if resume else None
         if restored is None:
             return fresh, None
-        meta = restored.meta
-        trees = restored.trees
-        state = _LoopState(trees["params"], trees["opt_state"], trees["key"], restored.step,
-                           meta["rejected_steps"], meta["rejected_site_updates"], tuple(meta["epoch_energy"]),
-                           meta["history"], meta["seconds"])
-        return state, restored.path
+        return restored_state(restored), restored.path
 
-    def save(self, state: _LoopState) -> Path | None:
-        """Write a checkpoint of ``state`` (None, and nothing written, without a run directory)."""
+    def _templates(self, manifest: dict[str, Any], fresh: LoopState) -> dict[str, Any]:
+        """The pytrees to restore, after refusing another run's checkpoint (InputError)."""
+        store = self.job.store
+        refuse_another_run(manifest, self.job.run_dir, self.job.model_name, store.checksum, store.path,
+                                 self.job.config)
+        return {"params": fresh.params, "opt_state": fresh.opt_state, "key": fresh.key_data}
+
+    def save(self, loop: LoopState) -> Path | None:
+        """Write a checkpoint of ``loop`` (None, and nothing written, without a run directory)."""
         if self.job.run_dir is None:
             return None
-        config = self.job.config
-        source = self.train.source
-        meta = {"model": self.job.model_name, "model_binding": self.binding, "data": self.job.store.path,
-                "dataset_checksum": self.job.store.checksum, "config": config.model_dump(),
-                "x_mean": source.x_mean, "x_std": source.x_std,
-                "targets": {"shift": self.targets.shift, "scale": self.targets.scale},
-                "total_steps": self.total_steps, "steps_per_epoch": self.schedule.steps_per_epoch,
-                "rejected_steps": state.rejected, "rejected_site_updates": state.rejected_sites,
-                "epoch_energy": state.epoch_energy, "history": state.history, "seconds": state.seconds,
-                "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        trees = {"params": state.params, "opt_state": state.opt_state, "key": state.key_data}
-        return checkpoint.save(self.job.run_dir, state.step, trees, meta, config.keep_checkpoints)
+        config, source = self.job.config, self.train.source
+        run_meta = {"model": self.job.model_name, "model_binding": self.binding, "data": self.job.store.path,
+                    "dataset_checksum": self.job.store.checksum, "config": config.model_dump(),
+                    "x_mean": source.x_mean, "x_std": source.x_std,
+                    "targets": {"shift": self.targets.shift, "scale": self.targets.scale},
+                    "total_steps": self.total_steps, "steps_per_epoch": self.schedule.steps_per_epoch}
+        return save_state(self.job.run_dir, loop, run_meta, config.keep_checkpoints)
 
     # ---------------------------------------------------------------------------------------------
-    def step(self, state: _LoopState) -> bool:
+    def step(self, state: LoopState) -> bool:
         """One training step on ``state`` (in place); False if it was rejected as non-finite."""
         blocks = self.schedule.blocks(state.step)
         batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks))
@@ -285,7 +248,7 @@ class Trainer:
             return {}
         return finish(self.test.map_sum(self.held_out, params, range(self.test.source.n_blocks)))
 
-    def end_epoch(self, state: _LoopState) -> dict[str, Any]:
+    def end_epoch(self, state: LoopState) -> dict[str, Any]:
         total, count = state.epoch_energy
         energy = total / count if count else float("nan")
         record = {"epoch": self.schedule.epoch_of(state.step - 1) + 1, "step": state.step,
@@ -309,75 +272,7 @@ class EngineBatch:
         return self.engine.map_sum(fn, inputs, self.blocks)
 
 
-def learning_rate(config: TrainConfig, steps_per_epoch: int, total_steps: int) -> optax.Schedule:
-    """The configured schedule: constant, cosine decay over all steps, or exponential per epoch."""
-    if config.lr_schedule == "cosine":
-        return optax.cosine_decay_schedule(config.learning_rate, total_steps, alpha=config.lr_final_fraction)
-    if config.lr_schedule == "exponential":
-        return optax.exponential_decay(config.learning_rate, steps_per_epoch, config.lr_decay, staircase=True)
-    return optax.constant_schedule(config.learning_rate)
-
-
-@lru_cache(maxsize=8)
-def _training_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, n_total: int,
-                   steps_per_epoch: int, total_steps: int) -> TrainStep:
-    """The compiled step of a job, cached on hashable arguments (``trajectory`` is the config's JSON
-    without the fields that leave the updates unchanged), so equal jobs (segments, retries, repeated
-    estimator fits) compile once."""
-    config = TrainConfig.model_validate_json(trajectory)
-    optimizer = adam(learning_rate(config, steps_per_epoch, total_steps),
-                     lambda params: spec.frozen(settings, params))
-    if not spec.has_sites:
-        return training_step(model, optimizer, n_total)
-    return training_step(model, optimizer, n_total, sites=True, damping=settings.damping_schedule())
-
-
 def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False,
           until_step: int | None = None, progress: Progress = no_progress) -> TrainResult:
     """Train ``job`` with ``backend`` (in-process when None); see :meth:`Trainer.run`."""
     return Trainer(job, backend or InProcess()).run(resume=resume, until_step=until_step, progress=progress)
-
-
-def bound_model(manifest: dict[str, Any]) -> tuple[ModelSpec, Any, Any]:
-    """``(spec, settings, model)`` of a checkpoint, bound to its training data as when it trained."""
-    spec = get_model(manifest["model"])
-    settings = model_settings(spec, TrainConfig(**manifest["config"]).model, "the run's config")
-    return spec, settings, spec.build(settings, manifest.get("model_binding", {}))
-
-
-def load_run(run_dir: Path) -> checkpoint.Restored:
-    """The newest intact checkpoint of a run, with its params (InputError if it has none)."""
-
-    def templates(manifest: dict[str, Any]) -> dict[str, Any]:
-        spec, settings, model = bound_model(manifest)
-        n_features = len(manifest["x_mean"])
-        with float64():  # any params of the right shapes: M inducing inputs in D dimensions
-            return {"params": spec.init(model, np.zeros((settings.num_inducing, n_features)), settings, 0)}
-
-    restored = checkpoint.restore(run_dir, templates)
-    if restored is None:
-        raise InputError(f"{run_dir}: no complete checkpoint (train first with `pep train`)")
-    return restored
-
-
-def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
-    """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (by
-    default the store it was trained on), standardised with the training statistics of the run."""
-    restored = load_run(run_dir)
-    manifest = restored.meta
-    store = open_store(data if data is not None else manifest["data"])
-    spec, settings, model = bound_model(manifest)
-    config = TrainConfig(**manifest["config"])
-    spec.check(store, settings, config.rows_per_block)
-    if len(store.feature_names) != len(manifest["x_mean"]):
-        raise InputError(f"{store.path}: has {len(store.feature_names)} features; the model of "
-                         f"{run_dir} was trained on {len(manifest['x_mean'])}")
-    targets = TargetScaling(**manifest["targets"])
-    held_out = spec.held_out(model, targets)
-    if held_out is None:
-        raise InputError(f"{run_dir}: --model {spec.name} has no held-out evaluation")
-    source = BlockSource(store.path, "test", store.n_rows("test"), config.rows_per_block,
-                         tuple(manifest["x_mean"]), tuple(manifest["x_std"]), targets)
-    engine = Engine(backend or InProcess(), source)
-    sums = engine.map_sum(held_out, restored.trees["params"], range(source.n_blocks))
-    return {**finish(sums), "step": restored.step, "checkpoint": str(restored.path)}

@@ -10,7 +10,7 @@ import pytest
 
 from pep_gp import MultiClassGPClassifier
 from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.trainer import load_run
+from pep_gp.pipeline.training.runs import load_run
 from tests.flows.test_train_cli import pep
 from tests.trainstores import config_toml, leaves_equal, make_store
 

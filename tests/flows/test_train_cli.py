@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from prefect.settings import PREFECT_API_URL
 
-from pep_gp.pipeline.training.trainer import TrainJob, load_run, train
+from pep_gp.pipeline.training.trainer import TrainJob, train
+
+from pep_gp.pipeline.training.runs import load_run
 from tests.trainstores import FAST, config_toml, leaves_equal, make_store
 
 BIN = Path(sys.executable).parent

@@ -14,7 +14,8 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from pep_gp.flows.evaluate import evaluate_flow
 from pep_gp.flows.end_to_end import pipeline_flow
 from pep_gp.flows.train import progress_reporter, train_flow
-from pep_gp.pipeline.training.trainer import TrainJob, load_run, train
+from pep_gp.pipeline.training.trainer import TrainJob, train
+from pep_gp.pipeline.training.runs import load_run
 from tests.trainstores import FAST, leaves_equal, make_store
 
 MODEL = "sparse-gp-classifier"

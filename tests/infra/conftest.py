@@ -48,7 +48,7 @@ class Stack:
     # -- Prefect ----------------------------------------------------------------------------------
     def run_deployment(self, parameters: dict[str, Any]) -> str:
         """``prefect deployment run pep-pipeline/pipeline --params JSON``; the flow run's id."""
-        output = self.processes.run("prefect", "deployment", "run", "pipeline/pipeline", "--params",
+        output = self.processes.run("prefect", "deployment", "run", "pep-pipeline/pipeline", "--params",
                                     json.dumps(parameters))
         return re.search(r"UUID:\s*([0-9a-f-]{36})", output).group(1)
 

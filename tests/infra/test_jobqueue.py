@@ -15,7 +15,8 @@ pytest.importorskip("dask_jobqueue", reason="needs the infra extra: pip install 
 import dask  # noqa: E402
 
 from pep_gp.flows.cluster import make_certificates  # noqa: E402
-from pep_gp.pipeline.training.engine import jobqueue_cluster, parse_cluster  # noqa: E402
+from pep_gp.pipeline.engine.clusters import jobqueue_cluster
+from pep_gp.pipeline.engine import parse_cluster  # noqa: E402
 from pep_gp.pipeline.errors import InputError  # noqa: E402
 from tests.infra.loopback import Processes, leftovers  # noqa: E402
 

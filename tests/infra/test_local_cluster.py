@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pep_gp.pipeline.training.engine import connect
+from pep_gp.pipeline.engine import connect
 from tests.infra.loopback import listening_addresses
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from pep_gp.flows.reports import artifact_key
 from pep_gp.pipeline.training.checkpoint import checkpoint_dir
-from pep_gp.pipeline.training.trainer import load_run
+from pep_gp.pipeline.training.runs import load_run
 from tests.infra.loopback import ROOT, leftovers, listening_sockets, wait_until
 from tests.trainstores import leaves_equal
 

@@ -12,7 +12,8 @@ import subprocess
 import pytest
 
 from pep_gp.flows.cluster import make_certificates
-from pep_gp.pipeline.training.trainer import TrainJob, load_run, train
+from pep_gp.pipeline.training.trainer import TrainJob, train
+from pep_gp.pipeline.training.runs import load_run
 from tests.infra.loopback import (BIN, DASK_WORKER_ENV, Processes, dask_scheduler, dask_worker, free_port,
                                   leftovers, listening_sockets, wait_until)
 from tests.trainstores import FAST, config_toml, leaves_equal, make_store

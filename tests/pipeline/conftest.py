@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pep_gp.pipeline.training.engine import connect
+from pep_gp.pipeline.engine import connect
 from tests.trainstores import make_store
 
 

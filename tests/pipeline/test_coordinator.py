@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from pep_gp.pipeline.training import checkpoint
-from pep_gp.pipeline.training.engine import InProcess
-from pep_gp.pipeline.training.trainer import Trainer, TrainJob, evaluate, train
+from pep_gp.pipeline.engine import InProcess
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
+from pep_gp.pipeline.training.runs import evaluate
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import MODELS
 from tests.pipeline.toy_model import ToySpec

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from pep_gp.pipeline.training.trainer import TrainJob, train
-from pep_gp.pipeline.training.engine import connect
+from pep_gp.pipeline.engine import connect
 from tests.trainstores import FAST, leaves_equal
 
 

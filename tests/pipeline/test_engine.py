@@ -8,9 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pep_gp.pipeline.training import engine
+from pep_gp.pipeline.engine import cache as engine_cache
 from pep_gp.pipeline.data.blocks import Block, BlockSource, TargetScaling
-from pep_gp.pipeline.training.engine import BlockCache, Engine, InProcess, block_bytes, connect, tree_sum
+from pep_gp.pipeline.engine.cache import BlockCache, block_bytes
+from pep_gp.pipeline.engine import Engine, InProcess, connect, tree_sum
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import MODELS
 from pep_gp.pipeline.training.step import DataTerm
@@ -79,7 +80,7 @@ def test_a_bounded_block_cache_keeps_its_budget_and_the_sums(binary_store, monke
     for megabytes in (1000.0, 2.5 * size / 2**20):  # unbounded, then room for two blocks
         monkeypatch.setenv("PEP_BLOCK_CACHE_MB", str(megabytes))
         cache = RecordingCache()
-        monkeypatch.setattr(engine, "BLOCKS", cache)
+        monkeypatch.setattr(engine_cache, "BLOCKS", cache)
         sums.append(Engine(InProcess(), source).map_sum(block_sums, params, order))
     assert max(cache.held) <= 2.5 * size and len(cache) == 2
     assert sums[1] == sums[0]  # bit for bit: evicted blocks are read again, unchanged

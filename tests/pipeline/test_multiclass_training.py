@@ -9,8 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from pep_gp.pipeline.training.trainer import Trainer, TrainJob, evaluate, load_run, train
-from pep_gp.pipeline.training.engine import InProcess, connect
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
+
+from pep_gp.pipeline.training.runs import evaluate, load_run
+from pep_gp.pipeline.engine import InProcess, connect
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import MODELS
 from tests.pipeline.test_distributed import without_seconds

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pep_gp.pipeline.errors import InputError
-from pep_gp.pipeline.training.engine import InProcess
+from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.training.trainer import Trainer, train
 from tests.pipeline.test_multiclass_training import job
 

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 
 from pep_gp.pipeline.data.blocks import TargetScaling
-from pep_gp.pipeline.training.metrics import regression_sums
-from pep_gp.pipeline.models import SiteSettings
+from pep_gp.pipeline.models import SiteSettings, SpecBase
 
 
 @dataclass(frozen=True)
@@ -41,12 +40,13 @@ class ConjugateMean:
 
 
 @dataclass(frozen=True)
-class HeldOut:
+class ToyPredictive:
+    """The predictive ``N(w, 1)`` of every row."""
+
     model: ConjugateMean
 
-    def __call__(self, params, x, y, mask):
-        mean = jnp.full(y.shape, params["w"])
-        return regression_sums(mean, jnp.ones_like(y), y, mask)
+    def __call__(self, params, x):
+        return {"mean": jnp.full(x.shape[0], params["w"]), "var": jnp.ones(x.shape[0])}
 
 
 class ToySettings(SiteSettings):
@@ -54,8 +54,8 @@ class ToySettings(SiteSettings):
 
 
 @dataclass(frozen=True)
-class ToySpec:
-    """The ModelSpec protocol for :class:`ConjugateMean` (registered by tests with monkeypatch)."""
+class ToySpec(SpecBase):
+    """The spec of :class:`ConjugateMean` (registered by tests with monkeypatch)."""
 
     name: str = "toy"
     task: str = "regression"
@@ -66,9 +66,6 @@ class ToySpec:
 
     def check(self, data, settings, block_rows):
         pass
-
-    def binding(self, data):
-        return {}
 
     def build(self, settings, binding):
         return ConjugateMean(self.nan_above)
@@ -82,5 +79,5 @@ class ToySpec:
     def targets(self, data):
         return TargetScaling()
 
-    def held_out(self, model, targets):
-        return HeldOut(model)
+    def predictive(self, model, targets):
+        return ToyPredictive(model)

@@ -12,7 +12,7 @@ from typing import Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from ...core.gaussian import LOG_2PI
+from ..core.gaussian import LOG_2PI
 
 
 def classification_sums(log_prob_true, correct, mask) -> dict:

@@ -1,0 +1,50 @@
+"""Stochastic EP with tied factors (Li, Hernández-Lobato & Turner 2015; Villacampa-Calvo & Hernández-Lobato
+2017, §2.3): what every SEP model of pep shares — the damped update of the tied factors from summed refined
+sites, and the gradient of the energy with the cavity held fixed (their eq. 10), which is the gradient of a
+surrogate of the prior term only."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .bank import Gaussians, NaturalFactor, PriorFactors, gaussians, power_ep_global_term
+
+
+def hold_gradient(value, surrogate):
+    """``value`` whose gradient is that of ``surrogate`` (``sg(value) + surrogate − sg(surrogate)``)."""
+    return jax.lax.stop_gradient(value) + surrogate - jax.lax.stop_gradient(surrogate)
+
+
+def damped_site_update(factor: NaturalFactor, shift, precision, count, counts, damping):
+    """The SEP update of tied factors from summed refined sites (seed001 spec §2.8.5):
+
+        Λ_g ← (1 − ρ_g n_{B,g}/n_g) Λ_g + ρ_g Σ_B Δ υυᵀ,   and likewise for η_g,
+
+    ``shift [G, M]``, ``precision [G, M, M]`` the sums over the ``count [G]`` sites of a minibatch, ``counts``
+    the ``n_g`` tied factors. The step is shrunk to ``ρ_g = min(ρ, n_g/n_{B,g})`` so the kept fraction of
+    the old factor never goes negative. Returns the new factor, or the old one where the result is not
+    finite, and whether the new one was taken."""
+    step = jnp.minimum(damping, counts / jnp.maximum(count, 1.0))
+    keep = 1.0 - step * count / counts
+    new = NaturalFactor(keep[:, None] * factor.shift + step[:, None] * shift,
+                        keep[:, None, None] * factor.precision + step[:, None, None] * precision)
+    ok = jnp.all(jnp.isfinite(new.shift)) & jnp.all(jnp.isfinite(new.precision))
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, factor), ok
+
+
+def prior_surrogate(prior: PriorFactors, q: Gaussians):
+    """``Σ_g −½log|K_g| − ½tr(K_g⁻¹(V_g + m_gm_gᵀ))`` with ``q`` held fixed: its gradient is the prior term
+    ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of seed001 eq. (10) (eqs. 63–64)."""
+    q = jax.lax.stop_gradient(q)
+    whitened_cov = prior.inverse @ q.sqrt_cov
+    whitened_mean = jnp.einsum("gmn,gn->gm", prior.inverse, q.mean)
+    log_det = jnp.sum(jnp.log(jnp.diagonal(prior.chol, axis1=-2, axis2=-1)))
+    return -log_det - 0.5 * (jnp.sum(whitened_cov**2) + jnp.sum(whitened_mean**2))
+
+
+def held_global_energy(prior: PriorFactors, factor: NaturalFactor, cavity: Gaussians, counts, alpha: float):
+    """The Power-EP global term ``Σ_g φ(q_g) − φ(p_g) + (n_g/α)(φ(cav_g) − φ(q_g))`` whose gradient is the
+    prior term of eq. (10) only (the factor moves by site updates, the cavity is held)."""
+    q = gaussians(prior, factor, 1.0)
+    return hold_gradient(power_ep_global_term(q, cavity, counts, alpha), prior_surrogate(prior, q))

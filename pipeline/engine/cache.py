@@ -1,0 +1,145 @@
+"""What runs wherever blocks are computed (a worker process or this one): the per-process block cache
+and the compiled per-block evaluation. Both caches live per process (:mod:`pep_gp.pipeline.engine`)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache
+from typing import Any
+
+import jax
+
+from ...core import float64
+from ..data.blocks import Block, BlockSource
+from ..errors import InputError
+from .threads import compute_threads
+
+BLOCK_CACHE_ENV = "PEP_BLOCK_CACHE_MB"
+DEFAULT_BLOCK_CACHE_MB = 16.0
+
+
+def block_cache_budget() -> int:
+    """The block cache's budget in bytes: ``$PEP_BLOCK_CACHE_MB`` megabytes (2**20 bytes, fractions
+    allowed), :data:`DEFAULT_BLOCK_CACHE_MB` when unset.
+
+    Raises:
+        InputError: the variable is not a finite number ≥ 0.
+    """
+    text = os.environ.get(BLOCK_CACHE_ENV, str(DEFAULT_BLOCK_CACHE_MB))
+    try:
+        megabytes = float(text)
+    except ValueError:
+        megabytes = math.nan
+    if not (math.isfinite(megabytes) and megabytes >= 0):
+        raise InputError(f"{BLOCK_CACHE_ENV}: expected a finite number of megabytes >= 0, found {text!r}")
+    return int(megabytes * 2**20)
+
+
+LATEST_CALL_MB = 256
+"""The blocks of a :meth:`BlockCache.get_all` call are held for the next call up to this many megabytes
+(a 10,000-row Fashion-MNIST minibatch is 63 MB in float64)."""
+
+
+def block_bytes(block: Block) -> int:
+    """Memory held by a block's arrays."""
+    return block.x.nbytes + block.y.nbytes + block.mask.nbytes
+
+
+class BlockCache:
+    """The blocks this process read, as float64 arrays on JAX's default device, least recently used
+    first out, at most ``budget()`` bytes; and, beyond the budget, the blocks of the latest
+    :meth:`get_all` call if they total at most ``latest_call_bytes``.
+
+    A block larger than the budget is returned but not kept; a budget of 0 keeps nothing. The budget is
+    read at every call, so a changed ``$PEP_BLOCK_CACHE_MB`` applies from the next block on.
+
+    Args:
+        budget: returns the budget in bytes (default :func:`block_cache_budget`).
+
+    Example:
+        >>> cache = BlockCache(lambda: 2**20)  # 1 MB, whatever $PEP_BLOCK_CACHE_MB says
+        >>> first = cache.get(source, 0)  # read from Zarr and kept
+        >>> cache.get(source, 0) is first  # until 1 MB of more recently used blocks push it out
+        True
+    """
+
+    def __init__(self, budget: Callable[[], int] = block_cache_budget, latest_call_bytes: int = LATEST_CALL_MB * 2**20):
+        self.budget, self.latest_call_bytes = budget, latest_call_bytes
+        self.nbytes = 0
+        self._blocks: OrderedDict[tuple[BlockSource, int], Block] = OrderedDict()
+        self._latest: tuple[tuple[BlockSource, tuple[int, ...]], list[Block]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, key: tuple[BlockSource, int]) -> bool:
+        return key in self._blocks
+
+    def get(self, source: BlockSource, index: int) -> Block:
+        """Block ``index`` of ``source``: from the cache if held (it becomes the most recent), else
+        read from Zarr and kept if it fits the budget."""
+        budget = self.budget()
+        self._trim(budget)
+        key = (source, index)
+        if key in self._blocks:
+            self._blocks.move_to_end(key)
+            return self._blocks[key]
+        with float64():
+            block = Block(*jax.device_put(tuple(source.read(index))))
+        size = block_bytes(block)
+        if size <= budget:
+            self._trim(budget - size)
+            self._blocks[key] = block
+            self.nbytes += size
+        return block
+
+    def get_all(self, source: BlockSource, indices: Sequence[int]) -> Iterator[Block]:
+        """Blocks ``indices`` of ``source``, one at a time (as :meth:`get`); asked for the same blocks as
+        the latest call, it yields them without a read, whatever the budget, when that call's blocks
+        totalled at most ``latest_call_bytes``."""
+        key, latest = (source, tuple(indices)), self._latest
+        if latest is not None and latest[0] == key:
+            yield from latest[1]
+            return
+        self._latest = None  # released before the next blocks are read
+        held: list[Block] | None = []  # None once the call outgrows latest_call_bytes
+        size = 0
+        for index in indices:
+            block = self.get(source, index)
+            size += block_bytes(block)
+            if held is not None and size <= self.latest_call_bytes:
+                held.append(block)
+            else:
+                held = None
+            yield block
+        if held is not None:
+            self._latest = (key, held)
+
+    def _trim(self, limit: int) -> None:
+        """Drop least recently used blocks until at most ``limit`` bytes are held."""
+        while self.nbytes > limit:
+            _, block = self._blocks.popitem(last=False)
+            self.nbytes -= block_bytes(block)
+
+
+BLOCKS = BlockCache()
+"""This process's block cache (on a worker: the blocks of the tasks it ran)."""
+
+
+@lru_cache(maxsize=32)
+def _compiled(fn: Callable) -> Callable:
+    """``jax.jit(fn)``, kept per process so that equal functions compile once (static block shape)."""
+    return jax.jit(fn)
+
+
+def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequence[int],
+                    to_host: bool = True) -> list:
+    """``[fn(params, *block) for block in blocks]``, computed in float64; numpy pytrees when ``to_host``
+    (results that travel), else JAX arrays (in-process: no copies to and from the device buffers)."""
+    with float64(), compute_threads():
+        compiled = _compiled(fn)
+        results = [compiled(params, *block) for block in BLOCKS.get_all(source, blocks)]
+        return jax.device_get(results) if to_host else results

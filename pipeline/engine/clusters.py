@@ -1,0 +1,165 @@
+"""The ``--cluster`` values and the backends they connect: in-process, a ``LocalCluster`` pep starts, an
+existing scheduler (``tcp://``/``tls://``) or dask-jobqueue batch jobs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+from ..errors import InputError
+from .backends import Backend, DaskBackend, InProcess, OneCorePerWorker
+from .threads import COMPUTE_ENV
+
+CLUSTER_HELP = ("local:N (N worker processes on this machine; local:N:pinned gives each its own core), "
+                "tcp://HOST:PORT or tls://HOST:PORT (a running scheduler; tls:// with the client "
+                "certificate of --tls-ca-file/--tls-cert/--tls-key or Dask's distributed.comm.tls "
+                "config), slurm:N or pbs:N (N batch jobs of one worker each, through dask-jobqueue and "
+                "Dask's jobqueue config, e.g. infra/jobqueue.yaml; TLS only) or none")
+
+TLS_CONFIG = {"ca": "distributed.comm.tls.ca-file", "cert": "distributed.comm.tls.client.cert",
+              "key": "distributed.comm.tls.client.key"}
+"""Where a client of a ``tls://`` scheduler finds its CA, certificate and key: Dask's configuration
+(YAML files, or ``DASK_DISTRIBUTED__COMM__TLS__CA_FILE``, ``…__TLS__CLIENT__CERT``,
+``…__TLS__CLIENT__KEY`` in the environment; ``pep train --tls-*`` sets them for its process)."""
+
+
+def parse_cluster(cluster: str) -> tuple[str, str | int]:
+    """Check a ``--cluster`` value: ``("none", "")``, ``("local", N)`` or ``("scheduler", address)``.
+
+    Raises:
+        InputError: the value has none of the forms of :data:`CLUSTER_HELP`.
+    """
+    if cluster == "none":
+        return "none", ""
+    local = re.fullmatch(r"local:(\d+)(:pinned)?", cluster)
+    if local and int(local.group(1)) >= 1:
+        return "local-pinned" if local.group(2) else "local", int(local.group(1))
+    if re.fullmatch(r"(tcp|tls)://[^\s:/]+:\d+", cluster):
+        return "scheduler", cluster
+    jobs = re.fullmatch(r"(slurm|pbs):(\d+)", cluster)
+    if jobs and int(jobs.group(2)) >= 1:
+        return jobs.group(1), int(jobs.group(2))
+    raise InputError(f"--cluster: expected {CLUSTER_HELP}; found {cluster!r}")
+
+
+def connect(cluster: str) -> Backend:
+    """The backend for a ``--cluster`` value (see :func:`parse_cluster`).
+
+    Raises:
+        InputError: a malformed value.
+        OSError: the scheduler cannot be reached or no worker joined within two minutes.
+    """
+    kind, argument = parse_cluster(cluster)
+    if kind.startswith("local"):
+        return _local_cluster(int(argument), cluster, pinned=kind == "local-pinned")
+    if kind == "scheduler":
+        return _existing_cluster(str(argument))
+    if kind in JOB_QUEUES:
+        cluster_object = jobqueue_cluster(kind)
+        cluster_object.scale(jobs=int(argument))
+        from distributed import Client
+
+        return DaskBackend(Client(cluster_object), cluster, cluster_object)
+    return InProcess()
+
+
+def _local_cluster(n_workers: int, description: str, pinned: bool) -> DaskBackend:
+    import dask
+    from distributed import Client, LocalCluster
+
+    method = dask.config.get("distributed.worker.multiprocessing-method")
+    settings = {
+        # Forked workers deadlock once JAX is loaded (shared/ENVIRONMENT.md): always spawn.
+        "distributed.worker.multiprocessing-method": method if method in ("spawn", "forkserver") else "spawn",
+        # Dask's default MALLOC_TRIM_THRESHOLD_=65536 makes glibc return every freed XLA buffer to
+        # the OS: measured 1.7x slower block evaluations (56 vs 33 ms for 4 x 2500 rows, M = 100).
+        "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    }
+    with dask.config.set(settings):
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                               dashboard_address="127.0.0.1:0", env=COMPUTE_ENV, silence_logs=logging.ERROR)
+    client = Client(cluster)
+    client.run(_quiet_worker_logs)
+    if pinned:
+        client.register_plugin(OneCorePerWorker())
+    return DaskBackend(client, description, cluster)
+
+
+def _quiet_worker_logs() -> None:
+    """Only errors from the workers pep starts (their start/stop chatter is not the user's concern)."""
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+
+
+def client_security(cluster: str) -> Any:
+    """The ``distributed.Security`` a client of a ``tls://`` scheduler connects with, from Dask's
+    configuration (:data:`TLS_CONFIG`); None for any other ``--cluster`` value.
+
+    Raises:
+        InputError: a ``tls://`` address without a CA or client certificate configured, or one of the
+            configured files does not exist.
+    """
+    if not cluster.startswith("tls://"):
+        return None
+    import dask
+    from distributed.security import Security
+
+    files = {name: dask.config.get(key, None) for name, key in TLS_CONFIG.items()}
+    if not files["ca"] or not files["cert"]:
+        raise InputError(f"--cluster {cluster}: a TLS scheduler needs a CA and a client certificate: pass "
+                         "--tls-ca-file, --tls-cert and --tls-key (made by `pep cluster certs DIR`) or set "
+                         "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT "
+                         "and DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY")
+    for name, path in files.items():
+        if path and not os.path.isfile(path):
+            raise InputError(f"--cluster {cluster}: TLS {name} file {path}: no such file")
+    return Security(tls_ca_file=files["ca"], tls_client_cert=files["cert"], tls_client_key=files["key"],
+                    require_encryption=True)
+
+
+JOB_QUEUES = {"slurm": "SLURMCluster", "pbs": "PBSCluster"}
+
+
+def jobqueue_cluster(system: str) -> Any:
+    """A dask-jobqueue cluster for ``slurm:N``/``pbs:N``: its scheduler runs in this process, its
+    workers are batch jobs (``cluster.job_script()`` is what it submits), all settings from Dask's
+    ``jobqueue.<system>`` configuration (infra/jobqueue.yaml). The workers connect from other nodes,
+    so the cluster is TLS only (certificates from ``distributed.comm.tls``: ``pep cluster certs`` on
+    a shared file system) and the scheduler listens on the configured ``interface`` or ``host`` only.
+
+    Raises:
+        InputError: dask-jobqueue is not installed, or the configuration lacks an interface or the
+            TLS certificates.
+    """
+    import dask
+    from distributed.security import Security
+
+    try:
+        import dask_jobqueue
+    except ImportError:
+        raise InputError(f"--cluster {system}:N needs dask-jobqueue: pip install 'pep[infra]'") from None
+    options = dask.config.get(f"jobqueue.{system}.scheduler-options", {}) or {}
+    if not (dask.config.get(f"jobqueue.{system}.interface", None) or options.get("host") or options.get("interface")):
+        raise InputError(f"--cluster {system}:N: set jobqueue.{system}.interface in Dask's config (the network "
+                         "the compute nodes reach this host on, e.g. ib0; see infra/jobqueue.yaml)")
+    roles = {"ca": "distributed.comm.tls.ca-file", **{f"{role} {part}": f"distributed.comm.tls.{role}.{part}"
+                                                       for role in ("scheduler", "worker") for part in ("cert", "key")}}
+    missing = [f"{name} ({dask.config.get(key, None) or 'not set'})" for name, key in roles.items()
+               if not os.path.isfile(dask.config.get(key, None) or "")]
+    if missing:
+        raise InputError(f"--cluster {system}:N: workers on other nodes need TLS; missing in Dask's "
+                         f"distributed.comm.tls config: {', '.join(missing)} (see infra/jobqueue.yaml)")
+    return getattr(dask_jobqueue, JOB_QUEUES[system])(security=Security(require_encryption=True))
+
+
+def _existing_cluster(address: str) -> DaskBackend:
+    from distributed import Client
+
+    security = client_security(address)
+    try:
+        client = Client(address, timeout=30, security=security)
+        client.wait_for_workers(1, timeout=120)
+    except (OSError, TimeoutError) as error:
+        raise OSError(f"--cluster {address}: cannot use the scheduler ({error})") from None
+    return DaskBackend(client, address)

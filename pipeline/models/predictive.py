@@ -1,0 +1,72 @@
+"""Predictive distributions per block: what ``pep predict``, the estimators' ``predict``/``predict_proba``
+and the held-out metrics all compute from one function per model (:meth:`ModelSpec.predictive`).
+
+A predictive maps ``(params, x)`` (rows standardised as in training) to a dict of arrays:
+``{"log_proba": [B, C]}`` for classification, ``{"mean": [B], "var": [B]}`` in target units (noise
+included) for regression. :class:`HeldOut` turns one into the per-block sums of the held-out metrics
+(:mod:`pep_gp.pipeline.metrics`), so that they reduce over blocks like gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax.numpy as jnp
+from jax.scipy.special import log_ndtr
+
+from ..data.blocks import TargetScaling
+from ..metrics import classification_sums, regression_sums
+
+
+@dataclass(frozen=True)
+class BinaryPredictive:
+    """A probit classifier: ``p(y = 1 | x) = Φ(m/√(1 + v))`` from the latent ``(m, v) = predict_f(x)``
+    (Rasmussen & Williams 2006, eq. 3.80)."""
+
+    model: Any  # predict_f(params, x) -> (mean, var)
+
+    def __call__(self, params, x) -> dict:
+        mean, var = self.model.predict_f(params, x)
+        z = mean / jnp.sqrt(1.0 + var)
+        return {"log_proba": jnp.stack([log_ndtr(-z), log_ndtr(z)], axis=1)}
+
+
+@dataclass(frozen=True)
+class MultiClassPredictive:
+    """A multi-class classifier whose ``predict(params, x)`` gives ``log p(y = c | x)`` ``[B, C]``."""
+
+    model: Any
+
+    def __call__(self, params, x) -> dict:
+        return {"log_proba": self.model.predict(params, x)}
+
+
+@dataclass(frozen=True)
+class GaussianPredictive:
+    """A regressor: ``predict_y(params, x)`` (mean and variance in model units, noise included) mapped back
+    to target units."""
+
+    model: Any
+    targets: TargetScaling
+
+    def __call__(self, params, x) -> dict:
+        mean, var = self.model.predict_y(params, x)
+        return {"mean": mean * self.targets.scale + self.targets.shift, "var": var * self.targets.scale**2}
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Per-block held-out sums of a predictive on labelled rows (``y`` in model units, as in blocks):
+    −log p(y|x) and errors (classification), squared errors and Gaussian −log p(y|x) (regression)."""
+
+    predictive: Callable
+    targets: TargetScaling
+
+    def __call__(self, params, x, y, mask):
+        out = self.predictive(params, x)
+        if "log_proba" in out:
+            labels = y.astype(jnp.int32)
+            log_true = jnp.take_along_axis(out["log_proba"], labels[:, None], axis=1)[:, 0]
+            return classification_sums(log_true, jnp.argmax(out["log_proba"], axis=1) == labels, mask)
+        return regression_sums(out["mean"], out["var"], y * self.targets.scale + self.targets.shift, mask)

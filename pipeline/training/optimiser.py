@@ -1,0 +1,48 @@
+"""The optimiser of a training job: optax Adam over the trainable leaves, its learning-rate schedule, and
+the job's compiled step (:func:`compiled_step`), cached so that equal jobs compile once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import jax
+import optax
+
+from ..models import ModelSpec
+from .config import TrainConfig
+from .step import TrainStep, training_step
+
+
+def adam(learning_rate: optax.ScalarOrSchedule, frozen: Callable[[Any], Any] | None = None) -> optax.GradientTransformation:
+    """optax Adam (default moments, as the papers use) that leaves the leaves ``frozen(params)`` marks
+    True where they are."""
+    base = optax.adam(learning_rate)
+    if frozen is None:
+        return base
+    labels = lambda params: jax.tree_util.tree_map(lambda f: "frozen" if f else "train", frozen(params))
+    return optax.multi_transform({"train": base, "frozen": optax.set_to_zero()}, labels)
+
+
+def learning_rate(config: TrainConfig, steps_per_epoch: int, total_steps: int) -> optax.Schedule:
+    """The configured schedule: constant, cosine decay over all steps, or exponential per epoch."""
+    if config.lr_schedule == "cosine":
+        return optax.cosine_decay_schedule(config.learning_rate, total_steps, alpha=config.lr_final_fraction)
+    if config.lr_schedule == "exponential":
+        return optax.exponential_decay(config.learning_rate, steps_per_epoch, config.lr_decay, staircase=True)
+    return optax.constant_schedule(config.learning_rate)
+
+
+@lru_cache(maxsize=8)
+def compiled_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, n_total: int,
+                  steps_per_epoch: int, total_steps: int) -> TrainStep:
+    """The compiled step of a job, cached on hashable arguments (``trajectory`` is the config's JSON
+    without the fields that leave the updates unchanged), so equal jobs (segments, retries, repeated
+    estimator fits) compile once."""
+    config = TrainConfig.model_validate_json(trajectory)
+    optimizer = adam(learning_rate(config, steps_per_epoch, total_steps),
+                     lambda params: spec.frozen(settings, params))
+    if not spec.has_sites:
+        return training_step(model, optimizer, n_total)
+    return training_step(model, optimizer, n_total, sites=True, damping=settings.damping_schedule())

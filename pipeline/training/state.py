@@ -1,0 +1,65 @@
+"""The training loop's state and its checkpoints: what a checkpoint holds is everything the loop reads, so a
+resumed run continues bit-for-bit as an uninterrupted one would (:mod:`pep_gp.pipeline.training.checkpoint`
+writes and reads the files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from . import checkpoint
+from .config import TrainConfig
+
+
+@dataclass
+class LoopState:
+    """The loop's state: params, optimiser state, the step (which fixes the sampling position and the
+    damping schedule), the RNG key, the epoch's running energy, the history and the counters."""
+
+    params: Any
+    opt_state: Any
+    key_data: np.ndarray
+    step: int = 0
+    rejected: int = 0
+    rejected_sites: int = 0
+    epoch_energy: tuple[float, int] = (0.0, 0)  # sum and count of the finite step energies so far
+    history: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    last_energy: float = float("nan")
+
+
+def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: int) -> Path:
+    """Write the checkpoint of ``state``; ``run_meta`` describes the run (model, data, config, …)."""
+    meta = {**run_meta, "rejected_steps": state.rejected, "rejected_site_updates": state.rejected_sites,
+            "epoch_energy": state.epoch_energy, "history": state.history, "seconds": state.seconds,
+            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    trees = {"params": state.params, "opt_state": state.opt_state, "key": state.key_data}
+    return checkpoint.save(run_dir, state.step, trees, meta, keep)
+
+
+def refuse_another_run(manifest: dict[str, Any], run_dir: Path, model: str, checksum: str, path: str,
+                       config: TrainConfig) -> None:
+    """InputError unless ``manifest`` is of the same model and data, with a config that resumes to the
+    same trajectory."""
+    if manifest["dataset_checksum"] != checksum:
+        raise InputError(f"{run_dir}: this run was trained on {manifest['data']} (checksum "
+                         f"{manifest['dataset_checksum']}), not on {path} (checksum "
+                         f"{checksum}); resume with the same data or use a new --run-dir")
+    if manifest["model"] != model:
+        raise InputError(f"{run_dir}: this run trains --model {manifest['model']}, not {model}")
+    changed = TrainConfig(**manifest["config"]).incompatibilities(config)
+    if changed:
+        raise InputError(f"{run_dir}: cannot resume with a different config ({'; '.join(changed)}); "
+                         "use the run's config or a new --run-dir")
+
+
+def restored_state(restored: checkpoint.Restored) -> LoopState:
+    """The loop state a checkpoint holds."""
+    meta, trees = restored.meta, restored.trees
+    return LoopState(trees["params"], trees["opt_state"], trees["key"], restored.step, meta["rejected_steps"],
+                     meta["rejected_site_updates"], tuple(meta["epoch_energy"]), meta["history"], meta["seconds"])
