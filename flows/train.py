@@ -25,12 +25,12 @@ from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from prefect.runtime import task_run
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .ingest import TELEMETRY_OFF, _mute_prefect_console
 from .reports import plot_learning_curve, publish_training, write_metrics
 from ..pipeline.training.checkpoint import newest_manifest
-from ..pipeline.training.config import TrainConfig, load_config
+from ..pipeline.training.config import TrainConfig, load_config, parse_settings
+from ..pipeline.training.display import progress_display
 from ..pipeline.training.trainer import Progress as ProgressCallback
 from ..pipeline.training.trainer import Trainer, TrainJob, TrainResult, no_progress
 from ..pipeline.engine import CLUSTER_HELP, connect, parse_cluster
@@ -67,9 +67,9 @@ def summarise(job: TrainJob, cluster: str, result: TrainResult) -> dict[str, Any
     last = result.history[-1] if result.history else {}
     return {"model": job.model, "data": job.store.path, "run_dir": str(job.run_dir), "cluster": cluster,
             **result.metrics, "energy": last.get("energy"), "steps": result.steps,
-            "epochs": result.epochs, "seconds": round(result.seconds, 3),
+            "epochs": result.epochs, "converged": result.converged, "seconds": round(result.seconds, 3),
             "rejected_steps": result.rejected_steps, "rejected_site_updates": result.rejected_site_updates,
-            "checkpoint": str(result.checkpoint)}
+            "notes": list(result.notes), "checkpoint": str(result.checkpoint)}
 
 
 @flow(name="pep-train")
@@ -147,8 +147,14 @@ def train_command(
     config: Annotated[Path | None, typer.Option(help="TOML file of training settings "
                                                      "(see pipeline/training/config.py).")] = None,
     cluster: Annotated[str, typer.Option(help=CLUSTER_HELP + ".")] = "none",
-    epochs: Annotated[int | None, typer.Option(help="Override the config's epochs.")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Override the config's rows per step.")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Run this many epochs (default: until converged or "
+                                                    "--max-steps).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="The most steps (default 2000 without --epochs).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Rows per step (default 10000).")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="Adam's step size (default 0.01).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the initialisation and minibatch order.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="A config setting KEY=VALUE, e.g. model.alpha=0.5 "
+                                                              "(repeatable; validated like the config file).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the newest complete checkpoint of "
                                               "--run-dir (its config unless --config is given).")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON summary object.")] = False,
@@ -164,15 +170,19 @@ def train_command(
         spec = get_model(model)
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         base = (newest_manifest(run_dir) or {}).get("config") if resume and config is None else None
-        settings = load_config(config, base, epochs=epochs, batch_size=batch_size)
+        settings = load_config(config, base, parse_settings(set_ or []), epochs=epochs, max_steps=max_steps,
+                               batch_size=batch_size, learning_rate=learning_rate, seed=seed)
         model_settings(spec, settings.model, str(config or "defaults"))
         with training_display(enabled=not (quiet or json_output)):
             summary = train_flow(model, store.path, str(run_dir), settings.model_dump(), cluster, resume)
     if json_output:
         typer.echo(json.dumps(summary))
     elif not quiet:
-        shown = {k: v for k, v in summary.items() if v is not None}
+        shown = {k: v for k, v in summary.items() if v is not None and k != "notes"}
         Console().print("\n".join(f"{key:>15}  {value}" for key, value in shown.items()), markup=False)
+    if not summary["converged"] and not quiet:
+        typer.echo(f"pep train: warning: not converged after {summary['steps']} steps (the energy still rose by "
+                   "more than the tolerance); train longer with --resume --max-steps N (or --epochs N)", err=True)
 
 
 def prefect_quietly() -> None:
@@ -196,29 +206,9 @@ def user_errors(command: str) -> Iterator[None]:
 
 @contextmanager
 def training_display(enabled: bool) -> Iterator[None]:
-    """A step bar and one line per epoch on stderr while the flow runs (when ``enabled``)."""
-    if not enabled:
-        yield
-        return
-    console = Console(stderr=True)
-    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
-               TextColumn("{task.fields[energy]}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as display:
-        bar = display.add_task("train", total=None, energy="")
-
-        def report(event: str, **info: Any) -> None:
-            if event == "start":
-                display.update(bar, total=info["total_steps"], completed=info["step"])
-                if info["resumed_from"]:
-                    console.print(f"resumed from {info['resumed_from']}")
-            elif event == "step":
-                display.update(bar, completed=info["step"], energy=f"energy {info['energy']:.6g}")
-            elif event == "epoch":
-                record = info["record"]
-                held_out = ", ".join(f"{k} {record[k]:.4f}" for k in ("test_error", "rmse", "test_nll") if k in record)
-                console.print(f"epoch {record['epoch']:>3}  step {record['step']:>6}  energy/row "
-                              f"{record['energy_per_row']:.5f}  {held_out}  ({record['seconds']:.1f} s)")
-
+    """The progress display on stderr (:func:`~pep_gp.pipeline.training.display.progress_display`) while
+    the flow runs (when ``enabled``)."""
+    with progress_display(enabled) as report:
         token = progress_reporter.set(report)
         try:
             yield

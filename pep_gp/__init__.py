@@ -23,12 +23,14 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
+_ESTIMATORS = ("SparseGPRegressor", "SparseGPClassifier", "MultiClassGPClassifier", "DirectMultiClassGPClassifier",
+               "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier")
 _EXPORTS = {
-    "DeepGPClassifier": "pep_gp.pipeline.estimators.deep_gp",
-    "DeepGPRegressor": "pep_gp.pipeline.estimators.deep_gp",
-    "MultiClassGPClassifier": "pep_gp.pipeline.estimators.multiclass",
-    "SparseGPClassifier": "pep_gp.pipeline.estimators.sparse_gp",
-    "SparseGPRegressor": "pep_gp.pipeline.estimators.sparse_gp",
+    **{name: "pep_gp.pipeline.estimators.models" for name in _ESTIMATORS},
+    "CollapsedGPRegressor": "pep_gp.pipeline.estimators.collapsed",
+    "ExactGPClassifier": "pep_gp.pipeline.estimators.untied",
+    "MultiClassEPClassifier": "pep_gp.pipeline.estimators.untied",
+    "load": "pep_gp.pipeline.estimators.runs",
     "InputError": "pep_gp.pipeline.errors",
     "MODELS": "pep_gp.pipeline.models",
     "TrainConfig": "pep_gp.pipeline.training.config",

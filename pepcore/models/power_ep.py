@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import bank
+from .. import bank, sep
 from ..initialisation import initial_kernel_and_inducing
 from ..kernels import BatchedARDSquaredExponential
 from ..likelihoods import scaled_log_tilted
@@ -53,6 +53,15 @@ class SparseGPParams(NamedTuple):
     BIJECTIONS = {"raw_lengthscales": ("lengthscales", LOG), "raw_variance": ("variance", LOG)}
 
 
+class GaussianSites(NamedTuple):
+    """Sums over rows of the exact Power-EP sites of a Gaussian likelihood in ``u`` (they reduce over blocks
+    like gradients): ``Σ y_n υ_n/g_n``, ``Σ υ_nυ_nᵀ/g_n`` and the row count, ``g_n = σ² + αd_n``."""
+
+    shift: jnp.ndarray  # [1, M]
+    precision: jnp.ndarray  # [1, M, M]
+    count: jnp.ndarray  # [1]
+
+
 class StepShared(NamedTuple):
     """What every block of a step needs, O(M³) once per step: ``chol(K_uu)`` and the cavity."""
 
@@ -73,6 +82,9 @@ class PowerEPSparseGP:
         likelihood: a likelihood of :mod:`pep_gp.core.likelihoods`.
         alpha: the power, in [0, 1]; 0 is the variational (VFE) limit, 1 is EP.
         jitter: relative jitter on ``K_uu`` (see :mod:`pep_gp.core.linalg`).
+        site_updates: the tied factor moves by :meth:`site_update` (a Gaussian likelihood's exact sites) and
+            the energy's gradient is the one at an EP fixed point (the cavity held, the prior term of
+            Villacampa-Calvo & Hernández-Lobato 2017, eq. 10); False: everything moves by the gradient.
 
     Example:
         >>> from pep_gp.core.likelihoods import Probit
@@ -86,6 +98,7 @@ class PowerEPSparseGP:
     likelihood: Any
     alpha: float = 0.5
     jitter: float = DEFAULT_JITTER
+    site_updates: bool = False  # the factor moves by :meth:`site_update` (Gaussian likelihood), not by gradient
 
     def __post_init__(self):
         if not 0.0 <= self.alpha <= 1.0:
@@ -133,20 +146,24 @@ class PowerEPSparseGP:
         """``chol(K_uu)`` and the cavity ``p·t_tot^(1 − α/N)`` (``q`` itself at α = 0)."""
         prior = bank.prior_factors(self.sparse_gp(params))
         scale = 1.0 if self.alpha == 0.0 else 1.0 - self.alpha / n_total
-        return StepShared(prior, bank.gaussians(prior, tied_factor(params), scale))
+        cavity = bank.gaussians(prior, tied_factor(params), scale)
+        return StepShared(prior, jax.lax.stop_gradient(cavity) if self.site_updates else cavity)
 
     def global_energy(self, params: SparseGPParams, shared: StepShared, n_total):
         """``G = φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))``; for α = 0, ``φ(q) − φ(p) − E_q[log t_tot(u)]`` with
-        ``E_q[log t_tot] = ηᵀm − ½tr(Λ(V + mmᵀ))`` (seed000 eqs. 144–146)."""
+        ``E_q[log t_tot] = ηᵀm − ½tr(Λ(V + mmᵀ))`` (Bui, Yan & Turner 2017, eqs. 144–146). With
+        ``site_updates`` its gradient is the prior term of the gradient at an EP fixed point (``q`` held;
+        Villacampa-Calvo & Hernández-Lobato 2017, eq. 10)."""
+        q = bank.gaussians(shared.prior, tied_factor(params), 1.0)
         if self.alpha == 0.0:
-            q = shared.cavity
             chol_t = jnp.tril(params.factor_chol).T
             mean, sqrt_cov = q.mean[0], q.sqrt_cov[0]
             expected_log_factor = (params.factor_shift @ mean
                                    - 0.5 * (jnp.sum((chol_t @ sqrt_cov) ** 2) + jnp.sum((chol_t @ mean) ** 2)))
-            return q.log_normaliser[0] - expected_log_factor
-        q = bank.gaussians(shared.prior, tied_factor(params), 1.0)
-        return bank.power_ep_global_term(q, shared.cavity, n_total, self.alpha)
+            value = q.log_normaliser[0] - expected_log_factor
+        else:
+            value = bank.power_ep_global_term(q, shared.cavity, n_total, self.alpha)
+        return sep.hold_gradient(value, sep.prior_surrogate(shared.prior, q)) if self.site_updates else value
 
     def data_energy(self, params: SparseGPParams, shared: StepShared, x, y, mask):
         """Data term of one block: ``Σ_n mask_n (1/α) log Z̃_n`` under the cavity ``shared``
@@ -156,6 +173,34 @@ class PowerEPSparseGP:
         terms = scaled_log_tilted(self.likelihood, params.likelihood, y, marginals.mean[:, 0], marginals.var[:, 0],
                                   self.alpha)
         return jnp.sum(jnp.where(mask, terms, 0.0))
+
+    def site_stats(self, params: SparseGPParams, shared: StepShared, x, y, mask) -> GaussianSites:
+        """The exact Power-EP sites of a Gaussian likelihood, summed over the block's rows: whatever the
+        cavity, row ``n``'s site is ``t_n(u) ∝ N(y_n; υ_nᵀu, σ² + αd_n)`` with ``υ_n = K_uu⁻¹k_n`` and the
+        FITC variance ``d_n = k_nn − k_nᵀK_uu⁻¹k_n`` (Bui, Yan & Turner 2017, §3.1), so the tied factor's
+        SEP update (Li et al. 2015) is exact and a full-batch step gives the collapsed PEP-α posterior."""
+        rows = bank.row_projections(self.sparse_gp(params), shared.prior, x)
+        directions = rows.directions[0]
+        weight = jnp.where(mask, 1.0 / (self.likelihood.noise_variance(params.likelihood)
+                                        + self.alpha * rows.fitc_var[0]), 0.0)
+        return GaussianSites(((weight * y) @ directions)[None],
+                             jnp.einsum("b,bm,bn->mn", weight, directions, directions)[None],
+                             jnp.sum(mask.astype(directions.dtype))[None])
+
+    def site_update(self, params: SparseGPParams, shared: StepShared, stats: GaussianSites, n_total, damping=1.0):
+        """``(params, shared, accepted)``: the tied factor moved to ``(1 − ρn_B/N)·t + ρ·Σ_B t_n`` (the damped
+        SEP update, :func:`pep_gp.core.sep.damped_site_update`), stored as ``η`` and ``chol(Λ)`` (a relative
+        jitter of 1e-12 keeps a rank-deficient ``Λ`` factorisable); a non-finite result is rejected."""
+        precision = params.factor_chol @ params.factor_chol.T
+        old = bank.NaturalFactor(params.factor_shift[None], precision[None])
+        factor, ok = sep.damped_site_update(old, stats.shift, stats.precision, stats.count,
+                                            jnp.asarray(n_total, stats.count.dtype)[None], damping)
+        new = factor.precision[0]
+        chol = cholesky(new, 1e-12 * jnp.trace(new) / new.shape[0])
+        ok = ok & jnp.all(jnp.isfinite(chol))
+        params = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b),
+                                        params._replace(factor_shift=factor.shift[0], factor_chol=chol), params)
+        return params, self.step_shared(params, n_total), ok
 
     def energy(self, params: SparseGPParams, x, y):
         """The whole energy ``F = G + L`` on in-memory data (all rows, no minibatching)."""

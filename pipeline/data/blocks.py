@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 import zarr
 
@@ -33,6 +34,10 @@ class TargetScaling:
 
     def __call__(self, y: np.ndarray) -> np.ndarray:
         return (np.asarray(y, dtype=np.float64) - self.shift) / self.scale
+
+
+# A pytree too, so that a compiled predictive takes the scaling as an argument (folds share one compilation).
+jax.tree_util.register_dataclass(TargetScaling, data_fields=["shift", "scale"], meta_fields=[])
 
 
 def input_statistics(attrs, standardize: bool = True) -> tuple[tuple[float, ...], tuple[float, ...]]:

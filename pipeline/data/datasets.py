@@ -1,10 +1,10 @@
-"""In-memory training data with the interface the trainer reads from a store (DESIGN §3), so that the
-estimators train through the same trainer and step as ``pep train``.
+"""In-memory training data with the interface the trainer reads from a store, so that the estimators
+train through the same trainer and step as ``pep train``.
 
-:class:`ArrayData` holds a training split only; its attributes are computed as ``pep ingest``
-computes a store's (per-feature mean and deviation with :class:`~pep_gp.pipeline.data.moments.Moments`, class
-counts, a checksum of the arrays), and its blocks are cut, standardised and padded exactly as a
-store's (:class:`~pep_gp.pipeline.data.blocks.BlockSource`).
+:class:`ArrayData` holds a training split only; its attributes are computed as ``pep ingest`` computes a
+store's (per-feature mean and deviation merged chunk by chunk in the same order, class counts, a checksum
+of the arrays), and its blocks are cut, standardised and padded exactly as a store's
+(:class:`~pep_gp.pipeline.data.blocks.BlockSource`): the same rows give the same training run.
 """
 
 from __future__ import annotations
@@ -57,13 +57,16 @@ class ArrayData:
 
     def __init__(self, x: np.ndarray, y: np.ndarray, task: str, n_classes: int | None = None,
                  target_statistics: bool = True):
+        from .ingest import default_chunk_rows
+
         self.x, self.y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
         self.task, self.n_classes = task, n_classes
-        x_moments = Moments.of(self.x)
+        chunk_rows = default_chunk_rows(self.x.shape[1])  # statistics merged as pep ingest merges a store's
+        x_moments = Moments.of_chunks(self.x, chunk_rows)
         attrs: dict[str, Any] = {"x_mean": x_moments.mean.tolist(), "x_std": x_moments.std().tolist(),
                                  "y_mean": 0.0, "y_std": 1.0, "class_counts": {"train": [], "test": []}}
         if task == "regression" and target_statistics:
-            y_moments = Moments.of(self.y)
+            y_moments = Moments.of_chunks(self.y, chunk_rows)
             attrs.update(y_mean=float(y_moments.mean[0]), y_std=float(y_moments.std()[0]))
         elif task == "classification":
             counts = np.bincount(self.y.astype(np.int64), minlength=n_classes)

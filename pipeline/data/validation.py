@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
 
 def _first_bad(a: np.ndarray) -> str:
@@ -58,12 +59,15 @@ def check_num_inducing(num_inducing: int, inducing_points, n_rows: int, n_featur
 def check_class_labels(y, binary: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(classes, encoded)``: the sorted class labels and ``y`` as integers ``0..C−1``.
 
-    Requires at least two classes, or exactly two when ``binary``.
+    Requires discrete labels (scikit-learn's ``type_of_target``: a continuous ``y`` is refused) of at least
+    two classes, or exactly two when ``binary``.
     """
+    check_classification_targets(y)
     classes, encoded = np.unique(y, return_inverse=True)
-    if binary and classes.size != 2:
-        listed = ", ".join(map(str, classes[:10])) + (", ..." if classes.size > 10 else "")
-        raise ValueError(f"y must contain exactly two classes for binary classification; got {classes.size}: [{listed}]")
+    listed = ", ".join(map(str, classes[:10])) + (", ..." if classes.size > 10 else "")
     if classes.size < 2:
-        raise ValueError(f"y must contain at least two classes for classification; got {classes.size}: {classes.tolist()}")
+        raise ValueError(f"y has 1 class ({listed}); classification needs at least two")
+    if binary and type_of_target(y, input_name="y", raise_unknown=True) != "binary":
+        raise ValueError(f"Only binary classification is supported. The type of the target is "
+                         f"{type_of_target(y)}: exactly two classes are needed; got {classes.size}: [{listed}]")
     return classes, encoded.astype(np.int64)

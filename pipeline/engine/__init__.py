@@ -55,9 +55,10 @@ import numpy as np
 
 from ..data.blocks import BlockSource
 from .backends import Backend, DaskBackend, InProcess
-from .clusters import CLUSTER_HELP, connect, parse_cluster
+from .clusters import CLUSTER_HELP, connect, connected, parse_cluster
 
-__all__ = ["CLUSTER_HELP", "Backend", "DaskBackend", "Engine", "InProcess", "connect", "parse_cluster", "tree_sum"]
+__all__ = ["CLUSTER_HELP", "Backend", "DaskBackend", "Engine", "InProcess", "connect", "connected", "parse_cluster",
+           "tree_sum"]
 
 
 def tree_sum(parts: Sequence[Any]) -> Any:

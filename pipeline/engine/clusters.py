@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import InputError
@@ -163,3 +165,21 @@ def _existing_cluster(address: str) -> DaskBackend:
     except (OSError, TimeoutError) as error:
         raise OSError(f"--cluster {address}: cannot use the scheduler ({error})") from None
     return DaskBackend(client, address)
+
+
+@contextmanager
+def connected(cluster: Any) -> Iterator[Backend]:
+    """The backend of ``cluster`` — a ``--cluster`` value (:func:`connect`) or a ``distributed.Client`` the
+    caller owns — closed at the end of the block if it was started here."""
+    from distributed import Client
+
+    if isinstance(cluster, Client):
+        yield DaskBackend(cluster, f"client {cluster.scheduler.address}")
+        return
+    if not isinstance(cluster, str):
+        raise InputError(f"cluster: expected {CLUSTER_HELP}, or a distributed.Client; found {cluster!r}")
+    backend = connect(cluster)
+    try:
+        yield backend
+    finally:
+        backend.close()

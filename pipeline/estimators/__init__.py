@@ -1,2 +1,3 @@
-"""scikit-learn-style estimators: the trainer's models on in-memory arrays (``fit``, ``predict``,
-``predict_proba``, ``score``, ``log_marginal_likelihood``)."""
+"""scikit-learn estimators: one per model of the registry, each generated from its spec
+(:class:`~pep_gp.pipeline.estimators.base.GPEstimator`), plus the in-memory training paths that keep one
+site per training row (:mod:`pep_gp.pipeline.estimators.untied`)."""

@@ -1,128 +1,275 @@
-"""What every estimator shares: the fit through the trainer — the same step and loop as ``pep train``,
-in-process over in-memory arrays — its stopping rule, and the standardisation of user-unit inputs."""
+"""One estimator class for every model: :class:`GPEstimator` takes a spec and becomes a scikit-learn
+estimator whose constructor arguments are exactly the spec's settings plus the fit fields, trained by the
+same trainer, step and stopping rule as ``pep train --model NAME`` (in this process, or on a Dask cluster
+with ``cluster=``).
+
+A public estimator is a few lines naming its spec::
+
+    class SparseGPClassifier(ClassifierMixin, GPEstimator):
+        spec = sparse_gp.CLASSIFIER
+
+Inputs are validated with scikit-learn's own helpers (``validate_data``: ``n_features_in_``,
+``feature_names_in_`` from DataFrames), standardised with the training rows' statistics as ``pep ingest``
+computes them, and predictions come from the spec's predictive (:mod:`pep_gp.pipeline.models.predictive`),
+computed in row chunks padded to a few sizes so that they compile once. Fitted arrays are numpy float64, so
+pickle and joblib round trips predict bit-identically.
+"""
 
 from __future__ import annotations
 
+import inspect
 import warnings
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from pydantic import ValidationError
+from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..training.config import TrainConfig
-from ..training.trainer import Trainer, TrainJob
-from ..data.blocks import input_statistics
+from ...core import float64
 from ..data.datasets import ArrayData
-from ..engine import InProcess
-from ..models import ModelSpec
+from ..data.validation import check_class_labels
+from ..errors import InputError
+from ..models import ModelSettings, ModelSpec
+from ..models.predictive import apply
+from ..engine import connected
+from ..training.config import DEFAULT_MAX_STEPS, TrainConfig
+from ..training.display import both, progress_display
+from ..training.sizes import padded_rows
+from ..training.trainer import Trainer, TrainJob, TrainResult
+
+FIT_FIELDS: dict[str, Any] = {
+    "max_iter": DEFAULT_MAX_STEPS,
+    "tol": TrainConfig.model_fields["tol"].default,
+    "learning_rate": TrainConfig.model_fields["learning_rate"].default,
+    "batch_size": TrainConfig.model_fields["batch_size"].default,
+    "seed": 0,
+    "verbose": False,
+    "cluster": "none",
+}
+"""The fit fields every estimator has besides its spec's settings, with the defaults of ``pep train``:
+``max_iter`` (the most steps), ``tol`` (the stopping rule, :mod:`pep_gp.pipeline.training.stopping`; 0 runs
+all ``max_iter`` steps), ``learning_rate`` (Adam), ``batch_size`` (rows per step; None: all rows),
+``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr) and ``cluster``
+(``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``)."""
+
+PREDICT_CHUNK_ROWS = 1024  # rows per predictive call: bounds memory (the multi-class quadrature holds ~80·C² per row)
 
 
-@dataclass(frozen=True)
-class InputScaling:
-    """``x ↦ (x − mean)/std``: user units to the model's (the training rows' statistics, as the trainer)."""
+def generated_init(settings: type[ModelSettings], fit_fields: dict[str, Any], model: str) -> Callable[..., None]:
+    """An ``__init__`` whose keyword arguments are the fields of ``settings`` (with their defaults) and
+    ``fit_fields``, each stored as an attribute of the same name (scikit-learn's convention)."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    signature = inspect.Signature([
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        *(inspect.Parameter(name, keyword, default=field.get_default()) for name, field in settings.model_fields.items()),
+        *(inspect.Parameter(name, keyword, default=default) for name, default in fit_fields.items())])
 
-    mean: np.ndarray  # [D]
-    std: np.ndarray  # [D]
+    def __init__(self, **params: Any) -> None:
+        bound = signature.bind(self, **params)
+        bound.apply_defaults()
+        for name, value in list(bound.arguments.items())[1:]:
+            setattr(self, name, value)
 
-    @classmethod
-    def of(cls, data: ArrayData, standardize: bool) -> "InputScaling":
-        return cls(*map(np.asarray, input_statistics(data.attrs, standardize)))
-
-    def __call__(self, x) -> np.ndarray:
-        return (np.asarray(x, dtype=np.float64) - self.mean) / self.std
-
-
-STOPPING_WINDOW = 25  # steps per window of the stopping rule (at least one epoch with minibatches)
+    __init__.__signature__ = signature
+    __init__.__doc__ = f"The settings of {model} and the fit fields (see the class docstring)."
+    return __init__
 
 
-@dataclass(frozen=True)
-class StoppingRule:
-    """Stop once the energy has stopped rising: the mean of its last ``window`` step values exceeds the
-    mean of the ``window`` before by less than ``tol`` nats per training row (window means smooth Adam's
-    oscillations and minibatch noise; non-finite, rejected steps are left out). ``tol = 0`` never stops.
+class FittedGP(BaseEstimator):
+    """What every pep estimator shares once fitted: validated inputs standardised with the training rows'
+    statistics, predictions from a predictive in padded row chunks, and scikit-learn's tags. A subclass
+    fits and sets ``x_mean_``, ``x_std_`` and what its ``_predictive()``/``_predict_params()`` need."""
+
+    _is_classifier: ClassVar[bool]
+    _binary: ClassVar[bool] = False  # a classifier of exactly two classes
+    Settings: ClassVar[type[ModelSettings]]
+
+    def _settings(self) -> dict[str, Any]:
+        """The spec's settings from the constructor arguments (ValueError naming a bad one)."""
+        values = {name: getattr(self, name) for name in self.Settings.model_fields}
+        try:
+            return self.Settings(**values).model_dump()
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})"
+                                 for e in error.errors())
+            raise ValueError(f"{type(self).__name__}: {problems}") from None
+
+    def _training_data(self, X, y) -> ArrayData:
+        """Validated training data (sets ``n_features_in_``, ``feature_names_in_``, ``classes_``)."""
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=not self._is_classifier)
+        if self._is_classifier:
+            self.classes_, labels = check_class_labels(y, binary=self._binary)
+            return ArrayData(X, labels, "classification", int(self.classes_.size))
+        return ArrayData(X, np.asarray(y, dtype=np.float64), "regression")
+
+    def _predictive(self):
+        raise NotImplementedError
+
+    def _predict_params(self):
+        return self.params_
+
+    def _predict_outputs(self, X) -> dict[str, np.ndarray]:
+        """The predictive's outputs for the rows of ``X``, in chunks padded to a few sizes."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        x = (X - self.x_mean_) / self.x_std_
+        predictive, parts = self._predictive(), []
+        with float64():
+            params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
+            for start in range(0, x.shape[0], PREDICT_CHUNK_ROWS):
+                rows = x[start:start + PREDICT_CHUNK_ROWS]
+                out = apply(predictive, params, jnp.asarray(padded_rows(rows)))
+                parts.append({name: np.asarray(value)[:rows.shape[0]] for name, value in out.items()})
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+    def log_marginal_likelihood(self) -> float:
+        """The approximate log marginal likelihood of the training targets (in their own units) at the
+        fitted parameters."""
+        check_is_fitted(self)
+        return float(self.log_marginal_likelihood_value_)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        tags.input_tags.allow_nan = False
+        return tags
+
+    def __getstate__(self):
+        """The state with every JAX array as a numpy array (float64 kept): a pickle or joblib file loads and
+        predicts bit-identically in a process that never enabled JAX's float64."""
+        state = super().__getstate__()
+        return jax.tree_util.tree_map(lambda leaf: np.asarray(leaf) if isinstance(leaf, jax.Array) else leaf, state)
+
+
+class GPEstimator(FittedGP):
+    """The scikit-learn face of a spec (see the module docstring). Subclasses set ``spec``; their
+    ``__init__`` is generated from the spec's settings and :data:`FIT_FIELDS`.
+
+    Attributes (after ``fit``): ``params_`` (numpy pytree, the model's parameters in standardised units),
+    ``model_`` (the pep_gp.core model), ``x_mean_``/``x_std_``, ``targets_`` (regression units),
+    ``classes_`` (classifiers), ``n_features_in_``, ``feature_names_in_`` (DataFrames), ``n_iter_``,
+    ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``n_rejected_steps_``,
+    ``n_rejected_site_updates_``, ``log_marginal_likelihood_value_``, ``notes_`` (settings the trainer
+    changed, e.g. M capped by the rows).
     """
 
-    tol: float
-    n_rows: int
-    window: int
+    spec: ClassVar[ModelSpec]
 
-    def gain_per_row(self, energies: np.ndarray) -> float:
-        """The rise of the window mean per row (``inf`` until two windows have been seen)."""
-        if len(energies) < 2 * self.window:
-            return float("inf")
-        last, before = (_finite(energies[-self.window:]), _finite(energies[-2 * self.window:-self.window]))
-        if not (last.size and before.size):  # a window of rejected steps only: not converged
-            return float("inf")
-        return float((last.mean() - before.mean()) / self.n_rows)
-
-    def converged(self, energies: np.ndarray) -> bool:
-        return self.tol > 0 and self.gain_per_row(energies) < self.tol
-
-    def warn_unless_converged(self, estimator: Any, max_iter: int) -> None:
-        """A :class:`~sklearn.exceptions.ConvergenceWarning`, pointing at the user's ``fit`` call, when the
-        cap stopped a fit of ``estimator`` (fitted: ``energy_trace_``, ``converged_``) that was still
-        improving. Called by the estimator's ``_fit…`` method."""
-        if self.tol > 0 and max_iter > 0 and not estimator.converged_:
-            gain = self.gain_per_row(estimator.energy_trace_)
-            warnings.warn(f"{type(estimator).__name__}: the energy still rose by {gain:.2g} nats per row over the "
-                          f"last {self.window} steps when max_iter={max_iter} was reached (tol={self.tol:g}); "
-                          "increase max_iter (or the learning rate)", ConvergenceWarning, stacklevel=4)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "spec" in cls.__dict__:
+            cls._is_classifier = cls.spec.task == "classification"
+            cls._binary = cls.spec.n_classes == 2
+            cls.Settings = cls.spec.Settings
+            cls.__init__ = generated_init(cls.spec.Settings, FIT_FIELDS, f"--model {cls.spec.name}")
 
 
-def _finite(values: np.ndarray) -> np.ndarray:
-    return values[np.isfinite(values)]
+    def _config(self, n_rows: int) -> TrainConfig:
+        if self.batch_size is not None and not (isinstance(self.batch_size, (int, np.integer)) and self.batch_size >= 1):
+            raise ValueError(f"batch_size must be None or a positive integer; got {self.batch_size!r}")
+        try:
+            return TrainConfig(model=self._settings(), learning_rate=self.learning_rate,
+                               batch_size=np.iinfo(np.int32).max if self.batch_size is None else int(self.batch_size),
+                               seed=self.seed, max_steps=self.max_iter, tol=self.tol)
+        except ValidationError as error:
+            fields = {"max_steps": "max_iter"}
+            problems = "; ".join(f"{fields.get(e['loc'][0], e['loc'][0])}: {e['msg']} (got {e['input']!r})"
+                                 for e in error.errors())
+            raise ValueError(f"{type(self).__name__}: {problems}") from None
+
+    def fit(self, X, y):
+        """Fit the model by maximising its energy (the approximate log marginal likelihood) with the trainer:
+        until the stopping rule says converged or ``max_iter`` steps (a ``ConvergenceWarning`` then)."""
+        data = self._training_data(X, y)
+        config = self._config(data.n_rows("train"))
+        energies: list[float] = []
+
+        def record(event: str, **info: Any) -> None:
+            if event == "step":
+                energies.append(info["energy"])
+
+        with connected(self.cluster) as backend, progress_display(bool(self.verbose), type(self).__name__) as show:
+            progress = both(record, show)
+            try:
+                trainer = Trainer(TrainJob(self.spec, data, config, None), backend)
+            except InputError as error:
+                raise ValueError(f"{type(self).__name__}: {error}") from None
+            result = trainer.run(progress=progress)
+            self._set_fitted(trainer, result, np.asarray(energies))
+        self._fitted_on(data)
+        return self
+
+    def _fitted_on(self, data: ArrayData) -> None:
+        """What a subclass keeps of its training data (nothing: the model's state is in ``params_``)."""
+
+    def save(self, directory) -> Path:
+        """Write the fitted estimator as a run directory that ``pep predict``, ``pep evaluate --data`` and
+        :func:`pep_gp.load` read (:mod:`pep_gp.pipeline.estimators.runs`); returns the checkpoint's path."""
+        check_is_fitted(self)
+        from .runs import save
+
+        return save(self, directory)
+
+    def _set_fitted(self, trainer: Trainer, result: TrainResult, energies: np.ndarray) -> None:
+        source = trainer.train.source
+        self.params_ = jax.tree_util.tree_map(np.asarray, jax.device_get(result.params))
+        self.model_ = trainer.model
+        self.x_mean_, self.x_std_ = np.asarray(source.x_mean), np.asarray(source.x_std)
+        self.targets_ = trainer.targets
+        self.energy_trace_ = energies
+        self.n_iter_, self.converged_ = result.steps, result.converged
+        self.n_rejected_steps_ = result.rejected_steps
+        self.n_rejected_site_updates_ = result.rejected_site_updates
+        self.notes_ = list(result.notes)
+        self.binding_ = trainer.binding
+        self.data_checksum_ = trainer.job.store.checksum
+        energy = trainer.energy(result.params)
+        self.log_marginal_likelihood_value_ = energy - trainer.n_total * np.log(self.targets_.scale)
+        if self.tol > 0 and self.max_iter > 0 and not result.converged:
+            warnings.warn(f"{type(self).__name__}: the energy still rose by {result.gain_per_row:.2g} nats per row "
+                          f"over the last {trainer.stopping.window} steps when max_iter={self.max_iter} was reached "
+                          f"(tol={self.tol:g}); increase max_iter (or the learning rate)", ConvergenceWarning,
+                          stacklevel=3)
+
+    def _predictive(self):
+        return self.spec.predictive(self.model_, self.targets_)
 
 
-def stopping_rule(tol: float, n_rows: int, batch_size: int | None, epochs: int | None) -> StoppingRule:
-    """The estimators' rule: windows of 25 steps or one epoch of ``batch_size`` rows, whichever is longer;
-    none (``tol = 0``) when the user asked for a number of ``epochs``. ValueError for a negative ``tol``."""
-    if not tol >= 0:
-        raise ValueError(f"tol must be non-negative; got {tol!r}")
-    steps_per_epoch = 1 if batch_size is None else -(-n_rows // batch_size)
-    return StoppingRule(0.0 if epochs is not None else float(tol), n_rows, max(STOPPING_WINDOW, steps_per_epoch))
+class GPClassifierMixin:
+    """``predict_log_proba``, ``predict_proba`` and ``predict`` from a predictive's ``log_proba``."""
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """``log p(y = classes_[c] | x)`` per row."""
+        return self._predict_outputs(X)["log_proba"]
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities per row, columns in the order of ``classes_``."""
+        return np.exp(self.predict_log_proba(X))
+
+    def predict(self, X) -> np.ndarray:
+        """The most probable class per row."""
+        most_probable = np.argmax(self.predict_log_proba(X), axis=1)
+        return self.classes_[most_probable]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = not self._binary
+        return tags
 
 
-def training_config(model_settings: dict[str, Any], *, rows_per_step: int, epochs: int, learning_rate: float,
-                    standardize: bool, seed: int) -> TrainConfig:
-    """A config for an in-memory fit: ``rows_per_step`` rows per step, each step one block."""
-    return TrainConfig(model=model_settings, learning_rate=learning_rate, epochs=max(epochs, 1),
-                       batch_size=rows_per_step, block_rows=rows_per_step, standardize=standardize, seed=seed,
-                       checkpoint_every=max(epochs, 1))
+class GPRegressorMixin:
+    """``predict(X, return_std=False)`` from a predictive's ``mean`` and ``var`` (target units, noise included)."""
+
+    def predict(self, X, return_std: bool = False):
+        """Predictive mean of ``y`` (and its standard deviation, observation noise included)."""
+        out = self._predict_outputs(X)
+        return (out["mean"], np.sqrt(out["var"])) if return_std else out["mean"]
 
 
-def training_steps(n_rows: int, batch_size: int | None, max_iter: int, epochs: int | None) -> int:
-    """The number of steps of a fit: ``max_iter``, or ``epochs`` passes of ``⌈n_rows/batch_size⌉``
-    minibatches (a full batch when ``batch_size`` is None). ValueError naming a bad argument."""
-    if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= n_rows):
-        raise ValueError(f"batch_size must be None or an integer in 1..{n_rows}; got {batch_size!r}")
-    if not isinstance(max_iter, (int, np.integer)) or max_iter < 0:
-        raise ValueError(f"max_iter must be a non-negative integer; got {max_iter!r}")
-    if epochs is None:
-        return int(max_iter)
-    if not isinstance(epochs, (int, np.integer)) or epochs < 1:
-        raise ValueError(f"epochs must be None or a positive integer; got {epochs!r}")
-    return int(epochs) * -(-n_rows // (n_rows if batch_size is None else batch_size))
-
-
-def fit_in_process(spec: ModelSpec, data: ArrayData, config: TrainConfig, steps: int,
-                   initial_params: Any = None, stopping: StoppingRule | None = None) -> dict[str, Any]:
-    """Train ``spec`` on ``data`` with the trainer (no run directory) for at most ``steps`` steps, checking
-    ``stopping`` after every window of steps, and return the fitted attributes every estimator sets:
-    ``params_``, ``energy_trace_`` (the energy estimate of every step), ``n_iter_`` (steps taken),
-    ``converged_``, ``n_rejected_steps_`` (non-finite ascent steps skipped) and ``n_rejected_site_updates_``."""
-    trainer = Trainer(TrainJob(spec, data, config, None), InProcess(), initial_params)
-    stopping = stopping or StoppingRule(0.0, 1, max(steps, 1))
-    energies: list[float] = []
-
-    def record(event: str, **info: Any) -> None:
-        if event == "step":
-            energies.append(info["energy"])
-
-    result = trainer.run(until_step=0)
-    while result.steps < steps and not stopping.converged(np.asarray(energies)):
-        result = trainer.run(until_step=min(steps, result.steps + stopping.window), progress=record)
-    trace = np.asarray(energies)
-    return {"params_": result.params, "energy_trace_": trace, "n_iter_": result.steps,
-            "converged_": stopping.converged(trace),
-            "n_rejected_steps_": result.rejected_steps, "n_rejected_site_updates_": result.rejected_site_updates}
+__all__ = ["FIT_FIELDS", "GPClassifierMixin", "GPEstimator", "GPRegressorMixin"]

@@ -34,6 +34,7 @@ class DeepGPSpec(SparseGPSpec):
     """A deep GP bound to a task; the data checks, targets and predictive are the sparse GP's."""
 
     Settings = DeepGPSettings
+    parameterisation = "1"
 
     def build(self, settings: DeepGPSettings, binding: dict) -> DeepGP:
         likelihood = Gaussian() if self.task == "regression" else Probit()

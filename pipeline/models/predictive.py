@@ -4,7 +4,8 @@ and the held-out metrics all compute from one function per model (:meth:`ModelSp
 A predictive maps ``(params, x)`` (rows standardised as in training) to a dict of arrays:
 ``{"log_proba": [B, C]}`` for classification, ``{"mean": [B], "var": [B]}`` in target units (noise
 included) for regression. :class:`HeldOut` turns one into the per-block sums of the held-out metrics
-(:mod:`pep_gp.pipeline.metrics`), so that they reduce over blocks like gradients.
+(:mod:`pep_gp.pipeline.metrics`), so that they reduce over blocks like gradients. Predictives are pytrees
+(the model static, the target scaling an argument): :func:`apply` compiles once per model and shape.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import jax
 import jax.numpy as jnp
 from jax.scipy.special import log_ndtr
 
@@ -53,6 +55,16 @@ class GaussianPredictive:
     def __call__(self, params, x) -> dict:
         mean, var = self.model.predict_y(params, x)
         return {"mean": mean * self.targets.scale + self.targets.shift, "var": var * self.targets.scale**2}
+
+
+for _cls, _data in ((BinaryPredictive, []), (MultiClassPredictive, []), (GaussianPredictive, ["targets"])):
+    jax.tree_util.register_dataclass(_cls, data_fields=_data, meta_fields=["model"])
+
+
+@jax.jit
+def apply(predictive: Callable, params, x) -> dict:
+    """``predictive(params, x)``, compiled once per model (and shape), whatever its target scaling."""
+    return predictive(params, x)
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_inducing: int = Field(200, ge=1, description="inducing points M (per latent GP); capped by the training rows")
+    num_inducing: int = Field(50, ge=1, description="inducing points M (per latent GP); capped by the training rows")
     train_inducing: bool = Field(True, description="optimise the inducing inputs")
     jitter: float = Field(1.4901161193847656e-08, ge=0.0, description="relative jitter on K_uu")
 
@@ -98,6 +98,8 @@ class ModelSpec(Protocol):
         Settings: the pydantic class of its ``[model]`` settings (a :class:`ModelSettings`).
         has_sites: True when the model is a :class:`SiteUpdates` and each step first gathers site
             statistics and updates the tied factor.
+        parameterisation: a tag of how ``params`` stores the model (changed whenever a stored array means
+            something else); run directories record it and a run of another tag is refused.
     """
 
     name: str
@@ -105,6 +107,7 @@ class ModelSpec(Protocol):
     description: str
     Settings: type[ModelSettings]
     has_sites: bool
+    parameterisation: str
 
     def check(self, data: Any, settings: ModelSettings, block_rows: int) -> None:
         """Raise :class:`~pep_gp.pipeline.errors.InputError` unless the dataset (a store, or in-memory
@@ -161,6 +164,7 @@ class SpecBase:
     Settings: ClassVar[type[ModelSettings]] = ModelSettings
     has_sites: ClassVar[bool] = False
     n_classes: ClassVar[int | None] = None
+    parameterisation: ClassVar[str] = "1"
 
     def check(self, data: Any, settings: ModelSettings, block_rows: int) -> None:
         check_task(self, data, self.n_classes)

@@ -31,7 +31,7 @@ def register(spec: ModelSpec) -> ModelSpec:
         TypeError: ``spec`` lacks part of the :class:`~pep_gp.pipeline.models.protocol.ModelSpec` protocol.
     """
     missing = [name for name in ("name", "task", "description", "Settings", "has_sites", "check", "binding",
-                                 "build", "init", "frozen", "targets", "predictive") if not hasattr(spec, name)]
+                                 "build", "init", "frozen", "targets", "predictive", "parameterisation") if not hasattr(spec, name)]
     if missing:
         raise TypeError(f"{spec!r} is not a ModelSpec: it has no {', '.join(missing)}")
     if not (isinstance(spec.Settings, type) and issubclass(spec.Settings, ModelSettings)):

@@ -1,5 +1,10 @@
 """``sparse-gp-regressor`` and ``sparse-gp-classifier``: one sparse GP with a tied Power-EP factor (Bui, Yan &
-Turner 2017, :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`) and a Gaussian or probit likelihood."""
+Turner 2017, :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`) and a Gaussian or probit likelihood.
+
+The regressor's tied factor moves by stochastic EP updates with the exact Power-EP sites of the Gaussian
+likelihood (a full batch sets it to the collapsed PEP-α posterior in one step), its hyper-parameters and
+inducing inputs by Adam; the classifier's whole state moves by Adam on the energy.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from pydantic import Field
 from ...core.likelihoods import Gaussian, Probit
 from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from ..errors import InputError
-from .protocol import ModelSettings, SpecBase
+from .protocol import ModelSettings, SiteSettings, SpecBase, leaves_named
 from .registry import register
 
 # Initial noise variance of the Gaussian likelihood in standardised target units: var(y)/100, as the
@@ -37,6 +42,7 @@ class SparseGPSpec(SpecBase):
     """A tied Power-EP sparse GP bound to a task."""
 
     Settings = SparseGPSettings
+    parameterisation = "2"  # 2: log amplitude and lengthscales (1: softplus)
 
     @property
     def n_classes(self) -> int | None:
@@ -55,7 +61,28 @@ class SparseGPSpec(SpecBase):
                           ard=settings.ard)
 
 
-REGRESSOR = register(SparseGPSpec("sparse-gp-regressor", "regression",
-                                  "Power-EP sparse GP regression (Gaussian likelihood, tied factor)"))
+class SparseGPRegressionSettings(SiteSettings, SparseGPSettings):
+    """Settings of the regressor: the sparse GP's and the damping of its exact site updates."""
+
+
+@dataclass(frozen=True)
+class SparseGPRegressorSpec(SparseGPSpec):
+    """The tied Power-EP sparse GP with a Gaussian likelihood, its factor moved by exact site updates."""
+
+    Settings = SparseGPRegressionSettings
+    has_sites = True
+
+    def build(self, settings: SparseGPRegressionSettings, binding: dict) -> PowerEPSparseGP:
+        return PowerEPSparseGP(Gaussian(), alpha=settings.alpha, jitter=settings.jitter, site_updates=True)
+
+    def frozen(self, settings: SparseGPRegressionSettings, params: SparseGPParams) -> SparseGPParams:
+        """The factor moves only by site updates; the inducing inputs unless ``train_inducing``."""
+        fixed = {"factor_shift", "factor_chol"} | (set() if settings.train_inducing else {"inducing"})
+        return leaves_named(params, fixed)
+
+
+REGRESSOR = register(SparseGPRegressorSpec("sparse-gp-regressor", "regression",
+                                  "Power-EP sparse GP regression (Gaussian likelihood, tied factor moved by exact "
+                                  "site updates)"))
 CLASSIFIER = register(SparseGPSpec("sparse-gp-classifier", "classification",
                                    "Power-EP sparse GP binary classification (probit likelihood, tied factor)"))

@@ -1,12 +1,14 @@
-"""The training configuration (DESIGN §7): a validated pydantic model, loadable from TOML.
+"""The training configuration: a validated pydantic model, loadable from TOML; the same defaults serve
+``pep train`` and the estimators.
 
-The top level holds what every model shares (optimiser, epochs, minibatches, checkpoints); the
+The top level holds what every model shares (optimiser, stopping, minibatches, checkpoints); the
 ``[model]`` table holds the model's own settings, validated by the model's settings class
-(:mod:`pep_gp.pipeline.models`; e.g. ``num_inducing``, ``alpha``). Defaults follow the papers where they state
-a setting: optax Adam with its default moments (seed001 §3, "ADAM default"); M = 200 and α as the
-model's paper. Two settings are pep's own, because the papers' single-machine protocol (minibatch
-S = 200, one update per minibatch) would leave a distributed engine idle: ``batch_size`` = 10,000 rows
-per step (spread over the workers in blocks of ``block_rows``) and ``learning_rate`` = 0.01.
+(:mod:`pep_gp.pipeline.models`; e.g. ``num_inducing``, ``alpha``). Optax Adam with its default moments (as
+Villacampa-Calvo & Hernández-Lobato 2017 use); α as the model's paper. pep's own defaults, chosen so that a
+run on a few thousand rows converges in a couple of minutes and a large store keeps the workers busy:
+``batch_size`` = 10,000 rows per step (spread over the workers in blocks of ``block_rows``),
+``learning_rate`` = 0.05, M = 50 inducing points (100 for deep GPs; the papers' large-data runs use 200, set
+it in ``[model]``), and training until the stopping rule says converged or 2,000 steps.
 
 Example ``train.toml``::
 
@@ -29,11 +31,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import InputError
+from .sizes import bucket
 
 # Fields that do not change the optimisation trajectory: they may differ when a run is resumed
 # (``epochs`` only without the cosine schedule, whose decay is spread over all the steps).
-RESUMABLE_FIELDS = frozenset({"epochs", "checkpoint_every", "keep_checkpoints"})
+RESUMABLE_FIELDS = frozenset({"epochs", "max_steps", "tol", "checkpoint_every", "keep_checkpoints"})
 DEFAULT_BLOCK_ROWS = 1_000
+DEFAULT_MAX_STEPS = 2_000
 
 
 class TrainConfig(BaseModel):
@@ -45,7 +49,12 @@ class TrainConfig(BaseModel):
         lr_schedule: ``constant``; ``cosine`` (decays to ``lr_final_fraction`` of it at the last
             step); ``exponential`` (multiplied by ``lr_decay`` every epoch).
         lr_decay, lr_final_fraction: parameters of the schedules above.
-        epochs: passes over the training split.
+        epochs: passes over the training split, all run (the stopping rule only reports whether the run
+            converged); None (the default): train until the stopping rule says converged or
+            ``max_steps``, whichever comes first.
+        max_steps: the most steps (None: :data:`DEFAULT_MAX_STEPS` without ``epochs``, no cap with them).
+        tol: the stopping rule's tolerance in nats per training row per window of steps
+            (:mod:`pep_gp.pipeline.training.stopping`); 0 never stops early.
         batch_size: training rows per step (rounded up to whole blocks); larger than the split means
             full-batch steps.
         block_rows: rows per block, the engine's unit of work (static shape, compiled once); unset:
@@ -62,11 +71,13 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: dict[str, Any] = Field(default_factory=dict)
-    learning_rate: float = Field(0.01, gt=0.0)
+    learning_rate: float = Field(0.05, gt=0.0)
     lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
     lr_decay: float = Field(0.9, gt=0.0, le=1.0)
     lr_final_fraction: float = Field(0.1, ge=0.0, le=1.0)
-    epochs: int = Field(10, ge=1)
+    epochs: int | None = Field(None, ge=1)
+    max_steps: int | None = Field(None, ge=0)
+    tol: float = Field(1e-4, ge=0.0)
     batch_size: int = Field(10_000, ge=1)
     block_rows: int | None = Field(None, ge=1)
     standardize: bool = True
@@ -81,14 +92,26 @@ class TrainConfig(BaseModel):
                              "lower block_rows or leave it unset (blocks then follow the batch)")
         return self
 
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """The steps the run may take: ``epochs`` passes, capped by ``max_steps`` (see the attributes)."""
+        cap = self.max_steps if self.max_steps is not None else (None if self.epochs else DEFAULT_MAX_STEPS)
+        steps = self.epochs * steps_per_epoch if self.epochs else cap
+        return steps if cap is None else min(steps, cap)
+
+    @property
+    def stops_early(self) -> bool:
+        """True when the stopping rule ends the run (no ``epochs`` asked for and ``tol > 0``)."""
+        return self.epochs is None and self.tol > 0
+
     @property
     def rows_per_block(self) -> int:
         """``block_rows``, or ``min(1000, batch_size)`` when unset."""
         return self.block_rows if self.block_rows is not None else min(DEFAULT_BLOCK_ROWS, self.batch_size)
 
     def for_rows(self, n_rows: int) -> "TrainConfig":
-        """The same config with blocks and batches no larger than a split of ``n_rows`` rows."""
-        block = min(self.rows_per_block, n_rows)
+        """The same config with blocks and batches no larger than a split of ``n_rows`` rows (a smaller split
+        is one block padded to a bucket size, :mod:`pep_gp.pipeline.training.sizes`)."""
+        block = min(self.rows_per_block, bucket(n_rows))
         return self.model_copy(update={"block_rows": block,
                                        "batch_size": min(self.batch_size, block * math.ceil(n_rows / block))})
 
@@ -101,7 +124,7 @@ class TrainConfig(BaseModel):
     def incompatibilities(self, other: "TrainConfig") -> list[str]:
         """``field: old → new`` for every field that would change the trajectory of a resumed run
         (model settings as ``model.KEY``)."""
-        free = RESUMABLE_FIELDS - ({"epochs"} if self.lr_schedule == "cosine" else set())
+        free = RESUMABLE_FIELDS - ({"epochs", "max_steps"} if self.lr_schedule == "cosine" else set())
         mine, theirs = self._flat(), other._flat()
         return [f"{name}: {mine.get(name)!r} → {theirs.get(name)!r}" for name in sorted(set(mine) | set(theirs))
                 if name not in free and mine.get(name) != theirs.get(name)]
@@ -112,9 +135,36 @@ class TrainConfig(BaseModel):
                 **{f"model.{k}": v for k, v in values["model"].items()}}
 
 
-def load_config(path: Path | None, base: dict[str, Any] | None = None, **overrides: Any) -> TrainConfig:
-    """Read a TOML config (else ``base``, e.g. the config of a run being resumed, else the defaults)
-    and apply the non-None ``overrides``.
+def parse_settings(assignments: list[str]) -> dict[str, Any]:
+    """``["model.alpha=0.5", "lr_schedule=cosine"]`` as nested config values: each value is read as a TOML
+    value (``0.5``, ``true``, ``[2, 2]``, ``"text"``) or else taken as a string.
+
+    Raises:
+        InputError: an assignment without ``=`` or with an empty key, named as ``--set``.
+    """
+    values: dict[str, Any] = {}
+    for assignment in assignments:
+        key, equals, text = assignment.partition("=")
+        parts = key.strip().split(".")
+        if not equals or not all(parts):
+            raise InputError(f"--set {assignment!r}: expected KEY=VALUE, e.g. model.alpha=0.5 or epochs=5")
+        try:
+            value = tomllib.loads(f"value = {text.strip()}")["value"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()
+        target = values
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise InputError(f"--set {assignment!r}: {part} is not a table of settings")
+        target[parts[-1]] = value
+    return values
+
+
+def load_config(path: Path | None, base: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
+                **overrides: Any) -> TrainConfig:
+    """Read a TOML config (else ``base``, e.g. the config of a run being resumed, else the defaults), apply
+    ``settings`` (nested values, e.g. from :func:`parse_settings`) and the non-None ``overrides``.
 
     Raises:
         InputError: unreadable or invalid TOML, unknown keys or values out of range; the message names
@@ -130,6 +180,8 @@ def load_config(path: Path | None, base: dict[str, Any] | None = None, **overrid
             raise InputError(f"{path}: no such config file") from None
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
             raise InputError(f"{path}: not a readable TOML file ({error})") from None
+    for key, value in (settings or {}).items():
+        values[key] = {**values.get(key, {}), **value} if isinstance(value, dict) else value
     values.update({key: value for key, value in overrides.items() if value is not None})
     try:
         return TrainConfig(**values)

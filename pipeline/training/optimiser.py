@@ -35,14 +35,14 @@ def learning_rate(config: TrainConfig, steps_per_epoch: int, total_steps: int) -
 
 
 @lru_cache(maxsize=8)
-def compiled_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, n_total: int,
-                  steps_per_epoch: int, total_steps: int) -> TrainStep:
+def compiled_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, steps_per_epoch: int,
+                  total_steps: int) -> TrainStep:
     """The compiled step of a job, cached on hashable arguments (``trajectory`` is the config's JSON
     without the fields that leave the updates unchanged), so equal jobs (segments, retries, repeated
-    estimator fits) compile once."""
+    estimator fits, folds of a cross-validation) compile once."""
     config = TrainConfig.model_validate_json(trajectory)
     optimizer = adam(learning_rate(config, steps_per_epoch, total_steps),
                      lambda params: spec.frozen(settings, params))
     if not spec.has_sites:
-        return training_step(model, optimizer, n_total)
-    return training_step(model, optimizer, n_total, sites=True, damping=settings.damping_schedule())
+        return training_step(model, optimizer)
+    return training_step(model, optimizer, sites=True, damping=settings.damping_schedule())

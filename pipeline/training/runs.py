@@ -19,10 +19,24 @@ from . import checkpoint
 from .config import TrainConfig
 
 
+def check_parameterisation(manifest: dict[str, Any], spec: ModelSpec) -> None:
+    """InputError unless the run stores ``spec``'s model as this pep does (its ``parameterisation`` tag)."""
+    found = manifest.get("parameterisation", "1")  # runs written before the tag existed
+    if found != spec.parameterisation:
+        raise InputError(f"--model {spec.name}: the run stores parameterisation {found!r}; this version of pep "
+                         f"reads {spec.parameterisation!r} (retrain, or use the pep version that wrote it)")
+
+
 def bound_model(manifest: dict[str, Any]) -> tuple[ModelSpec, Any, Any]:
-    """``(spec, settings, model)`` of a checkpoint, bound to its training data as when it trained."""
+    """``(spec, settings, model)`` of a checkpoint, bound to its training data as when it trained.
+
+    Raises:
+        InputError: the run stores its model in another parameterisation than this pep reads.
+    """
     spec = get_model(manifest["model"])
-    settings = model_settings(spec, TrainConfig(**manifest["config"]).model, "the run's config")
+    check_parameterisation(manifest, spec)
+    values = manifest.get("model_settings", TrainConfig(**manifest["config"]).model)  # as trained (M capped)
+    settings = model_settings(spec, values, "the run's config")
     return spec, settings, spec.build(settings, manifest.get("model_binding", {}))
 
 

@@ -31,12 +31,14 @@ class LoopState:
     history: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     last_energy: float = float("nan")
+    energies: list[float] = field(default_factory=list)  # the latest step energies the stopping rule reads
 
 
 def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: int) -> Path:
     """Write the checkpoint of ``state``; ``run_meta`` describes the run (model, data, config, …)."""
     meta = {**run_meta, "rejected_steps": state.rejected, "rejected_site_updates": state.rejected_sites,
             "epoch_energy": state.epoch_energy, "history": state.history, "seconds": state.seconds,
+            "recent_energies": state.energies,
             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     trees = {"params": state.params, "opt_state": state.opt_state, "key": state.key_data}
     return checkpoint.save(run_dir, state.step, trees, meta, keep)
@@ -62,4 +64,5 @@ def restored_state(restored: checkpoint.Restored) -> LoopState:
     """The loop state a checkpoint holds."""
     meta, trees = restored.meta, restored.trees
     return LoopState(trees["params"], trees["opt_state"], trees["key"], restored.step, meta["rejected_steps"],
-                     meta["rejected_site_updates"], tuple(meta["epoch_energy"]), meta["history"], meta["seconds"])
+                     meta["rejected_site_updates"], tuple(meta["epoch_energy"]), meta["history"], meta["seconds"],
+                     energies=list(meta.get("recent_energies", [])))

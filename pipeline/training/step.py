@@ -50,6 +50,7 @@ class Minibatch(Protocol):
     """The rows of one step, as the step sees them."""
 
     scale: float  # N / |B|
+    n_total: int  # N, the training rows
 
     def sum(self, fn: Callable, inputs: Any) -> Any:
         """``Σ_blocks fn(inputs, x, y, mask)`` over the minibatch, in a fixed order."""
@@ -128,26 +129,27 @@ def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Call
     return global_value + scale * data_value, grad
 
 
-def training_step(model: Energy, optimizer: optax.GradientTransformation, n_total: int, *, sites: bool = False,
+def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sites: bool = False,
                   damping: optax.ScalarOrSchedule = 1.0) -> TrainStep:
-    """The step of ``model`` (see the module docstring) on a training split of ``n_total`` rows.
+    """The step of ``model`` (see the module docstring). The training rows ``N`` come with each minibatch
+    (``batch.n_total``) as an argument of the compiled programs, so splits of different sizes with blocks of
+    the same shape (cross-validation folds) share one compilation.
 
     Args:
         model: the energy (a :class:`~pep_gp.pipeline.models.protocol.SiteUpdates` when ``sites``).
         optimizer: any optax transformation; it receives the negated gradient (ascent).
-        n_total: training rows N.
         sites: gather site statistics and update the tied factor before the gradient step.
         damping: the site update's step ``ρ``, or a schedule ``t ↦ ρ_t``
             (:meth:`~pep_gp.pipeline.models.protocol.SiteSettings.damping_schedule`).
     """
 
-    def prepare(params):
+    def prepare(params, n_total):
         return jax.vjp(lambda p: model.step_shared(p, n_total), params)
 
-    def site_update(params, shared, stats, count):
+    def site_update(params, shared, stats, count, n_total):
         return model.site_update(params, shared, stats, n_total, damping(count) if callable(damping) else damping)
 
-    def ascend(params, opt_state, shared, pullback, data_value, data_grad, scale):
+    def ascend(params, opt_state, shared, pullback, data_value, data_grad, scale, n_total):
         value, grad = minibatch_energy(model, n_total, params, shared, pullback, data_value, data_grad, scale)
         params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
         return params, opt_state, ok, value
@@ -162,16 +164,17 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, n_tota
     def update(state: StepState, batch: Minibatch) -> tuple[StepState, StepInfo]:
         params = state.params
         with float64():
-            shared, pullback = prepare(params)
+            n_total = jnp.asarray(batch.n_total, jnp.float64)
+            shared, pullback = prepare(params, n_total)
         sites_ok = jnp.asarray(True)
         if sites:
             stats = batch.sum(site_term, (params, shared))
             with float64():
-                params, shared, sites_ok = site_update(params, shared, stats, state.count)
+                params, shared, sites_ok = site_update(params, shared, stats, state.count, n_total)
         value, grad = batch.sum(data_term, (params, shared))
         with float64():
             params, opt_state, ok, energy = ascend(params, state.opt_state, shared, pullback, value, grad,
-                                                   batch.scale)
+                                                   batch.scale, n_total)
             return StepState(params, opt_state, state.count + 1), StepInfo(energy, ok, sites_ok)
 
     return TrainStep(init, update, StepParts(prepare, site_update, ascend, data_term, site_term))

@@ -14,10 +14,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ...core import float64
@@ -29,9 +31,11 @@ from ..models import HeldOut, ModelSpec, get_model, model_settings
 from . import checkpoint
 from .config import TrainConfig
 from .optimiser import compiled_step
+from .runs import check_parameterisation
 from .sampling import MinibatchSchedule
 from .state import LoopState, refuse_another_run, restored_state, save_state
 from .step import StepState
+from .stopping import StoppingRule
 
 INIT_ROWS = 5_000  # training rows sampled to place the inducing inputs (k-means) and lengthscales
 
@@ -76,16 +80,29 @@ class TrainResult:
     history: list[dict[str, Any]]
     rejected_steps: int
     rejected_site_updates: int
+    converged: bool  # the stopping rule's verdict on the step energies so far
+    gain_per_row: float  # the rule's last window gain (inf before two windows)
+    stops_early: bool  # the run ends when it converges (no epochs asked for)
+    notes: tuple[str, ...] = ()  # what the trainer changed of the settings, e.g. M capped by the rows
 
     @property
     def finished(self) -> bool:
-        return self.steps >= self.total_steps
+        return self.steps >= self.total_steps or (self.stops_early and self.converged)
 
     @property
     def metrics(self) -> dict[str, Any]:
         """The held-out metrics of the last completed epoch."""
         last = self.history[-1] if self.history else {}
         return {k: v for k, v in last.items() if k in ("test_error", "test_nll", "rmse", "n_test")}
+
+
+def capped_settings(settings: Any, n_rows: int) -> tuple[Any, tuple[str, ...]]:
+    """``settings`` with the inducing points capped by the ``n_rows`` training rows they are placed on, and
+    a note saying so (none when nothing changed)."""
+    if settings.num_inducing <= n_rows:
+        return settings, ()
+    note = f"num_inducing = {settings.num_inducing} capped at the {n_rows} training rows"
+    return settings.model_copy(update={"num_inducing": n_rows}), (note,)
 
 
 class Trainer:
@@ -107,8 +124,9 @@ class Trainer:
         self.job = job
         self.spec = spec = job.spec
         store, config = job.store, job.config
-        self.effective = config.for_rows(store.n_rows("train"))
-        self.settings = model_settings(spec, config.model, "config")
+        self.n_total = n_total = store.n_rows("train")
+        self.effective = config.for_rows(n_total)
+        self.settings, self.notes = capped_settings(model_settings(spec, config.model, "config"), n_total)
         spec.check(store, self.settings, self.effective.block_rows)
         self.binding = spec.binding(store)
         self.model = spec.build(self.settings, self.binding)
@@ -120,16 +138,16 @@ class Trainer:
         has_test = store.n_rows("test") > 0 and self.held_out is not None
         self.test = (Engine(backend, store.blocks("test", block_rows, self.targets, config.standardize))
                      if has_test else None)
-        self.n_total = store.n_rows("train")
         with float64():
             key_data = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
         self.schedule = MinibatchSchedule(self.train.source.n_blocks,
                                           math.ceil(self.effective.batch_size / block_rows),
                                           tuple(int(k) for k in key_data))
-        self.total_steps = config.epochs * self.schedule.steps_per_epoch
+        self.total_steps = config.total_steps(self.schedule.steps_per_epoch)
+        self.stopping = StoppingRule.for_run(config.tol, n_total, self.schedule.steps_per_epoch)
         self.step_fn = compiled_step(spec, self.settings, self.model, config.trajectory().model_dump_json(),
-                                      self.n_total, self.schedule.steps_per_epoch,
-                                      self.total_steps if config.lr_schedule == "cosine" else 0)
+                                     self.schedule.steps_per_epoch,
+                                     self.total_steps if config.lr_schedule == "cosine" else 0)
         self._initial_params = initial_params
         self._start: StepState | None = None
         self._state: LoopState | None = None
@@ -159,21 +177,25 @@ class Trainer:
             end = min(self.total_steps, self.total_steps if until_step is None else until_step,
                       (state.step // segment_steps + 1) * segment_steps if segment_steps else self.total_steps)
             progress("start", step=state.step, total_steps=self.total_steps,
-                     steps_per_epoch=self.schedule.steps_per_epoch, resumed_from=path)
+                     steps_per_epoch=self.schedule.steps_per_epoch, resumed_from=path, notes=self.notes)
             started = time.perf_counter() - state.seconds
-            while state.step < end:
+            stops_early = self.job.config.stops_early
+            while state.step < end and not (stops_early and self.stopping.converged(state.energies)):
                 accepted = self.step(state)
                 state.seconds = time.perf_counter() - started
                 progress("step", step=state.step, energy=state.last_energy, accepted=accepted)
-                if self.schedule.ends_epoch(state.step - 1):
+                ended = state.step == self.total_steps or (stops_early and self.stopping.converged(state.energies))
+                if self.schedule.ends_epoch(state.step - 1) or ended:
                     progress("epoch", record=self.end_epoch(state))
-                if state.step % self.job.config.checkpoint_every == 0 or state.step == end:
+                if state.step % self.job.config.checkpoint_every == 0 or state.step == end or ended:
                     path = self.save(state) or path
                     progress("checkpoint", path=path)
             if path is None:  # nothing was left to train and nothing was saved: still leave one
                 path = self.save(state)
         return TrainResult(state.params, state.step, self.total_steps, len(state.history), state.seconds, path,
-                           state.history, state.rejected, state.rejected_sites)
+                           state.history, state.rejected, state.rejected_sites,
+                           self.stopping.converged(state.energies), self.stopping.gain_per_row(state.energies),
+                           stops_early, self.notes)
 
     # ---------------------------------------------------------------------------------------------
     def fresh_state(self) -> LoopState:
@@ -209,6 +231,7 @@ class Trainer:
     def _templates(self, manifest: dict[str, Any], fresh: LoopState) -> dict[str, Any]:
         """The pytrees to restore, after refusing another run's checkpoint (InputError)."""
         store = self.job.store
+        check_parameterisation(manifest, self.spec)
         refuse_another_run(manifest, self.job.run_dir, self.job.model_name, store.checksum, store.path,
                                  self.job.config)
         return {"params": fresh.params, "opt_state": fresh.opt_state, "key": fresh.key_data}
@@ -219,6 +242,8 @@ class Trainer:
             return None
         config, source = self.job.config, self.train.source
         run_meta = {"model": self.job.model_name, "model_binding": self.binding, "data": self.job.store.path,
+                    "model_settings": self.settings.model_dump(mode="json"),
+                    "parameterisation": self.spec.parameterisation,
                     "dataset_checksum": self.job.store.checksum, "config": config.model_dump(),
                     "x_mean": source.x_mean, "x_std": source.x_std,
                     "targets": {"shift": self.targets.shift, "scale": self.targets.scale},
@@ -229,18 +254,27 @@ class Trainer:
     def step(self, state: LoopState) -> bool:
         """One training step on ``state`` (in place); False if it was rejected as non-finite."""
         blocks = self.schedule.blocks(state.step)
-        batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks))
+        batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks), self.n_total)
         step_state = StepState(state.params, state.opt_state, np.int32(state.step))
         new, info = self.step_fn.update(step_state, batch)
         state.params, state.opt_state = new.params, new.opt_state
         state.rejected += int(not info.accepted)
         state.rejected_sites += int(not info.sites_accepted)
         state.last_energy = float(info.energy)
+        state.energies = (state.energies + [state.last_energy])[-self.stopping.history:]
         if math.isfinite(state.last_energy):
             total, count = state.epoch_energy
             state.epoch_energy = (total + state.last_energy, count + 1)
         state.step += 1
         return bool(info.accepted)
+
+    def energy(self, params: Any) -> float:
+        """The energy ``F = G + Σ_blocks L`` of all training rows at ``params`` (one pass over the blocks)."""
+        with float64():
+            n_total = jnp.asarray(self.n_total, jnp.float64)
+            shared = _step_shared(self.model, params, n_total)
+            data = self.train.map_sum(DataValue(self.model), (params, shared), range(self.train.source.n_blocks))
+            return float(_global_energy(self.model, params, shared, n_total) + data)
 
     def evaluate(self, params: Any) -> dict[str, Any]:
         """Held-out metrics of ``params`` on the test split (empty without one)."""
@@ -249,6 +283,7 @@ class Trainer:
         return finish(self.test.map_sum(self.held_out, params, range(self.test.source.n_blocks)))
 
     def end_epoch(self, state: LoopState) -> dict[str, Any]:
+        """The record of the epoch that ``state``'s last step ended (or cut short, when the run ends)."""
         total, count = state.epoch_energy
         energy = total / count if count else float("nan")
         record = {"epoch": self.schedule.epoch_of(state.step - 1) + 1, "step": state.step,
@@ -261,12 +296,34 @@ class Trainer:
 
 
 @dataclass(frozen=True)
+class DataValue:
+    """The data term ``L`` of one block (no gradient); input ``(params, shared)``."""
+
+    model: Any
+
+    def __call__(self, inputs, x, y, mask):
+        params, shared = inputs
+        return self.model.data_energy(params, shared, x, y, mask)
+
+
+@partial(jax.jit, static_argnums=0)
+def _step_shared(model, params, n_total):
+    return model.step_shared(params, n_total)
+
+
+@partial(jax.jit, static_argnums=0)
+def _global_energy(model, params, shared, n_total):
+    return model.global_energy(params, shared, n_total)
+
+
+@dataclass(frozen=True)
 class EngineBatch:
     """A minibatch of blocks as the step sees it (:class:`pep_gp.pipeline.training.step.Minibatch`)."""
 
     engine: Engine
     blocks: list[int]
     scale: float
+    n_total: int
 
     def sum(self, fn: Callable, inputs: Any) -> Any:
         return self.engine.map_sum(fn, inputs, self.blocks)

@@ -1,5 +1,5 @@
-"""One training loop: an estimator's ``fit`` and ``pep train --cluster none`` run the same step on the
-same rows with the same settings, and end with the same parameters (bit for bit)."""
+"""One training loop: for every model, an estimator's ``fit`` and ``pep train --cluster none`` run the same
+step on the same rows with the same settings, and end with the same parameters (bit for bit)."""
 
 from __future__ import annotations
 
@@ -8,29 +8,33 @@ import json
 import numpy as np
 import pytest
 
-from pep_gp import MultiClassGPClassifier
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.estimators.models import ESTIMATORS
+from pep_gp.pipeline.models import MODELS
 from pep_gp.pipeline.training.runs import load_run
 from tests.flows.test_train_cli import pep
-from tests.trainstores import config_toml, leaves_equal, make_store
+from tests.trainstores import leaves_equal, make_store
+
+SETTINGS = {"deep-gp": {"num_inducing": 6, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 6, "hidden_dims": [2]}}
 
 
 @pytest.mark.slow
-def test_estimator_fit_equals_pep_train(tmp_path):
-    # one chunk per split, so the store's training statistics are computed exactly as the estimator's
-    store = make_store(tmp_path / "three.zarr", n_classes=3, chunk_rows=1_000)
-    settings = {"num_inducing": 6, "damping": 0.5, "damping_decay": 0.99}
-    config = TrainConfig(model=settings, epochs=12, batch_size=400, learning_rate=0.05, checkpoint_every=5)
-    config_file = tmp_path / "sep.toml"
-    config_file.write_text(config_toml(config))
-    summary = json.loads(pep("train", "--model", "multiclass-sep", "--data", store.path, "--run-dir",
-                             str(tmp_path / "run"), "--config", str(config_file), "--cluster", "none", "--json").stdout)
-    assert summary["steps"] == 12 and summary["rejected_steps"] == 0 and summary["rejected_site_updates"] == 0
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_estimator_fit_equals_pep_train(tmp_path, name):
+    spec = MODELS[name]
+    multiclass = spec.task == "classification" and spec.n_classes is None
+    # one chunk per split (at least the default chunk rows), so that the store's statistics are the estimator's
+    store = make_store(tmp_path / "data.zarr", task=spec.task, n_classes=3 if multiclass else 2, chunk_rows=10_000)
+    settings = SETTINGS.get(name, {"num_inducing": 6})
+    steps, options = 8, ["--max-steps", "8", "--learning-rate", "0.05", "--batch-size", "160", "--seed", "3"]
+    sets = [f"--set=model.{key}={json.dumps(value)}" for key, value in settings.items()]
+    summary = json.loads(pep("train", "--model", name, "--data", store.path, "--run-dir", str(tmp_path / "run"),
+                             *options, "--set=tol=0", *sets, "--cluster", "none", "--json").stdout)
+    assert summary["steps"] == steps and summary["rejected_steps"] == 0
 
     x, y = (a[:] for a in store.arrays("train"))  # the stored (float32, shuffled) training rows
-    clf = MultiClassGPClassifier(num_inducing=6, alpha=1.0, max_iter=12, learning_rate=0.05, damping=0.5)
-    clf.fit(x.astype(np.float64), y)
+    estimator = ESTIMATORS[name](**settings, max_iter=steps, tol=0, learning_rate=0.05, batch_size=160, seed=3)
+    estimator.fit(x.astype(np.float64), y)
     trained = load_run(tmp_path / "run").trees["params"]
-    assert leaves_equal(clf.params_, trained)
-    one_step_less = MultiClassGPClassifier(num_inducing=6, alpha=1.0, max_iter=11, learning_rate=0.05, damping=0.5)
-    assert not leaves_equal(trained, one_step_less.fit(x.astype(np.float64), y).params_)
+    assert leaves_equal(estimator.params_, trained)
+    fewer = ESTIMATORS[name](**settings, max_iter=steps - 1, tol=0, learning_rate=0.05, batch_size=160, seed=3)
+    assert not leaves_equal(trained, fewer.fit(x.astype(np.float64), y).params_)

@@ -198,3 +198,30 @@ def test_one_shared_lengthscale_is_the_ard_kernel_with_equal_lengthscales(regres
 def test_alpha_outside_unit_interval_is_rejected():
     with pytest.raises(ValueError, match=r"alpha must lie in \[0, 1\]; got -0.1"):
         PowerEPSparseGP(Probit(), alpha=-0.1)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
+def test_exact_gaussian_site_updates_give_the_collapsed_posterior(regression, alpha):
+    """A full-batch, undamped site update sets the tied factor to the product of the exact Power-EP sites
+    ``N(y_n; υ_nᵀu, σ² + αd_n)`` (Bui, Yan & Turner 2017, §3.1): ``q(u)`` is then the collapsed PEP-α
+    posterior, and the predictions equal the collapsed model's at the same hyper-parameters."""
+    from pep_gp.core.kernels import ARDSquaredExponential
+    from pep_gp.core.models.collapsed_regression import predict_f
+
+    x, y, z = regression
+    rng = np.random.default_rng(3)
+    model = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=0.0, site_updates=True)
+    shift, precision = _random_factor(rng, 6, 40)
+    params = _params(z, shift, precision, Gaussian.init_params(NOISE))
+    x_new = rng.uniform(-2, 2, size=(9, 2))
+    with jax.enable_x64(True):
+        shared = model.step_shared(params, 40)
+        stats = model.site_stats(params, shared, jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool))
+        updated, _, accepted = model.site_update(params, shared, stats, 40, 1.0)
+        mean, var = model.predict_f(updated, jnp.asarray(x_new))
+        kernel = ARDSquaredExponential(jnp.asarray(LS), jnp.asarray(VAR))
+        expected = predict_f(kernel, jnp.asarray(z), NOISE, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_new),
+                             alpha, 0.0)
+    assert bool(accepted)
+    np.testing.assert_allclose(mean, expected[0], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(var, expected[1], rtol=1e-6, atol=1e-9)

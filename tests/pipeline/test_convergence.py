@@ -1,5 +1,6 @@
-"""The estimators' stopping rule: they stop once the energy stops rising, warn when ``max_iter`` comes
-first, and the damping floor keeps a long full-batch SEP fit from drifting off EP's fixed point."""
+"""The stopping rule of ``pep train`` and the estimators: runs stop once the energy stops rising, warn when
+``max_iter`` comes first, and the damping floor keeps a long full-batch SEP fit from drifting off EP's fixed
+point."""
 
 import warnings
 
@@ -8,8 +9,8 @@ import pytest
 from sklearn.datasets import load_iris
 from sklearn.exceptions import ConvergenceWarning
 
-from pep_gp import MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
-from pep_gp.pipeline.estimators.base import StoppingRule
+from pep_gp import CollapsedGPRegressor, MultiClassEPClassifier, MultiClassGPClassifier, SparseGPClassifier
+from pep_gp.pipeline.training.stopping import StoppingRule
 
 
 def test_stopping_rule_compares_window_means_per_row():
@@ -23,6 +24,8 @@ def test_stopping_rule_compares_window_means_per_row():
     assert (-100 * np.exp(-np.arange(first - 10, first) / 15)).mean() \
         - (-100 * np.exp(-np.arange(first - 20, first - 10) / 15)).mean() < 0.1
     assert not StoppingRule(0.0, 100, 10).converged(np.zeros(100))  # tol = 0 never stops
+    falling = np.concatenate([np.zeros(10), np.full(10, -1.0)])
+    assert not rule.converged(falling) and rule.converged(falling[::-1] * 0 + 0.05)  # a fall is not convergence
 
 
 def test_rejected_steps_are_left_out_of_the_window_means():
@@ -44,10 +47,12 @@ def test_regressor_stops_when_the_energy_stops_rising(regression_data):
     x, y = regression_data
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        stopped = SparseGPRegressor(num_inducing=10, max_iter=5000, learning_rate=0.05).fit(x, y)
-    assert stopped.converged_ and stopped.n_iter_ < 5000 and stopped.n_iter_ % 25 == 0
+        stopped = CollapsedGPRegressor(num_inducing=10, max_iter=5000, learning_rate=0.05).fit(x, y)
+    assert stopped.converged_ and stopped.n_iter_ < 5000
     assert stopped.energy_trace_.shape == (stopped.n_iter_,)
-    longer = SparseGPRegressor(num_inducing=10, max_iter=stopped.n_iter_ + 500, tol=0,
+    rule = StoppingRule.for_run(1e-4, len(y), 1)
+    assert rule.converged(stopped.energy_trace_) and not rule.converged(stopped.energy_trace_[:-1])
+    longer = CollapsedGPRegressor(num_inducing=10, max_iter=stopped.n_iter_ + 500, tol=0,
                                learning_rate=0.05).fit(x, y)
     # what the further 500 steps still gain is of the order of the tolerance (1e-4 nats per row per window)
     gain = (longer.log_marginal_likelihood() - stopped.log_marginal_likelihood()) / x.shape[0]
@@ -56,14 +61,14 @@ def test_regressor_stops_when_the_energy_stops_rising(regression_data):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("make", [
-    lambda: SparseGPRegressor(num_inducing=10, max_iter=30),
+    lambda: CollapsedGPRegressor(num_inducing=10, max_iter=30),
     lambda: SparseGPClassifier(num_inducing=10, max_iter=30),
     lambda: MultiClassGPClassifier(num_inducing=5, max_iter=30),
-    lambda: MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=30),
+    lambda: MultiClassEPClassifier(num_inducing=5, max_iter=30),
 ], ids=["regressor", "classifier", "multiclass-sep", "multiclass-ep"])
 def test_a_fit_cut_short_by_max_iter_warns(regression_data, make):
     x, y = load_iris(return_X_y=True)
-    if isinstance(make(), SparseGPRegressor):
+    if isinstance(make(), CollapsedGPRegressor):
         x, y = regression_data
     elif isinstance(make(), SparseGPClassifier):
         y = (y > 0).astype(int)
@@ -76,12 +81,12 @@ def test_a_fit_cut_short_by_max_iter_warns(regression_data, make):
 @pytest.mark.slow
 def test_untied_ep_stops_in_windows_and_matches_one_uninterrupted_run(monkeypatch):
     x, y = load_iris(return_X_y=True)
-    windows = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=60, tol=0).fit(x, y)
-    longer = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=2000, learning_rate=0.05).fit(x, y)
+    windows = MultiClassEPClassifier(num_inducing=5, max_iter=60, tol=0).fit(x, y)
+    longer = MultiClassEPClassifier(num_inducing=5, max_iter=2000, learning_rate=0.05).fit(x, y)
     assert longer.converged_ and longer.n_iter_ < 2000 and longer.n_iter_ % 25 == 0
     assert windows.n_iter_ == 60  # windows of 25, 25 and 10 steps: the carry passes between calls
-    monkeypatch.setattr("pep_gp.pipeline.estimators.base.STOPPING_WINDOW", 60)
-    one_call = MultiClassGPClassifier(num_inducing=5, method="ep", max_iter=60, tol=0).fit(x, y)
+    monkeypatch.setattr("pep_gp.pipeline.training.stopping.MIN_WINDOW", 60)
+    one_call = MultiClassEPClassifier(num_inducing=5, max_iter=60, tol=0).fit(x, y)
     np.testing.assert_allclose(one_call.energy_trace_, windows.energy_trace_, rtol=1e-12)
 
 
@@ -90,18 +95,12 @@ def test_damping_floor_keeps_full_batch_sep_at_the_fixed_point():
     """Wine, full-batch SEP at learning rate 0.05: with the paper's ρ_t = 0.5·0.99^t alone the factor
     freezes and the energy collapses after ~550 steps; with the floor it keeps rising."""
     from sklearn.datasets import load_wine
-    from pep_gp.pipeline.data.datasets import ArrayData
-    from pep_gp.pipeline.models import get_model
-    from pep_gp.pipeline.estimators.base import fit_in_process, training_config
 
     x, y = load_wine(return_X_y=True)
-    data = ArrayData(x, y, "classification", 3)
 
     def trace(floor):
-        settings = {"num_inducing": 50, "damping": 0.5, "damping_decay": 0.99, "damping_floor": floor}
-        config = training_config(settings, rows_per_step=len(y), epochs=800, learning_rate=0.05,
-                                 standardize=True, seed=0)
-        return fit_in_process(get_model("multiclass-sep"), data, config, 800)["energy_trace_"]
+        return MultiClassGPClassifier(num_inducing=50, damping=0.5, damping_decay=0.99, damping_floor=floor,
+                                      max_iter=800, tol=0, learning_rate=0.05).fit(x, y).energy_trace_
 
     frozen, floored = trace(0.0), trace(0.05)
     assert frozen[-50:].mean() < frozen[:500].max() - 20

@@ -1,5 +1,6 @@
-"""Exact-GP EP or QP with untied sites for small N (seed002's experiments): the kernel's amplitude and one
-shared lengthscale (the authors' GPy ``RBF``) maximise the EP evidence ``log Z_EP`` (seed002 eq. 4) by
+"""A training path beside the trainer: exact-GP EP or QP with untied sites for small N (the experiments of
+Zhang et al. 2020): the kernel's amplitude and one shared lengthscale (the authors' GPy ``RBF``) maximise the
+EP evidence ``log Z_EP`` (Zhang et al. 2020, eq. 4) by
 L-BFGS-B, EP (or QP) re-run to convergence from the previous sites at every evaluation (GPy's
 ``ep_mode="nested"``); the gradient is the Gaussian part's with the sites fixed (R&W §5.5.2; exact at an
 EP fixed point, and used unchanged for QP, as the paper's code does). Each evaluation — the sweeps to
@@ -25,6 +26,8 @@ JITTER = 1e-8  # relative, on the prior covariance's diagonal
 
 
 class UntiedFit(NamedTuple):
+    """The outcome of :func:`fit`."""
+
     log_theta: np.ndarray  # [log lengthscale, log variance]
     sites: Sites
     log_evidence: float
@@ -79,12 +82,7 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
                          int(solution.nit), bool(solution.success), str(solution.message))
 
 
-def predict(fitted: UntiedFit, x_train, data: SiteData, x_test):
-    """Latent mean and variance at ``x_test``."""
-    with float64():
-        x_train, x_test = (jnp.asarray(a, dtype=jnp.float64) for a in (x_train, x_test))
-        theta = jnp.asarray(fitted.log_theta)
-        kernel = _kernel(theta, x_train.shape[1])
-        mean, var = predict_latent(_prior_cov(theta, x_train), kernel(x_train, x_test), kernel.diag(x_test), data,
-                                   fitted.sites)
-        return np.asarray(mean), np.asarray(var)
+def predict(log_theta, sites: Sites, x_train, data: SiteData, x_test):
+    """Latent mean and variance at ``x_test`` (jit-able: every argument is an array or a pytree of them)."""
+    kernel = _kernel(log_theta, x_train.shape[1])
+    return predict_latent(_prior_cov(log_theta, x_train), kernel(x_train, x_test), kernel.diag(x_test), data, sites)

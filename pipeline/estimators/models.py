@@ -1,0 +1,82 @@
+"""The estimator of every registered model: a few lines naming its spec (the constructor arguments are the
+spec's settings and the fit fields, :data:`~pep_gp.pipeline.estimators.base.FIT_FIELDS`).
+
+Example:
+    >>> import numpy as np
+    >>> from pep_gp import SparseGPRegressor
+    >>> x = np.linspace(0, 5, 40)[:, None]; y = np.sin(x[:, 0])
+    >>> model = SparseGPRegressor(num_inducing=10).fit(x, y)
+    >>> float(np.abs(model.predict(x) - y).max()) < 0.2
+    True
+"""
+
+from __future__ import annotations
+
+from sklearn.base import ClassifierMixin, RegressorMixin
+
+from ..models import deep_gp, multiclass, sparse_gp, tied_ep
+from .base import GPClassifierMixin, GPEstimator, GPRegressorMixin
+
+
+class SparseGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
+    """Sparse GP regression with a tied Power-EP factor (Bui, Yan & Turner 2017): α = 1 is EP (FITC-like),
+    α → 0 the variational (VFE) limit. ``pep train --model sparse-gp-regressor``."""
+
+    spec = sparse_gp.REGRESSOR
+
+
+class SparseGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
+    """Binary GP classification (probit) with a tied Power-EP factor (Bui, Yan & Turner 2017).
+    Labels may be any two values; ``classes_`` holds them sorted. ``pep train --model sparse-gp-classifier``."""
+
+    spec = sparse_gp.CLASSIFIER
+
+
+class MultiClassGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
+    """Multi-class GP classification with stochastic EP and one tied factor per class (Villacampa-Calvo &
+    Hernández-Lobato 2017). ``pep train --model multiclass-sep``."""
+
+    spec = multiclass.SEP
+
+
+class DirectMultiClassGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
+    """The multi-class GP classifier with its tied factors trained by Adam on the same energy (no EP
+    updates). ``pep train --model multiclass-direct``."""
+
+    spec = multiclass.DIRECT
+
+
+class TiedEPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
+    """Binary probit GP classification whose tied factor moves by stochastic EP (``projection="kl"``) or
+    stochastic Quantile Propagation (``"wasserstein"``, Zhang et al. 2020). ``pep train --model
+    tied-ep-classifier``."""
+
+    spec = tied_ep.TIED_EP
+
+
+class DeepGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
+    """Deep GP regression trained with approximate EP (Bui et al. 2016): hidden layers of GPs
+    (``hidden_dims``; ``()`` is one GP layer), Gaussian output. ``pep train --model deep-gp``."""
+
+    spec = deep_gp.REGRESSOR
+
+
+class DeepGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
+    """Deep GP binary classification (probit output) trained with approximate EP (Bui et al. 2016).
+    ``pep train --model deep-gp-classifier``."""
+
+    spec = deep_gp.CLASSIFIER
+
+
+ESTIMATORS = {cls.spec.name: cls for cls in (SparseGPRegressor, SparseGPClassifier, MultiClassGPClassifier,
+                                             DirectMultiClassGPClassifier, TiedEPClassifier, DeepGPRegressor,
+                                             DeepGPClassifier)}
+"""The estimator of each registered model, by ``--model`` name."""
+
+
+def model_table() -> str:
+    """Every registered model with its estimator, as a markdown table (the docs' model reference)."""
+    rows = [f"| `{name}` | `{cls.__name__}` | {cls.spec.task} | {'site updates' if cls.spec.has_sites else 'gradient'} "
+            f"| {cls.spec.description} |" for name, cls in sorted(ESTIMATORS.items())]
+    return "\n".join(["| `--model` | estimator | task | tied factor moves by | what it is |",
+                      "|---|---|---|---|---|", *rows])

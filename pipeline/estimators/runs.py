@@ -1,0 +1,92 @@
+"""Runs are models: a fitted estimator saves as a run directory (``estimator.save(dir)``), and any run
+directory — written by ``pep train`` or by ``save`` — loads as the fitted estimator of its model
+(:func:`load`), ready for ``predict``/``predict_proba``.
+
+A run directory is the trainer's checkpoint format (:mod:`pep_gp.pipeline.training.checkpoint`): Zarr
+arrays with their digests and a JSON manifest (format version, the model's name and parameterisation tag,
+its settings, the input standardisation, the target scaling and the class labels) — never a pickle. A run
+of another format version or parameterisation is refused, naming what was found and what was expected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..data.blocks import TargetScaling
+from ..errors import InputError
+from ..training import checkpoint
+from ..training.config import TrainConfig
+from ..training.runs import bound_model, load_run
+from .base import GPEstimator
+from .models import ESTIMATORS
+
+
+def save(estimator: GPEstimator, directory: str | Path) -> Path:
+    """Write ``estimator`` (fitted) as a run directory ``directory`` that ``pep predict``, ``pep evaluate
+    --data STORE`` and :func:`load` read; returns the checkpoint's path.
+
+    Raises:
+        InputError: ``directory`` already holds a run (choose a new directory).
+        TypeError: the estimator is not one of a registered model (it owns its training rows; use joblib).
+    """
+    if not isinstance(estimator, GPEstimator) or estimator.spec.name not in ESTIMATORS:
+        raise TypeError(f"{type(estimator).__name__} is not the estimator of a registered model; it keeps its "
+                        "training rows, so save it with joblib instead")
+    directory = Path(directory)
+    if checkpoint.has_checkpoints(directory):
+        raise InputError(f"{directory}: already holds a run; save into a new directory")
+    spec, config = estimator.spec, estimator._config(1)
+    classes = estimator.classes_.tolist() if estimator._is_classifier else None
+    meta = {"model": spec.name, "model_settings": config.model, "parameterisation": spec.parameterisation,
+            "model_binding": estimator.binding_, "data": "the estimator's in-memory training data",
+            "dataset_checksum": estimator.data_checksum_, "config": config.model_dump(),
+            "x_mean": estimator.x_mean_.tolist(), "x_std": estimator.x_std_.tolist(),
+            "targets": {"shift": estimator.targets_.shift, "scale": estimator.targets_.scale},
+            "classes": classes, "feature_names": _feature_names(estimator),
+            "converged": bool(estimator.converged_),
+            "log_marginal_likelihood": float(estimator.log_marginal_likelihood_value_)}
+    return checkpoint.save(directory, int(estimator.n_iter_), {"params": estimator.params_}, meta, keep=1)
+
+
+def _feature_names(estimator: GPEstimator) -> list[str] | None:
+    names = getattr(estimator, "feature_names_in_", None)
+    return None if names is None else [str(name) for name in names]
+
+
+def load(run_dir: str | Path) -> GPEstimator:
+    """The fitted estimator of a run directory's newest intact checkpoint (``pep train`` or ``save``).
+
+    Raises:
+        InputError: no complete checkpoint, an unknown model, or a run of another format version or
+            parameterisation (the message names what was found and what this pep reads).
+    """
+    restored = load_run(Path(run_dir))
+    manifest = restored.meta
+    spec, settings, model = bound_model(manifest)
+    if spec.name not in ESTIMATORS:
+        raise InputError(f"{run_dir}: --model {spec.name} has no estimator in this pep")
+    config = TrainConfig(**manifest["config"])
+    estimator = ESTIMATORS[spec.name](**settings.model_dump(), learning_rate=config.learning_rate,
+                                      batch_size=config.batch_size, seed=config.seed, tol=config.tol,
+                                      max_iter=config.max_steps if config.max_steps is not None else restored.step)
+    n_features = len(manifest["x_mean"])
+    fitted: dict[str, Any] = {
+        "params_": jax.tree_util.tree_map(np.asarray, restored.trees["params"]), "model_": model,
+        "x_mean_": np.asarray(manifest["x_mean"], float), "x_std_": np.asarray(manifest["x_std"], float),
+        "targets_": TargetScaling(**manifest["targets"]), "n_features_in_": n_features,
+        "binding_": manifest.get("model_binding", {}), "data_checksum_": manifest.get("dataset_checksum"),
+        "n_iter_": restored.step, "converged_": manifest.get("converged"), "notes_": [],
+        "log_marginal_likelihood_value_": manifest.get("log_marginal_likelihood", np.nan)}
+    if spec.task == "classification":
+        counts = manifest.get("model_binding", {}).get("class_counts")
+        n_classes = len(counts) if counts else 2
+        fitted["classes_"] = np.asarray(manifest.get("classes") or list(range(n_classes)))
+    if manifest.get("feature_names"):
+        fitted["feature_names_in_"] = np.asarray(manifest["feature_names"], dtype=object)
+    for name, value in fitted.items():
+        setattr(estimator, name, value)
+    return estimator

@@ -1,0 +1,112 @@
+"""A training path beside the trainer: the multi-class GP classifier of Villacampa-Calvo & Hernández-Lobato
+(2017) with *untied* factors (one per training row and class, memory O(N·C·M); for N up to ~10⁴), trained
+in this process as one compiled ``lax.scan`` per window of steps.
+
+Each step (§2.3): the parallel EP update of the factors of the step's rows (:func:`pep_gp.core.models.
+multiclass_ep.update`, damped by ``ρ_t``, halved for the rest of the run whenever a row had to be skipped
+for an improper cavity), then one guarded Adam ascent step on the hyper-parameters and inducing inputs with
+the gradient of eq. (10) (the cavity held fixed; the data term scaled by ``N/|B|``). Minibatches follow a
+seeded permutation per epoch.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...core import float64
+from ...core.models import multiclass_ep as ep
+from ...core.models.multiclass import MultiClassGP, NaturalFactor
+from .optimiser import adam
+from .step import ascent_update
+from .stopping import StoppingRule
+
+
+class UntiedFit(NamedTuple):
+    """The outcome of :func:`fit`."""
+
+    params: Any
+    sites: ep.EPSites
+    energies: np.ndarray  # the log Z_q estimate of every step
+    rejected_steps: int  # non-finite Adam steps skipped
+    skipped_rows: int  # row updates skipped for an improper cavity
+    converged: bool
+
+
+def optimizer(learning_rate):
+    """Adam on hyper-parameters and inducing inputs; the factors move only by EP updates."""
+    return adam(learning_rate, frozen=lambda p: p._replace(
+        raw_amplitude=False, raw_noise=False, raw_lengthscales=False, inducing=False, factor=NaturalFactor(True, True)))
+
+
+def _step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y, mask, n_total, damping, learning_rate):
+    # Padding rows carry the out-of-range index N: gathered as zeros, dropped when scattered back.
+    rows_state = jax.tree_util.tree_map(lambda a: a.at[index].get(mode="fill", fill_value=0.0), state)
+    params, rows_state, skipped = ep.update(model, params, rows_state, x, y, mask, damping)
+    state = jax.tree_util.tree_map(lambda a, r: a.at[index].set(r, mode="drop"), state, rows_state)
+    rows = jnp.sum(mask)
+    energy = lambda p: ep.global_energy(model, p) + n_total / rows * ep.local_energy(model, p, rows_state, x, y, mask)
+    value, grad = jax.value_and_grad(energy)(params)
+    params, opt_state, ok = ascent_update(optimizer(learning_rate), params, opt_state, value, grad)
+    return params, opt_state, ok, value, skipped, state
+
+
+@partial(jax.jit, static_argnames="model")
+def _steps(model: MultiClassGP, carry, x, y, index, mask, damping, learning_rate):
+    """Steps as one ``lax.scan`` over the per-step row indices ``[T, S]``, masks and base damping ``[T]``,
+    from and to ``carry = (params, opt_state, sites, halvings)``."""
+    n_total = x.shape[0]
+
+    def step(carry, inputs):
+        params, opt_state, state, halvings = carry
+        rows, rows_mask, rho = inputs
+        safe = jnp.minimum(rows, n_total - 1)
+        params, opt_state, ok, value, skipped, state = _step(
+            model, params, opt_state, state, rows, x[safe], y[safe], rows_mask, float(n_total),
+            rho * 0.5**halvings, learning_rate)
+        return (params, opt_state, state, halvings + (skipped > 0)), (value, ok, skipped)
+
+    return jax.lax.scan(step, carry, (index, mask, damping))
+
+
+def batches(n_rows: int, batch_size: int | None, num_steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices ``[T, S]`` (padded with ``n_rows``) and masks ``[T, S]``; every epoch a new permutation."""
+    if batch_size is None or batch_size >= n_rows:
+        return np.tile(np.arange(n_rows), (num_steps, 1)), np.ones((num_steps, n_rows), bool)
+    rng = np.random.default_rng(seed)
+    per_epoch = -(-n_rows // batch_size)
+    orders = [rng.permutation(n_rows) for _ in range(max(1, -(-num_steps // per_epoch)))]
+    padded = np.stack([np.concatenate([o, np.full(per_epoch * batch_size - n_rows, n_rows)]) for o in orders])
+    index = padded.reshape(-1, batch_size)[:num_steps]
+    return index, index < n_rows
+
+
+def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None, max_steps: int, tol: float,
+        learning_rate: float, damping, seed: int) -> UntiedFit:
+    """Train from the model's initial state for at most ``max_steps`` steps, a window of steps per compiled
+    call, until the stopping rule (:mod:`pep_gp.pipeline.training.stopping`) says converged.
+
+    Args:
+        model: the multi-class model; ``x`` ``[N, D]`` standardised rows, ``y`` ``[N]`` labels 0..C−1.
+        damping: ``t ↦ ρ_t``, the factor update's step (a schedule of steps).
+    """
+    n = x.shape[0]
+    rule = StoppingRule.for_run(tol, n, 1 if batch_size is None else -(-n // batch_size))
+    index, mask = batches(n, batch_size, max_steps, seed)
+    rho = np.asarray(damping(np.arange(max_steps)), np.float64)
+    values, ok, skipped = np.zeros(0), np.zeros(0, bool), np.zeros(0, int)
+    with float64():
+        x, y = jnp.asarray(x), jnp.asarray(y)
+        params = model.init(x, num_inducing, seed=seed)
+        carry = (params, optimizer(learning_rate).init(params), ep.init_sites(n, params), jnp.asarray(0))
+        while values.size < max_steps and not rule.converged(values):
+            window = slice(values.size, min(max_steps, values.size + rule.window))
+            carry, out = _steps(model, carry, x, y, jnp.asarray(index[window]), jnp.asarray(mask[window]),
+                                jnp.asarray(rho[window]), float(learning_rate))
+            values, ok, skipped = (np.concatenate([a, np.asarray(b)]) for a, b in zip((values, ok, skipped), out))
+    params, _, sites, _ = carry
+    return UntiedFit(params, sites, values, int(np.sum(~ok)), int(np.sum(skipped)), rule.converged(values))

@@ -1,0 +1,88 @@
+"""Fitted estimators persist: joblib files load in a fresh process and predict bit-identically, and runs
+are models (``estimator.save`` ↔ ``pep_gp.load``; a ``pep train`` run loads as its estimator)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import joblib
+import numpy as np
+import pytest
+
+import pep_gp
+from pep_gp import load
+from pep_gp.pipeline.errors import InputError
+
+ALL = ["SparseGPRegressor", "SparseGPClassifier", "MultiClassGPClassifier", "DirectMultiClassGPClassifier",
+       "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier",
+       "MultiClassEPClassifier"]
+
+
+def _data(name: str):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(60, 3))
+    if "Regressor" in name:
+        return x, np.sin(x[:, 0]) + 0.1 * rng.normal(size=60)
+    labels = np.array(["cat", "dog", "eel"])
+    return x, labels[(x[:, 0] > 0).astype(int) + ("MultiClass" in name) * (x[:, 1] > 0.5).astype(int)]
+
+
+def _fitted(name: str):
+    kw = {"max_iter": 10} if name == "ExactGPClassifier" else {"num_inducing": 5, "max_iter": 10, "tol": 0}
+    return getattr(pep_gp, name)(**kw).fit(*_data(name))
+
+
+def _outputs(model, x):
+    return model.predict_proba(x) if hasattr(model, "predict_proba") else np.stack(model.predict(x, return_std=True))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # ten fits, and a fresh process that compiles ten predictives
+def test_joblib_files_predict_bit_identically_in_a_fresh_process(tmp_path):
+    x = np.random.default_rng(5).normal(size=(17, 3))
+    np.save(tmp_path / "x.npy", x)
+    for name in ALL:
+        model = _fitted(name)
+        joblib.dump(model, tmp_path / f"{name}.joblib")
+        np.save(tmp_path / f"{name}.expected.npy", _outputs(model, x))
+    script = textwrap.dedent(f"""
+        import joblib, numpy as np
+        x = np.load({str(tmp_path / 'x.npy')!r})
+        for name in {ALL!r}:
+            model = joblib.load({str(tmp_path)!r} + f"/{{name}}.joblib")
+            out = model.predict_proba(x) if hasattr(model, "predict_proba") else np.stack(model.predict(x, return_std=True))
+            np.save({str(tmp_path)!r} + f"/{{name}}.loaded.npy", out)
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=1500)
+    for name in ALL:
+        expected, loaded = (np.load(tmp_path / f"{name}.{kind}.npy") for kind in ("expected", "loaded"))
+        assert loaded.dtype == np.float64 and loaded.tobytes() == expected.tobytes(), name
+
+
+@pytest.mark.parametrize("name", ["SparseGPClassifier", "MultiClassGPClassifier", "SparseGPRegressor"])
+def test_a_saved_estimator_loads_as_itself(name, tmp_path):
+    model = _fitted(name)
+    model.save(tmp_path / "run")
+    loaded = load(tmp_path / "run")
+    x = np.random.default_rng(6).normal(size=(9, 3))
+    assert type(loaded) is type(model) and loaded.get_params() == model.get_params()
+    assert _outputs(loaded, x).tobytes() == _outputs(model, x).tobytes()
+    if hasattr(model, "classes_"):
+        assert list(loaded.classes_) == list(model.classes_) and set(loaded.predict(x)) <= set(model.classes_)
+    with pytest.raises(InputError, match="already holds a run"):
+        model.save(tmp_path / "run")
+
+
+def test_a_run_of_another_parameterisation_is_refused_naming_both(tmp_path):
+    import json
+
+    model = _fitted("SparseGPClassifier")
+    path = model.save(tmp_path / "run")
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**manifest, "parameterisation": "1"}))
+    with pytest.raises(InputError, match="the run stores parameterisation '1'; this version of pep reads '2'"):
+        load(tmp_path / "run")
+    with pytest.raises(TypeError, match="save it with joblib"):
+        _fitted("CollapsedGPRegressor").save(tmp_path / "other")

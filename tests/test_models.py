@@ -1,0 +1,79 @@
+"""Every registered model (``MODELS``) through one parametrised test: initialisation, one jitted step, masked
+rows adding exactly zero, a checkpoint round trip, resume, and its estimator. A model added to the registry
+is tested here without a line of its own (a registry entry that breaks any of these fails)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pep_gp.core import float64
+from pep_gp.pipeline.estimators.models import ESTIMATORS
+from pep_gp.pipeline.models import MODELS
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
+from pep_gp.pipeline.engine import InProcess
+from tests.trainstores import leaves_equal, make_store
+
+SETTINGS = {"deep-gp": {"num_inducing": 5, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 5, "hidden_dims": [2]}}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("model-stores")
+    return {"binary": make_store(root / "binary.zarr", n_rows=150),
+            "multiclass": make_store(root / "multi.zarr", n_rows=150, n_classes=3),
+            "regression": make_store(root / "regression.zarr", task="regression", n_rows=150)}
+
+
+def _store(stores, spec):
+    if spec.task == "regression":
+        return stores["regression"]
+    return stores["binary"] if spec.n_classes == 2 else stores["multiclass"]
+
+
+def _config(name, **kw):
+    return TrainConfig(model=SETTINGS.get(name, {"num_inducing": 5}), batch_size=64, block_rows=32, learning_rate=0.05,
+                       max_steps=6, tol=0, checkpoint_every=2, keep_checkpoints=2, **kw)
+
+
+@pytest.mark.slow  # ~45 s per model on the 2-core machine, most of it compiling
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_registered_model_steps_masks_checkpoints_and_resumes(name, stores, tmp_path):
+    spec = MODELS[name]
+    store = _store(stores, spec)
+    trainer = Trainer(TrainJob(name, store, _config(name), None), InProcess())
+    start = trainer.fresh_state()
+    assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(start.params))
+    assert trainer.step(start) and np.isfinite(start.last_energy)
+    assert not leaves_equal(start.params, trainer.fresh_state().params)  # the step moved the params
+
+    # masked (padding) rows add exactly zero to the data term and its gradient
+    block = trainer.train.source.read(0)
+    with float64():
+        params = trainer.fresh_state().params
+        shared = trainer.model.step_shared(params, trainer.n_total)
+        term = jax.jit(jax.value_and_grad(trainer.model.data_energy, argnums=(0, 1)))
+        real = block.mask.copy()
+        real[len(real) // 2:] = False
+        half = {k: v[: len(v) // 2] for k, v in block._asdict().items()}
+        scrambled_x = np.where(real[:, None], block.x, 7.0)
+        padded = term(params, shared, jnp.asarray(scrambled_x), jnp.asarray(block.y), jnp.asarray(real))
+        alone = term(params, shared, jnp.asarray(half["x"]), jnp.asarray(half["y"]), jnp.asarray(half["mask"]))
+    np.testing.assert_allclose(float(padded[0]), float(alone[0]), rtol=1e-12)
+    for a, b in zip(jax.tree_util.tree_leaves(padded[1]), jax.tree_util.tree_leaves(alone[1])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
+
+    # checkpoints round-trip, and a run cut at step 3 and resumed ends where an uninterrupted one does
+    whole = train(TrainJob(name, store, _config(name), tmp_path / "whole"))
+    assert whole.steps == 6 and leaves_equal(load_run(tmp_path / "whole").trees["params"], whole.params)
+    train(TrainJob(name, store, _config(name), tmp_path / "cut"), until_step=3)
+    resumed = train(TrainJob(name, store, _config(name), tmp_path / "cut"), resume=True)
+    assert resumed.steps == 6 and leaves_equal(resumed.params, whole.params)
+
+    # its estimator takes exactly the settings of the spec (and the fit fields)
+    estimator = ESTIMATORS[name]
+    assert estimator.spec is spec and set(spec.Settings.model_fields) <= set(estimator().get_params())
