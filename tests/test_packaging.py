@@ -51,7 +51,7 @@ def test_a_users_pipeline_module_and_flows_folder_live_beside_pep(tmp_path):
     out = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split(" | ") == ["user pipeline", "user flows", "pep_gp.pipeline.estimators.sparse_gp",
+    assert out.stdout.split(" | ") == ["user pipeline", "user flows", "pep_gp.pipeline.estimators.models",
                                        "pep_gp.pipeline.data.stores\n"]
 
 

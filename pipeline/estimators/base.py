@@ -38,6 +38,7 @@ from ..errors import InputError
 from ..models import ModelSettings, ModelSpec
 from ..models.predictive import apply
 from ..engine import connected
+from ..training import checkpoint
 from ..training.config import DEFAULT_MAX_STEPS, TrainConfig
 from ..training.display import both, progress_display
 from ..training.sizes import padded_rows
@@ -208,13 +209,28 @@ class GPEstimator(FittedGP):
     def _fitted_on(self, data: ArrayData) -> None:
         """What a subclass keeps of its training data (nothing: the model's state is in ``params_``)."""
 
-    def save(self, directory) -> Path:
-        """Write the fitted estimator as a run directory that ``pep predict``, ``pep evaluate --data`` and
-        :func:`pep_gp.load` read (:mod:`pep_gp.pipeline.estimators.runs`); returns the checkpoint's path."""
-        check_is_fitted(self)
-        from .runs import save
+    def save(self, directory: str | Path) -> Path:
+        """Write the fitted estimator as a run directory that ``pep predict``, ``pep evaluate --data STORE`` and
+        :func:`pep_gp.load` read (:mod:`pep_gp.pipeline.estimators.runs`: the trainer's checkpoint format,
+        arrays and a JSON manifest, never a pickle); returns the checkpoint's path.
 
-        return save(self, directory)
+        Raises:
+            InputError: ``directory`` already holds a run (choose a new directory).
+        """
+        check_is_fitted(self)
+        directory = Path(directory)
+        if checkpoint.has_checkpoints(directory):
+            raise InputError(f"{directory}: already holds a run; save into a new directory")
+        config = self._config(1)
+        meta = {"model": self.spec.name, "model_settings": config.model, "parameterisation": self.spec.parameterisation,
+                "model_binding": self.binding_, "data": "the estimator's in-memory training data",
+                "dataset_checksum": self.data_checksum_, "config": config.model_dump(),
+                "x_mean": self.x_mean_.tolist(), "x_std": self.x_std_.tolist(),
+                "targets": {"shift": self.targets_.shift, "scale": self.targets_.scale},
+                "classes": self.classes_.tolist() if self._is_classifier else None,
+                "feature_names": None if not hasattr(self, "feature_names_in_") else [str(n) for n in self.feature_names_in_],
+                "converged": bool(self.converged_), "log_marginal_likelihood": float(self.log_marginal_likelihood_value_)}
+        return checkpoint.save(directory, int(self.n_iter_), {"params": self.params_}, meta, keep=1)
 
     def _set_fitted(self, trainer: Trainer, result: TrainResult, energies: np.ndarray) -> None:
         source = trainer.train.source

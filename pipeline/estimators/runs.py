@@ -1,5 +1,5 @@
-"""Runs are models: a fitted estimator saves as a run directory (``estimator.save(dir)``), and any run
-directory — written by ``pep train`` or by ``save`` — loads as the fitted estimator of its model
+"""Runs are models: any run directory — written by ``pep train`` or by ``estimator.save(dir)``
+(:meth:`~pep_gp.pipeline.estimators.base.GPEstimator.save`) — loads as the fitted estimator of its model
 (:func:`load`), ready for ``predict``/``predict_proba``.
 
 A run directory is the trainer's checkpoint format (:mod:`pep_gp.pipeline.training.checkpoint`): Zarr
@@ -18,43 +18,10 @@ import numpy as np
 
 from ..data.blocks import TargetScaling
 from ..errors import InputError
-from ..training import checkpoint
 from ..training.config import TrainConfig
 from ..training.runs import bound_model, load_run
 from .base import GPEstimator
 from .models import ESTIMATORS
-
-
-def save(estimator: GPEstimator, directory: str | Path) -> Path:
-    """Write ``estimator`` (fitted) as a run directory ``directory`` that ``pep predict``, ``pep evaluate
-    --data STORE`` and :func:`load` read; returns the checkpoint's path.
-
-    Raises:
-        InputError: ``directory`` already holds a run (choose a new directory).
-        TypeError: the estimator is not one of a registered model (it owns its training rows; use joblib).
-    """
-    if not isinstance(estimator, GPEstimator) or estimator.spec.name not in ESTIMATORS:
-        raise TypeError(f"{type(estimator).__name__} is not the estimator of a registered model; it keeps its "
-                        "training rows, so save it with joblib instead")
-    directory = Path(directory)
-    if checkpoint.has_checkpoints(directory):
-        raise InputError(f"{directory}: already holds a run; save into a new directory")
-    spec, config = estimator.spec, estimator._config(1)
-    classes = estimator.classes_.tolist() if estimator._is_classifier else None
-    meta = {"model": spec.name, "model_settings": config.model, "parameterisation": spec.parameterisation,
-            "model_binding": estimator.binding_, "data": "the estimator's in-memory training data",
-            "dataset_checksum": estimator.data_checksum_, "config": config.model_dump(),
-            "x_mean": estimator.x_mean_.tolist(), "x_std": estimator.x_std_.tolist(),
-            "targets": {"shift": estimator.targets_.shift, "scale": estimator.targets_.scale},
-            "classes": classes, "feature_names": _feature_names(estimator),
-            "converged": bool(estimator.converged_),
-            "log_marginal_likelihood": float(estimator.log_marginal_likelihood_value_)}
-    return checkpoint.save(directory, int(estimator.n_iter_), {"params": estimator.params_}, meta, keep=1)
-
-
-def _feature_names(estimator: GPEstimator) -> list[str] | None:
-    names = getattr(estimator, "feature_names_in_", None)
-    return None if names is None else [str(name) for name in names]
 
 
 def load(run_dir: str | Path) -> GPEstimator:

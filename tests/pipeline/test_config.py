@@ -8,10 +8,25 @@ from pep_gp.pipeline.training.config import TrainConfig, load_config
 from pep_gp.pipeline.errors import InputError
 
 
-def test_defaults_follow_the_papers():
+def test_the_defaults_train_until_converged():
     config = load_config(None)
-    assert (config.model, config.batch_size, config.rows_per_block, config.learning_rate) == ({}, 10_000, 1_000, 0.01)
+    assert (config.model, config.batch_size, config.rows_per_block, config.learning_rate) == ({}, 10_000, 1_000, 0.05)
+    assert (config.epochs, config.max_steps, config.tol, config.stops_early) == (None, None, 1e-4, True)
+    assert config.total_steps(steps_per_epoch=27) == 2_000  # no epochs: the stopping rule or 2,000 steps
+    assert TrainConfig(epochs=3).total_steps(27) == 81 and not TrainConfig(epochs=3).stops_early
+    assert TrainConfig(epochs=3, max_steps=50).total_steps(27) == 50
     assert config == TrainConfig()
+
+
+def test_settings_from_the_command_line_nest_and_read_toml_values():
+    from pep_gp.pipeline.training.config import parse_settings
+
+    values = parse_settings(["model.alpha=0.5", "lr_schedule=cosine", "model.hidden_dims=[2, 2]", "tol=0"])
+    assert values == {"model": {"alpha": 0.5, "hidden_dims": [2, 2]}, "lr_schedule": "cosine", "tol": 0}
+    config = load_config(None, values, epochs=3)
+    assert (config.model, config.lr_schedule, config.tol, config.epochs) == (values["model"], "cosine", 0.0, 3)
+    with pytest.raises(InputError, match="--set 'alpha': expected KEY=VALUE"):
+        parse_settings(["alpha"])
 
 
 def test_blocks_follow_a_small_batch_unless_set():
@@ -52,8 +67,8 @@ def test_missing_file():
 def test_resume_compatibility():
     config = TrainConfig(epochs=2)
     assert config.incompatibilities(config.model_copy(update={"epochs": 9, "keep_checkpoints": 1})) == []
-    assert config.incompatibilities(config.model_copy(update={"learning_rate": 0.1})) == ["learning_rate: 0.01 → 0.1"]
-    cosine = TrainConfig(lr_schedule="cosine")
+    assert config.incompatibilities(config.model_copy(update={"learning_rate": 0.1})) == ["learning_rate: 0.05 → 0.1"]
+    cosine = TrainConfig(lr_schedule="cosine", epochs=10)
     assert cosine.incompatibilities(cosine.model_copy(update={"epochs": 20})) == ["epochs: 10 → 20"]
     settings = TrainConfig(model={"alpha": 0.5})
     assert settings.incompatibilities(settings.model_copy(update={"model": {"alpha": 0.2, "num_inducing": 9}})) == [
@@ -62,5 +77,5 @@ def test_resume_compatibility():
 
 def test_for_rows_caps_blocks_and_batches():
     small = TrainConfig(block_rows=1000, batch_size=5000).for_rows(450)
-    assert (small.block_rows, small.batch_size) == (450, 450)
+    assert (small.block_rows, small.batch_size) == (512, 512)  # one block, padded to a bucket size
     assert TrainConfig(block_rows=100, batch_size=5000).for_rows(450).batch_size == 500

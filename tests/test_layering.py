@@ -1,0 +1,52 @@
+"""The package's import graph: layers import downwards only (flows → pipeline → core), no module imports
+a module that imports it back, and the models and data packages never import the training package."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"pep_gp.core": "pepcore", "pep_gp.pipeline": "pipeline", "pep_gp.flows": "flows"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package, folder in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            name = ".".join((package, *parts)).removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The pep_gp modules ``name`` imports at module level or inside functions (relative ones resolved)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                targets.add(candidate if candidate in known else base)
+        elif isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+    return {target for target in targets if target in known and target != name}
+
+
+def test_no_module_imports_a_module_that_imports_it_back_and_layers_point_down():
+    found = modules()
+    graph = {name: imports(name, path, set(found)) for name, path in found.items()}
+    cycles = sorted((a, b) for a, targets in graph.items() for b in targets if a < b and a in graph[b])
+    assert not cycles
+    upward = sorted((a, b) for a, targets in graph.items() for b in targets
+                    if (a.startswith("pep_gp.core") and not b.startswith("pep_gp.core"))
+                    or (a.startswith("pep_gp.pipeline") and b.startswith("pep_gp.flows"))
+                    or (a.startswith(("pep_gp.pipeline.models", "pep_gp.pipeline.data"))
+                        and b.startswith("pep_gp.pipeline.training")))
+    assert not upward
+    assert len(graph) > 60 and sum(map(len, graph.values())) > 150  # the graph was read
