@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import jax
@@ -52,3 +57,20 @@ def leaves_equal(a, b) -> bool:
     left, right = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
     return (jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
             and all(np.asarray(x).tobytes() == np.asarray(y).tobytes() for x, y in zip(left, right)))
+
+
+@contextlib.contextmanager
+def held_by_another_process(run_dir: Path) -> Iterator[int]:
+    """A second process holding ``run_dir``'s lock (as a running ``pep train`` would) for the block; its pid.
+    SIGKILLed at the end: the kernel releases the lock."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from pep_gp.pipeline.training.lock import hold_run_dir\n"
+        "with hold_run_dir(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)"), str(run_dir)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()

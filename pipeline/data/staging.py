@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..files import fsync, fsync_tree
+
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>
 
 
@@ -79,7 +81,7 @@ def swap_into_place(work: Path, out: Path) -> None:
         exchange(work, out)
     else:
         os.rename(work, out)
-    _fsync(out.parent)
+    fsync(out.parent)
 
 
 def exchange(a: Path, b: Path) -> None:
@@ -99,26 +101,6 @@ def exchange(a: Path, b: Path) -> None:
     os.rename(b, aside)
     os.rename(a, b)
     os.rename(aside, a)
-
-
-def fsync_tree(root: Path) -> None:
-    """fsync every file under ``root``, then every directory, deepest first (so their entries are durable)."""
-    directories = [root]
-    for path in root.rglob("*"):
-        if path.is_dir():
-            directories.append(path)
-        else:
-            _fsync(path)
-    for directory in sorted(directories, key=lambda p: len(p.parts), reverse=True):
-        _fsync(directory)
-
-
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def _lock_path(work: Path) -> Path:

@@ -41,6 +41,7 @@ import zarr
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import InputError
+from ..files import fsync, fsync_tree
 from ..jsonio import dumps
 
 MANIFEST = "manifest.json"
@@ -98,14 +99,6 @@ def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, Any], keep: int) -> Path:
     """Write the checkpoint of ``step`` (pytrees ``trees`` and JSON-able ``meta``), then prune.
 
@@ -126,8 +119,7 @@ def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, 
             group.create_array(f"{name}/{index:04d}", data=array)
             entries.append({"path": jax.tree_util.keystr(key_path), "shape": list(array.shape),
                             "dtype": array.dtype.str, "sha256": _digest(array)})
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        _fsync(file)
+    fsync_tree(path)
     manifest = {"format": FORMAT, "step": step, "leaves": leaves, **meta}
     temporary = path / f".{MANIFEST}.tmp"
     with open(temporary, "w") as handle:
@@ -135,8 +127,8 @@ def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, 
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path / MANIFEST)
-    _fsync(path)
-    _fsync(root)
+    fsync(path)
+    fsync(root)
     prune(run_dir, keep, path)
     return path
 

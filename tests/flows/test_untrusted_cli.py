@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from typer.testing import CliRunner
 
 from pep_gp.flows.cli import app
 from pep_gp.pipeline.training.trainer import TrainJob, train
-from tests.trainstores import FAST, config_toml, make_store
+from tests.trainstores import FAST, config_toml, held_by_another_process, make_store
 
 SHORT = FAST.model_copy(update={"epochs": 1, "checkpoint_every": 100})
 
@@ -131,18 +128,9 @@ def test_a_manifest_url_is_not_followed(trained, tmp_path):
 
 
 def test_a_second_writer_is_refused(store, tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from pep_gp.pipeline.training.lock import hold_run_dir\n"
-        "with hold_run_dir(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)"), str(tmp_path / "run")],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held_by_another_process(tmp_path / "run") as pid:
         result = pep(*train_args(store.path, tmp_path / "run", "--config", _config(tmp_path, SHORT)))
-        assert one_line_error(result, 2, f"run: in use by pep train (pid {holder.pid})")
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
-        holder.stdout.close()
+        assert one_line_error(result, 2, f"run: in use by pep train (pid {pid})")
 
 
 @pytest.mark.parametrize("make, args, message", [

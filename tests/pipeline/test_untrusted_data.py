@@ -18,14 +18,14 @@ import zarr
 from pep_gp.pipeline.data.chunks import chunk_digest, data_checksum
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
-from pep_gp.pipeline.data.staging import remove_abandoned, staging_directory
+from pep_gp.pipeline.data.staging import remove_abandoned
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.training.checkpoint import CheckpointWarning
 from pep_gp.pipeline.training.runs import evaluate, load_run
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
-from tests.trainstores import FAST, make_store
+from tests.trainstores import FAST, held_by_another_process, make_store
 
 SHORT = FAST.model_copy(update={"epochs": 1, "checkpoint_every": 100})  # 5 steps, one checkpoint
 
@@ -115,18 +115,10 @@ def test_a_zarr_v2_store_is_refused(tmp_path):
 def test_two_writers_of_one_run_directory(tmp_path, binary_store):
     """Audit: two `pep train` into one directory deleted each other's checkpoints. The lock is the kernel's:
     refused while another process holds it, free again once that process is killed."""
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from pep_gp.pipeline.training.lock import hold_run_dir\n"
-        "with hold_run_dir(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)"), str(tmp_path / "run")],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(InputError, match=rf"run: in use by pep train \(pid {holder.pid}\); wait for it to finish"):
+    with held_by_another_process(tmp_path / "run") as pid:
+        with pytest.raises(InputError, match=rf"run: in use by pep train \(pid {pid}\); wait for it to finish"):
             train(TrainJob("sparse-gp-classifier", binary_store, SHORT, tmp_path / "run"))
         assert not (tmp_path / "run" / "checkpoints").exists()
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
     assert train(TrainJob("sparse-gp-classifier", binary_store, SHORT, tmp_path / "run")).steps == 5
 
 
