@@ -35,7 +35,7 @@ def evaluate_flow(run_dir: str, data: str | None = None, cluster: str = "none") 
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (default:
     the training store); written to ``run_dir/metrics.json`` (holding the run directory's lock: not while
     a training writes it) and published as ``evaluate-<run>``."""
-    with hold_run_dir(Path(run_dir), "pep evaluate"):
+    with hold_run_dir(Path(run_dir), "pep evaluate", create=False):
         metrics = {"run_dir": run_dir, **evaluate_task(run_dir, data, cluster)}
         write_metrics(Path(run_dir), metrics)
     publish_evaluation(metrics, run_dir)

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import InputError
 from .chunks import StoreChunks
 
+
 class Block(NamedTuple):
     x: np.ndarray  # [R, D] float64, standardised
     y: np.ndarray  # [R] float64 targets (model units)

@@ -26,22 +26,23 @@ _held: dict[Path, list[int]] = {}  # resolved run directory -> [file descriptor,
 
 
 @contextlib.contextmanager
-def hold_run_dir(run_dir: Path, what: str = "pep train") -> Iterator[None]:
-    """Hold ``run_dir``'s lock for the block (creating the directory if needed).
+def hold_run_dir(run_dir: Path, what: str = "pep train", create: bool = True) -> Iterator[None]:
+    """Hold ``run_dir``'s lock for the block.
 
     Args:
         run_dir: the run directory.
         what: what this process does there, recorded in the lock file for a refused second writer.
+        create: create the directory if it does not exist (a training run), else refuse (an evaluation).
 
     Raises:
-        InputError: another process holds the lock.
+        InputError: another process holds the lock, or the directory is missing and not to be created.
     """
     key = Path(run_dir).resolve()
     with _guard:
         if key in _held:
             _held[key][1] += 1
         else:
-            _held[key] = [_acquire(key, what), 1]
+            _held[key] = [_acquire(key, what, create), 1]
     try:
         yield
     finally:
@@ -51,7 +52,9 @@ def hold_run_dir(run_dir: Path, what: str = "pep train") -> Iterator[None]:
                 os.close(_held.pop(key)[0])  # closing the descriptor releases the flock
 
 
-def _acquire(run_dir: Path, what: str) -> int:
+def _acquire(run_dir: Path, what: str, create: bool) -> int:
+    if not create and not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:

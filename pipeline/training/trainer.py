@@ -193,12 +193,12 @@ class Trainer:
                            state.history, state.rejected, state.rejected_sites)
 
     def _idling(self, state: LoopState) -> str:
-        config = self.job.config
-        return (f"training stopped at step {state.step} of {self.total_steps}: the last {state.rejected_in_a_row} "
-                "steps were all "
-                f"rejected (non-finite energy or gradient; {state.rejected} rejected in all), so the parameters "
-                f"stopped moving; the learning rate ({config.learning_rate:g}) is likely too large for this model "
-                "and data: lower it in a new --run-dir (max_rejected_in_a_row sets how many in a row are allowed)")
+        """The message of a run stopped by ``max_rejected_in_a_row``."""
+        return (f"training stopped at step {state.step} of {self.total_steps}: the last {state.rejected_in_a_row} steps "
+                f"were all rejected (non-finite energy or gradient; {state.rejected} rejected in all), so the "
+                f"parameters stopped moving; the learning rate ({self.job.config.learning_rate:g}) is likely too large "
+                "for this model and data: lower it in a new --run-dir (max_rejected_in_a_row sets how many in a row "
+                "are allowed)")
 
     def _refuse_non_finite_end(self, state: LoopState) -> None:
         """TrainingFailed when the finished run's last epoch has non-finite held-out metrics or energy."""
