@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from pep_gp.flows.cli import app
 from pep_gp.pipeline.training.trainer import TrainJob, train
-from tests.trainstores import FAST, config_toml, held_by_another_process, make_store
+from tests.trainstores import FAST, chunk_files, config_toml, held_by_another_process, make_store, rewrite_consistently
 
 SHORT = FAST.model_copy(update={"epochs": 1, "checkpoint_every": 100})
 
@@ -79,11 +79,15 @@ def test_zarr_v2_store_and_seed_beyond_32_bits(store, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_deleted_chunk_fails_the_run(store, tmp_path):
+def test_a_deleted_chunk_or_a_label_outside_the_classes_fails_the_run(store, tmp_path):
     path = copy_of(Path(store.path), tmp_path)
-    next(p for p in (path / "test" / "y" / "c").rglob("*") if p.is_file()).unlink()
+    chunk_files(path, "test/y")[0].unlink()
     result = pep(*train_args(path, tmp_path / "run", "--config", _config(tmp_path, SHORT)))
     assert one_line_error(result, 2, "test chunk 0 (rows 0..63) does not match its digest")
+    crafted = copy_of(Path(store.path), tmp_path / "crafted")  # labels rewritten with consistent digests
+    rewrite_consistently(crafted, "train", 0, lambda X, y: (X, np.where(np.arange(len(y)) == 3, 7, y)))
+    result = pep(*train_args(crafted, tmp_path / "run2", "--config", _config(tmp_path, SHORT)))
+    assert one_line_error(result, 2, "binary.zarr: train: row 3: expected a class label in 0..1, found 7")
 
 
 def test_an_idling_run_fails_and_no_json_holds_nan(store, tmp_path):
@@ -117,6 +121,17 @@ def test_only_damaged_checkpoints_and_a_missing_manifest_field(trained, store, t
     resumed = pep(*train_args(store.path, run_dir, "--resume"))
     assert one_line_error(resumed, 2, "no intact checkpoint to continue from")
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-00000005"]
+
+
+def test_a_leaf_claiming_a_huge_shape_is_refused_before_it_is_read(trained, tmp_path):
+    """Audit: a leaf's zarr.json claiming shape (3, 5, 4e9) allocated 447 GiB."""
+    run_dir = copy_of(trained, tmp_path)
+    meta = next(run_dir.rglob("params/0000/zarr.json"))
+    array = json.loads(meta.read_text())
+    array["shape"] = array["chunk_grid"]["configuration"]["chunk_shape"] = [3, 5, 4_000_000_000]
+    meta.write_text(json.dumps(array))
+    assert one_line_error(pep("evaluate", "--run-dir", run_dir), 2,
+                          "array 'params/0000' has shape [3, 5, 4000000000]")
 
 
 def test_a_manifest_url_is_not_followed(trained, tmp_path):

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import zarr
 
-from pep_gp.pipeline.data.chunks import chunk_digest, data_checksum
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.staging import remove_abandoned
@@ -25,29 +24,9 @@ from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.training.checkpoint import CheckpointWarning
 from pep_gp.pipeline.training.runs import evaluate, load_run
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
-from tests.trainstores import FAST, held_by_another_process, make_store
+from tests.trainstores import FAST, chunk_files, held_by_another_process, make_store, rewrite_consistently
 
 SHORT = FAST.model_copy(update={"epochs": 1, "checkpoint_every": 100})  # 5 steps, one checkpoint
-
-
-def chunk_files(store_path, array):
-    """The chunk files of ``array`` (e.g. ``"train/X"``) of a store, in chunk order."""
-    files = [p for p in (store_path / array / "c").rglob("*") if p.is_file()]
-    return sorted(files, key=lambda p: [int(part) for part in p.relative_to(store_path / array / "c").parts])
-
-
-def rewrite_consistently(store_path, split, index, edit):
-    """Edit chunk ``index`` of ``split`` and recompute its digest and the store's checksum, as a crafted
-    store would (so only the checks on the values themselves can catch it)."""
-    root = zarr.open_group(str(store_path), mode="r+")
-    X, y = root[f"{split}/X"], root[f"{split}/y"]
-    rows = slice(index * X.chunks[0], (index + 1) * X.chunks[0])
-    new_X, new_y = edit(X[rows], y[rows])
-    X[rows], y[rows] = new_X, new_y
-    attrs = root.attrs.asdict()
-    attrs["chunk_digests"][split][index] = chunk_digest(new_X, new_y)
-    root.attrs.update(chunk_digests=attrs["chunk_digests"],
-                      checksum=data_checksum(attrs["chunk_digests"], len(attrs["feature_names"])))
 
 
 def test_a_deleted_chunk_is_not_read_as_zeros(tmp_path):
