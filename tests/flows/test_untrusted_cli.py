@@ -16,7 +16,9 @@ import zarr
 from typer.testing import CliRunner
 
 from pep_gp.flows.cli import app
+from pep_gp.pipeline.models import MODELS
 from pep_gp.pipeline.training.trainer import TrainJob, train
+from tests.pipeline.toy_model import ToySpec
 from tests.trainstores import FAST, chunk_files, config_toml, held_by_another_process, make_store, rewrite_consistently
 
 SHORT = FAST.model_copy(update={"epochs": 1, "checkpoint_every": 100})
@@ -90,6 +92,25 @@ def test_a_deleted_chunk_or_a_label_outside_the_classes_fails_the_run(store, tmp
     assert one_line_error(result, 2, "binary.zarr: train: row 3: expected a class label in 0..1, found 7")
 
 
+def strict_json(text: str):
+    """``text`` parsed as strict JSON: NaN, Infinity and -Infinity fail the test."""
+    return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON pep wrote"))
+
+
+def test_an_idling_toy_run_exits_1_and_its_json_is_strict(monkeypatch, tmp_path):
+    """The stop rule at the command line, on the toy model whose first step jumps past its NaN trap: exit 1
+    with one line at step 11, and the manifest's history (epochs with no finite energy) is strict JSON."""
+    monkeypatch.setitem(MODELS, "toy", ToySpec(nan_above=0.01))
+    store = make_store(tmp_path / "regression.zarr", task="regression")
+    run_dir = tmp_path / "run"
+    result = pep("train", "--model", "toy", "--data", store.path, "--run-dir", run_dir, "--json",
+                 "--config", _config(tmp_path, FAST.model_copy(update={"epochs": 12, "model": {}})))
+    assert one_line_error(result, 1, "training stopped at step 11 of 60: the last 10 steps were all rejected")
+    manifests = {m["step"]: m for m in (strict_json(p.read_text()) for p in run_dir.rglob("manifest.json"))}
+    assert manifests[11]["rejected_steps"] == 10 and manifests[11]["history"][1]["energy"] is None
+
+
+@pytest.mark.slow
 def test_an_idling_run_fails_and_no_json_holds_nan(store, tmp_path):
     """Audit: at learning rate 100, 59 of 60 steps were rejected and `pep train` exited 0, its `--json` and
     `metrics.json` holding a bare `NaN`. Now the run stops after 10 rejected steps in a row (exit 1);
@@ -105,8 +126,7 @@ def test_an_idling_run_fails_and_no_json_holds_nan(store, tmp_path):
     assert one_line_error(evaluated, 1, "non-finite test_nll at step 11")
     files = sorted(run_dir.rglob("*.json"))  # metrics.json, the manifest and Zarr's own zarr.json files
     assert {"metrics.json", "manifest.json"} <= {p.name for p in files}
-    strict = lambda text: json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON pep wrote"))
-    parsed = [strict(text) for text in [evaluated.stdout] + [p.read_text() for p in files]]
+    parsed = [strict_json(text) for text in [evaluated.stdout] + [p.read_text() for p in files]]
     assert parsed[0]["test_nll"] is None
     assert any(record["test_nll"] is None for p in parsed[1:] for record in p.get("history", []))
 
