@@ -111,14 +111,16 @@ class StoreChunks:
 
 
 @lru_cache(maxsize=16)
-def _arrays(path: str, split: str) -> tuple[zarr.Array, zarr.Array]:
-    group = open_root(path)[split]
+def _arrays(chunks: StoreChunks, split: str) -> tuple[zarr.Array, zarr.Array]:
+    """The opened arrays of a split, per store identity: a store ingested again at the same path (another
+    checksum) is opened anew, not read through the old one's shapes."""
+    group = open_root(chunks.path)[split]
     return group["X"], group["y"]
 
 
 def _read(chunks: StoreChunks, split: str, index: int) -> tuple[np.ndarray, np.ndarray]:
     """Chunk ``index`` as stored (not yet verified); a chunk Zarr cannot decode is an InputError."""
-    X, y = _arrays(chunks.path, split)
+    X, y = _arrays(chunks, split)
     rows = slice(index * chunks.chunk_rows, (index + 1) * chunks.chunk_rows)
     try:
         return X[rows], y[rows]
@@ -139,7 +141,7 @@ def _digests(chunks: StoreChunks) -> dict[str, tuple[str, ...]]:
     stored = attrs.get("chunk_digests")
     if stored is None:
         digests = {split: tuple(chunk_digest(*_read(chunks, split, i))
-                                for i in range(-(-_arrays(chunks.path, split)[1].shape[0] // chunks.chunk_rows)))
+                                for i in range(-(-_arrays(chunks, split)[1].shape[0] // chunks.chunk_rows)))
                    for split in SPLITS}
     elif (isinstance(stored, dict) and all(isinstance(stored.get(split), list) for split in SPLITS)
           and all(isinstance(d, str) for split in SPLITS for d in stored[split])):

@@ -74,7 +74,7 @@ def test_an_overwrite_during_a_run_does_not_switch_its_data(tmp_path, monkeypatc
     store = make_store(tmp_path / "s.zarr")
     trainer = Trainer(TrainJob("sparse-gp-classifier", store, FAST, tmp_path / "run"), InProcess())
     trainer.run(until_step=3)
-    np.savez(tmp_path / "other.npz", X=np.random.default_rng(1).normal(size=(500, 3)), y=np.arange(500) % 2)
+    np.savez(tmp_path / "other.npz", X=np.random.default_rng(1).normal(size=(600, 3)), y=np.arange(600) % 2)
     ingest(open_source("npz", SourceRequest((tmp_path / "other.npz",))), tmp_path / "s.zarr", chunk_rows=64,
            test_size="0.2", overwrite=True)
     assert open_store(store.path).checksum != store.checksum
@@ -82,6 +82,8 @@ def test_an_overwrite_during_a_run_does_not_switch_its_data(tmp_path, monkeypatc
         trainer.run()
     manifests = [json.loads(p.read_text()) for p in (tmp_path / "run").rglob("manifest.json")]
     assert manifests and {m["dataset_checksum"] for m in manifests} == {store.checksum}
+    # A new run in the same process reads the new store (arrays and digests are kept per store identity).
+    assert train(TrainJob("sparse-gp-classifier", open_store(store.path), SHORT, None)).steps == 5
 
 
 def test_a_zarr_v2_store_is_refused(tmp_path):
