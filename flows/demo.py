@@ -14,7 +14,6 @@ caller waiting for the result; reproduced in-process and on unpinned workers, se
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from ..pipeline.training.baselines import classification_baselines
 from ..pipeline.training.checkpoint import checkpoint_dir
 from ..pipeline.training.config import TrainConfig
 from ..pipeline.data.stores import open_store
+from ..pipeline.jsonio import dumps
 
 MODEL = "multiclass-sep"
 # M = 100 inducing points per class, 6 epochs of 10,000-row steps (27 steps each: a tied-factor update,
@@ -67,7 +67,7 @@ def demo_command(
               "results": rows, "steps": trained["steps"], "epochs": trained["epochs"],
               "total_seconds": round(time.perf_counter() - started, 1)}
     if json_output:
-        typer.echo(json.dumps(report))
+        typer.echo(dumps(report))
         return
     table = Table(title=f"airline 2013, early / on time / late by > 5 min: {report['n_test']:,} held-out flights")
     for column in ("model", "test error", "test NLL", "train seconds"):

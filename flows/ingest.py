@@ -8,7 +8,6 @@ keyed markdown artifact with the summary, so each store has a version history of
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -28,6 +27,7 @@ from rich.progress import Progress as RichProgress
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..pipeline.errors import InputError
+from ..pipeline.jsonio import dumps
 from ..pipeline.data.ingest import (
     Progress,
     Steps,
@@ -147,7 +147,7 @@ def ingest_command(
         typer.echo(f"pep ingest: error: {error}", err=True)
         raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
     if json_output:
-        typer.echo(json.dumps(summary))
+        typer.echo(dumps(summary))
     elif not quiet:
         Console().print(f"ingested {summary['rows_train']:,} train and {summary['rows_test']:,} test "
                         f"rows into {summary['store']} in {summary['seconds']:.1f} s")

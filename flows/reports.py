@@ -1,7 +1,8 @@
 """What a training or evaluation run leaves behind: files in the run directory and Prefect artifacts.
 
 Files (written atomically, so a reader never sees half a file): ``learning_curve.png`` (energy per
-row and held-out metrics per epoch) and ``metrics.json`` (the summary of the last train or evaluate).
+row and held-out metrics per epoch) and ``metrics.json`` (the summary of the last train or evaluate, strict
+JSON: a non-finite number is ``null``, :mod:`pep_gp.pipeline.jsonio`).
 Artifacts carry keys derived from the run directory's name, so every run keeps a version history in
 the Prefect UI: ``train-<run>`` (markdown summary with the plot), ``train-<run>-epochs`` (table of
 the per-epoch records) and ``evaluate-<run>`` (table of metrics).
@@ -10,7 +11,6 @@ the per-epoch records) and ``evaluate-<run>`` (table of metrics).
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -22,6 +22,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+
+from ..pipeline.jsonio import dumps, finite_or_none  # noqa: E402
 
 PLOT = "learning_curve.png"
 METRICS = "metrics.json"
@@ -42,7 +44,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 def write_metrics(run_dir: Path, summary: Mapping[str, Any]) -> Path:
     """``run_dir/metrics.json``."""
     path = Path(run_dir) / METRICS
-    _write_atomically(path, json.dumps(dict(summary), indent=2).encode())
+    _write_atomically(path, dumps(dict(summary), indent=2).encode())
     return path
 
 
@@ -82,11 +84,11 @@ def publish_training(summary: Mapping[str, Any], history: Sequence[Mapping[str, 
     create_markdown_artifact(key=artifact_key("train", run_dir), markdown=markdown,
                              description=f"pep train {summary['model']} on {summary['data']}")
     if history:
-        create_table_artifact(key=artifact_key("train", run_dir) + "-epochs", table=[dict(r) for r in history],
+        create_table_artifact(key=artifact_key("train", run_dir) + "-epochs", table=finite_or_none(list(history)),
                               description="per-epoch energy and held-out metrics")
 
 
 def publish_evaluation(metrics: Mapping[str, Any], run_dir: str | Path) -> None:
     """The ``evaluate-<run>`` table artifact."""
-    create_table_artifact(key=artifact_key("evaluate", run_dir), table=[dict(metrics)],
+    create_table_artifact(key=artifact_key("evaluate", run_dir), table=[finite_or_none(dict(metrics))],
                           description=f"held-out metrics of {run_dir}")

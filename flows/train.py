@@ -10,7 +10,6 @@ left it and ends with the same parameters as an uninterrupted run. At the end th
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterator
@@ -28,14 +27,16 @@ from rich.console import Console
 
 from .ingest import TELEMETRY_OFF, _mute_prefect_console
 from .reports import plot_learning_curve, publish_training, write_metrics
-from ..pipeline.training.checkpoint import newest_manifest
 from ..pipeline.training.config import TrainConfig, load_config, parse_settings
 from ..pipeline.training.display import progress_display
+from ..pipeline.training.runs import resumed_config
 from ..pipeline.training.trainer import Progress as ProgressCallback
 from ..pipeline.training.trainer import Trainer, TrainJob, TrainResult, no_progress
 from ..pipeline.engine import CLUSTER_HELP, connect, parse_cluster
 from ..pipeline.engine.clusters import TLS_CONFIG, client_security
-from ..pipeline.errors import InputError
+from ..pipeline.errors import InputError, TrainingFailed
+from ..pipeline.jsonio import dumps
+from ..pipeline.training.lock import hold_run_dir
 from ..pipeline.models import MODELS, get_model, model_settings
 from ..pipeline.data.stores import open_store
 
@@ -104,15 +105,17 @@ def train_flow(model: str, data: str, run_dir: str, config: dict[str, Any] | Non
     backend = connect(cluster)
     try:
         trainer = Trainer(job, backend)
-        segment = trainer.schedule.steps_per_epoch * segment_epochs
-        result = train_segment(trainer, resume, segment, progress)
-        while not result.finished:
-            result = train_segment(trainer, False, segment, progress)
+        with hold_run_dir(job.run_dir):  # one writer from the first segment to the plot
+            segment = trainer.schedule.steps_per_epoch * segment_epochs
+            result = train_segment(trainer, resume, segment, progress)
+            while not result.finished:
+                result = train_segment(trainer, False, segment, progress)
+            summary = summarise(job, cluster, result)
+            write_metrics(job.run_dir, summary)
+            plot = plot_learning_curve(job.run_dir, result.history)
     finally:
         backend.close()
-    summary = summarise(job, cluster, result)
-    write_metrics(job.run_dir, summary)
-    publish_training(summary, result.history, plot_learning_curve(job.run_dir, result.history))
+    publish_training(summary, result.history, plot)
     return summary
 
 
@@ -169,14 +172,14 @@ def train_command(
         store = open_store(data)  # fail fast on bad options, before Prefect starts its server
         spec = get_model(model)
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
-        base = (newest_manifest(run_dir) or {}).get("config") if resume and config is None else None
+        base = resumed_config(run_dir) if resume and config is None else None
         settings = load_config(config, base, parse_settings(set_ or []), epochs=epochs, max_steps=max_steps,
                                batch_size=batch_size, learning_rate=learning_rate, seed=seed)
         model_settings(spec, settings.model, str(config or "defaults"))
         with training_display(enabled=not (quiet or json_output)):
             summary = train_flow(model, store.path, str(run_dir), settings.model_dump(), cluster, resume)
     if json_output:
-        typer.echo(json.dumps(summary))
+        typer.echo(dumps(summary))
     elif not quiet:
         shown = {k: v for k, v in summary.items() if v is not None and k != "notes"}
         Console().print("\n".join(f"{key:>15}  {value}" for key, value in shown.items()), markup=False)
@@ -196,10 +199,11 @@ def prefect_quietly() -> None:
 
 @contextmanager
 def user_errors(command: str) -> Iterator[None]:
-    """Turn bad input (exit code 2) and I/O errors (exit code 1) into one line on stderr."""
+    """Turn bad input (exit code 2), and I/O errors and failed training (exit code 1), into one line on
+    stderr."""
     try:
         yield
-    except (InputError, OSError) as error:
+    except (InputError, OSError, TrainingFailed) as error:
         typer.echo(f"{command}: error: {error}", err=True)
         raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
 

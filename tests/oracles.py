@@ -188,6 +188,28 @@ def probit_tilted_quantile_std(mu, sigma, y, wasserstein=False):
     return mean, var, std, w2
 
 
+def truncated_normal_quantile_std(mu, sigma, digits=30):
+    """``σ* = ∫ φ(Φ⁻¹(F)) df`` (seed002 eq. 23) of ``N(f; μ, σ²)`` truncated to ``f ≥ 0`` (the Heaviside
+    tilted distribution, seed003), with ``mpmath`` at ``digits`` digits on the closed-form tail
+    ``1 − F(f) = Φ((μ − f)/σ)/Φ(μ/σ)``, so any cavity, however far beyond the step, is exact. Integrated
+    over panels at the tilted mean ± multiples of its standard deviation, out to 60 of them."""
+    import mpmath
+
+    with mpmath.workdps(digits):
+        mu, sigma = mpmath.mpf(mu), mpmath.mpf(sigma)
+        mass = mpmath.ncdf(mu / sigma)
+        mills = mpmath.npdf(mu / sigma) / mass
+        mean = mu + sigma * mills
+        sd = sigma * mpmath.sqrt(1 - mills * (mu / sigma + mills))
+
+        def integrand(f):
+            tail = min(mpmath.ncdf((mu - f) / sigma) / mass, 1 - mpmath.ncdf((mu - f) / sigma) / mass)
+            return mpmath.npdf(mpmath.sqrt(2) * mpmath.erfinv(1 - 2 * tail)) if tail > 0 else mpmath.mpf(0)
+
+        panels = [mpmath.mpf(0)] + [p for p in (mean + k * sd for k in (-2, -1, 0, 1, 3, 10, 60)) if p > 0]
+        return float(mpmath.quad(integrand, sorted(set(panels))))
+
+
 def quantile_std_mpmath(log_density, lower, upper, breaks=(), digits=25):
     """``σ* = ∫ φ(Φ⁻¹(F(f))) df`` (seed002 eq. 23) of the density ``∝ exp(log_density)`` (an mpmath
     function) on ``[lower, upper]``, with ``F`` by ``mpmath.quad`` at ``digits`` significant digits."""

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import jax
 import numpy as np
+import zarr
 
+from pep_gp.pipeline.data.chunks import chunk_digest, data_checksum
 from pep_gp.pipeline.training.config import TrainConfig
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
@@ -52,3 +59,40 @@ def leaves_equal(a, b) -> bool:
     left, right = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
     return (jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
             and all(np.asarray(x).tobytes() == np.asarray(y).tobytes() for x, y in zip(left, right)))
+
+
+@contextlib.contextmanager
+def held_by_another_process(run_dir: Path) -> Iterator[int]:
+    """A second process holding ``run_dir``'s lock (as a running ``pep train`` would) for the block; its pid.
+    SIGKILLed at the end: the kernel releases the lock."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from pep_gp.pipeline.training.lock import hold_run_dir\n"
+        "with hold_run_dir(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)"), str(run_dir)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+
+
+def chunk_files(store_path, array):
+    """The chunk files of ``array`` (e.g. ``"train/X"``) of a store, in chunk order."""
+    files = [p for p in (store_path / array / "c").rglob("*") if p.is_file()]
+    return sorted(files, key=lambda p: [int(part) for part in p.relative_to(store_path / array / "c").parts])
+
+
+def rewrite_consistently(store_path, split, index, edit):
+    """Edit chunk ``index`` of ``split`` and recompute its digest and the store's checksum, as a crafted
+    store would (so only the checks on the values themselves can catch it)."""
+    root = zarr.open_group(str(store_path), mode="r+")
+    X, y = root[f"{split}/X"], root[f"{split}/y"]
+    rows = slice(index * X.chunks[0], (index + 1) * X.chunks[0])
+    new_X, new_y = edit(X[rows], y[rows])
+    X[rows], y[rows] = new_X, new_y
+    attrs = root.attrs.asdict()
+    attrs["chunk_digests"][split][index] = chunk_digest(new_X, new_y)
+    root.attrs.update(chunk_digests=attrs["chunk_digests"],
+                      checksum=data_checksum(attrs["chunk_digests"], len(attrs["feature_names"])))

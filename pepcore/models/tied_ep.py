@@ -127,14 +127,24 @@ class TiedEPClassifier:
     def refined_sites(self, params: TiedEPParams, shared: StepShared, x, y):
         """Per row: the direction ``υ`` ``[B, M]`` and the refined site ``(ρ, ν)`` on ``τ = υᵀu`` (module
         docstring), each ``[B]``. ``ρ = (w − σ*²)/(wσ*²)`` and ``ν = (μ* − a)/σ*² + aρ`` avoid the
-        difference of large ``1/σ*²`` and ``1/w`` where ``w`` is small; ``ρ ≥ 0`` (seed002 Cor. 2.1)."""
+        difference of large ``1/σ*²`` and ``1/w`` where ``w`` is small; ``ρ ≥ 0`` (seed002 Cor. 2.1).
+
+        A row far from every inducing input (``υ = K⁻¹k(x) → 0``: ``k(x)`` underflows 30 lengthscales out)
+        sees ``u`` through a cavity variance ``w`` too small for ``wσ*²`` to be represented
+        (``w < √tiny``, about 1.5e-154 in float64), which would give its site 0/0 and, summed with the
+        others, reject the whole minibatch's update. Such a row's site is zero: it carries no information
+        about ``u`` (its contribution ``ρυυᵀ`` to the tied factor is of order ``w``), so the other rows'
+        sites update as without it."""
         rows = bank.row_projections(self.sparse_gp(params), shared.prior, x)
         cavity = bank.project(shared.cavity, rows.directions)
         a, w, scale = cavity.mean[:, 0], cavity.var[:, 0], jnp.sqrt(1.0 + rows.fitc_var[0])
+        unseen = w < jnp.sqrt(jnp.finfo(w.dtype).tiny)
+        w = jnp.where(unseen, 1.0, w)  # any cavity: the site is replaced by zero below
         _, mean, var = named_projection(self.projection)(Probit(), y, a / scale, w / scale**2)
         mean, var = scale * mean, scale**2 * var
         precision = jnp.maximum(w - var, 0.0) / (w * var)
-        return rows.directions[0], precision, (mean - a) / var + a * precision
+        shift = (mean - a) / var + a * precision
+        return rows.directions[0], jnp.where(unseen, 0.0, precision), jnp.where(unseen, 0.0, shift)
 
     def site_stats(self, params: TiedEPParams, shared: StepShared, x, y, mask) -> SiteStats:
         """The block's refined sites summed in ``u``: ``Σ ν υ``, ``Σ ρ υυᵀ`` and the row count."""

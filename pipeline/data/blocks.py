@@ -1,22 +1,23 @@
-"""Fixed-size row blocks of a store split: the unit of data the engine computes on (DESIGN §4).
+"""Fixed-size row blocks of a store split: the unit of data the engine computes on.
 
-Block ``b`` of a split holds rows ``[b·R, (b+1)·R)`` (``R = block_rows``), read from the Zarr arrays,
-standardised with the *training* split's statistics (DESIGN §3) and padded to ``R`` rows with a mask,
-so every block has the same static shape and a worker compiles its chunk function once. Padded rows
-carry ``x = 0``, ``y = 0`` and ``mask = False``; the energy contract makes them contribute exactly zero.
+Block ``b`` of a split holds rows ``[b·R, (b+1)·R)`` (``R = block_rows``), read from the Zarr arrays as
+verified chunks (:mod:`pep_gp.pipeline.data.chunks`), standardised with the *training* split's statistics
+and padded to ``R`` rows with a mask, so every block has the same static shape and a worker compiles its
+chunk function once. Padded rows carry ``x = 0``, ``y = 0`` and ``mask = False``; the energy contract
+makes them contribute exactly zero. Class labels are checked to lie in ``0..C−1`` as they are read.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
-import zarr
 
+from ..errors import InputError
+from .chunks import StoreChunks
 
 
 class Block(NamedTuple):
@@ -51,7 +52,10 @@ def input_statistics(attrs, standardize: bool = True) -> tuple[tuple[float, ...]
 
 class FixedBlocks:
     """Rows cut into fixed-size blocks, standardised and padded (what every block source shares);
-    a subclass has ``n_rows``, ``block_rows``, ``x_mean``, ``x_std``, ``targets`` and ``rows(start, stop)``."""
+    a subclass has ``n_rows``, ``block_rows``, ``x_mean``, ``x_std``, ``targets`` and ``rows(start, stop)``,
+    and ``n_classes`` where its labels must be checked."""
+
+    n_classes: int | None = None
 
     @property
     def n_blocks(self) -> int:
@@ -67,11 +71,20 @@ class FixedBlocks:
             raise IndexError(f"{self.describe()} has {self.n_blocks} blocks, no block {block}")
         start, rows = block * self.block_rows, self.rows_in(block)
         x_rows, y_rows = self.rows(start, start + rows)
+        if self.n_classes is not None:
+            self._check_labels(y_rows, start)
         x = np.zeros((self.block_rows, x_rows.shape[1]))
         y = np.zeros(self.block_rows)
         x[:rows] = (x_rows.astype(np.float64) - self.x_mean) / self.x_std
         y[:rows] = self.targets(y_rows)
         return Block(x, y, np.arange(self.block_rows) < rows)
+
+    def _check_labels(self, labels: np.ndarray, start: int) -> None:
+        """InputError at the first label that is not a class ``0..C−1`` (rows numbered within the split)."""
+        bad = np.flatnonzero((labels < 0) | (labels >= self.n_classes) | (labels != np.round(labels)))
+        if len(bad):
+            raise InputError(f"{self.describe()}: row {start + int(bad[0])}: expected a class label in "
+                             f"0..{self.n_classes - 1}, found {labels[bad[0]]:g}")
 
 
 @dataclass(frozen=True)
@@ -79,41 +92,36 @@ class BlockSource(FixedBlocks):
     """The blocks of one split of a store; small, hashable and picklable (shipped to workers).
 
     Attributes:
-        store_path: the store's path or URL.
+        chunks: the store's verified chunk reads.
         split: ``"train"`` or ``"test"``.
         n_rows: rows in the split.
         block_rows: rows per block R.
         x_mean, x_std: per-feature training statistics used to standardise ``X``.
         targets: maps stored ``y`` to the model's targets.
+        n_classes: C of a classification store (labels checked to lie in ``0..C−1``), else None.
     """
 
-    store_path: str
+    chunks: StoreChunks
     split: str
     n_rows: int
     block_rows: int
     x_mean: tuple[float, ...]
     x_std: tuple[float, ...]
     targets: TargetScaling
+    n_classes: int | None = None
 
     @classmethod
-    def of(cls, store: Any, split: str, block_rows: int, targets: TargetScaling,
-           standardize: bool = True) -> "BlockSource":
+    def of(cls, store: Any, split: str, block_rows: int, targets: TargetScaling, standardize: bool = True,
+           statistics: Any = None) -> "BlockSource":
         """The blocks of ``split`` of ``store`` (a :class:`~pep_gp.pipeline.data.stores.Store`), standardised
-        with the training statistics unless ``standardize`` is False (then ``x`` is fed as stored: mean 0,
-        scale 1)."""
-        return cls(store.path, split, store.n_rows(split), block_rows, *input_statistics(store.attrs, standardize),
-                   targets)
+        with the training statistics (``statistics``' ``x_mean``/``x_std`` when given, e.g. a trained run's;
+        else the store's) unless ``standardize`` is False (then ``x`` is fed as stored: mean 0, scale 1)."""
+        mean, std = input_statistics(store.attrs if statistics is None else statistics, standardize)
+        return cls(store.chunks, split, store.n_rows(split), block_rows, mean, std, targets, store.n_classes)
 
     def describe(self) -> str:
-        return self.split
+        return f"{self.chunks.path}: {self.split}"
 
     def rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows ``[start, stop)`` of the split as stored."""
-        x_array, y_array = _arrays(self.store_path, self.split)
-        return x_array[start:stop], y_array[start:stop]
-
-
-@lru_cache(maxsize=8)
-def _arrays(path: str, split: str) -> tuple[zarr.Array, zarr.Array]:
-    group = zarr.open_group(path, mode="r")[split]
-    return group["X"], group["y"]
+        """Rows ``[start, stop)`` of the split as stored, from chunks checked against their digests."""
+        return self.chunks.rows(self.split, start, stop)

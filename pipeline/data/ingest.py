@@ -9,10 +9,12 @@
    task returns its digest, the chunk's moments and class counts, which are merged in chunk order, so
    the training-split statistics come out of this one pass and do not depend on task timing.
 3. :func:`publish` — the staging array is removed, the attributes are written last, and the temporary
-   directory is renamed onto the store (replacing an old one only with ``overwrite``).
+   directory is made durable and swapped in atomically (replacing an old one only with ``overwrite``;
+   :mod:`pep_gp.pipeline.data.staging`).
 
-On any error the temporary directory is removed: nothing half-written is left. The same input, seed and
-chunk size give byte-identical arrays (and the same ``checksum``).
+On any error the temporary directory is removed, and one left by a killed ingest is removed by the next:
+nothing half-written is left. The same input, seed and chunk size give byte-identical arrays (and the same
+``checksum``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -39,7 +40,9 @@ from .moments import Moments
 from .shuffle import ShuffleBuffer, capacity_for
 from .sources import RowBlock, Source
 from .split import choose_test_rows, parse_test_size
-from .stores import SCHEMA_VERSION, SPLITS, create_split_arrays, data_checksum, finish_store
+from .staging import staging_directory, swap_into_place
+from .stores import MAX_CLASSES, SCHEMA_VERSION, SPLITS, check_chunk_rows, create_split_arrays, data_checksum
+from .stores import finish_store
 from .stores import write_chunk as store_chunk
 
 DEFAULT_CHUNK_ROWS = 10_000
@@ -243,10 +246,12 @@ def write(staged: Staged, chunk_rows: int, test_size: int | float | None, seed: 
 
 def publish(staged: Staged, written: Written, source: Source, out: Path, overwrite: bool,
             chunk_rows: int) -> dict[str, Any]:
-    """Write the attributes last and move the finished store to ``out``; return the attributes.
+    """Write the attributes last and swap the finished store into ``out``; return the attributes.
 
-    The old store (with ``overwrite``) is renamed aside, the new one renamed into place, then the old
-    one removed: a reader sees the old store or the new one (or, for an instant, none), never a mix.
+    The new store is fsynced and exchanged with the old one (with ``overwrite``) in one atomic rename
+    (:func:`~pep_gp.pipeline.data.staging.swap_into_place`): a reader or a crash sees the old store or the
+    new one, never none and never a mix. The old store ends at the staging path, which :func:`ingest`
+    removes.
     """
     shutil.rmtree(staged.work / STAGING)
     attrs = {
@@ -258,6 +263,7 @@ def publish(staged: Staged, written: Written, source: Source, out: Path, overwri
         "source": {"name": source.name, "description": source.description,
                    "checksum": staged.source_checksum},
         "checksum": data_checksum(written.digests, len(source.feature_names)),
+        "chunk_digests": written.digests,
         "x_mean": written.x_moments.mean.tolist(),
         "x_std": written.x_moments.std().tolist(),
         "y_mean": None if written.y_moments is None else float(written.y_moments.mean[0]),
@@ -274,11 +280,7 @@ def publish(staged: Staged, written: Written, source: Source, out: Path, overwri
     }
     finish_store(staged.work, attrs)
     check_destination(out, overwrite)
-    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-    if out.exists():
-        out.rename(old)
-    staged.work.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    swap_into_place(staged.work, out)
     return attrs
 
 
@@ -308,17 +310,13 @@ def ingest(source: Source, out: str | Path, *, chunk_rows: int | None = None,
     steps = steps or Steps(stage, write, publish)
     if chunk_rows is None:
         chunk_rows = default_chunk_rows(len(source.feature_names))
-    if chunk_rows < 1:
-        raise InputError(f"--chunk-rows: expected a positive row count, found {chunk_rows}")
+    check_chunk_rows(chunk_rows, len(source.feature_names))
     test = resolve_test_size(source, test_size)
     check_destination(out, overwrite)
-    work = out.with_name(f".{out.name}.ingest-{uuid.uuid4().hex[:8]}")
-    try:
+    with staging_directory(out) as work:
         staged = steps.stage(source, work, chunk_rows, seed, progress)
         written = steps.write(staged, chunk_rows, test, seed, progress)
         attrs = steps.publish(staged, written, source, out, overwrite, chunk_rows)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return summarise(attrs, out, time.perf_counter() - began)
 
 
@@ -381,11 +379,11 @@ class _LabelScan:
         if self.fraction is not None:
             raise InputError(f"{self.fraction[1]}, {column}: expected an integer class label, "
                              f"found {self.fraction[0]}{hint}")
-        n_classes = source.n_classes or int(self.high[0]) + 1
+        n_classes = source.n_classes or min(int(self.high[0]) + 1, MAX_CLASSES)
         for value, where in (self.low, self.high):
             if not 0 <= value < n_classes:
                 expected = (f"0..{n_classes - 1}" if source.n_classes
-                            else "0..C-1 (numbered from 0)")
+                            else f"0..C-1 (numbered from 0, at most {MAX_CLASSES:,} classes)")
                 raise InputError(f"{where}, {column}: expected a class label in {expected}, "
                                  f"found {value:g}{hint}")
         return task, n_classes

@@ -1,4 +1,4 @@
-"""The chunked Zarr store every pep dataset lives in (DESIGN §3), and the validated reader for it.
+"""The chunked Zarr store every pep dataset lives in, and the validated reader for it.
 
 Layout (Zarr v3, one group per dataset)::
 
@@ -7,35 +7,42 @@ Layout (Zarr v3, one group per dataset)::
       test/X   (M, D) float32, chunks (chunk_rows, D)             or float32 regression targets
       test/y   (M,)
       attrs    schema_version, task, n_classes, feature_names, target_name, source {name,
-               description, checksum}, checksum, x_mean, x_std, y_mean, y_std, split, split_seed,
-               test_size, n_train, n_test, class_counts, rows_dropped, chunk_rows, created_at
+               description, checksum}, checksum, chunk_digests, x_mean, x_std, y_mean, y_std, split,
+               split_seed, test_size, n_train, n_test, class_counts, rows_dropped, chunk_rows, created_at
 
 The arrays hold the source's own values (MNIST pixels scaled to [0, 1], airline features in their
 units); ``x_mean``/``x_std`` (and ``y_mean``/``y_std`` for regression) are statistics of the training
 split only, for a trainer that standardises (``x_std`` is 1.0 for a constant feature). The root
 attributes are written last: a store without them is unfinished and :func:`open_store` refuses it.
-``checksum`` identifies the stored arrays (see :func:`data_checksum`), so a training run can refuse to
-resume on different data.
+``checksum`` identifies the stored arrays (see :func:`~pep_gp.pipeline.data.chunks.data_checksum`), so a
+training run can refuse to resume on different data, and ``chunk_digests`` lets every read check the
+chunk it reads (:mod:`pep_gp.pipeline.data.chunks`). Nothing in a store is used before it is checked:
+:func:`open_store` reads Zarr format 3 only, validates the attributes (:class:`StoreAttrs`: types, finite
+statistics, ``x_std > 0``, sizes within :data:`MAX_CHUNK_BYTES` and :data:`MAX_CLASSES`) and compares the
+arrays' shapes, dtypes and chunks with them before any data is read.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import zarr
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import InputError
 from .blocks import BlockSource
+from .chunks import SCHEMA_VERSION, SPLITS, StoreChunks, chunk_digest, data_checksum, open_root
 
-SCHEMA_VERSION = 1
-SPLITS = ("train", "test")
+__all__ = ["MAX_CHUNK_BYTES", "MAX_CLASSES", "REQUIRED_ATTRS", "SCHEMA_VERSION", "SPLITS", "Store", "StoreAttrs",
+           "check_chunk_rows", "chunk_digest", "create_split_arrays", "data_checksum", "finish_store",
+           "label_dtype", "open_store", "write_chunk"]
+
 TASKS = ("classification", "regression")
 REQUIRED_ATTRS = (
     "schema_version",
@@ -59,11 +66,25 @@ REQUIRED_ATTRS = (
     "chunk_rows",
     "created_at",
 )
+MAX_CHUNK_BYTES = 64 * 2**20
+"""The largest chunk of ``X`` a store may have (``chunk_rows × D × 4`` bytes): a read decodes whole chunks,
+so this bounds what reading one row can allocate (``pep ingest`` writes ≤ 1 MiB chunks by default)."""
+MAX_CLASSES = 10_000
+"""The most classes a store may have: class counts and per-class models are allocated per class."""
 
 
 def label_dtype(task: str) -> np.dtype:
     """The dtype of ``y`` for a task: int32 class labels or float32 targets."""
     return np.dtype(np.int32) if task == "classification" else np.dtype(np.float32)
+
+
+def check_chunk_rows(chunk_rows: int, n_features: int, where: str = "--chunk-rows") -> None:
+    """InputError unless ``chunk_rows`` is a positive row count whose chunks of ``n_features`` float32
+    columns fit :data:`MAX_CHUNK_BYTES`."""
+    most = max(1, MAX_CHUNK_BYTES // (4 * max(n_features, 1)))
+    if not 1 <= chunk_rows <= most:
+        raise InputError(f"{where}: expected a row count from 1 to {most:,} (chunks of {n_features} float32 "
+                         f"features up to {MAX_CHUNK_BYTES // 2**20} MiB), found {chunk_rows:,}")
 
 
 def create_split_arrays(
@@ -110,31 +131,6 @@ def write_chunk(path: Path, split: str, index: int, X: np.ndarray, y: np.ndarray
     return chunk_digest(X, y)
 
 
-def chunk_digest(X: np.ndarray, y: np.ndarray) -> str:
-    """SHA-256 of one chunk's bytes (``X`` then ``y``, C order, as stored)."""
-    digest = hashlib.sha256(np.ascontiguousarray(X).tobytes())
-    digest.update(np.ascontiguousarray(y).tobytes())
-    return digest.hexdigest()
-
-
-def data_checksum(digests: Mapping[str, Sequence[str]], n_features: int) -> str:
-    """Combine per-chunk digests, in split and chunk order, into the store's ``checksum``.
-
-    Args:
-        digests: for each split of :data:`SPLITS`, the chunk digests in chunk order.
-        n_features: number of columns of ``X`` (part of the identity of the data).
-
-    Returns:
-        ``"sha256:<hex>"``.
-    """
-    total = hashlib.sha256(f"pep-store-v{SCHEMA_VERSION}:{n_features}\n".encode())
-    for split in SPLITS:
-        total.update(f"{split}:{len(digests[split])}\n".encode())
-        for chunk in digests[split]:
-            total.update(chunk.encode())
-    return "sha256:" + total.hexdigest()
-
-
 def finish_store(path: Path, attrs: Mapping[str, Any]) -> None:
     """Write the root attributes, the last step that makes a store complete.
 
@@ -146,6 +142,72 @@ def finish_store(path: Path, attrs: Mapping[str, Any]) -> None:
     if missing:
         raise ValueError(f"store attributes lack {missing}")
     zarr.open_group(str(path), mode="r+").attrs.update(dict(attrs))
+
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+PositiveFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+
+
+class StoreAttrs(BaseModel):
+    """The root attributes of a store, as :func:`open_store` accepts them (newer, unknown keys pass)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    schema_version: Literal[1]
+    task: Literal["classification", "regression"]
+    n_classes: int | None = Field(ge=2, le=MAX_CLASSES)
+    feature_names: list[str] = Field(min_length=1)
+    target_name: str
+    source: dict[str, Any]
+    checksum: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    chunk_digests: dict[str, list[str]] | None = None
+    x_mean: list[FiniteFloat]
+    x_std: list[PositiveFloat]
+    y_mean: FiniteFloat | None
+    y_std: PositiveFloat | None
+    split: str
+    split_seed: int | None
+    test_size: int | float | None
+    n_train: int = Field(ge=1)
+    n_test: int = Field(ge=0)
+    class_counts: dict[str, list[int]] | None
+    rows_dropped: dict[str, int]
+    chunk_rows: int = Field(ge=1)
+    created_at: str
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "StoreAttrs":
+        n_features = len(self.feature_names)
+        for name in ("x_mean", "x_std"):
+            if len(getattr(self, name)) != n_features:
+                raise ValueError(f"attribute '{name}': expected {n_features} values (one per feature), "
+                                 f"found {len(getattr(self, name))}")
+        if (self.task == "classification") != (self.n_classes is not None):
+            raise ValueError(f"attribute 'n_classes': expected a class count for classification and null for "
+                             f"regression, found {self.n_classes!r} for {self.task}")
+        if self.task == "regression" and (self.y_mean is None or self.y_std is None):
+            raise ValueError("attributes 'y_mean', 'y_std': expected the training targets' mean and "
+                             "deviation for regression, found null")
+        check_chunk_rows(self.chunk_rows, n_features, "attribute 'chunk_rows'")
+        return self
+
+
+def validated_attrs(path: str, attrs: Mapping[str, Any]) -> StoreAttrs:
+    """``attrs`` as :class:`StoreAttrs`; InputError naming the first bad attribute otherwise."""
+    try:
+        return StoreAttrs(**attrs)
+    except InputError as error:
+        raise InputError(f"{path}: {error}") from None
+    except ValidationError as error:
+        first = error.errors()[0]
+        if not first["loc"]:  # a whole-model check: its message names the attribute
+            raise InputError(f"{path}: {first['msg'].removeprefix('Value error, ')}") from None
+        name = first["loc"][0]
+        where = "".join(f"[{part}]" for part in first["loc"][1:])
+        if name in ("schema_version", "task"):
+            expected = SCHEMA_VERSION if name == "schema_version" else f"one of {TASKS}"
+            raise InputError(f"{path}: attribute '{name}': expected {expected}, found {attrs.get(name)!r}") from None
+        raise InputError(f"{path}: attribute '{name}'{where}: {first['msg']} (found {first['input']!r})") from None
 
 
 @dataclass(frozen=True)
@@ -189,11 +251,16 @@ class Store:
         """Rows per chunk (the last chunk of a split may be shorter)."""
         return self._attrs["chunk_rows"]
 
+    @property
+    def chunks(self) -> StoreChunks:
+        """Verified chunk reads, bound to this store's checksum (:mod:`pep_gp.pipeline.data.chunks`)."""
+        return StoreChunks(self.path, self.checksum, self.chunk_rows, len(self.feature_names))
+
     def arrays(self, split: str) -> tuple[zarr.Array, zarr.Array]:
-        """The lazy, read-only ``(X, y)`` Zarr arrays of ``split`` (``"train"`` or ``"test"``)."""
+        """The lazy, read-only ``(X, y)`` Zarr arrays of ``split`` (``"train"`` or ``"test"``), unverified."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
-        group = zarr.open_group(self.path, mode="r")[split]
+        group = open_root(self.path)[split]
         return group["X"], group["y"]
 
     def n_rows(self, split: str) -> int:
@@ -209,25 +276,23 @@ class Store:
         return math.ceil(self.n_rows(split) / self.chunk_rows)
 
     def read_chunk(self, split: str, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Read chunk ``index`` of ``split`` into memory.
+        """Read chunk ``index`` of ``split`` into memory, checked against its digest.
 
         Returns:
             ``(X, y)``: (rows, D) float32 and (rows,) int32 or float32, ``rows <= chunk_rows``.
+
+        Raises:
+            InputError: the chunk does not match its digest (the store was modified).
         """
         if not 0 <= index < self.n_chunks(split):
             raise IndexError(f"{split} has {self.n_chunks(split)} chunks, no chunk {index}")
-        X, y = self.arrays(split)
-        rows = slice(index * self.chunk_rows, (index + 1) * self.chunk_rows)
-        return X[rows], y[rows]
+        return self.chunks.chunk(split, index)
 
     def verify(self) -> None:
-        """Re-read every chunk and check it against ``checksum``; raise InputError on a mismatch."""
-        digests = {split: [chunk_digest(*self.read_chunk(split, i)) for i in range(self.n_chunks(split))]
-                   for split in SPLITS}
-        found = data_checksum(digests, len(self.feature_names))
-        if found != self.checksum:
-            raise InputError(f"{self.path}: data does not match the store's checksum "
-                             f"(expected {self.checksum}, found {found}); the store was modified")
+        """Re-read every chunk and check it against its digest and ``checksum``; raise InputError on a mismatch."""
+        for split in SPLITS:
+            for index in range(self.n_chunks(split)):
+                self.read_chunk(split, index)
 
 
 def open_store(path: str | Path) -> Store:
@@ -240,17 +305,16 @@ def open_store(path: str | Path) -> Store:
         The validated :class:`Store`.
 
     Raises:
-        InputError: the path is missing or not a Zarr v3 group, the store is unfinished (attributes
-            never written), of another schema version, or its arrays do not match its attributes.
+        InputError: the path is missing or not a Zarr format 3 group (Zarr v2 is refused), the store is
+            unfinished (attributes never written), of another schema version, its attributes are invalid
+            (:class:`StoreAttrs`), or its arrays do not match its attributes.
     """
     path = str(path)
     if "://" not in path and not Path(path).exists():
         raise InputError(f"{path}: no such store (run `pep ingest` to create it)")
-    try:
-        root = zarr.open_group(path, mode="r")
-    except (FileNotFoundError, ValueError, TypeError) as exc:
-        raise InputError(f"{path}: not a Zarr v3 group ({exc})") from exc
-    attrs = dict(root.attrs)
+    if "://" not in path and (Path(path) / ".zgroup").exists():
+        raise InputError(f"{path}: a Zarr v2 store; pep reads only Zarr format 3 stores (`pep ingest` again)")
+    attrs = open_root(path).attrs.asdict()
     if "schema_version" not in attrs:
         raise InputError(f"{path}: unfinished store (its attributes were never written, so the "
                          "ingest did not complete); re-run `pep ingest ... --overwrite`")
@@ -260,8 +324,8 @@ def open_store(path: str | Path) -> Store:
     missing = [key for key in REQUIRED_ATTRS if key not in attrs]
     if missing:
         raise InputError(f"{path}: unfinished store, attributes {missing} are missing")
-    if attrs["task"] not in TASKS:
-        raise InputError(f"{path}: attribute 'task': expected one of {TASKS}, found {attrs['task']!r}")
+    validated_attrs(path, attrs)
+    root = open_root(path)
     for split in SPLITS:
         _check_split(root, path, split, attrs)
     return Store(path, attrs)
@@ -280,6 +344,8 @@ def _check_split(root: zarr.Group, path: str, split: str, attrs: Mapping[str, An
             array = root[f"{split}/{name}"]
         except KeyError:
             raise InputError(f"{path}: array '{split}/{name}' is missing") from None
+        if not isinstance(array, zarr.Array):
+            raise InputError(f"{path}: '{split}/{name}': expected an array, found a group")
         found = (array.shape, array.dtype, array.chunks)
         if found != (shape, dtype, chunks):
             raise InputError(f"{path}: array '{split}/{name}': expected shape {shape}, dtype {dtype}, "

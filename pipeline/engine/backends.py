@@ -15,7 +15,7 @@ from .threads import pin_compute_threads
 
 log = logging.getLogger(__name__)
 
-STEP_ATTEMPTS = 3  # a step whose tasks fail (lost workers, closed connections) is re-run this often
+STEP_ATTEMPTS = 3  # a step whose tasks fail (lost workers or scheduler, closed connections) is re-run this often
 
 
 class Backend(Protocol):
@@ -73,22 +73,44 @@ class DaskBackend:
 
     def __init__(self, client: Any, description: str, cluster: Any = None):
         self.client, self.description, self.cluster = client, description, cluster
+        self._address, self._security = client.scheduler.address, client.security
         client.register_plugin(ComputeSetup())
 
     def evaluate(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
+        """Per-block results of ``fn``; a step whose tasks fail (a lost worker, or a lost scheduler: the
+        client reconnects, or a new one connects once it answers again) is re-run up to
+        :data:`STEP_ATTEMPTS` times, then OSError in one line (a flow retries it from the newest checkpoint)."""
         from distributed import KilledWorker
         from distributed.comm import CommClosedError
         from distributed.utils import CancelledError
 
         for attempt in range(1, STEP_ATTEMPTS + 1):
             try:
+                self._reconnect_if_closed()
                 return self._evaluate_once(fn, params, source, blocks)
-            except (KilledWorker, CommClosedError, OSError, CancelledError) as error:
+            except (KilledWorker, CommClosedError, OSError, CancelledError, TimeoutError) as error:
                 if attempt == STEP_ATTEMPTS:
-                    raise
-                log.warning("blocks lost with a worker (%s); re-running the step (attempt %d of %d)",
+                    raise OSError(f"--cluster {self.description}: a step failed {STEP_ATTEMPTS} times, the last with "
+                                  f"{type(error).__name__}: {error} (the scheduler or every worker lost); start them "
+                                  "again and continue with `pep train ... --resume` (from the newest checkpoint)") from None
+                log.warning("blocks lost with a worker or the scheduler (%s); re-running the step (attempt %d of %d)",
                             error, attempt + 1, STEP_ATTEMPTS)
         raise AssertionError("unreachable")
+
+    def _reconnect_if_closed(self) -> None:
+        """Replace a client that gave up on a lost scheduler (after Dask's reconnection window) by a new
+        one to the same address, once a scheduler answers there again (OSError until then)."""
+        if self.client.status not in ("closing", "closed"):
+            return
+        from distributed import Client
+
+        try:
+            client = Client(self._address, security=self._security, timeout=30)
+            client.wait_for_workers(1, timeout=120)
+        except (OSError, TimeoutError) as error:
+            raise OSError(f"no scheduler at {self._address} ({error})") from None
+        client.register_plugin(ComputeSetup())
+        self.client = client
 
     def _evaluate_once(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
         workers = sorted(self.client.nthreads())

@@ -1,8 +1,17 @@
 """The ``--cluster`` values and the backends they connect: in-process, a ``LocalCluster`` pep starts, an
-existing scheduler (``tcp://``/``tls://``) or dask-jobqueue batch jobs."""
+existing scheduler (``tcp://``/``tls://``) or dask-jobqueue batch jobs.
+
+A Dask scheduler runs whatever code its clients send on every worker, so every control plane pep uses is
+authenticated: ``local:N`` starts its cluster with temporary TLS credentials (``security=True``: a fresh
+CA and certificate in memory, held by this process and its workers only), so another local process
+cannot connect to the scheduler or a worker; a ``tcp://`` scheduler (plain TCP, no authentication) is
+accepted on loopback only, anything beyond it must be ``tls://`` with the certificates of
+``pep cluster certs``; ``slurm:N``/``pbs:N`` are TLS only.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import re
@@ -15,7 +24,8 @@ from .backends import Backend, DaskBackend, InProcess, OneCorePerWorker
 from .threads import COMPUTE_ENV
 
 CLUSTER_HELP = ("local:N (N worker processes on this machine; local:N:pinned gives each its own core), "
-                "tcp://HOST:PORT or tls://HOST:PORT (a running scheduler; tls:// with the client "
+                "tcp://127.0.0.1:PORT (a running scheduler on loopback) or tls://HOST:PORT (a running scheduler "
+                "anywhere, with the client "
                 "certificate of --tls-ca-file/--tls-cert/--tls-key or Dask's distributed.comm.tls "
                 "config), slurm:N or pbs:N (N batch jobs of one worker each, through dask-jobqueue and "
                 "Dask's jobqueue config, e.g. infra/jobqueue.yaml; TLS only) or none")
@@ -31,19 +41,36 @@ def parse_cluster(cluster: str) -> tuple[str, str | int]:
     """Check a ``--cluster`` value: ``("none", "")``, ``("local", N)`` or ``("scheduler", address)``.
 
     Raises:
-        InputError: the value has none of the forms of :data:`CLUSTER_HELP`.
+        InputError: the value has none of the forms of :data:`CLUSTER_HELP`, or is a ``tcp://`` address
+            beyond loopback.
     """
     if cluster == "none":
         return "none", ""
     local = re.fullmatch(r"local:(\d+)(:pinned)?", cluster)
     if local and int(local.group(1)) >= 1:
         return "local-pinned" if local.group(2) else "local", int(local.group(1))
-    if re.fullmatch(r"(tcp|tls)://[^\s:/]+:\d+", cluster):
+    scheduler = re.fullmatch(r"(tcp|tls)://([^\s/]+):\d+", cluster)
+    if scheduler and scheduler.group(1) == "tcp" and not is_loopback(scheduler.group(2)):
+        raise InputError(f"--cluster {cluster}: plain tcp:// is unencrypted and unauthenticated (anyone who reaches "
+                         "the scheduler runs code on its workers), so pep uses it on loopback only; use "
+                         f"tls://{cluster.removeprefix('tcp://')} with certificates from `pep cluster certs DIR`")
+    if scheduler:
         return "scheduler", cluster
     jobs = re.fullmatch(r"(slurm|pbs):(\d+)", cluster)
     if jobs and int(jobs.group(2)) >= 1:
         return jobs.group(1), int(jobs.group(2))
     raise InputError(f"--cluster: expected {CLUSTER_HELP}; found {cluster!r}")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an IP address, IPv6 in brackets) is this machine's loopback."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # another name: it may resolve anywhere
 
 
 def connect(cluster: str) -> Backend:
@@ -55,7 +82,7 @@ def connect(cluster: str) -> Backend:
     """
     kind, argument = parse_cluster(cluster)
     if kind.startswith("local"):
-        return _local_cluster(int(argument), cluster, pinned=kind == "local-pinned")
+        return local_cluster(int(argument), cluster, pinned=kind == "local-pinned")
     if kind == "scheduler":
         return _existing_cluster(str(argument))
     if kind in JOB_QUEUES:
@@ -67,7 +94,16 @@ def connect(cluster: str) -> Backend:
     return InProcess()
 
 
-def _local_cluster(n_workers: int, description: str, pinned: bool) -> DaskBackend:
+def local_cluster(n_workers: int, description: str, pinned: bool = False, security: bool = True) -> DaskBackend:
+    """A ``LocalCluster`` of ``n_workers`` single-threaded worker processes on 127.0.0.1 and its backend.
+
+    Args:
+        n_workers: worker processes.
+        description: the ``--cluster`` value, for reports.
+        pinned: worker ``i`` runs on core ``i mod cores`` only.
+        security: temporary TLS credentials (the default, what ``local:N`` uses); False only to measure
+            what they cost (``benchmarks/bench_trust.py``).
+    """
     import dask
     from distributed import Client, LocalCluster
 
@@ -80,7 +116,8 @@ def _local_cluster(n_workers: int, description: str, pinned: bool) -> DaskBacken
         "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
     }
     with dask.config.set(settings):
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+        # security=True: temporary TLS credentials, so only this process and its workers can connect
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, security=security or None,
                                dashboard_address="127.0.0.1:0", env=COMPUTE_ENV, silence_logs=logging.ERROR)
     client = Client(cluster)
     client.run(_quiet_worker_logs)

@@ -229,7 +229,10 @@ class GPEstimator(FittedGP):
                 "targets": {"shift": self.targets_.shift, "scale": self.targets_.scale},
                 "classes": self.classes_.tolist() if self._is_classifier else None,
                 "feature_names": None if not hasattr(self, "feature_names_in_") else [str(n) for n in self.feature_names_in_],
-                "converged": bool(self.converged_), "log_marginal_likelihood": float(self.log_marginal_likelihood_value_)}
+                "converged": bool(self.converged_), "log_marginal_likelihood": float(self.log_marginal_likelihood_value_),
+                "total_steps": int(self.n_iter_), "steps_per_epoch": 1, "rejected_steps": int(self.n_rejected_steps_),
+                "rejected_site_updates": int(self.n_rejected_site_updates_), "epoch_energy": (0.0, 0), "history": [],
+                "seconds": 0.0}
         return checkpoint.save(directory, int(self.n_iter_), {"params": self.params_}, meta, keep=1)
 
     def _set_fitted(self, trainer: Trainer, result: TrainResult, energies: np.ndarray) -> None:

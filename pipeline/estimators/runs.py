@@ -18,7 +18,7 @@ import numpy as np
 
 from ..data.blocks import TargetScaling
 from ..errors import InputError
-from ..training.config import TrainConfig
+from ..training.manifest import RunManifest
 from ..training.runs import bound_model, load_run
 from .base import GPEstimator
 from .models import ESTIMATORS
@@ -32,28 +32,28 @@ def load(run_dir: str | Path) -> GPEstimator:
             parameterisation (the message names what was found and what this pep reads).
     """
     restored = load_run(Path(run_dir))
-    manifest = restored.meta
+    manifest = RunManifest.of(restored.meta)
     spec, settings, model = bound_model(manifest)
     if spec.name not in ESTIMATORS:
         raise InputError(f"{run_dir}: --model {spec.name} has no estimator in this pep")
-    config = TrainConfig(**manifest["config"])
+    config = manifest.config
     estimator = ESTIMATORS[spec.name](**settings.model_dump(), learning_rate=config.learning_rate,
                                       batch_size=config.batch_size, seed=config.seed, tol=config.tol,
                                       max_iter=config.max_steps if config.max_steps is not None else restored.step)
-    n_features = len(manifest["x_mean"])
     fitted: dict[str, Any] = {
         "params_": jax.tree_util.tree_map(np.asarray, restored.trees["params"]), "model_": model,
-        "x_mean_": np.asarray(manifest["x_mean"], float), "x_std_": np.asarray(manifest["x_std"], float),
-        "targets_": TargetScaling(**manifest["targets"]), "n_features_in_": n_features,
-        "binding_": manifest.get("model_binding", {}), "data_checksum_": manifest.get("dataset_checksum"),
-        "n_iter_": restored.step, "converged_": manifest.get("converged"), "notes_": [],
-        "log_marginal_likelihood_value_": manifest.get("log_marginal_likelihood", np.nan)}
+        "x_mean_": np.asarray(manifest.x_mean, float), "x_std_": np.asarray(manifest.x_std, float),
+        "targets_": TargetScaling(**manifest.targets.model_dump()), "n_features_in_": len(manifest.x_mean),
+        "binding_": manifest.model_binding, "data_checksum_": manifest.dataset_checksum,
+        "n_iter_": restored.step, "converged_": manifest.converged, "notes_": [],
+        "n_rejected_steps_": manifest.rejected_steps, "n_rejected_site_updates_": manifest.rejected_site_updates,
+        "log_marginal_likelihood_value_": np.nan if manifest.log_marginal_likelihood is None
+        else manifest.log_marginal_likelihood}
     if spec.task == "classification":
-        counts = manifest.get("model_binding", {}).get("class_counts")
-        n_classes = len(counts) if counts else 2
-        fitted["classes_"] = np.asarray(manifest.get("classes") or list(range(n_classes)))
-    if manifest.get("feature_names"):
-        fitted["feature_names_in_"] = np.asarray(manifest["feature_names"], dtype=object)
+        counts = manifest.model_binding.get("class_counts")
+        fitted["classes_"] = np.asarray(manifest.classes or list(range(len(counts) if counts else 2)))
+    if manifest.feature_names:
+        fitted["feature_names_in_"] = np.asarray(manifest.feature_names, dtype=object)
     for name, value in fitted.items():
         setattr(estimator, name, value)
     return estimator

@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from ...core.likelihoods import Gaussian, Probit
-from ...core.models.deep_gp import DeepGP, DeepGPParams
+from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams
 from .protocol import ModelSettings
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
@@ -21,7 +21,8 @@ class DeepGPSettings(ModelSettings):
     hidden_dims: tuple[Annotated[int, Field(ge=1)], ...] = Field(
         (2,), description="widths of the hidden layers; () is one GP layer")
     num_inducing: int = Field(100, ge=1, description="inducing points M per GP (Bui et al. 2016: 50 or 100)")
-    alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power: 1 is the paper's approximate EP")
+    alpha: float = Field(1.0, ge=ALPHA_FLOOR, le=1.0, description="Power-EP power: 1 is the paper's approximate EP "
+                                                                  f"(at least {ALPHA_FLOOR:g}, see DeepGP)")
     share_hypers: bool = Field(False, description="one kernel per layer (the authors' code) instead of per GP "
                                                   "(the paper)")
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0,

@@ -1,4 +1,4 @@
-"""Crash-safe checkpoints (DESIGN §5).
+"""Crash-safe, verified checkpoints.
 
 Layout of a run directory::
 
@@ -11,10 +11,15 @@ place and fsync the directory. A process killed at any instant (kill -9 included
 either a complete checkpoint or a directory without a manifest, which readers ignore.
 
 The manifest holds, for every leaf, its tree path, shape, dtype and the SHA-256 of its bytes, plus the
-caller's metadata (step, config, dataset checksum, history…). :func:`restore` takes the newest
-checkpoint whose manifest parses and whose arrays match their digests; a newer one that fails (a
-truncated or damaged file) is skipped with a :class:`CheckpointWarning`. After every save only the
-newest ``keep`` complete checkpoints are kept.
+caller's metadata (step, config, dataset checksum, history…), as strict JSON (:mod:`pep_gp.pipeline.jsonio`).
+Nothing in a checkpoint is trusted before it is checked: the manifest's own fields are validated
+(:class:`CheckpointManifest`), a leaf's shape must be the one the caller's template needs and the
+array's Zarr metadata must agree with the manifest *before* the array is read (so no header sizes an
+allocation), and the bytes must match their digest. :func:`restore` takes the newest checkpoint that
+passes; a newer one that fails (a truncated or damaged file) is skipped with a
+:class:`CheckpointWarning`, and when checkpoints exist but every one fails it raises, rather than let a
+resumed run silently start again from step 0. After every save only the newest ``keep`` *intact*
+checkpoints are kept (a damaged one is never counted, so it never displaces a good one).
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ from typing import Any
 import jax
 import numpy as np
 import zarr
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import InputError
+from ..files import fsync, fsync_tree
+from ..jsonio import dumps
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -53,20 +63,40 @@ class Restored:
     path: Path
 
 
+class LeafEntry(BaseModel):
+    """One array of a checkpoint as its manifest describes it."""
+
+    path: str
+    shape: list[int] = Field(max_length=32)
+    dtype: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class CheckpointManifest(BaseModel):
+    """The fields of a manifest this module reads (the caller's metadata passes unchecked: see
+    :mod:`pep_gp.pipeline.training.manifest`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: int
+    step: int = Field(ge=0)
+    leaves: dict[str, list[LeafEntry]]
+
+
+def one_line(error: ValidationError, what: str) -> str:
+    """A pydantic error as one line: ``<what> field 'a.b': <message>`` for its first problem."""
+    first = error.errors()[0]
+    where = ".".join(map(str, first["loc"])) or "(whole)"
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{what} field '{where}': {first['msg']}{more}"
+
+
 def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
 def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, Any], keep: int) -> Path:
@@ -89,18 +119,17 @@ def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, 
             group.create_array(f"{name}/{index:04d}", data=array)
             entries.append({"path": jax.tree_util.keystr(key_path), "shape": list(array.shape),
                             "dtype": array.dtype.str, "sha256": _digest(array)})
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        _fsync(file)
+    fsync_tree(path)
     manifest = {"format": FORMAT, "step": step, "leaves": leaves, **meta}
     temporary = path / f".{MANIFEST}.tmp"
     with open(temporary, "w") as handle:
-        json.dump(manifest, handle)
+        handle.write(dumps(manifest))
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path / MANIFEST)
-    _fsync(path)
-    _fsync(root)
-    prune(run_dir, keep)
+    fsync(path)
+    fsync(root)
+    prune(run_dir, keep, path)
     return path
 
 
@@ -118,40 +147,89 @@ def has_checkpoints(run_dir: Path) -> bool:
     return any((path / MANIFEST).exists() for _, path in _steps(run_dir))
 
 
-def prune(run_dir: Path, keep: int) -> None:
-    """Keep the newest ``keep`` checkpoints with a manifest; remove older ones and any manifest-less
-    leftover older than the newest complete one."""
-    complete = 0
+def prune(run_dir: Path, keep: int, newest: Path) -> None:
+    """Keep the newest ``keep`` intact checkpoints; remove older ones, and any damaged or incomplete one
+    older than an intact one. ``newest`` is the checkpoint just written (intact by construction); the
+    others are intact when their manifest and every array check out against it (same leaves, shapes and
+    dtypes, digests matching), so reading one allocates no more than ``newest`` holds."""
+    reference = read_manifest(newest)["leaves"]
+    intact = 0
     for _, path in _steps(run_dir):
-        if (path / MANIFEST).exists():
-            complete += 1
-            if complete > keep:
+        if path == newest or _is_intact(path, reference):
+            intact += 1
+            if intact > keep:
                 shutil.rmtree(path)
-        elif complete:
+        elif intact:
             shutil.rmtree(path)
 
 
+def _is_intact(path: Path, reference: Mapping[str, Any]) -> bool:
+    """Whether the checkpoint at ``path`` has a valid manifest with the leaves of ``reference`` and every
+    array matching its digest."""
+    try:
+        manifest = read_manifest(path)
+        described = lambda leaves: {name: [(e["path"], e["shape"], e["dtype"]) for e in entries]
+                                    for name, entries in leaves.items()}
+        if described(manifest["leaves"]) != described(reference):
+            return False
+        group = zarr.open_group(str(path), mode="r", zarr_format=3)
+        for name, entries in manifest["leaves"].items():
+            for index, entry in enumerate(entries):
+                _read_leaf(group, name, index, entry)
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError):
+        return False
+    return True
+
+
 def read_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of the checkpoint at ``path``; raises OSError/ValueError if missing or damaged."""
+    """The manifest of the checkpoint at ``path``, its own fields validated; raises OSError/ValueError
+    (one line) if missing or damaged."""
     manifest = json.loads((path / MANIFEST).read_text())
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"checkpoint format {manifest.get('format')!r}, expected {FORMAT}")
+    if not isinstance(manifest, dict):
+        raise ValueError(f"expected a JSON object, found {type(manifest).__name__}")
+    try:
+        checked = CheckpointManifest(**manifest)
+    except ValidationError as error:
+        raise ValueError(one_line(error, "manifest")) from None
+    if checked.format != FORMAT:
+        raise ValueError(f"checkpoint format {checked.format!r}, expected {FORMAT}")
+    if _NAME.fullmatch(path.name) and int(path.name.removeprefix("step-")) != checked.step:
+        raise ValueError(f"manifest field 'step': {checked.step}, but the checkpoint is {path.name}")
     return manifest
 
 
-def newest_manifest(run_dir: Path) -> dict[str, Any] | None:
-    """The manifest of the newest checkpoint that has a readable one (arrays not verified), or None."""
+def newest_manifest(run_dir: Path, check: Callable[[dict[str, Any]], Any] = lambda manifest: None
+                    ) -> dict[str, Any] | None:
+    """The manifest of the newest checkpoint that has a valid one (``check`` raises ValueError for the
+    caller's own fields; arrays not verified), or None."""
     for _, path in _steps(run_dir):
         try:
-            return read_manifest(path)
+            manifest = read_manifest(path)
+            check(manifest)
+            return manifest
         except (OSError, ValueError):
             continue
     return None
 
 
+def _read_leaf(group: zarr.Group, name: str, index: int, entry: Mapping[str, Any]) -> np.ndarray:
+    """Leaf ``index`` of tree ``name``, after its Zarr metadata agrees with the manifest's ``entry`` (no
+    allocation a damaged header sizes) and before it is returned, its bytes with the entry's digest."""
+    array = group[f"{name}/{index:04d}"]
+    if not isinstance(array, zarr.Array):
+        raise ValueError(f"'{name}/{index:04d}' is not an array")
+    if (list(array.shape), np.dtype(array.dtype).str) != (list(entry["shape"]), entry["dtype"]):
+        raise ValueError(f"array '{name}/{index:04d}' has shape {list(array.shape)}, dtype {np.dtype(array.dtype).str}; "
+                         f"its manifest says shape {entry['shape']}, dtype {entry['dtype']}")
+    values = np.asarray(array[...])
+    if _digest(values) != entry["sha256"]:
+        raise ValueError(f"array '{name}/{index:04d}' does not match its digest (truncated?)")
+    return values
+
+
 def _load(path: Path, manifest: Mapping[str, Any], templates: Mapping[str, Any]) -> dict[str, Any]:
     """The pytrees of a checkpoint, shaped like ``templates``; ValueError if anything disagrees."""
-    group = zarr.open_group(str(path), mode="r")
+    group = zarr.open_group(str(path), mode="r", zarr_format=3)
     trees = {}
     for name, template in templates.items():
         template_leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
@@ -164,25 +242,29 @@ def _load(path: Path, manifest: Mapping[str, Any], templates: Mapping[str, Any])
             if (entry["path"], entry["shape"]) != expected:
                 raise ValueError(f"'{name}{entry['path']}' has shape {entry['shape']}, the model needs "
                                  f"'{name}{expected[0]}' with shape {expected[1]}")
-            array = np.asarray(group[f"{name}/{index:04d}"][...])
-            if array.dtype.str != entry["dtype"] or _digest(array) != entry["sha256"]:
-                raise ValueError(f"array '{name}/{index:04d}' does not match its digest (truncated?)")
-            values.append(array)
+            values.append(_read_leaf(group, name, index, entry))
         trees[name] = jax.tree_util.tree_unflatten(treedef, values)
     return trees
 
 
 def restore(run_dir: Path, templates: Callable[[dict[str, Any]], Mapping[str, Any]]) -> Restored | None:
-    """The newest complete, intact checkpoint of ``run_dir``, or None if there is none.
+    """The newest complete, intact checkpoint of ``run_dir``, or None if it has none at all.
 
     Args:
         run_dir: the run directory.
         templates: maps a manifest to the pytrees to restore (same structure and shapes), so that
-            the caller can refuse an incompatible checkpoint by raising before any array is read.
+            the caller can refuse an incompatible checkpoint by raising InputError before any array is
+            read; any other ValueError it raises (e.g. a missing or mistyped field of the caller's
+            metadata) marks the checkpoint as damaged.
 
     Warns:
         CheckpointWarning: for every newer checkpoint skipped because it is damaged or incomplete.
+
+    Raises:
+        InputError: checkpoints exist, but every one that was completed is damaged (an interrupted
+            write, with no manifest, is not a checkpoint: with only those, None is returned).
     """
+    damaged = []
     for step, path in _steps(run_dir):
         try:
             manifest = read_manifest(path)
@@ -190,12 +272,18 @@ def restore(run_dir: Path, templates: Callable[[dict[str, Any]], Mapping[str, An
             reason = "it has no manifest (its write was interrupted)"
         except (OSError, ValueError) as error:
             reason = f"its manifest is damaged ({error})"
+            damaged.append(f"{path.name}: {reason}")
         else:
-            wanted = templates(manifest)
             try:
-                return Restored(step, _load(path, manifest, wanted), manifest, path)
-            except (OSError, ValueError, KeyError, RuntimeError) as error:
+                return Restored(step, _load(path, manifest, templates(manifest)), manifest, path)
+            except InputError:
+                raise
+            except (OSError, ValueError, KeyError, RuntimeError, TypeError) as error:
                 reason = f"it is damaged ({error})"
+                damaged.append(f"{path.name}: {reason}")
         warnings.warn(f"checkpoint {path} skipped: {reason}; trying the previous one",
                       CheckpointWarning, stacklevel=2)
+    if damaged:
+        raise InputError(f"{run_dir}: no intact checkpoint to continue from ({'; '.join(damaged)}); move "
+                         f"{checkpoint_dir(run_dir)} aside to start again from step 0, or use a new --run-dir")
     return None

@@ -35,7 +35,8 @@ from .sizes import bucket
 
 # Fields that do not change the optimisation trajectory: they may differ when a run is resumed
 # (``epochs`` only without the cosine schedule, whose decay is spread over all the steps).
-RESUMABLE_FIELDS = frozenset({"epochs", "max_steps", "tol", "checkpoint_every", "keep_checkpoints"})
+RESUMABLE_FIELDS = frozenset({"epochs", "max_steps", "tol", "checkpoint_every", "keep_checkpoints",
+                              "max_rejected_in_a_row"})
 DEFAULT_BLOCK_ROWS = 1_000
 DEFAULT_MAX_STEPS = 2_000
 
@@ -63,9 +64,12 @@ class TrainConfig(BaseModel):
             deviation (DESIGN §3); False feeds the stored values as they are (seed001's MNIST driver only
             divides the pixels by 255, which `pep ingest` already does; per-pixel standardisation would
             blow up the near-constant border pixels).
-        seed: seed of the initialisation and of the minibatch order.
+        seed: seed of the initialisation and of the minibatch order (below 2**32).
         checkpoint_every: steps between checkpoints (one is always written at the end).
         keep_checkpoints: complete checkpoints kept (older ones are pruned).
+        max_rejected_in_a_row: training stops with an error once this many steps in a row were
+            rejected as non-finite (the parameters stay where the last accepted step left them, so a
+            longer streak is a run idling to its end, typically at too large a learning rate).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -81,9 +85,10 @@ class TrainConfig(BaseModel):
     batch_size: int = Field(10_000, ge=1)
     block_rows: int | None = Field(None, ge=1)
     standardize: bool = True
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     checkpoint_every: int = Field(50, ge=1)
     keep_checkpoints: int = Field(3, ge=1)
+    max_rejected_in_a_row: int = Field(10, ge=1)
 
     @model_validator(mode="after")
     def _batch_holds_a_block(self) -> "TrainConfig":

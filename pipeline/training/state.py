@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import InputError
 from . import checkpoint
 from .config import TrainConfig
+from .manifest import RunManifest
 
 
 @dataclass
@@ -26,6 +27,7 @@ class LoopState:
     key_data: np.ndarray
     step: int = 0
     rejected: int = 0
+    rejected_in_a_row: int = 0  # steps rejected since the last accepted one (the stop rule's count)
     rejected_sites: int = 0
     epoch_energy: tuple[float, int] = (0.0, 0)  # sum and count of the finite step energies so far
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -36,7 +38,8 @@ class LoopState:
 
 def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: int) -> Path:
     """Write the checkpoint of ``state``; ``run_meta`` describes the run (model, data, config, …)."""
-    meta = {**run_meta, "rejected_steps": state.rejected, "rejected_site_updates": state.rejected_sites,
+    meta = {**run_meta, "rejected_steps": state.rejected, "rejected_in_a_row": state.rejected_in_a_row,
+            "rejected_site_updates": state.rejected_sites,
             "epoch_energy": state.epoch_energy, "history": state.history, "seconds": state.seconds,
             "recent_energies": state.energies,
             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -44,25 +47,27 @@ def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: 
     return checkpoint.save(run_dir, state.step, trees, meta, keep)
 
 
-def refuse_another_run(manifest: dict[str, Any], run_dir: Path, model: str, checksum: str, path: str,
+def refuse_another_run(manifest: RunManifest, run_dir: Path, model: str, checksum: str, path: str,
                        config: TrainConfig) -> None:
     """InputError unless ``manifest`` is of the same model and data, with a config that resumes to the
     same trajectory."""
-    if manifest["dataset_checksum"] != checksum:
-        raise InputError(f"{run_dir}: this run was trained on {manifest['data']} (checksum "
-                         f"{manifest['dataset_checksum']}), not on {path} (checksum "
+    if manifest.dataset_checksum != checksum:
+        raise InputError(f"{run_dir}: this run was trained on {manifest.data} (checksum "
+                         f"{manifest.dataset_checksum}), not on {path} (checksum "
                          f"{checksum}); resume with the same data or use a new --run-dir")
-    if manifest["model"] != model:
-        raise InputError(f"{run_dir}: this run trains --model {manifest['model']}, not {model}")
-    changed = TrainConfig(**manifest["config"]).incompatibilities(config)
+    if manifest.model != model:
+        raise InputError(f"{run_dir}: this run trains --model {manifest.model}, not {model}")
+    changed = manifest.config.incompatibilities(config)
     if changed:
         raise InputError(f"{run_dir}: cannot resume with a different config ({'; '.join(changed)}); "
                          "use the run's config or a new --run-dir")
 
 
 def restored_state(restored: checkpoint.Restored) -> LoopState:
-    """The loop state a checkpoint holds."""
-    meta, trees = restored.meta, restored.trees
-    return LoopState(trees["params"], trees["opt_state"], trees["key"], restored.step, meta["rejected_steps"],
-                     meta["rejected_site_updates"], tuple(meta["epoch_energy"]), meta["history"], meta["seconds"],
-                     energies=list(meta.get("recent_energies", [])))
+    """The loop state a checkpoint holds (a history value written as ``null`` is read back as NaN)."""
+    meta, trees = RunManifest.of(restored.meta), restored.trees
+    history = [{key: float("nan") if value is None else value for key, value in record.items()}
+               for record in meta.history]
+    return LoopState(trees["params"], trees["opt_state"], trees["key"], restored.step, meta.rejected_steps,
+                     meta.rejected_in_a_row, meta.rejected_site_updates, meta.epoch_energy, history, meta.seconds,
+                     energies=[float("nan") if e is None else e for e in meta.recent_energies])

@@ -4,12 +4,17 @@ Each step ``s`` the minibatch schedule picks the blocks of ``s`` (:mod:`pep_gp.p
 step's ``update`` runs on them through the engine (Dask workers or this process); at the end of every
 epoch the trainer records the epoch's mean energy and the held-out metrics, and every
 ``checkpoint_every`` steps and at the end it writes a checkpoint of its state
-(:mod:`pep_gp.pipeline.training.state`), so a resumed run continues bit-for-bit. The estimators run
-this same trainer over in-memory arrays (:mod:`pep_gp.pipeline.data.datasets`), without a run directory.
+(:mod:`pep_gp.pipeline.training.state`), so a resumed run continues bit-for-bit. While it runs it holds
+the run directory's lock (:mod:`pep_gp.pipeline.training.lock`): a second writer is refused. A run
+fails loudly (:class:`~pep_gp.pipeline.errors.TrainingFailed`) rather than idle: after
+``max_rejected_in_a_row`` steps in a row rejected as non-finite, or when it ends with non-finite
+held-out metrics or energy. The estimators run this same trainer over in-memory arrays
+(:mod:`pep_gp.pipeline.data.datasets`), without a run directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -25,11 +30,13 @@ import numpy as np
 from ...core import float64
 from ..engine import Backend, Engine, InProcess
 from ..engine.threads import compute_threads
-from ..errors import InputError
+from ..errors import InputError, TrainingFailed
 from ..metrics import finish
 from ..models import HeldOut, ModelSpec, get_model, model_settings
 from . import checkpoint
 from .config import TrainConfig
+from .lock import hold_run_dir
+from .manifest import RunManifest
 from .optimiser import compiled_step
 from .runs import check_parameterisation
 from .sampling import MinibatchSchedule
@@ -166,9 +173,14 @@ class Trainer:
             progress: receives progress events.
 
         Raises:
-            InputError: the checkpoints are of another dataset or model, or of an incompatible config.
+            InputError: the checkpoints are of another dataset or model, or of an incompatible config,
+                or another process holds the run directory.
+            TrainingFailed: ``max_rejected_in_a_row`` steps in a row were rejected, or the run ended
+                with non-finite held-out metrics or energy (a checkpoint of the state is written first).
         """
-        with compute_threads():
+        run_dir = self.job.run_dir
+        holding = hold_run_dir(run_dir) if run_dir is not None else contextlib.nullcontext()
+        with holding, compute_threads():
             if self._state is None or resume:
                 self._state, path = self.restore_or_init(resume)
             else:
@@ -187,15 +199,38 @@ class Trainer:
                 ended = state.step == self.total_steps or (stops_early and self.stopping.converged(state.energies))
                 if self.schedule.ends_epoch(state.step - 1) or ended:
                     progress("epoch", record=self.end_epoch(state))
+                if state.rejected_in_a_row >= self.job.config.max_rejected_in_a_row:
+                    self.save(state)
+                    raise TrainingFailed(self._idling(state))
                 if state.step % self.job.config.checkpoint_every == 0 or state.step == end or ended:
                     path = self.save(state) or path
                     progress("checkpoint", path=path)
             if path is None:  # nothing was left to train and nothing was saved: still leave one
                 path = self.save(state)
+            if state.step >= self.total_steps:
+                self._refuse_non_finite_end(state)
         return TrainResult(state.params, state.step, self.total_steps, len(state.history), state.seconds, path,
                            state.history, state.rejected, state.rejected_sites,
                            self.stopping.converged(state.energies), self.stopping.gain_per_row(state.energies),
                            stops_early, self.notes)
+
+    def _idling(self, state: LoopState) -> str:
+        """The message of a run stopped by ``max_rejected_in_a_row``."""
+        return (f"training stopped at step {state.step} of {self.total_steps}: the last {state.rejected_in_a_row} steps "
+                f"were all rejected (non-finite energy or gradient; {state.rejected} rejected in all), so the "
+                f"parameters stopped moving; the learning rate ({self.job.config.learning_rate:g}) is likely too large "
+                "for this model and data: lower it in a new --run-dir (max_rejected_in_a_row sets how many in a row "
+                "are allowed)")
+
+    def _refuse_non_finite_end(self, state: LoopState) -> None:
+        """TrainingFailed when the finished run's last epoch has non-finite held-out metrics or energy."""
+        last = state.history[-1] if state.history else {}
+        bad = {k: v for k, v in last.items() if k in ("energy", "test_error", "test_nll", "rmse")
+               and not math.isfinite(v)}
+        if bad:
+            raise TrainingFailed(f"training ended at step {state.step} with non-finite {', '.join(bad)} "
+                                 f"({state.rejected} of {state.step} steps rejected as non-finite): the model did "
+                                 "not fit; lower the learning rate or check the data, in a new --run-dir")
 
     # ---------------------------------------------------------------------------------------------
     def fresh_state(self) -> LoopState:
@@ -229,8 +264,10 @@ class Trainer:
         return restored_state(restored), restored.path
 
     def _templates(self, manifest: dict[str, Any], fresh: LoopState) -> dict[str, Any]:
-        """The pytrees to restore, after refusing another run's checkpoint (InputError)."""
+        """The pytrees to restore, after refusing another run's checkpoint (InputError; ValueError for an
+        invalid manifest, a damaged checkpoint)."""
         store = self.job.store
+        manifest = RunManifest.of(manifest)
         check_parameterisation(manifest, self.spec)
         refuse_another_run(manifest, self.job.run_dir, self.job.model_name, store.checksum, store.path,
                                  self.job.config)
@@ -259,6 +296,7 @@ class Trainer:
         new, info = self.step_fn.update(step_state, batch)
         state.params, state.opt_state = new.params, new.opt_state
         state.rejected += int(not info.accepted)
+        state.rejected_in_a_row = 0 if info.accepted else state.rejected_in_a_row + 1
         state.rejected_sites += int(not info.sites_accepted)
         state.last_energy = float(info.energy)
         state.energies = (state.energies + [state.last_energy])[-self.stopping.history:]

@@ -64,7 +64,7 @@ def test_train_and_evaluate_json(store, config_file, tmp_path):
     metrics = json.loads(pep("evaluate", "--run-dir", str(run_dir), "--json").stdout)
     assert (metrics["test_error"], metrics["test_nll"], metrics["n_test"]) == (
         summary["test_error"], summary["test_nll"], 100)
-    assert {p.name for p in run_dir.iterdir()} == {"checkpoints", "learning_curve.png", "metrics.json"}
+    assert {p.name for p in run_dir.iterdir()} == {"checkpoints", "learning_curve.png", "metrics.json", ".pep.lock"}
     more = json.loads(pep("train", "--model", MODEL, "--data", store.path, "--run-dir", str(run_dir),
                           "--resume", "--epochs", "3", "--json").stdout)
     assert (more["steps"], more["epochs"]) == (15, 3)  # resumed with the run's own config
@@ -78,6 +78,7 @@ def test_train_and_evaluate_json(store, config_file, tmp_path):
     (["--set", "model.alpha=2"], "model.alpha: Input should be less than or equal to 1 (found 2)"),
     (["--set", "alpha"], "--set 'alpha': expected KEY=VALUE"),
     (["--learning-rate", "-1"], "learning_rate: Input should be greater than 0"),
+    (["--cluster", "tcp://10.1.2.3:8786"], "plain tcp:// is unencrypted and unauthenticated"),  # issue 27
     *(pytest.param(*case, marks=pytest.mark.slow) for case in [  # ~4 s each: a `pep` process per case
         (["--cluster", "tls://127.0.0.1:8786"], "a TLS scheduler needs a CA and a client certificate"),
         (["--cluster", "tls://127.0.0.1:8786", "--tls-ca-file", "no-ca.pem", "--tls-cert", "no-cert.pem"],

@@ -1,11 +1,13 @@
-"""A loopback stack of real processes, as infra/README.md starts it: a Prefect server, the ``pep``
-process work pool with ``prefect.yaml``'s deployments, a Prefect worker, a Dask scheduler and two
-Dask workers — each bound to 127.0.0.1, each stopped by its process-group id at the end."""
+"""A loopback stack of real processes, as infra/README.md starts it: a Prefect server (an auth string
+required, CSRF protection on), the ``pep`` process work pool with ``prefect.yaml``'s deployments, a
+Prefect worker, a Dask scheduler and two Dask workers — each bound to 127.0.0.1, each stopped by its
+process-group id at the end."""
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +18,13 @@ from tests.infra.loopback import (DASK_WORKER_ENV, ROOT, Processes, dask_schedul
                                   leftovers, wait_until)
 
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+AUTH = f"pep:{secrets.token_hex(16)}"  # PREFECT_API_AUTH_STRING, user:password
+
+
+def server_settings(auth: str) -> dict[str, str]:
+    """What infra/README.md gives ``prefect server start``: the auth string, CSRF protection, CORS for the UI."""
+    return {"PREFECT_SERVER_API_AUTH_STRING": auth, "PREFECT_SERVER_API_CSRF_PROTECTION_ENABLED": "true",
+            "PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS": "http://127.0.0.1:4200"}
 
 
 class Stack:
@@ -24,6 +33,12 @@ class Stack:
     def __init__(self, processes: Processes, api_url: str, scheduler: str):
         self.processes, self.api_url, self.scheduler = processes, api_url, scheduler
         self.dask_workers = 0
+        self.http = httpx.Client(auth=tuple(AUTH.split(":", 1)), timeout=30)
+
+    def with_csrf_token(self) -> None:
+        """Send a CSRF token with every request from now on (the server refuses writes without one)."""
+        token = self.http.get(f"{self.api_url}/csrf-token", params={"client": "pep-infra-tests"}).json()["token"]
+        self.http.headers.update({"Prefect-Csrf-Token": token, "Prefect-Csrf-Client": "pep-infra-tests"})
 
     # -- processes --------------------------------------------------------------------------------
     def start_prefect_worker(self) -> None:
@@ -53,7 +68,7 @@ class Stack:
         return re.search(r"UUID:\s*([0-9a-f-]{36})", output).group(1)
 
     def flow_run(self, flow_run_id: str) -> dict[str, Any]:
-        return httpx.get(f"{self.api_url}/flow_runs/{flow_run_id}", timeout=30).json()
+        return self.http.get(f"{self.api_url}/flow_runs/{flow_run_id}").json()
 
     def wait_for_flow_run(self, flow_run_id: str, timeout: float = 300) -> dict[str, Any]:
         return wait_until(lambda: (run := self.flow_run(flow_run_id))["state_type"] in FINAL and run,
@@ -62,17 +77,17 @@ class Stack:
     def logs(self, flow_run_id: str, since: datetime | None = None) -> list[str]:
         """Messages logged by the flow run and its sub-flows (tasks included) since ``since``,
         oldest first."""
-        children = httpx.post(f"{self.api_url}/flow_runs/filter", timeout=30, json={
+        children = self.http.post(f"{self.api_url}/flow_runs/filter", json={
             "flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}}).json()
         selected = {"flow_run_id": {"any_": [flow_run_id, *(run["id"] for run in children)]}}
         if since is not None:
             selected["timestamp"] = {"after_": since.isoformat()}
-        found = httpx.post(f"{self.api_url}/logs/filter", timeout=30, json={
+        found = self.http.post(f"{self.api_url}/logs/filter", json={
             "logs": selected, "sort": "TIMESTAMP_ASC", "limit": 200}).json()
         return [entry["message"] for entry in found]
 
     def artifact(self, key: str) -> dict[str, Any] | None:
-        found = httpx.post(f"{self.api_url}/artifacts/filter", timeout=30, json={
+        found = self.http.post(f"{self.api_url}/artifacts/filter", json={
             "artifacts": {"key": {"any_": [key]}}, "sort": "CREATED_DESC", "limit": 1}).json()
         return found[0] if found else None
 
@@ -86,16 +101,17 @@ def stack(tmp_path_factory):
     scheduler = f"tcp://127.0.0.1:{scheduler_port}"
     processes = Processes(home / "logs", {
         "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(home / "prefect"),
-        "PREFECT_API_URL": api_url, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-        "PEP_HOME": str(ROOT), "PEP_DASK_SCHEDULER": scheduler})
+        "PREFECT_API_URL": api_url, "PREFECT_API_AUTH_STRING": AUTH,
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PEP_HOME": str(ROOT), "PEP_DASK_SCHEDULER": scheduler})
     try:
         processes.start("prefect-server", "prefect", "server", "start", "--host", "127.0.0.1",
-                        "--port", str(api_port))
+                        "--port", str(api_port), env=server_settings(AUTH))
         processes.start("dask-scheduler", *dask_scheduler(scheduler_port))
         stack = Stack(processes, api_url, scheduler)
         for _ in range(2):
             stack.start_dask_worker()
         wait_until(lambda: _healthy(api_url), 180, "the Prefect server")
+        stack.with_csrf_token()
         processes.run("prefect", "work-pool", "create", "pep", "--type", "process")
         processes.run("prefect", "--no-prompt", "deploy", "--all", timeout=300)
         stack.start_prefect_worker()

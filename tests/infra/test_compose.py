@@ -1,6 +1,8 @@
 """infra/docker-compose.yml checked by a real Compose parser (``docker-compose`` from Debian, or the
-``docker compose`` plugin): it must validate, publish ports on the host's 127.0.0.1 only and run the
-Dask cluster with TLS. No Docker engine is needed (``config`` only parses and resolves)."""
+``docker compose`` plugin): it must validate, publish ports on the host's 127.0.0.1 only, run the Dask
+cluster with TLS (each container holding only its own role's key, never the CA's) and the Prefect API
+with an auth string and CSRF protection, which it refuses to start without. No Docker engine is needed
+(``config`` only parses and resolves)."""
 
 from __future__ import annotations
 
@@ -33,9 +35,18 @@ def compose() -> list[str]:
     return command
 
 
-def config(compose: list[str], path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*compose, "-f", str(path), "config"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/local/bin:/usr/bin:/bin", "PEP_CERTS": "/srv/pep-certs"})
+AUTH = "pep:0123456789abcdef"
+
+
+def config(compose: list[str], path: Path, auth: str | None = AUTH) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PEP_CERTS": "/srv/pep-certs", **({"PEP_PREFECT_AUTH": auth} if auth else {})}
+    return subprocess.run([*compose, "-f", str(path), "config"], capture_output=True, text=True, timeout=60, env=env)
+
+
+def mounts(service: dict) -> set[str]:
+    """A service's volumes as ``SOURCE:TARGET[:MODE]`` strings, in either of Compose's two forms."""
+    return {v if isinstance(v, str) else f"{v['source']}:{v['target']}" + (":ro" if v.get("read_only") else "")
+            for v in service.get("volumes", [])}
 
 
 def test_the_compose_file_validates_with_loopback_ports_and_a_tls_cluster(compose):
@@ -46,15 +57,31 @@ def test_the_compose_file_validates_with_loopback_ports_and_a_tls_cluster(compos
     published = [port for service in services.values() for port in service.get("ports", [])]
     assert published and all(str(port).startswith("127.0.0.1:") or (isinstance(port, dict) and port.get("host_ip") == "127.0.0.1")
                              for port in published), published
+    roles = {"dask-scheduler": "scheduler", "dask-worker": "worker", "prefect-worker": "client"}
+    for name, role in roles.items():
+        certificates = {m for m in mounts(services[name]) if "pep-certs" in m}
+        assert certificates == {f"/srv/pep-certs/{file}:/etc/pep-tls/{file}:ro"
+                                for file in ("ca.pem", f"{role}.pem", f"{role}-key.pem")}, certificates
+    assert not any("pep-certs" in m for m in mounts(services["prefect-server"]))
     for name in ("dask-scheduler", "dask-worker"):
         command = services[name]["command"]
         assert {"--tls-ca-file", "--tls-cert", "--tls-key"} <= set(command), command
-        assert "/srv/pep-certs:/etc/pep-tls:ro" in services[name]["volumes"]
+        assert command[command.index("--tls-key") + 1] == f"/etc/pep-tls/{roles[name]}-key.pem"
     assert "tls://dask-scheduler:8786" in services["dask-worker"]["command"]
+    server = services["prefect-server"]["environment"]
+    assert server["PREFECT_SERVER_API_AUTH_STRING"] == AUTH
+    assert server["PREFECT_SERVER_API_CSRF_PROTECTION_ENABLED"] == "true"
+    assert server["PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS"] == "http://127.0.0.1:4200"
     worker = services["prefect-worker"]
     assert worker["network_mode"] == "service:prefect-server"
     assert worker["environment"]["PEP_DASK_SCHEDULER"] == "tls://dask-scheduler:8786"
     assert worker["environment"]["PREFECT_API_URL"] == "http://127.0.0.1:4200/api"
+    assert worker["environment"]["PREFECT_API_AUTH_STRING"] == AUTH
+
+
+def test_the_stack_does_not_start_without_an_auth_string(compose):
+    result = config(compose, COMPOSE_FILE, auth=None)
+    assert result.returncode != 0 and "set PEP_PREFECT_AUTH=user:password" in result.stderr + result.stdout
 
 
 def test_the_parser_rejects_a_broken_file(compose, tmp_path):

@@ -82,8 +82,8 @@ def test_the_job_script_runs_one_single_threaded_tls_worker(certs, system, heade
     assert words[words.index("distributed.cli.dask_worker") + 1] == address
     options = {word: words[i + 1] for i, word in enumerate(words[:-1]) if word.startswith("--")}
     assert options["--nthreads"] == "1" and options["--interface"] == "lo" and options["--protocol"] == "tls://"
-    assert options["--tls-ca-file"] == str(certs / "ca.pem") and options["--tls-cert"] == str(certs / "cluster.pem")
-    assert options["--tls-key"] == str(certs / "cluster-key.pem")
+    assert options["--tls-ca-file"] == str(certs / "ca.pem") and options["--tls-cert"] == str(certs / "worker.pem")
+    assert options["--tls-key"] == str(certs / "worker-key.pem")
     assert options["--dashboard-address"] == "127.0.0.1:0" and "--nanny" in words
 
 

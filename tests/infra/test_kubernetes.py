@@ -74,9 +74,13 @@ def test_workers_and_scheduler_use_tls_the_documented_settings_and_loopback_dash
     (worker,) = dask_cluster["spec"]["worker"]["spec"]["containers"]
     service_name = f"{dask_cluster['metadata']['name']}-scheduler"  # the operator's name for the Service
     assert worker["args"][:3] == ["dask", "worker", f"tls://{service_name}:8786"]
-    for container in (scheduler, worker):
+    for role, container, pod in (("scheduler", scheduler, dask_cluster["spec"]["scheduler"]["spec"]),
+                                 ("worker", worker, dask_cluster["spec"]["worker"]["spec"])):
         args = container["args"]
         assert {"--tls-ca-file", "--tls-cert", "--tls-key"} <= set(args)
+        assert args[args.index("--tls-key") + 1] == f"/etc/pep-tls/{role}-key.pem"  # a key per role
+        (tls,) = [volume for volume in pod["volumes"] if volume["name"] == "tls"]
+        assert tls["secret"]["secretName"] == f"pep-dask-{role}-tls"
         assert args[args.index("--dashboard-address") + 1].startswith("127.0.0.1:")
         assert {"name": "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION", "value": "True"} in container["env"]
     assert scheduler["args"][scheduler["args"].index("--protocol") + 1] == "tls"
@@ -96,3 +100,7 @@ def test_the_prefect_worker_deployment_is_valid_and_trains_over_tls():
     assert env["PEP_DASK_SCHEDULER"] == "tls://pep-scheduler:8786"
     assert env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT"].endswith("/client.pem")
     assert config_map["data"]["PREFECT_API_URL"].startswith("https://")
+    (auth,) = [item for item in container["env"] if item["name"] == "PREFECT_API_AUTH_STRING"]
+    assert auth["valueFrom"]["secretKeyRef"] == {"name": "pep-prefect-auth", "key": "auth-string"}
+    (tls,) = [volume for volume in deployment["spec"]["template"]["spec"]["volumes"] if volume["name"] == "tls"]
+    assert tls["secret"]["secretName"] == "pep-dask-client-tls"

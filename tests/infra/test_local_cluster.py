@@ -1,11 +1,20 @@
-"""``--cluster local:N`` binds nothing beyond 127.0.0.1: its scheduler, dashboard and workers (issue 12)."""
+"""``--cluster local:N`` binds nothing beyond 127.0.0.1 (its scheduler, dashboard and workers, issue 12)
+and lets no other process in: its scheduler and workers speak TLS with temporary credentials that only
+pep's process and its workers hold (issue 27); ``tcp://`` is accepted on loopback only."""
 
 from __future__ import annotations
 
+import asyncio
+import operator
 import os
 from pathlib import Path
 
-from pep_gp.pipeline.engine import connect
+import pytest
+from distributed.core import rpc
+from distributed.security import Security
+
+from pep_gp.pipeline.engine import connect, parse_cluster
+from pep_gp.pipeline.errors import InputError
 from tests.infra.loopback import listening_addresses
 
 
@@ -25,3 +34,45 @@ def test_a_local_cluster_listens_on_loopback_only():
         assert all(address.rsplit(":", 1)[0] in ("127.0.0.1", "::1") for address in listening), listening
     finally:
         backend.close()
+
+
+def reaches(address: str, security: Security | None) -> bool:
+    """Whether a client with ``security`` gets an answer from the Dask server at ``address`` (scheduler or
+    worker): what running code there would need first."""
+
+    async def identity():
+        arguments = security.get_connection_args("client") if security else {}
+        async with rpc(address, connection_args=arguments, timeout=5) as remote:
+            return await asyncio.wait_for(remote.identity(), 10)
+
+    try:
+        asyncio.run(identity())
+    except (OSError, TimeoutError):  # CommClosedError is an OSError
+        return False
+    return True
+
+
+def test_a_foreign_process_cannot_use_a_local_cluster():
+    """Audit (issue 27): during a `local:2` run an unrelated local process connected to the scheduler and ran
+    code in both workers."""
+    backend = connect("local:2")
+    try:
+        scheduler, workers = backend.client.scheduler.address, sorted(backend.client.nthreads())
+        assert scheduler.startswith("tls://") and len(workers) == 2 and all(w.startswith("tls://") for w in workers)
+        for address in (scheduler, *workers):
+            assert not reaches(address, Security.temporary())  # TLS, but its own CA
+            assert not reaches(address.replace("tls://", "tcp://"), None)  # no TLS
+        assert reaches(scheduler, backend.cluster.security)  # pep's own credentials
+        assert backend.client.submit(operator.add, 1, 2).result() == 3  # and its tasks still run
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("cluster", ["tcp://10.1.2.3:8786", "tcp://node1.example.org:8786", "tcp://0.0.0.0:8786"])
+def test_plain_tcp_beyond_loopback_is_refused(cluster):
+    with pytest.raises(InputError, match=r"plain tcp:// is unencrypted and unauthenticated .* loopback only; use "
+                                         r"tls://.* with certificates from `pep cluster certs DIR`"):
+        parse_cluster(cluster)
+    for loopback in ("tcp://127.0.0.1:8786", "tcp://localhost:8786", "tcp://[::1]:8786"):
+        assert parse_cluster(loopback) == ("scheduler", loopback)
+    assert parse_cluster("tls://10.1.2.3:8786") == ("scheduler", "tls://10.1.2.3:8786")

@@ -12,6 +12,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pep_gp.flows.reports import artifact_key
@@ -91,6 +92,19 @@ def test_the_pipeline_deployment_completes_on_the_loopback_stack(stack, undistur
 def test_every_server_scheduler_and_worker_listens_on_loopback_only(stack, undisturbed):
     listening, outside = listening_sockets(stack.processes.token)
     assert len(listening) >= 5 and not outside, outside  # API, scheduler, dashboard, workers, nannies
+
+
+def test_the_prefect_api_needs_the_auth_string_and_a_csrf_token(stack, undisturbed):
+    """Audit (issue 27): the server ran with no auth string and CSRF protection off. Everything above ran
+    through an authenticated API; without the auth string nothing is read, without a CSRF token nothing
+    is written."""
+    flow_run, _ = undisturbed
+    assert httpx.get(f"{stack.api_url}/flow_runs/{flow_run['id']}", timeout=30).status_code == 401
+    wrong = httpx.get(f"{stack.api_url}/flow_runs/{flow_run['id']}", auth=("pep", "guess"), timeout=30)
+    assert wrong.status_code == 401
+    without_token = httpx.post(f"{stack.api_url}/flow_runs/filter", json={}, auth=stack.http.auth, timeout=30)
+    assert without_token.status_code == 403 and "CSRF" in without_token.text
+    assert stack.http.get(f"{stack.api_url}/flow_runs/{flow_run['id']}").json()["id"] == flow_run["id"]
 
 
 def run_and_interrupt(stack, params: dict, run_dir: Path, at_step: int = 8) -> tuple[str, int]:

@@ -47,10 +47,10 @@ def tls_cluster(certs, tmp_path_factory):
     port = free_port()
     address = f"tls://127.0.0.1:{port}"
     try:
-        processes.start("dask-scheduler", *dask_scheduler(port, "--protocol", "tls", *tls_options(certs, "cluster")),
+        processes.start("dask-scheduler", *dask_scheduler(port, "--protocol", "tls", *tls_options(certs, "scheduler")),
                         env=ENCRYPTED)
         for i in (1, 2):
-            processes.start(f"dask-worker-{i}", *dask_worker(address, f"tls-worker-{i}", *tls_options(certs, "cluster")),
+            processes.start(f"dask-worker-{i}", *dask_worker(address, f"tls-worker-{i}", *tls_options(certs, "worker")),
                             env={**DASK_WORKER_ENV, **ENCRYPTED})
         wait_until(lambda: processes.log("dask-scheduler").count("Register worker") >= 2, 120,
                    "two TLS workers to register")

@@ -14,7 +14,7 @@ from scipy.stats import norm
 from pep_gp.core import bank
 from pep_gp.core.kernels import BatchedARDSquaredExponential
 from pep_gp.core.likelihoods import Gaussian, Probit
-from pep_gp.core.models.deep_gp import DeepGP, DeepGPParams, tied_factor
+from pep_gp.core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams, tied_factor
 from pep_gp.core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from pep_gp.core.parameters import constrained, unconstrained
 from pep_gp.core.psi_statistics import psi_statistics, uncertain_input_marginals
@@ -201,5 +201,37 @@ def test_masked_rows_add_nothing():
 
 
 def test_alpha_outside_the_unit_interval_is_rejected():
-    with pytest.raises(ValueError, match="alpha must lie in"):
-        DeepGP(Gaussian(), alpha=0.0)
+    for alpha in (0.0, 1e-6, 1.5):
+        with pytest.raises(ValueError, match=r"alpha must lie in \[0.0001, 1\] \(below 0.0001 the energy cancels"):
+            DeepGP(Gaussian(), alpha=alpha)
+
+
+class WithoutFloor(DeepGP):
+    """The model without its refusal of small α, to measure what the floor keeps out."""
+
+    def __post_init__(self):
+        pass
+
+
+def energy_rounding_error(params, x, y, alpha: float) -> float:
+    """The energy's rounding error at ``alpha``: the largest residual of a quadratic fit to the energy at
+    ``alpha·(1 + k/100)``, ``k = 0..6`` (the energy is smooth in α; what the fit leaves is rounding)."""
+    alphas = alpha * (1.0 + 0.01 * np.arange(7))
+    energies = np.array([float(jax.jit(WithoutFloor(Gaussian(), a).energy)(params, x, y)) for a in alphas])
+    return float(np.max(np.abs(energies - np.polyval(np.polyfit(alphas - alpha, energies, 2), alphas - alpha))))
+
+
+@pytest.mark.slow
+def test_the_alpha_floor_keeps_the_energy_free_of_cancellation():
+    """Issue 27: at α ≤ 1e-6 the energy cancelled catastrophically (1.7e-2 off at α = 1e-12). At the floor
+    its rounding error is below 1e-9, as at α = 1e-2 (an energy of −41.7); a hundred times below the floor it
+    is more than ten times larger."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 2))
+    y = jnp.asarray(np.sin(x[:, 0]) + 0.1 * rng.normal(size=30))
+    params = DeepGP(Gaussian(), 1.0).init(x, hidden_dims=(2,), num_inducing=5)
+    x = jnp.asarray(x)
+    at_floor, usual = energy_rounding_error(params, x, y, ALPHA_FLOOR), energy_rounding_error(params, x, y, 1e-2)
+    assert at_floor < 1e-9 and usual < 1e-9
+    below = energy_rounding_error(params, x, y, ALPHA_FLOOR / 100)
+    assert below > 10 * max(at_floor, usual)

@@ -8,7 +8,7 @@ import pytest
 from pep_gp.core.kernels import ARDSquaredExponential
 from pep_gp.core.likelihoods import Heaviside, Probit
 from pep_gp.core.models.collapsed_regression import log_marginal_likelihood
-from pep_gp.core.models.ep import EP, gaussian_part, site_data
+from pep_gp.core.models.ep import ALPHA_FLOOR, EP, gaussian_part, site_data, sweep_until, zero_sites
 from tests import oracles
 
 PRIOR = jnp.eye(1)  # N(x; 0, 1)
@@ -132,3 +132,20 @@ def test_bad_settings_are_refused():
         EP(Probit(), damping=0.0).check()
     with pytest.raises(ValueError, match="schedule"):
         EP(Probit(), schedule="random").check()
+
+
+@pytest.mark.parametrize("projection", ["kl", "wasserstein"])
+def test_small_powers_converge_down_to_the_floor_and_below_it_are_refused(projection):
+    """Issue 27: at α ≤ 1e-6 untied EP/QP stopped converging. On a 20-row probit problem both converge at the
+    floor α = 1e-3; below it the power is refused, where QP (at 1e-4) and EP (at 1e-8) stop converging."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20, 1))
+    cov = jnp.asarray(np.exp(-0.5 * (x - x.T) ** 2) + 1e-8 * np.eye(20))
+    data = site_data(np.arange(20), (x[:, 0] > 0).astype(float))
+    result = EP(Probit(), projection, ALPHA_FLOOR).run(cov, data)
+    assert result.converged and result.skipped == 0 and result.sweeps < 50
+    with pytest.raises(ValueError, match=r"alpha must lie in \[0.001, 1\] \(below 0.001 the site updates"):
+        EP(Probit(), projection, ALPHA_FLOOR / 10).run(cov, data)
+    below = {"wasserstein": 1e-4, "kl": 1e-8}[projection]  # what the refusal keeps out (sweeps run unchecked)
+    _, sweeps, change, _ = sweep_until(EP(Probit(), projection, below), cov, data, zero_sites(20), 200, 1e-9)
+    assert int(sweeps) == 200 and float(change) > 1e-9

@@ -76,6 +76,32 @@ def test_quantile_sites_keep_the_mean_and_shrink_the_variance(seed):
     assert bool(jnp.all(qp_var <= ep_var * (1 + 1e-12))) and float(jnp.mean(qp_var < ep_var * (1 - 1e-9))) > 0.5
 
 
+@pytest.mark.parametrize("projection", ["kl", "wasserstein"])
+def test_a_row_far_from_every_inducing_input_leaves_the_other_sites_to_update(projection):
+    """Issue 27: a row ~30 lengthscales from every inducing input gave a 0/0 site and the whole minibatch's
+    site update was rejected. One row 50 lengthscales out now has a zero site: the minibatch's summed
+    sites are those of the other rows (the row still counts, as a flat site), and the update is taken."""
+    model = TiedEPClassifier(projection)
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(10, 2)), jnp.asarray(rng.integers(0, 2, 10), float)
+    params, _ = _random_state(model, 0)
+    lengthscales = jax.nn.softplus(params.raw_lengthscales)
+    far = x.copy()
+    far[4] = np.asarray(params.inducing).max(axis=0) + 50.0 * np.asarray(lengthscales)
+    shared = model.step_shared(params, 100)
+    with_far = model.site_stats(params, shared, jnp.asarray(far), y, jnp.ones(10, bool))
+    without = model.site_stats(params, shared, jnp.asarray(far), y, jnp.arange(10) != 4)
+    directions, precision, shift = model.refined_sites(params, shared, jnp.asarray(far), y)
+    assert float(jnp.max(jnp.abs(directions[4]))) == 0.0 and float(precision[4]) == float(shift[4]) == 0.0
+    assert bool(jnp.all(jnp.isfinite(precision))) and bool(jnp.all(precision[jnp.arange(10) != 4] > 0))
+    np.testing.assert_array_equal(with_far.shift, without.shift)
+    np.testing.assert_array_equal(with_far.precision, without.precision)
+    assert float(with_far.count[0]) == float(without.count[0]) + 1 == 10
+    updated, _, accepted = model.site_update(params, shared, with_far, 100, 0.5)
+    assert bool(accepted) and bool(jnp.all(jnp.isfinite(updated.factor.precision)))
+    assert float(jnp.max(jnp.abs(updated.factor.precision - params.factor.precision))) > 1e-3
+
+
 def test_unknown_projection_is_refused():
     with pytest.raises(ValueError, match="projection must be one of"):
         TiedEPClassifier("hellinger")

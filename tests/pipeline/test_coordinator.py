@@ -10,7 +10,7 @@ from pep_gp.pipeline.training import checkpoint
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from pep_gp.pipeline.training.runs import evaluate
-from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.errors import InputError, TrainingFailed
 from pep_gp.pipeline.models import MODELS
 from tests.pipeline.toy_model import ToySpec
 from tests.trainstores import FAST, leaves_equal, make_store
@@ -97,11 +97,22 @@ def test_evaluate_on_another_store_uses_the_training_statistics(binary_store, tm
         evaluate(tmp_path / "nothing")
 
 
-def test_non_finite_steps_are_rejected_and_counted(regression_store, tmp_path, monkeypatch):
+def test_a_run_idling_on_rejected_steps_stops_with_an_error(regression_store, tmp_path, monkeypatch):
+    """Audit (issue 27): at learning rate 100, 59 of 60 steps were rejected and the run exited 0 with a NaN
+    test NLL. Here the first step jumps past the toy's NaN trap and every later step is rejected: the run
+    stops after ``max_rejected_in_a_row`` of them, its checkpoint holding the last accepted parameters,
+    and a run too short for the stop rule fails on its non-finite final energy."""
     monkeypatch.setitem(MODELS, "toy", ToySpec(nan_above=0.01))
-    result = train(job(regression_store, tmp_path, model="toy", learning_rate=0.05, epochs=2))
-    assert result.rejected_steps > 0 and result.history[-1]["rejected_steps"] == result.rejected_steps
-    assert np.isfinite(result.params["w"]) and abs(result.params["w"]) <= 0.01 + 0.05
+    with pytest.raises(TrainingFailed, match=r"training stopped at step 6 of 50: the last 5 steps were all rejected "
+                                             r"\(non-finite energy or gradient; 5 rejected in all\).*the learning rate "
+                                             r"\(0.05\) is likely too large"):
+        train(job(regression_store, tmp_path, model="toy", learning_rate=0.05, epochs=10, max_rejected_in_a_row=5))
+    stopped = checkpoint.restore(tmp_path, lambda manifest: {"params": {"w": 0.0, "post_mean": 0.0}})
+    assert stopped.step == 6 and stopped.meta["rejected_steps"] == 5
+    assert np.isfinite(stopped.trees["params"]["w"]) and 0.01 < abs(stopped.trees["params"]["w"]) <= 0.01 + 0.05
+    with pytest.raises(TrainingFailed, match=r"training ended at step 10 with non-finite energy \(9 of 10 steps "
+                                             r"rejected as non-finite\)"):
+        train(job(regression_store, tmp_path / "short", model="toy", learning_rate=0.05, epochs=2))
 
 
 @pytest.mark.parametrize("damping", [1.0, 0.5])

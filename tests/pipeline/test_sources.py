@@ -204,6 +204,37 @@ def test_npz_streams_and_validates(tmp_path):
         open_source("npz", SourceRequest((path,)))
 
 
+def npy_header(shape: tuple[int, ...], dtype: str = "<f8") -> bytes:
+    """A version 1.0 ``.npy`` header (no data): what a damaged or hostile file could start with."""
+    header = repr({"descr": dtype, "fortran_order": False, "shape": shape}).encode()
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+
+
+def test_npz_header_claiming_more_than_the_file_holds_is_refused(tmp_path):
+    """Audit (issue 27): a 400-byte archive whose X header claims 1e9 columns ended in a MemoryError
+    (one name per column); now a one-line error before anything is allocated."""
+    import zipfile
+
+    path = tmp_path / "claims.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("X.npy", npy_header((10, 1_000_000_000)))
+        archive.writestr("y.npy", npy_header((10,), "<i8") + np.arange(10).tobytes())
+    assert path.stat().st_size < 600
+    with pytest.raises(InputError, match=r"claims.npz: array 'X': its header claims shape \(10, 1000000000\) "
+                                         r"\(80,000,000,000 bytes\), more than the archive holds \(128 bytes"):
+        open_source("npz", SourceRequest((path,)))
+
+
+def test_idx_header_claiming_more_than_the_file_holds_is_refused(tmp_path):
+    datafiles.write_mnist(tmp_path, gz=False)
+    images = tmp_path / "train-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:4] + (60_000_000).to_bytes(4, "big") + images.read_bytes()[8:])
+    with pytest.raises(InputError, match=r"train-images-idx3-ubyte: its header claims 60000000 x 4 x 4 bytes "
+                                         r"of data \(960,000,000\), more than the file holds"):
+        open_source("mnist", SourceRequest((tmp_path,)))
+
+
 # --- sklearn and the registry --------------------------------------------------------------------
 
 def test_sklearn_sets_and_registry_errors():

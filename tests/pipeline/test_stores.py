@@ -76,9 +76,18 @@ def test_unfinished_store_is_refused(tmp_path):
 @pytest.mark.parametrize(("change", "message"), [
     ({"schema_version": 2}, r"attribute 'schema_version': expected 1, found 2"),
     ({"n_train": 24}, r"array 'train/X': expected shape \(24, 3\)"),
-    ({"feature_names": ["a", "b"]}, r"array 'train/X': expected shape \(25, 2\)"),
-    ({"task": "regression"}, r"array 'train/y': .*dtype float32.*found .*dtype int32"),
+    ({"feature_names": ["a", "b"], "x_mean": [0, 0], "x_std": [1, 1]}, r"array 'train/X': expected shape \(25, 2\)"),
+    ({"feature_names": ["a", "b"]}, r"attribute 'x_mean': expected 2 values \(one per feature\), found 3"),
+    ({"task": "regression", "n_classes": None, "y_mean": 0.0, "y_std": 1.0},
+     r"array 'train/y': .*dtype float32.*found .*dtype int32"),
+    ({"task": "regression"}, r"attribute 'n_classes': expected a class count for classification and null"),
     ({"task": "ranking"}, r"attribute 'task': expected one of"),
+    # values a trainer divides by, allocates by or compares with: checked before any use
+    ({"x_std": [1, 0, 1]}, r"attribute 'x_std'\[1\]: Input should be greater than 0 \(found 0\)"),
+    ({"x_mean": [0, float("nan"), 0]}, r"attribute 'x_mean'\[1\]: Input should be a finite number"),
+    ({"n_classes": 2_000_000_000}, r"attribute 'n_classes': Input should be less than or equal to 10000"),
+    ({"chunk_rows": 10**9}, r"attribute 'chunk_rows': expected a row count from 1 to 5,592,405 .*found 1,000,000,000"),
+    ({"checksum": "md5:0"}, r"attribute 'checksum': String should match pattern"),
 ])
 def test_inconsistent_attributes_are_refused(tmp_path, change, message):
     path = tmp_path / "s.zarr"

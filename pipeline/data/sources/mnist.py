@@ -13,6 +13,7 @@ dimensions), NN big-endian uint32 sizes, then the data in C order.
 from __future__ import annotations
 
 import gzip
+import math
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from .base import RowBlock, Source, SourceRequest, reading
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 N_CLASSES = 10
 UNSIGNED_BYTE = 0x08
+GZIP_MAX_RATIO = 1032  # DEFLATE expands at most about this much
 ITEMS_PER_BLOCK = 4096
 PREFIXES = {"train": "train", "test": "t10k"}
 
@@ -82,7 +84,18 @@ def _open_idx(path: Path, ndim: int) -> Iterator[tuple[IO[bytes], tuple[int, ...
             raise InputError(f"{path}: IDX magic number: expected 0x{(UNSIGNED_BYTE << 8) + ndim:08x} "
                              f"(unsigned bytes, {ndim} dimension(s)), found 0x{magic.hex()}")
         shape = struct.unpack(f">{ndim}I", _read_exact(path, handle, 4 * ndim, "the dimension sizes"))
+        _check_claimed_size(path, shape)
         yield handle, shape
+
+
+def _check_claimed_size(path: Path, shape: tuple[int, ...]) -> None:
+    """InputError unless the items an IDX header claims fit the file (raw, or gzip-compressed at most
+    :data:`GZIP_MAX_RATIO`-fold): a header is never trusted to size anything."""
+    claimed = math.prod(shape)
+    holds = path.stat().st_size * (GZIP_MAX_RATIO if path.suffix == ".gz" else 1)
+    if claimed > holds:
+        raise InputError(f"{path}: its header claims {' x '.join(map(str, shape))} bytes of data ({claimed:,}), "
+                         f"more than the file holds ({holds:,} at most); the file is damaged")
 
 
 def _check_pair(images: Path, labels: Path) -> tuple[int, int, int]:

@@ -8,6 +8,7 @@ that is present but not finite (``inf``, or NaN in a Parquet or ``.npz`` array) 
 
 from __future__ import annotations
 
+import math
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -164,14 +165,30 @@ def _npz_shapes(path: Path) -> tuple[int, int]:
                     raise InputError(f"{path}: no array '{name}' (expected 'X' (N, D) and 'y' (N,)); "
                                      f"found {', '.join(members) or 'nothing'}")
             with archive.open("X.npy") as X_file, archive.open("y.npy") as y_file:
-                X_shape, _ = _npy_header(path, X_file, "X")
-                y_shape, _ = _npy_header(path, y_file, "y")
+                X_shape, X_dtype = _npy_header(path, X_file, "X")
+                y_shape, y_dtype = _npy_header(path, y_file, "y")
+            for name, shape, dtype in (("X", X_shape, X_dtype), ("y", y_shape, y_dtype)):
+                _check_claimed_size(path, archive.getinfo(f"{name}.npy"), name, shape, dtype)
     if len(X_shape) != 2 or len(y_shape) != 1:
         raise InputError(f"{path}: expected 'X' of shape (N, D) and 'y' of shape (N,), "
                          f"found {X_shape} and {y_shape}")
     if X_shape[0] != y_shape[0]:
         raise InputError(f"{path}: 'X' has {X_shape[0]} rows but 'y' has {y_shape[0]}")
     return X_shape
+
+
+DEFLATE_MAX_RATIO = 1032  # the most DEFLATE can expand (RFC 1951: a 258-byte match per 2 bits, roughly)
+
+
+def _check_claimed_size(path: Path, member: zipfile.ZipInfo, name: str, shape: tuple[int, ...],
+                        dtype: np.dtype) -> None:
+    """InputError unless the bytes a ``.npy`` header claims fit its archive member, whose size is itself
+    bounded by the file's: a header is never trusted to size an allocation."""
+    claimed = math.prod(shape) * dtype.itemsize
+    holds = min(member.file_size, DEFLATE_MAX_RATIO * min(member.compress_size, path.stat().st_size))
+    if claimed > holds:
+        raise InputError(f"{path}: array '{name}': its header claims shape {tuple(shape)} ({claimed:,} bytes), "
+                         f"more than the archive holds ({holds:,} bytes at most); the file is damaged")
 
 
 def _npy_header(path: Path, handle: IO[bytes], name: str) -> tuple[tuple[int, ...], np.dtype]:

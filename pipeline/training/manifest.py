@@ -1,0 +1,72 @@
+"""What a training run records in each checkpoint's manifest, validated before anything uses it.
+
+A run directory may come from anywhere (copied from another machine, edited, damaged), so its manifest is
+input like any other: :class:`RunManifest` checks every field the trainer, ``pep evaluate`` and the
+resume logic read (types, finite statistics, ``x_std > 0``, a valid training config), and a manifest that
+fails is a damaged checkpoint (:func:`pep_gp.pipeline.training.checkpoint.restore` then tries the previous
+one), never a ``KeyError`` or ``TypeError`` deep inside a run.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .checkpoint import one_line
+from .config import TrainConfig
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+PositiveFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+
+
+class Targets(BaseModel):
+    """Stored targets → model units: ``(y − shift) / scale``."""
+
+    shift: FiniteFloat
+    scale: PositiveFloat
+
+
+class RunManifest(BaseModel):
+    """The run's fields of a checkpoint manifest (the checkpoint's own ``format``/``step``/``leaves`` are
+    checked by :class:`~pep_gp.pipeline.training.checkpoint.CheckpointManifest`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    model: str
+    model_binding: dict[str, Any] = Field(default_factory=dict)
+    data: str
+    dataset_checksum: str
+    config: TrainConfig
+    x_mean: list[FiniteFloat] = Field(min_length=1)
+    x_std: list[PositiveFloat] = Field(min_length=1)
+    targets: Targets
+    total_steps: int = Field(ge=0)
+    steps_per_epoch: int = Field(ge=1)
+    rejected_steps: int = Field(ge=0)
+    rejected_in_a_row: int = Field(0, ge=0)  # absent from manifests written before the stop rule
+    rejected_site_updates: int = Field(ge=0)
+    epoch_energy: tuple[float, int]
+    history: list[dict[str, Any]]
+    seconds: float = Field(ge=0.0)
+    model_settings: dict[str, Any] | None = None  # as trained (M capped by the rows); absent before the cap
+    parameterisation: str = "1"  # the model's parameters' meaning (ModelSpec.parameterisation); "1" before the tag
+    recent_energies: list[float | None] = Field(default_factory=list)  # the stopping rule's window
+    converged: bool | None = None
+    log_marginal_likelihood: float | None = None  # an estimator's energy at its parameters (estimator.save)
+    classes: list[Any] | None = None  # an estimator's labels in the user's values (estimator.save)
+    feature_names: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _statistics_agree(self) -> "RunManifest":
+        if len(self.x_mean) != len(self.x_std):
+            raise ValueError(f"x_mean has {len(self.x_mean)} values, x_std {len(self.x_std)}")
+        return self
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any]) -> "RunManifest":
+        """The validated run fields of ``manifest``; ValueError naming the first bad field (one line)."""
+        try:
+            return cls(**manifest)
+        except ValidationError as error:
+            raise ValueError(one_line(error, "manifest")) from None
