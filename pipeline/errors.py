@@ -1,6 +1,10 @@
-"""The error type for problems with what a user supplied (files, options, stores)."""
+"""The error type for problems with what a user supplied (files, options, stores), and the "did you mean"
+hint its messages give for a misspelt name."""
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class InputError(ValueError):
@@ -10,3 +14,17 @@ class InputError(ValueError):
     found, e.g. ``flights.csv: line 17, column 'Distance': expected a number, found 'abc'``.
     Flows never retry an ``InputError``: running again on the same input fails the same way.
     """
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``choices`` to a misspelt ``name`` (difflib's
+    ratio ≥ 0.6, case ignored), or ``""`` when none is close.
+
+    Example:
+        >>> did_you_mean("lable", ["age", "label", "city"])
+        " (did you mean 'label'?)"
+    """
+    choices = [str(choice) for choice in choices]
+    by_lower = {choice.lower(): choice for choice in choices}
+    close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""

@@ -8,7 +8,8 @@ Layout (Zarr v3, one group per dataset)::
       test/y   (M,)
       attrs    schema_version, task, n_classes, feature_names, target_name, source {name,
                description, checksum}, checksum, x_mean, x_std, y_mean, y_std, split, split_seed,
-               test_size, n_train, n_test, class_counts, rows_dropped, chunk_rows, created_at
+               test_size, n_train, n_test, class_counts, rows_dropped, chunk_rows, created_at, and for a
+               table transforms (:mod:`pep_gp.pipeline.data.transforms`)
 
 The arrays hold the source's own values (MNIST pixels scaled to [0, 1], airline features in their
 units); ``x_mean``/``x_std`` (and ``y_mean``/``y_std`` for regression) are statistics of the training
@@ -33,6 +34,7 @@ import zarr
 
 from ..errors import InputError
 from .blocks import BlockSource
+from .transforms import Transforms, transforms_of
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "test")
@@ -185,6 +187,12 @@ class Store:
         return tuple(self._attrs["feature_names"])
 
     @property
+    def transforms(self) -> Transforms:
+        """How the rows were made from the source's (:mod:`pep_gp.pipeline.data.transforms`): the
+        ``transforms`` attribute of a table's store, else the identity over :attr:`feature_names`."""
+        return transforms_of(self)
+
+    @property
     def chunk_rows(self) -> int:
         """Rows per chunk (the last chunk of a split may be shorter)."""
         return self._attrs["chunk_rows"]
@@ -241,7 +249,8 @@ def open_store(path: str | Path) -> Store:
 
     Raises:
         InputError: the path is missing or not a Zarr v3 group, the store is unfinished (attributes
-            never written), of another schema version, or its arrays do not match its attributes.
+            never written), of another schema version, its arrays do not match its attributes, or its
+            ``transforms`` attribute is invalid or describes other features.
     """
     path = str(path)
     if "://" not in path and not Path(path).exists():
@@ -264,7 +273,11 @@ def open_store(path: str | Path) -> Store:
         raise InputError(f"{path}: attribute 'task': expected one of {TASKS}, found {attrs['task']!r}")
     for split in SPLITS:
         _check_split(root, path, split, attrs)
-    return Store(path, attrs)
+    store = Store(path, attrs)
+    if store.transforms.feature_names != store.feature_names:
+        raise InputError(f"{path}: attribute 'transforms' describes features {list(store.transforms.feature_names)}, "
+                         f"not the store's {list(store.feature_names)}")
+    return store
 
 
 def _check_split(root: zarr.Group, path: str, split: str, attrs: Mapping[str, Any]) -> None:
