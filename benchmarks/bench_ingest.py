@@ -5,7 +5,7 @@ airline data) in a temporary directory, then, each in its own subprocess so that
 own, runs:
 
 - ``pep_library``: :func:`pep_gp.pipeline.data.ingest.ingest` (streaming, Dask chunk writes, no Prefect);
-- ``pep_cli``: the ``pep ingest csv … --json`` command (the Prefect flow, with its temporary server);
+- ``pep_cli``: the ``pep ingest csv … --json`` command (without a Prefect API: the flow's function, no server);
 - ``pandas_zarr``: ``pandas.read_csv`` of the whole file, then one ``zarr`` array write.
 
 Each child reports its own peak resident memory (``ru_maxrss``), also as it was right after its imports

@@ -1,28 +1,24 @@
-"""The Prefect flow ``pep-pipeline``: ingest → train → evaluate as three sub-flows."""
+"""The flow ``pep-pipeline``: ingest → train → evaluate (as three sub-flows under Prefect)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
-
-from .evaluate import evaluate_flow
-from .ingest import ingest_flow
-from .train import train_flow
+from . import evaluate, ingest, train
+from .runtime import in_prefect_run, lazy_prefect, prefect_flow
 
 
-@flow(name="pep-pipeline")
-def pipeline_flow(source: str, store: str, model: str, run_dir: str, inputs: list[str] | None = None,
-                  target: str | None = None, config: dict[str, Any] | None = None, cluster: str = "none", reingest: bool = False,
-                  resume: bool = True) -> dict[str, Any]:
+def pipeline_run(source: str, store: str, model: str, run_dir: str, inputs: list[str] | None = None,
+                 target: str | None = None, config: dict[str, Any] | None = None, cluster: str = "none",
+                 reingest: bool = False, resume: bool = True) -> dict[str, Any]:
     """Ingest ``source`` into ``store`` (skipped when the store exists, unless ``reingest``), train
     ``model`` into ``run_dir`` and evaluate it.
 
     Args:
         source, inputs, target: as ``pep ingest SOURCE --input … --target TARGET``.
         store: path of the store.
-        model, run_dir, config, cluster: as :func:`pep_gp.flows.train.train_flow`.
+        model, run_dir, config, cluster: as :func:`pep_gp.flows.train.train_run`.
         reingest: ingest again, replacing the store (a new store means a new run directory).
         resume: continue an interrupted run in ``run_dir`` (the default: re-running the pipeline
             picks up where it stopped).
@@ -30,8 +26,21 @@ def pipeline_flow(source: str, store: str, model: str, run_dir: str, inputs: lis
     Returns:
         ``{"ingest": summary or None, "train": summary, "evaluate": metrics}``.
     """
+    prefect = in_prefect_run()
+    run_ingest = ingest.prefect_objects("ingest_flow") if prefect else ingest.ingest_run
+    run_train = train.prefect_objects("train_flow") if prefect else train.train_run
+    run_evaluate = evaluate.prefect_objects("evaluate_flow") if prefect else evaluate.evaluate_run
     ingested = None
     if reingest or not Path(store).exists():
-        ingested = ingest_flow(source, store, inputs, target=target, overwrite=reingest)
-    trained = train_flow(model, store, run_dir, config, cluster, resume)
-    return {"ingest": ingested, "train": trained, "evaluate": evaluate_flow(run_dir, store, cluster)}
+        ingested = run_ingest(source, store, inputs, target=target, overwrite=reingest)
+    trained = run_train(model, store, run_dir, config, cluster, resume)
+    return {"ingest": ingested, "train": trained, "evaluate": run_evaluate(run_dir, store, cluster)}
+
+
+def _prefect() -> dict[str, Any]:
+    """The flow ``pep-pipeline`` over :func:`pipeline_run`."""
+    return {"pipeline_flow": prefect_flow(pipeline_run, "pep-pipeline")}
+
+
+prefect_objects = lazy_prefect(__name__, ("pipeline_flow",), _prefect)
+__getattr__ = prefect_objects

@@ -1,4 +1,4 @@
-"""The Prefect flow ``evaluate`` and the ``pep evaluate`` command: held-out metrics of a run's newest
+"""The flow ``pep-evaluate`` and the ``pep evaluate`` command: held-out metrics of a run's newest
 checkpoint, on the store it was trained on or another one with the same features."""
 
 from __future__ import annotations
@@ -8,21 +8,22 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
 from rich.console import Console
 
+from .options import (ClusterOption, JsonFlag, PrefectFlag, RunDirOption, TlsCaFile,
+                      TlsCert, TlsKey, use_cluster, user_errors)
 from .reports import publish_evaluation, write_metrics
-from .train import TlsCaFile, TlsCert, TlsKey, is_transient, prefect_quietly, use_cluster, user_errors
+from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
+from .train import is_transient
 from ..pipeline.jsonio import dumps
 from ..pipeline.training.lock import hold_run_dir
-from ..pipeline.training.runs import evaluate, load_run
-from ..pipeline.engine import CLUSTER_HELP, connect
 
 
-@task(name="evaluate", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,
-      cache_policy=NO_CACHE)
-def evaluate_task(run_dir: str, data: str | None, cluster: str) -> dict[str, Any]:
+def evaluate_metrics(run_dir: str, data: str | None, cluster: str) -> dict[str, Any]:
+    """The held-out metrics of :func:`~pep_gp.pipeline.training.runs.evaluate` on a connected backend."""
+    from ..pipeline.engine import connect
+    from ..pipeline.training.runs import evaluate
+
     backend = connect(cluster)
     try:
         return evaluate(Path(run_dir), data, backend)
@@ -30,34 +31,51 @@ def evaluate_task(run_dir: str, data: str | None, cluster: str) -> dict[str, Any
         backend.close()
 
 
-@flow(name="pep-evaluate")
-def evaluate_flow(run_dir: str, data: str | None = None, cluster: str = "none") -> dict[str, Any]:
+def evaluate_run(run_dir: str, data: str | None = None, cluster: str = "none") -> dict[str, Any]:
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (default:
     the training store); written to ``run_dir/metrics.json`` (holding the run directory's lock: not while
-    a training writes it) and published as ``evaluate-<run>``."""
+    a training writes it) and under Prefect published as ``evaluate-<run>``."""
+    compute = prefect_objects("evaluate_task") if in_prefect_run() else evaluate_metrics
     with hold_run_dir(Path(run_dir), "pep evaluate", create=False):
-        metrics = {"run_dir": run_dir, **evaluate_task(run_dir, data, cluster)}
+        metrics = {"run_dir": run_dir, **compute(run_dir, data, cluster)}
         write_metrics(Path(run_dir), metrics)
-    publish_evaluation(metrics, run_dir)
+    if in_prefect_run():
+        publish_evaluation(metrics, run_dir)
     return metrics
 
 
+def _prefect() -> dict[str, Any]:
+    """The flow ``pep-evaluate`` over :func:`evaluate_run`, and its task."""
+    return {"evaluate_flow": prefect_flow(evaluate_run, "pep-evaluate"),
+            "evaluate_task": prefect_task(evaluate_metrics, "evaluate", is_transient)}
+
+
+prefect_objects = lazy_prefect(__name__, ("evaluate_flow", "evaluate_task"), _prefect)
+__getattr__ = prefect_objects
+
+
 def evaluate_command(
-    run_dir: Annotated[Path, typer.Option(help="A run directory written by `pep train`.")],
+    run_dir: RunDirOption,
     data: Annotated[str | None, typer.Option(help="Store to evaluate on: a path or fsspec URL (default: "
                                                   "the training store, if the run names a local path).")] = None,
-    cluster: Annotated[str, typer.Option(help=CLUSTER_HELP + ".")] = "none",
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    cluster: ClusterOption = "none",
+    json_output: JsonFlag = False,
     tls_ca_file: TlsCaFile = None,
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
+    prefect: PrefectFlag = False,
 ) -> None:
     """Held-out metrics (test error / RMSE, NLL) of a trained run's newest checkpoint."""
-    prefect_quietly()
     with user_errors("pep evaluate"):
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
-        load_run(run_dir)  # fail fast, before Prefect starts its server
-        metrics = evaluate_flow(str(run_dir), None if data is None else str(data), cluster)
+        from ..pipeline.training.runs import load_run  # JAX: after the cheap checks
+
+        load_run(run_dir)  # fail fast, before a cluster (or a Prefect server) starts
+        run = evaluate_run
+        if prefect_requested(prefect):
+            prefect_quietly()
+            run = prefect_objects("evaluate_flow")
+        metrics = run(str(run_dir), None if data is None else str(data), cluster)
     if json_output:
         typer.echo(dumps(metrics))
     else:

@@ -1,15 +1,15 @@
-"""The Prefect flow ``ingest`` and the ``pep ingest`` command that runs it.
+"""The flow ``pep-ingest`` and the ``pep ingest`` command that runs it.
 
-The flow runs the three coarse steps of :mod:`pep_gp.pipeline.data.ingest` as tasks (read, write, publish); the
-fine-grained per-chunk work inside ``write`` is Dask's. Only reading and writing retry, and only on
-transient I/O errors: an :class:`~pep_gp.pipeline.errors.InputError` fails at once. The flow publishes a
-keyed markdown artifact with the summary, so each store has a version history of its ingests.
+:func:`ingest_run` runs the three coarse steps of :mod:`pep_gp.pipeline.data.ingest` (read, write,
+publish); the fine-grained per-chunk work inside ``write`` is Dask's. As the Prefect flow
+``ingest_flow`` (:mod:`pep_gp.flows.runtime`) the steps are tasks: only reading and writing retry, and
+only on transient I/O errors (an :class:`~pep_gp.pipeline.errors.InputError` fails at once), and the
+flow publishes a keyed markdown artifact with the summary, so each store has a version history of its
+ingests.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,14 +18,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from prefect import flow, task
-from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
-from prefect.logging.handlers import PrefectConsoleHandler
 from rich.console import Console
 from rich.progress import Progress as RichProgress
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from .options import JsonFlag, PrefectFlag, QuietFlag, names, user_errors
+from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
 from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
 from ..pipeline.data.ingest import (
@@ -40,9 +38,7 @@ from ..pipeline.data.ingest import (
     write,
 )
 from ..pipeline.data.sources import SOURCE_NAMES, SourceRequest, open_source
-
-# Prefect's telemetry tries to reach the internet; off unless the user set these.
-TELEMETRY_OFF = {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+from ..pipeline.data.sources.base import DEFAULT_MAX_CATEGORIES, NA_POLICIES
 
 progress_reporter: ContextVar[Progress] = ContextVar("progress_reporter", default=no_progress)
 """Where the running flow reports progress; the command line sets it to its display."""
@@ -54,17 +50,11 @@ def is_transient(task: Any, task_run: Any, state: Any) -> bool:
     return isinstance(error, (OSError, TimeoutError)) and not isinstance(error, InputError)
 
 
-_io_retries = dict(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=is_transient,
-                   cache_policy=NO_CACHE)
-stage_task = task(stage, name="ingest-read", **_io_retries)
-write_task = task(write, name="ingest-write", **_io_retries)
-publish_task = task(publish, name="ingest-publish", cache_policy=NO_CACHE)
-
-
-@flow(name="pep-ingest")
-def ingest_flow(source: str, out: str, inputs: list[str] | None = None, target: str | None = None,
-                task: str = "auto", chunk_rows: int | None = None,
-                test_size: str | None = None, seed: int = 0, overwrite: bool = False) -> dict[str, Any]:
+def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: str | None = None,
+               task: str = "auto", chunk_rows: int | None = None, test_size: str | None = None, seed: int = 0,
+               overwrite: bool = False, features: list[str] | None = None, drop: list[str] | None = None,
+               ids: list[str] | None = None, categorical: list[str] | None = None, na: str = "drop",
+               sep: str | None = None, max_categories: int = DEFAULT_MAX_CATEGORIES) -> dict[str, Any]:
     """Ingest a source into a pep store (see :func:`pep_gp.pipeline.data.ingest.ingest`).
 
     Args:
@@ -77,17 +67,50 @@ def ingest_flow(source: str, out: str, inputs: list[str] | None = None, target: 
         test_size: row count or fraction of the test split; None for the source's default.
         seed: seed of the train/test split.
         overwrite: replace an existing store.
+        features: tables: the feature columns (default: all but the target and ids).
+        drop: tables: columns to leave out.
+        ids: tables: id columns, passed through to ``pep predict``'s output.
+        categorical: tables: columns to one-hot encode even if their values are numbers.
+        na: tables: ``drop`` (rows with a missing value), ``fail``, or ``mean`` (fill with the column mean).
+        sep: CSV field separator (default ``,``).
+        max_categories: tables: most distinct values of a one-hot encoded column.
 
     Returns:
         The ingest summary (:class:`pep_gp.pipeline.data.ingest.IngestSummary`) as a dict.
     """
-    opened = open_source(source, SourceRequest(tuple(Path(p) for p in inputs or ()), target, task))
-    summary = ingest(opened, out, chunk_rows=chunk_rows, test_size=test_size, seed=seed,
-                     overwrite=overwrite, progress=progress_reporter.get(),
-                     steps=Steps(stage_task, write_task, publish_task)).to_json()
-    create_markdown_artifact(key=artifact_key(out), markdown=summary_markdown(summary),
-                             description=f"pep ingest {source} → {out}")
+    opened = open_source(source, source_request(inputs, target, task, features, drop, ids, categorical, na, sep,
+                                                max_categories))
+    steps = None  # the plain functions, or under Prefect the same functions as retried tasks
+    if in_prefect_run():
+        steps = Steps(*(prefect_objects(name) for name in ("stage_task", "write_task", "publish_task")))
+    summary = ingest(opened, out, chunk_rows=chunk_rows, test_size=test_size, seed=seed, overwrite=overwrite,
+                     progress=progress_reporter.get(), steps=steps).to_json()
+    if in_prefect_run():
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(key=artifact_key(out), markdown=summary_markdown(summary),
+                                 description=f"pep ingest {source} → {out}")
     return summary
+
+
+def source_request(inputs: list[str] | None, target: str | None, task: str, features: list[str] | None,
+                   drop: list[str] | None, ids: list[str] | None, categorical: list[str] | None, na: str,
+                   sep: str | None, max_categories: int) -> SourceRequest:
+    """The :class:`SourceRequest` of :func:`ingest_run`'s arguments."""
+    return SourceRequest(tuple(Path(p) for p in inputs or ()), target, task, tuple(features or ()), tuple(drop or ()),
+                         tuple(ids or ()), tuple(categorical or ()), na, sep, max_categories)
+
+
+def _prefect() -> dict[str, Any]:
+    """The flow ``pep-ingest`` over :func:`ingest_run`, and its tasks (only reading and writing retry)."""
+    return {"ingest_flow": prefect_flow(ingest_run, "pep-ingest"),
+            "stage_task": prefect_task(stage, "ingest-read", is_transient),
+            "write_task": prefect_task(write, "ingest-write", is_transient),
+            "publish_task": prefect_task(publish, "ingest-publish")}
+
+
+prefect_objects = lazy_prefect(__name__, ("ingest_flow", "stage_task", "write_task", "publish_task"), _prefect)
+__getattr__ = prefect_objects
 
 
 def artifact_key(out: str) -> str:
@@ -118,8 +141,23 @@ def ingest_command(
         help="csv/parquet: the target column. airline: classes (3, default), delayed (2) or "
              "delay (regression).")] = None,
     task: Annotated[str, typer.Option(
-        help="csv/parquet/npz: classification, regression, or auto (integer targets are "
-             "classes).")] = "auto",
+        help="csv/parquet/npz: classification, regression, or auto (text, booleans and integers are "
+             "classes; labels of any values are mapped to 0..C-1).")] = "auto",
+    features: Annotated[list[str] | None, typer.Option(
+        help="csv/parquet/npz: the feature columns, in model order (repeat or separate by commas). "
+             "Default: every column but the target and the --id columns.")] = None,
+    drop: Annotated[list[str] | None, typer.Option(help="csv/parquet/npz: columns to leave out.")] = None,
+    ids: Annotated[list[str] | None, typer.Option(
+        "--id", help="csv/parquet: id columns, never features, passed through to `pep predict`'s output.")] = None,
+    categorical: Annotated[list[str] | None, typer.Option(
+        help="csv/parquet/npz: columns to one-hot encode even if their values are numbers (text columns "
+             "always are).")] = None,
+    na: Annotated[str, typer.Option(
+        help=f"csv/parquet: a row with a missing value is dropped (drop), refused (fail), or its missing "
+             f"features get the column's mean over the rows read (mean). One of: {', '.join(NA_POLICIES)}.")] = "drop",
+    sep: Annotated[str | None, typer.Option(help="csv: the field separator (default ',').")] = None,
+    max_categories: Annotated[int, typer.Option(
+        help="csv/parquet/npz: most distinct values of a one-hot encoded column.")] = DEFAULT_MAX_CATEGORIES,
     chunk_rows: Annotated[int | None, typer.Option(
         help="Rows per chunk. Default: 10000, fewer for wide rows (about 1 MiB per chunk).")] = None,
     test_size: Annotated[str | None, typer.Option(
@@ -127,25 +165,27 @@ def ingest_command(
              "tables; mnist keeps its own split.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the train/test split.")] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing store (atomically).")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON summary object.")] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress display or summary.")] = False,
+    json_output: JsonFlag = False,
+    quiet: QuietFlag = False,
+    prefect: PrefectFlag = False,
 ) -> None:
     """Ingest a data source into a chunked Zarr store for training."""
-    _mute_prefect_console()
-    for variable, value in TELEMETRY_OFF.items():
-        os.environ.setdefault(variable, value)
     paths = [str(p) for p in inputs or ()]
-    try:
-        # Fail fast on bad options or inputs, before Prefect starts its (temporary) server.
-        opened = open_source(source, SourceRequest(tuple(inputs or ()), target, task))
+    table = dict(features=list(names(features)), drop=list(names(drop)), ids=list(names(ids)),
+                 categorical=list(names(categorical)), na=na, sep=sep, max_categories=max_categories)
+    with user_errors("pep ingest"):
+        # Fail fast on bad options or inputs, before anything is read (or a Prefect server started).
+        opened = open_source(source, source_request(paths, target, task, **table))
         resolve_test_size(opened, test_size)
         check_destination(out, overwrite)
+        if chunk_rows is not None and chunk_rows < 1:
+            raise InputError(f"--chunk-rows: expected a positive row count, found {chunk_rows}")
+        run = ingest_run
+        if prefect_requested(prefect):
+            prefect_quietly()
+            run = prefect_objects("ingest_flow")
         with _progress_display(enabled=not (quiet or json_output)):
-            summary = ingest_flow(source, str(out), paths, target, task, chunk_rows, test_size, seed,
-                                  overwrite)
-    except (InputError, OSError) as error:
-        typer.echo(f"pep ingest: error: {error}", err=True)
-        raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
+            summary = run(source, str(out), paths, target, task, chunk_rows, test_size, seed, overwrite, **table)
     if json_output:
         typer.echo(dumps(summary))
     elif not quiet:
@@ -156,14 +196,17 @@ def ingest_command(
 
 @contextmanager
 def _progress_display(enabled: bool) -> Iterator[None]:
-    """Show rows read and chunks written on stderr while the flow runs (when ``enabled``)."""
-    if not enabled:
+    """Show rows scanned, rows read and chunks written on stderr while the flow runs (when ``enabled`` and
+    stderr is a terminal: a log file gets no spinner)."""
+    console = Console(stderr=True)
+    if not (enabled and console.is_terminal):
         yield
         return
     columns = (SpinnerColumn(), TextColumn("{task.description}"),
                TextColumn("{task.completed:,.0f}{task.fields[of]}"), TimeElapsedColumn())
-    with RichProgress(*columns, console=Console(stderr=True), transient=True) as display:
-        bars = {"read": display.add_task("rows read", of=""),
+    with RichProgress(*columns, console=console, transient=True) as display:
+        bars = {"scan": display.add_task("rows scanned", of="", visible=False),
+                "read": display.add_task("rows read", of="", visible=False),
                 "write": display.add_task("chunks written", of="", visible=False)}
 
         def report(phase: str, done: int, total: int | None) -> None:
@@ -175,13 +218,3 @@ def _progress_display(enabled: bool) -> Iterator[None]:
             yield
         finally:
             progress_reporter.reset(token)
-
-
-def _mute_prefect_console() -> None:
-    """Silence Prefect's console log handlers for the rest of the process (the API still gets the
-    logs), so that the terminal shows only the progress display, the summary or the error line."""
-    loggers = [logging.getLogger(), *map(logging.getLogger, list(logging.root.manager.loggerDict))]
-    for logger in loggers:
-        for handler in getattr(logger, "handlers", []):
-            if isinstance(handler, PrefectConsoleHandler):
-                handler.setLevel(logging.CRITICAL + 1)

@@ -2,10 +2,10 @@
 
 Files (written atomically, so a reader never sees half a file): ``learning_curve.png`` (energy per
 row and held-out metrics per epoch) and ``metrics.json`` (the summary of the last train or evaluate, strict
-JSON: a non-finite number is ``null``, :mod:`pep_gp.pipeline.jsonio`).
-Artifacts carry keys derived from the run directory's name, so every run keeps a version history in
-the Prefect UI: ``train-<run>`` (markdown summary with the plot), ``train-<run>-epochs`` (table of
-the per-epoch records) and ``evaluate-<run>`` (table of metrics).
+JSON: a non-finite number is ``null``, :mod:`pep_gp.pipeline.jsonio`). Artifacts (published when the flow
+runs under Prefect) carry keys derived from the run directory's name, so every run keeps a version history
+in the Prefect UI: ``train-<run>`` (markdown summary with the plot), ``train-<run>-epochs`` (table of the
+per-epoch records) and ``evaluate-<run>`` (table of metrics).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
-from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 
 from ..pipeline.jsonio import dumps, finite_or_none  # noqa: E402
 
@@ -76,6 +75,8 @@ def _table(rows: Mapping[str, Any]) -> str:
 def publish_training(summary: Mapping[str, Any], history: Sequence[Mapping[str, Any]],
                      plot: Path | None) -> None:
     """The ``train-<run>`` markdown (summary and plot) and ``train-<run>-epochs`` table artifacts."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact  # inside a Prefect run only
+
     run_dir = summary["run_dir"]
     markdown = f"### pep train {summary['model']} → `{run_dir}`\n\n{_table(summary)}\n"
     if plot is not None:
@@ -90,5 +91,7 @@ def publish_training(summary: Mapping[str, Any], history: Sequence[Mapping[str, 
 
 def publish_evaluation(metrics: Mapping[str, Any], run_dir: str | Path) -> None:
     """The ``evaluate-<run>`` table artifact."""
+    from prefect.artifacts import create_table_artifact  # inside a Prefect run only
+
     create_table_artifact(key=artifact_key("evaluate", run_dir), table=[finite_or_none(dict(metrics))],
                           description=f"held-out metrics of {run_dir}")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import NamedTuple, Union
 
-import jax
 import jax.numpy as jnp
 
 from .kernels import BatchedARDSquaredExponential

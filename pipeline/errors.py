@@ -1,6 +1,10 @@
-"""The error types pep reports without a traceback: bad input, and training that failed."""
+"""The error types pep reports without a traceback (bad input, training that failed), and the "did you
+mean" hint their messages give for a misspelt name."""
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class InputError(ValueError):
@@ -17,3 +21,17 @@ class TrainingFailed(RuntimeError):
     non-finite final metrics. Reported in one line with what to change; a failed run never exits 0.
     Not retried: training again with the same settings fails the same way.
     """
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``choices`` to a misspelt ``name`` (difflib's
+    ratio ≥ 0.6, case ignored), or ``""`` when none is close.
+
+    Example:
+        >>> did_you_mean("lable", ["age", "label", "city"])
+        " (did you mean 'label'?)"
+    """
+    choices = [str(choice) for choice in choices]
+    by_lower = {choice.lower(): choice for choice in choices}
+    close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""

@@ -105,3 +105,25 @@ def write_table(path: Path, n_rows: int = 200, n_classes: int = 3, seed: int = 0
 def listing(directory: Path) -> set[str]:
     """All names under ``directory`` (to check that nothing was left behind)."""
     return {str(p.relative_to(directory)) for p in directory.rglob("*")}
+
+
+CITIES = ("Paris", "Lyon", "Nice")
+
+
+def write_messy_csv(path: Path, n_rows: int = 240, task: str = "classification", labelled: bool = True,
+                    seed: int = 0) -> list[str]:
+    """A table as users have them: ``;``-separated, an id column, a text feature (``city``), a missing
+    value (line 5, column ``age``), and ``yes``/``no`` labels in ``bought`` (classification) or a numeric
+    ``spend`` (regression) that depend on the features; without the target when not ``labelled``.
+    Returns the ids."""
+    rng = np.random.default_rng(seed)
+    ids = [f"c{i:04d}" for i in range(n_rows)]
+    target = "bought" if task == "classification" else "spend"
+    lines = [";".join(["id", "age", "city", "income", *([target] if labelled else [])])]
+    for i, customer in enumerate(ids):
+        age, city, income = int(rng.integers(18, 80)), CITIES[rng.integers(0, 3)], round(rng.normal(50, 10), 2)
+        score = (age - 45) / 15 + (city == "Paris") - (income - 50) / 10 + rng.normal(0, 0.5)
+        value = ("yes" if score > 0 else "no") if task == "classification" else f"{10 * score + 100:.3f}"
+        lines.append(";".join([customer, "" if i == 3 else str(age), city, str(income), *([value] if labelled else [])]))
+    path.write_text("\n".join(lines) + "\n")
+    return ids

@@ -31,10 +31,9 @@ import numpy as np
 
 from .. import bank, sep
 from ..initialisation import initial_kernel_and_inducing
-from ..kernels import BatchedARDSquaredExponential
 from ..likelihoods import scaled_log_tilted
 from ..linalg import DEFAULT_JITTER, cholesky
-from ..parameters import LOG, constrained, unconstrained
+from ..parameters import LOG, unconstrained
 
 
 class SparseGPParams(NamedTuple):

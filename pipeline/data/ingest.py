@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import dask
+import dask.threaded
 import numpy as np
 import zarr
 from dask.callbacks import Callback
@@ -41,7 +42,7 @@ from .shuffle import ShuffleBuffer, capacity_for
 from .sources import RowBlock, Source
 from .split import choose_test_rows, parse_test_size
 from .staging import staging_directory, swap_into_place
-from .stores import MAX_CLASSES, SCHEMA_VERSION, SPLITS, check_chunk_rows, create_split_arrays, data_checksum
+from .stores import SCHEMA_VERSION, SPLITS, check_chunk_rows, create_split_arrays, data_checksum
 from .stores import finish_store
 from .stores import write_chunk as store_chunk
 
@@ -74,9 +75,11 @@ class Staged:
     description: str               # the source's, for messages
     n_rows: int
     n_features: int
+    feature_names: tuple[str, ...]
+    transforms: dict[str, Any] | None  # a table's transformation (JSON), None for other sources
+    chunk_rows: int
     task: str
     n_classes: int | None
-    labels_inferred: bool          # C came from the largest label, not from the source
     own_split: np.ndarray | None   # (n_rows,) bool, True for test rows, for sources with a split
     dropped: dict[str, int]
     source_checksum: str
@@ -153,22 +156,30 @@ def check_destination(out: Path, overwrite: bool) -> None:
         raise InputError(f"--out {out}: exists and is not a Zarr store; refusing to replace it")
 
 
-def stage(source: Source, work: Path, chunk_rows: int, seed: int,
+def stage(source: Source, work: Path, chunk_rows: int | None, seed: int,
           progress: Progress = no_progress) -> Staged:
-    """Read the source once into ``work/_staging`` (float32, shuffled by ``seed``), checking every block.
+    """Read the source into ``work/_staging`` (float32, shuffled by ``seed``), checking every block; a
+    table is read once before to learn its transformation (:meth:`Source.fitted`).
 
     Args:
         source: the opened source.
         work: the temporary store directory (created if missing).
-        chunk_rows: rows per staging chunk (the store's chunk size).
+        chunk_rows: rows per staging chunk (the store's chunk size); None for
+            :func:`default_chunk_rows` of the source's (transformed) features.
         seed: seed of the row shuffle (see :mod:`pep_gp.pipeline.data.shuffle`).
-        progress: called with ``("read", rows so far, None)`` after each block.
+        progress: called with ``("scan", rows so far, None)`` while a table's transformation is learnt
+            and ``("read", rows so far, None)`` after each block.
 
     Raises:
-        InputError: a non-finite value or one beyond float32's range, a label outside 0..C-1 (or not an integer), or no rows.
+        InputError: a non-finite value or one beyond float32's range, a label outside 0..C-1 (or not
+            an integer), or no rows; for a table, what its transformation refuses
+            (:func:`~pep_gp.pipeline.data.table_scan.scan_table`).
     """
-    group = zarr.open_group(str(work / STAGING), mode="w", zarr_format=3)
+    source = source.fitted(lambda rows: progress("scan", rows, None))
     n_features = len(source.feature_names)
+    chunk_rows = chunk_rows or default_chunk_rows(n_features)
+    check_chunk_rows(chunk_rows, n_features)
+    group = zarr.open_group(str(work / STAGING), mode="w", zarr_format=3)
     X_stage = group.create_array("X", shape=(0, n_features), chunks=(chunk_rows, n_features),
                                  dtype="float32", compressors=None)
     y_stage = group.create_array("y", shape=(0,), chunks=(chunk_rows,), dtype="float32",
@@ -201,8 +212,9 @@ def stage(source: Source, work: Path, chunk_rows: int, seed: int,
                          + (f" ({sum(dropped.values())} dropped: {reasons})" if dropped else ""))
     task, n_classes = labels.resolve(source)
     own_split = np.concatenate(splits) if splits else None
-    return Staged(work, source.description, n_rows, n_features, task, n_classes,
-                  n_classes is not None and source.n_classes is None, own_split, dict(dropped),
+    transforms = None if source.transforms is None else source.transforms.to_json()
+    return Staged(work, source.description, n_rows, n_features, source.feature_names, transforms, chunk_rows,
+                  task, n_classes, own_split, dict(dropped),
                   "sha256:" + digest.hexdigest())
 
 
@@ -218,8 +230,7 @@ def write(staged: Staged, chunk_rows: int, test_size: int | float | None, seed: 
         progress: called with ``("write", chunks done, chunks)``.
 
     Raises:
-        InputError: the split is empty, the training split has a single class, or a class in
-            0..C-1 has no rows where C was inferred from the labels.
+        InputError: the split is empty, or the training split has a single class.
     """
     is_test = staged.own_split if test_size is None else choose_test_rows(staged.n_rows, test_size, seed)
     tasks, task_splits, n_rows = [], [], {}
@@ -237,9 +248,10 @@ def write(staged: Staged, chunk_rows: int, test_size: int | float | None, seed: 
                 staged.work, split, index, int(chunk[0]), select, staged.n_classes))
             task_splits.append(split)
     # An explicit local scheduler: dask.compute would otherwise use whatever distributed Client is the
-    # process default (e.g. a training cluster) and ship the staged rows to its workers.
+    # process default (e.g. a training cluster) and ship the staged rows to its workers. Given as the
+    # function, not the name "threads", so that Dask does not import distributed to look for a client.
     with _TaskCounter(progress, len(tasks)):
-        results = dask.compute(*tasks, scheduler="threads")
+        results = dask.compute(*tasks, scheduler=dask.threaded.get)
     per_split = {split: [r for r, s in zip(results, task_splits) if s == split] for split in SPLITS}
     return _summarise_chunks(staged, per_split, n_rows, test_size, seed)
 
@@ -258,11 +270,11 @@ def publish(staged: Staged, written: Written, source: Source, out: Path, overwri
         "schema_version": SCHEMA_VERSION,
         "task": staged.task,
         "n_classes": staged.n_classes,
-        "feature_names": list(source.feature_names),
+        "feature_names": list(staged.feature_names),
         "target_name": source.target_name,
         "source": {"name": source.name, "description": source.description,
                    "checksum": staged.source_checksum},
-        "checksum": data_checksum(written.digests, len(source.feature_names)),
+        "checksum": data_checksum(written.digests, staged.n_features),
         "chunk_digests": written.digests,
         "x_mean": written.x_moments.mean.tolist(),
         "x_std": written.x_moments.std().tolist(),
@@ -277,6 +289,7 @@ def publish(staged: Staged, written: Written, source: Source, out: Path, overwri
         "rows_dropped": staged.dropped,
         "chunk_rows": chunk_rows,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **({} if staged.transforms is None else {"transforms": staged.transforms}),
     }
     finish_store(staged.work, attrs)
     check_destination(out, overwrite)
@@ -292,7 +305,7 @@ def ingest(source: Source, out: str | Path, *, chunk_rows: int | None = None,
     Args:
         source: an opened source (:func:`pep_gp.pipeline.data.sources.open_source`).
         out: local directory of the store to create.
-        chunk_rows: rows per chunk; None for :func:`default_chunk_rows`.
+        chunk_rows: rows per chunk; None for :func:`default_chunk_rows` of the (transformed) features.
         test_size: ``--test-size`` text (a count or a fraction); None for the source's default.
         seed: seed of the row shuffle and of the train/test split.
         overwrite: replace an existing store at ``out``.
@@ -308,15 +321,14 @@ def ingest(source: Source, out: str | Path, *, chunk_rows: int | None = None,
     began = time.perf_counter()
     out = Path(out)
     steps = steps or Steps(stage, write, publish)
-    if chunk_rows is None:
-        chunk_rows = default_chunk_rows(len(source.feature_names))
-    check_chunk_rows(chunk_rows, len(source.feature_names))
+    if chunk_rows is not None:
+        check_chunk_rows(chunk_rows, len(source.feature_names))
     test = resolve_test_size(source, test_size)
     check_destination(out, overwrite)
     with staging_directory(out) as work:
         staged = steps.stage(source, work, chunk_rows, seed, progress)
-        written = steps.write(staged, chunk_rows, test, seed, progress)
-        attrs = steps.publish(staged, written, source, out, overwrite, chunk_rows)
+        written = steps.write(staged, staged.chunk_rows, test, seed, progress)
+        attrs = steps.publish(staged, written, source, out, overwrite, staged.chunk_rows)
     return summarise(attrs, out, time.perf_counter() - began)
 
 
@@ -370,23 +382,18 @@ class _LabelScan:
             self.fraction = (float(block.y[k]), block.where(k))
 
     def resolve(self, source: Source) -> tuple[str, int | None]:
-        """The task and number of classes; raise InputError for labels that cannot be 0..C-1."""
-        task = source.task or ("classification" if self.fraction is None else "regression")
-        if task == "regression":
-            return task, None
-        hint = " (pass --task regression for a numeric target)" if source.task is None else ""
+        """The source's task and number of classes C; raise InputError for labels that are not 0..C-1
+        (a table's labels were mapped to 0..C-1 by its transformation; other sources fix C)."""
+        if source.task == "regression":
+            return source.task, None
         column = f"column '{source.target_name}'"
         if self.fraction is not None:
-            raise InputError(f"{self.fraction[1]}, {column}: expected an integer class label, "
-                             f"found {self.fraction[0]}{hint}")
-        n_classes = source.n_classes or min(int(self.high[0]) + 1, MAX_CLASSES)
+            raise InputError(f"{self.fraction[1]}, {column}: expected an integer class label, found {self.fraction[0]}")
         for value, where in (self.low, self.high):
-            if not 0 <= value < n_classes:
-                expected = (f"0..{n_classes - 1}" if source.n_classes
-                            else f"0..C-1 (numbered from 0, at most {MAX_CLASSES:,} classes)")
-                raise InputError(f"{where}, {column}: expected a class label in {expected}, "
-                                 f"found {value:g}{hint}")
-        return task, n_classes
+            if not 0 <= value < source.n_classes:
+                raise InputError(f"{where}, {column}: expected a class label in 0..{source.n_classes - 1}, "
+                                 f"found {value:g}")
+        return source.task, source.n_classes
 
 
 class _Appender:
@@ -461,16 +468,12 @@ def _summarise_chunks(staged: Staged, per_split: dict[str, list[tuple]], n_rows:
 
 
 def _check_classes(staged: Staged, class_counts: dict[str, list[int]]) -> None:
-    """Refuse a training split with a single class, and labels 0..C-1 with a class never seen."""
+    """Refuse a training split with a single class."""
     present = [c for c, n in enumerate(class_counts["train"]) if n]
     if len(present) < 2:
         raise InputError(f"{staged.description}: the training split has a single class "
                          f"({present[0]}, {class_counts['train'][present[0]]} rows): expected at "
                          "least 2 classes")
-    empty = [c for c, n in enumerate(np.add(class_counts["train"], class_counts["test"])) if n == 0]
-    if staged.labels_inferred and empty:
-        raise InputError(f"{staged.description}: expected labels 0..{staged.n_classes - 1} with every "
-                         f"class present; class(es) {empty} have no rows (numbered from 1? subtract 1)")
 
 
 class _TaskCounter(Callback):

@@ -8,7 +8,8 @@ Layout (Zarr v3, one group per dataset)::
       test/y   (M,)
       attrs    schema_version, task, n_classes, feature_names, target_name, source {name,
                description, checksum}, checksum, chunk_digests, x_mean, x_std, y_mean, y_std, split,
-               split_seed, test_size, n_train, n_test, class_counts, rows_dropped, chunk_rows, created_at
+               split_seed, test_size, n_train, n_test, class_counts, rows_dropped, chunk_rows, created_at, and for a
+               table transforms (:mod:`pep_gp.pipeline.data.transforms`)
 
 The arrays hold the source's own values (MNIST pixels scaled to [0, 1], airline features in their
 units); ``x_mean``/``x_std`` (and ``y_mean``/``y_std`` for regression) are statistics of the training
@@ -36,8 +37,9 @@ import zarr
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import InputError
-from .blocks import BlockSource
 from .chunks import SCHEMA_VERSION, SPLITS, StoreChunks, chunk_digest, data_checksum, open_root
+
+from .transforms import Transforms, transforms_of
 
 __all__ = ["MAX_CHUNK_BYTES", "MAX_CLASSES", "REQUIRED_ATTRS", "SCHEMA_VERSION", "SPLITS", "Store", "StoreAttrs",
            "check_chunk_rows", "chunk_digest", "create_split_arrays", "data_checksum", "finish_store",
@@ -247,6 +249,12 @@ class Store:
         return tuple(self._attrs["feature_names"])
 
     @property
+    def transforms(self) -> Transforms:
+        """How the rows were made from the source's (:mod:`pep_gp.pipeline.data.transforms`): the
+        ``transforms`` attribute of a table's store, else the identity over :attr:`feature_names`."""
+        return transforms_of(self)
+
+    @property
     def chunk_rows(self) -> int:
         """Rows per chunk (the last chunk of a split may be shorter)."""
         return self._attrs["chunk_rows"]
@@ -269,6 +277,8 @@ class Store:
 
     def blocks(self, split: str, block_rows: int, targets: Any, standardize: bool = True) -> Any:
         """The fixed-size training blocks of ``split`` (:class:`~pep_gp.pipeline.data.blocks.BlockSource`)."""
+        from .blocks import BlockSource  # JAX: not for ingest or --help
+
         return BlockSource.of(self, split, block_rows, targets, standardize)
 
     def n_chunks(self, split: str) -> int:
@@ -307,7 +317,8 @@ def open_store(path: str | Path) -> Store:
     Raises:
         InputError: the path is missing or not a Zarr format 3 group (Zarr v2 is refused), the store is
             unfinished (attributes never written), of another schema version, its attributes are invalid
-            (:class:`StoreAttrs`), or its arrays do not match its attributes.
+            (:class:`StoreAttrs`), its arrays do not match its attributes, or its ``transforms`` attribute
+            is invalid or describes other features.
     """
     path = str(path)
     if "://" not in path and not Path(path).exists():
@@ -328,7 +339,11 @@ def open_store(path: str | Path) -> Store:
     root = open_root(path)
     for split in SPLITS:
         _check_split(root, path, split, attrs)
-    return Store(path, attrs)
+    store = Store(path, attrs)
+    if store.transforms.feature_names != store.feature_names:
+        raise InputError(f"{path}: attribute 'transforms' describes features {list(store.transforms.feature_names)}, "
+                         f"not the store's {list(store.feature_names)}")
+    return store
 
 
 def _check_split(root: zarr.Group, path: str, split: str, attrs: Mapping[str, Any]) -> None:

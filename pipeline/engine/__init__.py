@@ -55,7 +55,8 @@ import numpy as np
 
 from ..data.blocks import BlockSource
 from .backends import Backend, DaskBackend, InProcess
-from .clusters import CLUSTER_HELP, connect, connected, parse_cluster
+from ..cluster_address import CLUSTER_HELP, parse_cluster
+from .clusters import connect, connected
 
 __all__ = ["CLUSTER_HELP", "Backend", "DaskBackend", "Engine", "InProcess", "connect", "connected", "parse_cluster",
            "tree_sum"]

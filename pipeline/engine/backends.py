@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Protocol
 
 import jax
@@ -23,8 +25,16 @@ class Backend(Protocol):
 
     description: str
 
+    @property
+    def n_workers(self) -> int:
+        """Processes that compute (1 in-process)."""
+
     def evaluate(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
         """Per-block results of ``fn``, in the order of ``blocks``."""
+
+    def map_ordered(self, fn: Callable, items: Iterable, window: int) -> Iterator:
+        """``fn(item)`` for each item, yielded in the items' order, with at most ``window`` items taken
+        from ``items`` and not yet yielded (memory stays bounded whatever their number)."""
 
     def close(self) -> None:
         """Release what the backend started."""
@@ -34,9 +44,13 @@ class InProcess:
     """Computes every block in this process."""
 
     description = "in-process"
+    n_workers = 1
 
     def evaluate(self, fn: Callable, params: Any, source: BlockSource, blocks: list[int]) -> list:
         return evaluate_blocks(fn, params, source, blocks, to_host=False)
+
+    def map_ordered(self, fn: Callable, items: Iterable, window: int = 1) -> Iterator:
+        return map(fn, items)
 
     def close(self) -> None:
         pass
@@ -132,7 +146,28 @@ class DaskBackend:
             results.update(zip(plan[worker], future.result()))
         return [results[b] for b in blocks]
 
+    @property
+    def n_workers(self) -> int:
+        return max(1, len(self.client.nthreads()))
+
+    def map_ordered(self, fn: Callable, items: Iterable, window: int) -> Iterator:
+        """See :meth:`Backend.map_ordered`: ``fn`` is sent once to every worker, each item in its own
+        task (a lost worker's tasks run again elsewhere)."""
+        shared = self.client.scatter(fn, broadcast=True, hash=False)
+        pending: deque = deque()
+        for item in items:
+            pending.append(self.client.submit(_call, shared, item, pure=False))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
     def close(self) -> None:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+def _call(fn: Callable, item: Any) -> Any:
+    """``fn(item)`` (a task of :meth:`DaskBackend.map_ordered`)."""
+    return fn(item)

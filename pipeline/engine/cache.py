@@ -130,7 +130,7 @@ BLOCKS = BlockCache()
 
 
 @lru_cache(maxsize=32)
-def _compiled(fn: Callable) -> Callable:
+def compiled(fn: Callable) -> Callable:
     """``jax.jit(fn)``, kept per process so that equal functions compile once (static block shape)."""
     return jax.jit(fn)
 
@@ -140,6 +140,6 @@ def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequ
     """``[fn(params, *block) for block in blocks]``, computed in float64; numpy pytrees when ``to_host``
     (results that travel), else JAX arrays (in-process: no copies to and from the device buffers)."""
     with float64(), compute_threads():
-        compiled = _compiled(fn)
-        results = [compiled(params, *block) for block in BLOCKS.get_all(source, blocks)]
+        jitted = compiled(fn)
+        results = [jitted(params, *block) for block in BLOCKS.get_all(source, blocks)]
         return jax.device_get(results) if to_host else results

@@ -33,15 +33,16 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ...core import float64
 from ..data.datasets import ArrayData
+from ..data.frames import TableChunk
+from ..data.transforms import NumericFeature, Transforms, label_value
 from ..data.validation import check_class_labels
 from ..errors import InputError
 from ..models import ModelSettings, ModelSpec
-from ..models.predictive import apply
+from ..models.predictive import class_probabilities, predict_in_blocks
 from ..engine import connected
 from ..training import checkpoint
-from ..training.config import DEFAULT_MAX_STEPS, TrainConfig
+from ..training.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
 from ..training.display import both, progress_display
-from ..training.sizes import padded_rows
 from ..training.trainer import Trainer, TrainJob, TrainResult
 
 FIT_FIELDS: dict[str, Any] = {
@@ -59,7 +60,9 @@ all ``max_iter`` steps), ``learning_rate`` (Adam), ``batch_size`` (rows per step
 ``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr) and ``cluster``
 (``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``)."""
 
-PREDICT_CHUNK_ROWS = 1024  # rows per predictive call: bounds memory (the multi-class quadrature holds ~80·C² per row)
+PREDICT_BLOCK_ROWS = DEFAULT_BLOCK_ROWS
+"""Rows per predictive call, as ``pep predict`` on a run of the default config: one compiled shape, and the
+same bits as ``pep predict`` (the multi-class quadrature holds ~80·C² floats per row)."""
 
 
 def generated_init(settings: type[ModelSettings], fit_fields: dict[str, Any], model: str) -> Callable[..., None]:
@@ -118,16 +121,14 @@ class FittedGP(BaseEstimator):
     def _predict_outputs(self, X) -> dict[str, np.ndarray]:
         """The predictive's outputs for the rows of ``X``, in chunks padded to a few sizes."""
         check_is_fitted(self)
+        transforms = getattr(self, "transforms_", None)
+        if transforms is not None and hasattr(X, "columns"):  # a table with text columns, as at ingest
+            X = transforms.apply(TableChunk(X, X.isna(), "X", np.arange(len(X))))
         X = validate_data(self, X, dtype=np.float64, reset=False)
         x = (X - self.x_mean_) / self.x_std_
-        predictive, parts = self._predictive(), []
         with float64():
             params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
-            for start in range(0, x.shape[0], PREDICT_CHUNK_ROWS):
-                rows = x[start:start + PREDICT_CHUNK_ROWS]
-                out = apply(predictive, params, jnp.asarray(padded_rows(rows)))
-                parts.append({name: np.asarray(value)[:rows.shape[0]] for name, value in out.items()})
-        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+            return predict_in_blocks(self._predictive(), params, x, getattr(self, "block_rows_", PREDICT_BLOCK_ROWS))
 
     def log_marginal_likelihood(self) -> float:
         """The approximate log marginal likelihood of the training targets (in their own units) at the
@@ -229,11 +230,24 @@ class GPEstimator(FittedGP):
                 "targets": {"shift": self.targets_.shift, "scale": self.targets_.scale},
                 "classes": self.classes_.tolist() if self._is_classifier else None,
                 "feature_names": None if not hasattr(self, "feature_names_in_") else [str(n) for n in self.feature_names_in_],
+                "transforms": self._transforms().to_json(),
                 "converged": bool(self.converged_), "log_marginal_likelihood": float(self.log_marginal_likelihood_value_),
                 "total_steps": int(self.n_iter_), "steps_per_epoch": 1, "rejected_steps": int(self.n_rejected_steps_),
                 "rejected_site_updates": int(self.n_rejected_site_updates_), "epoch_energy": (0.0, 0), "history": [],
                 "seconds": 0.0}
         return checkpoint.save(directory, int(self.n_iter_), {"params": self.params_}, meta, keep=1)
+
+    def _transforms(self) -> Transforms:
+        """How ``pep predict`` reads a table for this estimator: its columns (``feature_names_in_``, else
+        ``x0, x1, …``) as numeric features, and its classes as the labels."""
+        transforms = getattr(self, "transforms_", None)
+        if transforms is not None:  # loaded from a run of a table with text columns
+            return transforms
+        names = ([str(name) for name in self.feature_names_in_] if hasattr(self, "feature_names_in_")
+                 else [f"x{j}" for j in range(self.n_features_in_)])
+        labels = tuple(label_value(label) for label in self.classes_) if self._is_classifier else None
+        return Transforms(features=tuple(NumericFeature(column=name) for name in names), labels=labels, na="fail",
+                          target="y", task="classification" if self._is_classifier else "regression")
 
     def _set_fitted(self, trainer: Trainer, result: TrainResult, energies: np.ndarray) -> None:
         source = trainer.train.source
@@ -251,8 +265,10 @@ class GPEstimator(FittedGP):
         energy = trainer.energy(result.params)
         self.log_marginal_likelihood_value_ = energy - trainer.n_total * np.log(self.targets_.scale)
         if self.tol > 0 and self.max_iter > 0 and not result.converged:
-            warnings.warn(f"{type(self).__name__}: the energy still rose by {result.gain_per_row:.2g} nats per row "
-                          f"over the last {trainer.stopping.window} steps when max_iter={self.max_iter} was reached "
+            gain = (f"the energy still rose by {result.gain_per_row:.2g} nats per row over the last "
+                    f"{trainer.stopping.window} steps" if np.isfinite(result.gain_per_row) else
+                    f"fewer than two {trainer.stopping.window}-step windows to compare")
+            warnings.warn(f"{type(self).__name__}: {gain} when max_iter={self.max_iter} was reached "
                           f"(tol={self.tol:g}); increase max_iter (or the learning rate)", ConvergenceWarning,
                           stacklevel=3)
 
@@ -268,13 +284,13 @@ class GPClassifierMixin:
         return self._predict_outputs(X)["log_proba"]
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities per row, columns in the order of ``classes_``."""
-        return np.exp(self.predict_log_proba(X))
+        """Class probabilities per row, columns in the order of ``classes_``, each row summing to 1 (as
+        ``pep predict`` writes them)."""
+        return class_probabilities(self.predict_log_proba(X))
 
     def predict(self, X) -> np.ndarray:
-        """The most probable class per row."""
-        most_probable = np.argmax(self.predict_log_proba(X), axis=1)
-        return self.classes_[most_probable]
+        """The most probable class per row (the first on a tie)."""
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

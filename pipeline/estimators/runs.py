@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from ..data.blocks import TargetScaling
+from ..data.transforms import OneHotFeature, read_transforms
 from ..errors import InputError
 from ..training.manifest import RunManifest
 from ..training.runs import bound_model, load_run
@@ -45,15 +46,20 @@ def load(run_dir: str | Path) -> GPEstimator:
         "x_mean_": np.asarray(manifest.x_mean, float), "x_std_": np.asarray(manifest.x_std, float),
         "targets_": TargetScaling(**manifest.targets.model_dump()), "n_features_in_": len(manifest.x_mean),
         "binding_": manifest.model_binding, "data_checksum_": manifest.dataset_checksum,
-        "n_iter_": restored.step, "converged_": manifest.converged, "notes_": [],
+        "n_iter_": restored.step, "block_rows_": config.rows_per_block, "converged_": manifest.converged, "notes_": [],
         "n_rejected_steps_": manifest.rejected_steps, "n_rejected_site_updates_": manifest.rejected_site_updates,
         "log_marginal_likelihood_value_": np.nan if manifest.log_marginal_likelihood is None
         else manifest.log_marginal_likelihood}
+    transforms = None if manifest.transforms is None else read_transforms(manifest.transforms, str(restored.path))
     if spec.task == "classification":
+        labels = manifest.classes or (transforms.labels if transforms is not None else None)
         counts = manifest.model_binding.get("class_counts")
-        fitted["classes_"] = np.asarray(manifest.classes or list(range(len(counts) if counts else 2)))
-    if manifest.feature_names:
-        fitted["feature_names_in_"] = np.asarray(manifest.feature_names, dtype=object)
+        fitted["classes_"] = np.asarray(labels or list(range(len(counts) if counts else 2)))
+    names = manifest.feature_names or (None if transforms is None else list(transforms.feature_names))
+    if transforms is not None and any(isinstance(f, OneHotFeature) for f in transforms.features):
+        fitted["transforms_"] = transforms  # predict takes the table's own columns, one-hot encoded as at ingest
+    elif names and names != [f"x{j}" for j in range(len(names))]:
+        fitted["feature_names_in_"] = np.asarray(names, dtype=object)
     for name, value in fitted.items():
         setattr(estimator, name, value)
     return estimator

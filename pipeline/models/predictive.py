@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import log_ndtr
 
 from ..data.blocks import TargetScaling
@@ -82,3 +83,26 @@ class HeldOut:
             log_true = jnp.take_along_axis(out["log_proba"], labels[:, None], axis=1)[:, 0]
             return classification_sums(log_true, jnp.argmax(out["log_proba"], axis=1) == labels, mask)
         return regression_sums(out["mean"], out["var"], y * self.targets.scale + self.targets.shift, mask)
+
+
+def class_probabilities(log_proba: np.ndarray) -> np.ndarray:
+    """``p_c = exp(l_c − log Σ_k exp l_k)``: probabilities from (possibly unnormalised) log-probabilities
+    ``[n, C]``, each row summing to 1 in float64."""
+    top = log_proba.max(axis=1, keepdims=True)
+    weights = np.exp(log_proba - top)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def predict_in_blocks(predictive: Callable, params, x: np.ndarray, block_rows: int) -> dict[str, np.ndarray]:
+    """The predictive's outputs for the standardised rows ``x`` ``[n, D]``: blocks of ``block_rows`` rows,
+    the last padded with zeros, so every call compiles one shape, and a row's outputs do not depend on how
+    many rows came with it (``pep predict`` and the estimators give the same bits)."""
+    parts = []
+    for start in range(0, x.shape[0], block_rows):
+        rows = x[start:start + block_rows]
+        block = np.zeros((block_rows, x.shape[1]))
+        block[:len(rows)] = rows
+        out = jax.device_get(apply(predictive, params, block))
+        parts.append({key: np.asarray(value)[:len(rows)] for key, value in out.items()})
+    return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]} if parts else {}
+

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InputError
+from ..errors import InputError, did_you_mean
 from .protocol import ModelSettings, ModelSpec
 
 ENTRY_POINTS = "pep_gp.models"
@@ -52,7 +52,8 @@ def get_model(name: str) -> ModelSpec:
     try:
         return MODELS[name]
     except KeyError:
-        raise InputError(f"--model: unknown model {name!r}; expected one of {', '.join(MODELS)}") from None
+        raise InputError(f"--model: unknown model {name!r}; expected one of {', '.join(MODELS)}"
+                         f"{did_you_mean(name, MODELS)}") from None
 
 
 def model_settings(spec: ModelSpec, values: dict[str, Any], source: str = "config") -> ModelSettings:
@@ -65,5 +66,7 @@ def model_settings(spec: ModelSpec, values: dict[str, Any], source: str = "confi
         return spec.Settings(**values)
     except ValidationError as error:
         problems = "; ".join(f"model.{'.'.join(map(str, e['loc']))}: {e['msg']} (found {e['input']!r})"
+                             + (did_you_mean(str(e["loc"][0]), spec.Settings.model_fields)
+                                if e["type"] == "extra_forbidden" else "")
                              for e in error.errors())
         raise InputError(f"{source}: invalid settings of --model {spec.name}: {problems}") from None

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import InputError
+from ..errors import InputError, did_you_mean
 from .sizes import bucket
 
 # Fields that do not change the optimisation trajectory: they may differ when a run is resumed
@@ -192,6 +192,7 @@ def load_config(path: Path | None, base: dict[str, Any] | None = None, settings:
         return TrainConfig(**values)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (found {e['input']!r})"
-                             + (" (a model's settings go in the [model] table)" if e["type"] == "extra_forbidden" else "")
+                             + (f"{did_you_mean(str(e['loc'][0]), TrainConfig.model_fields)} (a model's settings go "
+                                "in the [model] table)" if e["type"] == "extra_forbidden" else "")
                              if e["loc"] else e["msg"] for e in error.errors())
         raise InputError(f"{source}: invalid training config: {problems}") from None

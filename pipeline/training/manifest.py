@@ -56,6 +56,7 @@ class RunManifest(BaseModel):
     log_marginal_likelihood: float | None = None  # an estimator's energy at its parameters (estimator.save)
     classes: list[Any] | None = None  # an estimator's labels in the user's values (estimator.save)
     feature_names: list[str] | None = None
+    transforms: dict[str, Any] | None = None  # a table's rows → model features (pipeline.data.transforms)
 
     @model_validator(mode="after")
     def _statistics_agree(self) -> "RunManifest":

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...core import float64
+from ..data.transforms import transforms_of
 from ..engine import Backend, Engine, InProcess
 from ..engine.threads import compute_threads
 from ..errors import InputError, TrainingFailed
@@ -136,6 +137,7 @@ class Trainer:
         self.settings, self.notes = capped_settings(model_settings(spec, config.model, "config"), n_total)
         spec.check(store, self.settings, self.effective.block_rows)
         self.binding = spec.binding(store)
+        self.transforms = transforms_of(store).to_json()  # copied into every checkpoint: runs predict alone
         self.model = spec.build(self.settings, self.binding)
         self.targets = spec.targets(store)
         block_rows = self.effective.block_rows
@@ -284,6 +286,7 @@ class Trainer:
                     "dataset_checksum": self.job.store.checksum, "config": config.model_dump(),
                     "x_mean": source.x_mean, "x_std": source.x_std,
                     "targets": {"shift": self.targets.shift, "scale": self.targets.scale},
+                    "transforms": self.transforms,
                     "total_steps": self.total_steps, "steps_per_epoch": self.schedule.steps_per_epoch}
         return save_state(self.job.run_dir, loop, run_meta, config.keep_checkpoints)
 

@@ -20,7 +20,7 @@ def test_every_deployment_entrypoint_is_a_namespaced_flow_of_the_installed_packa
         flow = getattr(importlib.import_module(module), name)
         assert isinstance(flow, Flow) and deployment["work_pool"]["name"] == "pep"
         names.add(flow.name)
-    assert names == {"pep-ingest", "pep-train", "pep-evaluate", "pep-pipeline"}
+    assert names == {"pep-ingest", "pep-train", "pep-evaluate", "pep-predict", "pep-pipeline"}
 
 
 def test_infra_files_parse_and_reference_the_image():

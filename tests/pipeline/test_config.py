@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pep_gp.pipeline.models import get_model, model_settings
 from pep_gp.pipeline.training.config import TrainConfig, load_config
 from pep_gp.pipeline.errors import InputError
 
@@ -79,3 +80,16 @@ def test_for_rows_caps_blocks_and_batches():
     small = TrainConfig(block_rows=1000, batch_size=5000).for_rows(450)
     assert (small.block_rows, small.batch_size) == (512, 512)  # one block, padded to a bucket size
     assert TrainConfig(block_rows=100, batch_size=5000).for_rows(450).batch_size == 500
+
+
+def test_misspelt_config_model_and_setting_names_get_the_closest_name(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("epoch = 3\n")
+    with pytest.raises(InputError, match=r"epoch: Extra inputs are not permitted \(found 3\) \(did you mean "
+                                         r"'epochs'\?\)"):
+        load_config(path)
+    with pytest.raises(InputError, match=r"unknown model 'sparse-gp-clasifier'; .* \(did you mean "
+                                         r"'sparse-gp-classifier'\?\)"):
+        get_model("sparse-gp-clasifier")
+    with pytest.raises(InputError, match=r"model.num_inducng: .* \(did you mean 'num_inducing'\?\)"):
+        model_settings(get_model("sparse-gp-classifier"), {"num_inducng": 3})

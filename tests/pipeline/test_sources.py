@@ -177,13 +177,15 @@ def test_csv_errors(tmp_path, text, request_kwargs, message):
         read_all("csv", inputs=(path,), **request_kwargs)
 
 
-def test_parquet_null_is_missing_nan_is_kept_for_the_finite_check(tmp_path):
+def test_parquet_null_is_missing_nan_is_not(tmp_path):
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"a": pa.array([1.0, None, np.nan, 4.0]), "y": [0.5, 1.5, 2.5, 3.5]}),
-                   path)
+    pq.write_table(pa.table({"a": pa.array([1.0, None, 3.0, 4.0]), "y": [0.5, 1.5, 2.5, 3.5]}), path)
     X, y, dropped, blocks = read_all("parquet", inputs=(path,), target="y")
     assert dropped == {"missing value in column 'a'": 1}
-    assert X.shape == (3, 1) and np.isnan(X[1, 0]) and blocks[0].rows.tolist() == [0, 2, 3]
+    assert X.tolist() == [[1.0], [3.0], [4.0]] and blocks[0].rows.tolist() == [0, 2, 3]
+    pq.write_table(pa.table({"a": pa.array([1.0, None, np.nan, 4.0]), "y": [0.5, 1.5, 2.5, 3.5]}), path)
+    with pytest.raises(InputError, match=r"t.parquet: row 2, column 'a': expected a finite number, found nan"):
+        read_all("parquet", inputs=(path,), target="y")
     (tmp_path / "bad.parquet").write_text("a,y\n1,2\n")
     with pytest.raises(InputError, match=r"bad.parquet: not a readable Parquet file"):
         open_source("parquet", SourceRequest((tmp_path / "bad.parquet",), "y"))

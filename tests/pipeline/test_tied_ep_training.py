@@ -12,7 +12,7 @@ import pytest
 
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.engine import InProcess
-from pep_gp.pipeline.training.trainer import Trainer, train
+from pep_gp.pipeline.training.trainer import Trainer
 from tests.pipeline.test_multiclass_training import job
 
 MODEL = "tied-ep-classifier"

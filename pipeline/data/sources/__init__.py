@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...errors import InputError
+from ...errors import InputError, did_you_mean
 from .airline import open_airline
 from .base import RowBlock, Source, SourceRequest
 from .mnist import open_mnist
@@ -32,7 +32,7 @@ def open_source(name: str, request: SourceRequest = SourceRequest()) -> Source:
 
     Args:
         name: ``airline``, ``mnist``, ``csv``, ``parquet``, ``npz`` or ``sklearn:NAME``.
-        request: the ``--input`` paths, ``--target`` and ``--task``.
+        request: the user's options (``--input`` paths, ``--target``, ``--task``, a table's column options).
 
     Returns:
         The :class:`Source`, its inputs checked (files exist, headers fit); nothing read yet.
@@ -43,5 +43,6 @@ def open_source(name: str, request: SourceRequest = SourceRequest()) -> Source:
     if name.startswith("sklearn:"):
         return open_sklearn(name.removeprefix("sklearn:"), request)
     if name not in READERS:
-        raise InputError(f"SOURCE: unknown source {name!r}; expected one of {', '.join(SOURCE_NAMES)}")
+        raise InputError(f"SOURCE: unknown source {name!r}; expected one of {', '.join(SOURCE_NAMES)}"
+                         f"{did_you_mean(name, SOURCE_NAMES)}")
     return READERS[name](request)

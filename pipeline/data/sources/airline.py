@@ -30,14 +30,13 @@ import numpy as np
 import pandas as pd
 
 from ...errors import InputError
+from ..frames import drop_missing, numeric_matrix
 from .base import (
     RowBlock,
     Source,
     SourceRequest,
     csv_blocks,
     csv_columns,
-    drop_missing,
-    numeric_matrix,
     reading,
     require_file,
 )
@@ -67,7 +66,7 @@ def open_airline(request: SourceRequest) -> Source:
         request: ``inputs`` (flight files and one plane table, told apart by their headers) and
             ``target`` (``classes``, ``delayed`` or ``delay``; default ``classes``).
     """
-    request.refuse("airline", task=True)
+    request.refuse("airline", task=True, table=True)
     target = request.target or "classes"
     if target not in TARGETS:
         raise InputError(f"--target: source 'airline' expects one of {', '.join(TARGETS)}, "

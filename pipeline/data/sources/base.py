@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import zipfile
 import zlib
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ...errors import InputError
+from ...errors import InputError, did_you_mean
 
 BLOCK_ROWS = 65_536
 
@@ -60,11 +60,17 @@ class Source:
         description: human-readable provenance (files, target definition).
         feature_names: names of the D feature columns.
         target_name: name of the target (column or definition).
-        task: ``"classification"``, ``"regression"``, or None to decide from the values (tables).
-        n_classes: the fixed number of classes where the source defines it, else None.
+        task: ``"classification"``, ``"regression"``, or None for a table whose task its values decide
+            (known once fitted).
+        n_classes: the number of classes C (labels are 0..C-1) of a classification source (a table's once
+            fitted), else None.
         default_test_size: the test size used when none is given (``"0.2"``, ``"10000"``), or None
             when the source carries its own split (blocks then set ``is_test``).
         read: returns a fresh iterator over the source's blocks.
+        fit: tables: ``fit(progress)`` reads the rows once to learn their transformation (feature
+            kinds, categories, labels, fill values) and returns the :class:`Source` whose blocks are
+            transformed; None for sources whose rows are model features as read.
+        transforms: the :class:`~pep_gp.pipeline.data.transforms.Transforms` of a fitted table.
     """
 
     name: str
@@ -75,24 +81,72 @@ class Source:
     n_classes: int | None
     default_test_size: str | None
     read: Callable[[], Iterator[RowBlock]]
+    fit: Callable[..., "Source"] | None = None
+    transforms: Any = None
+
+    def fitted(self, progress: Callable[[int], None] = lambda rows: None) -> "Source":
+        """The source to read blocks from: itself, or for a table what :attr:`fit` learns (reporting
+        the rows read so far to ``progress``)."""
+        return self if self.fit is None else self.fit(progress)
+
+
+TASK_CHOICES = ("auto", "classification", "regression")
+NA_POLICIES = ("drop", "fail", "mean")
+DEFAULT_MAX_CATEGORIES = 50
 
 
 @dataclass(frozen=True)
 class SourceRequest:
-    """The user's options for opening a source (``pep ingest SOURCE --input … --target … --task …``)."""
+    """The user's options for opening a source (``pep ingest SOURCE --input … --target … --task …``).
+
+    Attributes:
+        inputs: ``--input`` files or directory.
+        target: ``--target``: the target column of a table, or a source's target kind.
+        task: ``--task``: ``auto``, ``classification`` or ``regression``.
+        features: ``--features``: the table's feature columns, in model order (default: every column
+            but the target, the id columns and ``drop``).
+        drop: ``--drop``: columns to leave out.
+        ids: ``--id``: columns passed through to predictions, never features.
+        categorical: ``--categorical``: columns one-hot encoded even if their values are numbers.
+        na: ``--na``: a row with a missing value is dropped (``drop``), refused (``fail``), or its
+            missing feature values are replaced by the column's mean (``mean``).
+        sep: ``--sep``: the CSV field separator (default ``,``).
+        max_categories: ``--max-categories``: most distinct values a text column may have.
+    """
 
     inputs: tuple[Path, ...] = ()
     target: str | None = None
     task: str = "auto"
+    features: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+    ids: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = ()
+    na: str = "drop"
+    sep: str | None = None
+    max_categories: int = DEFAULT_MAX_CATEGORIES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(Path(p) for p in self.inputs))
+        if self.task not in TASK_CHOICES:
+            raise InputError(f"--task: expected one of {', '.join(TASK_CHOICES)}, found {self.task!r}"
+                             f"{did_you_mean(self.task, TASK_CHOICES)}")
+        if self.na not in NA_POLICIES:
+            raise InputError(f"--na: expected one of {', '.join(NA_POLICIES)}, found {self.na!r}")
+        if self.max_categories < 2:
+            raise InputError(f"--max-categories: expected at least 2, found {self.max_categories}")
+        if self.sep is not None and len(self.sep) != 1:
+            raise InputError(f"--sep: expected one character, found {self.sep!r}")
 
     def refuse(self, source: str, *, inputs: bool = False, target: bool = False,
-               task: bool = False) -> None:
-        """Raise InputError if an option the source does not take was given."""
+               task: bool = False, table: bool = False, ids: bool = False, sep: bool = False) -> None:
+        """Raise InputError if an option the source does not take was given (``table``: the column
+        options ``--features``, ``--drop``, ``--categorical``, ``--na``, ``--max-categories``)."""
         given = {"--input": inputs and self.inputs, "--target": target and self.target,
-                 "--task": task and self.task != "auto"}
+                 "--task": task and self.task != "auto",
+                 "--features": table and self.features, "--drop": table and self.drop,
+                 "--categorical": table and self.categorical, "--na": table and self.na != "drop",
+                 "--max-categories": table and self.max_categories != DEFAULT_MAX_CATEGORIES,
+                 "--id": (table or ids) and self.ids, "--sep": (table or sep) and self.sep is not None}
         for option, present in given.items():
             if present:
                 raise InputError(f"{option}: source '{source}' does not take this option")
@@ -112,57 +166,6 @@ def require_file(path: Path) -> Path:
     return path
 
 
-def numeric_matrix(frame: pd.DataFrame, columns: Sequence[str], origin: str, rows: np.ndarray,
-                   row_label: str) -> np.ndarray:
-    """Columns of a parsed frame as an (n, len(columns)) float64 matrix; missing values become NaN.
-
-    Args:
-        frame: one block of a parsed table, missing values already NA.
-        columns: the columns to take, in order.
-        origin: the file, for messages.
-        rows: (n,) row numbers of the frame's rows, for messages.
-        row_label: unit of ``rows`` (``"line"``, ``"row"``).
-
-    Raises:
-        InputError: a value is not a number; names the file, row, column and the value.
-    """
-    out = np.empty((len(frame), len(columns)), dtype=np.float64)
-    for j, column in enumerate(columns):
-        values = frame[column]
-        if pd.api.types.is_bool_dtype(values) or not pd.api.types.is_numeric_dtype(values):
-            converted = pd.to_numeric(values, errors="coerce")
-            bad = np.flatnonzero(converted.isna().to_numpy() & values.notna().to_numpy())
-            if len(bad):
-                i = bad[0]
-                raise InputError(f"{origin}: {row_label} {int(rows[i])}, column '{column}': "
-                                 f"expected a number, found {values.iloc[i]!r}")
-            values = converted
-        out[:, j] = values.to_numpy(dtype=np.float64, na_value=np.nan)
-    return out
-
-
-def drop_missing(missing: np.ndarray, names: Sequence[str], reasons: Sequence[str] | None = None
-                 ) -> tuple[np.ndarray, Counter[str]]:
-    """Rows to keep, and the rows dropped per reason (the first missing column of each row).
-
-    Args:
-        missing: (n, k) bool, True where a value is missing.
-        names: the k column names.
-        reasons: the k reasons to count under; ``"missing <name>"`` by default.
-
-    Returns:
-        ``(keep, dropped)``: (n,) bool mask of complete rows, and counts of dropped rows by reason.
-    """
-    reasons = reasons or [f"missing {name}" for name in names]
-    any_missing = missing.any(axis=1)
-    first = missing[any_missing].argmax(axis=1)
-    dropped: Counter[str] = Counter()
-    for j, count in enumerate(np.bincount(first, minlength=len(names))):
-        if count:
-            dropped[reasons[j]] += int(count)
-    return ~any_missing, dropped
-
-
 @contextmanager
 def reading(path: Path) -> Iterator[None]:
     """Turn the errors of reading a damaged or malformed file into an InputError naming it."""
@@ -176,10 +179,10 @@ def reading(path: Path) -> Iterator[None]:
         raise InputError(f"{path}: unreadable or truncated file ({type(exc).__name__}: {exc})") from exc
 
 
-def csv_columns(path: Path) -> list[str]:
-    """The header of a CSV file (any compression pandas infers from the name)."""
+def csv_columns(path: Path, sep: str = ",") -> list[str]:
+    """The header of a CSV file (any compression pandas infers from the name) with field separator ``sep``."""
     with reading(path):
-        return list(pd.read_csv(path, nrows=0).columns)
+        return list(pd.read_csv(path, nrows=0, sep=sep).columns)
 
 
 def csv_blocks(path: Path, columns: Sequence[str] | None = None, block_rows: int = BLOCK_ROWS,

@@ -35,7 +35,7 @@ PREFIXES = {"train": "train", "test": "t10k"}
 
 def open_mnist(request: SourceRequest) -> Source:
     """The MNIST source for the directory ``--input`` (default: Debian's Fashion-MNIST)."""
-    request.refuse("mnist", target=True, task=True)
+    request.refuse("mnist", target=True, task=True, table=True)
     if len(request.inputs) > 1:
         raise InputError(f"--input: source 'mnist' expects one directory, found {len(request.inputs)} "
                          "inputs")

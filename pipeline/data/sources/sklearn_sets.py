@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ...errors import InputError
+from ...errors import InputError, did_you_mean
 from .base import BLOCK_ROWS, RowBlock, Source, SourceRequest
 
 # name -> task; all are shipped inside scikit-learn, none is downloaded.
@@ -21,10 +21,10 @@ SETS = {
 
 def open_sklearn(name: str, request: SourceRequest) -> Source:
     """The bundled scikit-learn set ``name`` (see :data:`SETS`)."""
-    request.refuse(f"sklearn:{name}", inputs=True, target=True, task=True)
+    request.refuse(f"sklearn:{name}", inputs=True, target=True, task=True, table=True)
     if name not in SETS:
         raise InputError(f"sklearn:{name}: unknown set; expected one of "
-                         f"{', '.join(f'sklearn:{s}' for s in SETS)}")
+                         f"{', '.join(f'sklearn:{s}' for s in SETS)}{did_you_mean(name, SETS)}")
     from sklearn import datasets  # imported here: scikit-learn is large, and only this source needs it
 
     bunch = getattr(datasets, f"load_{name}")()

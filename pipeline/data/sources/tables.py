@@ -1,9 +1,15 @@
-"""Users' own tables: CSV and Parquet with a named target column, and ``.npz`` files with ``X``/``y``.
+"""Users' own tables: CSV and Parquet files with a named target column, and ``.npz`` files with ``X``/``y``.
 
-Every column but the target is a feature and must be numeric. A missing value (an empty CSV cell or
-one of pandas' NA markers such as ``NA``; a Parquet null) drops its row, counted per column; a value
-that is present but not finite (``inf``, or NaN in a Parquet or ``.npz`` array) is an error. The task
-(classification or regression) is given with ``--task`` or decided by ingest from the target values.
+A table is read twice, a block at a time: once to learn its transformation
+(:func:`~pep_gp.pipeline.data.table_scan.scan_table`: numeric and text columns, categories, labels, fill
+values) and once to transform its rows (:meth:`~pep_gp.pipeline.data.transforms.Transforms.apply`). The
+feature columns are every column but the target and the ``--id`` columns, or those of ``--features``,
+less those of ``--drop``. A missing value (an empty CSV cell or one of pandas' NA markers such as
+``NA``; a Parquet null) drops its row, counted per column, under ``--na drop``; a value that is present
+but not finite (``inf``, or NaN in a Parquet or ``.npz`` array) is an error. The task (classification
+or regression) is given with ``--task`` or decided from the target values.
+
+The readers of this module (:func:`csv_chunks`, :func:`parquet_chunks`) also read ``pep predict``'s input.
 """
 
 from __future__ import annotations
@@ -15,10 +21,15 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...errors import InputError
+from ...errors import InputError, did_you_mean
+from ..frames import TableChunk
+from ..table_scan import TableOptions, rows_to_keep, scan_table
+from ..transforms import Transforms, label_kind
 from .base import (
     BLOCK_ROWS,
     RowBlock,
@@ -26,82 +37,202 @@ from .base import (
     SourceRequest,
     csv_blocks,
     csv_columns,
-    drop_missing,
-    numeric_matrix,
     reading,
     require_file,
 )
+
+SEPARATORS = (",", ";", "\t", "|")  # looked for in a header read as a single column
 
 
 def open_csv(request: SourceRequest) -> Source:
     """CSV files (same header; any compression pandas infers) with the target column ``--target``."""
     paths = _inputs(request, "csv")
     target = _target(request, "csv")
-    header = csv_columns(paths[0])
-    features = _features(paths[0], header, target)
+    sep = request.sep or ","
+    header = csv_header(paths[0], sep)
     for path in paths[1:]:
-        if csv_columns(path) != header:
+        if csv_header(path, sep) != header:
             raise InputError(f"{path}: header differs from {paths[0]}'s; expected columns {header}")
 
-    def read() -> Iterator[RowBlock]:
-        for path in paths:
-            for frame, lines in csv_blocks(path):
-                values = numeric_matrix(frame, [*features, target], str(path), lines, "line")
-                yield _block(values, np.isnan(values), [*features, target], str(path), lines, "line")
+    def chunks(text_columns: frozenset[str], columns: Sequence[str]) -> Iterator[TableChunk]:
+        return csv_chunks(paths, columns, text_columns, sep)
 
-    return _table_source("csv", paths, features, target, request.task, read)
+    return _table_source("csv", paths, header, request, target, chunks)
 
 
 def open_parquet(request: SourceRequest) -> Source:
     """Parquet files (same schema) with the target column ``--target``; read by row batches."""
     paths = _inputs(request, "parquet")
     target = _target(request, "parquet")
-    names = _parquet_file(paths[0]).schema_arrow.names
-    features = _features(paths[0], names, target)
-    columns = [*features, target]
+    request.refuse("parquet", sep=True)
+    header = parquet_header(paths[0])
     for path in paths[1:]:
-        if _parquet_file(path).schema_arrow.names != names:
-            raise InputError(f"{path}: columns differ from {paths[0]}'s; expected {names}")
+        if parquet_header(path) != header:
+            raise InputError(f"{path}: columns differ from {paths[0]}'s; expected {header}")
 
-    def read() -> Iterator[RowBlock]:
-        for path in paths:
-            start = 0
-            with reading(path):
-                for batch in _parquet_file(path).iter_batches(batch_size=BLOCK_ROWS, columns=columns):
-                    rows = np.arange(start, start + batch.num_rows)
-                    start += batch.num_rows
-                    missing = np.column_stack([batch.column(c).is_null().to_numpy(zero_copy_only=False)
-                                               for c in columns])
-                    values = numeric_matrix(batch.to_pandas(), columns, str(path), rows, "row")
-                    yield _block(values, missing, columns, str(path), rows, "row")
+    def chunks(text_columns: frozenset[str], columns: Sequence[str]) -> Iterator[TableChunk]:
+        return parquet_chunks(paths, columns, text_columns)
 
-    return _table_source("parquet", paths, features, target, request.task, read)
+    return _table_source("parquet", paths, header, request, target, chunks)
 
 
 def open_npz(request: SourceRequest) -> Source:
-    """``.npz`` files holding ``X`` (N, D) and ``y`` (N,), streamed from the archive block by block."""
+    """``.npz`` files holding ``X`` (N, D) numbers and ``y`` (N,) labels or targets (numbers, booleans or
+    text), streamed from the archive block by block; the features are named ``x0``, ``x1``, …"""
     paths = _inputs(request, "npz")
-    request.refuse("npz", target=True)
+    request.refuse("npz", target=True, ids=True, sep=True)
     shapes = [_npz_shapes(path) for path in paths]
     n_features = shapes[0][1]
     for path, (_, d) in zip(paths[1:], shapes[1:]):
         if d != n_features:
             raise InputError(f"{path}: array 'X': expected {n_features} columns like {paths[0]}, found {d}")
-    features = tuple(f"x{j}" for j in range(n_features))
+    header = [*(f"x{j}" for j in range(n_features)), "y"]
 
-    def read() -> Iterator[RowBlock]:
+    def chunks(text_columns: frozenset[str], columns: Sequence[str]) -> Iterator[TableChunk]:
         for path, (n_rows, _) in zip(paths, shapes):
             with (reading(path), zipfile.ZipFile(path) as archive,
                   archive.open("X.npy") as X_file, archive.open("y.npy") as y_file):
-                X_dtype, y_dtype = _npy_header(path, X_file, "X")[1], _npy_header(path, y_file, "y")[1]
+                X_dtype, y_dtype = _npy_header(path, X_file, "X")[1], _npy_header(path, y_file, "y", "biufU")[1]
                 for start in range(0, n_rows, BLOCK_ROWS):
                     stop = min(start + BLOCK_ROWS, n_rows)
-                    X = _read_rows(path, "X", X_file, X_dtype, (stop - start, n_features))
-                    y = _read_rows(path, "y", y_file, y_dtype, (stop - start,))
-                    yield RowBlock(X, y, str(path), np.arange(start, stop))
+                    frame = pd.DataFrame(_read_rows(path, "X", X_file, X_dtype, (stop - start, n_features)),
+                                         columns=header[:-1])
+                    frame["y"] = _read_rows(path, "y", y_file, y_dtype, (stop - start,))
+                    frame = frame[list(columns)]
+                    yield TableChunk(frame, pd.DataFrame(False, index=frame.index, columns=frame.columns),
+                                     str(path), np.arange(start, stop))
 
-    return Source("npz", f"npz {', '.join(map(str, paths))} (X, y)", features, "y",
-                  None if request.task == "auto" else request.task, None, "0.2", read)
+    return _table_source("npz", paths, header, request, "y", chunks,
+                         description=f"npz {', '.join(map(str, paths))} (X, y)")
+
+
+# --------------------------------------------------------------------------------------------------
+def csv_header(path: Path, sep: str) -> list[str]:
+    """The columns of a CSV file's header.
+
+    Raises:
+        InputError: unreadable, or read as a single column whose name holds another separator (the
+            wrong ``--sep``).
+    """
+    header = [str(column) for column in csv_columns(path, sep=sep)]
+    if len(header) == 1:
+        for other in SEPARATORS:
+            if other != sep and other in header[0]:
+                raise InputError(f"{path}: read as a single column {header[0]!r} with --sep {sep!r}; the "
+                                 f"header holds {other!r}: pass --sep {other!r}")
+    return header
+
+
+def csv_chunks(paths: Sequence[Path], columns: Sequence[str], text_columns: frozenset[str], sep: str
+               ) -> Iterator[TableChunk]:
+    """Blocks of CSV rows: ``columns`` of them, ``text_columns`` as text, others as pandas parses them.
+    Every field is parsed, so a row with too many fields is an error (not silently cut)."""
+    text = {column: str for column in text_columns if column in columns}
+    for path in paths:
+        for frame, lines in csv_blocks(path, sep=sep, dtype=text):
+            frame = frame[list(columns)]
+            yield TableChunk(frame, frame.isna(), str(path), lines, "line")
+
+
+def parquet_header(path: Path) -> list[str]:
+    """The columns of a Parquet file."""
+    return list(_parquet_file(path).schema_arrow.names)
+
+
+def parquet_chunks(paths: Sequence[Path], columns: Sequence[str], text_columns: frozenset[str]
+                   ) -> Iterator[TableChunk]:
+    """Row batches of Parquet files: ``columns`` only, ``text_columns`` cast to text; a null is missing."""
+    for path in paths:
+        start = 0
+        with reading(path):
+            for batch in _parquet_file(path).iter_batches(batch_size=BLOCK_ROWS, columns=list(columns)):
+                arrays = [batch.column(c) for c in columns]
+                missing = pd.DataFrame({c: a.is_null().to_numpy(zero_copy_only=False) for c, a in zip(columns, arrays)})
+                arrays = [pc.cast(a, pa.string()) if c in text_columns else a for c, a in zip(columns, arrays)]
+                frame = pa.RecordBatch.from_arrays(arrays, names=list(columns)).to_pandas()
+                yield TableChunk(frame, missing, str(path), np.arange(start, start + batch.num_rows))
+                start += batch.num_rows
+
+
+def check_columns(path: Path, header: Sequence[str], named: dict[str, Sequence[str]]) -> None:
+    """Raise InputError for the first named column the header lacks, with the closest header name.
+
+    Args:
+        path: the file, for the message.
+        header: its columns.
+        named: what names them (``the --target column``, ``a feature of the run``, …) → the columns.
+    """
+    for role, names in named.items():
+        for name in names:
+            if name not in header:
+                raise InputError(f"{path}: no column {name!r} ({role}); columns are "
+                                 f"{', '.join(map(str, header))}{did_you_mean(name, header)}")
+
+
+# --------------------------------------------------------------------------------------------------
+TableReader = Callable[[frozenset[str], Sequence[str]], Iterator[TableChunk]]
+"""``chunks(text_columns, columns)``: a fresh pass over a table's ``columns``, some read as text."""
+
+
+def _table_source(name: str, paths: Sequence[Path], header: Sequence[str], request: SourceRequest, target: str,
+                  chunks: TableReader, description: str | None = None) -> Source:
+    """The :class:`Source` of a table: its columns checked, its transformation learnt by ``fit``."""
+    features = _feature_columns(paths[0], header, request, target)
+    description = description or f"{name} {', '.join(map(str, paths))}, target column '{target}'"
+    options = TableOptions(", ".join(map(str, paths)), features, target, request.task, request.na, request.ids,
+                           frozenset(request.categorical), request.max_categories)
+    used = [*features, target]
+
+    def fit(progress: Callable[[int], None] = lambda rows: None) -> Source:
+        transforms = scan_table(lambda text: chunks(text, used), options, progress)
+        text = frozenset(transforms.text_columns) | ({target} if _text_labels(transforms) else frozenset())
+        return Source(name, description, transforms.feature_names, target, transforms.task,
+                      transforms.n_classes, "0.2", lambda: _transformed(chunks(text, used), transforms),
+                      transforms=transforms)
+
+    return Source(name, description, tuple(features), target, None if request.task == "auto" else request.task,
+                  None, "0.2", lambda: fit().read(), fit=fit)
+
+
+def _transformed(chunks: Iterator[TableChunk], transforms: Transforms) -> Iterator[RowBlock]:
+    """The row blocks of a table's chunks: rows with a missing value dropped (under ``--na mean`` only
+    those with a missing target), then features and labels transformed."""
+    used = [*transforms.input_columns, transforms.target]
+    for chunk in chunks:
+        keep, dropped = rows_to_keep(chunk, used, transforms.na)
+        kept = chunk.subset(keep)
+        yield RowBlock(transforms.apply(kept), transforms.encode_labels(kept), chunk.origin, kept.rows,
+                       chunk.row_label, None, dropped)
+
+
+def _text_labels(transforms: Transforms) -> bool:
+    return transforms.labels is not None and label_kind(transforms.labels[0]) == "text"
+
+
+def _feature_columns(path: Path, header: Sequence[str], request: SourceRequest, target: str) -> tuple[str, ...]:
+    """The feature columns: ``--features`` (default: all but the target and ids) less ``--drop``.
+
+    Raises:
+        InputError: a named column is not in the header, the target or an id is a feature, a
+            ``--categorical`` column is not a feature, or no feature is left.
+    """
+    check_columns(path, header, {f"the {option} column": names for option, names in (
+        ("--target", [target]), ("--id", request.ids), ("--features", request.features), ("--drop", request.drop),
+        ("--categorical", request.categorical))})
+    for option, names in (("--id", request.ids), ("--features", request.features)):
+        if target in names:
+            raise InputError(f"{option}: {target!r} is the --target column")
+    both = set(request.ids) & set(request.features)
+    if both:
+        raise InputError(f"--features: {sorted(both)[0]!r} is an --id column")
+    chosen = request.features or [c for c in header if c != target and c not in request.ids]
+    features = tuple(str(c) for c in chosen if c not in request.drop)
+    for name in request.categorical:
+        if name not in features:
+            raise InputError(f"--categorical: {name!r} is not a feature column; features are {', '.join(features)}")
+    if not features:
+        raise InputError(f"{path}: expected feature columns besides '{target}', found none")
+    return features
 
 
 def _inputs(request: SourceRequest, source: str) -> tuple[Path, ...]:
@@ -116,31 +247,6 @@ def _target(request: SourceRequest, source: str) -> str:
     if not request.target:
         raise InputError(f"--target: source '{source}' needs the name of the target column")
     return request.target
-
-
-def _features(path: Path, columns: Sequence[str], target: str) -> tuple[str, ...]:
-    """All columns but the target; raise InputError if the target is absent or nothing is left."""
-    if target not in columns:
-        raise InputError(f"{path}: no column '{target}' (the --target column); "
-                         f"columns are {', '.join(map(str, columns))}")
-    features = tuple(str(c) for c in columns if c != target)
-    if not features:
-        raise InputError(f"{path}: expected feature columns besides '{target}', found none")
-    return features
-
-
-def _block(values: np.ndarray, missing: np.ndarray, columns: Sequence[str], origin: str,
-           rows: np.ndarray, row_label: str) -> RowBlock:
-    """A block from a table's (n, D + 1) values (target last) without the rows with missing values."""
-    keep, dropped = drop_missing(missing, columns, [f"missing value in column '{c}'" for c in columns])
-    return RowBlock(values[keep, :-1], values[keep, -1], origin, rows[keep], row_label, None, dropped)
-
-
-def _table_source(name: str, paths: Sequence[Path], features: Sequence[str], target: str, task: str,
-                  read: Callable[[], Iterator[RowBlock]]) -> Source:
-    """The :class:`Source` of a CSV or Parquet table."""
-    return Source(name, f"{name} {', '.join(map(str, paths))}, target column '{target}'",
-                  tuple(features), target, None if task == "auto" else task, None, "0.2", read)
 
 
 def _parquet_file(path: Path) -> pq.ParquetFile:
@@ -166,7 +272,7 @@ def _npz_shapes(path: Path) -> tuple[int, int]:
                                      f"found {', '.join(members) or 'nothing'}")
             with archive.open("X.npy") as X_file, archive.open("y.npy") as y_file:
                 X_shape, X_dtype = _npy_header(path, X_file, "X")
-                y_shape, y_dtype = _npy_header(path, y_file, "y")
+                y_shape, y_dtype = _npy_header(path, y_file, "y", "biufU")
             for name, shape, dtype in (("X", X_shape, X_dtype), ("y", y_shape, y_dtype)):
                 _check_claimed_size(path, archive.getinfo(f"{name}.npy"), name, shape, dtype)
     if len(X_shape) != 2 or len(y_shape) != 1:
@@ -191,8 +297,10 @@ def _check_claimed_size(path: Path, member: zipfile.ZipInfo, name: str, shape: t
                          f"more than the archive holds ({holds:,} bytes at most); the file is damaged")
 
 
-def _npy_header(path: Path, handle: IO[bytes], name: str) -> tuple[tuple[int, ...], np.dtype]:
-    """Read a ``.npy`` header from an open archive member; return its shape and numeric dtype."""
+def _npy_header(path: Path, handle: IO[bytes], name: str, kinds: str = "biuf"
+                ) -> tuple[tuple[int, ...], np.dtype]:
+    """Read a ``.npy`` header from an open archive member; return its shape and dtype (of ``kinds``:
+    numbers for ``X``; also booleans and text for ``y``, never Python objects)."""
     try:
         version = np.lib.format.read_magic(handle)
         read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
@@ -200,8 +308,9 @@ def _npy_header(path: Path, handle: IO[bytes], name: str) -> tuple[tuple[int, ..
         shape, fortran_order, dtype = read_header(handle)
     except ValueError as exc:
         raise InputError(f"{path}: array '{name}' is not a valid .npy array ({exc})") from exc
-    if dtype.kind not in "biuf":
-        raise InputError(f"{path}: array '{name}': expected numbers, found dtype {dtype}")
+    if dtype.kind not in kinds:
+        expected = "numbers" if kinds == "biuf" else "numbers, booleans or text"
+        raise InputError(f"{path}: array '{name}': expected {expected}, found dtype {dtype}")
     if fortran_order and len(shape) > 1:
         raise InputError(f"{path}: array '{name}': expected C order, found Fortran order "
                          "(save np.ascontiguousarray(X))")
@@ -210,10 +319,12 @@ def _npy_header(path: Path, handle: IO[bytes], name: str) -> tuple[tuple[int, ..
 
 def _read_rows(path: Path, name: str, handle: IO[bytes], dtype: np.dtype, shape: tuple[int, ...]
                ) -> np.ndarray:
-    """Read the next ``shape`` values of a ``.npy`` member as float64; InputError if it ends early."""
+    """Read the next ``shape`` values of a ``.npy`` member (numbers as float64, labels as stored);
+    InputError if it ends early."""
     expected = int(np.prod(shape)) * dtype.itemsize
     data = handle.read(expected)
     if len(data) != expected:
         raise InputError(f"{path}: array '{name}' is truncated (expected {expected} more bytes, "
                          f"found {len(data)})")
-    return np.frombuffer(data, dtype=dtype).reshape(shape).astype(np.float64)
+    values = np.frombuffer(data, dtype=dtype).reshape(shape)
+    return values.astype(np.float64) if dtype.kind in "iuf" else values

@@ -1,0 +1,69 @@
+"""What the ``pep`` commands share: options (``--prefect``, ``--cluster``'s TLS files, lists of names) and
+how a failure is reported (one line on stderr; exit code 2 for bad input, 1 for an I/O error or failed
+training)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..pipeline.cluster_address import CLUSTER_HELP, TLS_CONFIG, parse_cluster
+from ..pipeline.errors import InputError, TrainingFailed
+
+PrefectFlag = Annotated[bool, typer.Option(
+    "--prefect", help="Run as a Prefect flow (tasks with retries, artifacts); the default when PREFECT_API_URL "
+                      "or a Prefect profile's API is set. Without it no Prefect server is started.")]
+ClusterOption = Annotated[str, typer.Option(help=CLUSTER_HELP + ".")]
+RunDirOption = Annotated[Path, typer.Option(help="A run directory written by `pep train`.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON summary object.")]
+QuietFlag = Annotated[bool, typer.Option(help="No progress display or summary.")]
+TlsCaFile = Annotated[Path | None, typer.Option(help="CA certificate of a tls:// cluster (default: Dask's "
+                                                     "distributed.comm.tls.ca-file).")]
+TlsCert = Annotated[Path | None, typer.Option(help="Client certificate for a tls:// cluster (default: "
+                                                   "Dask's distributed.comm.tls.client.cert).")]
+TlsKey = Annotated[Path | None, typer.Option(help="Its private key (default: Dask's "
+                                                  "distributed.comm.tls.client.key).")]
+
+
+@contextmanager
+def user_errors(command: str) -> Iterator[None]:
+    """Turn bad input (exit code 2), and I/O errors and failed training (exit code 1), into one line on
+    stderr."""
+    try:
+        yield
+    except (InputError, OSError, TrainingFailed) as error:
+        typer.echo(f"{command}: error: {error}", err=True)
+        raise typer.Exit(2 if isinstance(error, InputError) else 1) from None
+
+
+def names(values: Sequence[str] | None) -> tuple[str, ...]:
+    """Column names given as repeated options and/or comma-separated lists (``--drop a,b --drop c``)."""
+    return tuple(name.strip() for value in values or () for name in value.split(",") if name.strip())
+
+
+def quiet_cluster_logs() -> None:
+    """Only errors from Dask's client logger (a cluster's start and stop chatter is not the user's concern)."""
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+
+
+def use_cluster(cluster: str, tls_ca_file: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
+    """Check ``--cluster`` and make the ``--tls-*`` files Dask's client TLS configuration of this
+    process (over ``DASK_DISTRIBUTED__COMM__TLS__*`` and Dask's config files), so that the flow's
+    :func:`~pep_gp.pipeline.engine.connect` uses them; refuse a tls:// cluster without them."""
+    quiet_cluster_logs()
+    parse_cluster(cluster)
+    given = {TLS_CONFIG[name]: str(path) for name, path in (("ca", tls_ca_file), ("cert", tls_cert),
+                                                             ("key", tls_key)) if path is not None}
+    if given and not cluster.startswith("tls://"):
+        raise InputError(f"--tls-ca-file/--tls-cert/--tls-key: only for a tls:// --cluster, found {cluster!r}")
+    import dask  # Dask and the engine (which loads JAX) only once the options are checked
+
+    from ..pipeline.engine.clusters import client_security
+
+    dask.config.set(given)
+    client_security(cluster)

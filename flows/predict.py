@@ -1,0 +1,147 @@
+"""The flow ``pep-predict`` and the ``pep predict`` command: a trained run's predictions for the rows of a
+CSV or Parquet table (or a store), streamed chunk by chunk through the same ``--cluster`` backends as
+``pep train`` into a ``.csv``, ``.parquet`` or ``.zarr`` file (:func:`pep_gp.pipeline.predict.predict`).
+
+As the Prefect flow ``predict_flow`` (:mod:`pep_gp.flows.runtime`) the prediction is a ``predict``
+task, retried on transient errors (the output is written atomically, so a retry starts clean), and the
+flow publishes the summary as the markdown artifact ``predict-<run>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from .options import (ClusterOption, JsonFlag, PrefectFlag, QuietFlag, RunDirOption,
+                      TlsCaFile, TlsCert, TlsKey, use_cluster, user_errors)
+from .reports import artifact_key
+from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
+from .train import is_transient
+from ..pipeline.data.predictions import SPLIT_CHOICES, open_input, output_kind
+from ..pipeline.jsonio import dumps
+
+progress_reporter: ContextVar[Callable[[int], None]] = ContextVar("predict_progress", default=lambda rows: None)
+"""Where the running flow reports the rows predicted so far; the command line sets it to its display."""
+
+
+def predict_on(run_dir: str, input: str, out: str, sep: str | None, intervals: list[float] | None, split: str,
+               cluster: str, overwrite: bool) -> dict[str, Any]:
+    """:func:`~pep_gp.pipeline.predict.predict` on the backend of ``cluster``; the summary as a dict."""
+    from ..pipeline.engine import connect
+    from ..pipeline.predict import predict
+
+    backend = connect(cluster)
+    try:
+        return asdict(predict(run_dir, input, out, sep=sep, intervals=intervals or (), split=split,
+                              overwrite=overwrite, backend=backend, progress=progress_reporter.get()))
+    finally:
+        backend.close()
+
+
+def predict_run(run_dir: str, input: str, out: str, sep: str | None = None, intervals: list[float] | None = None,
+                split: str = "all", cluster: str = "none", overwrite: bool = False) -> dict[str, Any]:
+    """Predict every row of ``input`` with the newest checkpoint of ``run_dir`` into ``out``.
+
+    Args:
+        run_dir: a run directory written by ``pep train``.
+        input: a CSV or Parquet file with the run's feature and id columns (matched by name; no target
+            needed), or a pep store of the same features.
+        out: the output file: ``.csv``, ``.parquet`` or ``.zarr``.
+        sep: the CSV input's field separator (default ``,``).
+        intervals: regression: levels of the Gaussian predictive intervals to add (e.g. ``[0.9]``).
+        split: a store input's rows: ``all`` (train then test), ``train`` or ``test``.
+        cluster: ``none``, ``local:N`` or ``tcp://HOST:PORT`` (as ``pep train``).
+        overwrite: replace an existing output.
+
+    Returns:
+        The summary (:class:`pep_gp.pipeline.predict.PredictSummary`) as a dict.
+    """
+    compute = prefect_objects("predict_task") if in_prefect_run() else predict_on
+    summary = compute(run_dir, input, out, sep, intervals, split, cluster, overwrite)
+    if in_prefect_run():
+        from prefect.artifacts import create_markdown_artifact
+
+        rows = "\n".join(f"| {key} | {value} |" for key, value in summary.items())
+        create_markdown_artifact(key=artifact_key("predict", run_dir), markdown=f"| | |\n|---|---|\n{rows}",
+                                 description=f"pep predict {input} → {out}")
+    return summary
+
+
+def _prefect() -> dict[str, Any]:
+    """The flow ``pep-predict`` over :func:`predict_run`, and its task."""
+    return {"predict_flow": prefect_flow(predict_run, "pep-predict"),
+            "predict_task": prefect_task(predict_on, "predict", is_transient)}
+
+
+prefect_objects = lazy_prefect(__name__, ("predict_flow", "predict_task"), _prefect)
+__getattr__ = prefect_objects
+
+
+def predict_command(
+    run_dir: RunDirOption,
+    input: Annotated[Path, typer.Option(
+        "--input", help="The rows to predict: a .csv or .parquet file with the run's feature columns (matched "
+                        "by name; no target needed) and its --id columns, or a pep store.")],
+    out: Annotated[Path, typer.Option(help="Output file: .csv, .parquet or .zarr.")],
+    sep: Annotated[str | None, typer.Option(help="The CSV input's field separator (default ',').")] = None,
+    interval: Annotated[list[float] | None, typer.Option(
+        help="Regression: add lower_P and upper_P, the Gaussian predictive interval of level P (repeat "
+             "for several, e.g. --interval 0.9).")] = None,
+    split: Annotated[str, typer.Option(help=f"A store's rows to predict: {', '.join(SPLIT_CHOICES)}.")] = "all",
+    cluster: ClusterOption = "none",
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output (atomically).")] = False,
+    json_output: JsonFlag = False,
+    quiet: QuietFlag = False,
+    tls_ca_file: TlsCaFile = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    prefect: PrefectFlag = False,
+) -> None:
+    """Predict the rows of a table with a trained run (labels and probabilities, or mean, std, intervals)."""
+    with user_errors("pep predict"):
+        output_kind(out, overwrite)
+        use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
+        from ..pipeline.predict import check_intervals, load_predictor, unseen_warning  # JAX: after the cheap checks
+
+        predictor = load_predictor(run_dir)  # fail fast, before a cluster (or a Prefect server) starts
+        check_intervals(interval or (), predictor.task)
+        open_input(input, predictor.transforms, sep, split)
+        run = predict_run
+        if prefect_requested(prefect):
+            prefect_quietly()
+            run = prefect_objects("predict_flow")
+        with _progress_display(enabled=not (quiet or json_output)):
+            summary = run(str(run_dir), str(input), str(out), sep, interval, split, cluster, overwrite)
+    warning = unseen_warning(summary["unseen"])
+    if warning:
+        typer.echo(f"pep predict: warning: {warning}", err=True)
+    if json_output:
+        typer.echo(dumps(summary))
+    elif not quiet:
+        Console().print(f"predicted {summary['rows']:,} rows of {summary['input']} into {summary['out']} "
+                        f"({', '.join(summary['columns'])}) in {summary['seconds']:.1f} s", markup=False)
+
+
+@contextmanager
+def _progress_display(enabled: bool) -> Iterator[None]:
+    """Rows predicted so far, on stderr, while the flow runs (when ``enabled`` and stderr is a terminal)."""
+    console = Console(stderr=True)
+    if not (enabled and console.is_terminal):
+        yield
+        return
+    columns = (SpinnerColumn(), TextColumn("rows predicted"), TextColumn("{task.completed:,.0f}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as display:
+        bar = display.add_task("predict")
+        token = progress_reporter.set(lambda rows: display.update(bar, completed=rows))
+        try:
+            yield
+        finally:
+            progress_reporter.reset(token)

@@ -1,0 +1,202 @@
+"""Predictions of trained runs on new tables (:mod:`pep_gp.pipeline.predict`): checked against the model's
+predictive on rows transformed independently with pandas, equal across output formats and between this
+process and a 2-worker cluster, streamed, and written atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+import pytest
+import zarr
+
+from pep_gp.core import float64
+from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.sources.base import BLOCK_ROWS
+from pep_gp.pipeline.data.stores import open_store
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.models import MODELS
+from pep_gp.pipeline.models.collapsed import COLLAPSED
+from pep_gp.pipeline.predict import load_predictor, predict
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.manifest import RunManifest
+from pep_gp.pipeline.training.runs import bound_model, load_run
+from pep_gp.pipeline.training.trainer import TrainJob, train
+from pep_gp.pipeline.data.blocks import TargetScaling
+from tests import datafiles
+
+SMALL = TrainConfig(model={"num_inducing": 8}, epochs=1, batch_size=1000)
+
+
+@pytest.fixture
+def classifier(messy_classifier) -> Path:
+    return messy_classifier.run_dir
+
+
+@pytest.fixture
+def regressor(messy_regressor) -> Path:
+    return messy_regressor.run_dir
+
+
+def oracle(run_dir: Path, table: pd.DataFrame) -> dict:
+    """The model's predictive on the table's rows transformed by hand: the run's mean fill for age,
+    one-hot city columns in sorted order, standardised with the run's training statistics."""
+    manifest = load_run(run_dir).meta
+    record = manifest["transforms"]
+    age = table["age"].fillna(record["features"][0]["fill"])
+    x = np.column_stack([age, *(table["city"] == c for c in ("Lyon", "Nice", "Paris")), table["income"]])
+    x = (x - np.asarray(manifest["x_mean"])) / np.asarray(manifest["x_std"])
+    spec, _, model = bound_model(RunManifest.of(manifest))
+    with float64():
+        out = spec.predictive(model, TargetScaling(**manifest["targets"]))(load_run(run_dir).trees["params"], x)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def test_classifier_predictions_are_the_models_in_the_users_labels(classifier, tmp_path):
+    new = classifier.parent / "new.csv"
+    summary = predict(classifier, new, tmp_path / "p.csv", sep=";")
+    out = pd.read_csv(tmp_path / "p.csv")
+    assert list(out.columns) == ["id", "label", "proba_no", "proba_yes"] == summary.columns and summary.rows == 50
+    table = pd.read_csv(new, sep=";")
+    assert out["id"].tolist() == table["id"].tolist()
+    probabilities = out[["proba_no", "proba_yes"]].to_numpy()
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(probabilities, np.exp(oracle(classifier, table)["log_proba"]), rtol=1e-12, atol=1e-15)
+    assert out["label"].tolist() == np.where(probabilities[:, 1] > probabilities[:, 0], "yes", "no").tolist()
+
+
+@pytest.mark.slow  # trains a second run (~30 s); the classifier's tests cover the rest
+def test_regressor_predictions_mean_std_and_intervals(regressor, tmp_path):
+    new = regressor.parent / "new.csv"
+    predict(regressor, new, tmp_path / "p.parquet", sep=";", intervals=(0.9, 0.5))
+    out = pd.read_parquet(tmp_path / "p.parquet")
+    assert list(out.columns) == ["id", "mean", "std", "lower_0.9", "upper_0.9", "lower_0.5", "upper_0.5"]
+    expected = oracle(regressor, pd.read_csv(new, sep=";"))
+    np.testing.assert_allclose(out["mean"], expected["mean"], rtol=1e-12)
+    np.testing.assert_allclose(out["std"] ** 2, expected["var"], rtol=1e-12)
+    for level in (0.9, 0.5):
+        z = NormalDist().inv_cdf((1 + level) / 2)
+        np.testing.assert_allclose(out[f"upper_{level}"] - out["mean"], z * out["std"], rtol=1e-12)
+        np.testing.assert_allclose(out["mean"] - out[f"lower_{level}"], z * out["std"], rtol=1e-12)
+
+
+def test_csv_parquet_and_zarr_outputs_hold_the_same_values(classifier, tmp_path):
+    new = classifier.parent / "new.csv"
+    for name in ("p.csv", "p.parquet", "p.zarr"):
+        predict(classifier, new, tmp_path / name, sep=";")
+    csv, parquet = pd.read_csv(tmp_path / "p.csv"), pd.read_parquet(tmp_path / "p.parquet")
+    group = zarr.open_group(str(tmp_path / "p.zarr"), mode="r")
+    assert group.attrs["columns"] == list(csv.columns) and group.attrs["rows"] == 50
+    for column in csv.columns:
+        assert csv[column].tolist() == parquet[column].tolist() == group[column][:].tolist()
+
+
+def test_a_cluster_of_two_workers_gives_the_same_bits_as_this_process(classifier, cluster, tmp_path):
+    new, store = classifier.parent / "new.csv", classifier.parent / "s.zarr"
+    for name, backend in (("here", None), ("cluster", cluster)):
+        predict(classifier, new, tmp_path / f"{name}.parquet", sep=";", backend=backend)
+        predict(classifier, store, tmp_path / f"{name}-store.parquet", backend=backend)
+    for suffix in ("", "-store"):
+        here, there = (pd.read_parquet(tmp_path / f"{name}{suffix}.parquet") for name in ("here", "cluster"))
+        assert here.equals(there)
+    assert len(pd.read_parquet(tmp_path / "here-store.parquet")) == 240
+
+
+def test_a_store_input_is_its_rows_of_model_features(classifier, tmp_path):
+    store = open_store(classifier.parent / "s.zarr")
+    predict(classifier, store.path, tmp_path / "test.csv", split="test")
+    out = pd.read_csv(tmp_path / "test.csv")
+    assert list(out.columns) == ["label", "proba_no", "proba_yes"] and len(out) == store.n_rows("test")
+    predictor = load_predictor(classifier)
+    X = store.arrays("test")[0][:].astype(np.float64)
+    np.testing.assert_array_equal(out[["proba_no", "proba_yes"]].to_numpy(), predictor(X)["proba"])
+
+
+def test_unseen_text_values_get_zero_one_hot_columns_and_are_counted(classifier, tmp_path):
+    table = pd.read_csv(classifier.parent / "new.csv", sep=";")
+    table.loc[[2, 5], "city"] = ["Rome", "Oslo"]
+    table.to_csv(tmp_path / "new.csv", sep=";", index=False)
+    summary = predict(classifier, tmp_path / "new.csv", tmp_path / "p.csv", sep=";")
+    assert summary.unseen == {"city": {"Rome": 1, "Oslo": 1}}
+    table["city"] = table["city"].where(~table["city"].isin(["Rome", "Oslo"]), "nowhere")
+    out = pd.read_csv(tmp_path / "p.csv")
+    np.testing.assert_allclose(out["proba_yes"], np.exp(oracle(classifier, table)["log_proba"][:, 1]), rtol=1e-12)
+
+
+def test_a_bad_value_after_the_first_chunk_leaves_no_output(classifier, tmp_path):
+    table = pd.read_csv(classifier.parent / "new.csv", sep=";")
+    table = pd.concat([table] * (BLOCK_ROWS // len(table) + 2), ignore_index=True)
+    table["income"] = table["income"].astype(object)
+    table.loc[len(table) - 3, "income"] = "n/a?"
+    table.to_csv(tmp_path / "big.csv", sep=";", index=False)
+    with pytest.raises(InputError, match=rf"big.csv: line {len(table) - 1}, column 'income': expected a number, "
+                                         r"found 'n/a\?'"):
+        predict(classifier, tmp_path / "big.csv", tmp_path / "p.parquet", sep=";")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.csv"]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"input": "missing.csv"}, r"missing.csv: no such file"),
+    ({"input": "new.txt"}, r"--input .*new.txt: expected a .csv \(or compressed .csv.gz, …\), .parquet or a pep store"),
+    ({"out": "p.json"}, r"--out .*p.json: expected a name ending in .csv, .parquet or .zarr"),
+    ({"out": "exists.csv"}, r"exists.csv: already exists; pass --overwrite to replace it"),
+    ({"intervals": (0.9,)}, r"--interval: only for a regression run"),
+    ({"split": "test"}, r"--split: .*new.csv is a table, not a store"),
+    ({"sep": ","}, r"new.csv: read as a single column 'id;age;city;income' with --sep ','; .*pass --sep ';'"),
+    ({"input": "no-city.csv"}, r"no-city.csv: no column 'city' \(a feature of the run\); columns are id, age, "
+                               r"income$"),
+])
+def test_bad_predict_inputs_are_refused_before_anything_is_written(classifier, tmp_path, options, message):
+    (tmp_path / "new.txt").write_text("x")
+    (tmp_path / "exists.csv").write_text("keep me")
+    pd.read_csv(classifier.parent / "new.csv", sep=";").drop(columns="city").to_csv(tmp_path / "no-city.csv",
+                                                                                   sep=";", index=False)
+    arguments = {"input": classifier.parent / "new.csv", "out": "p.csv", "sep": ";", **options}
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(InputError, match=message):
+        predict(classifier, tmp_path / arguments.pop("input"), tmp_path / arguments.pop("out"), **arguments)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and (tmp_path / "exists.csv").read_text() == "keep me"
+
+
+def test_a_collapsed_regression_run_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setitem(MODELS, COLLAPSED.name, COLLAPSED)
+    datafiles.write_messy_csv(tmp_path / "t.csv", n_rows=60, task="regression")
+    ingest(open_source("csv", SourceRequest((tmp_path / "t.csv",), "spend", sep=";", ids=("id",), na="mean")),
+           tmp_path / "s.zarr")
+    train(TrainJob(COLLAPSED, open_store(tmp_path / "s.zarr"), SMALL, tmp_path / "run"))
+    with pytest.raises(InputError, match=r"run: --model collapsed-regressor has no predictive distribution of new "
+                                         r"rows \(it predicts from its training rows\)"):
+        predict(tmp_path / "run", tmp_path / "t.csv", tmp_path / "p.csv", sep=";")
+
+
+def test_a_run_loads_as_an_estimator_of_the_tables_own_columns(classifier, tmp_path):
+    """``pep_gp.load(run)`` predicts a table with text columns as ``pep predict`` does (issue 24)."""
+    from pep_gp import load
+
+    new = classifier.parent / "new.csv"
+    predict(classifier, new, tmp_path / "p.csv", sep=";")
+    out, table = pd.read_csv(tmp_path / "p.csv"), pd.read_csv(new, sep=";")
+    estimator = load(classifier)
+    assert estimator.classes_.tolist() == ["no", "yes"]
+    np.testing.assert_allclose(estimator.predict_proba(table), out[["proba_no", "proba_yes"]].to_numpy(),
+                               rtol=1e-12, atol=1e-15)
+    assert estimator.predict(table).tolist() == out["label"].tolist()
+
+
+def test_an_estimator_saved_predicts_through_pep_predict_bit_identically(tmp_path):
+    """``estimator.save`` → ``pep predict`` gives the estimator's own probabilities, in its labels."""
+    from pep_gp import SparseGPClassifier
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(80, 2)), columns=["a", "b"])
+    y = np.where(X["a"] + 0.3 * rng.normal(size=80) > 0, "up", "down")
+    estimator = SparseGPClassifier(num_inducing=8, max_iter=30).fit(X, y)
+    estimator.save(tmp_path / "run")
+    X.to_parquet(tmp_path / "new.parquet")  # exact floats (a CSV's text may parse 1 ulp away)
+    predict(tmp_path / "run", tmp_path / "new.parquet", tmp_path / "p.parquet")
+    out = pd.read_parquet(tmp_path / "p.parquet")
+    np.testing.assert_array_equal(out[["proba_down", "proba_up"]].to_numpy(), estimator.predict_proba(X))
+    assert out["label"].tolist() == estimator.predict(X).tolist()
