@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -39,10 +40,12 @@ def loglog_slope(sizes, seconds) -> float:
 
 
 def write_results(name: str, payload: dict) -> Path:
-    """Write ``payload`` (plus machine facts) to ``benchmarks/results/<name>.json`` and print it."""
+    """Write ``payload`` (plus machine facts: versions, devices, cores and the load average when written,
+    the machine being shared) to ``benchmarks/results/<name>.json`` and print it."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"machine": {"python": platform.python_version(), "jax": jax.__version__,
-                           "devices": [str(d) for d in jax.devices()]}, **payload}
+                           "devices": [str(d) for d in jax.devices()], "cpus": os.cpu_count(),
+                           "load_avg": [round(load, 2) for load in os.getloadavg()]}, **payload}
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2))
     print(json.dumps(payload, indent=2))

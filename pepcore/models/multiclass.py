@@ -180,8 +180,8 @@ class MultiClassGP:
             lengthscales = squared_median_lengthscale(x, seed)
         lengthscales = np.broadcast_to(np.asarray(lengthscales, dtype=float), (num_classes, dim))
         params = MultiClassParams(
-            **unconstrained(MultiClassParams, amplitude=jnp.full(num_classes, float(amplitude)),
-                            noise=jnp.full(num_classes, float(noise)), lengthscales=jnp.asarray(lengthscales)),
+            **unconstrained(MultiClassParams, amplitude=jnp.full(num_classes, amplitude, float),
+                            noise=jnp.full(num_classes, noise, float), lengthscales=jnp.asarray(lengthscales)),
             inducing=jnp.asarray(inducing),
             factor=NaturalFactor(
                 jnp.zeros((num_classes, num_inducing)), jnp.zeros((num_classes, num_inducing, num_inducing))

@@ -11,6 +11,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..data.blocks import BlockSource
 from .cache import evaluate_blocks
+from .compilation import use_compilation_cache
 from .threads import pin_compute_threads
 
 log = logging.getLogger(__name__)
@@ -43,13 +44,16 @@ class InProcess:
 
 
 class ComputeSetup(WorkerPlugin):
-    """Dask worker plugin: pins the compute threads on every worker, also ones that join later or
-    are restarted by their nanny (workers started outside pep, e.g. ``dask worker``, included)."""
+    """Dask worker plugin: pins the compute threads and turns on the persistent compilation cache
+    (:mod:`pep_gp.pipeline.engine.compilation`, from the worker's own environment) on every worker, also
+    ones that join later or are restarted by their nanny (workers started outside pep, e.g.
+    ``dask worker``, included)."""
 
     name = "pep-compute-setup"
 
     def setup(self, worker: Any) -> None:
         pin_compute_threads()
+        use_compilation_cache()
 
 
 class OneCorePerWorker(WorkerPlugin):

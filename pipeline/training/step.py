@@ -78,6 +78,7 @@ class DataTerm:
     """Per-block data term and its gradient w.r.t. the params and the step-shared quantities; input
     ``(params, shared)``. Hashable, so every process compiles it once."""
 
+    __name__ = "data_term"  # the name of its compiled program (jax_log_compiles, profiles)
     model: Energy
 
     def __call__(self, inputs, x, y, mask):
@@ -89,11 +90,21 @@ class DataTerm:
 class SiteTerm:
     """Per-block site statistics (models with site updates); input ``(params, shared)``."""
 
+    __name__ = "site_term"
     model: Energy
 
     def __call__(self, inputs, x, y, mask):
         params, shared = inputs
         return self.model.site_stats(params, shared, x, y, mask)
+
+
+def strongly_typed(tree):
+    """``tree`` with every leaf a strongly typed array of its own dtype.
+
+    A weakly typed leaf (``jnp.full(C, 1.0)``: a Python float's type) and the strongly typed leaf the
+    optimiser returns for it are different input types to ``jit``, so the step's programs would compile
+    again at the second step; starting from strong types every program compiles once."""
+    return jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, dtype=jnp.result_type(leaf)), tree)
 
 
 def all_finite(tree) -> jnp.ndarray:
@@ -157,6 +168,7 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, n_tota
 
     def init(params) -> StepState:
         with float64():
+            params = strongly_typed(params)
             return StepState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
     def update(state: StepState, batch: Minibatch) -> tuple[StepState, StepInfo]:

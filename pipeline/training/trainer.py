@@ -22,6 +22,7 @@ import numpy as np
 
 from ...core import float64
 from ..engine import Backend, Engine, InProcess
+from ..engine.compilation import use_compilation_cache
 from ..engine.threads import compute_threads
 from ..errors import InputError
 from ..metrics import finish
@@ -100,10 +101,12 @@ class Trainer:
             values); None for the model's.
 
     Raises:
-        InputError: the model does not fit the data, or its settings are invalid.
+        InputError: the model does not fit the data, its settings are invalid, or
+            ``$PEP_COMPILATION_CACHE`` is not usable (:mod:`pep_gp.pipeline.engine.compilation`).
     """
 
     def __init__(self, job: TrainJob, backend: Backend, initial_params: Any = None):
+        use_compilation_cache()
         self.job = job
         self.spec = spec = job.spec
         store, config = job.store, job.config
