@@ -43,8 +43,10 @@ def prior_surrogate(prior: PriorFactors, q: Gaussians):
     return -log_det - 0.5 * (jnp.sum(whitened_cov**2) + jnp.sum(whitened_mean**2))
 
 
-def held_global_energy(prior: PriorFactors, factor: NaturalFactor, cavity: Gaussians, counts, alpha: float):
+def held_global_energy(prior: PriorFactors, factor: NaturalFactor, cavity: Gaussians, counts, alpha: float,
+                       q: Gaussians | None = None):
     """The Power-EP global term ``Σ_g φ(q_g) − φ(p_g) + (n_g/α)(φ(cav_g) − φ(q_g))`` whose gradient is the
-    prior term of eq. (10) only (the factor moves by site updates, the cavity is held)."""
-    q = gaussians(prior, factor, 1.0)
+    prior term of eq. (10) only (the factor moves by site updates, the cavity is held); ``q = p·t`` of
+    ``factor`` unless given (computed with the cavity, :func:`pep_gp.core.bank.gaussians_at`)."""
+    q = gaussians(prior, factor, 1.0) if q is None else q
     return hold_gradient(power_ep_global_term(q, cavity, counts, alpha), prior_surrogate(prior, q))

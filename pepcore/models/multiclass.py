@@ -83,6 +83,7 @@ class StepShared(NamedTuple):
 
     prior: bank.PriorFactors
     cavity: bank.Gaussians  # p(f̄^c)·t_c^(1 − α/n_c)
+    q: bank.Gaussians | None = None  # p(f̄^c)·t_c, computed with the cavity (direct mode, or after a site update)
 
 
 def label_side(values, y):
@@ -215,33 +216,34 @@ class MultiClassGP:
         return 1.0 - self.alpha / self.factor_counts(n_total)
 
     def step_shared(self, params: MultiClassParams, n_total) -> StepShared:
-        """``chol(K_c)`` and the cavities ``p·t^(1 − α/n_c)``: what every block of a step needs, O(C·M³).
+        """``chol(K_c)`` and its inverse, and the cavities ``p·t^(1 − α/n_c)``: what every block of a step
+        needs, O(C·M³).
 
         The energy is ``G(params, S) + Σ_blocks L(params, S; block)`` with ``S = step_shared(params)``;
         the trainer computes ``S`` once per step and back-propagates into it once (the model protocol,
         :mod:`pep_gp.pipeline.models.protocol`). With a :class:`NaturalFactor` the cavity is held fixed
-        (eq. 10), so only the prior factors carry gradient.
+        (eq. 10), so only the prior factors carry gradient. With a :class:`CholeskyFactor` the cavity and
+        ``q`` are computed together and differentiated.
         """
-        return self._refresh_shared(params, StepShared(self.prior_factors(params), None), n_total)
-
-    def _refresh_shared(self, params: MultiClassParams, shared: StepShared, n_total) -> StepShared:
-        """``shared`` with the cavities of ``params``' factor, the prior factors kept: after an EP update
-        of a :class:`NaturalFactor` (the hyper-parameters did not move) only the cavities change, and
-        they carry no gradient, so a pullback of :meth:`step_shared` taken before the update still holds."""
-        cavity = bank.gaussians(shared.prior, params.factor, self._cavity_scale(n_total))
-        return shared._replace(cavity=jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity)
+        prior = self.prior_factors(params)
+        if self._holds_cavity(params):
+            cavity = bank.gaussians(prior, params.factor, self._cavity_scale(n_total))
+            return StepShared(prior, jax.lax.stop_gradient(cavity))
+        cavity, q = bank.gaussians_at(prior, params.factor, (self._cavity_scale(n_total), 1.0))
+        return StepShared(prior, cavity, q)
 
     # ----------------------------------------------------------------------------------------------
     def global_energy(self, params: MultiClassParams, shared: StepShared, n_total):
         """``G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))]`` (spec §2.8.6); O(C·M³), independent of N.
 
         With a :class:`NaturalFactor` the gradient is the prior term of eq. (10) only (see the module
-        docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``.
+        docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``. ``q`` is the
+        shared one when :meth:`step_shared` or :meth:`site_update` computed it.
         """
         counts = self.factor_counts(n_total)
         if self._holds_cavity(params):
-            return sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha)
-        q = bank.gaussians(shared.prior, params.factor, 1.0)
+            return sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha, shared.q)
+        q = bank.gaussians(shared.prior, params.factor, 1.0) if shared.q is None else shared.q
         return bank.power_ep_global_term(q, shared.cavity, counts, self.alpha)
 
     def _pair_cavities(self, params: MultiClassParams, shared: StepShared, x, y):
@@ -298,7 +300,9 @@ class MultiClassGP:
         (:func:`pep_gp.core.sep.damped_site_update`).
 
         Returns:
-            ``(params, shared, accepted)``: the updated params, ``shared`` with the new cavities, and
+            ``(params, shared, accepted)``: the updated params, ``shared`` with the new cavities and the
+            new ``q`` (both from one ``LᵀΛL`` per class; the prior factors kept: the hyper-parameters did
+            not move, so a pullback of :meth:`step_shared` taken before the update still holds), and
             whether the update was taken — a result that is not finite is rejected and ``params`` come
             back unchanged.
         """
@@ -306,8 +310,9 @@ class MultiClassGP:
             raise TypeError("site_update needs a NaturalFactor; a CholeskyFactor is trained by gradient")
         factor, ok = sep.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
                                              self.factor_counts(n_total), damping)
-        params = params._replace(factor=factor)
-        return params, self._refresh_shared(params, shared, n_total), ok
+        cavity, q = bank.gaussians_at(shared.prior, factor, (self._cavity_scale(n_total), 1.0))
+        refreshed = shared._replace(cavity=jax.lax.stop_gradient(cavity), q=jax.lax.stop_gradient(q))
+        return params._replace(factor=factor), refreshed, ok
 
     # ----------------------------------------------------------------------------------------------
     def predict_latent(self, params: MultiClassParams, x) -> bank.Marginals:

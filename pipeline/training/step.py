@@ -60,7 +60,7 @@ class StepParts(NamedTuple):
 
     prepare: Callable  # params -> (S, pullback of S)
     site_update: Callable  # (params, S, stats, count) -> (params, S refreshed, accepted)
-    ascend: Callable  # (params, opt_state, S, pullback, data value, data grads, scale) -> params, opt_state, ok, F̂
+    ascend: Callable  # (params, opt_state, S, pullback, data value, data grads, scale, S's structure) -> params, opt_state, ok, F̂
     data_term: Callable  # the per-block data term (DataTerm)
     site_term: Callable  # the per-block site statistics (SiteTerm)
 
@@ -122,11 +122,21 @@ def ascent_update(optimizer: optax.GradientTransformation, params, opt_state, va
     return keep(new_params, params), keep(new_state, opt_state), ok
 
 
+def cut_to(structure, tree):
+    """``tree`` cut to ``structure`` (a pytree structure it extends): the subtrees where ``structure``
+    holds None are dropped — e.g. the ``q`` that a site update adds to the step-shared quantities, which
+    carries no gradient, before the cotangent goes to the pullback of ``step_shared``."""
+    template = jax.tree_util.tree_unflatten(structure, [0] * structure.num_leaves)
+    return jax.tree_util.tree_map(lambda kept, leaf: None if kept is None else leaf, template, tree,
+                                  is_leaf=lambda node: node is None)
+
+
 def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Callable, data_value, data_grad,
-                     scale) -> tuple[Any, Any]:
+                     scale, structure=None) -> tuple[Any, Any]:
     """``F̂ = G(θ, S) + scale·Σ_B L`` and its gradient from the summed block results (the value, and the
     gradients w.r.t. ``θ`` and ``S``): ``∂G/∂θ + scale·Σ∂L/∂θ + pullback(∂G/∂S + scale·Σ∂L/∂S)``, the
-    chain rule through ``S = step_shared(θ)`` whose ``pullback`` is its VJP."""
+    chain rule through ``S = step_shared(θ)`` whose ``pullback`` is its VJP; ``structure``: that of
+    ``step_shared``'s output when ``shared`` has more (:func:`cut_to`)."""
     global_value, (global_grad, global_shared_grad) = jax.value_and_grad(
         model.global_energy, argnums=(0, 1))(params, shared, n_total)
 
@@ -134,6 +144,8 @@ def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Call
         return jax.tree_util.tree_map(lambda a, b: a + scale * b, total, part)
 
     data_grad_params, data_grad_shared = data_grad
+    if structure is not None:
+        global_shared_grad, data_grad_shared = cut_to(structure, global_shared_grad), cut_to(structure, data_grad_shared)
     (through_shared,) = pullback(plus_scaled(global_shared_grad, data_grad_shared))
     grad = jax.tree_util.tree_map(jnp.add, plus_scaled(global_grad, data_grad_params), through_shared)
     return global_value + scale * data_value, grad
@@ -158,12 +170,14 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, n_tota
     def site_update(params, shared, stats, count):
         return model.site_update(params, shared, stats, n_total, damping(count) if callable(damping) else damping)
 
-    def ascend(params, opt_state, shared, pullback, data_value, data_grad, scale):
-        value, grad = minibatch_energy(model, n_total, params, shared, pullback, data_value, data_grad, scale)
+    def ascend(params, opt_state, shared, pullback, data_value, data_grad, scale, structure):
+        value, grad = minibatch_energy(model, n_total, params, shared, pullback, data_value, data_grad, scale,
+                                       structure)
         params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
         return params, opt_state, ok, value
 
-    prepare, site_update, ascend = jax.jit(prepare), jax.jit(site_update), jax.jit(ascend)
+    prepare, site_update = jax.jit(prepare), jax.jit(site_update)
+    ascend = jax.jit(ascend, static_argnames="structure")
     data_term, site_term = DataTerm(model), SiteTerm(model)
 
     def init(params) -> StepState:
@@ -175,6 +189,7 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, n_tota
         params = state.params
         with float64():
             shared, pullback = prepare(params)
+            structure = jax.tree_util.tree_structure(shared)
         sites_ok = jnp.asarray(True)
         if sites:
             stats = batch.sum(site_term, (params, shared))
@@ -183,7 +198,7 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, n_tota
         value, grad = batch.sum(data_term, (params, shared))
         with float64():
             params, opt_state, ok, energy = ascend(params, state.opt_state, shared, pullback, value, grad,
-                                                   batch.scale)
+                                                   batch.scale, structure)
             return StepState(params, opt_state, state.count + 1), StepInfo(energy, ok, sites_ok)
 
     return TrainStep(init, update, StepParts(prepare, site_update, ascend, data_term, site_term))

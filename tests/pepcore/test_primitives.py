@@ -44,6 +44,11 @@ def test_bank_gaussians_match_dense_natural_parameters(form):
         np.testing.assert_allclose(q.sqrt_cov[g] @ q.sqrt_cov[g].T, np.linalg.inv(post), rtol=1e-10, atol=1e-12)
         expected = 0.5 * h @ np.linalg.solve(post, h) - 0.5 * np.linalg.slogdet(post)[1] - 0.5 * np.linalg.slogdet(gram[g])[1]
         assert float(q.log_normaliser[g]) == pytest.approx(expected, rel=1e-10)
+    # two scales from one whitened precision LᵀΛL per GP (a cavity and q) are those computed one at a time
+    cavity, full = bank.gaussians_at(prior, factor, (jnp.asarray(scale), 1.0))
+    for together, alone in ((cavity, q), (full, bank.gaussians(prior, factor, 1.0))):
+        for a, b in zip(together, alone):
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
 
 
 def test_log_density_and_logdet():
