@@ -222,11 +222,13 @@ class MultiClassGP:
         The energy is ``G(params, S) + Σ_blocks L(params, S; block)`` with ``S = step_shared(params)``;
         the trainer computes ``S`` once per step and back-propagates into it once (the model protocol,
         :mod:`pep_gp.pipeline.models.protocol`). With a :class:`NaturalFactor` the cavity is held fixed
-        (eq. 10), so only the prior factors carry gradient. With a :class:`CholeskyFactor` the cavity and
-        ``q`` are computed together and differentiated.
+        (eq. 10), so only ``L⁻¹`` carries gradient (``chol(K_c)`` is held too: nothing differentiates
+        through it, see :func:`pep_gp.core.sep.prior_surrogate`). With a :class:`CholeskyFactor` the
+        cavity and ``q`` are computed together and differentiated.
         """
         prior = self.prior_factors(params)
         if self._holds_cavity(params):
+            prior = prior._replace(chol=jax.lax.stop_gradient(prior.chol))
             cavity = bank.gaussians(prior, params.factor, self._cavity_scale(n_total))
             return StepShared(prior, jax.lax.stop_gradient(cavity))
         cavity, q = bank.gaussians_at(prior, params.factor, (self._cavity_scale(n_total), 1.0))

@@ -212,6 +212,19 @@ def test_cholesky_and_inverse_gradient_matches_autodiff_and_finite_differences()
         lower, inverse = cholesky_and_inverse(matrices)
         np.testing.assert_allclose(lower @ inverse, np.broadcast_to(np.eye(6), (3, 6, 6)), atol=1e-13)
 
+        # L held (its cotangent a symbolic zero, as in SEP's step: the backward skips LᵀL̄), log|A| from P
+        def through_inverse(inverse):
+            return jnp.sum(w_inv * inverse) - 2.0 * jnp.sum(jnp.log(jnp.diagonal(inverse, 0, 1, 2)))
+
+        def held(m):
+            lower, inverse = cholesky_and_inverse(m)
+            return through_inverse(inverse) + jnp.sum(jax.lax.stop_gradient(lower))
+
+        grad = jax.grad(held)(matrices)
+        expected = jax.grad(lambda m: through_inverse(per_matrix(lambda l: solve_lower(l, jnp.eye(6)),
+                                                                  per_matrix(cholesky, m))))(matrices)
+        np.testing.assert_allclose(grad, 0.5 * (expected + jnp.swapaxes(expected, 1, 2)), atol=1e-13)
+
 
 @pytest.mark.parametrize("cls", [SparseGPParams, MultiClassParams, RegressionParams])
 def test_every_parameter_table_round_trips(cls):
