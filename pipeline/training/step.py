@@ -113,13 +113,24 @@ def all_finite(tree) -> jnp.ndarray:
 
 
 def ascent_update(optimizer: optax.GradientTransformation, params, opt_state, value, grad):
-    """One guarded ascent step on ``value`` with gradient ``grad``: ``(params, opt_state, accepted)``."""
+    """One guarded ascent step on ``value`` with gradient ``grad``: ``(params, opt_state, accepted)``.
+
+    The guard is a conditional around the optimiser (as optax's ``apply_if_finite``): a finite step runs
+    the optimiser and applies its update in one pass over the parameters and moments; a non-finite one
+    leaves both as they were. No select over the arrays after the fact."""
     ok = jnp.isfinite(value) & all_finite(grad)
-    safe_grad = jax.tree_util.tree_map(lambda g: jnp.where(ok, -g, 0.0), grad)
-    updates, new_state = optimizer.update(safe_grad, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
-    return keep(new_params, params), keep(new_state, opt_state), ok
+
+    def take(operands):
+        params, opt_state, grad = operands
+        updates, new_state = optimizer.update(jax.tree_util.tree_map(jnp.negative, grad), opt_state, params)
+        return optax.apply_updates(params, updates), new_state
+
+    def keep(operands):
+        params, opt_state, _ = operands
+        return params, opt_state
+
+    new_params, new_state = jax.lax.cond(ok, take, keep, (params, opt_state, grad))
+    return new_params, new_state, ok
 
 
 def cut_to(structure, tree):
