@@ -248,14 +248,30 @@ class MultiClassGP:
         q = bank.gaussians(shared.prior, params.factor, 1.0) if shared.q is None else shared.q
         return bank.power_ep_global_term(q, shared.cavity, counts, self.alpha)
 
-    def _pair_cavities(self, params: MultiClassParams, shared: StepShared, x, y):
+    # The block term in two parts: the rows' projections, differentiable and unchanged by a site update
+    # (so a step computes them once per block for the site statistics and the data term), and what the
+    # cavity makes of them.
+    def block_rows(self, params: MultiClassParams, shared: StepShared, x) -> bank.RowProjections:
+        """``υ = K_c⁻¹k_c(x)`` and the FITC variances of the rows ``x`` ``[B, D]``."""
+        return bank.row_projections(self.sparse_gps(params), shared.prior, x)
+
+    def held(self, shared: StepShared) -> bank.Gaussians:
+        """What a site update changes in ``shared`` and the data term holds fixed (eq. 10): the cavities."""
+        return shared.cavity
+
+    def _pair_cavities(self, rows: bank.RowProjections, cavity: bank.Gaussians, y):
         """Cavity projections of every pair ``(i, k)``: label side ``[B, 1]``, other side ``[B, C]``."""
-        rows = bank.row_projections(self.sparse_gps(params), shared.prior, x)
-        cavity = jax.lax.stop_gradient(shared.cavity) if self._holds_cavity(params) else shared.cavity
         proj = bank.project(cavity, rows.directions)
         fitc = rows.fitc_var.T
         label = sites.Projections(label_side(proj.mean, y), label_side(proj.var, y))
-        return rows, label, proj, label_side(fitc, y), fitc
+        return label, proj, label_side(fitc, y), fitc
+
+    def data_energy_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask):
+        """:meth:`data_energy` from the rows' projections and the cavities."""
+        y = y.astype(jnp.int32)
+        label, other, label_fitc, other_fitc = self._pair_cavities(rows, cavity, y)
+        terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha) / self.alpha
+        return jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
 
     def data_energy(self, params: MultiClassParams, shared: StepShared, x, y, mask):
         """``L = (1/α) Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one block (eq. 34).
@@ -264,10 +280,8 @@ class MultiClassGP:
         blocks do), boolean ``mask`` ``[B]``; masked (padding) rows contribute exactly zero to the value
         and the gradient. ``shared`` (from :meth:`step_shared`) carries the cavities and with them ``n_c``.
         """
-        y = y.astype(jnp.int32)
-        _, label, other, label_fitc, other_fitc = self._pair_cavities(params, shared, x, y)
-        terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha) / self.alpha
-        return jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
+        cavity = jax.lax.stop_gradient(shared.cavity) if self._holds_cavity(params) else shared.cavity
+        return self.data_energy_at(self.block_rows(params, shared, x), cavity, y, mask)
 
     def energy(self, params: MultiClassParams, x, y):
         """The whole ``log Z_q`` estimate ``G + L`` on in-memory data (all rows)."""
@@ -276,6 +290,15 @@ class MultiClassGP:
         return self.global_energy(params, shared, n) + self.data_energy(params, shared, x, y, jnp.ones(n, bool))
 
     # ----------------------------------------------------------------------------------------------
+    def site_stats_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask) -> SiteStats:
+        """:meth:`site_stats` from the rows' projections and the cavities."""
+        y = y.astype(jnp.int32)
+        label, other, label_fitc, other_fitc = self._pair_cavities(rows, cavity, y)
+        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha)
+        shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
+        count = sites.factor_counts(y, mask, self.num_classes)
+        return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
+
     def site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask) -> SiteStats:
         """Refine every factor of the block against the SEP cavity and sum the new sites per class.
 
@@ -283,12 +306,7 @@ class MultiClassGP:
         ``n_{B,c}`` add over blocks exactly like gradients; masked rows contribute zero. ``shared`` is
         :meth:`step_shared` of ``params``.
         """
-        y = y.astype(jnp.int32)
-        rows, label, other, label_fitc, other_fitc = self._pair_cavities(params, shared, x, y)
-        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha)
-        shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
-        count = sites.factor_counts(y, mask, self.num_classes)
-        return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
+        return self.site_stats_at(self.block_rows(params, shared, x), jax.lax.stop_gradient(shared.cavity), y, mask)
 
     def site_update(self, params: MultiClassParams, shared: StepShared, stats: SiteStats, n_total, damping=1.0):
         """Damped SEP update of the tied factors from summed site statistics (spec §2.8.5):

@@ -11,10 +11,12 @@ from functools import lru_cache
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from ...core import float64
 from ..data.blocks import Block, BlockSource
 from ..errors import InputError
+from .summation import structural_zeros, tree_sum, without_zeros
 from .threads import compute_threads
 
 BLOCK_CACHE_ENV = "PEP_BLOCK_CACHE_MB"
@@ -135,11 +137,72 @@ def _compiled(fn: Callable) -> Callable:
     return jax.jit(fn)
 
 
-def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequence[int],
-                    to_host: bool = True) -> list:
-    """``[fn(params, *block) for block in blocks]``, computed in float64; numpy pytrees when ``to_host``
-    (results that travel), else JAX arrays (in-process: no copies to and from the device buffers)."""
+_ZEROS: dict[Any, list[bool]] = {}
+"""Per block function and argument shapes: which of its results are zero by construction."""
+
+KEPT: dict[str, dict[int, Any]] = {}
+"""What the latest keeping call (:func:`sum_blocks` with ``keep``) kept per block, under its token; a new
+keeping call drops the older ones (a step keeps its first pass's rows for its second pass only)."""
+
+
+def _result_zeros(fn: Callable, compiled: Callable, args: tuple) -> list[bool]:
+    """:func:`~pep_gp.pipeline.engine.summation.structural_zeros` of ``fn``'s results, traced once per shape."""
+    leaves, treedef = jax.tree_util.tree_flatten(args)
+    key = (fn, treedef, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves))
+    if key not in _ZEROS:
+        _ZEROS[key] = structural_zeros(compiled.trace(*args).jaxpr)
+    return _ZEROS[key]
+
+
+def sum_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], keep: str | None = None,
+               to_host: bool = True) -> Any:
+    """``Σ_b fn(inputs, *block_b)`` over ``blocks`` in :func:`~pep_gp.pipeline.engine.summation.tree_sum`'s
+    order. With a ``keep`` token, ``fn`` returns ``(result, kept)`` and each block's ``kept`` stays in this
+    process (:data:`KEPT`) for :func:`sum_kept_blocks`. ``to_host``: numpy arrays, with the results that
+    are zero by construction as :class:`~pep_gp.pipeline.engine.summation.Zero` (what travels from a
+    worker); else JAX arrays on the device (in-process)."""
     with float64(), compute_threads():
         compiled = _compiled(fn)
-        results = [compiled(params, *block) for block in BLOCKS.get_all(source, blocks)]
-        return jax.device_get(results) if to_host else results
+        if keep is not None:
+            KEPT.clear()
+            KEPT[keep] = {}
+        results = []
+        for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
+            result = compiled(inputs, *block)
+            if keep is not None:
+                result, KEPT[keep][index] = result
+            results.append(result)
+        if not to_host:
+            return _device_sum(results)
+        # The results' leaves come first among fn's outputs (before what is kept).
+        zeros = _result_zeros(fn, compiled, (inputs, *block))[:len(jax.tree_util.tree_leaves(results[0]))]
+        return tree_sum([without_zeros(part, zeros) for part in jax.device_get(results)])
+
+
+def sum_kept_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], token: str,
+                    first: Callable, first_inputs: Any, to_host: bool = True) -> Any:
+    """``Σ_b fn(inputs, kept_b, y_b, mask_b)`` as :func:`sum_blocks`, from what the keeping call ``token``
+    (of ``first`` on ``first_inputs``) kept here; a block whose ``kept`` is not here (this process did not
+    compute it, or was restarted) has it computed again, which gives the same bits."""
+    with float64(), compute_threads():
+        compiled = _compiled(fn)
+        held = KEPT.get(token, {})
+        results = []
+        for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
+            kept = held[index] if index in held else _compiled(first)(first_inputs, *block)[1]
+            results.append(compiled(inputs, kept, block.y, block.mask))
+        if not to_host:
+            return _device_sum(results)
+        zeros = _result_zeros(fn, compiled, (inputs, kept, block.y, block.mask))
+        return tree_sum([without_zeros(part, zeros) for part in jax.device_get(results)])
+
+
+def _device_sum(parts: list) -> Any:
+    """:func:`~pep_gp.pipeline.engine.summation.tree_sum` of device arrays on the device, one program per
+    number of parts (additions only: the same IEEE sums as on the host)."""
+    return parts[0] if len(parts) == 1 else _tree_sum_on_device(parts)
+
+
+@jax.jit
+def _tree_sum_on_device(parts: list) -> Any:
+    return tree_sum(parts, jnp.add)

@@ -235,15 +235,16 @@ class Trainer:
         batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks))
         step_state = StepState(state.params, state.opt_state, np.int32(state.step))
         new, info = self.step_fn.update(step_state, batch)
+        energy, accepted, sites_accepted = jax.device_get(tuple(info))  # the step's one read from the device
         state.params, state.opt_state = new.params, new.opt_state
-        state.rejected += int(not info.accepted)
-        state.rejected_sites += int(not info.sites_accepted)
-        state.last_energy = float(info.energy)
+        state.rejected += int(not accepted)
+        state.rejected_sites += int(not sites_accepted)
+        state.last_energy = float(energy)
         if math.isfinite(state.last_energy):
             total, count = state.epoch_energy
             state.epoch_energy = (total + state.last_energy, count + 1)
         state.step += 1
-        return bool(info.accepted)
+        return bool(accepted)
 
     def evaluate(self, params: Any) -> dict[str, Any]:
         """Held-out metrics of ``params`` on the test split (empty without one)."""
@@ -273,6 +274,12 @@ class EngineBatch:
 
     def sum(self, fn: Callable, inputs: Any) -> Any:
         return self.engine.map_sum(fn, inputs, self.blocks)
+
+    def sum_keeping(self, fn: Callable, inputs: Any) -> Any:
+        return self.engine.map_sum_keeping(fn, inputs, self.blocks)
+
+    def sum_kept(self, fn: Callable, inputs: Any) -> Any:
+        return self.engine.map_sum_kept(fn, inputs)
 
 
 def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False,
