@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -37,6 +39,19 @@ def standard_error(values) -> float:
 def loglog_slope(sizes, seconds) -> float:
     """Least-squares exponent ``p`` in ``seconds ∝ size^p``."""
     return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])
+
+
+def socket_bytes(pid: int) -> int:
+    """Bytes sent plus bytes received so far over the open TCP connections of process ``pid`` (Linux,
+    from ``ss -tinp``: the kernel's counters, so every message and frame on the wire counts)."""
+    lines = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    total, ours = 0, False
+    for line in lines:
+        if not line[:1].isspace():  # a connection's first line names its process
+            ours = f"pid={pid}," in line
+        elif ours:
+            total += sum(int(n) for n in re.findall(r"\bbytes_(?:sent|received):(\d+)", line))
+    return total
 
 
 def write_results(name: str, payload: dict) -> Path:

@@ -7,7 +7,8 @@ Fashion-MNIST settings, :data:`benchmarks.bench_fashion_mnist.PAPER_MNIST`, in-p
 the energy). Rounds alternate between the revisions (A, B, A, B, …) so that a change in the machine's
 load falls on both; the result is each revision's median step over all its rounds and B's median over A's.
 The energies of the timed steps are reported too: a change that must not move the trajectory shows the
-same numbers.
+same numbers. Beside the timings, XLA's own cost analysis of each of the step's compiled programs (flops
+and bytes accessed, summed per step with one block per step): deterministic, whatever the machine's load.
 
 Usage::
 
@@ -45,6 +46,19 @@ for name, folder in {packages}.items():  # pep from that worktree, not the insta
     if "." in name:
         setattr(sys.modules["pep_gp"], name.split(".")[1], module)
 sys.path.insert(0, tree)
+from jax._src import compiler  # XLA's own count of each compiled program's flops and bytes
+costs, compile_or_get_cached = {{}}, compiler.compile_or_get_cached
+def recording(backend, computation, *args, **kwargs):
+    executable = compile_or_get_cached(backend, computation, *args, **kwargs)
+    name = str(computation.operation.attributes["sym_name"]).strip('"')
+    try:
+        analysis = executable.cost_analysis()
+        analysis = analysis[0] if isinstance(analysis, list) else analysis
+        costs[name] = {{"flops": analysis.get("flops", 0.0), "bytes": analysis.get("bytes accessed", 0.0)}}
+    except Exception:
+        pass
+    return executable
+compiler.compile_or_get_cached = recording
 from benchmarks.bench_fashion_mnist import PAPER_MNIST
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.engine import InProcess
@@ -62,7 +76,10 @@ with compute_threads():
         if step >= int(warm_up):
             times.append(time.perf_counter() - started)
             energies.append(state.last_energy)
-print(json.dumps({{"seconds": times, "energies": energies}}))
+# one block per step: each of the step's programs runs once (the block functions' names end in "term")
+step_programs = {{name: cost for name, cost in costs.items()
+                 if name.endswith(("prepare", "site_update", "ascend", "term"))}}
+print(json.dumps({{"seconds": times, "energies": energies, "programs": step_programs}}))
 """
 
 
@@ -98,7 +115,7 @@ def main() -> None:
 
     commits = [subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True, capture_output=True,
                               text=True).stdout.strip() for rev in args.revisions]
-    runs: dict[str, dict] = {commit: {"seconds": [], "energies": []} for commit in commits}
+    runs: dict[str, dict] = {commit: {"seconds": [], "energies": [], "programs": {}} for commit in commits}
     with tempfile.TemporaryDirectory(prefix="pep-versions-") as work:
         trees = [worktree(commit, Path(work) / commit) for commit in commits]
         try:
@@ -107,6 +124,7 @@ def main() -> None:
                     result = run_round(tree, args)
                     runs[commit]["seconds"] += result["seconds"]
                     runs[commit]["energies"] = result["energies"]
+                    runs[commit]["programs"] = result["programs"]
                     print(commit, round_, round(1e3 * float(np.median(result["seconds"])), 1), "ms", flush=True)
         finally:
             for tree in trees:
@@ -122,6 +140,12 @@ def main() -> None:
                      "warm_up": args.warm_up, "pep_compilation_cache": os.environ.get("PEP_COMPILATION_CACHE", "default")},
         "median_step_ms": medians,
         "b_over_a": round(medians[commits[1]] / medians[commits[0]], 3),
+        # XLA's cost analysis of the step's programs (deterministic, whatever the machine's load)
+        "xla_gflop_per_step": {commit: round(sum(c["flops"] for c in run["programs"].values()) / 1e9, 3)
+                               for commit, run in runs.items()},
+        "xla_gbytes_accessed_per_step": {commit: round(sum(c["bytes"] for c in run["programs"].values()) / 1e9, 3)
+                                         for commit, run in runs.items()},
+        "xla_programs": {commit: run["programs"] for commit, run in runs.items()},
         "energies_of_last_round": {commit: run["energies"] for commit, run in runs.items()},
     })
 

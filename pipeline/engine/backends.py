@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 import jax
@@ -12,7 +13,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ..data.blocks import BlockSource
 from .cache import sum_blocks, sum_kept_blocks
 from .compilation import use_compilation_cache
-from .summation import inflate, join_subtrees, subtrees
+from .summation import inflate, join_subtrees, payload_bytes, subtrees
 from .threads import pin_compute_threads
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,15 @@ class InProcess:
         pass
 
 
+@dataclass
+class Traffic:
+    """Array bytes a backend sent to its workers and received from them (the payloads, not the messages
+    around them): what :mod:`benchmarks.bench_engine` compares with the bytes on the wire."""
+
+    sent: int = 0
+    received: int = 0
+
+
 class ComputeSetup(WorkerPlugin):
     """Dask worker plugin: pins the compute threads and turns on the persistent compilation cache
     (:mod:`pep_gp.pipeline.engine.compilation`, from the worker's own environment) on every worker, also
@@ -92,6 +102,7 @@ class DaskBackend:
         # scheduler); a remote cluster's workers may be reachable from the scheduler only.
         self.direct = True if cluster is not None else None
         self._kept: dict[str, dict[str, Any]] = {}
+        self.traffic = Traffic()
         client.register_plugin(ComputeSetup())
 
     def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: str | None = None) -> Any:
@@ -161,11 +172,13 @@ class DaskBackend:
         broadcast=True: the scheduler's replication kept retrying a worker killed while it ran and the
         step hung (measured: a SIGKILLed worker, tests/infra/test_prefect_server.py)."""
         host = jax.device_get(inputs)
-        return {worker: self.client.scatter(host, workers=[worker], hash=False, direct=self.direct)
-                for worker in set(plan.values())}
+        workers = set(plan.values())
+        self.traffic.sent += len(workers) * payload_bytes(host)
+        return {worker: self.client.scatter(host, workers=[worker], hash=False, direct=self.direct) for worker in workers}
 
     def _join(self, count: int, futures: dict[range, Any]) -> Any:
         sums = self.client.gather(list(futures.values()), direct=self.direct)
+        self.traffic.received += sum(payload_bytes(part) for part in sums)
         return inflate(join_subtrees(count, dict(zip(futures, sums))))
 
     def close(self) -> None:

@@ -95,6 +95,12 @@ def inflate(tree: Any) -> Any:
     return jax.tree_util.tree_map(inflate_leaf, tree, is_leaf=_is_zero)
 
 
+def payload_bytes(tree: Any) -> int:
+    """Bytes of the arrays of ``tree`` that travel (a :class:`Zero` travels as its shape only)."""
+    leaves = jax.tree_util.tree_leaves(tree, is_leaf=_is_zero)
+    return sum(int(np.asarray(leaf).nbytes) for leaf in leaves if not _is_zero(leaf))
+
+
 def structural_zeros(closed_jaxpr: Any) -> list[bool]:
     """For each output of a traced program: True when it is ``+0`` by construction (a literal zero,
     broadcast or converted), whatever the inputs."""
