@@ -64,7 +64,8 @@ publish_task = task(publish, name="ingest-publish", cache_policy=NO_CACHE)
 @flow(name="pep-ingest")
 def ingest_flow(source: str, out: str, inputs: list[str] | None = None, target: str | None = None,
                 task: str = "auto", chunk_rows: int | None = None,
-                test_size: str | None = None, seed: int = 0, overwrite: bool = False) -> dict[str, Any]:
+                test_size: str | None = None, seed: int = 0, overwrite: bool = False,
+                synthetic_rows: int | None = None) -> dict[str, Any]:
     """Ingest a source into a pep store (see :func:`pep_gp.pipeline.data.ingest.ingest`).
 
     Args:
@@ -77,11 +78,13 @@ def ingest_flow(source: str, out: str, inputs: list[str] | None = None, target: 
         test_size: row count or fraction of the test split; None for the source's default.
         seed: seed of the train/test split.
         overwrite: replace an existing store.
+        synthetic_rows: airline only: that many flights drawn from the bundled ones (throughput and
+            memory measurements; the store is labelled synthetic).
 
     Returns:
         The ingest summary (:class:`pep_gp.pipeline.data.ingest.IngestSummary`) as a dict.
     """
-    opened = open_source(source, SourceRequest(tuple(Path(p) for p in inputs or ()), target, task))
+    opened = open_source(source, SourceRequest(tuple(Path(p) for p in inputs or ()), target, task, synthetic_rows))
     summary = ingest(opened, out, chunk_rows=chunk_rows, test_size=test_size, seed=seed,
                      overwrite=overwrite, progress=progress_reporter.get(),
                      steps=Steps(stage_task, write_task, publish_task)).to_json()
@@ -127,6 +130,10 @@ def ingest_command(
              "tables; mnist keeps its own split.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the train/test split.")] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing store (atomically).")] = False,
+    synthetic_rows: Annotated[int | None, typer.Option(
+        help="airline only: ingest this many flights drawn with replacement from the bundled 2013 flights, "
+             "labelled synthetic (for throughput and memory tests, e.g. 2127068 as seed001's airline "
+             "run).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON summary object.")] = False,
     quiet: Annotated[bool, typer.Option(help="No progress display or summary.")] = False,
 ) -> None:
@@ -137,12 +144,12 @@ def ingest_command(
     paths = [str(p) for p in inputs or ()]
     try:
         # Fail fast on bad options or inputs, before Prefect starts its (temporary) server.
-        opened = open_source(source, SourceRequest(tuple(inputs or ()), target, task))
+        opened = open_source(source, SourceRequest(tuple(inputs or ()), target, task, synthetic_rows))
         resolve_test_size(opened, test_size)
         check_destination(out, overwrite)
         with _progress_display(enabled=not (quiet or json_output)):
             summary = ingest_flow(source, str(out), paths, target, task, chunk_rows, test_size, seed,
-                                  overwrite)
+                                  overwrite, synthetic_rows)
     except (InputError, OSError) as error:
         typer.echo(f"pep ingest: error: {error}", err=True)
         raise typer.Exit(2 if isinstance(error, InputError) else 1) from None

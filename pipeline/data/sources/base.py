@@ -84,6 +84,7 @@ class SourceRequest:
     inputs: tuple[Path, ...] = ()
     target: str | None = None
     task: str = "auto"
+    synthetic_rows: int | None = None  # airline only: that many records drawn from the bundled flights
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(Path(p) for p in self.inputs))
