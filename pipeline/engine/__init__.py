@@ -23,7 +23,8 @@ Backends:
   again from the first pass's inputs).
 
 Memory: every process that computes blocks keeps the blocks it read in a :class:`BlockCache` of at most
-``PEP_BLOCK_CACHE_MB`` megabytes (default 16; 0 turns it off), least recently used first out, plus the
+``PEP_BLOCK_CACHE_MB`` megabytes (default 16 on a CPU, half the free memory of a GPU: see
+:func:`~pep_gp.pipeline.engine.cache.default_budget`; 0 turns it off), least recently used first out, plus the
 blocks of its latest call when they total at most :data:`LATEST_CALL_MB` (one step's share of the
 minibatch; not an evaluation pass over a large test split), which a step's second pass over the same
 blocks (the data term after the site statistics) finds whatever the budget. Cached blocks live on JAX's
