@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -38,11 +41,26 @@ def loglog_slope(sizes, seconds) -> float:
     return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])
 
 
+def socket_bytes(pid: int) -> int:
+    """Bytes sent plus bytes received so far over the open TCP connections of process ``pid`` (Linux,
+    from ``ss -tinp``: the kernel's counters, so every message and frame on the wire counts)."""
+    lines = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    total, ours = 0, False
+    for line in lines:
+        if not line[:1].isspace():  # a connection's first line names its process
+            ours = f"pid={pid}," in line
+        elif ours:
+            total += sum(int(n) for n in re.findall(r"\bbytes_(?:sent|received):(\d+)", line))
+    return total
+
+
 def write_results(name: str, payload: dict) -> Path:
-    """Write ``payload`` (plus machine facts) to ``benchmarks/results/<name>.json`` and print it."""
+    """Write ``payload`` (plus machine facts: versions, devices, cores and the load average when written,
+    the machine being shared) to ``benchmarks/results/<name>.json`` and print it."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"machine": {"python": platform.python_version(), "jax": jax.__version__,
-                           "devices": [str(d) for d in jax.devices()]}, **payload}
+                           "devices": [str(d) for d in jax.devices()], "cpus": os.cpu_count(),
+                           "load_avg": [round(load, 2) for load in os.getloadavg()]}, **payload}
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2))
     print(json.dumps(payload, indent=2))

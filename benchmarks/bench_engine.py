@@ -1,85 +1,147 @@
-"""Engine benchmark: per-step overhead, 2-worker vs 1-worker throughput, coordinator memory vs N.
+"""Engine benchmark: what the Dask engine adds to a step, how two workers scale, the bytes a step moves,
+and the coordinator's memory as N grows — all in one run.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_engine.py [--store pep-demo/airline-delayed.zarr] [--steps 20]
+    .venv/bin/python -m benchmarks.bench_engine [--store airline-classes.zarr] [--steps 20] [--sizes 50000 200000 800000]
 
-Writes ``benchmarks/results/bench_engine.json`` and prints it. Measured on the airline store (binary
-``delayed`` target; ingested into a temporary directory when ``--store`` is not given) with the default
-config (M = 200, 10,000-row steps in 1,000-row blocks):
+On the bundled airline flights with 3 classes (``pep ingest airline``; ingested into a temporary directory
+when ``--store`` is not given), ``multiclass-sep`` at the default config (``TrainConfig()``: M = 200,
+10,000-row steps in 1,000-row blocks: the airline default config), median seconds per step after two
+warm-up steps:
 
-* ``direct``: the same jitted per-block function (``value_and_grad`` of the data term) called in this
-  process on the step's blocks, already in memory — the floor;
-* ``engine[in-process | local:1 | local:2]``: :meth:`pep_gp.pipeline.engine.Engine.map_sum` per step;
-  overhead = engine / direct − 1;
-* the same two clusters with each worker pinned to its own core (``local:N:pinned``), which
-  separates the engine's scaling from XLA's own intra-op threads;
-* coordinator memory: peak RSS growth of this process while training 3 steps on synthetic stores of
-  growing N on ``local:2`` (the data stays on the workers).
+* the data term alone (one pass over a step's blocks): ``direct`` — its block function called in this
+  process on blocks already in memory, the floor — and ``Engine.map_sum`` on each backend: in-process,
+  ``local:1``, ``local:2`` and the same with each worker pinned to its own core (``local:N:pinned``, which
+  separates the engine's scaling from XLA's own threads); overhead = backend / direct − 1;
+* the whole training step (``Trainer.step``: step-shared quantities, site statistics, tied-factor update,
+  data term, Adam) on each backend, with the bytes it moves per step: the array payloads the engine sends
+  and receives, and the bytes on the wire (this process's TCP counters, ``ss``), next to the payload of
+  the model: ``W × (params + step-shared + site statistics + new cavity + value and live gradient)``;
+* coordinator memory: peak RSS growth of this process while training 3 steps on synthetic 3-class stores
+  of growing N on ``local:2`` (the data stays on the workers).
+
+Writes ``benchmarks/results/bench_engine.json`` (the calibration of ``docs/scaling.md``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
 import psutil
 
 import pep_gp.core
-from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.trainer import TrainJob, Trainer
-from pep_gp.pipeline.engine import Engine, InProcess, connect
-from pep_gp.pipeline.engine.cache import evaluate_blocks
+from benchmarks._common import socket_bytes, write_results
+from benchmarks._multiclass_run import airline_classes
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.stores import open_store
+from pep_gp.pipeline.engine import Engine, InProcess, connect
+from pep_gp.pipeline.engine.cache import BLOCKS, _compiled
+from pep_gp.pipeline.engine.summation import tree_sum
+from pep_gp.pipeline.engine.threads import compute_threads
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.step import DataTerm
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
-RESULTS = Path(__file__).parent / "results" / "bench_engine.json"
-MODEL = "sparse-gp-classifier"
+MODEL = "multiclass-sep"
+BACKENDS = ("in-process", "local:1", "local:2", "local:1:pinned", "local:2:pinned")
 
 
-def per_step(run, steps: int) -> float:
-    """Median seconds of ``run(step)`` over ``steps`` steps, after two warm-up steps."""
-    run(0), run(1)
+def median_seconds(run: Callable[[int], Any], steps: int) -> float:
+    """Median seconds of ``run(step)``, its result waited for, over ``steps`` steps after two warm-up steps."""
+    jax.block_until_ready((run(0), run(1)))
     times = []
-    for step in range(steps):
+    for step in range(2, steps + 2):
         started = time.perf_counter()
-        run(step)
+        jax.block_until_ready(run(step))
         times.append(time.perf_counter() - started)
     return float(np.median(times))
 
 
-def step_times(store, config: TrainConfig, steps: int) -> dict[str, Any]:
-    trainer = Trainer(TrainJob(MODEL, store, config, Path(tempfile.mkdtemp())), InProcess())
+def nbytes(tree: Any) -> int:
+    return int(sum(np.asarray(leaf).nbytes for leaf in jax.tree_util.tree_leaves(tree)))
+
+
+def model_bytes(trainer: Trainer, params: Any, workers: int) -> int:
+    """The payload a multi-class SEP step moves with ``workers`` workers: the params and step-shared
+    quantities to each worker, one partial sum of the site statistics from each, the new cavity to each
+    and one partial sum of the value and the live gradient (not the factor's, chol(K)'s or the held
+    cavity's: zero by construction) from each."""
+    shared = jax.jit(trainer.model.step_shared)(params, trainer.n_total)
+    classes, inducing = params.inducing.shape[:2]
+    stats = 8 * (classes * inducing + classes * inducing**2 + classes + 1)
+    gradient = 8 + nbytes((params.raw_amplitude, params.raw_noise, params.raw_lengthscales, params.inducing,
+                           shared.prior.inverse))
+    return workers * (nbytes((params, shared)) + stats + nbytes(trainer.model.held(shared)) + gradient)
+
+
+def data_term_times(store: Any, config: TrainConfig, steps: int) -> dict[str, float]:
+    """Seconds per step of the data term's pass: direct, then through each backend."""
+    trainer = Trainer(TrainJob(MODEL, store, config, None), InProcess())
     params = trainer.fresh_state().params
     with pep_gp.core.float64():
-        params = jax.device_get((params, trainer.model.step_shared(params, trainer.n_total)))
-    source, fn, schedule = trainer.train.source, trainer.step_fn.parts.data_term, trainer.schedule
-    results = {"direct": per_step(lambda s: evaluate_blocks(fn, params, source, schedule.blocks(s)), steps)}
-    results["engine[in-process]"] = per_step(lambda s: Engine(InProcess(), source).map_sum(fn, params, schedule.blocks(s)), steps)
-    for workers in (1, 2):
-        for pinned in (False, True):
-            backend = connect(f"local:{workers}{':pinned' if pinned else ''}")
+        inputs = jax.device_get((params, trainer.model.step_shared(params, trainer.n_total)))
+    source, fn, schedule = trainer.train.source, DataTerm(trainer.model), trainer.schedule
+
+    def direct(step: int) -> Any:
+        with pep_gp.core.float64(), compute_threads():
+            blocks = list(BLOCKS.get_all(source, schedule.blocks(step)))
+            return tree_sum(jax.device_get([_compiled(fn)(inputs, *block) for block in blocks]))
+
+    times = {"direct": median_seconds(direct, steps)}
+    for cluster in BACKENDS:
+        backend = connect("none" if cluster == "in-process" else cluster)
+        try:
             engine = Engine(backend, source)
-            results[f"engine[local:{workers}{', pinned' if pinned else ''}]"] = per_step(
-                lambda s: engine.map_sum(fn, params, schedule.blocks(s)), steps)
+            times[cluster] = median_seconds(lambda s: engine.map_sum(fn, inputs, schedule.blocks(s)), steps)
+        finally:
             backend.close()
-    return results
+        print({"data term": cluster, "seconds": round(times[cluster], 4)}, flush=True)
+    return times
+
+
+def step_times(store: Any, config: TrainConfig, steps: int) -> dict[str, dict[str, Any]]:
+    """Seconds per training step on each backend, and the bytes a step moves."""
+    rows: dict[str, dict[str, Any]] = {}
+    for cluster in BACKENDS:
+        backend = connect("none" if cluster == "in-process" else cluster)
+        try:
+            trainer = Trainer(TrainJob(MODEL, store, config, None), backend)
+            with compute_threads():
+                state = trainer.fresh_state()
+                seconds = median_seconds(lambda _: trainer.step(state), steps)
+                row: dict[str, Any] = {"seconds_per_step": round(seconds, 4)}
+                traffic = getattr(backend, "traffic", None)
+                if traffic is not None:
+                    workers = len(backend.client.nthreads())
+                    sent, received, wire = traffic.sent, traffic.received, socket_bytes(os.getpid())
+                    for _ in range(5):
+                        trainer.step(state)
+                    row.update({"workers": workers, "payload_sent_per_step": (traffic.sent - sent) // 5,
+                                "payload_received_per_step": (traffic.received - received) // 5,
+                                "bytes_on_the_wire_per_step": (socket_bytes(os.getpid()) - wire) // 5,
+                                "model_payload_per_step": model_bytes(trainer, state.params, workers)})
+        finally:
+            backend.close()
+        rows[cluster] = row
+        print({"training step": cluster, **row}, flush=True)
+    return rows
 
 
 def synthetic_store(directory: Path, n_rows: int) -> Any:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n_rows, 8)).astype(np.float32)
-    np.savez(directory / f"s{n_rows}.npz", X=x, y=(x[:, 0] + x[:, 1] ** 2 > 0.5).astype(np.int64))
+    y = np.argmax(x[:, :3] + 0.3 * rng.normal(size=(n_rows, 3)), axis=1)
+    np.savez(directory / f"s{n_rows}.npz", X=x, y=y.astype(np.int64))
     ingest(open_source("npz", SourceRequest((directory / f"s{n_rows}.npz",), None, "classification")),
            directory / f"s{n_rows}.zarr", chunk_rows=10_000, test_size="1000")
     return open_store(directory / f"s{n_rows}.zarr")
@@ -88,59 +150,58 @@ def synthetic_store(directory: Path, n_rows: int) -> Any:
 def coordinator_memory(sizes: list[int], config: TrainConfig) -> list[dict[str, Any]]:
     process, rows = psutil.Process(), []
     backend = connect("local:2")
-    with tempfile.TemporaryDirectory() as directory:
-        for n_rows in sizes:
-            store = synthetic_store(Path(directory), n_rows)
-            trainer = Trainer(TrainJob(MODEL, store, config.model_copy(update={"epochs": 1}),
-                                       Path(directory) / f"run{n_rows}"), backend)
-            before, peak, done = process.memory_info().rss, [0], threading.Event()
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            for n_rows in sizes:
+                store = synthetic_store(Path(directory), n_rows)
+                trainer = Trainer(TrainJob(MODEL, store, config.model_copy(update={"epochs": 1}),
+                                           Path(directory) / f"run{n_rows}"), backend)
+                before, peak, done = process.memory_info().rss, [0], threading.Event()
 
-            def sample() -> None:
-                while not done.is_set():
-                    peak[0] = max(peak[0], process.memory_info().rss)
-                    time.sleep(0.005)
+                def sample() -> None:
+                    while not done.is_set():
+                        peak[0] = max(peak[0], process.memory_info().rss)
+                        time.sleep(0.005)
 
-            sampler = threading.Thread(target=sample)
-            sampler.start()
-            trainer.run(until_step=3)
-            done.set(), sampler.join()
-            worker_rss = sum(backend.client.run(lambda: psutil.Process().memory_info().rss).values())
-            rows.append({"n_rows": n_rows, "coordinator_rss_growth_mb": round((peak[0] - before) / 2**20, 1),
-                         "workers_rss_mb": round(worker_rss / 2**20, 1)})
-    backend.close()
+                sampler = threading.Thread(target=sample)
+                sampler.start()
+                trainer.run(until_step=3)
+                done.set(), sampler.join()
+                worker_rss = sum(backend.client.run(lambda: psutil.Process().memory_info().rss).values())
+                rows.append({"n_rows": n_rows, "coordinator_rss_growth_mb": round((peak[0] - before) / 2**20, 1),
+                             "workers_rss_mb": round(worker_rss / 2**20, 1)})
+    finally:
+        backend.close()
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--store", type=Path, help="airline store (binary 'delayed'); ingested if absent")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", type=Path, help="airline store with 3 classes; ingested if absent")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--sizes", type=int, nargs="+", default=[50_000, 200_000, 800_000])
     args = parser.parse_args()
     config = TrainConfig()
-    with tempfile.TemporaryDirectory() as scratch, pep_gp.core.float64():
-        path = args.store
-        if path is None:
-            path = Path(scratch) / "airline.zarr"
-            ingest(open_source("airline", SourceRequest((), "delayed")), path)
-        store = open_store(path)
-        times = step_times(store, config, args.steps)
+    with tempfile.TemporaryDirectory() as scratch:
+        store = open_store(args.store or airline_classes(Path(scratch)))
+        data_term = data_term_times(store, config, args.steps)
+        steps = step_times(store, config, args.steps)
         memory = coordinator_memory(args.sizes, config)
-    direct = times["direct"]
-    result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
-        "store": str(path), "n_train": store.n_rows("train"),
-        "config": {"num_inducing": 200, "batch_size": config.batch_size,
-                   "block_rows": config.block_rows},
-        "seconds_per_step": {name: round(value, 4) for name, value in times.items()},
-        "overhead_vs_direct": {name: round(value / direct - 1, 3) for name, value in times.items() if name != "direct"},
-        "throughput_2_vs_1_workers": round(times["engine[local:1]"] / times["engine[local:2]"], 2),
-        "throughput_2_vs_1_workers_pinned": round(times["engine[local:1, pinned]"] / times["engine[local:2, pinned]"], 2),
+        n_train = store.n_rows("train")
+    direct, one, two = data_term["direct"], steps["local:1:pinned"], steps["local:2:pinned"]
+    write_results("bench_engine", {
+        "store": str(args.store or "bundled airline flights, 3 classes"), "n_train": n_train, "model": MODEL,
+        "config": {"num_inducing": 200, "batch_size": config.batch_size, "block_rows": config.rows_per_block},
+        "data_term_seconds_per_step": {name: round(value, 4) for name, value in data_term.items()},
+        "data_term_overhead_vs_direct": {name: round(value / direct - 1, 3) for name, value in data_term.items()
+                                         if name != "direct"},
+        "data_term_2_vs_1_workers_pinned": round(data_term["local:1:pinned"] / data_term["local:2:pinned"], 2),
+        "training_step": steps,
+        "training_step_2_vs_1_workers_pinned": round(one["seconds_per_step"] / two["seconds_per_step"], 2),
+        "training_step_local_1_over_in_process": round(steps["local:1"]["seconds_per_step"]
+                                                       / steps["in-process"]["seconds_per_step"], 3),
         "coordinator_memory": memory,
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    })
 
 
 if __name__ == "__main__":

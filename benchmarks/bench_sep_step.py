@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import pep_gp.core
@@ -31,7 +32,7 @@ from pep_gp.core.kernels import PRODUCT_DTYPES
 from benchmarks._common import write_results
 from benchmarks._multiclass_run import MODEL
 from benchmarks.bench_fashion_mnist import PAPER_MNIST
-from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from pep_gp.pipeline.training.trainer import EngineBatch, Trainer, TrainJob
 from pep_gp.pipeline.engine.cache import BLOCKS
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.engine.threads import compute_threads
@@ -64,25 +65,33 @@ def profile(store: Store, steps: int, batch_size: int, kernel_products: str = "f
             blocks = trainer.schedule.blocks(state.step)
             scale = trainer.n_total / train.rows(blocks)
             params = state.params
+            batch = EngineBatch(train, blocks, scale, trainer.n_total)
             with pep_gp.core.float64():
-                shared, pullback = timed(times, "step-shared quantities + pullback", lambda: compiled.prepare(params))
+                n_total = jnp.asarray(trainer.n_total, jnp.float64)
+                shared, pullback = timed(times, "step-shared quantities + pullback",
+                                         lambda: compiled.prepare(params, n_total))
+                structure = jax.tree_util.tree_structure(shared)
                 stats = timed(times, "site statistics (engine)",
-                              lambda: train.map_sum(compiled.site_term, (params, shared), blocks))
+                              lambda: batch.sum_keeping(compiled.site_term, (params, shared)))
                 params, shared, _ = timed(times, "tied-factor update + cavities",
-                                          lambda: compiled.site_update(params, shared, stats, state.step))
+                                          lambda: compiled.site_update(params, shared, stats, state.step, n_total))
                 value, grad = timed(times, "data term + gradient (engine)",
-                                    lambda: train.map_sum(compiled.data_term, (params, shared), blocks))
+                                    lambda: batch.sum_kept(compiled.data_term, trainer.model.held(shared)))
                 state.params, state.opt_state, *_ = timed(
                     times, "global term + chain rule + Adam",
-                    lambda: compiled.ascend(params, state.opt_state, shared, pullback, value, grad, scale))
+                    lambda: compiled.ascend(params, state.opt_state, shared, pullback, value, grad, scale, n_total,
+                                            structure))
             state.step += 1
         block = BLOCKS.get(train.source, 0)
         with pep_gp.core.float64():
             x, y, mask = block  # the cache's arrays, already on the device
             site_term, data_term = jax.jit(compiled.site_term), jax.jit(compiled.data_term)
-            inputs = (state.params, compiled.prepare(state.params)[0])
+            shared = compiled.prepare(state.params, jnp.asarray(trainer.n_total, jnp.float64))[0]
+            inputs = (state.params, shared)
+            kept = site_term(inputs, x, y, mask)[1]  # the block's rows, as the site-statistics pass keeps them
+            held = trainer.model.held(shared)
             direct = {"site statistics (direct)": lambda: site_term(inputs, x, y, mask),
-                      "data term + gradient (direct)": lambda: data_term(inputs, x, y, mask)}
+                      "data term + gradient (direct)": lambda: data_term(held, kept, y, mask)}
             for name, call in direct.items():
                 timed({}, name, call)
                 for _ in range(steps):

@@ -54,7 +54,8 @@ def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: s
                task: str = "auto", chunk_rows: int | None = None, test_size: str | None = None, seed: int = 0,
                overwrite: bool = False, features: list[str] | None = None, drop: list[str] | None = None,
                ids: list[str] | None = None, categorical: list[str] | None = None, na: str = "drop",
-               sep: str | None = None, max_categories: int = DEFAULT_MAX_CATEGORIES) -> dict[str, Any]:
+               sep: str | None = None, max_categories: int = DEFAULT_MAX_CATEGORIES,
+               synthetic_rows: int | None = None) -> dict[str, Any]:
     """Ingest a source into a pep store (see :func:`pep_gp.pipeline.data.ingest.ingest`).
 
     Args:
@@ -74,12 +75,14 @@ def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: s
         na: tables: ``drop`` (rows with a missing value), ``fail``, or ``mean`` (fill with the column mean).
         sep: CSV field separator (default ``,``).
         max_categories: tables: most distinct values of a one-hot encoded column.
+        synthetic_rows: airline only: that many flights drawn from the bundled ones (throughput and
+            memory measurements; the store is labelled synthetic).
 
     Returns:
         The ingest summary (:class:`pep_gp.pipeline.data.ingest.IngestSummary`) as a dict.
     """
     opened = open_source(source, source_request(inputs, target, task, features, drop, ids, categorical, na, sep,
-                                                max_categories))
+                                                max_categories, synthetic_rows))
     steps = None  # the plain functions, or under Prefect the same functions as retried tasks
     if in_prefect_run():
         steps = Steps(*(prefect_objects(name) for name in ("stage_task", "write_task", "publish_task")))
@@ -95,10 +98,10 @@ def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: s
 
 def source_request(inputs: list[str] | None, target: str | None, task: str, features: list[str] | None,
                    drop: list[str] | None, ids: list[str] | None, categorical: list[str] | None, na: str,
-                   sep: str | None, max_categories: int) -> SourceRequest:
+                   sep: str | None, max_categories: int, synthetic_rows: int | None = None) -> SourceRequest:
     """The :class:`SourceRequest` of :func:`ingest_run`'s arguments."""
     return SourceRequest(tuple(Path(p) for p in inputs or ()), target, task, tuple(features or ()), tuple(drop or ()),
-                         tuple(ids or ()), tuple(categorical or ()), na, sep, max_categories)
+                         tuple(ids or ()), tuple(categorical or ()), na, sep, max_categories, synthetic_rows)
 
 
 def _prefect() -> dict[str, Any]:
@@ -165,6 +168,10 @@ def ingest_command(
              "tables; mnist keeps its own split.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the train/test split.")] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing store (atomically).")] = False,
+    synthetic_rows: Annotated[int | None, typer.Option(
+        help="airline only: ingest this many flights drawn with replacement from the bundled 2013 flights, "
+             "labelled synthetic (for throughput and memory tests, e.g. 2127068 as seed001's airline "
+             "run).")] = None,
     json_output: JsonFlag = False,
     quiet: QuietFlag = False,
     prefect: PrefectFlag = False,
@@ -172,7 +179,8 @@ def ingest_command(
     """Ingest a data source into a chunked Zarr store for training."""
     paths = [str(p) for p in inputs or ()]
     table = dict(features=list(names(features)), drop=list(names(drop)), ids=list(names(ids)),
-                 categorical=list(names(categorical)), na=na, sep=sep, max_categories=max_categories)
+                 categorical=list(names(categorical)), na=na, sep=sep, max_categories=max_categories,
+                 synthetic_rows=synthetic_rows)
     with user_errors("pep ingest"):
         # Fail fast on bad options or inputs, before anything is read (or a Prefect server started).
         opened = open_source(source, source_request(paths, target, task, **table))

@@ -99,21 +99,35 @@ def _whitened_precision(factor: Factor, chol_k):
     return 0.5 * (a + a.T)
 
 
-def _gaussian(chol_k, factor: Factor, scale):
-    """``p·t^scale`` for one GP (see the module docstring for the whitened form)."""
+def _gaussians_of_one(chol_k, factor: Factor, scales):
+    """``p·t^s`` for one GP at each of ``scales`` (see the module docstring for the whitened form), from
+    one ``LᵀΛL``."""
     size = chol_k.shape[0]
-    chol_b = cholesky(jnp.eye(size, dtype=chol_k.dtype) + scale * _whitened_precision(factor, chol_k))
-    whitened = solve_lower(chol_b, scale * (chol_k.T @ factor.shift))
-    sqrt_cov = solve_lower(chol_b, chol_k.T).T  # L R⁻ᵀ
-    log_normaliser = 0.5 * jnp.sum(whitened**2) - jnp.sum(jnp.log(jnp.diagonal(chol_b)))
-    return sqrt_cov @ whitened, sqrt_cov, log_normaliser
+    whitened_precision = _whitened_precision(factor, chol_k)
+    shift = chol_k.T @ factor.shift
+
+    def at(scale):
+        chol_b = cholesky(jnp.eye(size, dtype=chol_k.dtype) + scale * whitened_precision)
+        whitened = solve_lower(chol_b, scale * shift)
+        sqrt_cov = solve_lower(chol_b, chol_k.T).T  # L R⁻ᵀ
+        log_normaliser = 0.5 * jnp.sum(whitened**2) - jnp.sum(jnp.log(jnp.diagonal(chol_b)))
+        return sqrt_cov @ whitened, sqrt_cov, log_normaliser
+
+    return tuple(at(scale) for scale in scales)
 
 
 def gaussians(prior: PriorFactors, factor: Factor, scale) -> Gaussians:
     """``p_g·t_g^{s_g}`` for every GP (``scale`` a scalar or ``[G]``: 1 for ``q``, ``1 − α/n_g`` for the
     cavity), one factorisation at a time (:func:`pep_gp.core.linalg.per_matrix`)."""
-    scale = jnp.broadcast_to(scale, prior.chol.shape[:1])
-    return Gaussians(*per_matrix(_gaussian, prior.chol, factor, scale))
+    return gaussians_at(prior, factor, (scale,))[0]
+
+
+def gaussians_at(prior: PriorFactors, factor: Factor, scales: tuple) -> tuple[Gaussians, ...]:
+    """:func:`gaussians` at each of ``scales`` (e.g. a cavity and ``q``), sharing each GP's whitened
+    precision ``LᵀΛL`` (two of the O(G·M³) products per GP and scale otherwise)."""
+    size = prior.chol.shape[:1]
+    scales = tuple(jnp.broadcast_to(scale, size) for scale in scales)
+    return tuple(Gaussians(*parts) for parts in per_matrix(_gaussians_of_one, prior.chol, factor, scales))
 
 
 def row_projections(bank: Bank, prior: PriorFactors, x) -> RowProjections:

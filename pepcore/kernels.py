@@ -106,11 +106,14 @@ class BatchedARDSquaredExponential:
         lengthscales: ``ℓ_c``, shape [C, D], positive.
         variance: ``σ_c``, shape [C], positive.
         products: dtype of the matrix products over the input dimension D, the O(C·M·B·D) and
-            O(C·M²·D) part of the cost (a static field). ``"float32"`` halves their time on a CPU and
-            leaves an absolute error ``~6e-8·(‖z − c‖² + ‖x − c‖²)/ℓ²`` in the squared distances (``c``
-            the centre of the inducing inputs, :func:`_centre`); the distances, exponentials and
-            everything downstream stay in the inputs' dtype. ``"float64"`` (default) keeps all of it
-            exact to double precision.
+            O(C·M²·D) part of the cost, and of the Gram matrices' squared norms (one pass over the
+            [C, M, D] inputs in that dtype serves both); a static field. ``"float32"`` halves their time
+            on a CPU and leaves an absolute error ``~6e-8·(‖z − c‖² + ‖x − c‖²)/ℓ²`` in the squared
+            distances (``c`` the centre of the inducing inputs, :func:`_centre`); the distances,
+            exponentials and everything downstream stay in the inputs' dtype. ``"float64"`` (default)
+            keeps all of it exact to double precision. (The cross matrices keep their norms in the
+            inputs' dtype: summed in float32 they took the distances past that bound, which
+            tests/pepcore/test_primitives.py checks.)
     """
 
     lengthscales: jnp.ndarray  # [C, D]
@@ -123,8 +126,9 @@ class BatchedARDSquaredExponential:
     def gram(self, z):
         """``k_c(Z_c, Z_c)`` for ``z`` [C, M, D], shape [C, M, M]."""
         scaled = (z - _centre(z)) / self.lengthscales[:, None, :]
-        norms = jnp.sum(scaled**2, axis=-1)
-        inner = _symmetric_gram(scaled.astype(self.products)).astype(scaled.dtype)
+        in_products = scaled.astype(self.products)  # the norms too: one pass over [C, M, D] in that dtype
+        norms = jnp.sum(in_products**2, axis=-1).astype(scaled.dtype)
+        inner = _symmetric_gram(in_products).astype(scaled.dtype)
         sq = norms[:, :, None] + norms[:, None, :] - 2.0 * inner
         return self.variance[:, None, None] * jnp.exp(-0.5 * jnp.maximum(sq, 0.0))
 

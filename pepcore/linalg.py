@@ -17,6 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 from jax.scipy.linalg import solve_triangular
 
 DEFAULT_JITTER = float(np.sqrt(np.finfo(np.float64).eps))
@@ -75,26 +76,39 @@ def cholesky_and_inverse(matrices):
     products only, batched over ``C`` (autodiff would run four triangular solves per matrix, one at a
     time). With ``P = L⁻¹``, ``dL = LΦ(P dA Pᵀ)`` and ``dP = −Φ(P dA Pᵀ)P``, so cotangents ``L̄, P̄``
     (lower triangles) give ``Ā = Pᵀ Φ(LᵀL̄ − P̄Pᵀ) P``, symmetrised (Murray 2016, "Differentiation of
-    the Cholesky decomposition", for the ``L`` part).
+    the Cholesky decomposition", for the ``L`` part). When nothing differentiates through ``L`` (its
+    cotangent is a symbolic zero: SEP's held cavities, with ``log|A| = −2Σ log P_ii``) the ``LᵀL̄``
+    product is skipped: three matrix products per matrix instead of four.
     """
-    return _cholesky_and_inverse_forward(matrices)[0]
+    return _factorise(matrices)
 
 
-def _cholesky_and_inverse_forward(matrices):
+def _factorise(matrices):
     def one(matrix):
         lower = cholesky(matrix)
         return lower, solve_lower(lower, jnp.eye(matrix.shape[-1], dtype=matrix.dtype))
 
-    factors = per_matrix(one, matrices)
+    return per_matrix(one, matrices)
+
+
+def _cholesky_and_inverse_forward(matrices):
+    factors = _factorise(matrices.value)  # symbolic_zeros: the primal comes wrapped
     return factors, factors
 
 
 def _cholesky_and_inverse_backward(factors, cotangents):
     lower, inverse = factors
-    lower_bar, inverse_bar = (jnp.tril(c) for c in cotangents)
-    inner = (jnp.einsum("cki,ckj->cij", lower, lower_bar) - jnp.einsum("cik,cjk->cij", inverse_bar, inverse))
+    lower_bar, inverse_bar = cotangents
+    inner = -jnp.einsum("cik,cjk->cij", _dense_tril(inverse_bar, inverse), inverse)
+    if not isinstance(lower_bar, SymbolicZero):
+        inner = inner + jnp.einsum("cki,ckj->cij", lower, jnp.tril(lower_bar))
     grad = jnp.einsum("cki,ckl,clj->cij", inverse, _lower_half_diagonal(inner), inverse)
     return (0.5 * (grad + jnp.swapaxes(grad, -1, -2)),)
 
 
-cholesky_and_inverse.defvjp(_cholesky_and_inverse_forward, _cholesky_and_inverse_backward)
+def _dense_tril(cotangent, like):
+    """The lower triangle of a cotangent, zeros for a symbolic zero."""
+    return jnp.zeros_like(like) if isinstance(cotangent, SymbolicZero) else jnp.tril(cotangent)
+
+
+cholesky_and_inverse.defvjp(_cholesky_and_inverse_forward, _cholesky_and_inverse_backward, symbolic_zeros=True)

@@ -35,16 +35,21 @@ def damped_site_update(factor: NaturalFactor, shift, precision, count, counts, d
 
 def prior_surrogate(prior: PriorFactors, q: Gaussians):
     """``Σ_g −½log|K_g| − ½tr(K_g⁻¹(V_g + m_gm_gᵀ))`` with ``q`` held fixed: its gradient is the prior term
-    ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of seed001 eq. (10) (eqs. 63–64)."""
+    ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of seed001 eq. (10) (eqs. 63–64).
+
+    Only ``P = L⁻¹`` is differentiated (``½log|K| = −Σ log P_ii``), so ``L`` may be held
+    (:func:`pep_gp.core.linalg.cholesky_and_inverse` then skips a matrix product in its backward pass)."""
     q = jax.lax.stop_gradient(q)
     whitened_cov = prior.inverse @ q.sqrt_cov
     whitened_mean = jnp.einsum("gmn,gn->gm", prior.inverse, q.mean)
-    log_det = jnp.sum(jnp.log(jnp.diagonal(prior.chol, axis1=-2, axis2=-1)))
-    return -log_det - 0.5 * (jnp.sum(whitened_cov**2) + jnp.sum(whitened_mean**2))
+    half_log_det = -jnp.sum(jnp.log(jnp.diagonal(prior.inverse, axis1=-2, axis2=-1)))
+    return -half_log_det - 0.5 * (jnp.sum(whitened_cov**2) + jnp.sum(whitened_mean**2))
 
 
-def held_global_energy(prior: PriorFactors, factor: NaturalFactor, cavity: Gaussians, counts, alpha: float):
+def held_global_energy(prior: PriorFactors, factor: NaturalFactor, cavity: Gaussians, counts, alpha: float,
+                       q: Gaussians | None = None):
     """The Power-EP global term ``Σ_g φ(q_g) − φ(p_g) + (n_g/α)(φ(cav_g) − φ(q_g))`` whose gradient is the
-    prior term of eq. (10) only (the factor moves by site updates, the cavity is held)."""
-    q = gaussians(prior, factor, 1.0)
+    prior term of eq. (10) only (the factor moves by site updates, the cavity is held); ``q = p·t`` of
+    ``factor`` unless given (computed with the cavity, :func:`pep_gp.core.bank.gaussians_at`)."""
+    q = gaussians(prior, factor, 1.0) if q is None else q
     return hold_gradient(power_ep_global_term(q, cavity, counts, alpha), prior_surrogate(prior, q))

@@ -83,6 +83,7 @@ class StepShared(NamedTuple):
 
     prior: bank.PriorFactors
     cavity: bank.Gaussians  # p(f̄^c)·t_c^(1 − α/n_c)
+    q: bank.Gaussians | None = None  # p(f̄^c)·t_c, computed with the cavity (direct mode, or after a site update)
 
 
 def label_side(values, y):
@@ -180,8 +181,8 @@ class MultiClassGP:
             lengthscales = squared_median_lengthscale(x, seed)
         lengthscales = np.broadcast_to(np.asarray(lengthscales, dtype=float), (num_classes, dim))
         params = MultiClassParams(
-            **unconstrained(MultiClassParams, amplitude=jnp.full(num_classes, float(amplitude)),
-                            noise=jnp.full(num_classes, float(noise)), lengthscales=jnp.asarray(lengthscales)),
+            **unconstrained(MultiClassParams, amplitude=jnp.full(num_classes, amplitude, float),
+                            noise=jnp.full(num_classes, noise, float), lengthscales=jnp.asarray(lengthscales)),
             inducing=jnp.asarray(inducing),
             factor=NaturalFactor(
                 jnp.zeros((num_classes, num_inducing)), jnp.zeros((num_classes, num_inducing, num_inducing))
@@ -215,43 +216,62 @@ class MultiClassGP:
         return 1.0 - self.alpha / self.factor_counts(n_total)
 
     def step_shared(self, params: MultiClassParams, n_total) -> StepShared:
-        """``chol(K_c)`` and the cavities ``p·t^(1 − α/n_c)``: what every block of a step needs, O(C·M³).
+        """``chol(K_c)`` and its inverse, and the cavities ``p·t^(1 − α/n_c)``: what every block of a step
+        needs, O(C·M³).
 
         The energy is ``G(params, S) + Σ_blocks L(params, S; block)`` with ``S = step_shared(params)``;
         the trainer computes ``S`` once per step and back-propagates into it once (the model protocol,
         :mod:`pep_gp.pipeline.models.protocol`). With a :class:`NaturalFactor` the cavity is held fixed
-        (eq. 10), so only the prior factors carry gradient.
+        (eq. 10), so only ``L⁻¹`` carries gradient (``chol(K_c)`` is held too: nothing differentiates
+        through it, see :func:`pep_gp.core.sep.prior_surrogate`). With a :class:`CholeskyFactor` the
+        cavity and ``q`` are computed together and differentiated.
         """
-        return self._refresh_shared(params, StepShared(self.prior_factors(params), None), n_total)
-
-    def _refresh_shared(self, params: MultiClassParams, shared: StepShared, n_total) -> StepShared:
-        """``shared`` with the cavities of ``params``' factor, the prior factors kept: after an EP update
-        of a :class:`NaturalFactor` (the hyper-parameters did not move) only the cavities change, and
-        they carry no gradient, so a pullback of :meth:`step_shared` taken before the update still holds."""
-        cavity = bank.gaussians(shared.prior, params.factor, self._cavity_scale(n_total))
-        return shared._replace(cavity=jax.lax.stop_gradient(cavity) if self._holds_cavity(params) else cavity)
+        prior = self.prior_factors(params)
+        if self._holds_cavity(params):
+            prior = prior._replace(chol=jax.lax.stop_gradient(prior.chol))
+            cavity = bank.gaussians(prior, params.factor, self._cavity_scale(n_total))
+            return StepShared(prior, jax.lax.stop_gradient(cavity))
+        cavity, q = bank.gaussians_at(prior, params.factor, (self._cavity_scale(n_total), 1.0))
+        return StepShared(prior, cavity, q)
 
     # ----------------------------------------------------------------------------------------------
     def global_energy(self, params: MultiClassParams, shared: StepShared, n_total):
         """``G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))]`` (spec §2.8.6); O(C·M³), independent of N.
 
         With a :class:`NaturalFactor` the gradient is the prior term of eq. (10) only (see the module
-        docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``.
+        docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``. ``q`` is the
+        shared one when :meth:`step_shared` or :meth:`site_update` computed it.
         """
         counts = self.factor_counts(n_total)
         if self._holds_cavity(params):
-            return sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha)
-        q = bank.gaussians(shared.prior, params.factor, 1.0)
+            return sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha, shared.q)
+        q = bank.gaussians(shared.prior, params.factor, 1.0) if shared.q is None else shared.q
         return bank.power_ep_global_term(q, shared.cavity, counts, self.alpha)
 
-    def _pair_cavities(self, params: MultiClassParams, shared: StepShared, x, y):
+    # The block term in two parts: the rows' projections, differentiable and unchanged by a site update
+    # (so a step computes them once per block for the site statistics and the data term), and what the
+    # cavity makes of them.
+    def block_rows(self, params: MultiClassParams, shared: StepShared, x) -> bank.RowProjections:
+        """``υ = K_c⁻¹k_c(x)`` and the FITC variances of the rows ``x`` ``[B, D]``."""
+        return bank.row_projections(self.sparse_gps(params), shared.prior, x)
+
+    def held(self, shared: StepShared) -> bank.Gaussians:
+        """What a site update changes in ``shared`` and the data term holds fixed (eq. 10): the cavities."""
+        return shared.cavity
+
+    def _pair_cavities(self, rows: bank.RowProjections, cavity: bank.Gaussians, y):
         """Cavity projections of every pair ``(i, k)``: label side ``[B, 1]``, other side ``[B, C]``."""
-        rows = bank.row_projections(self.sparse_gps(params), shared.prior, x)
-        cavity = jax.lax.stop_gradient(shared.cavity) if self._holds_cavity(params) else shared.cavity
         proj = bank.project(cavity, rows.directions)
         fitc = rows.fitc_var.T
         label = sites.Projections(label_side(proj.mean, y), label_side(proj.var, y))
-        return rows, label, proj, label_side(fitc, y), fitc
+        return label, proj, label_side(fitc, y), fitc
+
+    def data_energy_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask):
+        """:meth:`data_energy` from the rows' projections and the cavities."""
+        y = y.astype(jnp.int32)
+        label, other, label_fitc, other_fitc = self._pair_cavities(rows, cavity, y)
+        terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha) / self.alpha
+        return jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
 
     def data_energy(self, params: MultiClassParams, shared: StepShared, x, y, mask):
         """``L = (1/α) Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one block (eq. 34).
@@ -260,10 +280,8 @@ class MultiClassGP:
         blocks do), boolean ``mask`` ``[B]``; masked (padding) rows contribute exactly zero to the value
         and the gradient. ``shared`` (from :meth:`step_shared`) carries the cavities and with them ``n_c``.
         """
-        y = y.astype(jnp.int32)
-        _, label, other, label_fitc, other_fitc = self._pair_cavities(params, shared, x, y)
-        terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha) / self.alpha
-        return jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
+        cavity = jax.lax.stop_gradient(shared.cavity) if self._holds_cavity(params) else shared.cavity
+        return self.data_energy_at(self.block_rows(params, shared, x), cavity, y, mask)
 
     def energy(self, params: MultiClassParams, x, y):
         """The whole ``log Z_q`` estimate ``G + L`` on in-memory data (all rows)."""
@@ -272,6 +290,15 @@ class MultiClassGP:
         return self.global_energy(params, shared, n) + self.data_energy(params, shared, x, y, jnp.ones(n, bool))
 
     # ----------------------------------------------------------------------------------------------
+    def site_stats_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask) -> SiteStats:
+        """:meth:`site_stats` from the rows' projections and the cavities."""
+        y = y.astype(jnp.int32)
+        label, other, label_fitc, other_fitc = self._pair_cavities(rows, cavity, y)
+        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha)
+        shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
+        count = sites.factor_counts(y, mask, self.num_classes)
+        return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
+
     def site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask) -> SiteStats:
         """Refine every factor of the block against the SEP cavity and sum the new sites per class.
 
@@ -279,12 +306,7 @@ class MultiClassGP:
         ``n_{B,c}`` add over blocks exactly like gradients; masked rows contribute zero. ``shared`` is
         :meth:`step_shared` of ``params``.
         """
-        y = y.astype(jnp.int32)
-        rows, label, other, label_fitc, other_fitc = self._pair_cavities(params, shared, x, y)
-        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha)
-        shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
-        count = sites.factor_counts(y, mask, self.num_classes)
-        return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
+        return self.site_stats_at(self.block_rows(params, shared, x), jax.lax.stop_gradient(shared.cavity), y, mask)
 
     def site_update(self, params: MultiClassParams, shared: StepShared, stats: SiteStats, n_total, damping=1.0):
         """Damped SEP update of the tied factors from summed site statistics (spec §2.8.5):
@@ -298,7 +320,9 @@ class MultiClassGP:
         (:func:`pep_gp.core.sep.damped_site_update`).
 
         Returns:
-            ``(params, shared, accepted)``: the updated params, ``shared`` with the new cavities, and
+            ``(params, shared, accepted)``: the updated params, ``shared`` with the new cavities and the
+            new ``q`` (both from one ``LᵀΛL`` per class; the prior factors kept: the hyper-parameters did
+            not move, so a pullback of :meth:`step_shared` taken before the update still holds), and
             whether the update was taken — a result that is not finite is rejected and ``params`` come
             back unchanged.
         """
@@ -306,8 +330,9 @@ class MultiClassGP:
             raise TypeError("site_update needs a NaturalFactor; a CholeskyFactor is trained by gradient")
         factor, ok = sep.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
                                              self.factor_counts(n_total), damping)
-        params = params._replace(factor=factor)
-        return params, self._refresh_shared(params, shared, n_total), ok
+        cavity, q = bank.gaussians_at(shared.prior, factor, (self._cavity_scale(n_total), 1.0))
+        refreshed = shared._replace(cavity=jax.lax.stop_gradient(cavity), q=jax.lax.stop_gradient(q))
+        return params._replace(factor=factor), refreshed, ok
 
     # ----------------------------------------------------------------------------------------------
     def predict_latent(self, params: MultiClassParams, x) -> bank.Marginals:

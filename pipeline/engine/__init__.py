@@ -1,9 +1,12 @@
-"""The distributed engine (DESIGN §4): sums of a per-block function over blocks, in a fixed order.
+"""The distributed engine: sums of a per-block function over blocks, in a fixed order.
 
-``Engine.map_sum(fn, params, blocks)`` evaluates ``fn(params, x, y, mask)`` on each listed block of a
+``Engine.map_sum(fn, inputs, blocks)`` evaluates ``fn(inputs, x, y, mask)`` on each listed block of a
 :class:`~pep_gp.pipeline.data.blocks.BlockSource` and returns the sum of the results. It knows nothing about
-models: ``fn`` is any hashable, picklable function returning a pytree (the coordinator passes
-``value_and_grad`` of a model's data term, or a held-out metric function).
+models: ``fn`` is any hashable, picklable function returning a pytree (the trainer passes ``value_and_grad``
+of a model's data term, its site statistics, or a held-out metric function). A step of a model with site
+updates makes two passes over the same blocks: :meth:`Engine.map_sum_keeping` sums the first and leaves
+each block's by-product (the rows' projections and their pullback) where the block was computed, and
+:meth:`Engine.map_sum_kept` sums the second from them, sending only its own (small) inputs.
 
 Backends:
 
@@ -11,13 +14,17 @@ Backends:
 * :class:`DaskBackend` — a ``LocalCluster`` of worker *processes* (``local:N``; ``local:N:pinned``
   gives worker ``i`` core ``i mod cores`` alone: no oversubscription, but results then match other
   pinned clusters, not the in-process backend, see below) or an existing
-  scheduler (``tcp://HOST:PORT``). Each step the params are scattered to every worker (one copy
-  each); each worker gets one task with the blocks assigned to it (block ``b`` goes to
-  worker ``b mod W``, so a worker keeps seeing the same blocks); tasks may move to another worker if
-  theirs dies, and a failed step is re-run.
+  scheduler (``tcp://HOST:PORT``). Each call sends its inputs once to each worker (the params and the
+  step-shared quantities once per step: the second pass sends only what the site update changed); each
+  worker gets one task with a whole subtree of the step's summation tree
+  (:mod:`pep_gp.pipeline.engine.summation`), adds its blocks' results in the tree's order and returns
+  one partial sum, without the results that are zero by construction; tasks may move to another worker
+  if theirs dies, and a failed call is re-run (a second pass whose kept parts were lost computes them
+  again from the first pass's inputs).
 
 Memory: every process that computes blocks keeps the blocks it read in a :class:`BlockCache` of at most
-``PEP_BLOCK_CACHE_MB`` megabytes (default 16; 0 turns it off), least recently used first out, plus the
+``PEP_BLOCK_CACHE_MB`` megabytes (default 16 on a CPU, half the free memory of a GPU: see
+:func:`~pep_gp.pipeline.engine.cache.default_budget`; 0 turns it off), least recently used first out, plus the
 blocks of its latest call when they total at most :data:`LATEST_CALL_MB` (one step's share of the
 minibatch; not an evaluation pass over a large test split), which a step's second pass over the same
 blocks (the data term after the site statistics) finds whatever the budget. Cached blocks live on JAX's
@@ -26,12 +33,18 @@ block evicted from it is read from Zarr again when next needed, which the operat
 and the ≤ 1 MiB chunks of ``pep ingest`` make cheap (0.75 ms per 1,000-row airline block, measured). A
 worker's memory is therefore bounded by the budget plus :data:`LATEST_CALL_MB` whatever the number of
 rows N: a store that fits in the budget is read once, a larger one costs a re-read per block per epoch.
+A step's first pass also leaves what it keeps per block (:data:`~pep_gp.pipeline.engine.cache.KEPT`: for
+multi-class SEP a few [C, M, rows] arrays per block) until the next step's first pass replaces it.
 
 Determinism: every block's result is computed by the same compiled function on the same inputs,
-whatever process computes it, and the per-block results are summed on the coordinator in a fixed
-binary tree over the block order (:func:`tree_sum`). The result is therefore bit-for-bit the same for
-any number of workers, for any task timing and after a worker is lost — provided every process
-computes with the same thread settings. Three settings change the last bits (all measured here):
+whatever process computes it, and the per-block results are summed in a fixed binary tree over the
+block order (:func:`tree_sum`), whole subtrees on the workers and the rest on the coordinator, with the
+same additions either way. The result is therefore bit-for-bit the same for any number of workers, for
+any task timing and after a worker is lost — provided every process computes with the same thread
+settings and the same compiled programs (XLA:CPU contracts a multiply and an add into one FMA only
+within one fused kernel, so a step compiled as one program rounds differently from its pieces: the
+in-process backend runs the pieces as the workers do). Three settings change the last bits (all
+measured here):
 
 * JAX's CPU Cholesky and triangular solves call the OpenBLAS/LAPACK that scipy loads, whose blocking
   follows its thread count: every backend computes under :func:`compute_threads` (one BLAS thread,
@@ -47,30 +60,18 @@ computes with the same thread settings. Three settings change the last bits (all
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import jax
-import numpy as np
 
 from ..data.blocks import BlockSource
 from .backends import Backend, DaskBackend, InProcess
 from ..cluster_address import CLUSTER_HELP, parse_cluster
 from .clusters import connect, connected
+from .summation import tree_sum
 
 __all__ = ["CLUSTER_HELP", "Backend", "DaskBackend", "Engine", "InProcess", "connect", "connected", "parse_cluster",
            "tree_sum"]
-
-
-def tree_sum(parts: Sequence[Any]) -> Any:
-    """Sum of pytrees in a fixed, balanced binary tree over their order (deterministic rounding)."""
-    if not parts:
-        raise ValueError("tree_sum of no parts")
-    if len(parts) == 1:
-        return parts[0]
-    middle = len(parts) // 2
-    return jax.tree_util.tree_map(np.add, tree_sum(parts[:middle]), tree_sum(parts[middle:]))
-
 
 
 class Engine:
@@ -78,10 +79,26 @@ class Engine:
 
     def __init__(self, backend: Backend, source: BlockSource):
         self.backend, self.source = backend, source
+        self._kept: tuple[str, Callable, Any, list[int]] | None = None
 
-    def map_sum(self, fn: Callable, params: Any, blocks: Sequence[int]) -> Any:
-        """``Σ_{b in blocks} fn(params, *block_b)``, summed by :func:`tree_sum` in ``blocks`` order."""
-        return tree_sum(self.backend.evaluate(fn, params, self.source, list(blocks)))
+    def map_sum(self, fn: Callable, inputs: Any, blocks: Sequence[int]) -> Any:
+        """``Σ_{b in blocks} fn(inputs, *block_b)``, summed by :func:`tree_sum` in ``blocks`` order."""
+        return self.backend.sum(fn, inputs, self.source, list(blocks))
+
+    def map_sum_keeping(self, fn: Callable, inputs: Any, blocks: Sequence[int]) -> Any:
+        """:meth:`map_sum` of ``fn(...)[0]`` for an ``fn`` returning ``(result, kept)``; each block's
+        ``kept`` stays where the block was computed, for the next :meth:`map_sum_kept`."""
+        token = uuid.uuid4().hex
+        self._kept = (token, fn, inputs, list(blocks))
+        return self.backend.sum(fn, inputs, self.source, list(blocks), keep=token)
+
+    def map_sum_kept(self, fn: Callable, inputs: Any) -> Any:
+        """``Σ_b fn(inputs, kept_b, y_b, mask_b)`` over the blocks of the latest :meth:`map_sum_keeping`,
+        with what it kept; only ``inputs`` travel."""
+        if self._kept is None:
+            raise RuntimeError("map_sum_kept needs a map_sum_keeping call first")
+        token, first, first_inputs, blocks = self._kept
+        return self.backend.sum_kept(fn, inputs, self.source, blocks, token, first, first_inputs)
 
     def rows(self, blocks: Sequence[int]) -> int:
         """Real rows in ``blocks`` (the minibatch size |B|)."""

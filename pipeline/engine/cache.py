@@ -11,24 +11,32 @@ from functools import lru_cache
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from ...core import float64
 from ..data.blocks import Block, BlockSource
 from ..errors import InputError
+from .summation import structural_zeros, tree_sum, without_zeros
 from .threads import compute_threads
 
 BLOCK_CACHE_ENV = "PEP_BLOCK_CACHE_MB"
 DEFAULT_BLOCK_CACHE_MB = 16.0
+GPU_CACHE_FRACTION = 0.5
+"""On a GPU, the default budget is this fraction of the device's free memory when the cache is first
+used: 16 MB made pep 4.72× GPyTorch's epoch at minibatch 10,000 on an H100 (every block read and copied
+to the device at each step) and 2,000 MB 0.65× (README, compare_gpu*.json)."""
 
 
 def block_cache_budget() -> int:
     """The block cache's budget in bytes: ``$PEP_BLOCK_CACHE_MB`` megabytes (2**20 bytes, fractions
-    allowed), :data:`DEFAULT_BLOCK_CACHE_MB` when unset.
+    allowed); unset, :func:`default_budget`.
 
     Raises:
         InputError: the variable is not a finite number ≥ 0.
     """
-    text = os.environ.get(BLOCK_CACHE_ENV, str(DEFAULT_BLOCK_CACHE_MB))
+    text = os.environ.get(BLOCK_CACHE_ENV)
+    if text is None:
+        return default_budget(jax.devices()[0])
     try:
         megabytes = float(text)
     except ValueError:
@@ -36,6 +44,17 @@ def block_cache_budget() -> int:
     if not (math.isfinite(megabytes) and megabytes >= 0):
         raise InputError(f"{BLOCK_CACHE_ENV}: expected a finite number of megabytes >= 0, found {text!r}")
     return int(megabytes * 2**20)
+
+
+@lru_cache(maxsize=None)
+def default_budget(device: Any) -> int:
+    """The budget without ``$PEP_BLOCK_CACHE_MB``: on a GPU, :data:`GPU_CACHE_FRACTION` of its memory free
+    at the first call (blocks then stay on the device after their first read), else
+    :data:`DEFAULT_BLOCK_CACHE_MB` (it bounds a CPU worker's host memory)."""
+    stats = device.memory_stats() if device.platform == "gpu" else None
+    if stats and "bytes_limit" in stats:
+        return int(GPU_CACHE_FRACTION * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
+    return int(DEFAULT_BLOCK_CACHE_MB * 2**20)
 
 
 LATEST_CALL_MB = 256
@@ -130,16 +149,77 @@ BLOCKS = BlockCache()
 
 
 @lru_cache(maxsize=32)
-def compiled(fn: Callable) -> Callable:
+def _compiled(fn: Callable) -> Callable:
     """``jax.jit(fn)``, kept per process so that equal functions compile once (static block shape)."""
     return jax.jit(fn)
 
 
-def evaluate_blocks(fn: Callable, params: Any, source: BlockSource, blocks: Sequence[int],
-                    to_host: bool = True) -> list:
-    """``[fn(params, *block) for block in blocks]``, computed in float64; numpy pytrees when ``to_host``
-    (results that travel), else JAX arrays (in-process: no copies to and from the device buffers)."""
+_ZEROS: dict[Any, list[bool]] = {}
+"""Per block function and argument shapes: which of its results are zero by construction."""
+
+KEPT: dict[str, dict[int, Any]] = {}
+"""What the latest keeping call (:func:`sum_blocks` with ``keep``) kept per block, under its token; a new
+keeping call drops the older ones (a step keeps its first pass's rows for its second pass only)."""
+
+
+def _result_zeros(fn: Callable, compiled: Callable, args: tuple) -> list[bool]:
+    """:func:`~pep_gp.pipeline.engine.summation.structural_zeros` of ``fn``'s results, traced once per shape."""
+    leaves, treedef = jax.tree_util.tree_flatten(args)
+    key = (fn, treedef, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves))
+    if key not in _ZEROS:
+        _ZEROS[key] = structural_zeros(compiled.trace(*args).jaxpr)
+    return _ZEROS[key]
+
+
+def sum_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], keep: str | None = None,
+               to_host: bool = True) -> Any:
+    """``Σ_b fn(inputs, *block_b)`` over ``blocks`` in :func:`~pep_gp.pipeline.engine.summation.tree_sum`'s
+    order. With a ``keep`` token, ``fn`` returns ``(result, kept)`` and each block's ``kept`` stays in this
+    process (:data:`KEPT`) for :func:`sum_kept_blocks`. ``to_host``: numpy arrays, with the results that
+    are zero by construction as :class:`~pep_gp.pipeline.engine.summation.Zero` (what travels from a
+    worker); else JAX arrays on the device (in-process)."""
     with float64(), compute_threads():
-        jitted = compiled(fn)
-        results = [jitted(params, *block) for block in BLOCKS.get_all(source, blocks)]
-        return jax.device_get(results) if to_host else results
+        compiled = _compiled(fn)
+        if keep is not None:
+            KEPT.clear()
+            KEPT[keep] = {}
+        results = []
+        for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
+            result = compiled(inputs, *block)
+            if keep is not None:
+                result, KEPT[keep][index] = result
+            results.append(result)
+        if not to_host:
+            return _device_sum(results)
+        # The results' leaves come first among fn's outputs (before what is kept).
+        zeros = _result_zeros(fn, compiled, (inputs, *block))[:len(jax.tree_util.tree_leaves(results[0]))]
+        return tree_sum([without_zeros(part, zeros) for part in jax.device_get(results)])
+
+
+def sum_kept_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], token: str,
+                    first: Callable, first_inputs: Any, to_host: bool = True) -> Any:
+    """``Σ_b fn(inputs, kept_b, y_b, mask_b)`` as :func:`sum_blocks`, from what the keeping call ``token``
+    (of ``first`` on ``first_inputs``) kept here; a block whose ``kept`` is not here (this process did not
+    compute it, or was restarted) has it computed again, which gives the same bits."""
+    with float64(), compute_threads():
+        compiled = _compiled(fn)
+        held = KEPT.get(token, {})
+        results = []
+        for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
+            kept = held[index] if index in held else _compiled(first)(first_inputs, *block)[1]
+            results.append(compiled(inputs, kept, block.y, block.mask))
+        if not to_host:
+            return _device_sum(results)
+        zeros = _result_zeros(fn, compiled, (inputs, kept, block.y, block.mask))
+        return tree_sum([without_zeros(part, zeros) for part in jax.device_get(results)])
+
+
+def _device_sum(parts: list) -> Any:
+    """:func:`~pep_gp.pipeline.engine.summation.tree_sum` of device arrays on the device, one program per
+    number of parts (additions only: the same IEEE sums as on the host)."""
+    return parts[0] if len(parts) == 1 else _tree_sum_on_device(parts)
+
+
+@jax.jit
+def _tree_sum_on_device(parts: list) -> Any:
+    return tree_sum(parts, jnp.add)

@@ -30,6 +30,7 @@ import numpy as np
 from ...core import float64
 from ..data.transforms import transforms_of
 from ..engine import Backend, Engine, InProcess
+from ..engine.compilation import use_compilation_cache
 from ..engine.threads import compute_threads
 from ..errors import InputError, TrainingFailed
 from ..metrics import finish
@@ -125,10 +126,12 @@ class Trainer:
             values); None for the model's.
 
     Raises:
-        InputError: the model does not fit the data, or its settings are invalid.
+        InputError: the model does not fit the data, its settings are invalid, or
+            ``$PEP_COMPILATION_CACHE`` is not usable (:mod:`pep_gp.pipeline.engine.compilation`).
     """
 
     def __init__(self, job: TrainJob, backend: Backend, initial_params: Any = None):
+        use_compilation_cache()
         self.job = job
         self.spec = spec = job.spec
         store, config = job.store, job.config
@@ -297,17 +300,18 @@ class Trainer:
         batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks), self.n_total)
         step_state = StepState(state.params, state.opt_state, np.int32(state.step))
         new, info = self.step_fn.update(step_state, batch)
+        energy, accepted, sites_accepted = jax.device_get(tuple(info))  # the step's one read from the device
         state.params, state.opt_state = new.params, new.opt_state
-        state.rejected += int(not info.accepted)
-        state.rejected_in_a_row = 0 if info.accepted else state.rejected_in_a_row + 1
-        state.rejected_sites += int(not info.sites_accepted)
-        state.last_energy = float(info.energy)
+        state.rejected += int(not accepted)
+        state.rejected_in_a_row = 0 if accepted else state.rejected_in_a_row + 1
+        state.rejected_sites += int(not sites_accepted)
+        state.last_energy = float(energy)
         state.energies = (state.energies + [state.last_energy])[-self.stopping.history:]
         if math.isfinite(state.last_energy):
             total, count = state.epoch_energy
             state.epoch_energy = (total + state.last_energy, count + 1)
         state.step += 1
-        return bool(info.accepted)
+        return bool(accepted)
 
     def energy(self, params: Any) -> float:
         """The energy ``F = G + Σ_blocks L`` of all training rows at ``params`` (one pass over the blocks)."""
@@ -368,6 +372,12 @@ class EngineBatch:
 
     def sum(self, fn: Callable, inputs: Any) -> Any:
         return self.engine.map_sum(fn, inputs, self.blocks)
+
+    def sum_keeping(self, fn: Callable, inputs: Any) -> Any:
+        return self.engine.map_sum_keeping(fn, inputs, self.blocks)
+
+    def sum_kept(self, fn: Callable, inputs: Any) -> Any:
+        return self.engine.map_sum_kept(fn, inputs)
 
 
 def train(job: TrainJob, backend: Backend | None = None, *, resume: bool = False,

@@ -34,6 +34,19 @@ def test_airline_bundled_flights_json(tmp_path, target, n_classes):
     assert open_store(out).n_classes == n_classes
 
 
+def test_synthetic_airline_rows_are_labelled_synthetic_in_the_store_and_the_summary(tmp_path):
+    out = tmp_path / "S.zarr"
+    result = run("airline", "--synthetic-rows", 25_000, "--target", "delayed", "--out", out, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["rows_train"] + summary["rows_test"] == 25_000 and summary["rows_dropped_total"] == 0
+    assert summary["source"].startswith("SYNTHETIC airline: 25,000 ") and summary["n_classes"] == 2
+    attrs = open_store(out).attrs
+    assert attrs["source"]["name"] == "airline-synthetic" and "SYNTHETIC" in attrs["source"]["description"]
+    refused = run("sklearn:wine", "--synthetic-rows", 10, "--out", tmp_path / "W.zarr")
+    assert refused.exit_code == 2 and "--synthetic-rows: only source 'airline'" in refused.stderr
+
+
 def test_quiet_and_overwrite(tmp_path):
     datafiles.write_table(tmp_path / "t.csv")
     args = ("csv", "--input", tmp_path / "t.csv", "--target", "label", "--out", tmp_path / "s.zarr",

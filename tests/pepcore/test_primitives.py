@@ -44,6 +44,11 @@ def test_bank_gaussians_match_dense_natural_parameters(form):
         np.testing.assert_allclose(q.sqrt_cov[g] @ q.sqrt_cov[g].T, np.linalg.inv(post), rtol=1e-10, atol=1e-12)
         expected = 0.5 * h @ np.linalg.solve(post, h) - 0.5 * np.linalg.slogdet(post)[1] - 0.5 * np.linalg.slogdet(gram[g])[1]
         assert float(q.log_normaliser[g]) == pytest.approx(expected, rel=1e-10)
+    # two scales from one whitened precision LᵀΛL per GP (a cavity and q) are those computed one at a time
+    cavity, full = bank.gaussians_at(prior, factor, (jnp.asarray(scale), 1.0))
+    for together, alone in ((cavity, q), (full, bank.gaussians(prior, factor, 1.0))):
+        for a, b in zip(together, alone):
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
 
 
 def test_log_density_and_logdet():
@@ -206,6 +211,19 @@ def test_cholesky_and_inverse_gradient_matches_autodiff_and_finite_differences()
         assert float(jnp.sum(grad * direction)) == pytest.approx(float(central), rel=1e-7)
         lower, inverse = cholesky_and_inverse(matrices)
         np.testing.assert_allclose(lower @ inverse, np.broadcast_to(np.eye(6), (3, 6, 6)), atol=1e-13)
+
+        # L held (its cotangent a symbolic zero, as in SEP's step: the backward skips LᵀL̄), log|A| from P
+        def through_inverse(inverse):
+            return jnp.sum(w_inv * inverse) - 2.0 * jnp.sum(jnp.log(jnp.diagonal(inverse, 0, 1, 2)))
+
+        def held(m):
+            lower, inverse = cholesky_and_inverse(m)
+            return through_inverse(inverse) + jnp.sum(jax.lax.stop_gradient(lower))
+
+        grad = jax.grad(held)(matrices)
+        expected = jax.grad(lambda m: through_inverse(per_matrix(lambda l: solve_lower(l, jnp.eye(6)),
+                                                                  per_matrix(cholesky, m))))(matrices)
+        np.testing.assert_allclose(grad, 0.5 * (expected + jnp.swapaxes(expected, 1, 2)), atol=1e-13)
 
 
 @pytest.mark.parametrize("cls", [SparseGPParams, MultiClassParams, RegressionParams])

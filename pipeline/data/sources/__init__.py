@@ -32,7 +32,8 @@ def open_source(name: str, request: SourceRequest = SourceRequest()) -> Source:
 
     Args:
         name: ``airline``, ``mnist``, ``csv``, ``parquet``, ``npz`` or ``sklearn:NAME``.
-        request: the user's options (``--input`` paths, ``--target``, ``--task``, a table's column options).
+        request: the user's options (``--input`` paths, ``--target``, ``--task``, a table's column options,
+            and for airline ``--synthetic-rows``).
 
     Returns:
         The :class:`Source`, its inputs checked (files exist, headers fit); nothing read yet.
@@ -40,6 +41,8 @@ def open_source(name: str, request: SourceRequest = SourceRequest()) -> Source:
     Raises:
         InputError: unknown name, or inputs/options the source cannot use.
     """
+    if request.synthetic_rows is not None and name != "airline":
+        raise InputError(f"--synthetic-rows: only source 'airline' draws synthetic rows, not {name!r}")
     if name.startswith("sklearn:"):
         return open_sklearn(name.removeprefix("sklearn:"), request)
     if name not in READERS:

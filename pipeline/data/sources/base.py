@@ -124,6 +124,7 @@ class SourceRequest:
     na: str = "drop"
     sep: str | None = None
     max_categories: int = DEFAULT_MAX_CATEGORIES
+    synthetic_rows: int | None = None  # airline only: that many records drawn from the bundled flights
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(Path(p) for p in self.inputs))

@@ -1,0 +1,87 @@
+"""JAX's persistent compilation cache for every process that trains or computes blocks.
+
+A training step compiles a handful of large XLA programs (seconds each on a 2-core CPU); without a
+persistent cache every new process — a second ``pep train``, an estimator's fit in a new notebook, every
+Dask worker — compiles them again. :func:`use_compilation_cache` points JAX's cache (``jax_compilation_cache_dir``)
+at a per-user directory, so a later process loads the compiled programs instead. A loaded program is the
+same executable, so results are bit-identical to a compiled one (tests/pipeline/test_compilation.py).
+
+``$PEP_COMPILATION_CACHE`` chooses: unset, the per-user cache directory (``platformdirs.user_cache_dir``,
+e.g. ``~/.cache/pep/jax``); ``off``, no persistent cache; any other value, that directory. A directory
+the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or ``jax.config``) is kept when the variable is
+unset. The trainer (so the CLI and the estimators) and the Dask worker plugin
+(:class:`~pep_gp.pipeline.engine.backends.ComputeSetup`) call it; each process reads its own environment
+(a ``LocalCluster``'s workers inherit the coordinator's).
+
+JAX treats the cache as trusted code: the directory is created readable by its owner only, and a shared
+or world-writable directory should never be configured.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import InputError
+
+COMPILATION_CACHE_ENV = "PEP_COMPILATION_CACHE"
+CACHE_LIMIT_BYTES = 2 * 2**30
+"""Least recently used programs are evicted beyond this size (also makes JAX lock the directory with
+``filelock`` while it reads or writes, so concurrent workers never read a half-written entry)."""
+MIN_COMPILE_SECONDS = 0.0
+"""Programs that compile faster than this are not written: none (JAX's default, 1 s, leaves most of a
+small model's programs out, and a later process then compiles those itself)."""
+
+
+def default_cache_dir() -> Path:
+    """The per-user cache directory, ``platformdirs.user_cache_dir("pep")/jax``."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("pep")) / "jax"
+
+
+def compilation_cache_dir() -> Path | None:
+    """The directory ``$PEP_COMPILATION_CACHE`` asks for (see the module docstring), None for ``off``.
+
+    Raises:
+        InputError: the value names something that is not a directory.
+    """
+    value = os.environ.get(COMPILATION_CACHE_ENV, "")
+    if not value:
+        return default_cache_dir()
+    if value.strip().lower() == "off":
+        return None
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{COMPILATION_CACHE_ENV}: expected 'off' or a directory, found {value!r} (not a directory)")
+    return path
+
+
+def use_compilation_cache() -> Path | None:
+    """Point this process's JAX persistent compilation cache at :func:`compilation_cache_dir`; returns
+    the directory in use (None: no persistent cache). Idempotent; takes effect for the next compilation
+    even after JAX has compiled programs in this process.
+
+    Raises:
+        InputError: ``$PEP_COMPILATION_CACHE`` is not ``off`` or a usable directory.
+    """
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    configured = jax.config.jax_compilation_cache_dir
+    if not os.environ.get(COMPILATION_CACHE_ENV) and configured and configured != str(default_cache_dir()):
+        return Path(configured)  # the user's own JAX setting
+    path = compilation_cache_dir()
+    wanted = None if path is None else str(path)
+    if wanted is not None:
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            raise InputError(f"{COMPILATION_CACHE_ENV}: cannot create the directory {path} ({error.strerror})") from None
+    if configured == wanted:
+        return path
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    jax.config.update("jax_compilation_cache_max_size", CACHE_LIMIT_BYTES)
+    compilation_cache.set_cache_dir(wanted)
+    compilation_cache.reset_cache()  # JAX decides once per process whether to use the cache: decide again
+    return path

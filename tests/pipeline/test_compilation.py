@@ -1,0 +1,127 @@
+"""Compile once (issue 25): every program of a training step compiles once per process, and JAX's
+persistent compilation cache lets a later process load them, with bit-identical results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import jax.monitoring
+import numpy as np
+import pytest
+
+from pep_gp.pipeline.engine import InProcess
+from pep_gp.pipeline.engine.compilation import COMPILATION_CACHE_ENV, compilation_cache_dir, use_compilation_cache
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from tests.trainstores import FAST
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def compiled_programs():
+    """Collects the name of every program XLA compiles (or loads from the persistent cache) meanwhile."""
+    names: Counter = Counter()
+
+    def listener(event, seconds, **info):
+        if event == BACKEND_COMPILE:
+            names[info.get("fun_name", "?")] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield names
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+@pytest.mark.parametrize("model, store", [("multiclass-sep", "three_class_store"),
+                                          ("multiclass-direct", "three_class_store"),
+                                          ("sparse-gp-classifier", "binary_store"),
+                                          pytest.param("deep-gp", "regression_store", marks=pytest.mark.slow)])
+def test_each_program_of_a_step_compiles_once(model, store, tmp_path, request):
+    """The first step compiles each of its programs once (the three coordinator calls and the block
+    functions), the next steps (same shapes) compile nothing:
+    the initial leaves are strongly typed like the optimiser's outputs (a weakly typed start made the
+    multi-class step compile its large programs two or three times)."""
+    config = FAST.model_copy(update={"learning_rate": 0.0421})  # a step of its own, not one compiled earlier
+    trainer = Trainer(TrainJob(model, request.getfixturevalue(store), config, None), InProcess())
+    state = trainer.fresh_state()
+    assert trainer.schedule.steps_per_epoch == 5  # steps 0-3 hold two blocks each, step 4 one
+    with compiled_programs() as first:
+        trainer.step(state)
+    with compiled_programs() as later:
+        for _ in range(3):
+            trainer.step(state)
+    parts = trainer.step_fn.parts
+    coordinator = {f"jit({fn.__name__})" for fn in (parts.prepare, parts.ascend)}
+    coordinator |= {"jit(site_update)"} if trainer.spec.has_sites else set()
+    blocks = {f"jit({fn.__name__})" for fn in (parts.data_term, parts.site_term) if fn is not None}
+    assert {name: first[name] for name in coordinator} == dict.fromkeys(coordinator, 1), dict(first)
+    assert all(first[name] <= 1 for name in blocks), dict(first)  # (another test may have compiled them)
+    assert not later, f"steps 2-4 compiled again: {dict(later)}"
+
+
+CHILD = """
+import json, sys
+import jax.monitoring, numpy as np
+from pep_gp.pipeline.data.stores import open_store
+from pep_gp.pipeline.engine import InProcess
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from tests.trainstores import FAST
+hits = []
+jax.monitoring.register_event_listener(lambda event, **_: hits.append(event) if event.endswith("cache_hits") else None)
+trainer = Trainer(TrainJob("multiclass-sep", open_store(sys.argv[1]), FAST, None), InProcess())
+result = trainer.run(until_step=3)
+leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(result.params)]
+np.savez(sys.argv[2], *leaves)
+print(json.dumps({"cache_hits": len(hits)}))
+"""
+
+
+def _train_in_a_new_process(store, out: Path, cache: str) -> dict:
+    env = {**os.environ, COMPILATION_CACHE_ENV: cache}
+    done = subprocess.run([sys.executable, "-c", CHILD, store.path, str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _leaves(path: Path) -> list[bytes]:
+    with np.load(path) as saved:
+        return [saved[key].tobytes() for key in sorted(saved.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def test_a_run_from_the_persistent_cache_is_bit_identical(three_class_store, tmp_path):
+    """Three processes train the same 3 steps: without the cache, filling it, and loading from it. The
+    third loads programs (cache hits) and ends with bit-identical parameters."""
+    cache = tmp_path / "jax-cache"
+    off = _train_in_a_new_process(three_class_store, tmp_path / "off.npz", "off")
+    cold = _train_in_a_new_process(three_class_store, tmp_path / "cold.npz", str(cache))
+    warm = _train_in_a_new_process(three_class_store, tmp_path / "warm.npz", str(cache))
+    assert off["cache_hits"] == 0 and cold["cache_hits"] == 0
+    assert warm["cache_hits"] >= 3 and any(cache.iterdir())
+    assert _leaves(tmp_path / "warm.npz") == _leaves(tmp_path / "off.npz") == _leaves(tmp_path / "cold.npz")
+
+
+def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv(COMPILATION_CACHE_ENV, raising=False)
+    assert compilation_cache_dir().parts[-2:] == ("pep", "jax")
+    monkeypatch.setenv(COMPILATION_CACHE_ENV, "OFF")
+    assert compilation_cache_dir() is None
+    monkeypatch.setenv(COMPILATION_CACHE_ENV, str(tmp_path / "mine"))
+    assert use_compilation_cache() == tmp_path / "mine" and (tmp_path / "mine").is_dir()
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "mine")
+    assert (tmp_path / "mine").stat().st_mode & 0o077 == 0  # the owner's only: JAX trusts what it loads
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(COMPILATION_CACHE_ENV, str(tmp_path / "file"))
+    with pytest.raises(InputError, match=r"PEP_COMPILATION_CACHE: expected 'off' or a directory, found .*file"):
+        use_compilation_cache()
+    monkeypatch.setenv(COMPILATION_CACHE_ENV, "off")
+    assert use_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
