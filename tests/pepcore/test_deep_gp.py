@@ -247,6 +247,70 @@ def test_the_data_term_in_row_chunks_equals_one_pass(monkeypatch):
     np.testing.assert_allclose(ravel_pytree(chunked[1])[0], ravel_pytree(one_pass[1])[0], rtol=1e-10, atol=1e-13)
 
 
+def test_one_layer_mixture_is_the_gaussian_predictive():
+    """Without hidden layers every path is the same Gaussian: the mixture's log density is ``log N(y; m, v + σ²)``."""
+    model, params, x, y = _model_and_params(())
+    mean, var = jax.jit(model.predict_y)(params, x)
+    expected = norm.logpdf(np.asarray(y), np.asarray(mean), np.sqrt(np.asarray(var)))
+    density = jax.jit(model.mixture_log_density, static_argnums=4)(params, x, y, jax.random.key(0), 5)
+    np.testing.assert_allclose(density, expected, rtol=1e-12)
+
+
+def _hidden_quadrature(model, params, x, nodes=48):
+    """``p(f_2 | x)`` of a width-2, two-layer model as a mixture over a 48 × 48 Gauss–Hermite grid of the
+    hidden layer's exact Gaussian: weights ``[B, Q]`` and the output's conditional means and variances."""
+    inputs = model.posteriors(params)
+    first = fixed_input_marginals(model.layer_bank(params.layers[0]), inputs[0].prior, inputs[0].gaussian, x)
+    scale = jnp.sqrt(2 * (first.var + Gaussian.noise_variance(params.layers[0].likelihood)))
+    t, w = np.polynomial.hermite.hermgauss(nodes)
+    grid = np.stack(np.meshgrid(t, t, indexing="ij"), -1).reshape(-1, 2)  # [Q, 2]
+    hidden = first.mean[:, None, :] + scale[:, None, :] * grid[None]  # [B, Q, 2]
+    out = fixed_input_marginals(model.layer_bank(params.layers[1]), inputs[1].prior, inputs[1].gaussian,
+                                hidden.reshape(-1, 2))
+    return np.outer(w, w).reshape(-1) / np.pi, out.mean.reshape(hidden.shape[:2]), out.var.reshape(hidden.shape[:2])
+
+
+def test_two_layer_mixture_matches_quadrature_over_the_hidden_layer():
+    """Hidden width 2: the Monte Carlo mixture (20,000 paths) against Gauss–Hermite quadrature of the same
+    integral — log density of y within 4 Monte Carlo standard errors; and its mean and variance are the
+    moment-matched predictive's (exact for two layers: the ψ-statistics give the true first two moments)."""
+    model, params, x, y = _model_and_params((2,))
+    x, y = x[:4], np.asarray(y[:4])
+    samples = 20_000
+    noise = float(Gaussian.noise_variance(params.layers[-1].likelihood))
+    weights, means, variances = jax.jit(_hidden_quadrature, static_argnums=0)(model, params, x)
+    exact = np.log(np.sum(weights * norm.pdf(y[:, None], means, np.sqrt(variances + noise)), axis=1))
+    mixture = jax.jit(model.predict_mixture, static_argnums=3)(params, x, jax.random.key(3), samples)
+    component_means, component_vars = np.asarray(mixture.mean), np.asarray(mixture.var) + noise
+    densities = norm.pdf(y, component_means, np.sqrt(component_vars))
+    standard_error = densities.std(axis=0) / np.sqrt(samples) / densities.mean(axis=0)
+    assert np.all(np.abs(np.log(densities.mean(axis=0)) - exact) < 4 * standard_error)
+    expected_mean, expected_var = (np.asarray(v) for v in jax.jit(model.predict_y)(params, x))
+    second = component_vars + component_means**2
+    assert np.all(np.abs(component_means.mean(0) - expected_mean) < 4 * component_means.std(0) / np.sqrt(samples))
+    assert np.all(np.abs(second.mean(0) - expected_mean**2 - expected_var) < 4 * second.std(0) / np.sqrt(samples))
+    np.testing.assert_allclose(expected_mean, np.sum(weights * means, axis=1), rtol=1e-6, atol=1e-9)
+
+
+def test_the_mixture_is_seeded_and_scored_from_its_components():
+    """``mixture_log_density`` and ``mixture_moments`` are the log-mean-exp and the law of total variance
+    of :meth:`predict_mixture`'s components; the same key gives the same mixture, another key another."""
+    model, params, x, y = _model_and_params((2,))
+    samples = 50
+    scored = jax.jit(lambda key: (model.predict_mixture(params, x, key, samples),
+                                  model.mixture_log_density(params, x, y, key, samples),
+                                  model.mixture_moments(params, x, key, samples)))
+    mixture, density, (mean, var) = scored(jax.random.key(1))
+    noise = float(Gaussian.noise_variance(params.layers[-1].likelihood))
+    means, variances = np.asarray(mixture.mean), np.asarray(mixture.var) + noise
+    log_components = norm.logpdf(np.asarray(y), means, np.sqrt(variances))
+    np.testing.assert_allclose(density, np.logaddexp.reduce(log_components, axis=0) - np.log(samples), rtol=1e-12)
+    np.testing.assert_allclose(mean, means.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(var, (variances + means**2).mean(0) - means.mean(0) ** 2, rtol=1e-10)
+    np.testing.assert_array_equal(scored(jax.random.key(1))[0].mean, means)
+    assert not np.allclose(scored(jax.random.key(2))[0].mean, means)
+
+
 def test_alpha_outside_the_unit_interval_is_rejected():
     with pytest.raises(ValueError, match="alpha must lie in"):
         DeepGP(Gaussian(), alpha=0.0)
