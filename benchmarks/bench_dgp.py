@@ -57,6 +57,7 @@ GPYTORCH_MODELS = {"gpytorch": (2,), "gpytorch2+2": (2, 2)}
 LABELS = {"gp": "pep GP (L = 1)", "dgp2": "pep DGP, hidden width 2", "dgp2+2": "pep DGP, hidden widths 2+2",
           "gpytorch": "GPyTorch DeepGP, width 2", "gpytorch2+2": "GPyTorch DeepGP, widths 2+2"}
 METRICS = ("test_ll", "test_ll_mixture", "rmse", "seconds")
+WINDOW = 25  # steps per mean of the energy trace kept per pep fit (the estimators' stopping-rule window)
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -115,8 +116,9 @@ def fit_pep(hidden, x, y, x_test, y_test, args) -> dict[str, float]:
             model.params_, jnp.asarray(model.scaling_(x_test)), jnp.asarray((y_test - targets.shift) / targets.scale),
             jax.random.key(args.seed), args.predict_samples)
     mixture = float(np.mean(np.asarray(density))) - math.log(targets.scale)
+    windows = model.energy_trace_[:len(model.energy_trace_) // WINDOW * WINDOW].reshape(-1, WINDOW).mean(1)
     return {**scores(y_test, mean, std**2), "test_ll_mixture": mixture, "seconds": seconds,
-            "rejected_steps": int(model.n_rejected_steps_)}
+            "rejected_steps": int(model.n_rejected_steps_), "energy_windows": [float(e) for e in windows]}
 
 
 def fit_gpytorch(hidden, x, y, x_test, y_test, args, predict_samples: int | None = None) -> dict[str, float]:
