@@ -31,7 +31,7 @@ splits it did not reach. ``--table NAME ...`` prints the README's table of commi
     OPENBLAS_NUM_THREADS=1 flock /tmp/pep-heavy.lock .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
         --splits 20 --inducing 50 100 --models dgp2+2 dgp2 gp gpytorch gpytorch2+2 --skip 100:dgp2 100:gp \\
         100:gpytorch --name bench_dgp_grid
-    .venv/bin/python -m benchmarks.bench_dgp --table bench_dgp_fullbatch bench_dgp_grid
+    .venv/bin/python -m benchmarks.bench_dgp --table     # the README's table, from both
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ GPYTORCH_MODELS = {"gpytorch": (2,), "gpytorch2+2": (2, 2)}
 LABELS = {"gp": "pep GP (L = 1)", "dgp2": "pep DGP, hidden width 2", "dgp2+2": "pep DGP, hidden widths 2+2",
           "gpytorch": "GPyTorch DeepGP, width 2", "gpytorch2+2": "GPyTorch DeepGP, widths 2+2"}
 METRICS = ("test_ll", "test_ll_mixture", "rmse", "seconds")
+README_RESULTS = ("bench_dgp_fullbatch",)  # the runs of the README's table
 WINDOW = 25  # steps per mean of the energy trace kept per pep fit (the estimators' stopping-rule window)
 
 
@@ -305,10 +306,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--continue", dest="resume", action="store_true",
                         help="keep the splits an earlier run with the same settings finished in results/NAME.json "
                              "and run the rest (every fit is deterministic: the same numbers as one run)")
-    parser.add_argument("--table", nargs="+", metavar="NAME", help="print the README's table of results/NAME.json ...")
+    parser.add_argument("--table", nargs="*", metavar="NAME",
+                        help=f"print the README's table of results/NAME.json ... (default: {' '.join(README_RESULTS)})")
     args = parser.parse_args(argv)
-    if args.table:
-        print(table([json.loads((RESULTS / f"{name}.json").read_text()) for name in args.table]))
+    if args.table is not None:
+        print(table([json.loads((RESULTS / f"{name}.json").read_text()) for name in args.table or README_RESULTS]))
         return {}
     settings = {k: v for k, v in vars(args).items() if k not in ("name", "resume", "table")}
     results = {"settings": settings, "rows": []}
