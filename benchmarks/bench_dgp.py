@@ -1,27 +1,37 @@
-"""Deep GPs with approximate EP (seed004 §8.2) on Boston and concrete, beside GPyTorch's ``DeepGP``.
+"""Deep GPs with approximate EP (Bui et al. 2016, §8.2) on Boston and concrete, beside GPyTorch's ``DeepGP``.
 
 For each dataset: 20 random 90/10 splits made as the PBP protocol (``numpy.random.seed(1)``, one
-permutation per split, ``round(0.9 n)`` training rows, indices int64 — spec §6.1, §6.9); inputs and
-targets standardised with the training rows' statistics; test log-likelihood and RMSE in the original
-units, mean ± standard error over the splits; seconds per fit. pep's models are
-:class:`pipeline.DeepGPRegressor` with ``hidden_dims`` ``()`` (the GP), ``(2,)`` (DGP width 2) and
-``(2, 2)``; GPyTorch's is the architecture of its documented deep-GP example (doubly stochastic VI:
-linear-mean hidden layer, constant-mean output layer, scaled ARD RBF kernels, Cholesky variational
-distributions, learned inducing inputs, Gaussian likelihood, ``DeepApproximateMLL``, 10 likelihood
-samples), at pep's hidden width and M, with the same rows per step, number of Adam steps and
-learning rate, on the same splits in the same run. Every step sees all training rows unless
-``--batch-size`` is given (the estimators' default; the reference code's minibatches of 50 rows add
-gradient noise that costs ~0.1 in test log-likelihood at 1,000 steps — README: Deep GPs).
+permutation per split, ``round(0.9 n)`` training rows, indices int64); inputs and targets standardised
+with the training rows' statistics; test log-likelihood and RMSE in the original units, mean ± standard
+error over the splits; seconds per fit. pep's models are :class:`pep_gp.DeepGPRegressor` with
+``hidden_dims`` ``()`` (the GP), ``(2,)`` (DGP width 2) and ``(2, 2)``; GPyTorch's is the architecture of
+its documented deep-GP example (doubly stochastic VI: linear-mean hidden layers, constant-mean output
+layer, scaled ARD RBF kernels, Cholesky variational distributions, learned inducing inputs, Gaussian
+likelihood, ``DeepApproximateMLL``, ``--samples`` likelihood samples in training) with pep's hidden widths
+and M, the same rows per step, number of Adam steps and learning rate, on the same splits in the same
+run. Every step sees all training rows unless ``--batch-size`` is given (the estimators' default).
 
-Splits are the outer loop (every model of every data set on split 0, then split 1, …), each (data
-set, split) one unit of work for ``--jobs`` spawned worker processes, and the JSON is rewritten after
-every split with the summaries over the splits done so far (``splits_done``), so an interrupted run
-keeps a like-for-like comparison, and ``--continue`` runs the splits it did not reach. Needs the
+Both libraries' test log-likelihood is scored by both rules: ``test_ll``, the Gaussian approximation of
+the predictive (pep: its moment-matched forward pass, as the paper; GPyTorch: the Gaussian with the mean
+and variance of its mixture), and ``test_ll_mixture``, the Monte Carlo mixture of ``--predict-samples``
+equally weighted Gaussians (pep: :meth:`pep_gp.core.models.deep_gp.DeepGP.mixture_log_density`; GPyTorch:
+its predictive with that many likelihood samples). ``seconds`` is the fit alone (construction,
+initialisation, compilation on a worker's first fit of a shape, the training steps).
+
+Splits are the outer loop (every model of every data set on split 0, then split 1, …), each (data set,
+split) one unit of work for ``--jobs`` spawned worker processes, each pinned to its own core before its
+first computation (one thread each: torch runs with one thread, XLA sizes its pool by the cores it may
+use). The JSON is rewritten after every split with the summaries over the splits done so far
+(``splits_done``), so an interrupted run keeps a like-for-like comparison, and ``--continue`` runs the
+splits it did not reach. ``--table NAME ...`` prints the README's table of committed results. Needs the
 ``bench`` extra (README: Deep GPs)::
 
-    OPENBLAS_NUM_THREADS=1 nice -n 10 .venv/bin/python -m benchmarks.bench_dgp --jobs 2 --splits 20 \
-        --inducing 100 --models dgp2 gp gpytorch --samples 3 --name bench_dgp_fullbatch
-        # benchmarks/results/bench_dgp_fullbatch.json; with --batch-size 50: bench_dgp.json
+    OPENBLAS_NUM_THREADS=1 flock /tmp/pep-heavy.lock .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
+        --splits 20 --inducing 100 --models dgp2 gp gpytorch --name bench_dgp_fullbatch
+    OPENBLAS_NUM_THREADS=1 flock /tmp/pep-heavy.lock .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
+        --splits 20 --inducing 50 100 --models dgp2+2 dgp2 gp gpytorch gpytorch2+2 --skip 100:dgp2 100:gp \\
+        100:gpytorch --name bench_dgp_grid
+    .venv/bin/python -m benchmarks.bench_dgp --table     # the README's table, from both
 """
 
 from __future__ import annotations
@@ -29,18 +39,26 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from multiprocessing import get_context
 
 import numpy as np
+from scipy.special import logsumexp
 from scipy.stats import norm
 
 from benchmarks._common import RESULTS, standard_error, write_results
 
 DATASETS = {"boston": ("MASS", "Boston", "medv"), "concrete": ("modeldata", "concrete", "compressive_strength")}
 PEP_MODELS = {"gp": (), "dgp2": (2,), "dgp2+2": (2, 2)}
+GPYTORCH_MODELS = {"gpytorch": (2,), "gpytorch2+2": (2, 2)}
+LABELS = {"gp": "pep GP (L = 1)", "dgp2": "pep DGP, hidden width 2", "dgp2+2": "pep DGP, hidden widths 2+2",
+          "gpytorch": "GPyTorch DeepGP, width 2", "gpytorch2+2": "GPyTorch DeepGP, widths 2+2"}
+METRICS = ("test_ll", "test_ll_mixture", "rmse", "seconds")
+README_RESULTS = ("bench_dgp_fullbatch",)  # the runs of the README's table
+WINDOW = 25  # steps per mean of the energy trace kept per pep fit (the estimators' stopping-rule window)
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -64,23 +82,50 @@ def pbp_splits(n_rows: int, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def scores(y, mean, var) -> dict[str, float]:
+    """Test log-likelihood of ``N(mean, var)`` and RMSE of ``mean`` (original units)."""
     return {"test_ll": float(np.mean(norm.logpdf(y, mean, np.sqrt(var)))),
             "rmse": float(np.sqrt(np.mean((y - mean) ** 2)))}
 
 
+def mixture_scores(y, means, variances) -> dict[str, float]:
+    """Both rules for an equally weighted Gaussian mixture per row (components ``[S, B]``, original units):
+    the mixture's log density, and that of the Gaussian with its mean and variance; RMSE of its mean."""
+    samples = means.shape[0]
+    mean = means.mean(0)
+    moments = scores(y, mean, (variances + means**2).mean(0) - mean**2)
+    mixture = logsumexp(norm.logpdf(y[None], means, np.sqrt(variances)), axis=0) - math.log(samples)
+    return {**moments, "test_ll_mixture": float(np.mean(mixture))}
+
+
 def fit_pep(hidden, x, y, x_test, y_test, args) -> dict[str, float]:
+    """pep's :class:`~pep_gp.DeepGPRegressor` at ``hidden``: both rules (the mixture from
+    :meth:`~pep_gp.core.models.deep_gp.DeepGP.mixture_log_density`, key ``--seed``)."""
+    import jax
+    import jax.numpy as jnp
+
     from pep_gp import DeepGPRegressor
+    from pep_gp.core import float64
 
     start = time.perf_counter()
     model = DeepGPRegressor(hidden_dims=hidden, num_inducing=args.m, max_iter=args.steps, tol=0,
                             batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed).fit(x, y)
+    seconds = time.perf_counter() - start
     mean, std = model.predict(x_test, return_std=True)
-    return {**scores(y_test, mean, std**2), "seconds": time.perf_counter() - start,
-            "rejected_steps": int(model.n_rejected_steps_)}
+    with float64():
+        targets = model.targets_
+        density = jax.jit(model.model_.mixture_log_density, static_argnums=4)(
+            model.params_, jnp.asarray(model.scaling_(x_test)), jnp.asarray((y_test - targets.shift) / targets.scale),
+            jax.random.key(args.seed), args.predict_samples)
+    mixture = float(np.mean(np.asarray(density))) - math.log(targets.scale)
+    windows = model.energy_trace_[:len(model.energy_trace_) // WINDOW * WINDOW].reshape(-1, WINDOW).mean(1)
+    return {**scores(y_test, mean, std**2), "test_ll_mixture": mixture, "seconds": seconds,
+            "rejected_steps": int(model.n_rejected_steps_), "energy_windows": [float(e) for e in windows]}
 
 
-def fit_gpytorch(width, x, y, x_test, y_test, args) -> dict[str, float]:
-    """GPyTorch's documented deep-GP example architecture, trained on standardised data."""
+def fit_gpytorch(hidden, x, y, x_test, y_test, args, predict_samples: int | None = None) -> dict[str, float]:
+    """GPyTorch's documented deep-GP example architecture with hidden widths ``hidden``, trained on
+    standardised data; scored by its mixture of ``predict_samples`` (default: the training's ``args.samples``)
+    likelihood samples and by the Gaussian with that mixture's moments."""
     import gpytorch
     import torch
     from gpytorch.distributions import MultivariateNormal
@@ -109,12 +154,15 @@ def fit_gpytorch(width, x, y, x_test, y_test, args) -> dict[str, float]:
     class Model(DeepGP):
         def __init__(self, dims):
             super().__init__()
-            self.hidden = Layer(dims, width, args.m, linear_mean=True)
-            self.last = Layer(width, None, args.m, linear_mean=False)
+            widths = (dims, *hidden)
+            self.hidden = torch.nn.ModuleList(Layer(a, b, args.m, linear_mean=True) for a, b in zip(widths, widths[1:]))
+            self.last = Layer(hidden[-1], None, args.m, linear_mean=False)
             self.likelihood = gpytorch.likelihoods.GaussianLikelihood()
 
         def forward(self, inputs):
-            return self.last(self.hidden(inputs))
+            for layer in self.hidden:
+                inputs = layer(inputs)
+            return self.last(inputs)
 
     start = time.perf_counter()
     x_mean, x_std = x.mean(0), np.where(x.std(0) > 0, x.std(0), 1.0)
@@ -139,26 +187,71 @@ def fit_gpytorch(width, x, y, x_test, y_test, args) -> dict[str, float]:
             loss = -objective(model(tx[rows]), ty[rows])
             loss.backward()
             optimizer.step()
-        model.eval()
-        with torch.no_grad():
-            test = torch.as_tensor((x_test - x_mean) / x_std, dtype=torch.float32)
-            predictive = model.likelihood(model(test))  # a mixture over the samples: [S, N]
-            means, variances = predictive.mean.numpy(), predictive.variance.numpy()
-    samples = means.shape[0]
-    log_density = norm.logpdf(((y_test - y_mean) / y_std)[None], means, np.sqrt(variances))
-    test_ll = np.logaddexp.reduce(log_density, axis=0) - math.log(samples) - math.log(y_std)
-    mean = means.mean(0) * y_std + y_mean
-    return {"test_ll": float(np.mean(test_ll)), "rmse": float(np.sqrt(np.mean((y_test - mean) ** 2))),
-            "seconds": time.perf_counter() - start}
+    seconds = time.perf_counter() - start
+    model.eval()
+    with torch.no_grad(), gpytorch.settings.num_likelihood_samples(predict_samples or args.samples):
+        test = torch.as_tensor((x_test - x_mean) / x_std, dtype=torch.float32)
+        predictive = model.likelihood(model(test))  # a mixture over the samples: [S, N]
+        means, variances = predictive.mean.double().numpy(), predictive.variance.double().numpy()
+    return {**mixture_scores(y_test, means * y_std + y_mean, variances * y_std**2), "seconds": seconds}
 
 
 def summary(runs: list[dict[str, float]]) -> dict[str, float]:
     out = {}
-    for key in ("test_ll", "rmse", "seconds"):
+    for key in METRICS:
         values = [r[key] for r in runs]
         out[key] = float(np.mean(values))
         out[f"{key}_se"] = standard_error(values)
     return out
+
+
+def paired(rows: list[dict]) -> list[dict]:
+    """Per data set and M, each pep DGP against the other models on the same splits: the mean difference
+    ± standard error of both test log-likelihoods and the RMSE, and the mean ratio of seconds per fit."""
+    out = []
+    index = {(r["dataset"], r["M"], r["model"]): r["splits"] for r in rows}
+    for (name, m, model), runs in index.items():
+        if model not in ("dgp2", "dgp2+2"):
+            continue
+        for other in ("gp", "dgp2", "gpytorch", "gpytorch2+2"):
+            baseline = index.get((name, m, other))
+            if other == model or baseline is None:
+                continue
+            count = min(len(runs), len(baseline))
+            row = {"dataset": name, "M": m, "model": model, "versus": other, "splits": count}
+            for key in ("test_ll", "test_ll_mixture", "rmse"):
+                differences = [a[key] - b[key] for a, b in zip(runs[:count], baseline[:count])]
+                row[key] = float(np.mean(differences))
+                row[f"{key}_se"] = standard_error(differences)
+            ratios = [a["seconds"] / b["seconds"] for a, b in zip(runs[:count], baseline[:count])]
+            row["seconds_ratio"], row["seconds_ratio_se"] = float(np.mean(ratios)), standard_error(ratios)
+            out.append(row)
+    return out
+
+
+def table(results: list[dict]) -> str:
+    """The README's table of ``bench_dgp`` results (a test checks that the README holds the committed one)."""
+    samples = {r["settings"]["predict_samples"] for r in results}
+    lines = ["| data | M | model | test log-lik., Gaussian | test log-lik., mixture of "
+             f"{'/'.join(map(str, sorted(samples)))} | test RMSE | s / fit | splits |",
+             "|---|---|---|---|---|---|---|---|"]
+    rows = sorted((r for result in results for r in result["rows"]),
+                  key=lambda r: (list(DATASETS).index(r["dataset"]), r["M"], list(LABELS).index(r["model"])))
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['M']} | {LABELS[r['model']]} | {r['test_ll']:.3f} ± {r['test_ll_se']:.3f} "
+                     f"| {r['test_ll_mixture']:.3f} ± {r['test_ll_mixture_se']:.3f} | {r['rmse']:.2f} ± {r['rmse_se']:.2f} "
+                     f"| {r['seconds']:.1f} | {len(r['splits'])} |")
+    return "\n".join(lines)
+
+
+def pin_worker(counter) -> None:
+    """Pin this worker process to its own core (the ``counter``-th worker to start, modulo the cores), before
+    its first computation: torch and XLA then each run one thread."""
+    with counter.get_lock():
+        index = counter.value
+        counter.value += 1
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[index % len(cores)]})
 
 
 def fit_split(name: str, index: int, args: argparse.Namespace) -> dict[tuple[str, int], dict[str, float]]:
@@ -170,8 +263,11 @@ def fit_split(name: str, index: int, args: argparse.Namespace) -> dict[tuple[str
     for m in args.inducing:
         args.m = m
         for model in args.models:
-            results[model, m] = (fit_gpytorch(2, *data, args) if model == "gpytorch"
-                                 else fit_pep(PEP_MODELS[model], *data, args))
+            if f"{m}:{model}" in args.skip:
+                continue
+            run = (fit_gpytorch(GPYTORCH_MODELS[model], *data, args, args.predict_samples)
+                   if model in GPYTORCH_MODELS else fit_pep(PEP_MODELS[model], *data, args))
+            results[model, m] = {**run, "load_average": os.getloadavg()[0]}
             print(f"  {name} M={m} {model} split {index}: {results[model, m]}", flush=True)
     return results
 
@@ -193,29 +289,39 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     parser.add_argument("--models", nargs="+", default=["gp", "dgp2", "gpytorch"],
-                        choices=[*PEP_MODELS, "gpytorch"])
+                        choices=[*PEP_MODELS, *GPYTORCH_MODELS])
     parser.add_argument("--inducing", nargs="+", type=int, default=[100], help="M per GP (the paper: 50 and 100)")
+    parser.add_argument("--skip", nargs="*", default=[], help="M:model pairs not to run (e.g. 100:gp)")
     parser.add_argument("--splits", type=int, default=20)
     parser.add_argument("--steps", type=int, default=1000, help="Adam steps per fit (every model)")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="rows per Adam step (every model; default: all training rows, the estimator's default)")
     parser.add_argument("--learning-rate", type=float, default=0.01)
-    parser.add_argument("--samples", type=int, default=10, help="GPyTorch's likelihood samples")
+    parser.add_argument("--samples", type=int, default=3, help="GPyTorch's likelihood samples in training")
+    parser.add_argument("--predict-samples", type=int, default=100,
+                        help="components of both libraries' Monte Carlo mixture predictive")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes, each fitting one (data set, split)")
     parser.add_argument("--name", default="bench_dgp", help="results/NAME.json")
     parser.add_argument("--continue", dest="resume", action="store_true",
                         help="keep the splits an earlier run with the same settings finished in results/NAME.json "
                              "and run the rest (every fit is deterministic: the same numbers as one run)")
+    parser.add_argument("--table", nargs="*", metavar="NAME",
+                        help=f"print the README's table of results/NAME.json ... (default: {' '.join(README_RESULTS)})")
     args = parser.parse_args(argv)
-    settings = {k: v for k, v in vars(args).items() if k not in ("name", "resume")}
+    if args.table is not None:
+        print(table([json.loads((RESULTS / f"{name}.json").read_text()) for name in args.table or README_RESULTS]))
+        return {}
+    settings = {k: v for k, v in vars(args).items() if k not in ("name", "resume", "table")}
     results = {"settings": settings, "rows": []}
     sizes = {name: load(name)[0].shape for name in args.datasets}
     runs, first = finished_splits(args.name, settings) if args.resume else ({}, 0)
     if first >= args.splits:
         parser.error(f"--continue: results/{args.name}.json already has all {args.splits} splits")
     units = [(name, index) for index in range(first, args.splits) for name in args.datasets]
-    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
+    context = get_context("spawn")
+    with ProcessPoolExecutor(args.jobs, mp_context=context, initializer=pin_worker,
+                             initargs=(context.Value("i", 0),)) as pool:
         done = pool.map(fit_split, *zip(*units), repeat(args, len(units)))
         for (name, index), split in zip(units, done):
             for (model, m), run in split.items():
@@ -226,11 +332,10 @@ def main(argv=None) -> dict:
             results["rows"] = [{"dataset": name, "n": int(sizes[name][0]), "d": int(sizes[name][1]), "model": model,
                                 "M": m, **summary(split_runs), "splits": split_runs}
                                for (name, m, model), split_runs in runs.items()]
+            results["paired"] = paired(results["rows"])
             results["splits_done"] = index + 1
             write_results(args.name, results)
-    for row in results["rows"]:
-        print(f"{row['dataset']} M={row['M']} {row['model']}: test LL {row['test_ll']:.3f} ± {row['test_ll_se']:.3f}, "
-              f"RMSE {row['rmse']:.3f} ± {row['rmse_se']:.3f}, {row['seconds']:.1f} s/fit", flush=True)
+    print(table([results]), flush=True)
     return results
 
 

@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
     data = (*arrays(store, "train"), *arrays(store, "test"))
     results["models"]["linear (scikit-learn)"] = fit_linear(*data)
     args.m, args.steps = args.inducing, results["models"][f"pep DGP {args.width}"]["steps"]
-    results["models"][f"GPyTorch DeepGP {args.width}"] = fit_gpytorch(args.width, *data, args)
+    results["models"][f"GPyTorch DeepGP {args.width}"] = fit_gpytorch((args.width,), *data, args)
     for name, row in results["models"].items():
         print(f"{name}: test LL {row['test_ll']:.4f}, RMSE {row['rmse']:.3f}, {row['seconds']:.1f} s", flush=True)
     write_results(args.name, results)

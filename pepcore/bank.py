@@ -83,11 +83,15 @@ class Marginals(NamedTuple):
     var: jnp.ndarray  # [B, G]
 
 
+def prior_covariances(bank: Bank):
+    """``K_g = k_g(Z_g, Z_g) + d_g I`` for every GP, ``[G, M, M]``."""
+    eye = jnp.eye(bank.inducing.shape[1], dtype=bank.diagonal.dtype)
+    return bank.kernel.gram(bank.inducing) + bank.diagonal[:, None, None] * eye
+
+
 def prior_factors(bank: Bank) -> PriorFactors:
     """``chol(K_g)`` and its inverse for every GP, O(G·M³)."""
-    eye = jnp.eye(bank.inducing.shape[1], dtype=bank.diagonal.dtype)
-    gram = bank.kernel.gram(bank.inducing) + bank.diagonal[:, None, None] * eye
-    return PriorFactors(*cholesky_and_inverse(gram))
+    return PriorFactors(*cholesky_and_inverse(prior_covariances(bank)))
 
 
 def _whitened_precision(factor: Factor, chol_k):

@@ -1,21 +1,25 @@
-"""Deep Gaussian processes with approximate EP (seed004, Bui et al. 2016): the energy ``F = G + Σ_blocks L``.
+"""Deep Gaussian processes with approximate EP (Bui et al. 2016): the energy ``F = G + Σ_blocks L``.
 
 Layer ``l`` maps its ``D_{l−1}``-dimensional input through ``G_l`` independent FITC sparse GPs (one per
 output dimension, each with its own inducing inputs ``Z``, ARD RBF kernel and tied factor) plus Gaussian
 noise ``σ_l²``; the last layer has one GP and the model's likelihood (Gaussian: the observation noise
-``σ_L²``; probit: none, spec §3.6). Each layer is a bank of :mod:`pep_gp.core.bank` with ``G = G_l``; all N
-tied factors of a GP are one Gaussian ``t(u)`` (the stored total ``Nθ₁``), so ``q ∝ p·t`` and the
-cavity ``∝ p·t^{1−α/N}`` (spec §2.2, §2.4, with a Power-EP power α; 1 is the paper). The energy is
+``σ_L²``; probit: none, as the authors' code). Each layer is a bank of :mod:`pep_gp.core.bank` with
+``G = G_l``; all N tied factors of a GP are one Gaussian ``t(u)`` (the stored total ``Nθ₁``, as the
+authors' code), so ``q ∝ p·t`` and the cavity ``∝ p·t^{1−α/N}`` (Bui et al. 2016, §4.2, with a Power-EP
+power α; 1 is the paper). The energy is
 
-    F = Σ_{l,g} [φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))] + (1/α) Σ_n log Z̃_n         (seed004 §4.2, boxed F)
+    F = Σ_{l,g} [φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))] + (1/α) Σ_n log Z̃_n       (Bui et al. 2016, §4.2, boxed)
 
 (at α = 1: ``(1 − N)φ(q) + Nφ(cav) − φ(p)``), and ``log Z̃_n = log ∫ N(f; m_n, v_n) p(y_n|f)^α df`` with
 ``(m_n, v_n)`` the moments of the output GP at row ``n`` obtained by propagating moments through the
-layers under the cavities (probabilistic-backprop style, seed004 §5 and App. D): layer 1 sees the fixed
-row (:func:`pep_gp.core.bank.latent_marginals`), every later layer the diagonal Gaussian of the previous
-layer's outputs plus its noise (:func:`pep_gp.core.psi_statistics.uncertain_input_marginals`). The minibatch
-estimate scales the ``log Z̃`` sum by ``N/|B|`` (§2.3; the trainer's step does that). Prediction is the
-same forward pass under ``q`` (§7). With one layer this is exactly :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`.
+layers under the cavities (probabilistic-backprop style, Bui et al. 2016, §5 and App. D): layer 1 sees
+the fixed row (:func:`pep_gp.core.psi_statistics.fixed_input_marginals`), every later layer the diagonal
+Gaussian of the previous layer's outputs plus its noise
+(:func:`pep_gp.core.psi_statistics.uncertain_input_marginals`). What a layer's rows need from its
+``u``-distribution is computed once per step (:class:`LayerInputs`). The minibatch estimate scales the
+``log Z̃`` sum by ``N/|B|`` (§6; the trainer's step does that). Prediction is the same forward pass under
+``q`` (§7), or the Monte Carlo mixture of :meth:`DeepGP.predict_mixture`. With one layer this is exactly
+:class:`pep_gp.core.models.power_ep.PowerEPSparseGP`.
 """
 
 from __future__ import annotations
@@ -31,12 +35,16 @@ from .. import bank
 from ..initialisation import kmeans_inducing, median_lengthscale
 from ..kernels import BatchedARDSquaredExponential
 from ..likelihoods import Gaussian, scaled_log_tilted
+from ..linalg import cholesky_and_inverse
 from ..parameters import LOG, constrained, unconstrained
-from ..psi_statistics import uncertain_input_marginals
+from ..rowsum import row_chunked_sum
+from ..psi_statistics import (Projected, cavities_and_posteriors, fixed_input_marginals, pair_terms,
+                              projected_gaussians, trace_weights, uncertain_input_marginals)
 
-KMEANS_ROWS = 20_000  # above this many rows layer 1's inducing inputs are random rows, not k-means (spec §5.3)
-UPPER_LOG_LENGTHSCALE = 1.0  # layers ≥ 2 start with log ℓ = 1 and Z on the diagonal of [−1, 1]^D (spec §5.3)
-UPPER_FACTOR_SCALE = 0.1  # their random tied factors are 10× smaller than layer 1's (spec §5.3)
+KMEANS_ROWS = 20_000  # above this many rows layer 1's inducing inputs are random rows, not k-means (authors' code)
+UPPER_LOG_LENGTHSCALE = 1.0  # layers ≥ 2 start with log ℓ = 1 and Z on the diagonal of [−1, 1]^D (authors' code)
+UPPER_FACTOR_SCALE = 0.1  # their random tied factors are 10× smaller than layer 1's (authors' code)
+DATA_CHUNK_ROWS = 32  # rows per chunk of the data term: [G, 32, M(M+1)/2] ψ₂ exponentials at a time
 
 
 class LayerParams(NamedTuple):
@@ -47,7 +55,7 @@ class LayerParams(NamedTuple):
     raw_variance: jnp.ndarray  # log σ_f², [G or 1]
     inducing: jnp.ndarray  # Z, [G, M, D_in]
     factor_shift: jnp.ndarray  # η = Nθ₁'s linear part, [G, M]
-    factor_chol: jnp.ndarray  # L with Λ = LLᵀ: strictly lower part as is, diagonal as log (spec §2.4), [G, M, M]
+    factor_chol: jnp.ndarray  # L with Λ = LLᵀ: strict lower part as is, diagonal as log (authors' code), [G, M, M]
     likelihood: dict  # the outputs' noise: Gaussian params (hidden layers), the model's likelihood (last)
 
     BIJECTIONS = {"raw_lengthscales": ("lengthscales", LOG), "raw_variance": ("variance", LOG)}
@@ -59,26 +67,47 @@ class DeepGPParams(NamedTuple):
     layers: tuple  # of LayerParams
 
 
-class StepShared(NamedTuple):
-    """Per layer, what every block of a step needs (O(Σ_l G_l·M³)): ``chol(K)`` and the cavities."""
+class LayerInputs(NamedTuple):
+    """What the rows of one layer need from its ``u``-distribution (``q`` or the cavities), O(G·M³) and the
+    same for every row: computed once per step."""
 
-    priors: tuple  # of bank.PriorFactors
-    cavities: tuple  # of bank.Gaussians
+    prior: bank.PriorFactors  # chol(K) and its inverse
+    gaussian: Projected  # a = K⁻¹m̂, P with K⁻¹V̂K⁻¹ = PᵀP, log-normaliser
+    pairs: Any  # PairTerms of a layer with Gaussian inputs (every layer but the first); else None
+
+
+class StepShared(NamedTuple):
+    """Every layer's :class:`LayerInputs` under the cavities, and ``φ(q) − φ(p)`` of every GP."""
+
+    layers: tuple  # of LayerInputs
+    posterior_log_normaliser: jnp.ndarray  # [Σ_l G_l], the GPs of all layers in order
 
 
 def tied_factor(layer: LayerParams) -> bank.CholeskyFactor:
-    """The layer's tied factors as a bank's, ``L = tril(raw, −1) + diag(exp(diag raw))``: the reference
-    code's log-diagonal (spec §2.4), so that Adam grows the factor's precision geometrically."""
+    """The layer's tied factors as a bank's, ``L = tril(raw, −1) + diag(exp(diag raw))``: the authors'
+    code's log-diagonal, so that Adam grows the factor's precision geometrically."""
     raw = layer.factor_chol
     diagonal = jnp.exp(jnp.diagonal(raw, axis1=-2, axis2=-1))
     return bank.CholeskyFactor(layer.factor_shift, jnp.tril(raw, -1) + diagonal[..., None] * jnp.eye(raw.shape[-1]))
 
 
-def _random_factor(rng: np.random.Generator, width: int, num_inducing: int, scale: float) -> tuple:
-    """The reference code's random tied factor (spec §5.3): ``η`` and the stored ``L`` (log-diagonal)
-    with ``N(0, scale²)`` entries."""
+def _random_factor(rng: np.random.Generator, width: int, num_inducing: int, scale: float) -> tuple[np.ndarray, ...]:
+    """The authors' code's random tied factor: ``η`` and the stored ``L`` (log-diagonal) with
+    ``N(0, scale²)`` entries."""
     raw = np.tril(scale * rng.normal(size=(width, num_inducing, num_inducing)))
-    return jnp.asarray(scale * rng.normal(size=(width, num_inducing))), jnp.asarray(raw)
+    return scale * rng.normal(size=(width, num_inducing)), raw
+
+
+def _concatenate(trees: list):
+    """The layers' pytrees of per-GP arrays joined along the GP axis."""
+    return jax.tree_util.tree_map(lambda *leaves: jnp.concatenate(leaves), *trees)
+
+
+class Mixture(NamedTuple):
+    """``S`` equally weighted Gaussian components of ``f_L``'s predictive per row."""
+
+    mean: jnp.ndarray  # [S, B]
+    var: jnp.ndarray  # [S, B]
 
 
 ALPHA_FLOOR = 1e-4
@@ -94,8 +123,8 @@ class DeepGP:
 
     Args:
         likelihood: the output's likelihood (:class:`~pep_gp.core.likelihoods.Gaussian` or ``Probit``).
-        alpha: the Power-EP power, in [:data:`ALPHA_FLOOR`, 1]; 1 is seed004's approximate EP.
-        jitter: relative jitter on every ``K_uu`` (the reference code adds 1e-6, spec §8.4).
+        alpha: the Power-EP power, in [:data:`ALPHA_FLOOR`, 1]; 1 is Bui et al.'s approximate EP.
+        jitter: relative jitter on every ``K_uu`` (the authors' code adds 1e-6).
 
     Example:
         >>> model = DeepGP(Gaussian(), alpha=1.0)
@@ -125,15 +154,16 @@ class DeepGP:
     # ----------------------------------------------------------------------------------------------
     def init(self, x, hidden_dims: tuple = (), num_inducing: int = 100, *, likelihood_params: dict | None = None,
              noise_variance: float = 0.01, share_hypers: bool = False, seed: int = 0) -> DeepGPParams:
-        """The reference code's starting state (spec §5.3) for standardised ``x`` ``[N, D]``.
+        """The authors' code's starting state (Bui et al. 2016, §8.1) for standardised ``x`` ``[N, D]``.
 
         Layer 1: k-means inducing inputs (random rows above 20,000 rows), lengthscales the median
         pairwise distance, ``σ_f² = 1`` (= var(y) for standardised targets). Later layers: ``ℓ = e``,
         ``σ_f² = 1`` and the inducing inputs on the diagonal ``linspace(−1, 1, M)``. Every GP of a
         layer starts from the same ``Z``; hidden noise ``noise_variance`` (0.01 = (0.1·std y)²); random
-        tied factors, 10× smaller above layer 1.
+        tied factors, 10× smaller above layer 1. Every leaf is a strongly typed float64 array, so the
+        programs compiled for the first step serve every later one.
         """
-        x = np.asarray(x, dtype=float)
+        x = np.asarray(x, dtype=np.float64)
         rng = np.random.default_rng(seed)
         if x.shape[0] > KMEANS_ROWS:
             first_z = x[rng.choice(x.shape[0], num_inducing, replace=False)]
@@ -151,32 +181,63 @@ class DeepGP:
             noise = (self.likelihood.init_params() if likelihood_params is None else likelihood_params) if last \
                 else Gaussian.init_params(noise_variance)
             layers.append(LayerParams(
-                **unconstrained(LayerParams, lengthscales=jnp.exp(jnp.full((hypers, dims), log_ell)),
-                                variance=jnp.ones(hypers)),
-                inducing=jnp.asarray(np.broadcast_to(z, (width, *z.shape)).copy()),
-                factor_shift=shift, factor_chol=chol, likelihood=noise,
+                **unconstrained(LayerParams, lengthscales=np.exp(np.full((hypers, dims), log_ell)),
+                                variance=np.ones(hypers)),
+                inducing=np.broadcast_to(z, (width, *z.shape)), factor_shift=shift, factor_chol=chol,
+                likelihood=noise,
             ))
-        return DeepGPParams(tuple(layers))
+        return jax.tree_util.tree_map(lambda leaf: jnp.asarray(np.asarray(leaf, dtype=np.float64)),
+                                      DeepGPParams(tuple(layers)))
 
     # ----------------------------------------------------------------------------------------------
+    def _stacked(self, params: DeepGPParams) -> tuple[bank.PriorFactors, bank.CholeskyFactor]:
+        """``chol(K)``, its inverse and the tied factors of every GP of every layer stacked along one axis
+        (every layer has the same ``M``), so that each factorisation runs as one loop over all GPs."""
+        covariances = jnp.concatenate([bank.prior_covariances(self.layer_bank(layer)) for layer in params.layers])
+        return (bank.PriorFactors(*cholesky_and_inverse(covariances)),
+                _concatenate([tied_factor(layer) for layer in params.layers]))
+
+    def layer_inputs(self, params: DeepGPParams, scale) -> tuple[LayerInputs, ...]:
+        """Every layer's :class:`LayerInputs` for the Gaussians ``p·t^scale`` (1: ``q``)."""
+        prior, factor = self._stacked(params)
+        return self._split(params, prior, projected_gaussians(prior, factor, scale))
+
+    def _split(self, params: DeepGPParams, prior: bank.PriorFactors, gaussian: Projected) -> tuple[LayerInputs, ...]:
+        """The stacked GPs' factors and Gaussians cut into the layers' :class:`LayerInputs`."""
+        ends = np.cumsum([layer.inducing.shape[0] for layer in params.layers])
+        inputs = []
+        for index, (start, end) in enumerate(zip((0, *ends[:-1]), ends)):
+            part = lambda tree: jax.tree_util.tree_map(lambda leaf: leaf[start:end], tree)
+            layer_prior, layer_gaussian = part(prior), part(gaussian)
+            pairs = (pair_terms(self.layer_bank(params.layers[index]), trace_weights(layer_prior, layer_gaussian))
+                     if index else None)
+            inputs.append(LayerInputs(layer_prior, layer_gaussian, pairs))
+        return tuple(inputs)
+
     def step_shared(self, params: DeepGPParams, n_total) -> StepShared:
-        """Every layer's ``chol(K)`` and cavity ``p·t^{1−α/N}`` (spec §2.2; §8.1: the cavity, not q)."""
-        priors = tuple(bank.prior_factors(self.layer_bank(layer)) for layer in params.layers)
-        scale = 1.0 - self.alpha / n_total
-        cavities = tuple(bank.gaussians(prior, tied_factor(layer), scale)
-                         for prior, layer in zip(priors, params.layers))
-        return StepShared(priors, cavities)
+        """Every layer's :class:`LayerInputs` under the cavities ``p·t^{1−α/N}`` (Bui et al. 2016, §4.2: the
+        cavity, not ``q``, inside ``log Z̃``), and the posteriors' log-normalisers, from one loop of
+        factorisations over all GPs."""
+        prior, factor = self._stacked(params)
+        cavity, posterior = cavities_and_posteriors(prior, factor, 1.0 - self.alpha / n_total)
+        return StepShared(self._split(params, prior, cavity), posterior)
 
     def global_energy(self, params: DeepGPParams, shared: StepShared, n_total):
         """``Σ_{l,g} φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))``, the log-normaliser part of the boxed ``F``."""
-        return sum(bank.power_ep_global_term(bank.gaussians(prior, tied_factor(layer), 1.0), cavity, n_total,
-                                             self.alpha)
-                   for prior, cavity, layer in zip(shared.priors, shared.cavities, params.layers))
+        posterior = shared.posterior_log_normaliser
+        cavity = jnp.concatenate([inputs.gaussian.log_normaliser for inputs in shared.layers])
+        return jnp.sum(posterior + (n_total / self.alpha) * (cavity - posterior))
 
     def data_energy(self, params: DeepGPParams, shared: StepShared, x, y, mask):
         """``Σ_n mask_n (1/α) log Z̃_n`` of one block, moments propagated under the cavities; rows with
-        ``mask = 0`` add exactly zero to the value and the gradient."""
-        mean, var = self.propagate(params, shared.priors, shared.cavities, x)
+        ``mask = 0`` add exactly zero to the value and the gradient. Evaluated :data:`DATA_CHUNK_ROWS`
+        rows at a time, each chunk's gradient with its value (:func:`pep_gp.core.rowsum.row_chunked_sum`):
+        the chunk's ψ₂ exponentials are computed once and never held for all rows."""
+        return row_chunked_sum(self._rows_energy, DATA_CHUNK_ROWS)((params, shared), x, y, mask)
+
+    def _rows_energy(self, inputs: tuple[DeepGPParams, StepShared], x, y, mask):
+        params, shared = inputs
+        mean, var = self.propagate(params, shared.layers, x)
         terms = scaled_log_tilted(self.likelihood, params.layers[-1].likelihood, y, mean, var, self.alpha)
         return jnp.sum(jnp.where(mask, terms, 0.0))
 
@@ -187,30 +248,83 @@ class DeepGP:
         return self.global_energy(params, shared, n) + self.data_energy(params, shared, x, y, jnp.ones(n, bool))
 
     # ----------------------------------------------------------------------------------------------
-    def propagate(self, params: DeepGPParams, priors, gaussians, x):
+    def propagate(self, params: DeepGPParams, inputs: tuple[LayerInputs, ...], x):
         """Mean and variance ``[B]`` of the output GP's latent ``f_L`` at rows ``x``, each layer's ``u``
-        distributed as ``gaussians`` (cavities in training, ``q`` in prediction): one moment-matching
-        pass (seed004 App. D eqs. 1–7); hidden outputs are diagonal Gaussians with their noise added."""
-        first = params.layers[0]
-        marginals = bank.latent_marginals(self.layer_bank(first), priors[0], gaussians[0], x)
-        for previous, layer, prior, gaussian in zip(params.layers[:-1], params.layers[1:], priors[1:], gaussians[1:]):
+        distributed as in ``inputs`` (cavities in training, ``q`` in prediction): one moment-matching
+        pass (Bui et al. 2016, App. D eqs. 1–7); hidden outputs are diagonal Gaussians with their noise added."""
+        first = inputs[0]
+        marginals = fixed_input_marginals(self.layer_bank(params.layers[0]), first.prior, first.gaussian, x)
+        for previous, layer, layer_in in zip(params.layers[:-1], params.layers[1:], inputs[1:]):
             var = marginals.var + Gaussian.noise_variance(previous.likelihood)
-            marginals = uncertain_input_marginals(self.layer_bank(layer), prior, gaussian, marginals.mean, var)
+            marginals = uncertain_input_marginals(self.layer_bank(layer), layer_in.gaussian, layer_in.pairs,
+                                                  marginals.mean, var)
         return marginals.mean[:, 0], marginals.var[:, 0]
 
-    def posteriors(self, params: DeepGPParams) -> tuple[tuple, tuple]:
-        """Every layer's prior factors and ``q``."""
-        priors = tuple(bank.prior_factors(self.layer_bank(layer)) for layer in params.layers)
-        return priors, tuple(bank.gaussians(p, tied_factor(layer), 1.0) for p, layer in zip(priors, params.layers))
+    def posteriors(self, params: DeepGPParams) -> tuple[LayerInputs, ...]:
+        """Every layer's :class:`LayerInputs` under ``q``."""
+        return self.layer_inputs(params, 1.0)
 
     def predict_f(self, params: DeepGPParams, x):
-        """Mean and variance of ``f_L`` at ``x`` from one forward pass under ``q`` (seed004 §7)."""
-        return self.propagate(params, *self.posteriors(params), x)
+        """Mean and variance of ``f_L`` at ``x`` from one forward pass under ``q`` (Bui et al. 2016, §7)."""
+        return self.propagate(params, self.posteriors(params), x)
 
     def predict_y(self, params: DeepGPParams, x):
         """The likelihood's predictive distribution at ``x`` (mean/variance, or class-1 probability)."""
         mean, var = self.predict_f(params, x)
         return self.likelihood.predict(params.layers[-1].likelihood, mean, var)
+
+    # ----------------------------------------------------------------------------------------------
+    def predict_mixture(self, params: DeepGPParams, x, key, samples: int) -> Mixture:
+        """``f_L``'s predictive at ``x`` under ``q`` as a mixture of ``samples`` Gaussians, without the
+        Gaussian projection after each layer.
+
+        Given its input, a layer's outputs are independent Gaussians once its ``u ~ q(u)`` is integrated
+        out (:func:`~pep_gp.core.psi_statistics.fixed_input_marginals`), and each ``u`` enters a row's
+        predictive once, so ``p(f_L|x) = ∫ Π_l N(h_l; m_l(h_{l−1}), v_l(h_{l−1}) + σ_l²) dh_{1:L−1}``
+        exactly; its Monte Carlo estimate draws ``samples`` paths ``h_1 → … → h_{L−1}`` per row (one
+        Gaussian draw per hidden layer) and keeps the last layer's Gaussian for each path. As GPyTorch's
+        deep GPs predict (Salimbeni & Deisenroth 2017), for the approximate-EP model.
+
+        Args:
+            params: the fitted parameters.
+            x: rows ``[B, D]``.
+            key: a ``jax.random`` key (the same key gives the same mixture).
+            samples: mixture components ``S``.
+
+        Returns:
+            The components' means and variances, ``[S, B]`` each.
+        """
+        inputs = self.posteriors(params)
+        hidden = x[None]  # [1, B, D]: the first layer's input is the same for every path
+        for layer, layer_in in zip(params.layers[:-1], inputs):
+            mean, var = self._layer_at_rows(layer, layer_in, hidden)  # [S or 1, B, G]
+            key, draw = jax.random.split(key)
+            noise = jax.random.normal(draw, (samples, *mean.shape[1:]), dtype=mean.dtype)
+            hidden = mean + jnp.sqrt(var + Gaussian.noise_variance(layer.likelihood)) * noise
+        mean, var = self._layer_at_rows(params.layers[-1], inputs[-1], hidden)
+        shape = (samples, x.shape[0])
+        return Mixture(jnp.broadcast_to(mean[..., 0], shape), jnp.broadcast_to(var[..., 0], shape))
+
+    def _layer_at_rows(self, layer: LayerParams, layer_in: LayerInputs, rows):
+        """A layer's output marginals at fixed rows ``[S, B, D]``, shaped ``[S, B, G]``."""
+        flat = rows.reshape(-1, rows.shape[-1])
+        marginals = fixed_input_marginals(self.layer_bank(layer), layer_in.prior, layer_in.gaussian, flat)
+        return tuple(v.reshape(*rows.shape[:2], -1) for v in marginals)
+
+    def mixture_log_density(self, params: DeepGPParams, x, y, key, samples: int):
+        """``log (1/S) Σ_s ∫ N(f; m_s, v_s) p(y|f) df`` per row ``[B]``: the log predictive density of ``y``
+        under :meth:`predict_mixture` (for either likelihood)."""
+        mixture = self.predict_mixture(params, x, key, samples)
+        log_components = self.likelihood.log_tilted(params.layers[-1].likelihood, y, mixture.mean, mixture.var, 1.0)
+        return jax.scipy.special.logsumexp(log_components, axis=0) - jnp.log(samples)
+
+    def mixture_moments(self, params: DeepGPParams, x, key, samples: int):
+        """Mean and variance ``[B]`` of ``y`` under :meth:`predict_mixture` (Gaussian likelihood: the law of
+        total variance over the components, observation noise included)."""
+        mixture = self.predict_mixture(params, x, key, samples)
+        means, variances = self.likelihood.predict(params.layers[-1].likelihood, mixture.mean, mixture.var)
+        mean = jnp.mean(means, axis=0)
+        return mean, jnp.mean(variances + (means - mean) ** 2, axis=0)
 
 
 jax.tree_util.register_static(DeepGP)

@@ -62,7 +62,7 @@ def test_classifier_separates_a_disc_that_logistic_regression_cannot():
 @pytest.mark.parametrize("arguments, X, message", [
     ({"hidden_dims": (0,)}, None, "DeepGPRegressor: hidden_dims.0: Input should be greater than or equal to 1"),
     ({"hidden_dims": 2}, None, "DeepGPRegressor: hidden_dims: Input should be a valid tuple"),
-    ({"alpha": 0.0}, None, "DeepGPRegressor: alpha: Input should be greater than 0"),
+    ({"alpha": 0.0}, None, "DeepGPRegressor: alpha: Input should be greater than or equal to 0.0001"),
     ({"batch_size": 0}, None, "batch_size must be None or a positive integer; got 0"),
     ({"learning_rate": -1.0}, None, "DeepGPRegressor: learning_rate: Input should be greater than 0"),
     ({}, "nan", "Input X contains NaN"),
