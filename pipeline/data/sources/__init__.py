@@ -41,8 +41,12 @@ def open_source(name: str, request: SourceRequest = SourceRequest()) -> Source:
     Raises:
         InputError: unknown name, or inputs/options the source cannot use.
     """
-    if request.synthetic_rows is not None and name != "airline":
-        raise InputError(f"--synthetic-rows: only source 'airline' draws synthetic rows, not {name!r}")
+    if request.synthetic_rows is not None:
+        if name != "airline":
+            raise InputError(f"--synthetic-rows: only source 'airline' draws synthetic rows, not {name!r}")
+        from .synthetic_airline import open_synthetic_airline
+
+        return open_synthetic_airline(request, request.synthetic_rows)
     if name.startswith("sklearn:"):
         return open_sklearn(name.removeprefix("sklearn:"), request)
     if name not in READERS:

