@@ -183,7 +183,7 @@ def _is_intact(path: Path, reference: Mapping[str, Any]) -> bool:
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the checkpoint at ``path``, its own fields validated; raises OSError/ValueError
-    (one line) if missing or damaged."""
+    (one line) if missing or damaged, InputError if another format version."""
     manifest = json.loads((path / MANIFEST).read_text())
     if not isinstance(manifest, dict):
         raise ValueError(f"expected a JSON object, found {type(manifest).__name__}")
@@ -191,8 +191,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
         checked = CheckpointManifest(**manifest)
     except ValidationError as error:
         raise ValueError(one_line(error, "manifest")) from None
-    if checked.format != FORMAT:
-        raise ValueError(f"checkpoint format {checked.format!r}, expected {FORMAT}")
+    if checked.format != FORMAT:  # another version of pep wrote it: not damage, so not skipped
+        raise InputError(f"{path}: checkpoint format {checked.format!r}; this version of pep reads format {FORMAT} "
+                         "(use the pep version that wrote it, or train again)")
     if _NAME.fullmatch(path.name) and int(path.name.removeprefix("step-")) != checked.step:
         raise ValueError(f"manifest field 'step': {checked.step}, but the checkpoint is {path.name}")
     return manifest

@@ -84,5 +84,8 @@ def test_a_run_of_another_parameterisation_is_refused_naming_both(tmp_path):
     (path / "manifest.json").write_text(json.dumps({**manifest, "parameterisation": "1"}))
     with pytest.raises(InputError, match="the run stores parameterisation '1'; this version of pep reads '2'"):
         load(tmp_path / "run")
+    (path / "manifest.json").write_text(json.dumps({**manifest, "format": 2}))
+    with pytest.raises(InputError, match="checkpoint format 2; this version of pep reads format 1"):
+        load(tmp_path / "run")
     with pytest.raises(TypeError, match="save it with joblib"):
         _fitted("CollapsedGPRegressor").save(tmp_path / "other")

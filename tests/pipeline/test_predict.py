@@ -184,6 +184,13 @@ def test_a_run_loads_as_an_estimator_of_the_tables_own_columns(classifier, tmp_p
     np.testing.assert_allclose(estimator.predict_proba(table), out[["proba_no", "proba_yes"]].to_numpy(),
                                rtol=1e-12, atol=1e-15)
     assert estimator.predict(table).tolist() == out["label"].tolist()
+    store = open_store(classifier.parent / "s.zarr")  # the same float rows for both: the same bits
+    predict(classifier, store.path, tmp_path / "store.parquet", split="test")
+    rows = store.arrays("test")[0][:].astype(np.float64)
+    loaded = load(classifier)
+    del loaded.transforms_  # model features as the store holds them
+    np.testing.assert_array_equal(loaded.predict_proba(rows),
+                                  pd.read_parquet(tmp_path / "store.parquet")[["proba_no", "proba_yes"]].to_numpy())
 
 
 def test_an_estimator_saved_predicts_through_pep_predict_bit_identically(tmp_path):
