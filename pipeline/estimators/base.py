@@ -119,7 +119,7 @@ class FittedGP(BaseEstimator):
         return self.params_
 
     def _predict_outputs(self, X) -> dict[str, np.ndarray]:
-        """The predictive's outputs for the rows of ``X``, in chunks padded to a few sizes."""
+        """The predictive's outputs for the rows of ``X``, in blocks of one size (``pep predict``'s)."""
         check_is_fitted(self)
         transforms = getattr(self, "transforms_", None)
         if transforms is not None and hasattr(X, "columns"):  # a table with text columns, as at ingest
@@ -290,7 +290,8 @@ class GPClassifierMixin:
 
     def predict(self, X) -> np.ndarray:
         """The most probable class per row (the first on a tie)."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        most_probable = np.argmax(self.predict_proba(X), axis=1)  # NotFittedError before classes_ is read
+        return self.classes_[most_probable]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -80,7 +80,9 @@ def test_model_must_fit_the_store(binary_store, regression_store, tmp_path):
 
 @pytest.mark.slow
 def test_regressor_reports_rmse_in_target_units(regression_store, tmp_path):
-    result = train(job(regression_store, tmp_path, model="sparse-gp-regressor", epochs=6))
+    # 20 inducing inputs (fixed at a subset of the rows): FAST's 6 leave sin(2x) in 3-D underfitted
+    result = train(job(regression_store, tmp_path, model="sparse-gp-regressor", epochs=6,
+                       settings={"num_inducing": 20}))
     y_test = regression_store.arrays("test")[1][:]
     assert result.metrics["rmse"] < 0.6 * np.std(y_test)  # sin(2x) + 0.1 noise: most variance explained
     assert set(evaluate(tmp_path)) == {"rmse", "test_nll", "n_test", "step", "checkpoint"}
