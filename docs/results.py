@@ -1,0 +1,109 @@
+"""The results pages' tables, regenerated from the committed ``benchmarks/results/*.json`` by the same
+functions that print them after a benchmark run.
+
+A page marks each generated table::
+
+    <!-- generated: compare_gpu -->
+    …the table…
+    <!-- /generated -->
+
+and this command rewrites what lies between the marks (the prose around them is the page's own):
+
+    python -m docs.results            # rewrite docs/results/*.md
+    python -m docs.results --check    # exit 1 naming every page that differs from its JSON
+
+``tests/test_docs_results.py`` runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = DOCS / "results"
+MARKED = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(\n<!-- /generated -->)", re.S)
+
+
+def result(name: str) -> dict:
+    """The committed JSON ``benchmarks/results/NAME.json``."""
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def comparison_table(name: str) -> str:
+    """``python -m benchmarks.compare``'s tables of one committed run (``compare*.json``)."""
+    from benchmarks.compare import markdown
+
+    return markdown(result(name))
+
+
+def qp_table() -> str:
+    """``python -m benchmarks.bench_qp --summarise``'s table of the committed folds."""
+    from benchmarks.bench_qp import table
+
+    return table(result("bench_qp"))
+
+
+def deep_gp_table() -> str:
+    """``python -m benchmarks.bench_dgp --table``'s table of the committed runs."""
+    from benchmarks.bench_dgp import README_RESULTS, table
+
+    return table([result(name) for name in README_RESULTS])
+
+
+def generators() -> dict[str, Callable[[], str]]:
+    """Each table a page may mark, by its mark's name."""
+    tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table}
+    for path in sorted(RESULTS.glob("compare*.json")):
+        tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
+    return tables
+
+
+def render(text: str, page: str) -> str:
+    """``text`` with every marked table regenerated.
+
+    Raises:
+        KeyError: a mark names no known table (the message names the page and the mark).
+    """
+    tables = generators()
+
+    def fill(match: re.Match) -> str:
+        if match.group(2) not in tables:
+            raise KeyError(f"{page}: no table named {match.group(2)!r}; known: {', '.join(tables)}")
+        return match.group(1) + tables[match.group(2)]() + match.group(4)
+
+    return MARKED.sub(fill, text)
+
+
+def marks(text: str) -> list[str]:
+    """The names of the tables ``text`` marks, in order."""
+    return [match.group(2) for match in MARKED.finditer(text)]
+
+
+def stale_pages() -> list[Path]:
+    """The results pages that differ from what their JSON gives."""
+    return [path for path in sorted(PAGES.glob("*.md")) if render(path.read_text(), path.name) != path.read_text()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m docs.results", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 if any differ")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_pages()
+        for path in stale:
+            print(f"docs/results/{path.name} differs from its JSON: run python -m docs.results", file=sys.stderr)
+        return 1 if stale else 0
+    for path in sorted(PAGES.glob("*.md")):
+        path.write_text(render(path.read_text(), path.name))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
