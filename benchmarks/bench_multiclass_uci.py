@@ -1,6 +1,6 @@
-"""Reproduction of seed001 §4.1 (Tables 2–3) on offline data: EP and SEP, M = 5/10/20 % of N.
+"""Reproduction of Villacampa-Calvo & Hernández-Lobato 2017, §4.1 (Tables 2–3) on offline data: EP and SEP, M = 5/10/20 % of N.
 
-Protocol (spec §4.1): 20 random 90/10 splits per dataset (stratified, so every split has the same class
+Protocol (Villacampa-Calvo & Hernández-Lobato 2017, §4.1): 20 random 90/10 splits per dataset (stratified, so every split has the same class
 counts; features standardised on the training split), batch training for 250 iterations — each a damped
 parallel factor update then one Adam step on the hyper-parameters and inducing inputs
 (:class:`pipeline.MultiClassGPClassifier`; the paper used its App. G adaptive step instead of Adam) —
@@ -39,7 +39,7 @@ DATASETS = {"wine": load_wine, "iris": load_iris, "digits": load_digits}
 FRACTIONS = (0.05, 0.10, 0.20)
 METHODS = ("ep", "sep")
 
-# seed001 Tables 2 and 3, Wine rows: (test NLL, its ± ; test error, its ±).
+# Villacampa-Calvo & Hernández-Lobato 2017 Tables 2 and 3, Wine rows: (test NLL, its ± ; test error, its ±).
 PAPER_WINE = {
     (0.05, "ep"): (0.07, 0.01, 0.03, 0.01), (0.05, "sep"): (0.08, 0.01, 0.03, 0.01),
     (0.10, "ep"): (0.06, 0.01, 0.02, 0.01), (0.10, "sep"): (0.07, 0.01, 0.03, 0.01),

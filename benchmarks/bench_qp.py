@@ -1,11 +1,11 @@
-"""seed002 (Quantile Propagation) Table 1 on data available offline: EP against QP with untied sites on
+"""Zhang et al. 2020 (Quantile Propagation) Table 1 on data available offline: EP against QP with untied sites on
 the exact GP, hyper-parameters by the EP evidence (the exact-GP training path,
 :mod:`pep_gp.pipeline.training.exact_ep`, behind ``ExactGPClassifier(projection=…)``).
 
 Classification: scikit-learn's breast cancer (WDBC, 569 × 30; the paper's Wisconsin set is the older
 683 × 9), MASS Pima (``Pima.tr`` + ``Pima.te``, 532 × 7, Kuss & Rasmussen's set), MASS crabs (sex from
 species, index, FL, RW, CL, CW, BD; 200 × 7), wine class 1 against the rest (178 × 13). Protocol
-(seed002 §8.1): 10-fold cross-validation repeated ``--repeats`` times (folds by ``KFold(10, shuffle=True,
+(Zhang et al. 2020, §6): 10-fold cross-validation repeated ``--repeats`` times (folds by ``KFold(10, shuffle=True,
 random_state=repeat)``; the paper: 100 repeats), features standardised on the training folds; EP first, QP
 started from EP's hyper-parameters (the authors' code). Every data set's repeat k runs before any repeat
 k + 1, and ``--start-repeats-within MINUTES`` starts no repeat after that time (``repeats_done`` in the
@@ -14,7 +14,7 @@ set: mean test error and NLL per method, the mean paired difference QP − EP wi
 the folds, plain and corrected for the training rows the folds share (:func:`corrected_standard_error`),
 and over several repeats the mean ± std of the repeats' averages (the paper's format).
 
-Poisson (seed002 §5.2, App. H): coal-mining disasters (``boot``/``coal``, 191 events in 112 yearly counts
+Poisson (Zhang et al. 2020, App. C.2, App. H): coal-mining disasters (``boot``/``coal``, 191 events in 112 yearly counts
 1851–1962), square link, constant prior mean 1 (the authors' code), each year in the test set with
 probability ½ (split k: ``default_rng(k)``), ``--poisson-repeats`` splits (the paper: 200); QP starts from
 EP's hyper-parameters and sites; the count predicted is the mode of the negative binomial predictive
@@ -138,7 +138,7 @@ def summarise(rows, metrics):
     return out
 
 
-PAPER = {  # seed002 Table 1: test error % (EP's and QP's are equal there), test NLL of EP and QP, and how
+PAPER = {  # Zhang et al. 2020 Table 1: test error % (EP's and QP's are equal there), test NLL of EP and QP, and how
     # the paper's data set differs
     "crabs": (2.7, (0.0644, 0.0643), ""),
     "wine1-vs-rest": (1.5, (0.0480, 0.0474), " (class 1 vs 2, 130 rows)"),

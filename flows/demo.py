@@ -1,6 +1,6 @@
 """``pep demo``: the main job on the bundled data, end to end (issue 4 item 6).
 
-The seed's task (seed001 §4.6, issue 5 item 4): the ``pipeline`` flow (under Prefect with ``--prefect``
+The airline task of Villacampa-Calvo & Hernández-Lobato 2017 (§4.4; issue 5 item 4): the ``pipeline`` flow (under Prefect with ``--prefect``
 or a configured Prefect API; its plain function otherwise, without a temporary Prefect server) ingests the bundled 2013 NYC airline data with the 3-class target (arrival more than
 5 minutes early / on time / more than 5 minutes late), trains ``multiclass-sep`` (stochastic EP, one
 tied factor per class) on a local cluster of two Dask worker processes, and evaluates it; the demo then

@@ -1,4 +1,4 @@
-"""The collapsed PEP-α regression objective against exact-GP, FITC and VFE oracles (seed000 §3.5)."""
+"""The collapsed PEP-α regression objective against exact-GP, FITC and VFE oracles (Bui, Yan & Turner 2017, §3.6)."""
 
 import jax
 import jax.numpy as jnp
@@ -70,7 +70,7 @@ def test_energy_decreases_from_fitc_to_vfe(data):
 
 
 def test_prediction_matches_eq7(data):
-    """Predictive mean/variance equal the dense formulas of seed000 eq. 7 with K̄ = Q + αdiag(D) + σ²I."""
+    """Predictive mean/variance equal the dense formulas of Bui, Yan & Turner 2017 eq. 7 with K̄ = Q + αdiag(D) + σ²I."""
     x, y, z = data
     alpha = 0.5
     xs = np.random.default_rng(1).uniform(-2, 2, size=(7, 2))
