@@ -65,6 +65,10 @@ def test_ci_runs_the_readme_s_test_command():
     assert "\n.venv/bin/python -m pytest || status=$?\n" in ci
 
 
+def test_the_readme_is_short():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
 def test_every_page_has_commands_and_only_listed_ones_are_not_run():
     for page in PAGES:
         assert blocks(page), page
