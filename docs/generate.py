@@ -11,14 +11,14 @@ table (also README.md's, between its ``generated: models`` marks).
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import re
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import typer
+
+from . import page_command
 
 DOCS = Path(__file__).resolve().parent
 REFERENCE = DOCS / "reference"
@@ -234,20 +234,16 @@ def stale_pages() -> list[str]:
     return stale + (["README.md"] if readme() != README.read_text() else [])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m docs.generate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 if any differ")
-    args = parser.parse_args(argv)
-    if args.check:
-        stale = stale_pages()
-        for name in stale:
-            print(f"{name} differs from the code: run python -m docs.generate", file=sys.stderr)
-        return 1 if stale else 0
+def write_pages() -> None:
+    """Write every reference page and README.md's model table."""
     REFERENCE.mkdir(exist_ok=True)
     for name, page in PAGES.items():
         (REFERENCE / name).write_text(page())
     README.write_text(readme())
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return page_command("python -m docs.generate", __doc__.split("\n\n")[0], stale_pages, write_pages, "the code", argv)
 
 
 if __name__ == "__main__":

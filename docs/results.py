@@ -17,12 +17,12 @@ and this command rewrites what lies between the marks (the prose around them is 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Callable
+
+from . import page_command
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
@@ -86,23 +86,20 @@ def marks(text: str) -> list[str]:
     return [match.group(2) for match in MARKED.finditer(text)]
 
 
-def stale_pages() -> list[Path]:
+def stale_pages() -> list[str]:
     """The results pages that differ from what their JSON gives."""
-    return [path for path in sorted(PAGES.glob("*.md")) if render(path.read_text(), path.name) != path.read_text()]
+    return [f"docs/results/{path.name}" for path in sorted(PAGES.glob("*.md"))
+            if render(path.read_text(), path.name) != path.read_text()]
+
+
+def write_pages() -> None:
+    """Rewrite every marked table of every results page."""
+    for path in sorted(PAGES.glob("*.md")):
+        path.write_text(render(path.read_text(), path.name))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m docs.results", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 if any differ")
-    args = parser.parse_args(argv)
-    if args.check:
-        stale = stale_pages()
-        for path in stale:
-            print(f"docs/results/{path.name} differs from its JSON: run python -m docs.results", file=sys.stderr)
-        return 1 if stale else 0
-    for path in sorted(PAGES.glob("*.md")):
-        path.write_text(render(path.read_text(), path.name))
-    return 0
+    return page_command("python -m docs.results", __doc__.split("\n\n")[0], stale_pages, write_pages, "its JSON", argv)
 
 
 if __name__ == "__main__":
