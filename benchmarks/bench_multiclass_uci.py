@@ -83,7 +83,8 @@ def _summary(runs):
     return {"test_nll": stat("test_nll"), "test_error": stat("test_error"), "median_train_seconds": seconds}
 
 
-def _table(summaries) -> str:
+def table(summaries) -> str:
+    """The results table of ``summaries`` (what the run prints and stores; docs/results/multiclass.md shows it)."""
     lines = [
         "| data | M | method | test NLL (pep) | test error (pep) | median s / fit | paper NLL | paper error |",
         "|---|---|---|---|---|---|---|---|",
@@ -148,11 +149,11 @@ def main() -> None:
                 runs += [r | {"dataset": name, "fraction": fraction, "method": method} for r in results]
                 summaries.append({"dataset": name, "fraction": fraction, "method": method,
                                   "num_inducing": results[0]["num_inducing"], **_summary(results)})
-                print(_table(summaries[-1:]).splitlines()[2], flush=True)
-    table = _table(summaries)
+                print(table(summaries[-1:]).splitlines()[2], flush=True)
+    rendered = table(summaries)
     settings = {k: v for k, v in vars(args).items() if k not in ("child", "name")}
-    write_results(args.name, {"settings": settings, "summary": summaries, "runs": runs, "table": table})
-    print(table)
+    write_results(args.name, {"settings": settings, "summary": summaries, "runs": runs, "table": rendered})
+    print(rendered)
 
 
 if __name__ == "__main__":

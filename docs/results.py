@@ -57,9 +57,18 @@ def deep_gp_table() -> str:
     return table([result(name) for name in README_RESULTS])
 
 
+def multiclass_table(name: str) -> str:
+    """``python -m benchmarks.bench_multiclass_uci``'s table of one committed run."""
+    from benchmarks.bench_multiclass_uci import table
+
+    return table(result(name)["summary"])
+
+
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
-    tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table}
+    tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table,
+                                            "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
+                                            "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged")}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
     return tables

@@ -100,3 +100,42 @@ def test_the_deep_gp_table_states_both_rules_for_both_libraries():
 @pytest.mark.parametrize("index", range(len(README_RESULTS)))
 def test_the_committed_paired_differences_are_those_of_the_stored_splits(index):
     assert paired(DEEP_GP[index]["rows"]) == DEEP_GP[index]["paired"]
+
+
+@pytest.mark.parametrize("name", ["multiclass_uci", "multiclass_uci_converged"])
+def test_the_multiclass_tables_are_those_the_runs_printed_and_stored(name):
+    from benchmarks.bench_multiclass_uci import table
+
+    stored = results.result(name)
+    assert table(stored["summary"]) == stored["table"]
+    assert table(stored["summary"]) in page("multiclass.md")
+
+
+def test_the_mean_steps_on_the_multiclass_page_are_those_of_the_converged_runs():
+    runs = results.result("multiclass_uci_converged")["runs"]
+    means = {(method, fraction): round(float(np.mean([r["steps"] for r in runs
+                                                      if (r["method"], r["fraction"]) == (method, fraction)])))
+             for method in ("ep", "sep") for fraction in (0.05, 0.1, 0.2)}
+    sentence = (f"EP {means['ep', 0.05]} / {means['ep', 0.1]} / {means['ep', 0.2]} and "
+                f"SEP {means['sep', 0.05]} / {means['sep', 0.1]} / {means['sep', 0.2]} at 5 / 10 / 20 %")
+    assert sentence in page("multiclass.md")
+
+
+def comparison_row(name: str, minibatch: str) -> list[str]:
+    """The cells of one minibatch's row in ``benchmarks.compare``'s table of the committed run ``name``."""
+    (row,) = [line for line in comparison_table_lines(name) if line.startswith(f"| {minibatch} |")]
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+def comparison_table_lines(name: str) -> list[str]:
+    return markdown(results.result(name)).splitlines()
+
+
+def test_the_readme_s_measured_comparison_is_that_of_the_committed_runs():
+    """README's "Why pep" rows: error / NLL after 4 CPU epochs at minibatch 200 (pep, GPyTorch) and pep's
+    seconds per epoch over GPyTorch's (CPU; GPU with the block cache of 2000 MB)."""
+    readme = (ROOT / "README.md").read_text()
+    cpu, gpu = comparison_row("compare", "200"), comparison_row("compare_gpu_cache2000", "200")
+    assert "4 epochs" in comparison_table_lines("compare")[0]
+    assert f"| Fashion-MNIST, M = 200 per class, 4 epochs, CPU: test error / NLL | {cpu[4]} | {cpu[5]} | not measured |" in readme
+    assert f"| {cpu[3]}× / {gpu[3]}× GPyTorch's |" in readme
