@@ -25,7 +25,7 @@ EP's hyper-parameters and sites; the count predicted is the mode of the negative
     OPENBLAS_NUM_THREADS=1 nice -n 10 .venv/bin/python -m benchmarks.bench_qp --repeats 0 --poisson-repeats 200 --datasets --out benchmarks/results/bench_qp_coal.json
 
 write ``benchmarks/results/bench_qp.json`` and ``bench_qp_coal.json``; ``--summarise [--out FILE]``
-recomputes a file's summaries from its stored folds and prints the README's table (``OPENBLAS_NUM_THREADS=1``: on a
+recomputes a file's summaries from its stored folds and prints the results page's table (``OPENBLAS_NUM_THREADS=1``: on a
 busy machine OpenBLAS's threads made each linear solve 10–100 times slower).
 """
 
@@ -148,8 +148,8 @@ PAPER = {  # Zhang et al. 2020 Table 1: test error % (EP's and QP's are equal th
 
 
 def table(result: dict) -> str:
-    """The README's table of the classification results of one ``bench_qp`` JSON (a test checks that the
-    README holds it): per data set the folds, test error and NLL of EP and QP, the paired NLL difference
+    """The results page's table of the classification results of one ``bench_qp`` JSON (a test checks that
+    docs/results/qp.md holds it): per data set the folds, test error and NLL of EP and QP, the paired NLL difference
     with its plain and corrected standard errors, the fraction of folds where QP is lower, the paper's NLL."""
     lines = ["| data (rows × features) | folds | test error % EP / QP | test NLL EP / QP | NLL QP − EP ± s.e. "
              "| corrected s.e. (difference in it) | QP lower | paper NLL EP / QP |",
@@ -168,7 +168,7 @@ def table(result: dict) -> str:
 
 def resummarise(path: Path) -> None:
     """Recompute the summaries of the folds and splits stored in ``path`` (after a change to
-    :func:`summarise`; nothing is re-run) and print the README's table."""
+    :func:`summarise`; nothing is re-run) and print the results page's table."""
     result = json.loads(path.read_text())
     for data in result.get("classification", {}).values():
         data["summary"] = summarise(data["folds"], ["nll", "error"])
@@ -237,7 +237,7 @@ def main():
                         help="keep the finished repeats of the CV in --out (same data sets and settings) and run the rest")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--summarise", action="store_true",
-                        help="recompute the summaries of the results stored in --out, print the README's table, run nothing")
+                        help="recompute the summaries of the results stored in --out, print the results page's table, run nothing")
     args = parser.parse_args()
     if args.summarise:
         resummarise(args.out)

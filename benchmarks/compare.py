@@ -30,8 +30,8 @@ Usage::
     .venv/bin/python -m benchmarks.compare --data airline --epochs 3 --batch-sizes 10000 --name compare_airline
 
 Needs the ``bench`` extra (torch CPU, gpytorch). Writes ``benchmarks/results/NAME.json`` and
-``NAME.png`` (test NLL against training seconds) and prints the README's table (:func:`markdown`; a test
-checks that the README's tables are those of the committed JSON files).
+``NAME.png`` (test NLL against training seconds) and prints the results page's table (:func:`markdown`; a test
+checks that docs/results/gpytorch.md holds those of the committed JSON files).
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def summary(pep: dict, gpytorch: dict) -> dict:
 
 
 def markdown(payload: dict) -> str:
-    """The README's table of one run (``benchmarks/results/NAME.json``): per minibatch, training seconds of
+    """The results page's table of one run (``benchmarks/results/NAME.json``): per minibatch, training seconds of
     pep's and GPyTorch's first and last epochs, pep's last epoch over GPyTorch's, both models' test error
     and NLL after the last epoch and the seconds each took to reach GPyTorch's final NLL."""
     machine = payload["machine"]

@@ -52,9 +52,9 @@ def qp_table() -> str:
 
 def deep_gp_table() -> str:
     """``python -m benchmarks.bench_dgp --table``'s table of the committed runs."""
-    from benchmarks.bench_dgp import README_RESULTS, table
+    from benchmarks.bench_dgp import PAGE_RESULTS, table
 
-    return table([result(name) for name in README_RESULTS])
+    return table([result(name) for name in PAGE_RESULTS])
 
 
 def multiclass_table(name: str) -> str:

@@ -9,7 +9,7 @@ directory keeps the checkpoints, ``learning_curve.png`` and ``metrics.json``.
 
 The workers are pinned to one core each (``local:N:pinned``): with both cores visible, XLA:CPU was
 seen to wedge on the first step of this model here (every Eigen pool thread waiting for work, the
-caller waiting for the result; reproduced in-process and on unpinned workers, see the README).
+caller waiting for the result; reproduced in-process and on unpinned workers, see docs/results/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ EP/QP classifier. The power-EP sparse GP and the deep GP store logarithms (an Ad
 change: a classifier's amplitude can grow from 1 to ~50 within a fit); the multi-class model does so
 as Villacampa-Calvo & Hernández-Lobato's (2017) reference code does ("ADAM ascent step on log σ, log σ₀,
 log l", with l the *squared* lengthscale), so Adam's default step is the same relative change as there:
-on Fashion-MNIST this alone moves pep onto the R code's accuracy trajectory (README).
+on Fashion-MNIST this alone moves pep onto the R code's accuracy trajectory (docs/results/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.bench_dgp import README_RESULTS, paired, table as deep_gp_table
+from benchmarks.bench_dgp import PAGE_RESULTS, paired, table as deep_gp_table
 from benchmarks.bench_qp import corrected_standard_error, summarise, table as qp_table
 from benchmarks.compare import markdown
 from docs import results
@@ -20,7 +20,7 @@ from docs import results
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = sorted((ROOT / "benchmarks" / "results").glob("compare*.json"))
 QP = results.result("bench_qp")
-DEEP_GP = [results.result(name) for name in README_RESULTS]
+DEEP_GP = [results.result(name) for name in PAGE_RESULTS]
 
 
 def page(name: str) -> str:
@@ -97,7 +97,7 @@ def test_the_deep_gp_table_states_both_rules_for_both_libraries():
             assert np.isfinite(row["test_ll"]) and np.isfinite(row["test_ll_mixture"])
 
 
-@pytest.mark.parametrize("index", range(len(README_RESULTS)))
+@pytest.mark.parametrize("index", range(len(PAGE_RESULTS)))
 def test_the_committed_paired_differences_are_those_of_the_stored_splits(index):
     assert paired(DEEP_GP[index]["rows"]) == DEEP_GP[index]["paired"]
 

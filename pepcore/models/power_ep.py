@@ -48,7 +48,7 @@ class SparseGPParams(NamedTuple):
 
     # Logarithms, as the multi-class and deep-GP models: an Adam step is then a relative change. With
     # softplus it is an absolute one, and the amplitude of a nearly separable problem (σ_f² ≈ 50 on
-    # breast cancer, from 1) took thousands of steps; the stopping rule ended fits on the way (README).
+    # breast cancer, from 1) took thousands of steps; the stopping rule ended fits on the way (docs/results/multiclass.md).
     BIJECTIONS = {"raw_lengthscales": ("lengthscales", LOG), "raw_variance": ("variance", LOG)}
 
 

@@ -48,7 +48,7 @@ class TiedEPParams(NamedTuple):
     inducing: jnp.ndarray  # Z, [M, D]
     factor: NaturalFactor
 
-    # Softplus, as the airline QP results in the README were measured with (PowerEPSparseGP moved to logs).
+    # Softplus, as the airline QP results in docs/results/qp.md were measured with (PowerEPSparseGP moved to logs).
     BIJECTIONS = {"raw_lengthscales": ("lengthscales", SOFTPLUS), "raw_variance": ("variance", SOFTPLUS)}
 
 
