@@ -5,7 +5,7 @@ the exact GP, hyper-parameters by the EP evidence (the exact-GP training path,
 Classification: scikit-learn's breast cancer (WDBC, 569 × 30; the paper's Wisconsin set is the older
 683 × 9), MASS Pima (``Pima.tr`` + ``Pima.te``, 532 × 7, Kuss & Rasmussen's set), MASS crabs (sex from
 species, index, FL, RW, CL, CW, BD; 200 × 7), wine class 1 against the rest (178 × 13). Protocol
-(Zhang et al. 2020, §6): 10-fold cross-validation repeated ``--repeats`` times (folds by ``KFold(10, shuffle=True,
+(the protocol of Zhang et al. 2020, Table 1): 10-fold cross-validation repeated ``--repeats`` times (folds by ``KFold(10, shuffle=True,
 random_state=repeat)``; the paper: 100 repeats), features standardised on the training folds; EP first, QP
 started from EP's hyper-parameters (the authors' code). Every data set's repeat k runs before any repeat
 k + 1, and ``--start-repeats-within MINUTES`` starts no repeat after that time (``repeats_done`` in the

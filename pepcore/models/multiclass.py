@@ -1,6 +1,6 @@
 """Multi-class GP classification with stochastic EP (SEP): C latent sparse GPs, tied factors per class.
 
-Model (Villacampa-Calvo & Hernández-Lobato 2017, §2, eqs. 1–8): class ``c`` has its own inducing inputs ``Z_c`` ``[M, D]`` and hyper-parameters
+Model (Villacampa-Calvo & Hernández-Lobato 2017, eqs. 1–8): class ``c`` has its own inducing inputs ``Z_c`` ``[M, D]`` and hyper-parameters
 (amplitude ``σ_c``, additive noise ``σ_{0,c}``, ARD lengthscales ``ℓ_c``); the prior on the inducing
 values is ``N(f̄^c; 0, K_c)`` with ``K_c = σ_c exp(−½Σ_d Δ_d²/ℓ_{c,d}²) + σ_{0,c}I`` (the noise is on the
 inducing diagonal too, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code) and ``κ_c = σ_c + σ_{0,c}``. The likelihood is approximated by

@@ -1,4 +1,4 @@
-"""Multi-class EP with untied factors (Villacampa-Calvo & Hernández-Lobato 2017, §2, App. B–G): one rank-one factor per (i, k ≠ y_i).
+"""Multi-class EP with untied factors (Villacampa-Calvo & Hernández-Lobato 2017, App. B–G): one rank-one factor per (i, k ≠ y_i).
 
 The state is O(N·C·M): four scalars per factor and, per row and class, the direction ``υ_i^c`` with
 which the row's sites were last refined (Villacampa-Calvo & Hernández-Lobato 2017, App. B). The sites' natural parameters stay fixed in ``f̄``
