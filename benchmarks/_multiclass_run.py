@@ -42,7 +42,7 @@ def peak_rss_mb() -> float:
 
 class EpochClock:
     """A progress callback that sums the time spent in training steps only: the per-epoch evaluation
-    and the checkpoint writes are excluded (seed001 §4.5: logging time is excluded from the timing)."""
+    and the checkpoint writes are excluded (Villacampa-Calvo & Hernández-Lobato 2017, §4.4: logging time is excluded from the timing)."""
 
     def __init__(self, echo: bool = True):
         self.training_seconds, self.records, self.echo = 0.0, [], echo

@@ -1,4 +1,4 @@
-"""Airline scale (issue 25): seed001's 2,127,068 flights ingested and trained for one epoch on ``local:2``.
+"""Airline scale (issue 25): Villacampa-Calvo & Hernández-Lobato's (2017) 2,127,068 flights ingested and trained for one epoch on ``local:2``.
 
 The 2008 Data Expo flights cannot be downloaded here, so the rows are synthetic: ``pep ingest airline
 --synthetic-rows 2127068`` draws Data Expo records with replacement from the bundled 2013 flights

@@ -23,15 +23,15 @@ split) one unit of work for ``--jobs`` spawned worker processes, each pinned to 
 first computation (one thread each: torch runs with one thread, XLA sizes its pool by the cores it may
 use). The JSON is rewritten after every split with the summaries over the splits done so far
 (``splits_done``), so an interrupted run keeps a like-for-like comparison, and ``--continue`` runs the
-splits it did not reach. ``--table NAME ...`` prints the README's table of committed results. Needs the
-``bench`` extra (README: Deep GPs)::
+splits it did not reach. ``--table NAME ...`` prints the results page's table of committed results. Needs the
+``bench`` extra (docs/results/deep-gp.md)::
 
     OPENBLAS_NUM_THREADS=1 flock /tmp/pep-heavy.lock .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
         --splits 20 --inducing 100 --models dgp2 gp gpytorch --name bench_dgp_fullbatch
     OPENBLAS_NUM_THREADS=1 flock /tmp/pep-heavy.lock .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
         --splits 20 --inducing 50 100 --models dgp2+2 dgp2 gp gpytorch gpytorch2+2 --skip 100:dgp2 100:gp \\
         100:gpytorch --name bench_dgp_grid
-    .venv/bin/python -m benchmarks.bench_dgp --table     # the README's table, from both
+    .venv/bin/python -m benchmarks.bench_dgp --table     # the results page's table, from both
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ GPYTORCH_MODELS = {"gpytorch": (2,), "gpytorch2+2": (2, 2)}
 LABELS = {"gp": "pep GP (L = 1)", "dgp2": "pep DGP, hidden width 2", "dgp2+2": "pep DGP, hidden widths 2+2",
           "gpytorch": "GPyTorch DeepGP, width 2", "gpytorch2+2": "GPyTorch DeepGP, widths 2+2"}
 METRICS = ("test_ll", "test_ll_mixture", "rmse", "seconds")
-README_RESULTS = ("bench_dgp_fullbatch",)  # the runs of the README's table
+PAGE_RESULTS = ("bench_dgp_fullbatch",)  # the runs of docs/results/deep-gp.md's table
 WINDOW = 25  # steps per mean of the energy trace kept per pep fit (the estimators' stopping-rule window)
 
 
@@ -230,7 +230,7 @@ def paired(rows: list[dict]) -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
-    """The README's table of ``bench_dgp`` results (a test checks that the README holds the committed one)."""
+    """The results page's table of ``bench_dgp`` results (a test checks that docs/results/deep-gp.md holds the committed one)."""
     samples = {r["settings"]["predict_samples"] for r in results}
     lines = ["| data | M | model | test log-lik., Gaussian | test log-lik., mixture of "
              f"{'/'.join(map(str, sorted(samples)))} | test RMSE | s / fit | splits |",
@@ -307,10 +307,10 @@ def main(argv=None) -> dict:
                         help="keep the splits an earlier run with the same settings finished in results/NAME.json "
                              "and run the rest (every fit is deterministic: the same numbers as one run)")
     parser.add_argument("--table", nargs="*", metavar="NAME",
-                        help=f"print the README's table of results/NAME.json ... (default: {' '.join(README_RESULTS)})")
+                        help=f"print the results page's table of results/NAME.json ... (default: {' '.join(PAGE_RESULTS)})")
     args = parser.parse_args(argv)
     if args.table is not None:
-        print(table([json.loads((RESULTS / f"{name}.json").read_text()) for name in args.table or README_RESULTS]))
+        print(table([json.loads((RESULTS / f"{name}.json").read_text()) for name in args.table or PAGE_RESULTS]))
         return {}
     settings = {k: v for k, v in vars(args).items() if k not in ("name", "resume", "table")}
     results = {"settings": settings, "rows": []}

@@ -1,4 +1,4 @@
-"""Fashion-MNIST with ``multiclass-sep`` at the paper's MNIST settings (seed001 §4.5; issue 5).
+"""Fashion-MNIST with ``multiclass-sep`` at the paper's MNIST settings (Villacampa-Calvo & Hernández-Lobato 2017, §4.4; issue 5).
 
 M = 200 inducing points per class, minibatches of 200 rows, Adam with its default settings (step 1e-3),
 undamped tied-factor updates (ρ = 1), α = 1, pixels in [0, 1] without per-pixel standardisation (the

@@ -1,6 +1,6 @@
-"""Reproduction of seed001 §4.1 (Tables 2–3) on offline data: EP and SEP, M = 5/10/20 % of N.
+"""Reproduction of Villacampa-Calvo & Hernández-Lobato 2017, §4.1 (Tables 2–3) on offline data: EP and SEP, M = 5/10/20 % of N.
 
-Protocol (spec §4.1): 20 random 90/10 splits per dataset (stratified, so every split has the same class
+Protocol (Villacampa-Calvo & Hernández-Lobato 2017, §4.1): 20 random 90/10 splits per dataset (stratified, so every split has the same class
 counts; features standardised on the training split), batch training for 250 iterations — each a damped
 parallel factor update then one Adam step on the hyper-parameters and inducing inputs
 (:class:`pipeline.MultiClassGPClassifier`; the paper used its App. G adaptive step instead of Adam) —
@@ -39,7 +39,7 @@ DATASETS = {"wine": load_wine, "iris": load_iris, "digits": load_digits}
 FRACTIONS = (0.05, 0.10, 0.20)
 METHODS = ("ep", "sep")
 
-# seed001 Tables 2 and 3, Wine rows: (test NLL, its ± ; test error, its ±).
+# Villacampa-Calvo & Hernández-Lobato 2017 Tables 2 and 3, Wine rows: (test NLL, its ± ; test error, its ±).
 PAPER_WINE = {
     (0.05, "ep"): (0.07, 0.01, 0.03, 0.01), (0.05, "sep"): (0.08, 0.01, 0.03, 0.01),
     (0.10, "ep"): (0.06, 0.01, 0.02, 0.01), (0.10, "sep"): (0.07, 0.01, 0.03, 0.01),
@@ -83,7 +83,8 @@ def _summary(runs):
     return {"test_nll": stat("test_nll"), "test_error": stat("test_error"), "median_train_seconds": seconds}
 
 
-def _table(summaries) -> str:
+def table(summaries) -> str:
+    """The results table of ``summaries`` (what the run prints and stores; docs/results/multiclass.md shows it)."""
     lines = [
         "| data | M | method | test NLL (pep) | test error (pep) | median s / fit | paper NLL | paper error |",
         "|---|---|---|---|---|---|---|---|",
@@ -148,11 +149,11 @@ def main() -> None:
                 runs += [r | {"dataset": name, "fraction": fraction, "method": method} for r in results]
                 summaries.append({"dataset": name, "fraction": fraction, "method": method,
                                   "num_inducing": results[0]["num_inducing"], **_summary(results)})
-                print(_table(summaries[-1:]).splitlines()[2], flush=True)
-    table = _table(summaries)
+                print(table(summaries[-1:]).splitlines()[2], flush=True)
+    rendered = table(summaries)
     settings = {k: v for k, v in vars(args).items() if k not in ("child", "name")}
-    write_results(args.name, {"settings": settings, "summary": summaries, "runs": runs, "table": table})
-    print(table)
+    write_results(args.name, {"settings": settings, "summary": summaries, "runs": runs, "table": rendered})
+    print(rendered)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""seed002 (Quantile Propagation) Table 1 on data available offline: EP against QP with untied sites on
+"""Zhang et al. 2020 (Quantile Propagation) Table 1 on data available offline: EP against QP with untied sites on
 the exact GP, hyper-parameters by the EP evidence (the exact-GP training path,
 :mod:`pep_gp.pipeline.training.exact_ep`, behind ``ExactGPClassifier(projection=…)``).
 
 Classification: scikit-learn's breast cancer (WDBC, 569 × 30; the paper's Wisconsin set is the older
 683 × 9), MASS Pima (``Pima.tr`` + ``Pima.te``, 532 × 7, Kuss & Rasmussen's set), MASS crabs (sex from
 species, index, FL, RW, CL, CW, BD; 200 × 7), wine class 1 against the rest (178 × 13). Protocol
-(seed002 §8.1): 10-fold cross-validation repeated ``--repeats`` times (folds by ``KFold(10, shuffle=True,
+(the protocol of Zhang et al. 2020, Table 1): 10-fold cross-validation repeated ``--repeats`` times (folds by ``KFold(10, shuffle=True,
 random_state=repeat)``; the paper: 100 repeats), features standardised on the training folds; EP first, QP
 started from EP's hyper-parameters (the authors' code). Every data set's repeat k runs before any repeat
 k + 1, and ``--start-repeats-within MINUTES`` starts no repeat after that time (``repeats_done`` in the
@@ -14,7 +14,7 @@ set: mean test error and NLL per method, the mean paired difference QP − EP wi
 the folds, plain and corrected for the training rows the folds share (:func:`corrected_standard_error`),
 and over several repeats the mean ± std of the repeats' averages (the paper's format).
 
-Poisson (seed002 §5.2, App. H): coal-mining disasters (``boot``/``coal``, 191 events in 112 yearly counts
+Poisson (Zhang et al. 2020, App. C.2, App. H): coal-mining disasters (``boot``/``coal``, 191 events in 112 yearly counts
 1851–1962), square link, constant prior mean 1 (the authors' code), each year in the test set with
 probability ½ (split k: ``default_rng(k)``), ``--poisson-repeats`` splits (the paper: 200); QP starts from
 EP's hyper-parameters and sites; the count predicted is the mode of the negative binomial predictive
@@ -25,7 +25,7 @@ EP's hyper-parameters and sites; the count predicted is the mode of the negative
     OPENBLAS_NUM_THREADS=1 nice -n 10 .venv/bin/python -m benchmarks.bench_qp --repeats 0 --poisson-repeats 200 --datasets --out benchmarks/results/bench_qp_coal.json
 
 write ``benchmarks/results/bench_qp.json`` and ``bench_qp_coal.json``; ``--summarise [--out FILE]``
-recomputes a file's summaries from its stored folds and prints the README's table (``OPENBLAS_NUM_THREADS=1``: on a
+recomputes a file's summaries from its stored folds and prints the results page's table (``OPENBLAS_NUM_THREADS=1``: on a
 busy machine OpenBLAS's threads made each linear solve 10–100 times slower).
 """
 
@@ -138,7 +138,7 @@ def summarise(rows, metrics):
     return out
 
 
-PAPER = {  # seed002 Table 1: test error % (EP's and QP's are equal there), test NLL of EP and QP, and how
+PAPER = {  # Zhang et al. 2020 Table 1: test error % (EP's and QP's are equal there), test NLL of EP and QP, and how
     # the paper's data set differs
     "crabs": (2.7, (0.0644, 0.0643), ""),
     "wine1-vs-rest": (1.5, (0.0480, 0.0474), " (class 1 vs 2, 130 rows)"),
@@ -148,8 +148,8 @@ PAPER = {  # seed002 Table 1: test error % (EP's and QP's are equal there), test
 
 
 def table(result: dict) -> str:
-    """The README's table of the classification results of one ``bench_qp`` JSON (a test checks that the
-    README holds it): per data set the folds, test error and NLL of EP and QP, the paired NLL difference
+    """The results page's table of the classification results of one ``bench_qp`` JSON (a test checks that
+    docs/results/qp.md holds it): per data set the folds, test error and NLL of EP and QP, the paired NLL difference
     with its plain and corrected standard errors, the fraction of folds where QP is lower, the paper's NLL."""
     lines = ["| data (rows × features) | folds | test error % EP / QP | test NLL EP / QP | NLL QP − EP ± s.e. "
              "| corrected s.e. (difference in it) | QP lower | paper NLL EP / QP |",
@@ -168,7 +168,7 @@ def table(result: dict) -> str:
 
 def resummarise(path: Path) -> None:
     """Recompute the summaries of the folds and splits stored in ``path`` (after a change to
-    :func:`summarise`; nothing is re-run) and print the README's table."""
+    :func:`summarise`; nothing is re-run) and print the results page's table."""
     result = json.loads(path.read_text())
     for data in result.get("classification", {}).values():
         data["summary"] = summarise(data["folds"], ["nll", "error"])
@@ -237,7 +237,7 @@ def main():
                         help="keep the finished repeats of the CV in --out (same data sets and settings) and run the rest")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--summarise", action="store_true",
-                        help="recompute the summaries of the results stored in --out, print the README's table, run nothing")
+                        help="recompute the summaries of the results stored in --out, print the results page's table, run nothing")
     args = parser.parse_args()
     if args.summarise:
         resummarise(args.out)

@@ -6,7 +6,7 @@ same minibatch, for the same number of epochs, one after the other in this proce
 
 * pep: ``multiclass-sep`` through the trainer that ``pep train`` runs (``--cluster`` chooses the backend),
   float64 (``--kernel-products float32``: the kernel's matrix products over the inputs in float32, the EP
-  algebra still float64); on Fashion-MNIST at seed001's MNIST settings (M = 200 per class, Adam with step
+  algebra still float64); on Fashion-MNIST at Villacampa-Calvo & Hernández-Lobato's (2017) MNIST settings (M = 200 per class, Adam with step
   1e-3, undamped tied-factor updates, α = 1), on the airline at :data:`benchmarks.bench_airline_multiclass.AIRLINE_SEP`
   (M = 200, cosine Adam 0.05, 2,500-row blocks).
 * GPyTorch: the SVGP of its multi-class example — C = 10 independent latent GPs
@@ -17,7 +17,7 @@ same minibatch, for the same number of epochs, one after the other in this proce
   images is ~0 and it stays at chance for hundreds of steps (measured: 2.302 after 80 steps).
 * logistic regression (scikit-learn, to convergence) and the class frequencies, for scale.
 
-Per epoch: the seconds spent in training steps only (evaluation excluded, as seed001 §4.5), the
+Per epoch: the seconds spent in training steps only (evaluation excluded, as Villacampa-Calvo & Hernández-Lobato 2017, §4.4), the
 cumulative seconds, test error and test NLL. The summary gives pep's seconds per epoch over GPyTorch's
 (the mean over epochs, whose first holds pep's compilation, and the last epoch alone) and the training
 seconds each needed to reach GPyTorch's final test NLL.
@@ -30,8 +30,8 @@ Usage::
     .venv/bin/python -m benchmarks.compare --data airline --epochs 3 --batch-sizes 10000 --name compare_airline
 
 Needs the ``bench`` extra (torch CPU, gpytorch). Writes ``benchmarks/results/NAME.json`` and
-``NAME.png`` (test NLL against training seconds) and prints the README's table (:func:`markdown`; a test
-checks that the README's tables are those of the committed JSON files).
+``NAME.png`` (test NLL against training seconds) and prints the results page's table (:func:`markdown`; a test
+checks that docs/results/gpytorch.md holds those of the committed JSON files).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epoch
     rng = np.random.default_rng(seed)
     starts = np.stack([x[rng.choice(len(x), num_inducing, replace=False)] for _ in range(classes)])
     model = SVGP(torch.from_numpy(starts))
-    model.covar_module.base_kernel.lengthscale = squared_median_lengthscale(x, seed)  # pep's start (seed001 §4.5)
+    model.covar_module.base_kernel.lengthscale = squared_median_lengthscale(x, seed)  # pep's start (Villacampa-Calvo & Hernández-Lobato 2017, §4.4)
     likelihood = gpytorch.likelihoods.SoftmaxLikelihood(num_classes=classes, mixing_weights=False)
     model, likelihood = model.to(on_device), likelihood.to(on_device)
     objective = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(x))
@@ -181,7 +181,7 @@ def summary(pep: dict, gpytorch: dict) -> dict:
 
 
 def markdown(payload: dict) -> str:
-    """The README's table of one run (``benchmarks/results/NAME.json``): per minibatch, training seconds of
+    """The results page's table of one run (``benchmarks/results/NAME.json``): per minibatch, training seconds of
     pep's and GPyTorch's first and last epochs, pep's last epoch over GPyTorch's, both models' test error
     and NLL after the last epoch and the seconds each took to reach GPyTorch's final NLL."""
     machine = payload["machine"]

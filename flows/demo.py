@@ -1,6 +1,6 @@
 """``pep demo``: the main job on the bundled data, end to end (issue 4 item 6).
 
-The seed's task (seed001 §4.6, issue 5 item 4): the ``pipeline`` flow (under Prefect with ``--prefect``
+The airline task of Villacampa-Calvo & Hernández-Lobato 2017 (§4.4; issue 5 item 4): the ``pipeline`` flow (under Prefect with ``--prefect``
 or a configured Prefect API; its plain function otherwise, without a temporary Prefect server) ingests the bundled 2013 NYC airline data with the 3-class target (arrival more than
 5 minutes early / on time / more than 5 minutes late), trains ``multiclass-sep`` (stochastic EP, one
 tied factor per class) on a local cluster of two Dask worker processes, and evaluates it; the demo then
@@ -9,7 +9,7 @@ directory keeps the checkpoints, ``learning_curve.png`` and ``metrics.json``.
 
 The workers are pinned to one core each (``local:N:pinned``): with both cores visible, XLA:CPU was
 seen to wedge on the first step of this model here (every Eigen pool thread waiting for work, the
-caller waiting for the result; reproduced in-process and on unpinned workers, see the README).
+caller waiting for the result; reproduced in-process and on unpinned workers, see docs/results/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ def ingest_command(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing store (atomically).")] = False,
     synthetic_rows: Annotated[int | None, typer.Option(
         help="airline only: ingest this many flights drawn with replacement from the bundled 2013 flights, "
-             "labelled synthetic (for throughput and memory tests, e.g. 2127068 as seed001's airline "
+             "labelled synthetic (for throughput and memory tests, e.g. 2127068 as Villacampa-Calvo & Hernández-Lobato's (2017) airline "
              "run).")] = None,
     json_output: JsonFlag = False,
     quiet: QuietFlag = False,

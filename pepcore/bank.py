@@ -1,11 +1,11 @@
 """A bank of G independent sparse GPs with tied Gaussian factors: the piece every model of pep shares.
 
-Power EP (seed000) is one such GP (G = 1) with a likelihood per row; the multi-class classifier of
-seed001 is a bank of G = C GPs, one per class; a deep GP (seed004) is one bank per layer. A model adds
+Power EP (Bui, Yan & Turner 2017) is one such GP (G = 1) with a likelihood per row; the multi-class classifier of
+Villacampa-Calvo & Hernández-Lobato 2017 is a bank of G = C GPs, one per class; a deep GP (Bui et al. 2016) is one bank per layer. A model adds
 only its per-row term (:mod:`pep_gp.core.likelihoods`, :mod:`pep_gp.core.models.multiclass_sites`).
 
 GP ``g`` has inducing inputs ``Z_g`` ``[M, D]``, an ARD squared-exponential kernel and a diagonal term
-``d_g`` (the inducing-output noise of seed001 §1.5 plus the jitter): its prior on the inducing outputs
+``d_g`` (the inducing-output noise σ₀ of Villacampa-Calvo & Hernández-Lobato's (2017) code, plus the jitter): its prior on the inducing outputs
 is ``p_g(u) = N(0, K_g)``, ``K_g = k_g(Z_g, Z_g) + d_g I``, and ``κ_g = σ_g + d_g``. All N tied factors
 of GP ``g`` are one Gaussian ``t_g(u) = exp(η_gᵀu − ½uᵀΛ_gu)`` stored in ``u`` coordinates — natural
 parameters moved by EP updates (:class:`NaturalFactor`) or a Cholesky factor ``Λ_g = L_gL_gᵀ`` moved by
@@ -13,7 +13,7 @@ the optimiser (:class:`CholeskyFactor`). Every Gaussian a method needs is ``p_g�
 or the Power-EP cavity (``s = 1 − α/n_g``, ``n_g`` the factors tied into ``t_g``).
 
 Numerics: with ``L = chol(K_g)`` and ``R = chol(I + s LᵀΛL)``, ``p·t^s`` has ``V = SSᵀ``, ``S = LR⁻ᵀ``,
-``m = S c``, ``c = R⁻¹sLᵀη`` and ``φ(p·t^s) − φ(p) = ½‖c‖² − log|R|`` (seed000 eq. 113 in whitened form);
+``m = S c``, ``c = R⁻¹sLᵀη`` and ``φ(p·t^s) − φ(p) = ½‖c‖² − log|R|`` (Bui, Yan & Turner 2017 eq. 113 in whitened form);
 nothing is inverted explicitly but ``L`` (:func:`pep_gp.core.linalg.cholesky_and_inverse`), whose inverse
 turns every projection of rows into matrix products.
 """
@@ -70,7 +70,7 @@ class Gaussians(NamedTuple):
 
 
 class RowProjections(NamedTuple):
-    """Per GP and row: ``υ = K_g⁻¹k_g(x)`` and the FITC variance ``κ_g − k_gᵀK_g⁻¹k_g ≥ d_g`` (seed001 eqs. 4–5)."""
+    """Per GP and row: ``υ = K_g⁻¹k_g(x)`` and the FITC variance ``κ_g − k_gᵀK_g⁻¹k_g ≥ d_g`` (Villacampa-Calvo & Hernández-Lobato 2017 eqs. 4–5)."""
 
     directions: jnp.ndarray  # [G, B, M]
     fitc_var: jnp.ndarray  # [G, B]
@@ -158,8 +158,8 @@ def latent_marginals(bank: Bank, prior: PriorFactors, gaussian: Gaussians, x) ->
 
 
 def power_ep_global_term(q: Gaussians, cavity: Gaussians, counts, alpha: float):
-    """``Σ_g φ(q_g) − φ(p_g) + (n_g/α)(φ(cav_g) − φ(q_g))`` (seed000 eq. 110 with tied factors; seed001
-    spec §2.8.6): O(G·M³), independent of the rows."""
+    """``Σ_g φ(q_g) − φ(p_g) + (n_g/α)(φ(cav_g) − φ(q_g))`` (Bui, Yan & Turner 2017 eq. 110 with tied factors; Villacampa-Calvo & Hernández-Lobato 2017
+    Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1, eq. 9): O(G·M³), independent of the rows."""
     return jnp.sum(q.log_normaliser + (counts / alpha) * (cavity.log_normaliser - q.log_normaliser))
 
 

@@ -1,6 +1,6 @@
-"""Data-driven starting values for kernels and inducing inputs (seed000 §7, the reference code's
+"""Data-driven starting values for kernels and inducing inputs (the code of Bui, Yan & Turner 2017,
 ``init_hypers``): median-distance lengthscales and k-means inducing inputs; and the multi-class
-reference code's lengthscale (seed001 §4.5)."""
+reference code's lengthscale (Villacampa-Calvo & Hernández-Lobato 2017, §4.4)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def median_lengthscale(x: np.ndarray, seed: int = 0) -> float:
 
 
 def squared_median_lengthscale(x: np.ndarray, seed: int = 0) -> float:
-    """``√median`` of the pairwise distances of 1,000 random rows: seed001's MNIST driver sets the
-    *squared* lengthscale to the median distance (spec §4.5); 1.0 if degenerate."""
+    """``√median`` of the pairwise distances of 1,000 random rows: Villacampa-Calvo & Hernández-Lobato's (2017) MNIST driver sets the
+    *squared* lengthscale to the median distance (Villacampa-Calvo & Hernández-Lobato 2017, §4.4); 1.0 if degenerate."""
     distances = pdist(_subsample(np.asarray(x, dtype=float), seed, 1_000))
     value = float(np.sqrt(np.median(distances))) if distances.size else 1.0
     return value if np.isfinite(value) and value > 1e-6 else 1.0

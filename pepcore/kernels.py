@@ -22,7 +22,7 @@ def check_product_dtype(value: str, name: str = "products") -> None:
 
 
 class ARDSquaredExponential(NamedTuple):
-    """ARD squared exponential ``k(x, x') = σ_f² exp(−½ Σ_d (x_d − x'_d)² / ℓ_d²)`` (seed000 §0).
+    """ARD squared exponential ``k(x, x') = σ_f² exp(−½ Σ_d (x_d − x'_d)² / ℓ_d²)`` (Bui, Yan & Turner 2017).
 
     Args:
         lengthscales: ``ℓ``, shape [D], positive.

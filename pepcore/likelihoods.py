@@ -3,9 +3,9 @@
 A likelihood is math only (STYLE principle 2): it holds no data, and the quadrature rule is an
 argument. Each provides
 
-* ``log_tilted(params, y, mean, var, alpha)`` — ``log Z̃`` for ``α ∈ (0, 1]`` (seed000 eq. 118),
+* ``log_tilted(params, y, mean, var, alpha)`` — ``log Z̃`` for ``α ∈ (0, 1]`` (Bui, Yan & Turner 2017 eq. 118),
 * ``expected_log_prob(params, y, mean, var)`` — ``E_{N(f;m,v)}[log p(y|f)]``, the ``α → 0`` limit of
-  ``log Z̃ / α`` (seed000 eqs. 136–143),
+  ``log Z̃ / α`` (Bui, Yan & Turner 2017 eqs. 136–143),
 * ``predict(params, mean, var)`` — the predictive distribution of ``y``.
 
 ``params`` is the likelihood's own dict of unconstrained parameters (empty for the probit).
@@ -34,7 +34,7 @@ from .quadrature import (GaussHermite, ProbitPowerQuadrature, log_ndtr_and_mills
 
 
 def scaled_log_tilted(likelihood, params, y, mean, var, alpha: float):
-    """``(1/α) log Z̃``, continuous at ``α = 0`` where it equals ``E_q[log p(y|f)]`` (seed000 eq. 143)."""
+    """``(1/α) log Z̃``, continuous at ``α = 0`` where it equals ``E_q[log p(y|f)]`` (Bui, Yan & Turner 2017 eq. 143)."""
     if alpha == 0.0:
         return likelihood.expected_log_prob(params, y, mean, var)
     return likelihood.log_tilted(params, y, mean, var, alpha) / alpha
@@ -42,7 +42,7 @@ def scaled_log_tilted(likelihood, params, y, mean, var, alpha: float):
 
 @dataclass(frozen=True)
 class Gaussian:
-    """``p(y|f) = N(y; f, σ_y²)``; closed-form tilted normaliser (seed000 eq. 127)."""
+    """``p(y|f) = N(y; f, σ_y²)``; closed-form tilted normaliser (Bui, Yan & Turner 2017 eq. 127)."""
 
     name: str = field(default="gaussian", init=False)
 
@@ -55,7 +55,7 @@ class Gaussian:
         return positive(params["raw_noise_variance"])
 
     def log_tilted(self, params, y, mean, var, alpha):
-        """``−(α/2)log(2πσ²) − ½log(1 + αv/σ²) − ½α(y−m)²/(αv + σ²)`` (seed000 eq. 127)."""
+        """``−(α/2)log(2πσ²) − ½log(1 + αv/σ²) − ½α(y−m)²/(αv + σ²)`` (Bui, Yan & Turner 2017 eq. 127)."""
         s2 = self.noise_variance(params)
         return (
             -0.5 * alpha * (LOG_2PI + jnp.log(s2))
@@ -74,12 +74,12 @@ class Gaussian:
 
 @dataclass(frozen=True)
 class Probit:
-    """``p(y|f) = Φ(s f)`` with ``s = 2y − 1`` for labels ``y ∈ {0, 1}`` (seed000 §3.8).
+    """``p(y|f) = Φ(s f)`` with ``s = 2y − 1`` for labels ``y ∈ {0, 1}`` (Bui, Yan & Turner 2017, §3.8).
 
     ``α = 1`` uses the closed form ``log Φ(s m/√(1+v))``; ``0 < α < 1`` uses the composite rule of
     :class:`~pep_gp.core.quadrature.ProbitPowerQuadrature` on ``log E[Φ(s f)^α]`` (accurate and with a finite
     gradient for any cavity variance, 0 included); ``α = 0`` (:meth:`expected_log_prob`) uses
-    Gauss–Hermite in log-sum-exp form with ``log Φ`` from ``log_ndtr`` (seed000 §4.1).
+    Gauss–Hermite in log-sum-exp form with ``log Φ`` from ``log_ndtr`` (Bui, Yan & Turner 2017, §3.8, App. G.2).
     """
 
     quadrature: GaussHermite = GaussHermite()
@@ -113,9 +113,9 @@ class Probit:
 
     def tilted_moments(self, y, mean, var, alpha=1.0):
         """``log Z̃``, mean and variance of ``∝ N(f; m, v) Φ(sf)^α``. At ``α = 1``: ``z = sm/√(1+v)``,
-        ``λ = N(z)/Φ(z)``, mean ``m + svλ/√(1+v)``, variance ``v − v²λ(z + λ)/(1+v)`` (seed002 eq. 36;
+        ``λ = N(z)/Φ(z)``, mean ``m + svλ/√(1+v)``, variance ``v − v²λ(z + λ)/(1+v)`` (Zhang et al. 2020 eq. 36;
         R&W eqs. 3.58); otherwise the derivatives of :func:`~pep_gp.core.quadrature.probit_power_moments`
-        (seed002 eqs. 29, 34)."""
+        (Zhang et al. 2020 eqs. 29, 34)."""
         s = self._sign(y)
         if alpha == 1.0:
             z = s * mean / jnp.sqrt(1.0 + var)
@@ -127,7 +127,7 @@ class Probit:
 
 @dataclass(frozen=True)
 class Heaviside:
-    """``p(y|f) = h(sf)``, the step (1 for ``sf > 0``), ``s = 2y − 1``: seed003's factors, a probit of
+    """``p(y|f) = h(sf)``, the step (1 for ``sf > 0``), ``s = 2y − 1``: Swaroop's (2017) factors, a probit of
     zero width. The tilted distribution is a truncated Gaussian; ``h^α = h``, so ``α`` changes nothing."""
 
     name: str = field(default="heaviside", init=False)
@@ -139,7 +139,7 @@ class Heaviside:
     @staticmethod
     def tilted_moments(y, mean, var, alpha=1.0):
         """``z = sm/√v``, ``log Z̃ = log Φ(z)``, mean ``m + s√v λ``, variance ``v(1 − λ(z + λ))``,
-        ``λ = N(z)/Φ(z)`` (seed003 eqs. 13–18 in one dimension)."""
+        ``λ = N(z)/Φ(z)`` (Swaroop 2017 eqs. 13–18 in one dimension)."""
         s = 2.0 * y - 1.0
         sd = jnp.sqrt(var)
         z = s * mean / sd
@@ -149,12 +149,12 @@ class Heaviside:
 
 @dataclass(frozen=True)
 class PoissonSquare:
-    """Poisson counts with the square link, ``p(y|f) = g^y e^{−g}/y!``, ``g = f²`` (seed002 §5.2, App. C.2).
+    """Poisson counts with the square link, ``p(y|f) = g^y e^{−g}/y!``, ``g = f²`` (Zhang et al. 2020, App. C.2).
 
     ``e^{−f²} N(f; m, v) = √π N(m; 0, v + ½) N(f; β, s²)`` with ``s² = v/(1 + 2v)``, ``β = m/(1 + 2v)``, so
     the tilted distribution is ``∝ f^{2y} N(f; β, s²)`` and its normaliser and moments are ratios of the
     Gaussian's raw moments ``M_n = E[f^n] = Σ_{k even} C(n, k) β^{n−k} s^k (k − 1)!!`` — every term of
-    ``M_{2y}`` and ``M_{2y+2}`` positive, ``M_{2y+1} = sign(β)·|…|`` — the closed form of seed002
+    ``M_{2y}`` and ``M_{2y+2}`` positive, ``M_{2y+1} = sign(β)·|…|`` — the closed form of Zhang et al. 2020
     eqs. 54–60 without the hypergeometric functions. Sums run to the static ``2·max_count + 2``.
     ``α = 1`` only.
     """
@@ -188,7 +188,7 @@ class PoissonSquare:
     @staticmethod
     def predict(mean, var):
         """Shape ``k`` and scale ``c`` of the Gamma matched to the mean and variance of ``g = f²``,
-        ``f ∼ N(m, v)`` (seed002 eq. 119); the predictive count is negative binomial
+        ``f ∼ N(m, v)`` (Zhang et al. 2020 eq. 119); the predictive count is negative binomial
         ``NB(y; k, 1/(1 + c))`` (eq. 122)."""
         second = mean**2 + var
         spread = 2.0 * var * (2.0 * mean**2 + var)

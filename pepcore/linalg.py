@@ -1,7 +1,7 @@
 """Stable dense linear algebra: Cholesky with explicit jitter, triangular solves, log-determinants.
 
 Jitter policy (used everywhere in pep): a covariance ``K`` is factorised as ``chol(K + jitter·s·I)``,
-where ``s`` is the kernel amplitude (so the jitter is *relative*, as in the seed000 Matlab code) and
+where ``s`` is the kernel amplitude (so the jitter is *relative*, as in the Bui, Yan & Turner 2017 Matlab code) and
 ``jitter`` defaults to :data:`DEFAULT_JITTER` = √eps(float64) ≈ 1.5e-8 (dtype-derived, as tinygp).
 That keeps ``cond(K_uu) ≤ M/1.5e-8``, safe for float64 Cholesky even when inducing inputs coincide.
 

@@ -7,9 +7,9 @@ stored values and the ones the mathematics uses (GPJax's ``DEFAULT_BIJECTION``, 
 Softplus (gradients stay bounded for large values) is kept by the collapsed regression and the tied
 EP/QP classifier. The power-EP sparse GP and the deep GP store logarithms (an Adam step is a relative
 change: a classifier's amplitude can grow from 1 to ~50 within a fit); the multi-class model does so
-as seed001's reference code does ("ADAM ascent step on log σ, log σ₀,
+as Villacampa-Calvo & Hernández-Lobato's (2017) reference code does ("ADAM ascent step on log σ, log σ₀,
 log l", with l the *squared* lengthscale), so Adam's default step is the same relative change as there:
-on Fashion-MNIST this alone moves pep onto the R code's accuracy trajectory (README).
+on Fashion-MNIST this alone moves pep onto the R code's accuracy trajectory (docs/results/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Bijection(NamedTuple):
 SOFTPLUS = Bijection(positive, unconstrain_positive)
 LOG = Bijection(positive_from_log, log_of_positive)
 LOG_OF_SQUARE = Bijection(lambda raw: jnp.exp(0.5 * raw), lambda value: jnp.log(jnp.asarray(value) ** 2))
-"""A positive ``ℓ`` stored as ``log ℓ²`` (seed001's reference code's lengthscale parameter)."""
+"""A positive ``ℓ`` stored as ``log ℓ²`` (Villacampa-Calvo & Hernández-Lobato's (2017) reference code's lengthscale parameter)."""
 
 
 def constrained(params: NamedTuple) -> dict[str, Any]:

@@ -1,12 +1,12 @@
 """Projections of a one-dimensional tilted distribution onto a Gaussian: the site update's one choice.
 
 An EP-style site update forms the tilted distribution ``q̃(f) ∝ N(f; m, v)·p(y|f)`` of a cavity
-``N(f; m, v)`` and replaces it by a Gaussian; the site is that Gaussian divided by the cavity (seed002
+``N(f; m, v)`` and replaces it by a Gaussian; the site is that Gaussian divided by the cavity (Zhang et al. 2020
 eq. 6). Which Gaussian is the projection:
 
-* :func:`kl` — ``argmin KL(q̃ ‖ N)``: moment matching, the mean and variance of ``q̃`` (EP; seed002 eq. 5).
+* :func:`kl` — ``argmin KL(q̃ ‖ N)``: moment matching, the mean and variance of ``q̃`` (EP; Zhang et al. 2020 eq. 5).
 * :func:`wasserstein` — ``argmin W₂²(q̃, N)``: the same mean and the standard deviation
-  ``σ* = ∫ φ(Φ⁻¹(F(f))) df`` (Quantile Propagation; seed002 eqs. 7, 23). ``σ*² ≤`` the variance of
+  ``σ* = ∫ φ(Φ⁻¹(F(f))) df`` (Quantile Propagation; Zhang et al. 2020 eqs. 7, 23). ``σ*² ≤`` the variance of
   ``q̃``, with equality only for a Gaussian ``q̃``, and ``W₂²(q̃, N(μ, σ*²)) = Var q̃ − σ*²`` (Thm 2).
 
 Both take ``(likelihood, y, mean, var)`` and return ``(log Z, mean, var)`` of the projected Gaussian
@@ -25,7 +25,7 @@ wherever the density is smooth on the panels. ``φ(Φ⁻¹(F)) = φ(Φ⁻¹(min(
 absolute accuracy. Where the density jumps (the Heaviside's step, a panel edge) ``φ(Φ⁻¹(F)) ≈ F√(2 log 1/F)``
 is not smooth and the rule is good to 1.2e-6 relative only (measured 1.12e-6, the Heaviside with the
 cavity mean at or up to 35 deviations beyond the step); where the density is smooth, to 1e-10 (the
-probit against its Owen's-T closed-form CDF, seed002 eq. 45) and 1e-11 (against ``mpmath``). Both
+probit against its Owen's-T closed-form CDF, Zhang et al. 2020 eq. 45) and 1e-11 (against ``mpmath``). Both
 measured in ``tests/pepcore/test_projections.py``.
 """
 
@@ -60,13 +60,13 @@ class QuantileRule(NamedTuple):
 
 
 def kl(likelihood, y, mean, var, alpha=1.0):
-    """EP's projection: ``(log Z, E_q̃[f], Var_q̃[f])`` (seed002 eq. 5) of ``q̃ ∝ N(f; m, v) p(y|f)^α``."""
+    """EP's projection: ``(log Z, E_q̃[f], Var_q̃[f])`` (Zhang et al. 2020 eq. 5) of ``q̃ ∝ N(f; m, v) p(y|f)^α``."""
     return likelihood.tilted_moments(y, mean, var, alpha)
 
 
 def wasserstein(likelihood, y, mean, var, alpha=1.0, rule: QuantileRule = QuantileRule()):
     """Quantile Propagation's projection: ``(log Z, E_q̃[f], σ*²)``, ``σ* = ∫ φ(Φ⁻¹(F_q̃(f))) df``
-    (seed002 eqs. 7, 23; App. A) of ``q̃ ∝ N(f; m, v) p(y|f)^α``. Elementwise over broadcast ``y, mean, var``."""
+    (Zhang et al. 2020 eqs. 7, 23; App. A) of ``q̃ ∝ N(f; m, v) p(y|f)^α``. Elementwise over broadcast ``y, mean, var``."""
     log_z, tilted_mean, tilted_var = likelihood.tilted_moments(y, mean, var, alpha)
     return log_z, tilted_mean, quantile_std(likelihood, y, mean, var, tilted_mean, tilted_var, alpha, rule) ** 2
 

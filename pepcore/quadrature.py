@@ -20,7 +20,7 @@ MILLS_SWITCH, MILLS_TERMS = 8.0, 16  # see log_ndtr_and_mills_ratio
 class GaussHermite(NamedTuple):
     """``E_{N(f;m,v)}[h(f)] ≈ Σ_i w_i h(m + √(2v) x_i) / √π`` with ``num_points`` nodes.
 
-    seed000 §4.1 recommends ≥ 20 nodes (the reference code's 5 nodes err by ~2e-2 in log Z̃). Plain
+    Bui, Yan & Turner 2017, §3.8, App. G.2 recommends ≥ 20 nodes (the reference code's 5 nodes err by ~2e-2 in log Z̃). Plain
     Gauss–Hermite converges slowly once the Gaussian is much wider than the scale on which the
     integrand varies: for the probit ``log Z̃`` at α = 0.5 over m ∈ [−3, 2.5], 64 nodes erred by 1e-14 at
     v ≤ 2, 1e-7 at v = 10, 2e-4 at v = 30 — which is why ``0 < α < 1`` uses :class:`ProbitPowerQuadrature`.
@@ -135,7 +135,7 @@ def probit_power_moments(mean, var, alpha: float, rule: ProbitPowerQuadrature = 
         G = E_t[αλ(u)],      H = E_t[αλ(u)((α − 1)λ(u) − u)],      −∂²log Z/∂μ² = G² − H.
 
     No derivative of a node is taken, so all three are finite at ``r = 0`` (where they reduce to the
-    derivatives of ``α log Φ(μ)``). Sums are in log-sum-exp form (seed000 §4.1).
+    derivatives of ``α log Φ(μ)``). Sums are in log-sum-exp form (Bui, Yan & Turner 2017, §3.8, App. G.2).
     """
     mean, var = jnp.broadcast_arrays(mean, var)
     z, log_w = rule.nodes(mean, var, alpha)

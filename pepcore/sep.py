@@ -17,7 +17,7 @@ def hold_gradient(value, surrogate):
 
 
 def damped_site_update(factor: NaturalFactor, shift, precision, count, counts, damping):
-    """The SEP update of tied factors from summed refined sites (seed001 spec §2.8.5):
+    """The SEP update of tied factors from summed refined sites (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1):
 
         Λ_g ← (1 − ρ_g n_{B,g}/n_g) Λ_g + ρ_g Σ_B Δ υυᵀ,   and likewise for η_g,
 
@@ -35,7 +35,7 @@ def damped_site_update(factor: NaturalFactor, shift, precision, count, counts, d
 
 def prior_surrogate(prior: PriorFactors, q: Gaussians):
     """``Σ_g −½log|K_g| − ½tr(K_g⁻¹(V_g + m_gm_gᵀ))`` with ``q`` held fixed: its gradient is the prior term
-    ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of seed001 eq. (10) (eqs. 63–64).
+    ``(η − η_prior)ᵀ∂θ_prior/∂ξ`` of Villacampa-Calvo & Hernández-Lobato 2017 eq. (10) (eqs. 63–64).
 
     Only ``P = L⁻¹`` is differentiated (``½log|K| = −Σ log P_ii``), so ``L`` may be held
     (:func:`pep_gp.core.linalg.cholesky_and_inverse` then skips a matrix product in its backward pass)."""

@@ -30,13 +30,13 @@ def _q_ff_and_diag(x, z, lengthscales, variance, jitter=0.0):
 
 
 def fitc_evidence(x, y, z, lengthscales, variance, noise):
-    """FITC: ``log N(y; 0, Q_ff + diag(K_ff − Q_ff) + σ²I)`` (seed000 eq. 8/129)."""
+    """FITC: ``log N(y; 0, Q_ff + diag(K_ff − Q_ff) + σ²I)`` (Bui, Yan & Turner 2017 eq. 8/129)."""
     qff, d = _q_ff_and_diag(x, z, lengthscales, variance)
     return gaussian_log_evidence(y, qff + np.diag(d) + noise * np.eye(len(y)))
 
 
 def titsias_bound(x, y, z, lengthscales, variance, noise):
-    """VFE: ``log N(y; 0, Q_ff + σ²I) − tr(K_ff − Q_ff)/(2σ²)`` (seed000 eq. 10)."""
+    """VFE: ``log N(y; 0, Q_ff + σ²I) − tr(K_ff − Q_ff)/(2σ²)`` (Bui, Yan & Turner 2017 eq. 10)."""
     qff, d = _q_ff_and_diag(x, z, lengthscales, variance)
     return gaussian_log_evidence(y, qff + noise * np.eye(len(y))) - np.sum(d) / (2 * noise)
 
@@ -94,7 +94,7 @@ def probit_power_moments(mean, var, alpha):
 
 
 def multiclass_predictive_probabilities(mean, var):
-    """``p(y = c) = ∫ N(f; m_c, v_c) Π_{k≠c} Φ((f − m_k)/√v_k) df`` (seed001 eq. 68) for one row, by
+    """``p(y = c) = ∫ N(f; m_c, v_c) Π_{k≠c} Φ((f − m_k)/√v_k) df`` (Villacampa-Calvo & Hernández-Lobato 2017 eq. 68) for one row, by
     ``scipy.integrate.quad`` on panels cut at ``m_k + t√v_k``, ``t ∈ {−10, −5, …, 10}``, of every class."""
     sd = np.sqrt(var)
     edges = np.unique(np.concatenate([m + s * np.arange(-10.0, 10.5, 5.0) for m, s in zip(mean, sd)]))
@@ -114,7 +114,7 @@ def multiclass_predictive_probabilities(mean, var):
 
 def probit_tilted_moments_2d(a_y, w_y, a_k, w_k, fitc, alpha):
     """``Z``, ``(E[t_y], Var[t_y])``, ``(E[t_k], Var[t_k])`` of ``Φ((t_y − t_k)/√fitc)^α N(t_y; a_y, w_y)
-    N(t_k; a_k, w_k)`` (seed001 eq. 34) by nested ``scipy.integrate.quad_vec`` over ±12 cavity sds."""
+    N(t_k; a_k, w_k)`` (Villacampa-Calvo & Hernández-Lobato 2017 eq. 34) by nested ``scipy.integrate.quad_vec`` over ±12 cavity sds."""
     def inner(zy):
         ty = a_y + np.sqrt(w_y) * zy
 
@@ -129,10 +129,10 @@ def probit_tilted_moments_2d(a_y, w_y, a_k, w_k, fitc, alpha):
     return z, (sy / z, syy / z - (sy / z) ** 2), (sk / z, skk / z - (sk / z) ** 2)
 
 
-# --- seed003 toy problems (prior N(0, 1); probit(t) = ½ + ½erf(t) = Φ(√2 t), seed003 eq. 31) ---
+# --- Swaroop 2017 toy problems (prior N(0, 1); probit(t) = ½ + ½erf(t) = Φ(√2 t), Swaroop 2017 eq. 31) ---
 
 def box_evidence(b):
-    """``Z_true = ∫ N(x) h(x + b) h(−x + b) dx = erf(b/√2)`` (seed003 eq. 47)."""
+    """``Z_true = ∫ N(x) h(x + b) h(−x + b) dx = erf(b/√2)`` (Swaroop 2017 eq. 47)."""
     return special.erf(b / np.sqrt(2.0))
 
 
@@ -146,15 +146,15 @@ def probit_box_evidence(w, c):
 
 
 def repeated_probit_evidence(w, n):
-    """``∫ N(x) probit(−wx)^n dx`` by ``scipy.integrate.quad`` (seed003 §5)."""
+    """``∫ N(x) probit(−wx)^n dx`` by ``scipy.integrate.quad`` (Swaroop 2017, §5)."""
     return integrate.quad(lambda x: norm.pdf(x) * norm.cdf(-np.sqrt(2.0) * w * x) ** n, -np.inf, np.inf,
                           epsabs=0, epsrel=1e-13, limit=200)[0]
 
 
-# --- seed002: the probit tilted distribution q̃(f) ∝ Φ(yf) N(f; μ, σ²), y = ±1 ---
+# --- Zhang et al. 2020: the probit tilted distribution q̃(f) ∝ Φ(yf) N(f; μ, σ²), y = ±1 ---
 
 def probit_tilted_cdf(x, mu, sigma, y):
-    """``F(x) = Φ₂(h, k; r)/Φ(k)``, ``h = (x − μ)/σ``, ``k = yμ/√(1 + σ²)``, ``r = −yσ/√(1 + σ²)`` (seed002
+    """``F(x) = Φ₂(h, k; r)/Φ(k)``, ``h = (x − μ)/σ``, ``k = yμ/√(1 + σ²)``, ``r = −yσ/√(1 + σ²)`` (Zhang et al. 2020
     eqs. 37–46), the bivariate normal CDF written with ``scipy.special.owens_t`` (Owen 1956):
     ``Φ₂(h, k; r) = ½Φ(h) + ½Φ(k) − T(h, a_h) − T(k, a_k) − β``. For ``x ≠ μ`` and ``μ ≠ 0``."""
     h, k = (x - mu) / sigma, y * mu / np.sqrt(1.0 + sigma**2)
@@ -168,9 +168,9 @@ def probit_tilted_cdf(x, mu, sigma, y):
 
 def probit_tilted_quantile_std(mu, sigma, y, wasserstein=False):
     """``(mean, variance, σ*)`` and, if ``wasserstein``, ``W₂²(q̃, N(mean, σ*²))`` of the probit tilted distribution with ``scipy``
-    double-precision quadrature on :func:`probit_tilted_cdf`: ``σ* = ∫ φ(Φ⁻¹(F)) df`` (seed002 eq. 23), and
+    double-precision quadrature on :func:`probit_tilted_cdf`: ``σ* = ∫ φ(Φ⁻¹(F)) df`` (Zhang et al. 2020 eq. 23), and
     ``W₂² = ∫₀¹ (F⁻¹(u) − mean − σ*Φ⁻¹(u))² du`` through the quantile function (``brentq``), independently of
-    seed002's identity ``W₂² = Var − σ*²``."""
+    Zhang et al.'s (2020) identity ``W₂² = Var − σ*²``."""
     z = norm.cdf(y * mu / np.sqrt(1 + sigma**2))
     density = lambda f: norm.pdf(f, mu, sigma) * norm.cdf(y * f) / z
     lo, hi = min(mu - 12 * sigma, -12.0), max(mu + 12 * sigma, 12.0)
@@ -189,8 +189,8 @@ def probit_tilted_quantile_std(mu, sigma, y, wasserstein=False):
 
 
 def truncated_normal_quantile_std(mu, sigma, digits=30):
-    """``σ* = ∫ φ(Φ⁻¹(F)) df`` (seed002 eq. 23) of ``N(f; μ, σ²)`` truncated to ``f ≥ 0`` (the Heaviside
-    tilted distribution, seed003), with ``mpmath`` at ``digits`` digits on the closed-form tail
+    """``σ* = ∫ φ(Φ⁻¹(F)) df`` (Zhang et al. 2020 eq. 23) of ``N(f; μ, σ²)`` truncated to ``f ≥ 0`` (the Heaviside
+    tilted distribution, Swaroop 2017), with ``mpmath`` at ``digits`` digits on the closed-form tail
     ``1 − F(f) = Φ((μ − f)/σ)/Φ(μ/σ)``, so any cavity, however far beyond the step, is exact. Integrated
     over panels at the tilted mean ± multiples of its standard deviation, out to 60 of them."""
     import mpmath
@@ -211,7 +211,7 @@ def truncated_normal_quantile_std(mu, sigma, digits=30):
 
 
 def quantile_std_mpmath(log_density, lower, upper, breaks=(), digits=25):
-    """``σ* = ∫ φ(Φ⁻¹(F(f))) df`` (seed002 eq. 23) of the density ``∝ exp(log_density)`` (an mpmath
+    """``σ* = ∫ φ(Φ⁻¹(F(f))) df`` (Zhang et al. 2020 eq. 23) of the density ``∝ exp(log_density)`` (an mpmath
     function) on ``[lower, upper]``, with ``F`` by ``mpmath.quad`` at ``digits`` significant digits."""
     import mpmath
 

@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"pep_gp": "pep_gp", "pep_gp.core": "pepcore", "pep_gp.pipeline": "pipeline", "pep_gp.flows": "flows"}
+DATA = {"pep_gp.infra": "infra", "pep_gp.deploy": "."}  # files without Python shipped in the wheel
 
 
 def packages_on_disk() -> set[str]:
@@ -28,8 +29,8 @@ def packages_on_disk() -> set[str]:
 
 def test_every_folder_with_an_init_is_a_listed_package():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert setuptools["package-dir"] == FOLDERS
-    assert set(setuptools["packages"]) == packages_on_disk()
+    assert setuptools["package-dir"] == {**FOLDERS, **DATA}
+    assert set(setuptools["packages"]) == packages_on_disk() | set(DATA)
 
 
 def test_a_users_pipeline_module_and_flows_folder_live_beside_pep(tmp_path):
@@ -64,3 +65,11 @@ def test_the_built_wheel_holds_every_package_under_the_root(tmp_path):
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"pep_gp"}
     assert {f"{p.replace('.', '/')}/__init__.py" for p in packages_on_disk()} <= set(names)
+    # A non-editable install ships the Prefect deployments and every cluster recipe, byte for byte.
+    tracked = subprocess.run(["git", "ls-files", "infra", "prefect.yaml"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert "prefect.yaml" in tracked and "infra/k8s/pep-data.yaml" in tracked
+    shipped = {name: f"pep_gp/deploy/{name}" if name == "prefect.yaml" else f"pep_gp/{name}" for name in tracked}
+    with zipfile.ZipFile(wheel) as archive:
+        for name, inside in shipped.items():
+            assert archive.read(inside) == (ROOT / name).read_bytes(), name

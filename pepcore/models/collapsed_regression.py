@@ -1,15 +1,15 @@
-"""Collapsed Power-EP pseudo-point regression (seed000 §3.2, the PEP-α family from VFE to FITC).
+"""Collapsed Power-EP pseudo-point regression (Bui, Yan & Turner 2017, §3.6, eq. 128, the PEP-α family from VFE to FITC).
 
-With a Gaussian likelihood the Power-EP fixed point is available in closed form (seed000 §3.1), so the
+With a Gaussian likelihood the Power-EP fixed point is available in closed form (Bui, Yan & Turner 2017, §3.6, App. G.1), so the
 sites can be integrated out and the approximate log marginal likelihood is
 
     log Z_PEP(α) = log N(y; 0, Q_ff + α diag(D_ff) + σ²I) − (1−α)/(2α) Σ_n log(1 + α D_nn/σ²)
 
-with ``Q_ff = K_fu K_uu⁻¹ K_uf`` and ``D_nn = k_nn − [Q_ff]_nn`` (seed000 §3.2, eq. 128). α = 1 gives the
+with ``Q_ff = K_fu K_uu⁻¹ K_uf`` and ``D_nn = k_nn − [Q_ff]_nn`` (Bui, Yan & Turner 2017, §3.6, eq. 128). α = 1 gives the
 FITC evidence, α → 0 the Titsias VFE bound (eq. 10; implemented as its own branch ``alpha=0``), and
 inducing inputs at the training inputs the exact GP evidence for every α.
 
-The evaluation is the stable O(N M²) form of the reference code (seed000 §3.2): with
+The evaluation is the stable O(N M²) form of the reference code (Bui, Yan & Turner 2017, §3.6, eq. 128): with
 ``L = chol(K_uu)``, ``A₀ = L⁻¹K_uf``, ``G_n = αD_nn + σ²``, ``J = chol(I + A₀ G⁻¹ A₀ᵀ)`` and
 ``b = J⁻¹A₀(y/G)``,
 
@@ -66,7 +66,7 @@ def log_marginal_likelihood(
     jitter: float = DEFAULT_JITTER,
     mask=None,
 ):
-    """Approximate log marginal likelihood ``log Z_PEP(α)`` (seed000 §3.2 boxed formula).
+    """Approximate log marginal likelihood ``log Z_PEP(α)`` (Bui, Yan & Turner 2017, §3.6, the boxed formula after eq. 22; eq. 128).
 
     Args:
         kernel: the GP prior covariance.
@@ -98,7 +98,7 @@ def log_marginal_likelihood(
         - 0.5 * row_sum(y**2 / f.site_variance)
         + 0.5 * jnp.sum(f.inner_target**2)
     )
-    if alpha == 0.0:  # VFE trace term, the α → 0 limit of the last term (seed000 eq. 130)
+    if alpha == 0.0:  # VFE trace term, the α → 0 limit of the last term (Bui, Yan & Turner 2017 eq. 130)
         return evidence - 0.5 * row_sum(f.residual) / noise_variance
     return evidence - (1.0 - alpha) / (2.0 * alpha) * row_sum(jnp.log1p(alpha * f.residual / noise_variance))
 
@@ -113,9 +113,9 @@ def predict_f(
     alpha: float,
     jitter: float = DEFAULT_JITTER,
 ):
-    """Posterior mean and variance of the latent ``f`` at ``x_new`` (seed000 eq. 7 at test points).
+    """Posterior mean and variance of the latent ``f`` at ``x_new`` (Bui, Yan & Turner 2017 eq. 7 at test points).
 
-    ``m* = c*ᵀ J⁻ᵀ b`` and ``v* = k** − ‖c*‖² + ‖J⁻¹c*‖²`` with ``c* = L⁻¹k_u*`` (seed000 §3.2).
+    ``m* = c*ᵀ J⁻ᵀ b`` and ``v* = k** − ‖c*‖² + ‖J⁻¹c*‖²`` with ``c* = L⁻¹k_u*`` (Bui, Yan & Turner 2017, §3.6, eq. 128).
     """
     f = _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, jnp.ones(x.shape[0], bool))
     c = solve_lower(f.chol_uu, kernel(inducing, x_new))

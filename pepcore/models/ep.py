@@ -3,25 +3,25 @@
 Prior ``p(f) = N(f; 0, K)`` over ``n`` variables; site ``s`` approximates the factor ``p(y_s | u_s)`` on the
 affine projection ``u_s = w_s f_{i_s} + b_s`` by ``t̃_s(u) = exp(ν̃_s u − ½τ̃_s u²)`` (several sites may
 share a variable). A prior mean ``m`` is folded into the offsets (``b_s + w_s m_{i_s}``). One update of a
-site (seed002 Algorithm 1; Power EP with power ``α``, seed000 §2.3):
+site (Zhang et al. 2020 Algorithm 1; Power EP with power ``α``, Bui, Yan & Turner 2017, §3.4):
 
     cavity  q^∖s(u) ∝ q(u) / t̃_s(u)^α                (natural parameters: q's minus α·site's)
     tilted  q̃(u) ∝ q^∖s(u) p(y_s|u)^α
     new q   = projection(q̃)   (``"kl"``: EP's moment matching, ``"wasserstein"``: QP; pep_gp.core.projections)
-    site    ← (1 − δ)·site + δ·(new q ÷ cavity)^{1/α}   (damping δ; seed002 eq. 6)
+    site    ← (1 − δ)·site + δ·(new q ÷ cavity)^{1/α}   (damping δ; Zhang et al. 2020 eq. 6)
 
 A site whose cavity is improper or whose new parameters are not finite keeps its old value and is
-counted. ``schedule="sequential"`` updates one site at a time with a rank-one change of ``Σ`` (seed002
+counted. ``schedule="sequential"`` updates one site at a time with a rank-one change of ``Σ`` (Zhang et al. 2020
 Algorithm 1; R&W Algorithm 3.5), ``"parallel"`` all sites from the same ``q``; ``q`` is recomputed from
 the prior and all sites after every sweep.
 
-The evidence (seed002 eq. 4 with the site scales of R&W eq. 3.58; seed003 eqs. 19–30; Power EP:
-seed000 eq. 110) is
+The evidence (Zhang et al. 2020 eq. 4 with the site scales of R&W eq. 3.58; Swaroop 2017 eqs. 19–30; Power EP:
+Bui, Yan & Turner 2017 eq. 110) is
 
     log Z_EP = log ∫ p(f) Π_s t̃_s(u_s) df + Σ_s (1/α)[log Ẑ_s + g(q^∖s) − g(q_s)],
 
 ``g(τ, ν) = ν²/(2τ) + ½log(2π/τ)`` the log-normaliser of ``exp(νu − ½τu²)``, ``q_s`` the marginal of
-``u_s``. For QP the same formula is evaluated at QP's sites (seed002 §3, as the paper's code).
+``u_s``. For QP the same formula is evaluated at QP's sites (Zhang et al. 2020, §4, as the paper's code).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _variable_factors(n, data: SiteData, sites: Sites):
 
 
 def posterior(cov, data: SiteData, sites: Sites) -> Posterior:
-    """``q(f) = N(μ, Σ)``, ``Σ = (K⁻¹ + T)⁻¹ = (I + KT)⁻¹K``, ``μ = Σh`` (seed002 eq. 3; any sign of ``T``)."""
+    """``q(f) = N(μ, Σ)``, ``Σ = (K⁻¹ + T)⁻¹ = (I + KT)⁻¹K``, ``μ = Σh`` (Zhang et al. 2020 eq. 3; any sign of ``T``)."""
     n = cov.shape[0]
     precision, shift = _variable_factors(n, data, sites)
     sigma = jnp.linalg.solve(jnp.eye(n) + cov * precision[None, :], cov)
@@ -148,7 +148,7 @@ class EP(NamedTuple):
         ...     box = site_data([0, 0], [1, 1], weight=[1.0, -1.0], offset=[0.1, 0.1])   # h(x + b) h(−x + b)
         ...     ep = EP(Heaviside())
         ...     result = ep.run(jnp.eye(1), box)
-        ...     print(round(float(jnp.exp(ep.log_evidence(jnp.eye(1), box, result.sites))), 10))   # seed003 §2.3
+        ...     print(round(float(jnp.exp(ep.log_evidence(jnp.eye(1), box, result.sites))), 10))   # Swaroop 2017, §4
         0.0866590335
     """
 

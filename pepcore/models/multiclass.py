@@ -1,20 +1,20 @@
 """Multi-class GP classification with stochastic EP (SEP): C latent sparse GPs, tied factors per class.
 
-Model (seed001 §1, spec §1): class ``c`` has its own inducing inputs ``Z_c`` ``[M, D]`` and hyper-parameters
+Model (Villacampa-Calvo & Hernández-Lobato 2017, eqs. 1–8): class ``c`` has its own inducing inputs ``Z_c`` ``[M, D]`` and hyper-parameters
 (amplitude ``σ_c``, additive noise ``σ_{0,c}``, ARD lengthscales ``ℓ_c``); the prior on the inducing
 values is ``N(f̄^c; 0, K_c)`` with ``K_c = σ_c exp(−½Σ_d Δ_d²/ℓ_{c,d}²) + σ_{0,c}I`` (the noise is on the
-inducing diagonal too, spec §1.5) and ``κ_c = σ_c + σ_{0,c}``. The likelihood is approximated by
+inducing diagonal too, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code) and ``κ_c = σ_c + σ_{0,c}``. The likelihood is approximated by
 ``Π_{k≠y_i} Φ(α_i^k)`` (eq. 6), whose EP factors are rank one per class (eq. 8,
 :mod:`pep_gp.core.models.multiclass_sites`).
 
 SEP ties all factors touching class ``c`` into one Gaussian factor ``t_c(f̄^c) = exp(η̃_cᵀf̄ − ½f̄ᵀΛ̃_cf̄)``,
-stored in ``f̄`` coordinates (so it stays fixed while hyper-parameters move, spec §5.7). With the
-per-class factor count ``n_c = N + (C − 2)N_c`` (spec §2.8 / §5.9, the errata's per-class counts) and a
-Power-EP power α (issue 5 item 5; α = 1 is the paper's method, as in seed000 for one GP)
+stored in ``f̄`` coordinates (so it stays fixed while hyper-parameters move, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code). With the
+per-class factor count ``n_c = N + (C − 2)N_c`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1, with the per-class counts of the authors' code, not the text's single n = N(C − 1)) and a
+Power-EP power α (issue 5 item 5; α = 1 is the paper's method, as in Bui, Yan & Turner 2017 for one GP)
 
     q_c ∝ p(f̄^c) t_c,      cav_c ∝ p(f̄^c) t_c^(1 − α/n_c),
 
-and the energy / log-evidence estimate (spec §2.8.6, eq. 9 with tied factors) splits as DESIGN §2:
+and the energy / log-evidence estimate (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1: eq. 9 with tied factors) splits as the energy contract of pep_gp.pipeline.models.protocol:
 
     G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))],      L = (1/α) Σ_i Σ_{k≠y_i} log Z_{i,k}(cav),
 
@@ -25,16 +25,16 @@ Two ways to train, chosen by the type of ``params.factor``:
 * :class:`NaturalFactor` — the paper's method (§2.3): the factor moves only by EP updates
   (:meth:`MultiClassGP.site_stats` summed over blocks, then :meth:`MultiClassGP.site_update`),
   and the gradient of ``G + L`` w.r.t. the hyper-parameters and inducing inputs is eq. (10)/(12): the
-  cavity and ``q`` are held fixed in ``f̄`` coordinates (``stop_gradient`` surrogate of spec §2.6, whose
+  cavity and ``q`` are held fixed in ``f̄`` coordinates (``stop_gradient`` surrogate of Villacampa-Calvo & Hernández-Lobato 2017, eq. 10, App. G, whose
   prior part is eqs. 63–64), and the factor receives no gradient. Values are the true ``G`` and ``L``.
 * :class:`CholeskyFactor` — the direct mode: ``Λ̃_c = L_cL_cᵀ`` and ``η̃_c`` are ordinary parameters,
-  and ``G + L`` is differentiated exactly, so Adam can act on everything (as seed004 does).
+  and ``G + L`` is differentiated exactly, so Adam can act on everything (as Bui et al. 2016 does).
 
 The C latent GPs, their tied factors, ``q`` and the cavities are a bank of sparse GPs
 (:mod:`pep_gp.core.bank`, G = C); this module adds the per-row factors of eq. (6).
 
 Reference: Villacampa-Calvo & Hernández-Lobato, "Scalable Multi-Class Gaussian Process Classification
-using Expectation Propagation", ICML 2017 (arXiv 1706.07258); spec ``shared/spec/seed001.md``.
+using Expectation Propagation", ICML 2017 (arXiv 1706.07258); errata as noted in this module.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class MultiClassGP:
 
     Args:
         class_frequencies: ``N_c/N`` per class; gives the per-class factor counts
-            ``n_c = N(1 + (C − 2)N_c/N)`` of spec §2.8 for any total ``N``.
+            ``n_c = N(1 + (C − 2)N_c/N)`` of Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1 for any total ``N``.
         alpha: Power-EP power of the factors in (0, 1]; 1 is the paper's EP/SEP, α → 0 approaches the
             variational bound ``−KL(q‖p) + Σ E_q[log Φ]`` with the likelihood of eq. (6).
         jitter: relative jitter on ``K_c`` (``jitter·σ_c`` is added to ``K_c`` and ``κ_c``).
@@ -143,7 +143,7 @@ class MultiClassGP:
         return len(self.class_frequencies)
 
     def factor_counts(self, n_total):
-        """``n_c = N + (C − 2)N_c`` factors touch class ``c`` (spec §2.8), ``[C]``."""
+        """``n_c = N + (C − 2)N_c`` factors touch class ``c`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1), ``[C]``."""
         freq = jnp.asarray(self.class_frequencies)
         return n_total * (1.0 + (self.num_classes - 2) * freq)
 
@@ -160,12 +160,12 @@ class MultiClassGP:
         factor: str = "natural",
         seed: int = 0,
     ) -> MultiClassParams:
-        """Starting state (spec §4.0, the reference code's defaults).
+        """Starting state (the defaults of Villacampa-Calvo & Hernández-Lobato's (2017) code).
 
         Inducing inputs are an independent random sample of ``num_inducing`` rows per class; amplitude
         and noise 1; ``ℓ² =`` the median distance of 1,000 random rows
         (:func:`pep_gp.core.initialisation.squared_median_lengthscale`, the reference code's start).
-        ``factor="natural"`` starts the tied factor at zero (q = prior, spec §2.0); ``"cholesky"`` (direct
+        ``factor="natural"`` starts the tied factor at zero (q = prior, Villacampa-Calvo & Hernández-Lobato 2017, App. B); ``"cholesky"`` (direct
         mode) at ``Λ̃_c = K_c⁻¹``, ``η̃ = 0``, away from the saddle at ``L = 0``.
         """
         x = np.asarray(x, dtype=float)
@@ -199,7 +199,7 @@ class MultiClassGP:
     # ----------------------------------------------------------------------------------------------
     def sparse_gps(self, params: MultiClassParams) -> bank.Bank:
         """The C constrained sparse GPs: ``σ_c``, ``ℓ_c`` and the diagonal ``σ_{0,c} + jitter·σ_c`` (on
-        ``K_c`` and ``κ_c``, spec §1.5)."""
+        ``K_c`` and ``κ_c``, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code)."""
         values = constrained(params)
         kernel = BatchedARDSquaredExponential(values["lengthscales"], values["amplitude"], self.kernel_products)
         return bank.Bank(kernel, params.inducing, values["noise"] + self.jitter * values["amplitude"])
@@ -236,7 +236,7 @@ class MultiClassGP:
 
     # ----------------------------------------------------------------------------------------------
     def global_energy(self, params: MultiClassParams, shared: StepShared, n_total):
-        """``G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))]`` (spec §2.8.6); O(C·M³), independent of N.
+        """``G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))]`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1, eq. 9); O(C·M³), independent of N.
 
         With a :class:`NaturalFactor` the gradient is the prior term of eq. (10) only (see the module
         docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``. ``q`` is the
@@ -302,14 +302,14 @@ class MultiClassGP:
     def site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask) -> SiteStats:
         """Refine every factor of the block against the SEP cavity and sum the new sites per class.
 
-        The sums ``Σ_i Δ_i^c υ_i^cυ_i^cᵀ``, ``Σ_i μ̃_i^c υ_i^c`` (spec §2.8.5, eqs. 26–27) and the counts
+        The sums ``Σ_i Δ_i^c υ_i^cυ_i^cᵀ``, ``Σ_i μ̃_i^c υ_i^c`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1, eqs. 26–27) and the counts
         ``n_{B,c}`` add over blocks exactly like gradients; masked rows contribute zero. ``shared`` is
         :meth:`step_shared` of ``params``.
         """
         return self.site_stats_at(self.block_rows(params, shared, x), jax.lax.stop_gradient(shared.cavity), y, mask)
 
     def site_update(self, params: MultiClassParams, shared: StepShared, stats: SiteStats, n_total, damping=1.0):
-        """Damped SEP update of the tied factors from summed site statistics (spec §2.8.5):
+        """Damped SEP update of the tied factors from summed site statistics (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1):
 
             Λ̃_c ← (1 − ρ_c n_{B,c}/n_c) Λ̃_c + ρ_c Σ_{B} Δ_i^c υ_i^cυ_i^cᵀ,   and likewise for η̃_c,
 

@@ -1,17 +1,17 @@
-"""Multi-class EP with untied factors (seed001 §2, spec §2.1–2.7): one rank-one factor per (i, k ≠ y_i).
+"""Multi-class EP with untied factors (Villacampa-Calvo & Hernández-Lobato 2017, App. B–G): one rank-one factor per (i, k ≠ y_i).
 
 The state is O(N·C·M): four scalars per factor and, per row and class, the direction ``υ_i^c`` with
-which the row's sites were last refined (spec §2.0). The sites' natural parameters stay fixed in ``f̄``
-coordinates while hyper-parameters move (spec §5.7); their per-class sums are kept in
+which the row's sites were last refined (Villacampa-Calvo & Hernández-Lobato 2017, App. B). The sites' natural parameters stay fixed in ``f̄``
+coordinates while hyper-parameters move (Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code); their per-class sums are kept in
 ``params.factor`` (a :class:`~pep_gp.core.models.multiclass.NaturalFactor`), so ``q_c ∝ p(f̄^c)·exp(η̃ᵀf̄ −
 ½f̄ᵀΛ̃f̄)`` is formed exactly as for SEP (eq. 25). For N up to ~10⁴.
 
 With a power α (``model.alpha``) every cavity removes ``φ̃^α`` and the refined site is
-``(tilted/cavity)^{1/α}`` (Power EP, seed000 §2.3); α = 1 is the paper's EP.
+``(tilted/cavity)^{1/α}`` (Power EP, Bui, Yan & Turner 2017, §3.4); α = 1 is the paper's EP.
 
 * :func:`update` — parallel, damped refinement of a set of rows (all rows: batch EP, App. E; a minibatch:
   stochastic EP of §2.3.2). Each factor's cavity removes *its own* site along its stored direction and
-  is projected onto the current ``υ`` (spec §2.2, "mini-batch subtlety"). Rows with an improper cavity
+  is projected onto the current ``υ`` (Villacampa-Calvo & Hernández-Lobato 2017, App. C, "mini-batch subtlety"). Rows with an improper cavity
   (``1 − C¹υᵀVυ ≤ 0``, possible with damping, parallel updates or moved hyper-parameters) are skipped
   and counted; the caller may reduce the damping (the reference code halves it).
 * :func:`global_energy` + :func:`local_energy` — ``log Z_q`` of eq. (9)/(60) with the scalar form of
@@ -50,7 +50,7 @@ class _PairCavities(NamedTuple):
 
 
 def init_sites(num_rows: int, params: MultiClassParams) -> EPSites:
-    """All sites zero (``q`` = prior, spec §2.0)."""
+    """All sites zero (``q`` = prior, Villacampa-Calvo & Hernández-Lobato 2017, App. B)."""
     num_classes, num_inducing = params.factor.shift.shape
     zeros = jnp.zeros((num_rows, num_classes))
     return EPSites(sites.SiteScalars(zeros, zeros, zeros, zeros), jnp.zeros((num_rows, num_classes, num_inducing)))
@@ -86,7 +86,7 @@ def update(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, 
 
     New scalars are ``ρ·refined + (1 − ρ)·old`` (App. E; the stored direction becomes the current ``υ``,
     as in the reference code) and the per-class sums in ``params.factor`` are updated by
-    ``+ new − old`` (incremental form of spec §2.1).
+    ``+ new − old`` (incremental form of Villacampa-Calvo & Hernández-Lobato 2017, App. B).
 
     Returns:
         ``(params, state, skipped)``: the updated parameters and row sites, and the number of unmasked
@@ -131,7 +131,7 @@ def global_energy(model: MultiClassGP, params: MultiClassParams):
 
 def local_energy(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, mask):
     """``Σ_i mask_i Σ_{k≠y_i} log s̃_{i,k}`` with ``log s̃ = (1/α)[log Z_{i,k} + Σ_{c∈{y_i,k}} g(θ_c^∖) − g(θ_c)]``
-    (eqs. 56–61, scalar form of spec §2.5; Power EP as seed000 eq. 110). Gradient: ``(1/α)∂log Z_{i,k}/∂ξ``
+    (eqs. 56–61, scalar form of Villacampa-Calvo & Hernández-Lobato 2017, eq. 9, App. F; Power EP as Bui, Yan & Turner 2017 eq. 110). Gradient: ``(1/α)∂log Z_{i,k}/∂ξ``
     with the cavity fixed (eq. 10)."""
     cav = _pair_cavities(model, params, state, x, y, hold=True)
     log_z = sites.log_partition(cav.label, cav.other, cav.label_fitc, cav.other_fitc, model.alpha)

@@ -1,14 +1,14 @@
-"""The multi-class EP factors of seed001 as scalar mathematics: refinement, removal, accumulation.
+"""The multi-class EP factors of Villacampa-Calvo & Hernández-Lobato 2017 as scalar mathematics: refinement, removal, accumulation.
 
-A factor ``φ_i^k(f̄) = Φ((m_i^{y_i} − m_i^k)/√(s_i^{y_i} + s_i^k))`` (seed001 eq. 6/33) touches class
+A factor ``φ_i^k(f̄) = Φ((m_i^{y_i} − m_i^k)/√(s_i^{y_i} + s_i^k))`` (Villacampa-Calvo & Hernández-Lobato 2017 eq. 6/33) touches class
 ``y_i`` through ``υ_i^{y_i}ᵀ f̄^{y_i}`` and class ``k`` through ``υ_i^kᵀ f̄^k`` only, so its Gaussian
 approximation is rank one in each class (eqs. 20–23) and every EP operation reduces to scalars:
 
 * the cavity enters only through ``a = υᵀm^∖`` and ``w = υᵀV^∖υ`` per class (eqs. 35–38);
-* the refined site is ``(C¹, C²)`` per class (eqs. 48, 49, 52 and 53 *with the sign fixed*, spec §5.1);
+* the refined site is ``(C¹, C²)`` per class (Villacampa-Calvo & Hernández-Lobato 2017, eqs. 48, 49, 52 and 53, *the sign of eq. 53 fixed*: the text's sign is a typo);
 * removing a stored site from ``q`` and projecting onto a (possibly newer) direction is the
-  Sherman–Morrison step of spec §2.2;
-* ``g(θ^∖) − g(θ)`` of eq. (61) has the scalar closed form of spec §2.5.
+  Sherman–Morrison step of Villacampa-Calvo & Hernández-Lobato 2017, App. C;
+* ``g(θ^∖) − g(θ)`` of eq. (61) has the scalar closed form of Villacampa-Calvo & Hernández-Lobato 2017, eq. 9, App. F.
 
 Arrays are laid out per (row i, other class k) as ``[B, C]``; the entry ``k = y_i`` is not a factor and
 is masked by the callers. "label" quantities live on class ``y_i``, "other" ones on class ``k``.
@@ -54,7 +54,7 @@ def log_partition(label: Projections, other: Projections, label_fitc, other_fitc
     The factor depends on ``d = t^{y_i} − t^k ~ N(a^{y_i} − a^k, w^{y_i} + w^k)`` only, through
     ``Φ(d/√S)``, ``S = s^{y_i} + s^k``. At ``α = 1`` this is ``log Φ(α̂)``, ``α̂ = (a^{y_i} − a^k)/√b``,
     ``b = S + w^{y_i} + w^k``; otherwise ``log E[Φ(u)^α]`` for ``u = d/√S ~ N(mean/√S, var/S)`` by the
-    composite rule of :class:`~pep_gp.core.quadrature.ProbitPowerQuadrature` (seed000 §4.1), whose gradient is
+    composite rule of :class:`~pep_gp.core.quadrature.ProbitPowerQuadrature` (Bui, Yan & Turner 2017, §3.8, App. G.2), whose gradient is
     finite also where the cavity variance along ``υ`` underflows to 0 (rows far from every inducing input).
     """
     mean, var, fitc = label.mean - other.mean, label.var + other.var, label_fitc + other_fitc
@@ -79,7 +79,7 @@ def _slope_and_curvature(label: Projections, other: Projections, label_fitc, oth
 
 def refine(label: Projections, other: Projections, label_fitc, other_fitc, alpha: float = 1.0,
            quadrature: ProbitPowerQuadrature = TILTED_QUADRATURE) -> SiteScalars:
-    """Moment-matched site scalars from the (power-α) cavity projections (eqs. 43–55, spec §2.3).
+    """Moment-matched site scalars from the (power-α) cavity projections (eqs. 43–55, Villacampa-Calvo & Hernández-Lobato 2017, App. D).
 
     With ``g = ∂log Z/∂a^{y_i}`` and ``ν = g² − 2∂log Z/∂w`` (at ``α = 1``: ``g = β/√b``,
     ``ν = β(β + α̂)/b``), the tilted moments along ``υ`` are ``a ± wg`` and ``w − w²ν``, and the site is
@@ -87,8 +87,8 @@ def refine(label: Projections, other: Projections, label_fitc, other_fitc, alpha
 
         C¹ = ν / (α(1 − ν w)),      C² = (±g + ν a) / (α(1 − ν w))     (+ on class y_i, − on class k),
 
-    which at ``α = 1`` is eqs. (48)/(49) and (52)/(53) rearranged; (53) carries the sign fix of spec
-    §5.1. Since ``Φ^α`` is log-concave, ``0 ≤ ν < 1/b`` and ``w < b``, so ``C¹ ≥ 0`` (spec §2.3); at
+    which at ``α = 1`` is eqs. (48)/(49) and (52)/(53) rearranged; (53) carries the sign fix (the text's
+    sign is a typo; the authors' code has the fixed one). Since ``Φ^α`` is log-concave, ``0 ≤ ν < 1/b`` and ``w < b``, so ``C¹ ≥ 0`` (Villacampa-Calvo & Hernández-Lobato 2017, App. D); at
     ``α = 1`` ``β(β + α̂)`` is clipped to ``[0, 1]`` against round-off for very negative ``α̂``.
     """
     slope, nu = _slope_and_curvature(label, other, label_fitc, other_fitc, alpha, quadrature)
@@ -103,7 +103,7 @@ def refine(label: Projections, other: Projections, label_fitc, other_fitc, alpha
 
 
 def remove_site(v_uu, v_uo, v_oo, mu_u, mu_o, precision, shift) -> tuple[Projections, jnp.ndarray]:
-    """Cavity ``q/φ̃`` along the current direction ``u`` for a site stored along ``o`` (spec §2.2).
+    """Cavity ``q/φ̃`` along the current direction ``u`` for a site stored along ``o`` (Villacampa-Calvo & Hernández-Lobato 2017, App. C).
 
     ``q`` is seen through ``v_uu = uᵀVu``, ``v_uo = uᵀVo``, ``v_oo = oᵀVo``, ``μ_u = uᵀm``, ``μ_o = oᵀm``;
     the site is ``exp(−½C¹(oᵀf̄)² + C²oᵀf̄)``. With ``d = 1 − C¹v_oo``:
@@ -120,7 +120,7 @@ def remove_site(v_uu, v_uo, v_oo, mu_u, mu_o, precision, shift) -> tuple[Project
 
 
 def log_normaliser_change(precision, shift, var, mean):
-    """``g(θ^∖) − g(θ)`` for removing the site ``(C¹, C²)`` seen along its direction (spec §2.5, eq. 61).
+    """``g(θ^∖) − g(θ)`` for removing the site ``(C¹, C²)`` seen along its direction (Villacampa-Calvo & Hernández-Lobato 2017, eq. 9, App. F, eq. 61).
 
     With ``v = υᵀVυ``, ``μ = υᵀm`` under ``q``:  ``½(C¹μ² − 2C²μ + C²²v)/(1 − C¹v) − ½log(1 − C¹v)``.
     """
@@ -137,7 +137,7 @@ def per_class_coefficients(sites: SiteScalars, y, mask):
     """The per-(row, class) site coefficients ``Δ_i^c`` and ``μ̃_i^c`` of eqs. (26)–(27), ``[B, C]``.
 
     Class ``y_i`` collects ``Σ_{k≠y_i} C^{1,y_i}_{i,k}`` (all its factors share the direction
-    ``υ_i^{y_i}``, spec §5.10); class ``c ≠ y_i`` gets the single ``C^1_{i,c}``.
+    ``υ_i^{y_i}``, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code); class ``c ≠ y_i`` gets the single ``C^1_{i,c}``.
     """
     num_classes = sites.label_precision.shape[-1]
     factors = factor_mask(y, mask, num_classes)
@@ -168,7 +168,7 @@ def accumulate(directions, sites: SiteScalars, y, mask):
 
 
 def factor_counts(y, mask, num_classes: int):
-    """Number of factors touching each class, ``n_c = Σ_i [1 + (C − 2)·1(y_i = c)]`` (spec §2.8)."""
+    """Number of factors touching each class, ``n_c = Σ_i [1 + (C − 2)·1(y_i = c)]`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1)."""
     on_label = jnp.arange(num_classes)[None, :] == y[:, None]
     return jnp.sum(jnp.where(mask[:, None], 1.0 + (num_classes - 2) * on_label, 0.0), axis=0)
 

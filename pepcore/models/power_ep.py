@@ -1,20 +1,20 @@
 """Tied-factor Power-EP sparse GP with a general likelihood: the energy ``F = G + Σ_chunks L``.
 
 Every likelihood term is approximated by one shared (tied) Gaussian factor in the inducing outputs
-``u`` — stochastic / approximate EP (Li et al. 2015; Bui et al. 2016) with power α (seed000 §2.3). With
+``u`` — stochastic / approximate EP (Li et al. 2015; Bui et al. 2016) with power α (Bui, Yan & Turner 2017, §3.4). With
 ``t_tot(u) = exp(ηᵀu − ½uᵀΛu)`` the product of the N tied factors (``η``, ``Λ = LLᵀ`` are the stored
 state), the posterior and the cavity are
 
     q(u)   ∝ p(u) t_tot(u),            cav(u) ∝ p(u) t_tot(u)^(1 − α/N),
 
-and the Power-EP energy (seed000 eq. 110 with tied sites) splits into a global part and data parts
+and the Power-EP energy (Bui, Yan & Turner 2017 eq. 110 with tied sites) splits into a global part and data parts
 
     G = φ(q) − φ(p) + (N/α)(φ(cav) − φ(q)),      L = Σ_n (1/α) log Z̃_n,
     Z̃_n = ∫ N(f_n; μ_n, v_n) p(y_n|f_n)^α df_n,  μ_n = k_nᵀK_uu⁻¹m_cav,
     v_n = k_nn − k_nᵀK_uu⁻¹k_n + k_nᵀK_uu⁻¹V_cav K_uu⁻¹k_n.
 
 As α → 0 the cavity becomes q and ``F`` the uncollapsed VFE bound ``−KL(q‖p) + Σ E_q[log p]``
-(seed000 eqs. 144–146); ``alpha=0`` is that branch exactly. α = 1 is the (tied) EP energy.
+(Bui, Yan & Turner 2017 eqs. 144–146); ``alpha=0`` is that branch exactly. α = 1 is the (tied) EP energy.
 
 The GP, its tied factor (a Cholesky factor moved by the optimiser), ``q`` and the cavity are a bank of
 one sparse GP (:mod:`pep_gp.core.bank`, G = 1); this module adds the likelihood's per-row term.
@@ -48,7 +48,7 @@ class SparseGPParams(NamedTuple):
 
     # Logarithms, as the multi-class and deep-GP models: an Adam step is then a relative change. With
     # softplus it is an absolute one, and the amplitude of a nearly separable problem (σ_f² ≈ 50 on
-    # breast cancer, from 1) took thousands of steps; the stopping rule ended fits on the way (README).
+    # breast cancer, from 1) took thousands of steps; the stopping rule ended fits on the way (docs/results/multiclass.md).
     BIJECTIONS = {"raw_lengthscales": ("lengthscales", LOG), "raw_variance": ("variance", LOG)}
 
 

@@ -1,7 +1,7 @@
 """Binary GP classification with tied sites moved by stochastic EP or Quantile Propagation (SEP/SQP).
 
 One sparse GP (a bank of one, :mod:`pep_gp.core.bank`) with a probit likelihood whose N factors are tied into
-one Gaussian ``t(u) = exp(ηᵀu − ½uᵀΛu)`` in natural parameters, the multi-class SEP of seed001 §2.3 with
+one Gaussian ``t(u) = exp(ηᵀu − ½uᵀΛu)`` in natural parameters, the multi-class SEP of Villacampa-Calvo & Hernández-Lobato 2017, §2.3 with
 G = 1 and the binary factor ``Φ(s f)``, ``s = 2y − 1``:
 
     q ∝ p(u) t,      cav ∝ p(u) t^(1 − 1/N).
@@ -9,9 +9,9 @@ G = 1 and the binary factor ``Φ(s f)``, ``s = 2y − 1``:
 A row with direction ``υ = K⁻¹k(x)`` and FITC variance ``v_f`` sees ``u`` only through ``τ = υᵀu``, whose
 factor is ``∫ N(f; τ, v_f) Φ(s f) df = Φ(s τ/c)``, ``c = √(1 + v_f)``. Its refined site is the
 projection of the tilted ``q̃(τ) ∝ N(τ; a, w) Φ(s τ/c)`` (``a = υᵀm_cav``, ``w = υᵀV_cavυ``) divided by
-the cavity (seed002 eq. 6). The projection is a setting (:mod:`pep_gp.core.projections`): ``"kl"`` is EP's
+the cavity (Zhang et al. 2020 eq. 6). The projection is a setting (:mod:`pep_gp.core.projections`): ``"kl"`` is EP's
 moment matching, ``"wasserstein"`` Quantile Propagation's same mean and variance ``σ*² ≤ Var q̃``. By
-QP's locality (seed002 Theorems 3–4) the W₂ projection of the tilted distribution over ``u`` changes only
+QP's locality (Zhang et al. 2020 Theorems 3–4) the W₂ projection of the tilted distribution over ``u`` changes only
 the marginal of ``τ``, so both projections give a rank-one site in ``u``:
 
     site(u) = exp(ν τ − ½ ρ τ²),   ρ = 1/σ*² − 1/w,   ν = μ*/σ*² − a/w.
@@ -19,8 +19,8 @@ the marginal of ``τ``, so both projections give a rank-one site in ``u``:
 Both projections are affine-equivariant, so ``q̃(τ)`` is projected as the standard probit tilted of
 ``τ/c`` and scaled back. The tied factor moves by the damped SEP update (:func:`pep_gp.core.sep.damped_site_update`);
 hyper-parameters and inducing inputs ascend EP's energy with cavity and ``q`` held fixed in ``u``
-coordinates (seed001 eq. 10, as :class:`~pep_gp.core.models.multiclass.MultiClassGP`) — also for QP, which
-has no energy of its own (seed002 §6: the paper optimises EP's evidence at QP's sites).
+coordinates (Villacampa-Calvo & Hernández-Lobato 2017 eq. 10, as :class:`~pep_gp.core.models.multiclass.MultiClassGP`) — also for QP, which
+has no energy of its own (Zhang et al. 2020, Algorithm 1: the paper optimises EP's evidence at QP's sites).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class TiedEPParams(NamedTuple):
     inducing: jnp.ndarray  # Z, [M, D]
     factor: NaturalFactor
 
-    # Softplus, as the airline QP results in the README were measured with (PowerEPSparseGP moved to logs).
+    # Softplus, as the airline QP results in docs/results/qp.md were measured with (PowerEPSparseGP moved to logs).
     BIJECTIONS = {"raw_lengthscales": ("lengthscales", SOFTPLUS), "raw_variance": ("variance", SOFTPLUS)}
 
 
@@ -113,8 +113,8 @@ class TiedEPClassifier:
         return StepShared(prior, jax.lax.stop_gradient(cavity))
 
     def global_energy(self, params: TiedEPParams, shared: StepShared, n_total):
-        """``G = φ(q) − φ(p) + N(φ(cav) − φ(q))`` (seed000 eq. 110 with tied factors, α = 1), with the
-        gradient of the prior term of seed001 eq. (10) only."""
+        """``G = φ(q) − φ(p) + N(φ(cav) − φ(q))`` (Bui, Yan & Turner 2017 eq. 110 with tied factors, α = 1), with the
+        gradient of the prior term of Villacampa-Calvo & Hernández-Lobato 2017 eq. (10) only."""
         return sep.held_global_energy(shared.prior, params.factor, shared.cavity, n_total, 1.0)
 
     def data_energy(self, params: TiedEPParams, shared: StepShared, x, y, mask):
@@ -127,7 +127,7 @@ class TiedEPClassifier:
     def refined_sites(self, params: TiedEPParams, shared: StepShared, x, y):
         """Per row: the direction ``υ`` ``[B, M]`` and the refined site ``(ρ, ν)`` on ``τ = υᵀu`` (module
         docstring), each ``[B]``. ``ρ = (w − σ*²)/(wσ*²)`` and ``ν = (μ* − a)/σ*² + aρ`` avoid the
-        difference of large ``1/σ*²`` and ``1/w`` where ``w`` is small; ``ρ ≥ 0`` (seed002 Cor. 2.1).
+        difference of large ``1/σ*²`` and ``1/w`` where ``w`` is small; ``ρ ≥ 0`` (Zhang et al. 2020 Cor. 2.1).
 
         A row far from every inducing input (``υ = K⁻¹k(x) → 0``: ``k(x)`` underflows 30 lengthscales out)
         sees ``u`` through a cavity variance ``w`` too small for ``wσ*²`` to be represented

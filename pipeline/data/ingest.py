@@ -1,4 +1,4 @@
-"""Streaming ingest of a source into a pep store (DESIGN §3), in three coarse steps.
+"""Streaming ingest of a source into a pep store (docs/how-to/own-data.md), in three coarse steps.
 
 1. :func:`stage` — one pass over the source: every block is checked (finite values within float32's
    range, labels), then the rows pass through a seeded, memory-bounded shuffle

@@ -24,7 +24,7 @@ DEFAULT_BLOCK_CACHE_MB = 16.0
 GPU_CACHE_FRACTION = 0.5
 """On a GPU, the default budget is this fraction of the device's free memory when the cache is first
 used: 16 MB made pep 4.72× GPyTorch's epoch at minibatch 10,000 on an H100 (every block read and copied
-to the device at each step) and 2,000 MB 0.65× (README, compare_gpu*.json)."""
+to the device at each step) and 2,000 MB 0.65× (docs/results/gpytorch.md, compare_gpu*.json)."""
 
 
 def block_cache_budget() -> int:

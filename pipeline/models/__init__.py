@@ -1,6 +1,6 @@
 """Models: the protocol a model implements, the registry, and the built-in models' spec modules.
 
-To add a model (see the README's "Adding a model"): write its mathematics as a :mod:`pep_gp.core` module
+To add a model (see docs/how-to/adding-a-model.md): write its mathematics as a :mod:`pep_gp.core` module
 implementing :class:`Energy` (and :class:`SiteUpdates` for EP-style factor updates), write a spec
 (a :class:`SpecBase` subclass: settings, ``build`` and ``init``, and the parts it changes) and
 :func:`register` it.

@@ -61,7 +61,7 @@ class TrainConfig(BaseModel):
         block_rows: rows per block, the engine's unit of work (static shape, compiled once); unset:
             ``min(1000, batch_size)``, so blocks follow a small batch.
         standardize: standardise the inputs with the training split's per-feature mean and standard
-            deviation (DESIGN §3); False feeds the stored values as they are (seed001's MNIST driver only
+            deviation (docs/how-to/own-data.md); False feeds the stored values as they are (Villacampa-Calvo & Hernández-Lobato's (2017) MNIST driver only
             divides the pixels by 255, which `pep ingest` already does; per-pixel standardisation would
             blow up the near-constant border pixels).
         seed: seed of the initialisation and of the minibatch order (below 2**32).

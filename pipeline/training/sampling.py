@@ -1,4 +1,4 @@
-"""Deterministic minibatches of blocks (DESIGN §4): which blocks step ``s`` uses.
+"""Deterministic minibatches of blocks (docs/concepts/architecture.md): which blocks step ``s`` uses.
 
 An epoch visits every block once, in the order of a permutation drawn from
 ``fold_in(key, epoch)``; step ``s`` is position ``s mod S`` of epoch ``s div S`` (``S`` steps per

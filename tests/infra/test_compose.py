@@ -53,11 +53,11 @@ def test_the_compose_file_validates_with_loopback_ports_and_a_tls_cluster(compos
     result = config(compose, COMPOSE_FILE)
     assert result.returncode == 0, result.stderr
     services = yaml.safe_load(result.stdout)["services"]
-    assert set(services) == {"prefect-server", "dask-scheduler", "dask-worker", "prefect-worker"}
+    assert set(services) == {"prefect-server", "dask-scheduler", "dask-worker", "prefect-worker", "pep"}
     published = [port for service in services.values() for port in service.get("ports", [])]
     assert published and all(str(port).startswith("127.0.0.1:") or (isinstance(port, dict) and port.get("host_ip") == "127.0.0.1")
                              for port in published), published
-    roles = {"dask-scheduler": "scheduler", "dask-worker": "worker", "prefect-worker": "client"}
+    roles = {"dask-scheduler": "scheduler", "dask-worker": "worker", "prefect-worker": "client", "pep": "client"}
     for name, role in roles.items():
         certificates = {m for m in mounts(services[name]) if "pep-certs" in m}
         assert certificates == {f"/srv/pep-certs/{file}:/etc/pep-tls/{file}:ro"
@@ -92,3 +92,21 @@ def test_the_parser_rejects_a_broken_file(compose, tmp_path):
     path.write_text(yaml.safe_dump(broken))
     result = config(compose, path)
     assert result.returncode != 0 and "depends_on" in result.stderr + result.stdout
+
+
+def test_runs_start_inside_the_network_and_the_prefect_database_persists(compose):
+    """The header's commands run ``pep`` in the ``pep`` service (which sees the pep-data volume and the
+    scheduler by its service name), never on the host; the server's database lives in a named volume."""
+    services = yaml.safe_load(config(compose, COMPOSE_FILE).stdout)["services"]
+    cli = services["pep"]
+    assert cli["profiles"] == ["cli"]  # `up` does not start it; `run --rm pep …` does
+    assert {"pep-data:/work", "pep-data:/work:rw"} & mounts(cli) and cli["working_dir"] == "/work"
+    assert cli["environment"]["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"] == "/etc/pep-tls/client-key.pem"
+    header = "\n".join(line for line in COMPOSE_FILE.read_text().splitlines() if line.startswith("#"))
+    assert "--cluster tls://127.0.0.1" not in header  # the host cannot see the containers' volume
+    commands = [line.lstrip("# ") for line in header.splitlines() if "run --rm" in line]
+    assert commands and all(line.startswith("docker compose -f infra/docker-compose.yml run --rm") for line in commands)
+    assert "--cluster tls://dask-scheduler:8786" in header and "dask-scheduler" in services
+    server = services["prefect-server"]
+    database = f"prefect-db:{server['environment']['PREFECT_HOME']}"
+    assert {database, f"{database}:rw"} & mounts(server)

@@ -4,7 +4,10 @@ shell script) to show that the worker it starts joins pep's scheduler over TLS."
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +117,63 @@ def test_the_cluster_is_refused_without_an_interface_or_certificates(certs, monk
     monkeypatch.setenv("PEP_CERTS", str(certs.parent / "nowhere"))
     with dask.config.set(infra_config(**{"jobqueue.pbs.interface": "lo"})), pytest.raises(InputError, match="TLS"):
         jobqueue_cluster("pbs")
+
+
+def test_site_settings_reach_the_job_script(certs):
+    """``account`` and ``queue`` (empty in the shipped file) become the scheduler's own directives."""
+    overrides = {"jobqueue.slurm.interface": "lo", "jobqueue.slurm.account": "proj123", "jobqueue.slurm.queue": "compute"}
+    with dask.config.set(infra_config(**overrides)):
+        cluster = jobqueue_cluster("slurm")
+        try:
+            lines = cluster.job_script().splitlines()
+        finally:
+            cluster.close()
+    assert "#SBATCH -A proj123" in lines and "#SBATCH -p compute" in lines
+
+
+SBATCH = ROOT / "infra/pep-train.sbatch"
+
+
+def test_the_training_job_script_requeues_itself_before_its_walltime():
+    script = SBATCH.read_text()
+    directives = [line.split(None, 1)[1] for line in script.splitlines() if line.startswith("#SBATCH ")]
+    assert "--requeue" in directives and any(d.startswith("--time=") for d in directives)
+    (signal,) = [d for d in directives if d.startswith("--signal=")]
+    assert signal.startswith("--signal=B:USR1@")  # to the batch shell, which traps it
+    assert "trap 'scontrol requeue \"$SLURM_JOB_ID\"' USR1" in script
+    assert subprocess.run(["bash", "-n", str(SBATCH)]).returncode == 0
+
+
+@pytest.mark.slow
+def test_the_training_job_script_resumes_a_requeued_run_to_the_same_parameters(tmp_path):
+    """The job script run as SLURM would run it (``bash``), twice, on a small store: cut short after 3 steps
+    (as a walltime would) and started again, it resumes and ends with the parameters of an uninterrupted
+    run, bit for bit (``PEP_CLUSTER=none``: no queue here)."""
+    import json
+
+    import numpy as np
+
+    venv = Path(sys.executable).parent.parent
+    x = np.random.default_rng(0).normal(size=(200, 2))
+    np.savez(tmp_path / "t.npz", X=x, y=(x[:, 0] * x[:, 1] > 0).astype(int))
+    pep = str(venv / "bin" / "pep")
+    subprocess.run([pep, "ingest", "npz", "--input", str(tmp_path / "t.npz"), "--out", str(tmp_path / "t.zarr"),
+                    "--quiet"], check=True, timeout=300)
+
+    def job(run_dir: Path, steps: int) -> None:
+        env = {**os.environ, "PEP_VENV": str(venv), "PEP_CERTS": str(tmp_path), "PEP_DATA": str(tmp_path / "t.zarr"),
+               "PEP_RUN_DIR": str(run_dir), "PEP_CLUSTER": "none",
+               "PEP_TRAIN_ARGS": f"--max-steps {steps} --batch-size 64 --quiet"}
+        done = subprocess.run(["bash", str(SBATCH)], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    def final_leaves(run_dir: Path) -> dict:
+        (manifest,) = sorted(run_dir.glob("checkpoints/step-*/manifest.json"))[-1:]
+        return json.loads(manifest.read_text())["leaves"]
+
+    job(tmp_path / "requeued", 3)
+    assert final_leaves(tmp_path / "requeued") != {}
+    job(tmp_path / "requeued", 6)  # started again: resumes from step 3
+    job(tmp_path / "whole", 6)
+    assert sorted(tmp_path.glob("requeued/checkpoints/step-*"))[-1].name == "step-00000006"
+    assert final_leaves(tmp_path / "requeued") == final_leaves(tmp_path / "whole")

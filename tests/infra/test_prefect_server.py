@@ -35,8 +35,8 @@ def documented_parameters() -> dict:
     return json.loads(RUN_COMMAND.search(README).group(1))
 
 
-def test_both_readmes_show_the_command_the_test_runs():
-    main = (ROOT / "README.md").read_text()
+def test_both_cluster_pages_show_the_command_the_test_runs():
+    main = (ROOT / "docs" / "how-to" / "clusters.md").read_text()
     for command in (RUN_COMMAND, NPZ_COMMAND):
         assert command.search(README).group(0) in main
 

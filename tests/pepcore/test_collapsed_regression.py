@@ -1,4 +1,4 @@
-"""The collapsed PEP-α regression objective against exact-GP, FITC and VFE oracles (seed000 §3.5)."""
+"""The collapsed PEP-α regression objective against exact-GP, FITC and VFE oracles (Bui, Yan & Turner 2017, §3.6)."""
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +37,7 @@ def test_inducing_at_training_inputs_gives_exact_gp_evidence(data, alpha):
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.01])
 def test_jitter_moves_the_evidence_at_every_alpha(data, alpha):
     """Relative jitter 1e-6 on K_uu with Z = X moves the objective by 1e-7..1e-5 relative, α = 1 included
-    (README "Jitter": measured 1.3e-6 at α = 1, 4.0e-6 at 0.5, 9.2e-6 at 0.01)."""
+    (docs/results/sparse-gp.md, "Jitter": measured 1.3e-6 at α = 1, 4.0e-6 at 0.5, 9.2e-6 at 0.01)."""
     x, y, _ = data
     exact = oracles.exact_gp_evidence(x, y, LS, VAR, NOISE)
     assert 1e-7 < abs(_lml(x, y, x, alpha, jitter=1e-6) / exact - 1) < 1e-5
@@ -70,7 +70,7 @@ def test_energy_decreases_from_fitc_to_vfe(data):
 
 
 def test_prediction_matches_eq7(data):
-    """Predictive mean/variance equal the dense formulas of seed000 eq. 7 with K̄ = Q + αdiag(D) + σ²I."""
+    """Predictive mean/variance equal the dense formulas of Bui, Yan & Turner 2017 eq. 7 with K̄ = Q + αdiag(D) + σ²I."""
     x, y, z = data
     alpha = 0.5
     xs = np.random.default_rng(1).uniform(-2, 2, size=(7, 2))

@@ -1,4 +1,4 @@
-"""Deep GP with approximate EP (seed004) against oracles: ψ-statistics and propagated moments vs Monte
+"""Deep GP with approximate EP (Bui et al. 2016) against oracles: ψ-statistics and propagated moments vs Monte
 Carlo (10⁶ samples), one layer vs the exact sparse-GP evidence and the tied Power-EP energy, gradients vs
 central differences, minibatch estimates vs the full energy."""
 
@@ -185,7 +185,7 @@ def test_one_layer_log_z_is_the_exact_integral():
 
 @pytest.mark.slow
 def test_one_data_point_energy_is_its_log_z():
-    """N = 1: the cavity is the prior, ``F = log Z_1`` (spec §9)."""
+    """N = 1: the cavity is the prior, ``F = log Z_1`` (Bui et al. 2016)."""
     model, params, x, y = _model_and_params((2,))
     x, y = x[:1], y[:1]
     shared = model.step_shared(params, 1)

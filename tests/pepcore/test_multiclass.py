@@ -1,4 +1,4 @@
-"""Multi-class EP / SEP (seed001) against scipy quadrature, dense-algebra and finite-difference oracles."""
+"""Multi-class EP / SEP (Villacampa-Calvo & Hernández-Lobato 2017) against scipy quadrature, dense-algebra and finite-difference oracles."""
 
 import jax
 import jax.numpy as jnp
@@ -247,7 +247,7 @@ def test_non_finite_site_statistics_are_rejected():
 
 
 # --------------------------------------------------------------------------------------------------
-# The energy contract (DESIGN §2): masking, chunking, gradients
+# The energy contract (pep_gp.pipeline.models.protocol): masking, chunking, gradients
 
 
 def _padded_chunks(x, y, size):
@@ -414,7 +414,7 @@ def test_a_one_class_minibatch_at_small_n_keeps_a_valid_factor():
 
 def test_minibatch_updates_of_one_batch_reach_the_fixed_point_of_its_copies():
     """SEP with scale N/|B| = 3: updating on one batch as if it were a third of N = 3|B| rows reaches the
-    same tied factor as full-batch SEP on the batch repeated three times (spec §2.8.5)."""
+    same tied factor as full-batch SEP on the batch repeated three times (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1)."""
     model, params, x, y = _problem()
     repeated = MultiClassGP.from_labels(np.tile(np.asarray(y), 3), 3)
     assert repeated == model  # same class frequencies, so the same n_c for any N

@@ -99,7 +99,7 @@ def test_alpha_zero_at_the_vfe_optimum_is_the_titsias_bound(regression):
 
 @pytest.mark.slow
 def test_probit_alpha_zero_is_the_uncollapsed_vfe_bound(regression):
-    """α = 0 equals −KL(q‖p) + Σ E_q[log Φ] (seed000 eqs. 145–146), computed densely with quadrature."""
+    """α = 0 equals −KL(q‖p) + Σ E_q[log Φ] (Bui, Yan & Turner 2017 eqs. 145–146), computed densely with quadrature."""
     x, y, z = regression
     labels = (y > 0.5).astype(float)
     shift, precision = _random_factor(np.random.default_rng(2), 6, 40)

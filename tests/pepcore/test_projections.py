@@ -10,7 +10,7 @@ from pep_gp.core.likelihoods import Heaviside, PoissonSquare, Probit
 from pep_gp.core.projections import kl, projection, wasserstein
 from tests import oracles
 
-# seed002 spec §9.1 / §9.2: (μ, σ, y, Z, mean, sd EP, sd QP); probit y = ±1, Poisson counts.
+# Reference values of Zhang et al. 2020's probit and Poisson projections, computed by high-precision quadrature: (μ, σ, y, Z, mean, sd EP, sd QP); probit y = ±1, Poisson counts.
 PROBIT = [(0.5, 1.0, 1, 0.6381631951, 0.9152598182, 0.8507316433, 0.8502177035),
           (0.5, 1.0, -1, 0.3618368049, -0.2323841266, 0.8041825183, 0.8038531325),
           (-1.0, 2.0, 1, 0.3273604230, 0.9725564182, 1.2988711681, 1.2921058383),
@@ -51,7 +51,7 @@ def test_poisson_square_link_projections_match_the_spec_table(mu, sigma, y, z, m
 @pytest.mark.parametrize("mu, sigma, y", [(0.5, 1.0, 1), (-3.0, 5.0, 1), (0.1, 100.0, 1)] + [
     pytest.param(*case, marks=pytest.mark.slow) for case in [(2.0, 0.5, -1), (-4.0, 0.3, 1), (8.0, 30.0, -1), (-6.0, 1.0, 1)]])
 def test_quantile_std_matches_owens_t_quadrature(mu, sigma, y):
-    """σ* against scipy quadrature of φ(Φ⁻¹(F)) with F the Owen's-T closed form (seed002 eq. 45), cavities from
+    """σ* against scipy quadrature of φ(Φ⁻¹(F)) with F the Owen's-T closed form (Zhang et al. 2020 eq. 45), cavities from
     narrow to 100× the likelihood's scale and strongly cut (Z = 4e-10 at μ = −6, σ = 1); measured worst
     relative error 2e-12."""
     _, _, std = oracles.probit_tilted_quantile_std(mu, sigma, y)
@@ -71,7 +71,7 @@ def test_quantile_std_matches_mpmath():
 
 @pytest.mark.parametrize("mu, sigma, y", [(-3.0, 5.0, 1)])
 def test_wasserstein_distance_is_the_variance_gap(mu, sigma, y):
-    """seed002 Thm 2 (eqs. 70–71): W₂²(q̃, N(μ, σ*²)) = σ²_EP − σ*², with W₂² computed through the quantile
+    """Zhang et al. 2020 Thm 2 (eqs. 70–71): W₂²(q̃, N(μ, σ*²)) = σ²_EP − σ*², with W₂² computed through the quantile
     function (spec: 0.3680000894 here)."""
     _, _, _, w2 = oracles.probit_tilted_quantile_std(mu, sigma, y, wasserstein=True)
     (_, _, v_ep), (_, _, v_qp) = _project(Probit(), (y + 1) / 2, mu, sigma)
@@ -121,7 +121,7 @@ def test_heaviside_qp_meets_its_stated_accuracy_in_the_worst_cases(mu, sigma):
     F√(2 log 1/F)`` is not smooth, which limits the Gauss–Legendre panels (measured 1.12e-6 relative with the
     cavity mean at or beyond the step, up to 35 standard deviations beyond, where the tilted distribution is
     nearly exponential: the rule's panels reach ±40 tilted deviations for them); the stated accuracy
-    (pepcore/projections.py, README) is 1.2e-6."""
+    (pepcore/projections.py, docs/results/qp.md) is 1.2e-6."""
     for y, sign in ((1.0, 1.0), (0.0, -1.0)):  # y = 0 is the mirror image
         (_, _, v_ep), (_, _, v_qp) = _project(Heaviside(), y, sign * mu, sigma)
         std = oracles.truncated_normal_quantile_std(mu, sigma)

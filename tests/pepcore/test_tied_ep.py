@@ -50,7 +50,7 @@ def test_one_site_update_gives_the_untied_projection(projection, seed, y):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1])
 def test_quantile_sites_keep_the_mean_and_shrink_the_variance(seed):
-    """seed002 Thm 2 / Cor. 2.1 in the tied model: from the same cavity, QP's refined sites have EP's
+    """Zhang et al. 2020 Thm 2 / Cor. 2.1 in the tied model: from the same cavity, QP's refined sites have EP's
     tilted mean and a variance no larger along each row (to 1e-12 relative, the rule's accuracy,
     tests/pepcore/test_projections.py); smaller for most rows, equal where the cavity along ``υ`` is so
     narrow (``w`` ~ 1e-14 here) that the tilted distribution is Gaussian to rounding. Site precisions are

@@ -11,7 +11,7 @@ from pep_gp import DeepGPClassifier, DeepGPRegressor
 
 
 def step_data(n, seed):
-    """seed004 spec §9's toy: a step at 0 with noise 0.05."""
+    """a toy problem: a step at 0 with noise 0.05."""
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (n, 1))
     return x, (x[:, 0] > 0).astype(float) + 0.05 * rng.normal(size=n)

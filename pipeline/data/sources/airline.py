@@ -1,12 +1,12 @@
-"""US airline delays: the Data Expo 2009 files, or the bundled 2013 NYC flights, as seed001's 8 features.
+"""US airline delays: the Data Expo 2009 files, or the bundled 2013 NYC flights, as Villacampa-Calvo & Hernández-Lobato's (2017) 8 features.
 
-Features (seed001 §4.6, Hensman et al. 2013): plane age (flight year − the plane's year of
+Features (Villacampa-Calvo & Hernández-Lobato 2017, §4.4, Hensman et al. 2013): plane age (flight year − the plane's year of
 manufacture), distance (miles), air time (minutes), departure and arrival time (converted from the
 files' ``hhmm`` clock readings to minutes after midnight, so that 12:59 and 13:00 are one minute
 apart), day of week (1 = Monday), day of month, month. Targets from the arrival delay ``ArrDelay``:
 
 - ``classes`` (default): 3 classes, 0 = more than 5 min early, 1 = within ±5 min, 2 = more than
-  5 min late (seed001);
+  5 min late (Villacampa-Calvo & Hernández-Lobato 2017);
 - ``delayed``: 2 classes, 1 = more than 5 min late;
 - ``delay``: regression on the arrival delay in minutes.
 

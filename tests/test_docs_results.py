@@ -1,0 +1,142 @@
+"""The results pages' tables are those the benchmarks print from their committed JSON (claims equal checks:
+editing a number on a page, or re-running a benchmark without regenerating its page, fails here), and each
+page regenerates byte-identically with ``python -m docs.results``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.bench_dgp import PAGE_RESULTS, paired, table as deep_gp_table
+from benchmarks.bench_qp import corrected_standard_error, summarise, table as qp_table
+from benchmarks.compare import markdown
+from docs import results
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = sorted((ROOT / "benchmarks" / "results").glob("compare*.json"))
+QP = results.result("bench_qp")
+DEEP_GP = [results.result(name) for name in PAGE_RESULTS]
+
+
+def page(name: str) -> str:
+    return (ROOT / "docs" / "results" / name).read_text()
+
+
+def test_there_are_committed_comparison_runs():
+    assert {path.stem for path in RUNS} >= {"compare_gpu", "compare_gpu_cache2000"}
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[path.stem for path in RUNS])
+def test_the_gpytorch_page_holds_the_table_of_each_comparison_run(path):
+    assert markdown(json.loads(path.read_text())) in page("gpytorch.md")
+    assert path.stem in results.marks(page("gpytorch.md"))
+
+
+def test_the_qp_page_holds_the_table_of_the_committed_qp_run():
+    assert qp_table(QP) in page("qp.md")
+
+
+def test_the_deep_gp_page_holds_the_table_of_the_committed_deep_gp_runs():
+    assert deep_gp_table(DEEP_GP) in page("deep-gp.md")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "docs" / "results").glob("*.md")), ids=lambda path: path.name)
+def test_each_results_page_regenerates_byte_identically(path):
+    assert results.render(path.read_text(), path.name) == path.read_text()
+
+
+def test_the_command_rewrites_an_edited_table_and_its_check_fails_before(tmp_path, monkeypatch):
+    """An edited number is caught by ``--check`` and put back by the command (on a copy of the pages)."""
+    pages = tmp_path / "results"
+    pages.mkdir()
+    original = page("qp.md")
+    edited = original.replace(qp_table(QP), qp_table(QP).replace("0.0698", "0.0600"), 1)
+    assert edited != original
+    (pages / "qp.md").write_text(edited)
+    monkeypatch.setattr(results, "PAGES", pages)
+    assert results.main(["--check"]) == 1
+    assert results.main([]) == 0
+    assert (pages / "qp.md").read_text() == original
+
+
+def test_a_mark_naming_no_table_is_refused():
+    with pytest.raises(KeyError, match="x.md: no table named 'nonesuch'"):
+        results.render("<!-- generated: nonesuch -->\n|a|\n<!-- /generated -->", "x.md")
+
+
+def test_the_check_command_passes_on_the_committed_pages():
+    done = subprocess.run([sys.executable, "-m", "docs.results", "--check"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_committed_qp_summaries_are_those_of_the_committed_folds():
+    for data in QP["classification"].values():
+        assert summarise(data["folds"], ["nll", "error"]) == data["summary"]
+
+
+def test_corrected_standard_error_adds_the_shared_training_rows_term():
+    """Nadeau & Bengio's ``√((1/J + 1/(k − 1))·s²)``: by hand for J = 4 differences of 2-fold CV, and
+    √(1 + J/(k − 1)) times the plain standard error for 10 repeats of 10-fold CV."""
+    assert corrected_standard_error([1.0, 2.0, 3.0, 4.0], 2) == pytest.approx(np.sqrt((0.25 + 1.0) * 5 / 3), rel=1e-14)
+    differences = np.random.default_rng(0).normal(size=100)
+    plain = differences.std(ddof=1) / 10
+    assert corrected_standard_error(differences, 10) == pytest.approx(plain * np.sqrt(1 + 100 / 9), rel=1e-12)
+
+
+def test_the_deep_gp_table_states_both_rules_for_both_libraries():
+    header = deep_gp_table(DEEP_GP).splitlines()[0]
+    assert "Gaussian" in header and "mixture of 100" in header
+    for result in DEEP_GP:
+        for row in result["rows"]:
+            assert np.isfinite(row["test_ll"]) and np.isfinite(row["test_ll_mixture"])
+
+
+@pytest.mark.parametrize("index", range(len(PAGE_RESULTS)))
+def test_the_committed_paired_differences_are_those_of_the_stored_splits(index):
+    assert paired(DEEP_GP[index]["rows"]) == DEEP_GP[index]["paired"]
+
+
+@pytest.mark.parametrize("name", ["multiclass_uci", "multiclass_uci_converged"])
+def test_the_multiclass_tables_are_those_the_runs_printed_and_stored(name):
+    from benchmarks.bench_multiclass_uci import table
+
+    stored = results.result(name)
+    assert table(stored["summary"]) == stored["table"]
+    assert results.multiclass_table(name) == table(stored["summary"]).replace("\nR code", "\n\nR code")
+    assert results.multiclass_table(name) in page("multiclass.md")
+
+
+def test_the_mean_steps_on_the_multiclass_page_are_those_of_the_converged_runs():
+    runs = results.result("multiclass_uci_converged")["runs"]
+    means = {(method, fraction): round(float(np.mean([r["steps"] for r in runs
+                                                      if (r["method"], r["fraction"]) == (method, fraction)])))
+             for method in ("ep", "sep") for fraction in (0.05, 0.1, 0.2)}
+    sentence = (f"EP {means['ep', 0.05]} / {means['ep', 0.1]} / {means['ep', 0.2]} and "
+                f"SEP {means['sep', 0.05]} / {means['sep', 0.1]} / {means['sep', 0.2]} at 5 / 10 / 20 %")
+    assert sentence in page("multiclass.md")
+
+
+def comparison_row(name: str, minibatch: str) -> list[str]:
+    """The cells of one minibatch's row in ``benchmarks.compare``'s table of the committed run ``name``."""
+    (row,) = [line for line in comparison_table_lines(name) if line.startswith(f"| {minibatch} |")]
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+def comparison_table_lines(name: str) -> list[str]:
+    return markdown(results.result(name)).splitlines()
+
+
+def test_the_readme_s_measured_comparison_is_that_of_the_committed_runs():
+    """README's "Why pep" rows: error / NLL after 4 CPU epochs at minibatch 200 (pep, GPyTorch) and pep's
+    seconds per epoch over GPyTorch's (CPU; GPU with the block cache of 2000 MB)."""
+    readme = (ROOT / "README.md").read_text()
+    cpu, gpu = comparison_row("compare", "200"), comparison_row("compare_gpu_cache2000", "200")
+    assert "4 epochs" in comparison_table_lines("compare")[0]
+    assert f"| Fashion-MNIST, M = 200 per class, 4 epochs, CPU: test error / NLL | {cpu[4]} | {cpu[5]} | not measured |" in readme
+    assert f"| {cpu[3]}× / {gpu[3]}× GPyTorch's |" in readme
