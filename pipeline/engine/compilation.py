@@ -6,10 +6,12 @@ Dask worker — compiles them again. :func:`use_compilation_cache` points JAX's 
 at a per-user directory, so a later process loads the compiled programs instead. A loaded program is the
 same executable, so results are bit-identical to a compiled one (tests/pipeline/test_compilation.py).
 
-``$PEP_COMPILATION_CACHE`` chooses: unset, the per-user cache directory (``platformdirs.user_cache_dir``,
-e.g. ``~/.cache/pep/jax``); ``off``, no persistent cache; any other value, that directory. A directory
-the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or ``jax.config``) is kept when the variable is
-unset. The trainer (so the CLI and the estimators) and the Dask worker plugin
+``$PEP_COMPILATION_CACHE`` chooses: unset or ``off``, no persistent cache (the default: with JAX 0.10 on
+CPU, several processes sharing one cache directory — a coordinator and its Dask workers, or parallel runs —
+ended in a segmentation fault while a program was serialised for the cache, once in a 2-hour test run);
+``on``, the per-user cache directory (``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); any
+other value, that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or
+``jax.config``) is kept when the variable is unset. The trainer (so the CLI and the estimators) and the Dask worker plugin
 (:class:`~pep_gp.pipeline.engine.backends.ComputeSetup`) call it; each process reads its own environment
 (a ``LocalCluster``'s workers inherit the coordinator's).
 
@@ -41,19 +43,20 @@ def default_cache_dir() -> Path:
 
 
 def compilation_cache_dir() -> Path | None:
-    """The directory ``$PEP_COMPILATION_CACHE`` asks for (see the module docstring), None for ``off``.
+    """The directory ``$PEP_COMPILATION_CACHE`` asks for (see the module docstring), None when unset or ``off``.
 
     Raises:
         InputError: the value names something that is not a directory.
     """
-    value = os.environ.get(COMPILATION_CACHE_ENV, "")
-    if not value:
-        return default_cache_dir()
-    if value.strip().lower() == "off":
+    value = os.environ.get(COMPILATION_CACHE_ENV, "").strip()
+    if not value or value.lower() == "off":
         return None
+    if value.lower() == "on":
+        return default_cache_dir()
     path = Path(value).expanduser()
     if path.exists() and not path.is_dir():
-        raise InputError(f"{COMPILATION_CACHE_ENV}: expected 'off' or a directory, found {value!r} (not a directory)")
+        raise InputError(f"{COMPILATION_CACHE_ENV}: expected 'on', 'off' or a directory, found {value!r} "
+                         "(not a directory)")
     return path
 
 

@@ -112,6 +112,8 @@ def test_a_run_from_the_persistent_cache_is_bit_identical(three_class_store, tmp
 
 def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv(COMPILATION_CACHE_ENV, raising=False)
+    assert compilation_cache_dir() is None  # opt-in (see the module's docstring)
+    monkeypatch.setenv(COMPILATION_CACHE_ENV, "on")
     assert compilation_cache_dir().parts[-2:] == ("pep", "jax")
     monkeypatch.setenv(COMPILATION_CACHE_ENV, "OFF")
     assert compilation_cache_dir() is None
@@ -121,7 +123,7 @@ def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
     assert (tmp_path / "mine").stat().st_mode & 0o077 == 0  # the owner's only: JAX trusts what it loads
     (tmp_path / "file").write_text("")
     monkeypatch.setenv(COMPILATION_CACHE_ENV, str(tmp_path / "file"))
-    with pytest.raises(InputError, match=r"PEP_COMPILATION_CACHE: expected 'off' or a directory, found .*file"):
+    with pytest.raises(InputError, match=r"PEP_COMPILATION_CACHE: expected 'on', 'off' or a directory, found .*file"):
         use_compilation_cache()
     monkeypatch.setenv(COMPILATION_CACHE_ENV, "off")
     assert use_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
