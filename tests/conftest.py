@@ -8,6 +8,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 import pytest
 
 import pep_gp.core
+from pep_gp.pipeline.engine.compilation import release_compiled_programs_if_crowded
 from tests.messy_runs import messy_run
 
 
@@ -15,6 +16,7 @@ from tests.messy_runs import messy_run
 def _float64():
     with pep_gp.core.float64():
         yield
+    release_compiled_programs_if_crowded()  # one process runs the whole suite: stay below vm.max_map_count
 
 
 @pytest.fixture(scope="session")

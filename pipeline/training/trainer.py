@@ -30,7 +30,7 @@ import numpy as np
 from ...core import float64
 from ..data.transforms import transforms_of
 from ..engine import Backend, Engine, InProcess
-from ..engine.compilation import use_compilation_cache
+from ..engine.compilation import release_compiled_programs_if_crowded, use_compilation_cache
 from ..engine.threads import compute_threads
 from ..errors import InputError, TrainingFailed
 from ..metrics import finish
@@ -131,6 +131,7 @@ class Trainer:
     """
 
     def __init__(self, job: TrainJob, backend: Backend, initial_params: Any = None):
+        release_compiled_programs_if_crowded()
         use_compilation_cache()
         self.job = job
         self.spec = spec = job.spec

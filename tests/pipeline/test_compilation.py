@@ -11,7 +11,9 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
+import jax
 import jax.monitoring
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -127,3 +129,19 @@ def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
         use_compilation_cache()
     monkeypatch.setenv(COMPILATION_CACHE_ENV, "off")
     assert use_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
+
+
+def test_compiled_programs_are_released_before_the_mappings_run_out(monkeypatch):
+    """Past a fraction of ``vm.max_map_count`` every compiled program is released (a process that had
+    compiled thousands segfaulted in its next compilation); below it nothing is."""
+    from pep_gp.pipeline.engine import compilation
+
+    square = jax.jit(lambda x: x * x)
+    square(jnp.ones(3))
+    assert square._cache_size() == 1
+    assert not compilation.release_compiled_programs_if_crowded()  # a test process is far below the limit
+    assert square._cache_size() == 1
+    monkeypatch.setattr(compilation, "MAPS_FRACTION", 0.0)
+    assert compilation.release_compiled_programs_if_crowded()
+    assert square._cache_size() == 0
+    np.testing.assert_array_equal(square(jnp.ones(3)), np.ones(3))  # compiled again when used
