@@ -6,9 +6,10 @@ Dask worker — compiles them again. :func:`use_compilation_cache` points JAX's 
 at a per-user directory, so a later process loads the compiled programs instead. A loaded program is the
 same executable, so results are bit-identical to a compiled one (tests/pipeline/test_compilation.py).
 
-``$PEP_COMPILATION_CACHE`` chooses: unset or ``off``, no persistent cache (the default: with JAX 0.10 on
-CPU, several processes sharing one cache directory — a coordinator and its Dask workers, or parallel runs —
-ended in a segmentation fault while a program was serialised for the cache, once in a 2-hour test run);
+``$PEP_COMPILATION_CACHE`` chooses: unset or ``off``, no persistent cache (the default until the cache has
+run clean through the slow test run: its one crash, a segmentation fault while a program was serialised for
+it, came in a process that had compiled programs for 40 minutes, most likely out of memory mappings, see
+:func:`release_compiled_programs_if_crowded`);
 ``on``, the per-user cache directory (``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); any
 other value, that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or
 ``jax.config``) is kept when the variable is unset. The trainer (so the CLI and the estimators) and the Dask worker plugin
