@@ -65,11 +65,36 @@ def multiclass_table(name: str) -> str:
     return f"{rows}\n\n{note}"  # the note under the table is a paragraph of its own, not a row
 
 
+def waits_table() -> str:
+    """What a user waits for (issue 24): ``bench_cli``, ``bench_gridsearch`` and ``bench_predict_memory``,
+    each beside the baseline of its own run."""
+    cli, grid, memory = result("bench_cli"), result("bench_gridsearch"), result("bench_predict_memory")
+    runs = memory["runs"]
+    rows = [
+        ("`pep --help`", f"{cli['pep_help']['median_s']} s", f"{cli['full_app_help_baseline']['median_s']} s "
+         "(every command imported)", f"{cli['load_average_before'][0]:.1f}"),
+        ("`pep --version`", f"{cli['pep_version']['median_s']} s", f"{cli['python_start']['median_s']} s "
+         "(`python -c pass`)", f"{cli['load_average_before'][0]:.1f}"),
+        ("`pep ingest`, 600-row untidy CSV", f"{cli['pep_ingest_600_rows']['median_s']} s",
+         f"{cli['pep_ingest_600_rows_prefect_baseline']['median_s']} s (`--prefect`: Prefect's temporary server)",
+         f"{cli['load_average_before'][0]:.1f}"),
+        ("2 × 2 `GridSearchCV`, 3 folds, 120 rows, first in a process", f"{grid['buckets_on']['median_s']} s",
+         f"{grid['buckets_off_baseline']['median_s']} s (`PEP_SIZE_BUCKETS=off`): {grid['speedup']}×",
+         f"{grid['load_average_before'][0]:.1f}"),
+        ("`pep predict --cluster local:2`, coordinator's peak memory, 1,000,000 rows",
+         f"{runs['1000000']['peak_rss_mb']} MiB", f"{runs['100000']['peak_rss_mb']} MiB on 100,000 rows "
+         f"(ratio {memory['peak_rss_ratio_1m_vs_100k']})", f"{memory['load_average_before'][0]:.1f}"),
+    ]
+    lines = ["| what | pep | baseline, same run | load average |", "|---|---|---|---|"]
+    return "\n".join(lines + [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows])
+
+
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
     tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table,
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
-                                            "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged")}
+                                            "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
+                                            "waits": waits_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
     return tables
