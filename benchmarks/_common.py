@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -12,6 +11,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
+
+from pep_gp.pipeline.jsonio import dumps
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -62,6 +63,7 @@ def write_results(name: str, payload: dict) -> Path:
                            "devices": [str(d) for d in jax.devices()], "cpus": os.cpu_count(),
                            "load_avg": [round(load, 2) for load in os.getloadavg()]}, **payload}
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2))
-    print(json.dumps(payload, indent=2))
+    text = dumps(payload, indent=2)  # strict JSON: a non-finite number (one split's s.e.) is null
+    path.write_text(text)
+    print(text)
     return path
