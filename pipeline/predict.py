@@ -38,9 +38,9 @@ from .data.frames import TableChunk
 from .data.predictions import StoreRows, chunk_ids, open_input, open_output
 from .data.transforms import Transforms, read_transforms
 from .engine import Backend, InProcess
-from .models.predictive import class_probabilities, predict_in_blocks
 from .engine.threads import compute_threads
 from .errors import InputError
+from .models.predictive import class_probabilities, predict_in_blocks
 from .training.manifest import RunManifest
 from .training.runs import bound_model, load_run
 
@@ -82,8 +82,6 @@ class RunPredictor:
         if self.task == "classification":
             return {"proba": class_probabilities(out["log_proba"])}
         return {"mean": out["mean"], "std": np.sqrt(out["var"])}
-
-
 
 
 def load_predictor(run_dir: Path) -> RunPredictor:

@@ -44,7 +44,7 @@ def load(run_dir: str | Path) -> GPEstimator:
     fitted: dict[str, Any] = {
         "params_": jax.tree_util.tree_map(np.asarray, restored.trees["params"]), "model_": model,
         "x_mean_": np.asarray(manifest.x_mean, float), "x_std_": np.asarray(manifest.x_std, float),
-        "targets_": TargetScaling(**manifest.targets.model_dump()), "n_features_in_": len(manifest.x_mean),
+        "targets_": TargetScaling(manifest.targets.shift, manifest.targets.scale), "n_features_in_": len(manifest.x_mean),
         "binding_": manifest.model_binding, "data_checksum_": manifest.dataset_checksum,
         "n_iter_": restored.step, "block_rows_": config.rows_per_block, "converged_": manifest.converged, "notes_": [],
         "n_rejected_steps_": manifest.rejected_steps, "n_rejected_site_updates_": manifest.rejected_site_updates,

@@ -105,4 +105,3 @@ def predict_in_blocks(predictive: Callable, params, x: np.ndarray, block_rows: i
         out = jax.device_get(apply(predictive, params, block))
         parts.append({key: np.asarray(value)[:len(rows)] for key, value in out.items()})
     return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]} if parts else {}
-
