@@ -113,6 +113,24 @@ def run(name: str, splits: int) -> dict:
             "estimators": summary}
 
 
+BASELINES = {_classification_baseline: "logistic regression", _regression_baseline: "linear regression"}
+
+
+def table(results: dict) -> str:
+    """The results page's table of a run (``results``: the JSON this script writes)."""
+    lines = ["| data | training rows | estimator | test NLL | baseline's test NLL | difference | slowest fit | "
+             "converged |", "|---|---|---|---|---|---|---|---|"]
+    for name, data in results["datasets"].items():
+        baseline = BASELINES[DATASETS[name][2]]
+        for estimator, row in data["estimators"].items():
+            converged = sum(f["converged"] for f in row["fits"])
+            lines.append(f"| {name.replace('_', ' ')} | {data['train_rows']:,} | `{estimator}()` | "
+                         f"{row['test_nll']:.4f} ± {row['test_nll_se']:.4f} | {baseline} {data['baseline_test_nll']:.4f} | "
+                         f"{row['minus_baseline']:+.4f} ± {row['minus_baseline_se']:.4f} | {row['max_seconds']:.0f} s | "
+                         f"{converged}/{len(row['fits'])} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--splits", type=int, default=3)
@@ -121,6 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     results = {name: run(name, args.splits) for name in args.datasets}
     write_results(args.name, {"splits": args.splits, "datasets": results})
+    print(table({"datasets": results}))
 
 
 if __name__ == "__main__":

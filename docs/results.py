@@ -65,6 +65,13 @@ def multiclass_table(name: str) -> str:
     return f"{rows}\n\n{note}"  # the note under the table is a paragraph of its own, not a row
 
 
+def estimators_table() -> str:
+    """``python -m benchmarks.bench_estimators``'s table of the estimators at their defaults."""
+    from benchmarks.bench_estimators import table
+
+    return table(result("bench_estimators_defaults"))
+
+
 def waits_table() -> str:
     """What a user waits for (issue 24): ``bench_cli``, ``bench_gridsearch`` and ``bench_predict_memory``,
     each beside the baseline of its own run."""
@@ -94,7 +101,7 @@ def generators() -> dict[str, Callable[[], str]]:
     tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table,
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
-                                            "waits": waits_table}
+                                            "waits": waits_table, "bench_estimators_defaults": estimators_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
     return tables
