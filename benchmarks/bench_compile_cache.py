@@ -31,22 +31,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def child(store: str, steps: int) -> None:
-    """Train ``steps`` steps in this (fresh) process and print what the parent records, as JSON."""
+def child(store: str, steps: int, config: str) -> None:
+    """Train ``steps`` steps of the training config ``config`` (JSON) in this (fresh) process and print what
+    the parent records, as JSON. It imports what ``pep train`` imports and nothing else (the parent reads
+    the config, so the benchmarks' own imports, scikit-learn among them, stay out of the timing)."""
     import jax.monitoring
     import numpy as np
     import psutil
 
-    from benchmarks.bench_fashion_mnist import PAPER_MNIST
     from pep_gp.pipeline.data.stores import open_store
     from pep_gp.pipeline.engine import InProcess
     from pep_gp.pipeline.engine.threads import compute_threads
+    from pep_gp.pipeline.training.config import TrainConfig
     from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
     hits: list[str] = []
     jax.monitoring.register_event_listener(lambda event, **_: hits.append(event) if event.endswith("cache_hits") else None)
     started = psutil.Process().create_time()
-    trainer = Trainer(TrainJob("multiclass-sep", open_store(store), PAPER_MNIST.model_copy(update={"epochs": 1}), None),
+    trainer = Trainer(TrainJob("multiclass-sep", open_store(store), TrainConfig.model_validate_json(config), None),
                       InProcess())
     with compute_threads():  # as Trainer.run: one BLAS thread, or LAPACK's results vary with its threads
         state = trainer.fresh_state()
@@ -64,9 +66,13 @@ def child(store: str, steps: int) -> None:
 
 
 def run_child(store: str, steps: int, cache: str) -> dict:
+    from benchmarks.bench_fashion_mnist import PAPER_MNIST
+
     env = {**os.environ, "PEP_COMPILATION_CACHE": cache}
+    config = PAPER_MNIST.model_copy(update={"epochs": 1}).model_dump_json()
     done = subprocess.run([sys.executable, "-m", "benchmarks.bench_compile_cache", "--child", "--store", store,
-                           "--steps", str(steps)], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+                           "--steps", str(steps), "--config", config], cwd=ROOT, env=env, capture_output=True,
+                          text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     print({cache: result}, flush=True)
     return result
@@ -79,9 +85,10 @@ def main() -> None:
     parser.add_argument("--mnist-dir", type=Path, default=None)
     parser.add_argument("--name", default="bench_compile_cache")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(str(args.store), args.steps)
+        child(str(args.store), args.steps, args.config)
         return
     from benchmarks._common import write_results
     from pep_gp.pipeline.data.ingest import ingest

@@ -65,7 +65,7 @@ def fitted_state(args):
     train, _ = pbp_splits(x.shape[0], 1)[0]
     model = DeepGPRegressor(hidden_dims=(2,), num_inducing=100, max_iter=args.steps, tol=0, learning_rate=0.01,
                             seed=0).fit(x[train], y[train])
-    return model, jnp.asarray(model.scaling_(x[train])), jnp.asarray(model.targets_(y[train]))
+    return model, jnp.asarray((x[train] - model.x_mean_) / model.x_std_), jnp.asarray(model.targets_(y[train]))
 
 
 def data_term_gradients(model, x, y):
