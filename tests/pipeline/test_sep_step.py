@@ -12,6 +12,7 @@ import pytest
 
 from pep_gp.core import bank
 from pep_gp.pipeline.engine import InProcess
+from pep_gp.pipeline.models.multiclass import MultiClassSettings
 from pep_gp.pipeline.training.step import RowDataTerm, RowSiteTerm, minibatch_energy
 from pep_gp.pipeline.training.trainer import EngineBatch, Trainer, TrainJob
 from tests.trainstores import FAST
@@ -51,7 +52,9 @@ def test_the_trainers_sep_step_equals_the_plain_formulation(three_class_store, a
     # the plain formulation on all of the minibatch's rows at once
     plain_stats = model.site_stats(params, model.step_shared(params, n_total), x, y, mask)
     _close(stats, plain_stats)
-    plain_refined, _, plain_ok = model.site_update(params, model.step_shared(params, n_total), plain_stats, n_total)
+    rho = MultiClassSettings(**config.model).damping_schedule()(1)  # the step the trainer took at count 1
+    plain_refined, _, plain_ok = model.site_update(params, model.step_shared(params, n_total), plain_stats, n_total,
+                                                   damping=rho)
     assert bool(ok) and bool(plain_ok)
     _close(refined, plain_refined)
     q = bank.gaussians(refreshed.prior, refined.factor, 1.0)
