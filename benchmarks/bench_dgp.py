@@ -114,7 +114,7 @@ def fit_pep(hidden, x, y, x_test, y_test, args) -> dict[str, float]:
     with float64():
         targets = model.targets_
         density = jax.jit(model.model_.mixture_log_density, static_argnums=4)(
-            model.params_, jnp.asarray(model.scaling_(x_test)), jnp.asarray((y_test - targets.shift) / targets.scale),
+            model.params_, jnp.asarray((x_test - model.x_mean_) / model.x_std_), jnp.asarray((y_test - targets.shift) / targets.scale),
             jax.random.key(args.seed), args.predict_samples)
     mixture = float(np.mean(np.asarray(density))) - math.log(targets.scale)
     windows = model.energy_trace_[:len(model.energy_trace_) // WINDOW * WINDOW].reshape(-1, WINDOW).mean(1)
@@ -241,6 +241,13 @@ def table(results: list[dict]) -> str:
         lines.append(f"| {r['dataset']} | {r['M']} | {LABELS[r['model']]} | {r['test_ll']:.3f} ± {r['test_ll_se']:.3f} "
                      f"| {r['test_ll_mixture']:.3f} ± {r['test_ll_mixture_se']:.3f} | {r['rmse']:.2f} ± {r['rmse_se']:.2f} "
                      f"| {r['seconds']:.1f} | {len(r['splits'])} |")
+    lines += ["", "| data | M | pep model | against | test log-lik. difference, Gaussian | difference, mixture | "
+              "seconds per fit, ratio | splits |", "|---|---|---|---|---|---|---|---|"]
+    for r in (r for result in results for r in result.get("paired", [])):
+        lines.append(f"| {r['dataset']} | {r['M']} | {LABELS[r['model']]} | {LABELS[r['versus']]} | "
+                     f"{r['test_ll']:+.3f} ± {r['test_ll_se']:.3f} | {r['test_ll_mixture']:+.3f} ± "
+                     f"{r['test_ll_mixture_se']:.3f} | {r['seconds_ratio']:.2f} ± {r['seconds_ratio_se']:.2f} | "
+                     f"{r['splits']} |")
     return "\n".join(lines)
 
 
