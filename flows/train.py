@@ -77,7 +77,8 @@ def train_run(model: str, data: str, run_dir: str, config: dict[str, Any] | None
         config: :class:`~pep_gp.pipeline.training.config.TrainConfig` fields; defaults for the rest.
         cluster: ``none``, ``local:N`` or ``tcp://HOST:PORT``.
         resume: continue from the newest checkpoint of ``run_dir``.
-        segment_epochs: epochs per ``train-segment`` task.
+        segment_epochs: epochs per ``train-segment`` task, and at least ``checkpoint_every`` steps (on a
+            store smaller than a batch every step is an epoch: a segment per step wrote a checkpoint per step).
 
     Returns:
         The summary (see :func:`summarise`).
@@ -101,7 +102,7 @@ def train_run(model: str, data: str, run_dir: str, config: dict[str, Any] | None
     try:
         trainer = Trainer(job, backend)
         with hold_run_dir(job.run_dir):  # one writer from the first segment to the plot
-            segment = trainer.schedule.steps_per_epoch * segment_epochs
+            segment = max(trainer.schedule.steps_per_epoch * segment_epochs, job.config.checkpoint_every)
             result = segment_fn(trainer, resume, segment, progress)
             while not result.finished:
                 result = segment_fn(trainer, False, segment, progress)

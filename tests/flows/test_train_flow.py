@@ -13,7 +13,7 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
 from pep_gp.flows.evaluate import evaluate_flow
 from pep_gp.flows.end_to_end import pipeline_flow
-from pep_gp.flows.train import progress_reporter, train_flow
+from pep_gp.flows.train import progress_reporter, train_flow, train_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
 from pep_gp.pipeline.training.runs import load_run
 from tests.trainstores import FAST, leaves_equal, make_store
@@ -46,6 +46,18 @@ def test_train_flow_publishes_artifacts_and_files(store, tmp_path):
     assert found["train-flow-run-epochs"].type == "table"
     metrics = evaluate_flow(str(run_dir))
     assert metrics["test_error"] == summary["test_error"] and artifacts("evaluate-flow-run")
+
+
+def test_a_full_batch_run_checkpoints_every_checkpoint_every_steps_not_every_epoch(store, tmp_path):
+    """On a store smaller than a batch every step is an epoch; segments still span ``checkpoint_every``
+    steps, so the run does not write a checkpoint per step (it did: 100 full-batch steps on digits took
+    79 s by `pep train`, 51 s without, measured once)."""
+    config = FAST.model_copy(update={"batch_size": 10_000, "epochs": None, "max_steps": 12, "tol": 0.0,
+                                     "checkpoint_every": 5, "keep_checkpoints": 12})
+    summary = train_run(MODEL, store.path, str(tmp_path / "run"), config.model_dump())
+    assert summary["steps"] == 12 and summary["epochs"] == 12
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")) == [
+        "step-00000005", "step-00000010", "step-00000012"]
 
 
 def test_a_retried_segment_resumes_from_the_newest_checkpoint(store, tmp_path):
