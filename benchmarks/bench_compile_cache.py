@@ -65,11 +65,8 @@ def child(store: str, steps: int, config: str) -> None:
                       "params_sha256_after_steps": digest.hexdigest()}))
 
 
-def run_child(store: str, steps: int, cache: str) -> dict:
-    from benchmarks.bench_fashion_mnist import PAPER_MNIST
-
+def run_child(store: str, steps: int, config: str, cache: str) -> dict:
     env = {**os.environ, "PEP_COMPILATION_CACHE": cache}
-    config = PAPER_MNIST.model_copy(update={"epochs": 1}).model_dump_json()
     done = subprocess.run([sys.executable, "-m", "benchmarks.bench_compile_cache", "--child", "--store", store,
                            "--steps", str(steps), "--config", config], cwd=ROOT, env=env, capture_output=True,
                           text=True, check=True)
@@ -91,6 +88,7 @@ def main() -> None:
         child(str(args.store), args.steps, args.config)
         return
     from benchmarks._common import write_results
+    from benchmarks.bench_fashion_mnist import PAPER_MNIST
     from pep_gp.pipeline.data.ingest import ingest
     from pep_gp.pipeline.data.sources import SourceRequest, open_source
     from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
@@ -101,9 +99,10 @@ def main() -> None:
             store = Path(work) / "fashion-mnist.zarr"
             ingest(open_source("mnist", SourceRequest((args.mnist_dir or DEBIAN_DIR,))), store)
         cache = Path(work) / "jax-cache"
-        runs = {"no cache (PEP_COMPILATION_CACHE=off)": run_child(str(store), args.steps, "off"),
-                "first process (empty cache)": run_child(str(store), args.steps, str(cache)),
-                "second process (cache filled)": run_child(str(store), args.steps, str(cache))}
+        config = PAPER_MNIST.model_copy(update={"epochs": 1}).model_dump_json()
+        runs = {"no cache (PEP_COMPILATION_CACHE=off)": run_child(str(store), args.steps, config, "off"),
+                "first process (empty cache)": run_child(str(store), args.steps, config, str(cache)),
+                "second process (cache filled)": run_child(str(store), args.steps, config, str(cache))}
         cache_mb = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) / 2**20
     first, second = runs["first process (empty cache)"], runs["second process (cache filled)"]
     write_results(args.name, {
