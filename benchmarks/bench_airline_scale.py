@@ -10,8 +10,9 @@ accuracy. In one run:
    minibatches in 2,500-row blocks, cosine Adam 0.05) on ``local:2``, in a fresh process: training rows
    per second (training steps only, the per-epoch evaluation apart), the coordinator's peak resident
    memory, each worker's, and the size of the final checkpoint;
-3. the same on the bundled flights (263,853 training rows), in another fresh process: the coordinator's
-   memory must not grow with N (the data stays on the workers).
+3. the same on the bundled flights (263,853 training rows) with the same task (delayed or not, the
+   airline default the synthetic rows take), in another fresh process: the coordinator's memory must not
+   grow with N (the data stays on the workers).
 
 Usage::
 
@@ -76,6 +77,26 @@ def train_in_a_new_process(store: Path, run_dir: Path, cluster: str) -> dict:
     return result
 
 
+def table(result: dict) -> str:
+    """The results page's table of one run: the synthetic and the bundled store side by side."""
+    runs = (result["synthetic_run"], result["bundled_run"])
+    ingest = result["ingest"]
+    rows = [("training rows", *(f"{r['n_train']:,}" for r in runs)),
+            ("steps (one epoch)", *(f"{r['steps']:,}" for r in runs)),
+            ("training rows / s", *(f"{r['training_rows_per_second']:,}" for r in runs)),
+            ("wall seconds, with the per-epoch evaluation", *(f"{r['wall_seconds_with_evaluation']:,}" for r in runs)),
+            ("coordinator peak RSS", *(f"{r['coordinator_peak_rss_mb']:,} MB" for r in runs)),
+            ("workers' peak RSS", *(" / ".join(f"{m:,}" for m in r["worker_peak_rss_mb"]) + " MB" for r in runs)),
+            ("final checkpoint", *(f"{r['checkpoint_bytes'] / 2**20:.2f} MB" for r in runs)),
+            ("test error / NLL after the epoch", *(f"{r['test_error']:.4f} / {r['test_nll']:.4f}" for r in runs))]
+    lines = ["| | synthetic, seed001's size | bundled flights |", "|---|---|---|",
+             *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
+    return "\n".join(lines + ["", f"Ingest: {ingest['rows']:,} synthetic rows in {ingest['seconds']} s "
+                               f"({ingest['rows_per_second']:,} rows/s, store {ingest['store_mb']} MB); coordinator "
+                               f"peak RSS synthetic / bundled: {result['coordinator_peak_rss_synthetic_over_bundled']} "
+                               f"(`{result['cluster']}`)."])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=SEED001_AIRLINE_ROWS)
@@ -85,8 +106,7 @@ def main() -> None:
     if args.child:
         child(*args.child, args.cluster)
         return
-    from benchmarks._common import write_results
-    from benchmarks._multiclass_run import airline_classes
+    from benchmarks._common import RESULTS, write_results
     from pep_gp.pipeline.data.ingest import ingest
     from pep_gp.pipeline.data.sources import SourceRequest, open_source
 
@@ -99,7 +119,8 @@ def main() -> None:
         print({"ingested": args.rows, "seconds": round(ingest_seconds, 1)}, flush=True)
         store_bytes = sum(f.stat().st_size for f in synthetic.rglob("*") if f.is_file())
         large = train_in_a_new_process(synthetic, work / "run-synthetic", args.cluster)
-        bundled = train_in_a_new_process(airline_classes(work), work / "run-bundled", args.cluster)
+        ingest(open_source("airline", SourceRequest()), work / "airline.zarr")
+        bundled = train_in_a_new_process(work / "airline.zarr", work / "run-bundled", args.cluster)
     write_results("bench_airline_scale", {
         "cluster": args.cluster, "model": "multiclass-sep", "settings": "benchmarks.bench_airline_multiclass.AIRLINE_SEP, 1 epoch",
         "ingest": {"rows": args.rows, "source": summary.source, "seconds": round(ingest_seconds, 1),
@@ -108,6 +129,7 @@ def main() -> None:
         "coordinator_peak_rss_synthetic_over_bundled": round(large["coordinator_peak_rss_mb"]
                                                              / bundled["coordinator_peak_rss_mb"], 3),
     })
+    print(table(json.loads((RESULTS / "bench_airline_scale.json").read_text())))
 
 
 if __name__ == "__main__":

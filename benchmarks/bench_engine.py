@@ -27,6 +27,7 @@ Writes ``benchmarks/results/bench_engine.json`` (the calibration of ``docs/scali
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import threading
@@ -39,7 +40,7 @@ import numpy as np
 import psutil
 
 import pep_gp.core
-from benchmarks._common import socket_bytes, write_results
+from benchmarks._common import RESULTS, socket_bytes, write_results
 from benchmarks._multiclass_run import airline_classes
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
@@ -76,12 +77,14 @@ def model_bytes(trainer: Trainer, params: Any, workers: int) -> int:
     quantities to each worker, one partial sum of the site statistics from each, the new cavity to each
     and one partial sum of the value and the live gradient (not the factor's, chol(K)'s or the held
     cavity's: zero by construction) from each."""
-    shared = jax.jit(trainer.model.step_shared)(params, trainer.n_total)
+    with pep_gp.core.float64():  # the engine's precision (outside it, JAX would compute the sizes in float32)
+        shared = jax.jit(trainer.model.step_shared)(params, trainer.n_total)
+        held = trainer.model.held(shared)
     classes, inducing = params.inducing.shape[:2]
     stats = 8 * (classes * inducing + classes * inducing**2 + classes + 1)
     gradient = 8 + nbytes((params.raw_amplitude, params.raw_noise, params.raw_lengthscales, params.inducing,
                            shared.prior.inverse))
-    return workers * (nbytes((params, shared)) + stats + nbytes(trainer.model.held(shared)) + gradient)
+    return workers * (nbytes((params, shared)) + stats + nbytes(held) + gradient)
 
 
 def data_term_times(store: Any, config: TrainConfig, steps: int) -> dict[str, float]:
@@ -147,6 +150,20 @@ def synthetic_store(directory: Path, n_rows: int) -> Any:
     return open_store(directory / f"s{n_rows}.zarr")
 
 
+def fashion_mnist_payload(directory: Path) -> dict[str, int]:
+    """The model's payload per worker and step at the Fashion-MNIST settings (``PAPER_MNIST``: 10 classes,
+    784 inputs, M = 200), from a store of that shape (the sizes do not depend on the values)."""
+    from benchmarks.bench_fashion_mnist import PAPER_MNIST
+
+    rng = np.random.default_rng(0)
+    np.savez(directory / "fmnist-shape.npz", X=rng.random((2_000, 784), dtype=np.float32),
+             y=np.arange(2_000) % 10)
+    ingest(open_source("npz", SourceRequest((directory / "fmnist-shape.npz",), None, "classification")),
+           directory / "fmnist-shape.zarr", test_size="200")
+    trainer = Trainer(TrainJob(MODEL, open_store(directory / "fmnist-shape.zarr"), PAPER_MNIST, None), InProcess())
+    return {"model_payload_per_worker": model_bytes(trainer, trainer.fresh_state().params, 1)}
+
+
 def coordinator_memory(sizes: list[int], config: TrainConfig) -> list[dict[str, Any]]:
     process, rows = psutil.Process(), []
     backend = connect("local:2")
@@ -175,6 +192,69 @@ def coordinator_memory(sizes: list[int], config: TrainConfig) -> list[dict[str, 
     return rows
 
 
+BANDWIDTH = 1.25e9  # bytes per second into and out of the coordinator: one 10 Gbit/s link
+PREDICTED_WORKERS = (1, 2, 8, 32, 128)
+
+
+def scaling_model(result: dict[str, Any]) -> dict[str, Any]:
+    """Seconds per training step on ``W`` workers, ``T(W) = s + p / W + W · b / β`` (docs/results/benchmarks.md):
+    ``p`` the work that divides among the workers, ``s`` the rest (the coordinator's programs and the two
+    round trips of a step), ``b`` the model's payload per worker and step and ``β`` the coordinator's
+    bandwidth (:data:`BANDWIDTH`). ``s`` and ``p`` are calibrated on the pinned steps at 1 and 2 workers
+    (the model passes through both); Fashion-MNIST's row gives the transfer term alone."""
+    one, two = (result["training_step"][f"local:{w}:pinned"]["seconds_per_step"] for w in (1, 2))
+    per_worker = result["training_step"]["local:1:pinned"]["model_payload_per_step"]
+    # s + p / W = T(W) − W · b / β at W = 1 and 2, so the model passes through both measurements
+    at_one, at_two = one - per_worker / BANDWIDTH, two - 2 * per_worker / BANDWIDTH
+    serial, parallel = 2 * at_two - at_one, 2 * (at_one - at_two)
+    fashion = result["fashion_mnist_settings"]["model_payload_per_worker"]
+    return {
+        "serial_seconds": round(serial, 4), "parallel_seconds": round(parallel, 4), "bandwidth": BANDWIDTH,
+        "airline": {w: {"seconds_per_step": round(serial + parallel / w + w * per_worker / BANDWIDTH, 4),
+                        "speedup_over_one": round(one / (serial + parallel / w + w * per_worker / BANDWIDTH), 2),
+                        "payload_mb": round(w * per_worker / 1e6, 1)} for w in PREDICTED_WORKERS},
+        "fashion_mnist_transfer": {w: {"payload_mb": round(w * fashion / 1e6, 1),
+                                       "transfer_seconds": round(w * fashion / BANDWIDTH, 3)}
+                                   for w in PREDICTED_WORKERS},
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    """The results page's tables of one run: seconds per step on each backend with the bytes moved, the
+    coordinator's memory and the scaling model's predictions."""
+    data, steps = result["data_term_seconds_per_step"], result["training_step"]
+    lines = ["| backend | data term, s / step | over the direct call | training step, s / step | "
+             "payload sent + received / step | the model's payload | on the wire |",
+             "|---|---|---|---|---|---|---|"]
+    for name in ("direct", *BACKENDS):
+        step = steps.get(name)
+        overhead = "–" if name == "direct" else format(result["data_term_overhead_vs_direct"][name], "+.0%")
+        cells = [name, f"{data[name]:.4f}", overhead, f"{step['seconds_per_step']:.4f}" if step else "–"]
+        if step and "workers" in step:
+            cells += [f"{(step['payload_sent_per_step'] + step['payload_received_per_step']) / 1e6:.3f} MB",
+                      f"{step['model_payload_per_step'] / 1e6:.3f} MB", f"{step['bytes_on_the_wire_per_step'] / 1e6:.3f} MB"]
+        else:
+            cells += ["–", "–", "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    memory = " / ".join(f"{row['coordinator_rss_growth_mb']:.0f}" for row in result["coordinator_memory"])
+    sizes = " / ".join(f"{row['n_rows']:,}" for row in result["coordinator_memory"])
+    model = scaling_model(result)
+    lines += ["", f"Two pinned workers against one: data term {result['data_term_2_vs_1_workers_pinned']}×, "
+              f"training step {result['training_step_2_vs_1_workers_pinned']}×; `local:1` training step "
+              f"{result['training_step_local_1_over_in_process']}× the in-process one; coordinator memory growth "
+              f"{memory} MB training N = {sizes} rows on `local:2` (load average "
+              f"{result['machine']['load_avg'][0]:.1f} at the start).", "",
+              f"Scaling model: s = {model['serial_seconds']:.4f} s, p = {model['parallel_seconds']:.4f} s, "
+              f"β = {model['bandwidth'] / 1e9:g} GB/s.", "",
+              "| workers | airline: s / step | speed-up over 1 | airline payload / step | "
+              "Fashion-MNIST payload / step | its transfer alone |", "|---|---|---|---|---|---|"]
+    for w in PREDICTED_WORKERS:
+        a, f = model["airline"][w], model["fashion_mnist_transfer"][w]
+        lines.append(f"| {w} | {a['seconds_per_step']:.3f} | {a['speedup_over_one']:.2f} | {a['payload_mb']:.1f} MB "
+                     f"| {f['payload_mb']:,.1f} MB | {f['transfer_seconds']:.3f} s |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, help="airline store with 3 classes; ingested if absent")
@@ -187,6 +267,7 @@ def main() -> None:
         data_term = data_term_times(store, config, args.steps)
         steps = step_times(store, config, args.steps)
         memory = coordinator_memory(args.sizes, config)
+        fashion_mnist = fashion_mnist_payload(Path(scratch))
         n_train = store.n_rows("train")
     direct, one, two = data_term["direct"], steps["local:1:pinned"], steps["local:2:pinned"]
     write_results("bench_engine", {
@@ -201,7 +282,9 @@ def main() -> None:
         "training_step_local_1_over_in_process": round(steps["local:1"]["seconds_per_step"]
                                                        / steps["in-process"]["seconds_per_step"], 3),
         "coordinator_memory": memory,
+        "fashion_mnist_settings": fashion_mnist,
     })
+    print(table(json.loads((RESULTS / "bench_engine.json").read_text())))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = DOCS / "results"
-MARKED = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(\n<!-- /generated -->)", re.S)
+MARKED = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)\n?(<!-- /generated -->)", re.S)  # an empty block too
 
 
 def result(name: str) -> dict:
@@ -96,12 +96,27 @@ def waits_table() -> str:
     return "\n".join(lines + [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows])
 
 
+def engine_table() -> str:
+    """``python -m benchmarks.bench_engine``'s tables of the committed run, with the scaling model's predictions."""
+    from benchmarks.bench_engine import table
+
+    return table(result("bench_engine"))
+
+
+def airline_scale_table() -> str:
+    """``python -m benchmarks.bench_airline_scale``'s table of the committed run."""
+    from benchmarks.bench_airline_scale import table
+
+    return table(result("bench_airline_scale"))
+
+
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
     tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table,
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
-                                            "waits": waits_table, "bench_estimators_defaults": estimators_table}
+                                            "waits": waits_table, "bench_estimators_defaults": estimators_table,
+                                            "bench_engine": engine_table, "bench_airline_scale": airline_scale_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
     return tables
@@ -118,7 +133,7 @@ def render(text: str, page: str) -> str:
     def fill(match: re.Match) -> str:
         if match.group(2) not in tables:
             raise KeyError(f"{page}: no table named {match.group(2)!r}; known: {', '.join(tables)}")
-        return match.group(1) + tables[match.group(2)]() + match.group(4)
+        return match.group(1) + tables[match.group(2)]() + "\n" + match.group(4)
 
     return MARKED.sub(fill, text)
 

@@ -140,3 +140,32 @@ def test_the_readme_s_measured_comparison_is_that_of_the_committed_runs():
     assert "4 epochs" in comparison_table_lines("compare")[0]
     assert f"| Fashion-MNIST, M = 200 per class, 4 epochs, CPU: test error / NLL | {cpu[4]} | {cpu[5]} | not measured |" in readme
     assert f"| {cpu[3]}× / {gpu[3]}× GPyTorch's |" in readme
+
+
+def test_the_engine_run_moved_exactly_the_models_payload_and_its_scaling_model_passes_through_it():
+    from benchmarks.bench_engine import scaling_model
+
+    engine = results.result("bench_engine")
+    for name, step in engine["training_step"].items():
+        if "workers" in step:
+            assert step["payload_sent_per_step"] + step["payload_received_per_step"] == step["model_payload_per_step"], name
+    model = scaling_model(engine)
+    for workers in (1, 2):
+        measured = engine["training_step"][f"local:{workers}:pinned"]["seconds_per_step"]
+        assert model["airline"][workers]["seconds_per_step"] == pytest.approx(measured, abs=1e-4)
+
+
+def test_the_airline_scale_run_ingested_seed001s_rows_as_synthetic_and_its_coordinator_did_not_grow():
+    scale = results.result("bench_airline_scale")
+    assert scale["ingest"]["rows"] == 2_127_068 and scale["ingest"]["source"].startswith("SYNTHETIC")
+    synthetic, bundled = scale["synthetic_run"], scale["bundled_run"]
+    assert synthetic["n_train"] > 8 * bundled["n_train"]
+    assert synthetic["coordinator_peak_rss_mb"] <= 1.1 * bundled["coordinator_peak_rss_mb"]
+
+
+def test_an_empty_marked_block_is_filled_without_swallowing_the_prose_after_it():
+    text = ("<!-- generated: bench_qp -->\n<!-- /generated -->\n\nprose between\n\n"
+            "<!-- generated: bench_qp -->\nstale table\n<!-- /generated -->\n")
+    rendered = results.render(text, "new.md")
+    assert "prose between" in rendered and "stale table" not in rendered
+    assert rendered.count(qp_table(QP)) == 2 and results.marks(rendered) == ["bench_qp", "bench_qp"]
