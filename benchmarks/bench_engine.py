@@ -21,7 +21,8 @@ warm-up steps:
 * coordinator memory: peak RSS growth of this process while training 3 steps on synthetic 3-class stores
   of growing N on ``local:2`` (the data stays on the workers).
 
-Writes ``benchmarks/results/bench_engine.json`` (the calibration of ``docs/scaling.md``).
+Writes ``benchmarks/results/bench_engine.json`` and prints the tables of docs/results/benchmarks.md (with the
+scaling model calibrated on this run).
 """
 
 from __future__ import annotations
