@@ -169,3 +169,6 @@ def test_an_empty_marked_block_is_filled_without_swallowing_the_prose_after_it()
     rendered = results.render(text, "new.md")
     assert "prose between" in rendered and "stale table" not in rendered
     assert rendered.count(qp_table(QP)) == 2 and results.marks(rendered) == ["bench_qp", "bench_qp"]
+    readme_row = (f"| one epoch on {scale['ingest']['rows']:,} rows (synthetic airline flights, `local:2`) | coordinator "
+                  f"memory within 10 % of a {bundled['n_train']:,}-row run's")
+    assert readme_row in (ROOT / "README.md").read_text()
