@@ -172,3 +172,20 @@ def test_an_empty_marked_block_is_filled_without_swallowing_the_prose_after_it()
     readme_row = (f"| one epoch on {scale['ingest']['rows']:,} rows (synthetic airline flights, `local:2`) | coordinator "
                   f"memory within 10 % of a {bundled['n_train']:,}-row run's")
     assert readme_row in (ROOT / "README.md").read_text()
+
+
+def test_the_readme_s_deep_gp_rows_are_those_of_the_committed_run_by_both_rules():
+    rows = {(r["dataset"], r["model"]): r for r in results.result("bench_dgp_fullbatch")["rows"] if r["M"] == 100}
+    ratios = {p["dataset"]: p["seconds_ratio"] for p in results.result("bench_dgp_fullbatch")["paired"]
+              if (p["model"], p["versus"], p["M"]) == ("dgp2", "gpytorch", 100)}
+
+    def both(model: str) -> str:
+        gaussian = " / ".join(f"{rows[name, model]['test_ll']:.3f}" for name in ("boston", "concrete"))
+        mixture = " / ".join(f"{rows[name, model]['test_ll_mixture']:.3f}" for name in ("boston", "concrete"))
+        return f"{gaussian} ({mixture})".replace("-", "−")
+
+    readme = (ROOT / "README.md").read_text()
+    assert all(len(rows[name, model]["splits"]) == 20 for name in ("boston", "concrete") for model in ("dgp2", "gpytorch"))
+    assert (f"| deep GP, width 2, M = 100, Boston / concrete, 20 splits: test log-likelihood, Gaussian rule "
+            f"(mixture of 100) | {both('dgp2')} | {both('gpytorch')} | not measured |") in readme
+    assert f"| {ratios['boston']:.2f}× / {ratios['concrete']:.2f}× GPyTorch's | 1 |" in readme
