@@ -4,7 +4,9 @@ For each dataset: 20 random 90/10 splits made as the PBP protocol (``numpy.rando
 permutation per split, ``round(0.9 n)`` training rows, indices int64); inputs and targets standardised
 with the training rows' statistics; test log-likelihood and RMSE in the original units, mean ± standard
 error over the splits; seconds per fit. pep's models are :class:`pep_gp.DeepGPRegressor` with
-``hidden_dims`` ``()`` (the GP), ``(2,)`` (DGP width 2) and ``(2, 2)``; GPyTorch's is the architecture of
+``hidden_dims`` ``()`` (the GP), ``(2,)`` (DGP width 2) and ``(2, 2)``, trained with the protocol's fixed steps
+and learning rate, and ``dgp2-defaults``: width 2 at the estimator's own defaults (its stopping rule, learning
+rate and step cap; what a user who does not copy the protocol gets); GPyTorch's is the architecture of
 its documented deep-GP example (doubly stochastic VI: linear-mean hidden layers, constant-mean output
 layer, scaled ARD RBF kernels, Cholesky variational distributions, learned inducing inputs, Gaussian
 likelihood, ``DeepApproximateMLL``, ``--samples`` likelihood samples in training) with pep's hidden widths
@@ -29,8 +31,8 @@ splits it did not reach. ``--table NAME ...`` prints the results page's table of
     OPENBLAS_NUM_THREADS=1 flock /tmp/pep-heavy.lock .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
         --splits 20 --inducing 100 --models dgp2 gp gpytorch --name bench_dgp_fullbatch
     OPENBLAS_NUM_THREADS=1 flock /tmp/pep-heavy.lock .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
-        --splits 20 --inducing 50 100 --models dgp2+2 dgp2 gp gpytorch gpytorch2+2 --skip 100:dgp2 100:gp \\
-        100:gpytorch --name bench_dgp_grid
+        --splits 20 --inducing 50 100 --models dgp2-defaults dgp2+2 dgp2 gp gpytorch gpytorch2+2 \\
+        --skip 50:dgp2-defaults 100:dgp2 100:gp 100:gpytorch --name bench_dgp_grid
     .venv/bin/python -m benchmarks.bench_dgp --table     # the results page's table, from both
 """
 
@@ -52,12 +54,14 @@ from scipy.stats import norm
 from benchmarks._common import RESULTS, standard_error, write_results
 
 DATASETS = {"boston": ("MASS", "Boston", "medv"), "concrete": ("modeldata", "concrete", "compressive_strength")}
-PEP_MODELS = {"gp": (), "dgp2": (2,), "dgp2+2": (2, 2)}
+PEP_MODELS = {"gp": (), "dgp2": (2,), "dgp2+2": (2, 2), "dgp2-defaults": (2,)}
+AT_DEFAULTS = ("dgp2-defaults",)  # fitted with DeepGPRegressor's defaults, not the protocol's steps
 GPYTORCH_MODELS = {"gpytorch": (2,), "gpytorch2+2": (2, 2)}
 LABELS = {"gp": "pep GP (L = 1)", "dgp2": "pep DGP, hidden width 2", "dgp2+2": "pep DGP, hidden widths 2+2",
+          "dgp2-defaults": "pep DGP, width 2, estimator defaults",
           "gpytorch": "GPyTorch DeepGP, width 2", "gpytorch2+2": "GPyTorch DeepGP, widths 2+2"}
 METRICS = ("test_ll", "test_ll_mixture", "rmse", "seconds")
-PAGE_RESULTS = ("bench_dgp_fullbatch",)  # the runs of docs/results/deep-gp.md's table
+PAGE_RESULTS = ("bench_dgp_fullbatch", "bench_dgp_grid")  # the runs of docs/results/deep-gp.md's table
 WINDOW = 25  # steps per mean of the energy trace kept per pep fit (the estimators' stopping-rule window)
 
 
@@ -97,8 +101,9 @@ def mixture_scores(y, means, variances) -> dict[str, float]:
     return {**moments, "test_ll_mixture": float(np.mean(mixture))}
 
 
-def fit_pep(hidden, x, y, x_test, y_test, args) -> dict[str, float]:
-    """pep's :class:`~pep_gp.DeepGPRegressor` at ``hidden``: both rules (the mixture from
+def fit_pep(hidden, x, y, x_test, y_test, args, defaults: bool = False) -> dict[str, float]:
+    """pep's :class:`~pep_gp.DeepGPRegressor` at ``hidden``, with the protocol's steps and learning rate or
+    (``defaults``) the estimator's own; both rules (the mixture from
     :meth:`~pep_gp.core.models.deep_gp.DeepGP.mixture_log_density`, key ``--seed``)."""
     import jax
     import jax.numpy as jnp
@@ -107,8 +112,9 @@ def fit_pep(hidden, x, y, x_test, y_test, args) -> dict[str, float]:
     from pep_gp.core import float64
 
     start = time.perf_counter()
-    model = DeepGPRegressor(hidden_dims=hidden, num_inducing=args.m, max_iter=args.steps, tol=0,
-                            batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed).fit(x, y)
+    protocol = {} if defaults else {"max_iter": args.steps, "tol": 0, "learning_rate": args.learning_rate}
+    model = DeepGPRegressor(hidden_dims=hidden, num_inducing=args.m, batch_size=args.batch_size, seed=args.seed,
+                            **protocol).fit(x, y)
     seconds = time.perf_counter() - start
     mean, std = model.predict(x_test, return_std=True)
     with float64():
@@ -119,7 +125,7 @@ def fit_pep(hidden, x, y, x_test, y_test, args) -> dict[str, float]:
     mixture = float(np.mean(np.asarray(density))) - math.log(targets.scale)
     windows = model.energy_trace_[:len(model.energy_trace_) // WINDOW * WINDOW].reshape(-1, WINDOW).mean(1)
     return {**scores(y_test, mean, std**2), "test_ll_mixture": mixture, "seconds": seconds,
-            "rejected_steps": int(model.n_rejected_steps_), "energy_windows": [float(e) for e in windows]}
+            "steps": int(model.n_iter_), "rejected_steps": int(model.n_rejected_steps_), "energy_windows": [float(e) for e in windows]}
 
 
 def fit_gpytorch(hidden, x, y, x_test, y_test, args, predict_samples: int | None = None) -> dict[str, float]:
@@ -193,39 +199,50 @@ def fit_gpytorch(hidden, x, y, x_test, y_test, args, predict_samples: int | None
         test = torch.as_tensor((x_test - x_mean) / x_std, dtype=torch.float32)
         predictive = model.likelihood(model(test))  # a mixture over the samples: [S, N]
         means, variances = predictive.mean.double().numpy(), predictive.variance.double().numpy()
-    return {**mixture_scores(y_test, means * y_std + y_mean, variances * y_std**2), "seconds": seconds}
+    return {**mixture_scores(y_test, means * y_std + y_mean, variances * y_std**2), "seconds": seconds,
+            "steps": args.steps}
 
 
 def summary(runs: list[dict[str, float]]) -> dict[str, float]:
     out = {}
-    for key in METRICS:
+    for key in METRICS + (("steps",) if all("steps" in r for r in runs) else ()):
         values = [r[key] for r in runs]
         out[key] = float(np.mean(values))
         out[f"{key}_se"] = standard_error(values)
     return out
 
 
+PAIRS = {"dgp2": ("gp", "gpytorch"), "dgp2+2": ("gp", "dgp2", "gpytorch2+2"), "dgp2-defaults": ("dgp2",)}
+"""What each pep deep GP is paired with: the one-layer GP, GPyTorch's model of the same widths, and (at the
+estimator's defaults) the protocol's fit of the same model."""
+
+
 def paired(rows: list[dict]) -> list[dict]:
-    """Per data set and M, each pep DGP against the other models on the same splits: the mean difference
-    ± standard error of both test log-likelihoods and the RMSE, and the mean ratio of seconds per fit."""
+    """Per data set and M, each pep DGP against the models of :data:`PAIRS` on the same splits (the first k
+    PBP splits are the same in every run, so ``rows`` may come from several runs, told apart by a ``run``
+    key): the mean difference ± standard error of both test log-likelihoods, the mean ratio of steps per
+    fit, and the mean ratio of seconds per fit when both come from the same run (the seconds of two runs
+    were taken under different loads, so they are not compared)."""
     out = []
-    index = {(r["dataset"], r["M"], r["model"]): r["splits"] for r in rows}
-    for (name, m, model), runs in index.items():
-        if model not in ("dgp2", "dgp2+2"):
-            continue
-        for other in ("gp", "dgp2", "gpytorch", "gpytorch2+2"):
+    index = {(r["dataset"], r["M"], r["model"]): r for r in rows}
+    for (name, m, model), row in index.items():
+        for other in PAIRS.get(model, ()):
             baseline = index.get((name, m, other))
-            if other == model or baseline is None:
+            if baseline is None:
                 continue
-            count = min(len(runs), len(baseline))
-            row = {"dataset": name, "M": m, "model": model, "versus": other, "splits": count}
+            runs, base = row["splits"], baseline["splits"]
+            count = min(len(runs), len(base))
+            pair = {"dataset": name, "M": m, "model": model, "versus": other, "splits": count}
             for key in ("test_ll", "test_ll_mixture", "rmse"):
-                differences = [a[key] - b[key] for a, b in zip(runs[:count], baseline[:count])]
-                row[key] = float(np.mean(differences))
-                row[f"{key}_se"] = standard_error(differences)
-            ratios = [a["seconds"] / b["seconds"] for a, b in zip(runs[:count], baseline[:count])]
-            row["seconds_ratio"], row["seconds_ratio_se"] = float(np.mean(ratios)), standard_error(ratios)
-            out.append(row)
+                differences = [a[key] - b[key] for a, b in zip(runs[:count], base[:count])]
+                pair[key] = float(np.mean(differences))
+                pair[f"{key}_se"] = standard_error(differences)
+            if all("steps" in split for split in runs[:count] + base[:count]):
+                pair["steps_ratio"] = float(np.mean([a["steps"] / b["steps"] for a, b in zip(runs[:count], base[:count])]))
+            if row.get("run") == baseline.get("run"):
+                ratios = [a["seconds"] / b["seconds"] for a, b in zip(runs[:count], base[:count])]
+                pair["seconds_ratio"], pair["seconds_ratio_se"] = float(np.mean(ratios)), standard_error(ratios)
+            out.append(pair)
     return out
 
 
@@ -233,21 +250,25 @@ def table(results: list[dict]) -> str:
     """The results page's table of ``bench_dgp`` results (a test checks that docs/results/deep-gp.md holds the committed one)."""
     samples = {r["settings"]["predict_samples"] for r in results}
     lines = ["| data | M | model | test log-lik., Gaussian | test log-lik., mixture of "
-             f"{'/'.join(map(str, sorted(samples)))} | test RMSE | s / fit | splits |",
-             "|---|---|---|---|---|---|---|---|"]
-    rows = sorted((r for result in results for r in result["rows"]),
-                  key=lambda r: (list(DATASETS).index(r["dataset"]), r["M"], list(LABELS).index(r["model"])))
-    for r in rows:
+             f"{'/'.join(map(str, sorted(samples)))} | test RMSE | s / fit | steps | splits |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    rows = sorted(((r, result["settings"]["steps"]) for result in results for r in result["rows"]),
+                  key=lambda pair: (list(DATASETS).index(pair[0]["dataset"]), pair[0]["M"], list(LABELS).index(pair[0]["model"])))
+    for r, steps in rows:
         lines.append(f"| {r['dataset']} | {r['M']} | {LABELS[r['model']]} | {r['test_ll']:.3f} ± {r['test_ll_se']:.3f} "
                      f"| {r['test_ll_mixture']:.3f} ± {r['test_ll_mixture_se']:.3f} | {r['rmse']:.2f} ± {r['rmse_se']:.2f} "
-                     f"| {r['seconds']:.1f} | {len(r['splits'])} |")
+                     f"| {r['seconds']:.1f} | {r.get('steps', steps):,.0f} | {len(r['splits'])} |")
     lines += ["", "| data | M | pep model | against | test log-lik. difference, Gaussian | difference, mixture | "
-              "seconds per fit, ratio | splits |", "|---|---|---|---|---|---|---|---|"]
-    for r in (r for result in results for r in result.get("paired", [])):
+              "seconds per fit, ratio | steps, ratio | splits |", "|---|---|---|---|---|---|---|---|---|"]
+    every = [{**row, "run": run, "splits": [{"steps": result["settings"]["steps"], **split} for split in row["splits"]]}
+             for run, result in enumerate(results) for row in result["rows"]]  # runs before "steps" was kept: tol = 0
+    for r in paired(every):
+        seconds = (f"{r['seconds_ratio']:.2f} ± {r['seconds_ratio_se']:.2f}" if "seconds_ratio" in r
+                   else "– (two runs)")
+        steps = f"{r['steps_ratio']:.2f}" if "steps_ratio" in r else "–"
         lines.append(f"| {r['dataset']} | {r['M']} | {LABELS[r['model']]} | {LABELS[r['versus']]} | "
                      f"{r['test_ll']:+.3f} ± {r['test_ll_se']:.3f} | {r['test_ll_mixture']:+.3f} ± "
-                     f"{r['test_ll_mixture_se']:.3f} | {r['seconds_ratio']:.2f} ± {r['seconds_ratio_se']:.2f} | "
-                     f"{r['splits']} |")
+                     f"{r['test_ll_mixture_se']:.3f} | {seconds} | {steps} | {r['splits']} |")
     return "\n".join(lines)
 
 
@@ -273,7 +294,7 @@ def fit_split(name: str, index: int, args: argparse.Namespace) -> dict[tuple[str
             if f"{m}:{model}" in args.skip:
                 continue
             run = (fit_gpytorch(GPYTORCH_MODELS[model], *data, args, args.predict_samples)
-                   if model in GPYTORCH_MODELS else fit_pep(PEP_MODELS[model], *data, args))
+                   if model in GPYTORCH_MODELS else fit_pep(PEP_MODELS[model], *data, args, model in AT_DEFAULTS))
             results[model, m] = {**run, "load_average": os.getloadavg()[0]}
             print(f"  {name} M={m} {model} split {index}: {results[model, m]}", flush=True)
     return results
