@@ -89,7 +89,7 @@ def table(result: dict) -> str:
             ("workers' peak RSS", *(" / ".join(f"{m:,}" for m in r["worker_peak_rss_mb"]) + " MB" for r in runs)),
             ("final checkpoint", *(f"{r['checkpoint_bytes'] / 2**20:.2f} MB" for r in runs)),
             ("test error / NLL after the epoch", *(f"{r['test_error']:.4f} / {r['test_nll']:.4f}" for r in runs))]
-    lines = ["| | synthetic, seed001's size | bundled flights |", "|---|---|---|",
+    lines = ["| | synthetic, the paper's size | bundled flights |", "|---|---|---|",
              *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
     return "\n".join(lines + ["", f"Ingest: {ingest['rows']:,} synthetic rows in {ingest['seconds']} s "
                                f"({ingest['rows_per_second']:,} rows/s, store {ingest['store_mb']} MB); coordinator "

@@ -224,7 +224,7 @@ def readme() -> str:
 
     from .results import MARKED
 
-    return MARKED.sub(lambda match: match.group(1) + model_table() + match.group(4), README.read_text())
+    return MARKED.sub(lambda match: match.group(1) + model_table() + "\n" + match.group(4), README.read_text())
 
 
 def stale_pages() -> list[str]:

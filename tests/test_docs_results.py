@@ -155,7 +155,7 @@ def test_the_engine_run_moved_exactly_the_models_payload_and_its_scaling_model_p
         assert model["airline"][workers]["seconds_per_step"] == pytest.approx(measured, abs=1e-4)
 
 
-def test_the_airline_scale_run_ingested_seed001s_rows_as_synthetic_and_its_coordinator_did_not_grow():
+def test_the_airline_scale_run_ingested_the_paper_s_rows_as_synthetic_and_its_coordinator_did_not_grow():
     scale = results.result("bench_airline_scale")
     assert scale["ingest"]["rows"] == 2_127_068 and scale["ingest"]["source"].startswith("SYNTHETIC")
     synthetic, bundled = scale["synthetic_run"], scale["bundled_run"]
