@@ -209,10 +209,13 @@ def scaling_model(result: dict[str, Any]) -> dict[str, Any]:
     at_one, at_two = one - per_worker / BANDWIDTH, two - 2 * per_worker / BANDWIDTH
     serial, parallel = 2 * at_two - at_one, 2 * (at_one - at_two)
     fashion = result["fashion_mnist_settings"]["model_payload_per_worker"]
+
+    def seconds(w: int) -> float:
+        return serial + parallel / w + w * per_worker / BANDWIDTH
+
     return {
         "serial_seconds": round(serial, 4), "parallel_seconds": round(parallel, 4), "bandwidth": BANDWIDTH,
-        "airline": {w: {"seconds_per_step": round(serial + parallel / w + w * per_worker / BANDWIDTH, 4),
-                        "speedup_over_one": round(one / (serial + parallel / w + w * per_worker / BANDWIDTH), 2),
+        "airline": {w: {"seconds_per_step": round(seconds(w), 4), "speedup_over_one": round(one / seconds(w), 2),
                         "payload_mb": round(w * per_worker / 1e6, 1)} for w in PREDICTED_WORKERS},
         "fashion_mnist_transfer": {w: {"payload_mb": round(w * fashion / 1e6, 1),
                                        "transfer_seconds": round(w * fashion / BANDWIDTH, 3)}

@@ -222,9 +222,9 @@ def readme() -> str:
     """README.md with its marked model table (``<!-- generated: models -->``) regenerated from the registry."""
     from pep_gp.pipeline.estimators.models import model_table
 
-    from .results import MARKED
+    from .results import MARKED, filled
 
-    return MARKED.sub(lambda match: match.group(1) + model_table() + "\n" + match.group(4), README.read_text())
+    return MARKED.sub(lambda match: filled(match, model_table()), README.read_text())
 
 
 def stale_pages() -> list[str]:

@@ -31,6 +31,12 @@ PAGES = DOCS / "results"
 MARKED = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)\n?(<!-- /generated -->)", re.S)  # an empty block too
 
 
+def filled(match: re.Match, table: str) -> str:
+    """A marked block of :data:`MARKED` with ``table`` between its marks (one line break before the
+    closing mark, whether the block was empty or not)."""
+    return match.group(1) + table + "\n" + match.group(4)
+
+
 def result(name: str) -> dict:
     """The committed JSON ``benchmarks/results/NAME.json``."""
     return json.loads((RESULTS / f"{name}.json").read_text())
@@ -133,7 +139,7 @@ def render(text: str, page: str) -> str:
     def fill(match: re.Match) -> str:
         if match.group(2) not in tables:
             raise KeyError(f"{page}: no table named {match.group(2)!r}; known: {', '.join(tables)}")
-        return match.group(1) + tables[match.group(2)]() + "\n" + match.group(4)
+        return filled(match, tables[match.group(2)]())
 
     return MARKED.sub(fill, text)
 
