@@ -146,9 +146,9 @@ def train_command(
     cluster: ClusterOption = "none",
     epochs: Annotated[int | None, typer.Option(help="Run this many epochs (default: until converged or "
                                                     "--max-steps).")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="The most steps (default 2000 without --epochs).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="The most steps (default 2000 without --epochs; deep GPs 1000).")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Rows per step (default 10000).")] = None,
-    learning_rate: Annotated[float | None, typer.Option(help="Adam's step size (default 0.05).")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="Adam's step size (default 0.05; deep GPs 0.01).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the initialisation and minibatch order.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="A config setting KEY=VALUE, e.g. model.alpha=0.5 "
                                                               "(repeatable; validated like the config file).")] = None,
@@ -175,6 +175,7 @@ def train_command(
         spec = get_model(model)
         if settings is None:  # resuming with the run's own config
             settings = load_config(None, resumed_config(run_dir), sets, **overrides)
+        settings = settings.with_defaults(spec.train_defaults)
         model_settings(spec, settings.model, str(config or "defaults"))
         run = train_run
         if prefect_requested(prefect):
@@ -187,7 +188,7 @@ def train_command(
     elif not quiet:
         shown = {k: v for k, v in summary.items() if v is not None and k != "notes"}
         Console().print("\n".join(f"{key:>15}  {value}" for key, value in shown.items()), markup=False)
-    if not summary["converged"] and not quiet:
+    if settings.tol > 0 and not summary["converged"] and not quiet:
         typer.echo(f"pep train: warning: not converged after {summary['steps']} steps (the energy still rose by "
                    "more than the tolerance); train longer with --resume --max-steps N (or --epochs N)", err=True)
 

@@ -58,11 +58,22 @@ FIT_FIELDS: dict[str, Any] = {
 ``max_iter`` (the most steps), ``tol`` (the stopping rule, :mod:`pep_gp.pipeline.training.stopping`; 0 runs
 all ``max_iter`` steps), ``learning_rate`` (Adam), ``batch_size`` (rows per step; None: all rows),
 ``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr) and ``cluster``
-(``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``)."""
+(``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``). A model's own training defaults
+replace these (:func:`fit_fields`)."""
+
+CONFIG_NAMES = {"max_iter": "max_steps"}
+"""The fit fields whose :class:`~pep_gp.pipeline.training.config.TrainConfig` field has another name."""
 
 PREDICT_BLOCK_ROWS = DEFAULT_BLOCK_ROWS
 """Rows per predictive call, as ``pep predict`` on a run of the default config: one compiled shape, and the
 same bits as ``pep predict`` (the multi-class quadrature holds ~80·C² floats per row)."""
+
+
+def fit_fields(spec: ModelSpec) -> dict[str, Any]:
+    """:data:`FIT_FIELDS` with the defaults the spec sets for itself (``spec.train_defaults``), as ``pep train
+    --model NAME`` takes them."""
+    own = spec.train_defaults
+    return {name: own.get(CONFIG_NAMES.get(name, name), default) for name, default in FIT_FIELDS.items()}
 
 
 def generated_init(settings: type[ModelSettings], fit_fields: dict[str, Any], model: str) -> Callable[..., None]:
@@ -169,7 +180,7 @@ class GPEstimator(FittedGP):
             cls._is_classifier = cls.spec.task == "classification"
             cls._binary = cls.spec.n_classes == 2
             cls.Settings = cls.spec.Settings
-            cls.__init__ = generated_init(cls.spec.Settings, FIT_FIELDS, f"--model {cls.spec.name}")
+            cls.__init__ = generated_init(cls.spec.Settings, fit_fields(cls.spec), f"--model {cls.spec.name}")
 
 
     def _config(self, n_rows: int) -> TrainConfig:
@@ -178,9 +189,9 @@ class GPEstimator(FittedGP):
         try:
             return TrainConfig(model=self._settings(), learning_rate=self.learning_rate,
                                batch_size=np.iinfo(np.int32).max if self.batch_size is None else int(self.batch_size),
-                               seed=self.seed, max_steps=self.max_iter, tol=self.tol)
+                               seed=self.seed, max_steps=self.max_iter, tol=self.tol).with_defaults(self.spec.train_defaults)
         except ValidationError as error:
-            fields = {"max_steps": "max_iter"}
+            fields = {config: mine for mine, config in CONFIG_NAMES.items()}
             problems = "; ".join(f"{fields.get(e['loc'][0], e['loc'][0])}: {e['msg']} (got {e['input']!r})"
                                  for e in error.errors())
             raise ValueError(f"{type(self).__name__}: {problems}") from None
@@ -308,4 +319,4 @@ class GPRegressorMixin:
         return (out["mean"], np.sqrt(out["var"])) if return_std else out["mean"]
 
 
-__all__ = ["FIT_FIELDS", "GPClassifierMixin", "GPEstimator", "GPRegressorMixin"]
+__all__ = ["FIT_FIELDS", "fit_fields", "GPClassifierMixin", "GPEstimator", "GPRegressorMixin"]

@@ -77,6 +77,11 @@ ESTIMATORS = {cls.spec.name: cls for cls in (SparseGPRegressor, SparseGPClassifi
 def model_table() -> str:
     """Every registered model with its estimator, as a markdown table (the docs' model reference)."""
     rows = [f"| `{name}` | `{cls.__name__}` | {cls.spec.task} | {'site updates' if cls.spec.has_sites else 'gradient'} "
-            f"| {cls.spec.description} |" for name, cls in sorted(ESTIMATORS.items())]
-    return "\n".join(["| `--model` | estimator | task | tied factor moves by | what it is |",
-                      "|---|---|---|---|---|", *rows])
+            f"| {cls.spec.description} | {own_defaults(cls.spec)} |" for name, cls in sorted(ESTIMATORS.items())]
+    return "\n".join(["| `--model` | estimator | task | tied factor moves by | what it is | training defaults of its own |",
+                      "|---|---|---|---|---|---|", *rows])
+
+
+def own_defaults(spec) -> str:
+    """The config fields a spec sets for itself (``train_defaults``) as ``name = value``, or a dash."""
+    return ", ".join(f"`{name} = {value:g}`" for name, value in spec.train_defaults.items()) or "–"

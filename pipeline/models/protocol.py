@@ -21,7 +21,9 @@ A spec is the only per-model face of pep: ``pep train --model NAME`` trains it, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
 import jax
@@ -100,6 +102,8 @@ class ModelSpec(Protocol):
             statistics and updates the tied factor.
         parameterisation: a tag of how ``params`` stores the model (changed whenever a stored array means
             something else); run directories record it and a run of another tag is refused.
+        train_defaults: :class:`~pep_gp.pipeline.training.config.TrainConfig` fields whose default differs
+            for this model (a config, ``pep train``'s options and the estimator's arguments override them).
     """
 
     name: str
@@ -108,6 +112,7 @@ class ModelSpec(Protocol):
     Settings: type[ModelSettings]
     has_sites: bool
     parameterisation: str
+    train_defaults: Mapping[str, Any]
 
     def check(self, data: Any, settings: ModelSettings, block_rows: int) -> None:
         """Raise :class:`~pep_gp.pipeline.errors.InputError` unless the dataset (a store, or in-memory
@@ -165,6 +170,7 @@ class SpecBase:
     has_sites: ClassVar[bool] = False
     n_classes: ClassVar[int | None] = None
     parameterisation: ClassVar[str] = "1"
+    train_defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
 
     def check(self, data: Any, settings: ModelSettings, block_rows: int) -> None:
         check_task(self, data, self.n_classes)

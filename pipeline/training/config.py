@@ -8,7 +8,10 @@ Villacampa-Calvo & Hernández-Lobato 2017 use); α as the model's paper. pep's o
 run on a few thousand rows converges in a couple of minutes and a large store keeps the workers busy:
 ``batch_size`` = 10,000 rows per step (spread over the workers in blocks of ``block_rows``),
 ``learning_rate`` = 0.05, M = 50 inducing points (100 for deep GPs; the papers' large-data runs use 200, set
-it in ``[model]``), and training until the stopping rule says converged or 2,000 steps.
+it in ``[model]``), and training until the stopping rule says converged or 2,000 steps. A model may set its
+own defaults for fields a config leaves out (``ModelSpec.train_defaults``, in the model table of README.md): the deep
+GPs take 1,000 Adam steps at 0.01 without early stopping, as Bui et al. (2016) train for a fixed number of
+steps (docs/results/deep-gp.md).
 
 Example ``train.toml``::
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,6 +100,15 @@ class TrainConfig(BaseModel):
             raise ValueError(f"batch_size ({self.batch_size}) is smaller than block_rows ({self.block_rows}); "
                              "lower block_rows or leave it unset (blocks then follow the batch)")
         return self
+
+    def with_defaults(self, defaults: Mapping[str, Any]) -> "TrainConfig":
+        """This config with ``defaults`` (a model's own, :attr:`~pep_gp.pipeline.models.ModelSpec.train_defaults`)
+        in place of pep's for every field it was not given; a model's ``max_steps`` is its cap without
+        ``epochs``, as :data:`DEFAULT_MAX_STEPS` is pep's (given ``epochs`` run uncapped)."""
+        given = self.model_dump(include=self.model_fields_set)
+        chosen = {name: value for name, value in defaults.items()
+                  if not (name == "max_steps" and self.epochs is not None)}
+        return type(self)(**{**chosen, **given})
 
     def total_steps(self, steps_per_epoch: int) -> int:
         """The steps the run may take: ``epochs`` passes, capped by ``max_steps`` (see the attributes)."""

@@ -60,12 +60,16 @@ def no_progress(event: str, **info: Any) -> None:
 @dataclass(frozen=True)
 class TrainJob:
     """What to train: a model (a registered name, or a spec) on a store (or in-memory data,
-    :class:`~pep_gp.pipeline.data.datasets.ArrayData`), with a config, into a run directory (None: no checkpoints)."""
+    :class:`~pep_gp.pipeline.data.datasets.ArrayData`), with a config, into a run directory (None: no checkpoints).
+    The fields the config was not given take the model's own defaults (``spec.train_defaults``)."""
 
     model: str | ModelSpec
     store: Any
     config: TrainConfig
     run_dir: Path | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", self.config.with_defaults(self.spec.train_defaults))
 
     @property
     def spec(self) -> ModelSpec:

@@ -170,7 +170,19 @@ def test_settings_from_the_command_line_are_validated_like_the_config_file(store
     assert "not converged after 3 steps" in done.stderr
     config = load_run(tmp_path / "run").meta["config"]
     assert (config["learning_rate"], config["seed"], config["max_steps"]) == (0.03, 5, 3)
-    assert config["model"] == {"num_inducing": 4, "alpha": 0.25}
+
+
+def test_a_deep_gp_run_takes_the_model_s_own_defaults_where_nothing_was_given(regression_store, tmp_path):
+    """``pep train --model deep-gp``: Adam at 0.01 without early stopping (the model's ``train_defaults``)
+    where the command line says nothing, the given ``--max-steps`` over the model's 1,000; a run of fixed
+    steps is not called unconverged."""
+    done = pep("train", "--model", "deep-gp", "--data", regression_store.path, "--run-dir", str(tmp_path / "run"),
+               "--max-steps", "2", "--set", "model.num_inducing=4", "--json")
+    assert json.loads(done.stdout)["steps"] == 2
+    assert "not converged" not in done.stderr
+    config = load_run(tmp_path / "run").meta["config"]
+    assert (config["learning_rate"], config["tol"], config["max_steps"]) == (0.01, 0.0, 2)
+    assert config["model"] == {"num_inducing": 4}
 
 
 @pytest.mark.slow

@@ -93,3 +93,17 @@ def test_misspelt_config_model_and_setting_names_get_the_closest_name(tmp_path):
         get_model("sparse-gp-clasifier")
     with pytest.raises(InputError, match=r"model.num_inducng: .* \(did you mean 'num_inducing'\?\)"):
         model_settings(get_model("sparse-gp-classifier"), {"num_inducng": 3})
+
+
+def test_a_model_s_own_defaults_fill_only_the_fields_a_config_leaves_out():
+    """The deep GPs' defaults (Adam 0.01, 1,000 steps, no early stop) replace pep's where nothing was given;
+    a given field, and ``epochs`` (which lifts the step cap), win."""
+    deep = get_model("deep-gp").train_defaults
+    assert TrainConfig(batch_size=64).with_defaults(deep).model_dump(include={"learning_rate", "max_steps", "tol", "batch_size"}) == {
+        "learning_rate": 0.01, "max_steps": 1000, "tol": 0.0, "batch_size": 64}
+    given = TrainConfig(learning_rate=0.05, epochs=3).with_defaults(deep)
+    assert (given.learning_rate, given.max_steps, given.tol, given.total_steps(10)) == (0.05, None, 0.0, 30)
+    assert TrainConfig(max_steps=5).with_defaults(deep).total_steps(1) == 5
+    assert TrainConfig(batch_size=64).with_defaults(get_model("sparse-gp-classifier").train_defaults) == TrainConfig(batch_size=64)
+    resumed = TrainConfig(**TrainConfig().model_dump())  # a run's stored config: every field given
+    assert resumed.with_defaults(deep) == TrainConfig()

@@ -17,6 +17,23 @@ def step_data(n, seed):
     return x, (x[:, 0] > 0).astype(float) + 0.05 * rng.normal(size=n)
 
 
+def test_the_deep_gps_default_to_bui_et_al_s_fixed_steps_in_the_estimators_and_the_trainer():
+    """``DeepGPRegressor()`` and ``TrainJob("deep-gp", …)`` with nothing set train as the benchmark's protocol
+    (1,000 Adam steps at 0.01, no early stopping; docs/results/deep-gp.md), the other models as pep's defaults."""
+    from pep_gp import SparseGPRegressor
+    from pep_gp.pipeline.training.config import TrainConfig
+    from pep_gp.pipeline.training.trainer import TrainJob
+
+    for estimator in (DeepGPRegressor(), DeepGPClassifier()):
+        params = estimator.get_params()
+        assert (params["learning_rate"], params["max_iter"], params["tol"]) == (0.01, 1000, 0.0)
+        assert estimator._config(455).model_dump(include={"learning_rate", "max_steps", "tol"}) == {
+            "learning_rate": 0.01, "max_steps": 1000, "tol": 0.0}
+    assert (SparseGPRegressor().learning_rate, SparseGPRegressor().max_iter, SparseGPRegressor().tol) == (0.05, 2000, 1e-4)
+    job = TrainJob("deep-gp", None, TrainConfig(epochs=2), None)
+    assert (job.config.learning_rate, job.config.tol, job.config.total_steps(4)) == (0.01, 0.0, 8)
+
+
 def test_targets_are_standardised_and_results_in_user_units():
     """At the starting state (``max_iter=0``) an affine change of ``y`` moves the predictions with it and
     the log marginal likelihood by the Jacobian ``−N log 10`` (to rounding)."""
