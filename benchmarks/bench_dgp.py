@@ -5,8 +5,9 @@ permutation per split, ``round(0.9 n)`` training rows, indices int64); inputs an
 with the training rows' statistics; test log-likelihood and RMSE in the original units, mean ± standard
 error over the splits; seconds per fit. pep's models are :class:`pep_gp.DeepGPRegressor` with
 ``hidden_dims`` ``()`` (the GP), ``(2,)`` (DGP width 2) and ``(2, 2)``, trained with the protocol's fixed steps
-and learning rate, and ``dgp2-defaults``: width 2 at the estimator's own defaults (its stopping rule, learning
-rate and step cap; what a user who does not copy the protocol gets); GPyTorch's is the architecture of
+and learning rate, ``dgp2-defaults``: width 2 at the estimator's own defaults (what a user who does not
+copy the protocol gets), and ``dgp2-lr0.05``: width 2 at the defaults it had before (Adam at 0.05, the
+stopping rule, at most 2,000 steps); GPyTorch's is the architecture of
 its documented deep-GP example (doubly stochastic VI: linear-mean hidden layers, constant-mean output
 layer, scaled ARD RBF kernels, Cholesky variational distributions, learned inducing inputs, Gaussian
 likelihood, ``DeepApproximateMLL``, ``--samples`` likelihood samples in training) with pep's hidden widths
@@ -28,12 +29,14 @@ use). The JSON is rewritten after every split with the summaries over the splits
 splits it did not reach. ``--table NAME ...`` prints the results page's table of committed results. Needs the
 ``bench`` extra (docs/results/deep-gp.md)::
 
-    OPENBLAS_NUM_THREADS=1 flock /tmp/pep-heavy.lock .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
+    OPENBLAS_NUM_THREADS=1 taskset -c 0 .venv/bin/python -m benchmarks.bench_dgp --jobs 1 \\
         --splits 20 --inducing 100 --models dgp2 gp gpytorch --name bench_dgp_fullbatch
-    OPENBLAS_NUM_THREADS=1 flock /tmp/pep-heavy.lock .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
-        --splits 20 --inducing 50 100 --models dgp2-defaults dgp2+2 dgp2 gp gpytorch gpytorch2+2 \\
-        --skip 50:dgp2-defaults 100:dgp2 100:gp 100:gpytorch --name bench_dgp_grid
-    .venv/bin/python -m benchmarks.bench_dgp --table     # the results page's table, from both
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
+        --splits 20 --inducing 50 100 --models dgp2-lr0.05 dgp2+2 dgp2 gp gpytorch gpytorch2+2 \\
+        --skip 50:dgp2-lr0.05 100:dgp2 100:gp 100:gpytorch --name bench_dgp_grid
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
+        --splits 20 --models dgp2-defaults --name bench_dgp_defaults
+    .venv/bin/python -m benchmarks.bench_dgp --table     # the results page's table, from all three
 """
 
 from __future__ import annotations
@@ -54,14 +57,17 @@ from scipy.stats import norm
 from benchmarks._common import RESULTS, standard_error, write_results
 
 DATASETS = {"boston": ("MASS", "Boston", "medv"), "concrete": ("modeldata", "concrete", "compressive_strength")}
-PEP_MODELS = {"gp": (), "dgp2": (2,), "dgp2+2": (2, 2), "dgp2-defaults": (2,)}
-AT_DEFAULTS = ("dgp2-defaults",)  # fitted with DeepGPRegressor's defaults, not the protocol's steps
+PEP_MODELS = {"gp": (), "dgp2": (2,), "dgp2+2": (2, 2), "dgp2-defaults": (2,), "dgp2-lr0.05": (2,)}
+OWN_FITS = {"dgp2-defaults": {}, "dgp2-lr0.05": {"learning_rate": 0.05, "max_iter": 2000, "tol": 1e-4}}
+"""pep models fitted with other settings than the protocol's: ``DeepGPRegressor``'s defaults, and its
+defaults before issue 28 (Adam at 0.05, the stopping rule, at most 2,000 steps)."""
 GPYTORCH_MODELS = {"gpytorch": (2,), "gpytorch2+2": (2, 2)}
 LABELS = {"gp": "pep GP (L = 1)", "dgp2": "pep DGP, hidden width 2", "dgp2+2": "pep DGP, hidden widths 2+2",
           "dgp2-defaults": "pep DGP, width 2, estimator defaults",
+          "dgp2-lr0.05": "pep DGP, width 2, Adam 0.05 + stopping rule",
           "gpytorch": "GPyTorch DeepGP, width 2", "gpytorch2+2": "GPyTorch DeepGP, widths 2+2"}
 METRICS = ("test_ll", "test_ll_mixture", "rmse", "seconds")
-PAGE_RESULTS = ("bench_dgp_fullbatch", "bench_dgp_grid")  # the runs of docs/results/deep-gp.md's table
+PAGE_RESULTS = ("bench_dgp_fullbatch", "bench_dgp_grid", "bench_dgp_defaults")  # the runs of docs/results/deep-gp.md's table
 WINDOW = 25  # steps per mean of the energy trace kept per pep fit (the estimators' stopping-rule window)
 
 
@@ -101,9 +107,9 @@ def mixture_scores(y, means, variances) -> dict[str, float]:
     return {**moments, "test_ll_mixture": float(np.mean(mixture))}
 
 
-def fit_pep(hidden, x, y, x_test, y_test, args, defaults: bool = False) -> dict[str, float]:
+def fit_pep(hidden, x, y, x_test, y_test, args, fit: dict | None = None) -> dict[str, float]:
     """pep's :class:`~pep_gp.DeepGPRegressor` at ``hidden``, with the protocol's steps and learning rate or
-    (``defaults``) the estimator's own; both rules (the mixture from
+    the estimator arguments ``fit`` (:data:`OWN_FITS`); both rules (the mixture from
     :meth:`~pep_gp.core.models.deep_gp.DeepGP.mixture_log_density`, key ``--seed``)."""
     import jax
     import jax.numpy as jnp
@@ -112,7 +118,7 @@ def fit_pep(hidden, x, y, x_test, y_test, args, defaults: bool = False) -> dict[
     from pep_gp.core import float64
 
     start = time.perf_counter()
-    protocol = {} if defaults else {"max_iter": args.steps, "tol": 0, "learning_rate": args.learning_rate}
+    protocol = fit if fit is not None else {"max_iter": args.steps, "tol": 0, "learning_rate": args.learning_rate}
     model = DeepGPRegressor(hidden_dims=hidden, num_inducing=args.m, batch_size=args.batch_size, seed=args.seed,
                             **protocol).fit(x, y)
     seconds = time.perf_counter() - start
@@ -212,9 +218,10 @@ def summary(runs: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-PAIRS = {"dgp2": ("gp", "gpytorch"), "dgp2+2": ("gp", "dgp2", "gpytorch2+2"), "dgp2-defaults": ("dgp2",)}
-"""What each pep deep GP is paired with: the one-layer GP, GPyTorch's model of the same widths, and (at the
-estimator's defaults) the protocol's fit of the same model."""
+PAIRS = {"dgp2": ("gp", "gpytorch"), "dgp2+2": ("gp", "dgp2", "gpytorch2+2"), "dgp2-defaults": ("dgp2",),
+         "dgp2-lr0.05": ("dgp2",)}
+"""What each pep deep GP is paired with: the one-layer GP, GPyTorch's model of the same widths, and (at
+other fit settings, :data:`OWN_FITS`) the protocol's fit of the same model."""
 
 
 def paired(rows: list[dict]) -> list[dict]:
@@ -272,6 +279,25 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def readme_table(results: list[dict]) -> str:
+    """README's deep-GP table: each pep deep GP against GPyTorch's of the same widths, by M, from the
+    paired splits of ``results`` (both rules, and the seconds per fit of the same run)."""
+    every = [{**row, "run": run} for run, result in enumerate(results) for row in result["rows"]]
+    pairs = {(p["dataset"], p["M"], p["model"]): p for p in paired(every) if p["versus"].startswith("gpytorch")}
+    lines = ["| deep GP, pep − GPyTorch (same widths, M, splits, steps) | test log-likelihood, Gaussian rule "
+             "(mixture of 100), Boston / concrete | seconds per fit, pep / GPyTorch, Boston / concrete | splits |",
+             "|---|---|---|---|"]
+    for m, model in sorted({(m, model) for _, m, model in pairs}):
+        cells = [pairs[name, m, model] for name in DATASETS]
+        widths = "+".join(map(str, PEP_MODELS[model]))
+        likelihood = " / ".join(f"{p['test_ll']:+.3f} ± {p['test_ll_se']:.3f} ({p['test_ll_mixture']:+.3f} ± "
+                                f"{p['test_ll_mixture_se']:.3f})" for p in cells)
+        seconds = " / ".join(f"{p['seconds_ratio']:.2f}×" for p in cells)
+        lines.append(f"| width{'s' if '+' in widths else ''} {widths}, M = {m} | {likelihood.replace('-', '−')} "
+                     f"| {seconds} | {min(p['splits'] for p in cells)} |")
+    return "\n".join(lines)
+
+
 def pin_worker(counter) -> None:
     """Pin this worker process to its own core (the ``counter``-th worker to start, modulo the cores), before
     its first computation: torch and XLA then each run one thread."""
@@ -294,7 +320,7 @@ def fit_split(name: str, index: int, args: argparse.Namespace) -> dict[tuple[str
             if f"{m}:{model}" in args.skip:
                 continue
             run = (fit_gpytorch(GPYTORCH_MODELS[model], *data, args, args.predict_samples)
-                   if model in GPYTORCH_MODELS else fit_pep(PEP_MODELS[model], *data, args, model in AT_DEFAULTS))
+                   if model in GPYTORCH_MODELS else fit_pep(PEP_MODELS[model], *data, args, OWN_FITS.get(model)))
             results[model, m] = {**run, "load_average": os.getloadavg()[0]}
             print(f"  {name} M={m} {model} split {index}: {results[model, m]}", flush=True)
     return results

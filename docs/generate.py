@@ -224,7 +224,8 @@ def readme() -> str:
 
     from .results import MARKED, filled
 
-    return MARKED.sub(lambda match: filled(match, model_table()), README.read_text())
+    return MARKED.sub(lambda match: filled(match, model_table()) if match.group(2) == "models" else match.group(0),
+                      README.read_text())
 
 
 def stale_pages() -> list[str]:

@@ -7,9 +7,10 @@ A page marks each generated table::
     …the table…
     <!-- /generated -->
 
-and this command rewrites what lies between the marks (the prose around them is the page's own):
+and this command rewrites what lies between the marks (the prose around them is the page's own), on the
+results pages and in README.md (whose model table ``python -m docs.generate`` owns):
 
-    python -m docs.results            # rewrite docs/results/*.md
+    python -m docs.results            # rewrite docs/results/*.md and README.md's tables of results
     python -m docs.results --check    # exit 1 naming every page that differs from its JSON
 
 ``tests/test_docs_results.py`` runs the check.
@@ -28,6 +29,8 @@ DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = DOCS / "results"
+README = ROOT / "README.md"
+NOT_RESULTS = {"models"}  # README.md's model table, written by docs.generate
 MARKED = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)\n?(<!-- /generated -->)", re.S)  # an empty block too
 
 
@@ -54,6 +57,13 @@ def qp_table() -> str:
     from benchmarks.bench_qp import table
 
     return table(result("bench_qp"))
+
+
+def deep_gp_readme_table() -> str:
+    """README's deep-GP rows: pep against GPyTorch at each M and widths (``bench_dgp.readme_table``)."""
+    from benchmarks.bench_dgp import PAGE_RESULTS, readme_table
+
+    return readme_table([result(name) for name in PAGE_RESULTS])
 
 
 def deep_gp_table() -> str:
@@ -118,7 +128,7 @@ def airline_scale_table() -> str:
 
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
-    tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table,
+    tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
                                             "waits": waits_table, "bench_estimators_defaults": estimators_table,
@@ -137,6 +147,8 @@ def render(text: str, page: str) -> str:
     tables = generators()
 
     def fill(match: re.Match) -> str:
+        if match.group(2) in NOT_RESULTS:
+            return match.group(0)
         if match.group(2) not in tables:
             raise KeyError(f"{page}: no table named {match.group(2)!r}; known: {', '.join(tables)}")
         return filled(match, tables[match.group(2)]())
@@ -149,15 +161,20 @@ def marks(text: str) -> list[str]:
     return [match.group(2) for match in MARKED.finditer(text)]
 
 
+def pages() -> list[Path]:
+    """The pages with tables of results: docs/results/*.md and README.md."""
+    return [*sorted(PAGES.glob("*.md")), README]
+
+
 def stale_pages() -> list[str]:
-    """The results pages that differ from what their JSON gives."""
-    return [f"docs/results/{path.name}" for path in sorted(PAGES.glob("*.md"))
+    """The pages that differ from what their JSON gives."""
+    return [str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path) for path in pages()
             if render(path.read_text(), path.name) != path.read_text()]
 
 
 def write_pages() -> None:
-    """Rewrite every marked table of every results page."""
-    for path in sorted(PAGES.glob("*.md")):
+    """Rewrite every marked table of results of every page."""
+    for path in pages():
         path.write_text(render(path.read_text(), path.name))
 
 

@@ -45,8 +45,8 @@ def test_the_deep_gp_page_holds_the_table_of_the_committed_deep_gp_runs():
     assert deep_gp_table(DEEP_GP) in page("deep-gp.md")
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "docs" / "results").glob("*.md")), ids=lambda path: path.name)
-def test_each_results_page_regenerates_byte_identically(path):
+@pytest.mark.parametrize("path", results.pages(), ids=lambda path: path.name)
+def test_each_results_page_and_the_readme_regenerate_byte_identically(path):
     assert results.render(path.read_text(), path.name) == path.read_text()
 
 
@@ -58,7 +58,9 @@ def test_the_command_rewrites_an_edited_table_and_its_check_fails_before(tmp_pat
     edited = original.replace(qp_table(QP), qp_table(QP).replace("0.0698", "0.0600"), 1)
     assert edited != original
     (pages / "qp.md").write_text(edited)
+    (tmp_path / "README.md").write_text(results.README.read_text())
     monkeypatch.setattr(results, "PAGES", pages)
+    monkeypatch.setattr(results, "README", tmp_path / "README.md")
     assert results.main(["--check"]) == 1
     assert results.main([]) == 0
     assert (pages / "qp.md").read_text() == original
@@ -189,3 +191,30 @@ def test_the_readme_s_deep_gp_rows_are_those_of_the_committed_run_by_both_rules(
     assert (f"| deep GP, width 2, M = 100, Boston / concrete, 20 splits: test log-likelihood, Gaussian rule "
             f"(mixture of 100) | {both('dgp2')} | {both('gpytorch')} | not measured |") in readme
     assert f"| {ratios['boston']:.2f}× / {ratios['concrete']:.2f}× GPyTorch's | 1 |" in readme
+
+
+def test_the_readme_pairs_each_deep_gp_of_the_grid_with_gpytorch_s_on_all_20_splits():
+    """Bui et al. (2016)'s grid in README.md: widths 2 and 2+2 at M = 50 and 100, each against GPyTorch's
+    ``DeepGP`` of the same widths, on every split (``python -m docs.results`` writes the table)."""
+    table = results.deep_gp_readme_table()
+    assert table in (ROOT / "README.md").read_text()
+    rows = table.splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == ["| width 2, M = 50", "| widths 2+2, M = 50",
+                                                      "| width 2, M = 100", "| widths 2+2, M = 100"]
+    assert all(row.endswith("| 20 |") for row in rows)
+
+
+def test_the_deep_gp_estimator_at_its_defaults_fitted_the_protocol_s_models_split_by_split():
+    """The results page's claim that ``DeepGPRegressor`` at its defaults is Bui et al. (2016)'s protocol:
+    in ``bench_dgp_defaults.json`` each split's fit has the protocol fit's energy trace and test metrics
+    (``bench_dgp_fullbatch.json``), bit for bit, after 1,000 steps."""
+    def splits(name, model):
+        rows = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())["rows"]
+        return {r["dataset"]: r["splits"] for r in rows if r["model"] == model and r["M"] == 100}
+
+    defaults, protocol = splits("bench_dgp_defaults", "dgp2-defaults"), splits("bench_dgp_fullbatch", "dgp2")
+    assert sorted(defaults) == sorted(protocol) == ["boston", "concrete"]
+    keys = ("energy_windows", "test_ll", "test_ll_mixture", "rmse")
+    for dataset, fits in defaults.items():
+        assert len(fits) == len(protocol[dataset]) == 20 and {fit["steps"] for fit in fits} == {1000}
+        assert [[fit[k] for k in keys] for fit in fits] == [[fit[k] for k in keys] for fit in protocol[dataset]]
