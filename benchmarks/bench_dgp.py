@@ -253,6 +253,13 @@ def paired(rows: list[dict]) -> list[dict]:
     return out
 
 
+def tagged_rows(results: list[dict]) -> list[dict]:
+    """The rows of several runs for :func:`paired`: each tagged with its run, each split with its steps (runs
+    made before a fit's steps were kept ran the protocol's fixed steps)."""
+    return [{**row, "run": run, "splits": [{"steps": result["settings"]["steps"], **split} for split in row["splits"]]}
+            for run, result in enumerate(results) for row in result["rows"]]
+
+
 def table(results: list[dict]) -> str:
     """The results page's table of ``bench_dgp`` results (a test checks that docs/results/deep-gp.md holds the committed one)."""
     samples = {r["settings"]["predict_samples"] for r in results}
@@ -267,9 +274,7 @@ def table(results: list[dict]) -> str:
                      f"| {r['seconds']:.1f} | {r.get('steps', steps):,.0f} | {len(r['splits'])} |")
     lines += ["", "| data | M | pep model | against | test log-lik. difference, Gaussian | difference, mixture | "
               "seconds per fit, ratio | steps, ratio | splits |", "|---|---|---|---|---|---|---|---|---|"]
-    every = [{**row, "run": run, "splits": [{"steps": result["settings"]["steps"], **split} for split in row["splits"]]}
-             for run, result in enumerate(results) for row in result["rows"]]  # runs before "steps" was kept: tol = 0
-    for r in paired(every):
+    for r in paired(tagged_rows(results)):
         seconds = (f"{r['seconds_ratio']:.2f} ± {r['seconds_ratio_se']:.2f}" if "seconds_ratio" in r
                    else "– (two runs)")
         steps = f"{r['steps_ratio']:.2f}" if "steps_ratio" in r else "–"
@@ -282,8 +287,8 @@ def table(results: list[dict]) -> str:
 def readme_table(results: list[dict]) -> str:
     """README's deep-GP table: each pep deep GP against GPyTorch's of the same widths, by M, from the
     paired splits of ``results`` (both rules, and the seconds per fit of the same run)."""
-    every = [{**row, "run": run} for run, result in enumerate(results) for row in result["rows"]]
-    pairs = {(p["dataset"], p["M"], p["model"]): p for p in paired(every) if p["versus"].startswith("gpytorch")}
+    pairs = {(p["dataset"], p["M"], p["model"]): p for p in paired(tagged_rows(results))
+             if p["versus"].startswith("gpytorch")}
     lines = ["| deep GP, pep − GPyTorch (same widths, M, splits, steps) | test log-likelihood, Gaussian rule "
              "(mixture of 100), Boston / concrete | seconds per fit, pep / GPyTorch, Boston / concrete | splits |",
              "|---|---|---|---|"]

@@ -209,8 +209,7 @@ def test_the_deep_gp_estimator_at_its_defaults_fitted_the_protocol_s_models_spli
     in ``bench_dgp_defaults.json`` each split's fit has the protocol fit's energy trace and test metrics
     (``bench_dgp_fullbatch.json``), bit for bit, after 1,000 steps."""
     def splits(name, model):
-        rows = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())["rows"]
-        return {r["dataset"]: r["splits"] for r in rows if r["model"] == model and r["M"] == 100}
+        return {r["dataset"]: r["splits"] for r in results.result(name)["rows"] if r["model"] == model and r["M"] == 100}
 
     defaults, protocol = splits("bench_dgp_defaults", "dgp2-defaults"), splits("bench_dgp_fullbatch", "dgp2")
     assert sorted(defaults) == sorted(protocol) == ["boston", "concrete"]

@@ -189,7 +189,7 @@ class GPEstimator(FittedGP):
         try:
             return TrainConfig(model=self._settings(), learning_rate=self.learning_rate,
                                batch_size=np.iinfo(np.int32).max if self.batch_size is None else int(self.batch_size),
-                               seed=self.seed, max_steps=self.max_iter, tol=self.tol).with_defaults(self.spec.train_defaults)
+                               seed=self.seed, max_steps=self.max_iter, tol=self.tol)
         except ValidationError as error:
             fields = {config: mine for mine, config in CONFIG_NAMES.items()}
             problems = "; ".join(f"{fields.get(e['loc'][0], e['loc'][0])}: {e['msg']} (got {e['input']!r})"
