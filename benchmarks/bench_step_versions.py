@@ -31,13 +31,15 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"pep_gp": "pep_gp", "pep_gp.core": "pepcore", "pep_gp.pipeline": "pipeline", "pep_gp.flows": "flows"}
-"""The import root and the folders it maps (pyproject's ``package-dir``)."""
+LEGACY_PACKAGES = {"pep_gp": "pep_gp", "pep_gp.core": "pepcore", "pep_gp.pipeline": "pipeline", "pep_gp.flows": "flows"}
+"""Revisions before the ``src/`` layout mapped these folders onto the import root; later ones keep the whole
+package in ``src/pep_gp`` (an empty map: ``src`` goes first on the path)."""
 
 CHILD = """
 import importlib.util, json, sys, time
 tree, store, steps, warm_up, batch, products = sys.argv[1:7]
-for name, folder in {packages}.items():  # pep from that worktree, not the installed one
+sys.path.insert(0, f"{{tree}}/src")  # pep from that worktree, not the installed one
+for name, folder in {packages}.items():
     spec = importlib.util.spec_from_file_location(name, f"{{tree}}/{{folder}}/__init__.py",
                                                   submodule_search_locations=[f"{{tree}}/{{folder}}"])
     module = importlib.util.module_from_spec(spec)
@@ -91,7 +93,7 @@ def worktree(revision: str, directory: Path) -> Path:
 
 
 def run_round(tree: Path, args: argparse.Namespace) -> dict:
-    code = CHILD.format(packages=PACKAGES)
+    code = CHILD.format(packages={} if (tree / "src" / "pep_gp").is_dir() else LEGACY_PACKAGES)
     done = subprocess.run([sys.executable, "-c", code, str(tree), str(args.store), str(args.steps),
                            str(args.warm_up), str(args.batch_size), args.kernel_products],
                           cwd=tree, capture_output=True, text=True, check=False)

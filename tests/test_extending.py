@@ -1,6 +1,6 @@
 """A new model is one mathematics module plus one spec: this file defines both for a model pep does not
 ship (MAP Bayesian linear regression), registers it, and trains it with checkpoints, resume and
-held-out evaluation — without touching ``pipeline/`` or ``flows/``."""
+held-out evaluation — without touching ``src/pep_gp/pipeline/`` or ``src/pep_gp/flows/``."""
 
 from __future__ import annotations
 

@@ -7,16 +7,16 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"pep_gp.core": "pepcore", "pep_gp.pipeline": "pipeline", "pep_gp.flows": "flows"}
+PACKAGE = ROOT / "src" / "pep_gp"
+LAYERS = ("core", "pipeline", "flows")
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for package, folder in FOLDERS.items():
-        for path in (ROOT / folder).rglob("*.py"):
-            parts = path.relative_to(ROOT / folder).with_suffix("").parts
-            name = ".".join((package, *parts)).removesuffix(".__init__")
-            found[name] = path
+    for layer in LAYERS:
+        for path in (PACKAGE / layer).rglob("*.py"):
+            parts = path.relative_to(PACKAGE).with_suffix("").parts
+            found[".".join(("pep_gp", *parts)).removesuffix(".__init__")] = path
     return found
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Built from pieces so that this file does not match itself.
 OUTSIDE = re.compile("|".join(["DESIGN" + " §", "spec" + " §", "seed" + r"00\d", "shared" + "/", "ENVIRONMENT" + r"\.md"]))
-CODE = ("pepcore", "pipeline", "flows", "pep_gp", "benchmarks", "tests", "docs")
+CODE = ("src", "benchmarks", "tests", "docs")
 
 
 def checked_files() -> list[Path]:

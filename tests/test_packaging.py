@@ -14,23 +14,45 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"pep_gp": "pep_gp", "pep_gp.core": "pepcore", "pep_gp.pipeline": "pipeline", "pep_gp.flows": "flows"}
-DATA = {"pep_gp.infra": "infra", "pep_gp.deploy": "."}  # files without Python shipped in the wheel
+PACKAGE = ROOT / "src" / "pep_gp"
 
 
 def packages_on_disk() -> set[str]:
-    found = set()
-    for package, folder in FOLDERS.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            relative = init.parent.relative_to(ROOT / folder).parts
-            found.add(".".join((package, *relative)))
-    return found
+    return {".".join(("pep_gp", *init.parent.relative_to(PACKAGE).parts)) for init in PACKAGE.rglob("__init__.py")}
 
 
-def test_every_folder_with_an_init_is_a_listed_package():
+def imported_from(path_entry: Path | None, cwd: Path) -> Path:
+    """Where ``import pep_gp.core`` finds the package in a fresh interpreter (``path_entry`` first on the path)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if path_entry is not None:
+        env["PYTHONPATH"] = str(path_entry)
+    out = subprocess.run([sys.executable, "-c", "import pep_gp.core; print(pep_gp.core.__file__)"], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT),
+                    "-w", str(folder)], check=True, timeout=600)
+    (built,) = folder.glob("pep_gp-*.whl")
+    return built
+
+
+def test_src_is_the_only_package_tree():
+    """The folder is the import name: one ``package-dir`` entry, packages found under ``src/``."""
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert setuptools["package-dir"] == {**FOLDERS, **DATA}
-    assert set(setuptools["packages"]) == packages_on_disk() | set(DATA)
+    assert setuptools["package-dir"] == {"": "src"}
+    assert setuptools["packages"] == {"find": {"where": ["src"]}}
+    assert {"pep_gp.core", "pep_gp.pipeline.training", "pep_gp.flows"} <= packages_on_disk()
+    outside = [init.parent.name for init in ROOT.glob("*/__init__.py")]
+    assert sorted(outside) == ["benchmarks", "docs", "tests"]  # scripts and tests, never installed
+
+
+def test_the_editable_install_imports_the_source_tree(tmp_path):
+    assert imported_from(None, tmp_path) == PACKAGE / "core" / "__init__.py"
 
 
 def test_a_users_pipeline_module_and_flows_folder_live_beside_pep(tmp_path):
@@ -56,16 +78,19 @@ def test_a_users_pipeline_module_and_flows_folder_live_beside_pep(tmp_path):
                                        "pep_gp.pipeline.data.stores\n"]
 
 
-@pytest.mark.slow
-def test_the_built_wheel_holds_every_package_under_the_root(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(tmp_path)],
-                   check=True, timeout=600)
-    (wheel,) = tmp_path.glob("pep_gp-*.whl")
+def test_the_built_wheel_holds_every_package_under_the_root_and_imports(wheel, tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"pep_gp"}
     assert {f"{p.replace('.', '/')}/__init__.py" for p in packages_on_disk()} <= set(names)
-    # A non-editable install ships the Prefect deployments and every cluster recipe, byte for byte.
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    assert imported_from(tmp_path / "site", tmp_path) == tmp_path / "site" / "pep_gp" / "core" / "__init__.py"
+
+
+def test_the_wheel_ships_the_deployments_and_every_cluster_recipe(wheel):
+    """infra/ and prefect.yaml live at the repository root (where Docker, kubectl and ``prefect deploy`` look)
+    and reach the package through the links ``src/pep_gp/infra`` and ``src/pep_gp/deploy/prefect.yaml``: a
+    non-editable install ships them byte for byte (``importlib.resources.files("pep_gp.infra")``)."""
     tracked = subprocess.run(["git", "ls-files", "infra", "prefect.yaml"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.split()
     assert "prefect.yaml" in tracked and "infra/k8s/pep-data.yaml" in tracked

@@ -113,7 +113,7 @@ class Mixture(NamedTuple):
 ALPHA_FLOOR = 1e-4
 """The smallest Power-EP power :class:`DeepGP` accepts. The energy's ``(N/α)(φ(cav) − φ(q))`` and ``(1/α) log Z̃``
 cancel catastrophically as ``α → 0`` (its rounding error grows like ``1/α``; 1.7e-2 at ``α = 1e-12``). Measured
-as the residual of a local fit in ``α`` (tests/pepcore/test_deep_gp.py, an energy of −41.7): below 1e-9 at the
+as the residual of a local fit in ``α`` (tests/core/test_deep_gp.py, an energy of −41.7): below 1e-9 at the
 floor as at ``α = 1e-2``, more than ten times that at a hundredth of the floor."""
 
 

@@ -26,7 +26,7 @@ absolute accuracy. Where the density jumps (the Heaviside's step, a panel edge) 
 is not smooth and the rule is good to 1.2e-6 relative only (measured 1.12e-6, the Heaviside with the
 cavity mean at or up to 35 deviations beyond the step); where the density is smooth, to 1e-10 (the
 probit against its Owen's-T closed-form CDF, Zhang et al. 2020 eq. 45) and 1e-11 (against ``mpmath``). Both
-measured in ``tests/pepcore/test_projections.py``.
+measured in ``tests/core/test_projections.py``.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ over the ``M(M+1)/2`` pairs ``m ≤ m'`` only (ψ₂ is symmetric; an off-diagon
 recomputed in the backward pass (``jax.checkpoint``): memory ``O(rows per chunk · M²)`` instead of
 ``[B, M, M]`` arrays. The expansion about ``c₀`` keeps the round-off of the exponent at
 ``~ε·w·(|μ̃| + |z̄̃|)²``; the traces and their gradients match a 40-digit reference to 1e-10
-(``tests/pepcore/test_psi_statistics.py``).
+(``tests/core/test_psi_statistics.py``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ That keeps ``cond(K_uu) ≤ M/1.5e-8``, safe for float64 Cholesky even when indu
 Effect on the evidence: the jitter moves the PEP-α objective away from the exact GP evidence at every α,
 α = 1 included (FITC's diagonal correction absorbs the change of ``D_nn`` but not that of the off-diagonal
 ``Q_ff``). Measured with inducing inputs at the training inputs (N = 60, σ² = 0.09, cond ``K_uu`` ≈ 1e11,
-tests/pepcore/test_collapsed_regression.py), relative departure for jitter 1e-8 / 1e-6: α = 1: 3.9e-9 /
+tests/core/test_collapsed_regression.py), relative departure for jitter 1e-8 / 1e-6: α = 1: 3.9e-9 /
 1.3e-6; α = 0.5: 5.7e-8 / 4.0e-6; α = 0.01: 1.2e-7 / 9.2e-6; 5e-15 at zero jitter.
 """
 

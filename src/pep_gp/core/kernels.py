@@ -113,7 +113,7 @@ class BatchedARDSquaredExponential:
             exponentials and everything downstream stay in the inputs' dtype. ``"float64"`` (default)
             keeps all of it exact to double precision. (The cross matrices keep their norms in the
             inputs' dtype: summed in float32 they took the distances past that bound, which
-            tests/pepcore/test_primitives.py checks.)
+            tests/core/test_primitives.py checks.)
     """
 
     lengthscales: jnp.ndarray  # [C, D]

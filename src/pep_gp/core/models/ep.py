@@ -133,7 +133,7 @@ ALPHA_FLOOR = 1e-3
 """The smallest Power-EP power :class:`EP` accepts. A site update divides by ``α`` (``(1/σ² − cavity
 precision)/α``), so the projection's error grows as ``1/α``: on a 20-row probit problem QP stops converging
 (site changes never below 1e-9 in 200 sweeps) at ``α = 1e-4`` and EP at ``1e-8``; both converge at the floor
-(tests/pepcore/test_ep.py)."""
+(tests/core/test_ep.py)."""
 
 
 class EP(NamedTuple):

@@ -1,4 +1,4 @@
-"""EP's and QP's projections of a tilted distribution (pepcore/projections.py) against quadrature oracles."""
+"""EP's and QP's projections of a tilted distribution (src/pep_gp/core/projections.py) against quadrature oracles."""
 
 import jax.numpy as jnp
 import mpmath
@@ -121,7 +121,7 @@ def test_heaviside_qp_meets_its_stated_accuracy_in_the_worst_cases(mu, sigma):
     F√(2 log 1/F)`` is not smooth, which limits the Gauss–Legendre panels (measured 1.12e-6 relative with the
     cavity mean at or beyond the step, up to 35 standard deviations beyond, where the tilted distribution is
     nearly exponential: the rule's panels reach ±40 tilted deviations for them); the stated accuracy
-    (pepcore/projections.py, docs/results/qp.md) is 1.2e-6."""
+    (src/pep_gp/core/projections.py, docs/results/qp.md) is 1.2e-6."""
     for y, sign in ((1.0, 1.0), (0.0, -1.0)):  # y = 0 is the mirror image
         (_, _, v_ep), (_, _, v_qp) = _project(Heaviside(), y, sign * mu, sigma)
         std = oracles.truncated_normal_quantile_std(mu, sigma)

@@ -57,7 +57,7 @@ class ProbitPowerQuadrature(NamedTuple):
     the iterates increase monotonically to ``z*``. Each gap between sorted breakpoints gets
     ``panel_nodes`` Gauss–Legendre nodes. ``r = 0`` is exact (the integrand is constant in ``z``). Measured
     accuracy against ``scipy.integrate.quad``: see
-    ``tests/pepcore/test_likelihoods.py::test_probit_power_expectation_matches_scipy_quad``.
+    ``tests/core/test_likelihoods.py::test_probit_power_expectation_matches_scipy_quad``.
     """
 
     num_breaks: int = 5

@@ -1,10 +1,10 @@
 """pep — Expectation-Propagation-family sparse Gaussian processes, from a notebook to a Dask cluster.
 
-One import root for the three layers of the repository (each folder is installed under it):
+One import root, one folder (``src/pep_gp/``), three layers:
 
-* :mod:`pep_gp.core` (folder ``pepcore/``) — the mathematics: pure JAX functions of (params, data);
-* :mod:`pep_gp.pipeline` (``pipeline/``) — stores, the engine, the trainer and the estimators;
-* :mod:`pep_gp.flows` (``flows/``) — the Prefect flows and the ``pep`` command line.
+* :mod:`pep_gp.core` (folder ``src/pep_gp/core/``) — the mathematics: pure JAX functions of (params, data);
+* :mod:`pep_gp.pipeline` (``src/pep_gp/pipeline/``) — stores, the engine, the trainer and the estimators;
+* :mod:`pep_gp.flows` (``src/pep_gp/flows/``) — the Prefect flows and the ``pep`` command line.
 
 The estimators and the run API are re-exported here and imported lazily (PEP 562), so that
 ``import pep_gp`` and the ingest command do not load JAX (≈ 180 MB of resident memory) until needed.

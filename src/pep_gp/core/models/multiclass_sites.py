@@ -207,7 +207,7 @@ def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = Predictiv
     in log-sum-exp form on the composite rule of :class:`PredictiveQuadrature`. The product over
     ``k ≠ c`` is the all-class sum of ``log Φ`` minus the target's own term, so a row costs
     ``O(K·C)``, not ``O(K·C²)``. Measured accuracy: see
-    ``tests/pepcore/test_multiclass.py::test_predictive_quadrature_matches_scipy_quad``.
+    ``tests/core/test_multiclass.py::test_predictive_quadrature_matches_scipy_quad``.
 
     Args:
         mean, var: latent predictive moments ``m*``, ``v*`` per class, ``[B, C]``.

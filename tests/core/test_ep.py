@@ -1,4 +1,4 @@
-"""Untied EP / Power EP / QP (pepcore/models/ep.py) on Swaroop's (2017) toy problems, against closed forms."""
+"""Untied EP / Power EP / QP (src/pep_gp/core/models/ep.py) on Swaroop's (2017) toy problems, against closed forms."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""Tied EP / QP site updates (pepcore/models/tied_ep.py) against untied EP on a single site."""
+"""Tied EP / QP site updates (src/pep_gp/core/models/tied_ep.py) against untied EP on a single site."""
 
 import jax
 import jax.numpy as jnp
@@ -52,7 +52,7 @@ def test_one_site_update_gives_the_untied_projection(projection, seed, y):
 def test_quantile_sites_keep_the_mean_and_shrink_the_variance(seed):
     """Zhang et al. 2020 Thm 2 / Cor. 2.1 in the tied model: from the same cavity, QP's refined sites have EP's
     tilted mean and a variance no larger along each row (to 1e-12 relative, the rule's accuracy,
-    tests/pepcore/test_projections.py); smaller for most rows, equal where the cavity along ``υ`` is so
+    tests/core/test_projections.py); smaller for most rows, equal where the cavity along ``υ`` is so
     narrow (``w`` ~ 1e-14 here) that the tilted distribution is Gaussian to rounding. Site precisions are
     compared through these variances: where ``w`` is tiny ``ρ = 1/σ*² − 1/w`` carries the rule's error
     divided by ``w``, which changes the variance along ``υ`` only by that relative error."""
