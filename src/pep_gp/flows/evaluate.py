@@ -1,5 +1,5 @@
 """The flow ``pep-evaluate`` and the ``pep evaluate`` command: held-out metrics of a run's newest
-checkpoint, on the store it was trained on or another one with the same features."""
+checkpoint, on the store it was trained on or another one with the same features (matched by name)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ __getattr__ = prefect_objects
 def evaluate_command(
     run_dir: RunDirOption,
     data: Annotated[str | None, typer.Option(help="Store to evaluate on: a path or fsspec URL (default: "
-                                                  "the training store, if the run names a local path).")] = None,
+                                                  "the training store, if the run names a local path); its "
+                                                  "features are matched to the run's by name.")] = None,
     cluster: ClusterOption = "none",
     json_output: JsonFlag = False,
     tls_ca_file: TlsCaFile = None,
@@ -68,9 +69,9 @@ def evaluate_command(
     """Held-out metrics (test error / RMSE, NLL) of a trained run's newest checkpoint."""
     with user_errors("pep evaluate"):
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
-        from ..pipeline.training.runs import load_run  # JAX: after the cheap checks
+        from ..pipeline.training.runs import Run  # JAX: after the cheap checks
 
-        load_run(run_dir)  # fail fast, before a cluster (or a Prefect server) starts
+        Run.open(run_dir)  # fail fast, before a cluster (or a Prefect server) starts
         run = evaluate_run
         if prefect_requested(prefect):
             prefect_quietly()

@@ -1,8 +1,8 @@
 """Predictions of a trained run on new rows: what ``pep predict`` computes, chunk by chunk, on any backend.
 
-A run directory holds everything needed (:func:`load_predictor`): the newest checkpoint's params, the
-model it was trained as (:func:`~pep_gp.pipeline.training.runs.bound_model`), the training statistics
-``x_mean``/``x_std`` the rows are standardised with, and the table's transformation
+A run directory holds everything needed (:func:`load_predictor`): the newest checkpoint's params (refused
+if any is not finite), the model it was trained as (:class:`~pep_gp.pipeline.training.runs.Run`), the
+training statistics ``x_mean``/``x_std`` the rows are standardised with, and the table's transformation
 (:mod:`pep_gp.pipeline.data.transforms`). A chunk of a table is transformed to model features, cut into
 blocks of the run's ``block_rows`` (padded, so each process compiles the model's predictive once) and
 predicted with the model's :meth:`~pep_gp.pipeline.models.ModelSpec.predictive`:
@@ -33,16 +33,14 @@ import numpy as np
 import pandas as pd
 
 from ..core import float64
-from .data.blocks import TargetScaling
 from .data.frames import TableChunk
 from .data.predictions import StoreRows, chunk_ids, open_input, open_output
-from .data.transforms import Transforms, read_transforms
+from .data.transforms import Transforms
 from .engine import Backend, InProcess
 from .engine.threads import compute_threads
 from .errors import InputError
 from .models.predictive import class_probabilities, predict_in_blocks
-from .training.manifest import RunManifest
-from .training.runs import bound_model, load_run
+from .training.runs import Run
 
 CHUNKS_PER_WORKER = 2  # chunks in flight per worker: one computing, one waiting
 
@@ -85,26 +83,24 @@ class RunPredictor:
 
 
 def load_predictor(run_dir: Path) -> RunPredictor:
-    """The predictor of a run's newest intact checkpoint.
+    """The predictor of a run's newest intact checkpoint (:class:`~pep_gp.pipeline.training.runs.Run`).
 
     Raises:
-        InputError: no checkpoint, a model without a predictive distribution of new rows, or a manifest
-            without a valid ``transforms`` record.
+        InputError: no checkpoint, a model without a predictive distribution of new rows, a manifest
+            without a valid ``transforms`` record, or params that hold a NaN or an infinity.
     """
-    restored = load_run(Path(run_dir))
-    manifest = RunManifest.of(restored.meta)
-    spec, settings, model = bound_model(manifest)
-    predictive = spec.predictive(model, TargetScaling(manifest.targets.shift, manifest.targets.scale))
+    run = Run.open(run_dir)
+    predictive = run.spec.predictive(run.model, run.targets)
     if predictive is None:
-        raise InputError(f"{run_dir}: --model {spec.name} has no predictive distribution of new rows (it predicts "
-                         "from its training rows); train another model, e.g. sparse-gp-regressor, to predict")
-    if manifest.transforms is None:
-        raise InputError(f"{restored.path}: manifest has no 'transforms' (written by an older pep); "
+        raise InputError(f"{run_dir}: --model {run.spec.name} has no predictive distribution of new rows (it "
+                         "predicts from its training rows); train another model, e.g. sparse-gp-regressor, to predict")
+    transforms = run.transforms
+    if transforms is None:
+        raise InputError(f"{run.restored.path}: manifest has no 'transforms' (written by an older pep); "
                          "train the run again")
-    transforms = read_transforms(manifest.transforms, str(restored.path))
-    x_mean, x_std = (np.asarray(values, dtype=np.float64) for values in (manifest.x_mean, manifest.x_std))
-    return RunPredictor(spec.name, spec.task, predictive, jax.device_get(restored.trees["params"]), x_mean, x_std,
-                        transforms, manifest.config.rows_per_block)
+    x_mean, x_std = (np.asarray(values, dtype=np.float64) for values in (run.manifest.x_mean, run.manifest.x_std))
+    return RunPredictor(run.spec.name, run.spec.task, predictive, jax.device_get(run.finite_params()), x_mean, x_std,
+                        transforms, run.manifest.config.rows_per_block)
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,8 @@ class BlockSource(FixedBlocks):
         x_mean, x_std: per-feature training statistics used to standardise ``X``.
         targets: maps stored ``y`` to the model's targets.
         n_classes: C of a classification store (labels checked to lie in ``0..C−1``), else None.
+        columns: where each of the model's features is among the store's columns (a run's features in
+            another store, :func:`~pep_gp.pipeline.data.stores.feature_order`); None: as stored.
     """
 
     chunks: StoreChunks
@@ -109,19 +111,24 @@ class BlockSource(FixedBlocks):
     x_std: tuple[float, ...]
     targets: TargetScaling
     n_classes: int | None = None
+    columns: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, store: Any, split: str, block_rows: int, targets: TargetScaling, standardize: bool = True,
-           statistics: Any = None) -> "BlockSource":
+           statistics: Any = None, columns: tuple[int, ...] | None = None) -> "BlockSource":
         """The blocks of ``split`` of ``store`` (a :class:`~pep_gp.pipeline.data.stores.Store`), standardised
         with the training statistics (``statistics``' ``x_mean``/``x_std`` when given, e.g. a trained run's;
-        else the store's) unless ``standardize`` is False (then ``x`` is fed as stored: mean 0, scale 1)."""
+        else the store's) unless ``standardize`` is False (then ``x`` is fed as stored: mean 0, scale 1),
+        its columns read in the order ``columns`` gives (default: as stored)."""
         mean, std = input_statistics(store.attrs if statistics is None else statistics, standardize)
-        return cls(store.chunks, split, store.n_rows(split), block_rows, mean, std, targets, store.n_classes)
+        return cls(store.chunks, split, store.n_rows(split), block_rows, mean, std, targets, store.n_classes,
+                   columns)
 
     def describe(self) -> str:
         return f"{self.chunks.path}: {self.split}"
 
     def rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows ``[start, stop)`` of the split as stored, from chunks checked against their digests."""
-        return self.chunks.rows(self.split, start, stop)
+        """Rows ``[start, stop)`` of the split, from chunks checked against their digests (features in the
+        order of :attr:`columns`)."""
+        x, y = self.chunks.rows(self.split, start, stop)
+        return (x if self.columns is None else x[:, list(self.columns)]), y

@@ -26,7 +26,7 @@ arrays' shapes, dtypes and chunks with them before any data is read.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -42,8 +42,8 @@ from .chunks import SCHEMA_VERSION, SPLITS, StoreChunks, chunk_digest, data_chec
 from .transforms import Transforms, transforms_of
 
 __all__ = ["MAX_CHUNK_BYTES", "MAX_CLASSES", "REQUIRED_ATTRS", "SCHEMA_VERSION", "SPLITS", "Store", "StoreAttrs",
-           "check_chunk_rows", "chunk_digest", "create_split_arrays", "data_checksum", "finish_store",
-           "label_dtype", "open_store", "write_chunk"]
+           "check_chunk_rows", "chunk_digest", "create_split_arrays", "data_checksum", "feature_order",
+           "finish_store", "label_dtype", "open_store", "write_chunk"]
 
 TASKS = ("classification", "regression")
 REQUIRED_ATTRS = (
@@ -303,6 +303,31 @@ class Store:
         for split in SPLITS:
             for index in range(self.n_chunks(split)):
                 self.read_chunk(split, index)
+
+
+def feature_order(store: Store, features: Sequence[str]) -> tuple[int, ...] | None:
+    """Where each of a run's ``features`` is among ``store``'s columns, matched by name: a store ingested
+    from a table whose columns came in another order holds the same features in another order, and its rows
+    are read in the run's order through these positions (None: already in that order). What
+    ``pep predict`` and ``pep evaluate`` both use on a store, so that neither scores a feature as another.
+
+    Raises:
+        InputError: the store lacks a feature of the run or holds one the run was not trained on, naming
+            each of them.
+    """
+    found = store.feature_names
+    if found == tuple(features):
+        return None
+    missing = [name for name in features if name not in found]
+    extra = [name for name in found if name not in features]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing the run's feature{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))}")
+        if extra:
+            parts.append(f"has {', '.join(map(repr, extra))}, which the run was not trained on")
+        raise InputError(f"{store.path}: {'; '.join(parts)} (features are matched by name)")
+    return tuple(found.index(name) for name in features)
 
 
 def open_store(path: str | Path) -> Store:

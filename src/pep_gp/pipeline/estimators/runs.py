@@ -16,11 +16,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..data.blocks import TargetScaling
-from ..data.transforms import OneHotFeature, read_transforms
+from ..data.transforms import OneHotFeature
 from ..errors import InputError
-from ..training.manifest import RunManifest
-from ..training.runs import bound_model, load_run
+from ..training.runs import Run
 from .base import GPEstimator
 from .models import ESTIMATORS
 
@@ -32,9 +30,8 @@ def load(run_dir: str | Path) -> GPEstimator:
         InputError: no complete checkpoint, an unknown model, or a run of another format version or
             parameterisation (the message names what was found and what this pep reads).
     """
-    restored = load_run(Path(run_dir))
-    manifest = RunManifest.of(restored.meta)
-    spec, settings, model = bound_model(manifest)
+    run = Run.open(run_dir)
+    restored, manifest, spec, settings, model = run.restored, run.manifest, run.spec, run.settings, run.model
     if spec.name not in ESTIMATORS:
         raise InputError(f"{run_dir}: --model {spec.name} has no estimator in this pep")
     config = manifest.config
@@ -44,13 +41,13 @@ def load(run_dir: str | Path) -> GPEstimator:
     fitted: dict[str, Any] = {
         "params_": jax.tree_util.tree_map(np.asarray, restored.trees["params"]), "model_": model,
         "x_mean_": np.asarray(manifest.x_mean, float), "x_std_": np.asarray(manifest.x_std, float),
-        "targets_": TargetScaling(manifest.targets.shift, manifest.targets.scale), "n_features_in_": len(manifest.x_mean),
+        "targets_": run.targets, "n_features_in_": len(manifest.x_mean),
         "binding_": manifest.model_binding, "data_checksum_": manifest.dataset_checksum,
         "n_iter_": restored.step, "block_rows_": config.rows_per_block, "converged_": manifest.converged, "notes_": [],
         "n_rejected_steps_": manifest.rejected_steps, "n_rejected_site_updates_": manifest.rejected_site_updates,
         "log_marginal_likelihood_value_": np.nan if manifest.log_marginal_likelihood is None
         else manifest.log_marginal_likelihood}
-    transforms = None if manifest.transforms is None else read_transforms(manifest.transforms, str(restored.path))
+    transforms = run.transforms
     if spec.task == "classification":
         labels = manifest.classes or (transforms.labels if transforms is not None else None)
         counts = manifest.model_binding.get("class_counts")

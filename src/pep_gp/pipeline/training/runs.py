@@ -3,14 +3,17 @@ held-out metrics of a run on a store."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from ...core import float64
 from ..data.blocks import BlockSource, TargetScaling
-from ..data.stores import Store, open_store
+from ..data.stores import Store, feature_order, open_store
+from ..data.transforms import Transforms, read_transforms
 from ..engine import Backend, Engine, InProcess
 from ..errors import InputError
 from ..metrics import finish
@@ -46,20 +49,100 @@ def resumed_config(run_dir: Path) -> dict[str, Any] | None:
     return None if manifest is None else RunManifest.of(manifest).config.model_dump()
 
 
+@dataclass(frozen=True)
+class Run:
+    """A run directory opened once: its newest intact checkpoint, the validated manifest and the model
+    bound as it trained. What ``pep evaluate``, ``pep predict`` and :func:`pep_gp.load` read a run as, so
+    that each reads the checkpoint and builds the model once, and all of them read it the same way.
+
+    Attributes:
+        directory: the run directory.
+        restored: the checkpoint (its step, params and path).
+        manifest: its validated run fields.
+        spec, settings, model: the model as it trained (:func:`bound_model`).
+    """
+
+    directory: Path
+    restored: checkpoint.Restored = field(repr=False)
+    manifest: RunManifest = field(repr=False)
+    spec: ModelSpec = field(repr=False)
+    settings: Any = field(repr=False)
+    model: Any = field(repr=False)
+
+    @classmethod
+    def open(cls, directory: str | Path) -> "Run":
+        """The newest intact checkpoint of a run (InputError if it has none; a damaged one is skipped,
+        :func:`~pep_gp.pipeline.training.checkpoint.restore`)."""
+        directory, built = Path(directory), {}
+
+        def templates(raw: dict[str, Any]) -> dict[str, Any]:
+            manifest = RunManifest.of(raw)
+            spec, settings, model = bound_model(manifest)
+            built.update(manifest=manifest, spec=spec, settings=settings, model=model)  # the last is restored
+            with float64():  # any params of the right shapes: M inducing inputs in D dimensions
+                return {"params": spec.init(model, np.zeros((settings.num_inducing, len(manifest.x_mean))),
+                                            settings, 0)}
+
+        restored = checkpoint.restore(directory, templates)
+        if restored is None:
+            raise InputError(f"{directory}: no complete checkpoint (train first with `pep train`)")
+        return cls(directory, restored, **built)
+
+    @property
+    def params(self) -> Any:
+        """The checkpoint's params."""
+        return self.restored.trees["params"]
+
+    @property
+    def targets(self) -> TargetScaling:
+        """Stored targets → model units, as the run trained."""
+        return TargetScaling(self.manifest.targets.shift, self.manifest.targets.scale)
+
+    @property
+    def transforms(self) -> Transforms | None:
+        """How a table's rows became the run's features (None in a manifest of an older pep).
+
+        Raises:
+            InputError: an invalid ``transforms`` record.
+        """
+        record = self.manifest.transforms
+        return None if record is None else read_transforms(record, str(self.restored.path))
+
+    def finite_params(self) -> Any:
+        """The params, after refusing a checkpoint whose params hold a NaN or an infinity (its digests may be
+        consistent: a run that diverged, or a file written so): it would predict nothing finite.
+
+        Raises:
+            InputError: naming the checkpoint and the first non-finite parameter.
+        """
+        for path, leaf in jax.tree_util.tree_leaves_with_path(self.params):
+            values = np.asarray(leaf)
+            if np.issubdtype(values.dtype, np.inexact) and not np.isfinite(values).all():
+                raise InputError(f"{self.restored.path}: parameter {jax.tree_util.keystr(path)} holds "
+                                 f"{np.count_nonzero(~np.isfinite(values))} non-finite values; the checkpoint "
+                                 "cannot predict (train again, or use an earlier checkpoint)")
+        return self.params
+
+    def store_columns(self, store: Store) -> tuple[int, ...] | None:
+        """Where the run's features are among ``store``'s columns, matched by name
+        (:func:`~pep_gp.pipeline.data.stores.feature_order`; a manifest without feature names, from an older
+        pep, is matched by count).
+
+        Raises:
+            InputError: the store holds other features, naming the missing and extra ones.
+        """
+        transforms = self.transforms
+        if transforms is not None:
+            return feature_order(store, transforms.feature_names)
+        if len(store.feature_names) != len(self.manifest.x_mean):
+            raise InputError(f"{store.path}: has {len(store.feature_names)} features; the model of "
+                             f"{self.directory} was trained on {len(self.manifest.x_mean)}")
+        return None
+
+
 def load_run(run_dir: Path) -> checkpoint.Restored:
     """The newest intact checkpoint of a run, with its params (InputError if it has none)."""
-
-    def templates(raw: dict[str, Any]) -> dict[str, Any]:
-        manifest = RunManifest.of(raw)
-        spec, settings, model = bound_model(manifest)
-        n_features = len(manifest.x_mean)
-        with float64():  # any params of the right shapes: M inducing inputs in D dimensions
-            return {"params": spec.init(model, np.zeros((settings.num_inducing, n_features)), settings, 0)}
-
-    restored = checkpoint.restore(run_dir, templates)
-    if restored is None:
-        raise InputError(f"{run_dir}: no complete checkpoint (train first with `pep train`)")
-    return restored
+    return Run.open(run_dir).restored
 
 
 def training_store(run_dir: Path, manifest: RunManifest) -> Store:
@@ -82,23 +165,22 @@ def training_store(run_dir: Path, manifest: RunManifest) -> Store:
 
 def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (by
-    default the store it was trained on, :func:`training_store`), standardised with the training
-    statistics of the run."""
-    restored = load_run(run_dir)
-    manifest = RunManifest.of(restored.meta)
-    store = open_store(data) if data is not None else training_store(run_dir, manifest)
-    spec, settings, model = bound_model(manifest)
-    spec.check(store, settings, manifest.config.rows_per_block)
-    if len(store.feature_names) != len(manifest.x_mean):
-        raise InputError(f"{store.path}: has {len(store.feature_names)} features; the model of "
-                         f"{run_dir} was trained on {len(manifest.x_mean)}")
-    targets = TargetScaling(manifest.targets.shift, manifest.targets.scale)
-    predictive = spec.predictive(model, targets)
+    default the store it was trained on, :func:`training_store`), its features matched to the run's by
+    name and standardised with the training statistics of the run.
+
+    Raises:
+        InputError: a store of other features (naming the missing and extra ones), or a model without a
+            held-out evaluation.
+    """
+    run = Run.open(run_dir)
+    store = open_store(data) if data is not None else training_store(run_dir, run.manifest)
+    run.spec.check(store, run.settings, run.manifest.config.rows_per_block)
+    columns = run.store_columns(store)
+    predictive = run.spec.predictive(run.model, run.targets)
     if predictive is None:
-        raise InputError(f"{run_dir}: --model {spec.name} has no held-out evaluation")
-    held_out = HeldOut(predictive, targets)
-    source = BlockSource.of(store, "test", manifest.config.rows_per_block, targets,
-                            statistics={"x_mean": manifest.x_mean, "x_std": manifest.x_std})
+        raise InputError(f"{run_dir}: --model {run.spec.name} has no held-out evaluation")
+    source = BlockSource.of(store, "test", run.manifest.config.rows_per_block, run.targets, columns=columns,
+                            statistics={"x_mean": run.manifest.x_mean, "x_std": run.manifest.x_std})
     engine = Engine(backend or InProcess(), source)
-    sums = engine.map_sum(held_out, restored.trees["params"], range(source.n_blocks))
-    return {**finish(sums), "step": restored.step, "checkpoint": str(restored.path)}
+    sums = engine.map_sum(HeldOut(predictive, run.targets), run.params, range(source.n_blocks))
+    return {**finish(sums), "step": run.restored.step, "checkpoint": str(run.restored.path)}
