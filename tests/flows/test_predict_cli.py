@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,6 +17,8 @@ from typer.testing import CliRunner
 from pep_gp.flows.cli import app
 from pep_gp.flows.predict import predict_flow
 from pep_gp.flows.reports import artifact_key
+from pep_gp.pipeline.training import checkpoint
+from pep_gp.pipeline.training.runs import load_run
 from tests import datafiles
 from tests.messy_runs import pep
 
@@ -114,3 +117,18 @@ def test_the_predict_flow_runs_under_prefect_and_publishes_its_summary(messy_cla
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
     assert artifacts and "| rows | 50 |" in artifacts[0].data
+
+
+def test_a_checkpoint_with_nan_params_is_refused_before_anything_is_written(messy_classifier, tmp_path):
+    """Issue 37, item 4: a checkpoint whose params hold a NaN (its digests consistent) was predicted as empty
+    probabilities with exit 0; now it is refused, naming the checkpoint and the parameter."""
+    trained = load_run(messy_classifier.run_dir)
+    leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(np.array, trained.trees["params"]))
+    leaves[0].flat[0] = np.nan
+    meta = {key: value for key, value in trained.meta.items() if key not in ("format", "step", "leaves")}
+    saved = checkpoint.save(tmp_path / "run", trained.step, {"params": tree.unflatten(leaves)}, meta, keep=1)
+    result = run("predict", "--run-dir", tmp_path / "run", "--input", messy_classifier.new_csv, "--sep", ";",
+                 "--out", tmp_path / "p.csv")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert f"{saved}: parameter " in result.stderr and "holds 1 non-finite values" in result.stderr
+    assert not (tmp_path / "p.csv").exists() and [p.name for p in tmp_path.iterdir()] == ["run"]

@@ -4,6 +4,10 @@ process and a 2-worker cluster, streamed, and written atomically."""
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
+import sys
 from pathlib import Path
 from statistics import NormalDist
 
@@ -207,3 +211,63 @@ def test_an_estimator_saved_predicts_through_pep_predict_bit_identically(tmp_pat
     out = pd.read_parquet(tmp_path / "p.parquet")
     np.testing.assert_array_equal(out[["proba_down", "proba_up"]].to_numpy(), estimator.predict_proba(X))
     assert out["label"].tolist() == estimator.predict(X).tolist()
+
+
+def test_a_store_of_the_same_features_in_another_order_predicts_as_the_training_store(classifier, tmp_path):
+    """Issue 37, item 3: a store's features are matched to the run's by name (here: reordered, not refused)."""
+    table = pd.read_csv(classifier.parent / "train.csv", sep=";")
+    table[["id", "bought", "income", "city", "age"]].to_csv(tmp_path / "reordered.csv", sep=";", index=False)
+    ingest(open_source("csv", SourceRequest((tmp_path / "reordered.csv",), "bought", sep=";", ids=("id",),
+                                            na="mean")), tmp_path / "reordered.zarr")
+    for store in (classifier.parent / "s.zarr", tmp_path / "reordered.zarr"):
+        predict(classifier, store, tmp_path / f"{store.stem}.parquet", split="test")
+    np.testing.assert_array_equal(pd.read_parquet(tmp_path / "s.parquet").to_numpy(),
+                                  pd.read_parquet(tmp_path / "reordered.parquet").to_numpy())
+
+
+@pytest.mark.parametrize("name", ["p.csv", "p.zarr"])
+def test_an_output_another_run_published_meanwhile_is_kept_and_this_run_fails(classifier, tmp_path, name):
+    """Issue 37, item 4: two runs to one --out without --overwrite: the second to finish fails, the first's
+    output is kept, and no temporary is left."""
+    out = tmp_path / name
+    other = out / "zarr.json" if name.endswith(".zarr") else out  # the other run's output
+
+    def the_other_run_publishes(rows):
+        other.parent.mkdir(exist_ok=True)
+        other.write_text("the other run's")
+
+    with pytest.raises(InputError, match=rf"--out .*{name}: already exists \(another run wrote it while this one "
+                                         r"predicted\); pass --overwrite to replace it"):
+        predict(classifier, classifier.parent / "new.csv", out, sep=";", progress=the_other_run_publishes)
+    assert other.read_text() == "the other run's"
+    assert datafiles.listing(tmp_path) == {str(path.relative_to(tmp_path)) for path in (out, other)}
+
+
+def test_a_full_disk_leaves_no_temporary_file(classifier, tmp_path, monkeypatch):
+    """Issue 37, item 4: a disk that fills up as the last rows are flushed (NFS and quotas report it at
+    close) fails every close of the CSV writer, the one that finishes the file and the one that releases it
+    after the error: the first error is reported and the temporary file removed."""
+    from pep_gp.pipeline.data import predictions
+
+    def full(writer):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(predictions._CsvWriter, "close", full)
+    monkeypatch.setattr(predictions._CsvWriter, "abort", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        predict(classifier, classifier.parent / "new.csv", tmp_path / "p.csv", sep=";")
+    assert datafiles.listing(tmp_path) == set()
+
+
+def test_sigterm_mid_predict_removes_the_temporary_output(classifier, tmp_path):
+    """Issue 37, item 4: SIGTERM after the first rows are written (the process signals itself): exit status
+    143 and nothing left in the output's directory."""
+    code = ("import os, signal, sys\nfrom pep_gp.pipeline.predict import predict\n"
+            "predict(sys.argv[1], sys.argv[2], sys.argv[3], sep=';',\n"
+            "        progress=lambda rows: os.kill(os.getpid(), signal.SIGTERM))\n")
+    (tmp_path / "out").mkdir()
+    done = subprocess.run([sys.executable, "-c", code, str(classifier), str(classifier.parent / "new.csv"),
+                           str(tmp_path / "out" / "p.csv")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 143, done.stderr
+    assert datafiles.listing(tmp_path / "out") == set()

@@ -97,7 +97,9 @@ def predict_command(
              "for several, e.g. --interval 0.9).")] = None,
     split: Annotated[str, typer.Option(help=f"A store's rows to predict: {', '.join(SPLIT_CHOICES)}.")] = "all",
     cluster: ClusterOption = "none",
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output (atomically).")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output (atomically). Without it an "
+                                                 "output that exists, or that another run writes first, is "
+                                                 "refused.")] = False,
     json_output: JsonFlag = False,
     quiet: QuietFlag = False,
     tls_ca_file: TlsCaFile = None,

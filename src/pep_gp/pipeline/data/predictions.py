@@ -3,8 +3,9 @@
 Input (:func:`open_input`): a CSV or Parquet table whose columns are matched by name to a run's feature
 and id columns (other columns are ignored; no target is needed), read a block at a time; or a pep store
 (its rows are model features already). Output (:func:`open_output`): CSV, Parquet or a Zarr group, one
-column per prediction, appended block by block to a temporary sibling that is renamed onto the output
-path only when every row is written: a failed run leaves nothing behind.
+column per prediction, appended block by block to a temporary sibling that is published as the output
+only when every row is written, and never over another run's output unless ``--overwrite``: a failed or
+terminated run leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -26,10 +27,11 @@ import pyarrow.parquet as pq
 import zarr
 
 from ..errors import InputError
+from ..files import publish_new, sigterm_as_exit
 from .frames import TableChunk
 from .sources.base import require_file
 from .sources.tables import check_columns, csv_chunks, csv_header, parquet_chunks, parquet_header
-from .stores import SPLITS, open_store
+from .stores import SPLITS, feature_order, open_store
 from .transforms import Transforms
 
 TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -45,10 +47,12 @@ class StoreRows:
     path: str
     split: str
     index: int
+    columns: tuple[int, ...] | None = None  # the run's features among the store's (feature_order)
 
     def read(self) -> np.ndarray:
-        """The chunk's rows of model features, float64."""
-        return open_store(self.path).read_chunk(self.split, self.index)[0].astype(np.float64)
+        """The chunk's rows of the run's features (in the run's order), float64."""
+        x = open_store(self.path).read_chunk(self.split, self.index)[0].astype(np.float64)
+        return x if self.columns is None else x[:, list(self.columns)]
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,8 @@ def open_input(path: Path, transforms: Transforms, sep: str | None = None, split
 
     Raises:
         InputError: no such file, an unknown kind, a missing feature or id column (with the closest
-            name), a store of other features, or an option the input does not take.
+            name), a store of other features (a store's features are matched by name, as a table's
+            columns are), or an option the input does not take.
     """
     path = Path(path)
     if split not in SPLIT_CHOICES:
@@ -113,15 +118,13 @@ def open_input(path: Path, transforms: Transforms, sep: str | None = None, split
 
 def _store_input(path: Path, transforms: Transforms, split: str) -> PredictInput:
     store = open_store(path)
-    if store.feature_names != transforms.feature_names:
-        raise InputError(f"{path}: a store of features {list(store.feature_names)}; the run was trained on "
-                         f"{list(transforms.feature_names)}")
+    columns = feature_order(store, transforms.feature_names)
     splits = SPLITS if split == "all" else (split,)
 
     def chunks() -> Iterator[StoreRows]:
         for name in splits:
             for index in range(store.n_chunks(name)):
-                yield StoreRows(store.path, name, index)
+                yield StoreRows(store.path, name, index, columns)
 
     return PredictInput(f"{path} ({split})", "store", chunks, sum(store.n_rows(name) for name in splits))
 
@@ -149,20 +152,46 @@ def output_kind(out: Path, overwrite: bool) -> str:
 
 @contextmanager
 def open_output(out: Path, overwrite: bool) -> Iterator["_Writer"]:
-    """A writer of prediction frames into a temporary sibling of ``out``, renamed onto ``out`` when the
-    block exits normally and removed when it raises."""
+    """A writer of prediction frames into a temporary sibling of ``out``, published as ``out`` when the
+    block exits normally, and removed on any error and on SIGTERM (:func:`~pep_gp.pipeline.files.sigterm_as_exit`).
+
+    Without ``overwrite`` the output is published only under a name still free
+    (:func:`~pep_gp.pipeline.files.publish_new`): of two runs writing one ``--out`` the second fails, and
+    the first's result is kept. With it the output replaces any that exists, atomically.
+
+    Raises:
+        InputError: ``out`` exists (before or, written by another run, after the predictions) without
+            ``overwrite``, or is of the other kind (file or directory).
+    """
     kind = output_kind(out, overwrite)
     temporary = out.with_name(f".{out.stem}.predict-{uuid.uuid4().hex[:8]}{out.suffix}")
-    writer = {"csv": _CsvWriter, "parquet": _ParquetWriter, "zarr": _ZarrWriter}[kind](temporary)
-    try:
-        yield writer
-        writer.close()
-    except BaseException:
-        writer.abort()
-        _remove(temporary)
-        raise
+    with sigterm_as_exit():
+        try:
+            writer = {"csv": _CsvWriter, "parquet": _ParquetWriter, "zarr": _ZarrWriter}[kind](temporary)
+            try:
+                yield writer
+                writer.close()
+            except BaseException:
+                with suppress(Exception):  # a full disk fails the close too: the first error is the one to report
+                    writer.abort()
+                raise
+            if overwrite:
+                _replace(temporary, out)
+            else:
+                try:
+                    publish_new(temporary, out)
+                except FileExistsError:
+                    raise InputError(f"--out {out}: already exists (another run wrote it while this one predicted); "
+                                     "pass --overwrite to replace it") from None
+        finally:
+            _remove(temporary)  # nothing left there once published
+
+
+def _replace(temporary: Path, out: Path) -> None:
+    """Publish ``temporary`` as ``out``, replacing an existing output (a Zarr directory is set aside first,
+    then removed: a directory cannot be renamed onto a non-empty one)."""
     old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-    if out.is_dir():  # a Zarr output: the old one aside, the new one in place, then the old one removed
+    if out.is_dir():
         out.rename(old)
     os.replace(temporary, out)
     _remove(old)
