@@ -2,7 +2,7 @@
 
 Input (:func:`open_input`): a CSV or Parquet table whose columns are matched by name to a run's feature
 and id columns (other columns are ignored; no target is needed), read a block at a time; or a pep store
-(its rows are model features already). Output (:func:`open_output`): CSV, Parquet or a Zarr group, one
+(its rows are model features already, moved to the run's offsets). Output (:func:`open_output`): CSV, Parquet or a Zarr group, one
 column per prediction, appended block by block to a temporary sibling that is renamed onto the output
 path only when every row is written: a failed run leaves nothing behind.
 """
@@ -40,15 +40,17 @@ SPLIT_CHOICES = ("all", *SPLITS)
 
 @dataclass(frozen=True)
 class StoreRows:
-    """A chunk of a store split, read where it is predicted (a Dask worker reads it itself)."""
+    """A chunk of a store split, read where it is predicted (a Dask worker reads it itself); ``shift``
+    moves its rows from the store's offsets to the run's (:meth:`Transforms.shift_from`)."""
 
     path: str
     split: str
     index: int
+    shift: tuple[float, ...]
 
     def read(self) -> np.ndarray:
-        """The chunk's rows of model features, float64."""
-        return open_store(self.path).read_chunk(self.split, self.index)[0].astype(np.float64)
+        """The chunk's rows of model features as the run's record makes them, float64."""
+        return open_store(self.path).read_chunk(self.split, self.index)[0].astype(np.float64) + self.shift
 
 
 @dataclass(frozen=True)
@@ -117,11 +119,12 @@ def _store_input(path: Path, transforms: Transforms, split: str) -> PredictInput
         raise InputError(f"{path}: a store of features {list(store.feature_names)}; the run was trained on "
                          f"{list(transforms.feature_names)}")
     splits = SPLITS if split == "all" else (split,)
+    shift = tuple(transforms.shift_from(store.transforms).tolist())
 
     def chunks() -> Iterator[StoreRows]:
         for name in splits:
             for index in range(store.n_chunks(name)):
-                yield StoreRows(store.path, name, index)
+                yield StoreRows(store.path, name, index, shift)
 
     return PredictInput(f"{path} ({split})", "store", chunks, sum(store.n_rows(name) for name in splits))
 

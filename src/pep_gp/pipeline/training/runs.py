@@ -11,6 +11,7 @@ import numpy as np
 from ...core import float64
 from ..data.blocks import BlockSource, TargetScaling
 from ..data.stores import Store, open_store
+from ..data.transforms import read_transforms
 from ..engine import Backend, Engine, InProcess
 from ..errors import InputError
 from ..metrics import finish
@@ -83,7 +84,8 @@ def training_store(run_dir: Path, manifest: RunManifest) -> Store:
 def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (by
     default the store it was trained on, :func:`training_store`), standardised with the training
-    statistics of the run."""
+    statistics of the run (after moving the rows of another store to the run's offsets,
+    :meth:`~pep_gp.pipeline.data.transforms.Transforms.shift_from`)."""
     restored = load_run(run_dir)
     manifest = RunManifest.of(restored.meta)
     store = open_store(data) if data is not None else training_store(run_dir, manifest)
@@ -97,8 +99,11 @@ def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | N
     if predictive is None:
         raise InputError(f"{run_dir}: --model {spec.name} has no held-out evaluation")
     held_out = HeldOut(predictive, targets)
+    # Another store of the same table centres its columns by its own offsets: move its rows to the run's.
+    shift = (0.0 if manifest.transforms is None
+             else read_transforms(manifest.transforms, str(restored.path)).shift_from(store.transforms))
     source = BlockSource.of(store, "test", manifest.config.rows_per_block, targets,
-                            statistics={"x_mean": manifest.x_mean, "x_std": manifest.x_std})
+                            statistics={"x_mean": np.asarray(manifest.x_mean) - shift, "x_std": manifest.x_std})
     engine = Engine(backend or InProcess(), source)
     sums = engine.map_sum(held_out, restored.trees["params"], range(source.n_blocks))
     return {**finish(sums), "step": restored.step, "checkpoint": str(restored.path)}
