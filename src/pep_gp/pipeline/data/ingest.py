@@ -1,6 +1,7 @@
 """Streaming ingest of a source into a pep store (docs/how-to/own-data.md), in three coarse steps.
 
-1. :func:`stage` — one pass over the source: every block is checked (finite values within float32's
+1. :func:`stage` — one pass over the source (a table's features already less their offsets, in float64:
+   :mod:`pep_gp.pipeline.data.transforms`): every block is checked (finite values within float32's
    range, labels), then the rows pass through a seeded, memory-bounded shuffle
    (:mod:`pep_gp.pipeline.data.shuffle`) and are appended, as float32, to a staging array inside a temporary sibling of the store. Memory holds one block, the
    shuffle buffer (≤ 64 MB) and one chunk, whatever the input size.
