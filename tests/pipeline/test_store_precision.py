@@ -15,7 +15,6 @@ from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.sources.tables import csv_chunks
 from pep_gp.pipeline.data.stores import open_store
-from pep_gp.pipeline.data.transforms import TimeFeature
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.predict import predict
 from pep_gp.pipeline.training.config import TrainConfig
@@ -67,7 +66,7 @@ def test_a_far_from_zero_column_and_times_train_to_the_error_of_the_centred_colu
     stored = {column: store.arrays("train")[0][:, 0] / FORMS[column] for column, (store, _) in runs.items()}
     for column in ("big", "unix", "when"):
         np.testing.assert_allclose(stored[column] - stored[column].mean(), stored["x"] - stored["x"].mean(), atol=2e-4)
-    assert isinstance(runs["when"][0].transforms.features[0], TimeFeature)
+    assert runs["when"][0].attrs["transforms"]["features"][0]["kind"] == "time"
     errors = {column: float(np.mean(load(run).predict(new[[column]]) != new["label"]))
               for column, (_, run) in runs.items() if column != "unix"}
     assert errors["x"] < 0.15 and all(abs(error - errors["x"]) <= 0.01 for error in errors.values()), errors
