@@ -120,6 +120,11 @@ def test_a_time_column_names_its_unit_and_refuses_a_value_that_is_not_a_time(tmp
     feature = store.attrs["transforms"]["features"][0]
     assert (feature["kind"], feature["unit"]) == ("time", "s")
     assert feature["offset"] == pytest.approx(frame["unix"].mean(), abs=1e-3)
+    parquet = frame.assign(when=pd.to_datetime(frame["when"]))[["when", "label"]]  # a timestamp column
+    parquet.to_parquet(tmp_path / "t.parquet")
+    ingest(open_source("parquet", SourceRequest((tmp_path / "t.parquet",), "label")), tmp_path / "p.zarr",
+           test_size="0.25")
+    assert open_store(tmp_path / "p.zarr").attrs["transforms"]["features"][0] == feature
     frame.loc[3, "when"] = "tomorrow"
     frame[["when"]].to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(InputError, match=r"bad.csv: line 5, column 'when': expected a date and time .*'tomorrow'"):
