@@ -32,7 +32,9 @@ def test_csv_ingest_contents_split_and_statistics(tmp_path):
     store = open_store(tmp_path / "s.zarr")
     assert (summary.rows_train, summary.rows_test, summary.n_classes) == (750, 250, 3)
     assert store.n_chunks("train") == 12 and store.read_chunk("train", 11)[0].shape == (46, 3)
-    expected = values.astype(np.float32)
+    offsets = store.transforms.offsets  # the features are decimals: float32 holds them less their means
+    np.testing.assert_allclose(offsets, values[:, :-1].mean(axis=0), rtol=1e-12)
+    expected = np.column_stack([values[:, :-1] - offsets, values[:, -1]]).astype(np.float32)
     np.testing.assert_array_equal(store_rows(store), expected[np.lexsort(expected.T[::-1])])
     X_train, y_train = (a[:] for a in store.arrays("train"))
     np.testing.assert_allclose(store.attrs["x_mean"], X_train.astype(np.float64).mean(0), rtol=1e-12)
@@ -110,8 +112,9 @@ def test_overwrite_replaces_the_store(tmp_path):
 @pytest.mark.parametrize(("text", "options", "message"), [
     ("a,b,label\n1,2,0\n3,inf,1\n", {},
      r"t.csv: line 3, column 'b': expected a finite number, found inf"),
-    ("a,b,label\n1,2,0\n3,4,1\n-5e38,6,1\n", {},
-     r"t.csv: line 4, column 'a': expected a number within float32's range \(±3.4028235e\+38\), found -5e\+38"),
+    ("a,b,label\n1,2,0\n3,4,1\n-1e39,6,1\n", {},
+     r"t.csv: line 4, column 'a': expected a number within float32's range \(±3.4028235e\+38\) of the column's "
+     r"mean -3.3333333e\+38, found -1e\+39"),
     ("a,b,label\n1,2,0.5\n3,4,1e39\n", {"task": "regression"},
      r"t.csv: line 3, column 'label': expected a number within float32's range .*found 1e\+39"),
     ("a,b,label\n1,2,0.5\n3,4,yes\n", {"task": "regression"},
@@ -151,7 +154,7 @@ def test_bad_labels_and_nan_in_binary_inputs_leave_nothing(tmp_path):
     with pytest.raises(InputError, match=r"d.npz: row 4, column 'x1': expected a finite number, found nan"):
         ingest(open_source("npz", SourceRequest((tmp_path / "d.npz",))), tmp_path / "s.zarr")
     X[4, 1] = 1.0
-    X[7, 0] = 3.5e38  # finite in float64, inf once cast to the store's float32
+    X[7, 0] = 1e39  # finite in float64, inf once cast to the store's float32 even less the column's mean 1e38
     np.savez(tmp_path / "d.npz", X=X, y=np.arange(10) % 2)
     with pytest.raises(InputError, match=r"d.npz: row 7, column 'x0': expected a number within float32's range"):
         ingest(open_source("npz", SourceRequest((tmp_path / "d.npz",))), tmp_path / "s.zarr")

@@ -47,11 +47,13 @@ def regressor(messy_regressor) -> Path:
 
 def oracle(run_dir: Path, table: pd.DataFrame) -> dict:
     """The model's predictive on the table's rows transformed by hand: the run's mean fill for age,
-    one-hot city columns in sorted order, standardised with the run's training statistics."""
+    one-hot city columns in sorted order, income less its offset, standardised with the run's training
+    statistics."""
     manifest = load_run(run_dir).meta
     record = manifest["transforms"]
     age = table["age"].fillna(record["features"][0]["fill"])
-    x = np.column_stack([age, *(table["city"] == c for c in ("Lyon", "Nice", "Paris")), table["income"]])
+    income = table["income"] - record["features"][4]["offset"]
+    x = np.column_stack([age, *(table["city"] == c for c in ("Lyon", "Nice", "Paris")), income])
     x = (x - np.asarray(manifest["x_mean"])) / np.asarray(manifest["x_std"])
     spec, _, model = bound_model(RunManifest.of(manifest))
     with float64():

@@ -35,7 +35,8 @@ def fitted(tmp_path, text: str, name: str = "t.csv", **request):
 
 
 def test_a_messy_csv_becomes_one_hot_rows_and_its_record_reproduces_them(tmp_path):
-    """The oracle: the same table transformed independently with pandas (mean fill, one-hot dummies)."""
+    """The oracle: the same table transformed independently with pandas (mean fill, one-hot dummies, a column
+    float32 cannot hold exactly less its mean)."""
     path = tmp_path / "customers.csv"
     datafiles.write_messy_csv(path, n_rows=300)
     ingest(open_source("csv", SourceRequest((path,), "bought", sep=";", ids=("id",), na="mean")),
@@ -47,12 +48,14 @@ def test_a_messy_csv_becomes_one_hot_rows_and_its_record_reproduces_them(tmp_pat
     assert store.feature_names == ("age", "city=Lyon", "city=Nice", "city=Paris", "income")
     assert (record["labels"], record["na"], record["id_columns"], record["target"], record["task"]) == (
         ["no", "yes"], "mean", ["id"], "bought", "classification")
-    assert record["features"][0] == {"kind": "numeric", "column": "age", "fill": table["age"].mean()}
+    assert record["features"][0] == {"kind": "numeric", "column": "age", "fill": table["age"].mean(), "offset": 0.0}
     assert [f["fill"] for f in record["features"][1:4]] == pytest.approx(
         table["city"].value_counts(normalize=True).sort_index().tolist(), abs=1e-15)
     expected = np.column_stack([table["age"].fillna(table["age"].mean()),
                                 pd.get_dummies(table["city"]).sort_index(axis=1).to_numpy(float),
-                                table["income"], table["bought"] == "yes"]).astype(np.float32).astype(np.float64)
+                                table["income"] - table["income"].mean(),
+                                table["bought"] == "yes"]).astype(np.float32).astype(np.float64)
+    assert record["features"][4]["offset"] == pytest.approx(table["income"].mean(), rel=1e-15)
     np.testing.assert_array_equal(store_rows(store), expected[np.lexsort(expected.T[::-1])])
     assert store.transforms == read_transforms(json.loads(json.dumps(record)), "copy")
 

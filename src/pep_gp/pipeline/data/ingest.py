@@ -1,6 +1,7 @@
 """Streaming ingest of a source into a pep store (docs/how-to/own-data.md), in three coarse steps.
 
-1. :func:`stage` — one pass over the source: every block is checked (finite values within float32's
+1. :func:`stage` — one pass over the source (a table's features already less their offsets, in float64:
+   :mod:`pep_gp.pipeline.data.transforms`): every block is checked (finite values within float32's
    range, labels), then the rows pass through a seeded, memory-bounded shuffle
    (:mod:`pep_gp.pipeline.data.shuffle`) and are appended, as float32, to a staging array inside a temporary sibling of the store. Memory holds one block, the
    shuffle buffer (≤ 64 MB) and one chunk, whatever the input size.
@@ -347,16 +348,21 @@ def _check_finite(block: RowBlock, source: Source) -> None:
     """Raise InputError at the first feature or target value that is not finite or outside float32's range.
 
     The store holds float32 (:func:`stage`), so a finite float64 beyond ``±3.4028235e38`` would become
-    ``inf`` there; it is refused like a non-finite one.
+    ``inf`` there; it is refused like a non-finite one. A table's features are checked less their
+    offsets (:mod:`~pep_gp.pipeline.data.transforms`), as they are stored; the message gives the table's
+    value.
     """
-    for values, names in ((block.X, source.feature_names), (block.y[:, None], (source.target_name,))):
+    offsets = np.zeros(len(source.feature_names)) if source.transforms is None else source.transforms.offsets
+    for values, names, offset in ((block.X, source.feature_names, offsets),
+                                  (block.y[:, None], (source.target_name,), np.zeros(1))):
         bad = ~np.isfinite(values) | (np.abs(values) > FLOAT32_MAX)
         if bad.any():
             i, j = np.argwhere(bad)[0]
             expected = ("a finite number" if not np.isfinite(values[i, j])
-                        else f"a number within float32's range (±{FLOAT32_MAX:.8g})")
+                        else f"a number within float32's range (±{FLOAT32_MAX:.8g})"
+                        + (f" of the column's mean {offset[j]:.8g}" if offset[j] else ""))
             raise InputError(f"{block.where(i)}, column '{names[j]}': expected {expected}, "
-                             f"found {values[i, j]}")
+                             f"found {values[i, j] + offset[j]:.8g}")
 
 
 class _LabelScan:

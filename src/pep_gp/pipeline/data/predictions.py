@@ -2,10 +2,10 @@
 
 Input (:func:`open_input`): a CSV or Parquet table whose columns are matched by name to a run's feature
 and id columns (other columns are ignored; no target is needed), read a block at a time; or a pep store
-(its rows are model features already). Output (:func:`open_output`): CSV, Parquet or a Zarr group, one
-column per prediction, appended block by block to a temporary sibling that is published as the output
-only when every row is written, and never over another run's output unless ``--overwrite``: a failed or
-terminated run leaves nothing behind.
+(its rows are model features already: matched to the run's features by name and moved to the run's offsets).
+Output (:func:`open_output`): CSV, Parquet or a Zarr group, one column per prediction, appended block by block
+to a temporary sibling that is published as the output only when every row is written, and never over
+another run's output unless ``--overwrite``: a failed or terminated run leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -42,17 +42,19 @@ SPLIT_CHOICES = ("all", *SPLITS)
 
 @dataclass(frozen=True)
 class StoreRows:
-    """A chunk of a store split, read where it is predicted (a Dask worker reads it itself)."""
+    """A chunk of a store split, read where it is predicted (a Dask worker reads it itself); ``shift``
+    moves its rows from the store's offsets to the run's (:meth:`Transforms.shift_from`)."""
 
     path: str
     split: str
     index: int
-    columns: tuple[int, ...] | None = None  # the run's features among the store's (feature_order)
+    columns: tuple[int, ...] | None  # the run's features among the store's (feature_order)
+    shift: tuple[float, ...]  # from the store's offsets to the run's (Transforms.shift_from)
 
     def read(self) -> np.ndarray:
-        """The chunk's rows of the run's features (in the run's order), float64."""
+        """The chunk's rows of model features as the run's record makes them (its order, its offsets), float64."""
         x = open_store(self.path).read_chunk(self.split, self.index)[0].astype(np.float64)
-        return x if self.columns is None else x[:, list(self.columns)]
+        return (x if self.columns is None else x[:, list(self.columns)]) + self.shift
 
 
 @dataclass(frozen=True)
@@ -120,11 +122,12 @@ def _store_input(path: Path, transforms: Transforms, split: str) -> PredictInput
     store = open_store(path)
     columns = feature_order(store, transforms.feature_names)
     splits = SPLITS if split == "all" else (split,)
+    shift = tuple(transforms.shift_from(store.transforms).tolist())
 
     def chunks() -> Iterator[StoreRows]:
         for name in splits:
             for index in range(store.n_chunks(name)):
-                yield StoreRows(store.path, name, index, columns)
+                yield StoreRows(store.path, name, index, columns, shift)
 
     return PredictInput(f"{path} ({split})", "store", chunks, sum(store.n_rows(name) for name in splits))
 

@@ -12,7 +12,8 @@ Layout (Zarr v3, one group per dataset)::
                table transforms (:mod:`pep_gp.pipeline.data.transforms`)
 
 The arrays hold the source's own values (MNIST pixels scaled to [0, 1], airline features in their
-units); ``x_mean``/``x_std`` (and ``y_mean``/``y_std`` for regression) are statistics of the training
+units; a table's columns less their float64 offsets, recorded in ``transforms``, so that float32 keeps
+their spread); ``x_mean``/``x_std`` (and ``y_mean``/``y_std`` for regression) are statistics of the training
 split only, for a trainer that standardises (``x_std`` is 1.0 for a constant feature). The root
 attributes are written last: a store without them is unfinished and :func:`open_store` refuses it.
 ``checksum`` identifies the stored arrays (see :func:`~pep_gp.pipeline.data.chunks.data_checksum`), so a

@@ -1,11 +1,14 @@
 """One pass over a user's table that learns its :class:`~pep_gp.pipeline.data.transforms.Transforms`:
-which feature columns are numbers and which are text (one-hot encoded), the values of each text
-column, the class labels, and the fill values of ``--na mean``.
+which feature columns are numbers, which are dates and times and which are text (one-hot encoded), the
+values of each text column, the class labels, and each numeric or time column's mean (in float64: its
+offset, and its fill value under ``--na mean``).
 
 A column is *numeric* when its present values are numbers (booleans count as 0 and 1) and *text* when
 most of them are not; a column mostly of numbers with a few text values is refused at its first text
-value (a typo is likelier than a category; ``--categorical`` one-hot encodes it anyway). A text column
-with more than ``--max-categories`` distinct values is refused with their count. The target gives
+value (a typo is likelier than a category; ``--categorical`` one-hot encodes it anyway). A column
+whose present values are all ISO 8601 dates and times (or a Parquet timestamp column) is a *time*
+column, read as seconds since 1970-01-01 UTC. A text column with more than ``--max-categories``
+distinct values is refused with their count. The target gives
 class labels of any values (text, booleans, integers such as −1/+1 or 1..C), mapped to ``0..C−1`` in
 sorted order; with ``--task auto`` a numeric target with fractional values is a regression target and
 one of integers a classification target, unless it has more than :data:`AUTO_CLASSES_MAX` values.
@@ -26,7 +29,8 @@ import pandas as pd
 
 from ..errors import InputError
 from .frames import TableChunk, drop_missing
-from .transforms import NumericFeature, OneHotFeature, Transforms, label_kind, label_value, text_values
+from .transforms import (Feature, NumericFeature, OneHotFeature, TimeFeature, Transforms, epoch_seconds, label_kind,
+                         label_value, text_values)
 
 DISTINCT_LIMIT = 100_000  # distinct values tracked per column; beyond it the count is "more than"
 AUTO_CLASSES_MAX = 100    # --task auto: an integer target with more distinct values is refused
@@ -62,17 +66,21 @@ class TableOptions:
 
 @dataclass
 class ColumnScan:
-    """What a pass saw of one column: kinds of its present values, and on the rows kept for training
-    its distinct text values (or labels) and the sum of its numbers."""
+    """What a pass saw of one column: kinds of its present values (``times``: the text values that are
+    dates and times), and on the rows kept for training its distinct text values (or labels) and the sum
+    and count of its numbers, or of its times in seconds (a numeric feature has no text, a time feature
+    no numbers: one sum serves both), and whether float32 holds each of those values exactly."""
 
     numbers: int = 0
     texts: int = 0
+    times: int = 0
     missing: int = 0
     first_text: tuple[str, str] | None = None         # (where, value)
     first_not_finite: tuple[str, float] | None = None  # (where, value)
     distinct: Counter = field(default_factory=Counter)
     overflow: bool = False
     total: float = 0.0
+    exact: bool = True
     count: int = 0
     text_lost: bool = False  # a block was parsed as numbers: its values' text is not known
 
@@ -88,6 +96,19 @@ class ColumnScan:
             for value, count in values.value_counts(dropna=True).items():
                 self.distinct[label_value(value)] += int(count)
             self.overflow = len(self.distinct) > DISTINCT_LIMIT
+
+    def add_values(self, values: np.ndarray) -> None:
+        """Fold finite numbers (or seconds) into the sum, the count and :attr:`exact`."""
+        self.total += float(values.sum())
+        self.count += len(values)
+        with np.errstate(over="ignore"):  # beyond float32's range: inf, so not exact
+            self.exact = self.exact and bool((values.astype(np.float32) == values).all())
+
+    def offset(self) -> float:
+        """The column's offset (:mod:`~pep_gp.pipeline.data.transforms`): 0 when float32 holds each value
+        exactly (the store keeps them as the table wrote them), else their mean, so that float32 keeps
+        their spread whatever their distance from zero."""
+        return 0.0 if self.exact else self.total / self.count
 
     def distinct_count(self) -> str:
         return f"more than {DISTINCT_LIMIT:,}" if self.overflow else f"{len(self.distinct):,}"
@@ -165,7 +186,10 @@ def _scan_column(chunk: TableChunk, name: str, keep: np.ndarray, read_as_text: b
         is_number = present
         column.text_lost |= bool(present.any())
     else:
-        numbers = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        if pd.api.types.is_datetime64_any_dtype(series):  # to_numeric would give nanoseconds
+            numbers = np.full(len(series), np.nan)
+        else:
+            numbers = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         is_number = present & ~np.isnan(numbers)
         is_text = present & ~is_number
         if is_text.any() and column.first_text is None:
@@ -174,6 +198,11 @@ def _scan_column(chunk: TableChunk, name: str, keep: np.ndarray, read_as_text: b
         column.texts += int(is_text.sum())
         if not is_target:
             column.add_distinct(text_values(series[kept]))
+        if is_text.any() and not (is_target or read_as_text) and column.times == column.texts - int(is_text.sum()):
+            seconds = epoch_seconds(series.where(is_text))
+            is_time = is_text & ~np.isnan(seconds)
+            column.times += int(is_time.sum())
+            column.add_values(seconds[kept & is_time])
     if is_target:
         column.add_labels(series[kept])
     column.numbers += int(is_number.sum())
@@ -182,23 +211,34 @@ def _scan_column(chunk: TableChunk, name: str, keep: np.ndarray, read_as_text: b
         i = int(np.argmax(not_finite))
         column.first_not_finite = (chunk.where(i), float(numbers[i]))
     finite = kept & is_number & np.isfinite(numbers)
-    column.total += float(numbers[finite].sum())
-    column.count += int(finite.sum())
+    column.add_values(numbers[finite])
 
 
 def _is_text(name: str, column: ColumnScan, options: TableOptions) -> bool:
     """Whether a feature column is one-hot encoded (or the target holds text labels)."""
     if name == options.target:
         return column.texts > 0
-    return name in options.categorical or column.texts > column.numbers
+    return name in options.categorical or (column.texts > column.numbers and not _is_time(column))
 
 
-def _features(name: str, column: ColumnScan, options: TableOptions) -> list[NumericFeature | OneHotFeature]:
+def _is_time(column: ColumnScan) -> bool:
+    """Whether a feature column not named by ``--categorical`` is a time column: every present value
+    a date and time."""
+    return column.times > 0 and column.times == column.texts and column.numbers == 0
+
+
+def _features(name: str, column: ColumnScan, options: TableOptions) -> list[Feature]:
     """The model feature(s) of a source column, after refusing what cannot be encoded."""
     mean = options.na == "mean"
     if mean and column.count + sum(column.distinct.values()) == 0:
         raise InputError(f"{options.description}, column {name!r}: every value is missing; "
                          f"leave it out with --drop {name}")
+    average = column.total / max(column.count, 1)  # float64, before any cast to the store's float32
+    if not np.isfinite(average):
+        raise InputError(f"{options.description}, column {name!r}: values too large to average in float64 "
+                         f"(their sum is {column.total}); rescale the column")
+    if not _is_text(name, column, options) and _is_time(column):
+        return [TimeFeature(column=name, fill=average if mean else None, offset=column.offset())]
     if not _is_text(name, column, options):
         if column.texts:
             where, value = column.first_text
@@ -207,7 +247,7 @@ def _features(name: str, column: ColumnScan, options: TableOptions) -> list[Nume
         if column.first_not_finite is not None:
             where, value = column.first_not_finite
             raise InputError(f"{where}, column {name!r}: expected a finite number, found {value}")
-        return [NumericFeature(column=name, fill=column.total / column.count if mean else None)]
+        return [NumericFeature(column=name, fill=average if mean else None, offset=column.offset())]
     if column.overflow or len(column.distinct) > options.max_categories:
         raise InputError(f"{options.description}, column {name!r}: {column.distinct_count()} distinct text values, "
                          f"more than --max-categories {options.max_categories}; leave it out with --drop {name} "

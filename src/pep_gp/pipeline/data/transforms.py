@@ -7,9 +7,19 @@ training copies it into every checkpoint manifest, so a run directory alone can 
 the rows its model was trained on. The record (:class:`Transforms`, validated with pydantic when read):
 
 * ``features``: the model's feature columns in order. A numeric feature is a source column, its values
-  as numbers; a one-hot feature is ``1.0`` where a text column holds one value, else ``0.0``. Each has
-  the ``fill`` used for a missing value under ``--na mean``: the column's mean over the rows ingested
-  (both splits; for a one-hot column, the value's frequency), None under ``--na drop``/``fail``.
+  as numbers; a time feature is a column of dates and times (ISO 8601 text, or a Parquet timestamp),
+  its values as seconds since 1970-01-01T00:00:00 UTC (``unit: "s"``; a time without a zone is read as
+  UTC); a one-hot feature is ``1.0`` where a text column holds one value, else ``0.0``. Each has the
+  ``fill`` used for a missing value under ``--na mean``: the column's mean over the rows ingested (both
+  splits; for a one-hot column, the value's frequency), None under ``--na drop``/``fail``.
+* ``offset`` of a numeric or time feature: subtracted from its values in float64, before the store casts
+  them to float32. It is the column's mean over the rows ingested (as ``fill``), so that float32 keeps
+  the column's spread: ``1e12 + N(0, 1)`` would otherwise be stored as one value, and Unix times in
+  seconds to 128 s. The model never sees the offset (training standardises each feature with the
+  training split's mean and deviation, ``x_mean``/``x_std``, which the offset only shifts), but every
+  new row is centred by the same offset (:meth:`Transforms.apply`), and rows of another store are moved
+  to this record's offsets (:meth:`Transforms.shift_from`). A record without offsets (written before
+  pep stored them) reads with offset 0, which is what its store holds: the table's values as float32.
 * ``labels``: class index → the user's label value (JSON-typed as read: strings, integers, floats or
   booleans), for classification; None for regression.
 * ``na``: the missing-value policy; ``id_columns``; ``target``; ``task``.
@@ -19,14 +29,14 @@ features as stored, which :meth:`Transforms.identity` describes.
 
 New rows: a column is matched by name; a value of a text column never seen at ingest gives that row
 all-zero one-hot columns for the column (counted, so that ``pep predict`` can warn), a missing value
-is replaced by the fill under ``--na mean`` and refused otherwise.
+is replaced by the fill under ``--na mean`` and refused otherwise, then the offsets are subtracted.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -43,13 +53,32 @@ LabelValue = StrictBool | StrictInt | StrictFloat | StrictStr
 """A class label as the user wrote it, typed as JSON reads it."""
 
 
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+
+
 class NumericFeature(BaseModel):
-    """A source column whose values are numbers (booleans read as 0 and 1)."""
+    """A source column whose values are numbers (booleans read as 0 and 1), less ``offset``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["numeric"] = "numeric"
     column: str
-    fill: float | None = None
+    fill: FiniteFloat | None = None
+    offset: FiniteFloat = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.column
+
+
+class TimeFeature(BaseModel):
+    """A source column of dates and times, as seconds since 1970-01-01T00:00:00 UTC less ``offset``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["time"] = "time"
+    column: str
+    unit: Literal["s"] = "s"
+    fill: FiniteFloat | None = None
+    offset: FiniteFloat
 
     @property
     def name(self) -> str:
@@ -63,14 +92,15 @@ class OneHotFeature(BaseModel):
     kind: Literal["one_hot"] = "one_hot"
     column: str
     value: str
-    fill: float | None = None
+    fill: FiniteFloat | None = None
+    offset: ClassVar[float] = 0.0  # indicators are exact in float32
 
     @property
     def name(self) -> str:
         return f"{self.column}={self.value}"
 
 
-Feature = Annotated[NumericFeature | OneHotFeature, Field(discriminator="kind")]
+Feature = Annotated[NumericFeature | TimeFeature | OneHotFeature, Field(discriminator="kind")]
 
 
 class Transforms(BaseModel):
@@ -145,13 +175,40 @@ class Transforms(BaseModel):
     def n_classes(self) -> int | None:
         return None if self.labels is None else len(self.labels)
 
+    @property
+    def offsets(self) -> np.ndarray:
+        """``(D,)`` float64: each feature's offset (0 for a one-hot feature)."""
+        return np.array([feature.offset for feature in self.features], dtype=np.float64)
+
+    @property
+    def is_identity(self) -> bool:
+        """Whether the model's features are the table's numeric columns as read (no one-hot or time
+        feature, every offset 0), so that an array of those columns is model rows as they are."""
+        return all(isinstance(f, NumericFeature) and f.offset == 0 for f in self.features)
+
+    def shift_from(self, other: "Transforms") -> np.ndarray:
+        """``(D,)`` float64 to add to rows made by ``other`` (a store's record of the same features), read in
+        this record's feature order, to make them as this record makes them: ``other``'s offset of each
+        feature, matched by name, less this record's.
+
+        Raises:
+            InputError: ``other`` lacks one of this record's features.
+        """
+        theirs = dict(zip(other.feature_names, other.offsets))
+        missing = [name for name in self.feature_names if name not in theirs]
+        if missing:
+            raise InputError(f"rows of features {list(other.feature_names)}; missing {missing} of "
+                             f"{list(self.feature_names)}")
+        return np.array([theirs[name] for name in self.feature_names], dtype=np.float64) - self.offsets
+
     def to_json(self) -> dict[str, Any]:
         """The record as the JSON object stored in a store's and a manifest's ``transforms``."""
         return self.model_dump(mode="json")
 
     # ---------------------------------------------------------------------------------------------
     def apply(self, chunk: TableChunk, unseen: dict[str, Counter] | None = None) -> np.ndarray:
-        """The model features of a chunk of a table: ``(n, D)`` float64, columns as :attr:`features`.
+        """The model features of a chunk of a table: ``(n, D)`` float64, columns as :attr:`features`, less
+        their :attr:`offsets`.
 
         Args:
             chunk: rows holding (at least) the :attr:`input_columns`.
@@ -159,8 +216,9 @@ class Transforms(BaseModel):
                 (those rows get all-zero one-hot columns for that column).
 
         Raises:
-            InputError: a column is absent, a numeric column holds text or a value that is not finite,
-                or a value is missing and :attr:`na` is not ``mean``; names the file, row and column.
+            InputError: a column is absent, a numeric column holds text or a value that is not finite, a
+                time column a value that is not a date and time, or a value is missing and :attr:`na` is
+                not ``mean``; names the file, row and column.
         """
         out = np.empty((len(chunk.frame), len(self.features)))
         for column, positions in self._positions().items():
@@ -175,11 +233,13 @@ class Transforms(BaseModel):
             features = [self.features[j] for j in positions]
             if isinstance(features[0], NumericFeature):
                 out[:, positions[0]] = finite_numbers(chunk, column)
+            elif isinstance(features[0], TimeFeature):
+                out[:, positions[0]] = time_seconds(chunk, column)
             else:
                 out[:, positions] = _one_hot(chunk, column, [f.value for f in features], missing, unseen)
             if missing.any():
                 out[np.ix_(missing, positions)] = [f.fill for f in features]
-        return out
+        return out - self.offsets
 
     def decode_labels(self, indices: np.ndarray) -> np.ndarray:
         """The user's label values of class indices ``0..C-1`` (strings, integers, floats or booleans)."""
@@ -270,6 +330,29 @@ def finite_numbers(chunk: TableChunk, column: str) -> np.ndarray:
         i = int(np.argmax(bad))
         raise InputError(f"{chunk.where(i)}, column {column!r}: expected a finite number, found {values[i]}")
     return values
+
+
+def epoch_seconds(series: pd.Series) -> np.ndarray:
+    """Dates and times as float64 seconds since 1970-01-01T00:00:00 UTC; NaN where a value is missing or
+    not an ISO 8601 date and time. A value without a zone is taken as UTC, one with a zone converted."""
+    times = pd.to_datetime(series, errors="coerce", utc=True, format="ISO8601")
+    seconds = (times - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)
+    return seconds.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def time_seconds(chunk: TableChunk, column: str) -> np.ndarray:
+    """A time column's values as :func:`epoch_seconds` (NaN where missing).
+
+    Raises:
+        InputError: a present value is not a date and time; names the row and the value.
+    """
+    seconds = epoch_seconds(chunk.frame[column])
+    bad = np.isnan(seconds) & ~chunk.missing[column].to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(f"{chunk.where(i)}, column {column!r}: expected a date and time (ISO 8601, such as "
+                         f"2024-05-01T12:30:00Z), found {chunk.frame[column].iloc[i]!r}")
+    return seconds
 
 
 def text_values(series: pd.Series) -> np.ndarray:

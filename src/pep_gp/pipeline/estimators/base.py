@@ -129,14 +129,23 @@ class FittedGP(BaseEstimator):
     def _predict_params(self):
         return self.params_
 
+    def _model_rows(self, X) -> np.ndarray:
+        """The model features of ``X``, float64. A run loaded from a table's store (``transforms_``: one-hot,
+        time or centred columns) takes a DataFrame of the table's columns, transformed as at ingest, or an
+        array of its features' values before their offsets (0/1 indicators, numbers, seconds), which are
+        then subtracted; otherwise ``X`` holds the features as the model was fitted on them."""
+        transforms = getattr(self, "transforms_", None)
+        if transforms is None:
+            return validate_data(self, X, dtype=np.float64, reset=False)
+        if hasattr(X, "columns"):
+            return validate_data(self, transforms.apply(TableChunk(X, X.isna(), "X", np.arange(len(X)))),
+                                 dtype=np.float64, reset=False)
+        return validate_data(self, X, dtype=np.float64, reset=False) - transforms.offsets
+
     def _predict_outputs(self, X) -> dict[str, np.ndarray]:
         """The predictive's outputs for the rows of ``X``, in blocks of one size (``pep predict``'s)."""
         check_is_fitted(self)
-        transforms = getattr(self, "transforms_", None)
-        if transforms is not None and hasattr(X, "columns"):  # a table with text columns, as at ingest
-            X = transforms.apply(TableChunk(X, X.isna(), "X", np.arange(len(X))))
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        x = (X - self.x_mean_) / self.x_std_
+        x = (self._model_rows(X) - self.x_mean_) / self.x_std_
         with float64():
             params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
             return predict_in_blocks(self._predictive(), params, x, getattr(self, "block_rows_", PREDICT_BLOCK_ROWS))

@@ -16,7 +16,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..data.transforms import OneHotFeature
 from ..errors import InputError
 from ..training.runs import Run
 from .base import GPEstimator
@@ -53,8 +52,8 @@ def load(run_dir: str | Path) -> GPEstimator:
         counts = manifest.model_binding.get("class_counts")
         fitted["classes_"] = np.asarray(labels or list(range(len(counts) if counts else 2)))
     names = manifest.feature_names or (None if transforms is None else list(transforms.feature_names))
-    if transforms is not None and any(isinstance(f, OneHotFeature) for f in transforms.features):
-        fitted["transforms_"] = transforms  # predict takes the table's own columns, one-hot encoded as at ingest
+    if transforms is not None and not transforms.is_identity:
+        fitted["transforms_"] = transforms  # predict takes the table's own columns, encoded and centred as at ingest
     elif names and names != [f"x{j}" for j in range(len(names))]:
         fitted["feature_names_in_"] = np.asarray(names, dtype=object)
     for name, value in fitted.items():

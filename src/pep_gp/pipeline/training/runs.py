@@ -166,7 +166,9 @@ def training_store(run_dir: Path, manifest: RunManifest) -> Store:
 def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (by
     default the store it was trained on, :func:`training_store`), its features matched to the run's by
-    name and standardised with the training statistics of the run.
+    name, moved to the run's offsets (another store of the same table centres its columns by its own,
+    :meth:`~pep_gp.pipeline.data.transforms.Transforms.shift_from`) and standardised with the training
+    statistics of the run.
 
     Raises:
         InputError: a store of other features (naming the missing and extra ones), or a model without a
@@ -179,8 +181,9 @@ def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | N
     predictive = run.spec.predictive(run.model, run.targets)
     if predictive is None:
         raise InputError(f"{run_dir}: --model {run.spec.name} has no held-out evaluation")
+    shift = 0.0 if run.transforms is None else run.transforms.shift_from(store.transforms)
     source = BlockSource.of(store, "test", run.manifest.config.rows_per_block, run.targets, columns=columns,
-                            statistics={"x_mean": run.manifest.x_mean, "x_std": run.manifest.x_std})
+                            statistics={"x_mean": np.asarray(run.manifest.x_mean) - shift, "x_std": run.manifest.x_std})
     engine = Engine(backend or InProcess(), source)
     sums = engine.map_sum(HeldOut(predictive, run.targets), run.params, range(source.n_blocks))
     return {**finish(sums), "step": run.restored.step, "checkpoint": str(run.restored.path)}
