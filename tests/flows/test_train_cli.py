@@ -1,4 +1,4 @@
-"""``pep train`` / ``pep evaluate`` as subprocesses: JSON output, bad input, SIGKILL then --resume,
+"""``pep train`` / ``pep evaluate``: bad input in this process; JSON output, SIGKILL then --resume as subprocesses,
 and training on a real ``dask scheduler`` with two ``dask worker`` processes on 127.0.0.1."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from prefect.settings import PREFECT_API_URL
+from typer.testing import CliRunner
 
-from pep_gp.pipeline.training.trainer import TrainJob, train
-
+from pep_gp.flows.cli import build_app
 from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.training.trainer import TrainJob, train
 from tests.trainstores import FAST, config_toml, leaves_equal, make_store
 
 BIN = Path(sys.executable).parent
@@ -79,19 +80,20 @@ def test_train_and_evaluate_json(store, config_file, tmp_path):
     (["--set", "alpha"], "--set 'alpha': expected KEY=VALUE"),
     (["--learning-rate", "-1"], "learning_rate: Input should be greater than 0"),
     (["--cluster", "tcp://10.1.2.3:8786"], "plain tcp:// is unencrypted and unauthenticated"),  # issue 27
-    *(pytest.param(*case, marks=pytest.mark.slow) for case in [  # ~4 s each: a `pep` process per case
-        (["--cluster", "tls://127.0.0.1:8786"], "a TLS scheduler needs a CA and a client certificate"),
-        (["--cluster", "tls://127.0.0.1:8786", "--tls-ca-file", "no-ca.pem", "--tls-cert", "no-cert.pem"],
-         "TLS ca file no-ca.pem: no such file"),
-        (["--tls-cert", "client.pem"], "--tls-ca-file/--tls-cert/--tls-key: only for a tls:// --cluster"),
-        (["--cluster", "slurm:0"], "--cluster: expected local:N")]),
+    (["--cluster", "tls://127.0.0.1:8786"], "a TLS scheduler needs a CA and a client certificate"),
+    (["--cluster", "tls://127.0.0.1:8786", "--tls-ca-file", "no-ca.pem", "--tls-cert", "no-cert.pem"],
+     "TLS ca file no-ca.pem: no such file"),
+    (["--tls-cert", "client.pem"], "--tls-ca-file/--tls-cert/--tls-key: only for a tls:// --cluster"),
+    (["--cluster", "slurm:0"], "--cluster: expected local:N"),
 ])
 def test_bad_input_fails_cleanly(store, tmp_path, args, message):
+    """Each is found before anything heavy starts, so it runs in this process (the console script's own exit
+    path is covered by test_evaluate_without_a_run and the subprocess tests below)."""
     options = {"--model": MODEL, "--data": store.path, "--run-dir": str(tmp_path / "run"), "--cluster": "none",
                "--batch-size": "96"}
     options.update(dict(zip(args[::2], args[1::2])))
-    done = pep("train", *sum(options.items(), ()), check=False)
-    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    done = CliRunner().invoke(build_app(("train",)), ["train", *sum(options.items(), ())])
+    assert done.exit_code == 2 and message in done.stderr and "Traceback" not in done.stderr, done.output
     assert not (tmp_path / "run").exists()
 
 
