@@ -19,12 +19,13 @@ class ConjugateMean:
     ``(Σ y, Σ 1)`` drive ``post_mean`` towards the exact posterior mean ``Σy / (1 + N)``."""
 
     nan_above: float = math.inf  # the data term is NaN once |w| exceeds this
+    fall: float = 0.0  # > 0: the site updates drift post_mean to 1 and the energy loses fall·N·post_mean² (a collapse)
 
     def step_shared(self, params, n_total):
         return ()
 
     def global_energy(self, params, shared, n_total):
-        return -0.5 * params["w"] ** 2
+        return -0.5 * params["w"] ** 2 - self.fall * n_total * params["post_mean"] ** 2
 
     def data_energy(self, params, shared, x, y, mask):
         value = -0.5 * jnp.sum(jnp.where(mask, (y - params["w"]) ** 2, 0.0))
@@ -35,7 +36,7 @@ class ConjugateMean:
 
     def site_update(self, params, shared, stats, n_total, damping):
         scale = n_total / stats["count"]
-        target = scale * stats["sum_y"] / (1.0 + n_total)
+        target = 1.0 if self.fall > 0 else scale * stats["sum_y"] / (1.0 + n_total)
         return {**params, "post_mean": (1 - damping) * params["post_mean"] + damping * target}, shared, True
 
 
@@ -61,6 +62,7 @@ class ToySpec(SpecBase):
     task: str = "regression"
     description: str = "conjugate mean (tests)"
     nan_above: float = math.inf
+    fall: float = 0.0
     Settings = ToySettings
     has_sites = True
 
@@ -68,7 +70,7 @@ class ToySpec(SpecBase):
         pass
 
     def build(self, settings, binding):
-        return ConjugateMean(self.nan_above)
+        return ConjugateMean(self.nan_above, self.fall)
 
     def init(self, model, x, settings, seed):
         return {"w": jnp.asarray(0.0), "post_mean": jnp.asarray(0.0)}

@@ -61,7 +61,8 @@ def summarise(job: Any, cluster: str, result: Any) -> dict[str, Any]:
     last = result.history[-1] if result.history else {}
     return {"model": job.model, "data": job.store.path, "run_dir": str(job.run_dir), "cluster": cluster,
             **result.metrics, "energy": last.get("energy"), "steps": result.steps,
-            "epochs": result.epochs, "converged": result.converged, "seconds": round(result.seconds, 3),
+            "epochs": result.epochs, "converged": result.reported_converged, "collapse": result.collapse,
+            "seconds": round(result.seconds, 3),
             "rejected_steps": result.rejected_steps, "rejected_site_updates": result.rejected_site_updates,
             "notes": list(result.notes), "checkpoint": str(result.checkpoint)}
 
@@ -160,6 +161,9 @@ def train_command(
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
     prefect: PrefectFlag = False,
+    allow_degenerate: Annotated[bool, typer.Option(help="Exit 0 when the fit collapsed far below its best energy "
+                                                        "(it then ends at its best parameters; without this "
+                                                        "option such a run exits 1).")] = False,
 ) -> None:
     """Train a model on a store, with checkpoints; resumable with --resume."""
     with user_errors("pep train"):
@@ -188,7 +192,13 @@ def train_command(
     elif not quiet:
         shown = {k: v for k, v in summary.items() if v is not None and k != "notes"}
         Console().print("\n".join(f"{key:>15}  {value}" for key, value in shown.items()), markup=False)
-    if settings.tol > 0 and not summary["converged"] and not quiet:
+    if summary["collapse"]:
+        typer.echo(f"pep train: {'warning' if allow_degenerate else 'error'}: the fit collapsed: {summary['collapse']} "
+                   "(written to --run-dir); try another --seed or a lower --learning-rate"
+                   + ("" if allow_degenerate else ", or pass --allow-degenerate to accept it"), err=True)
+        if not allow_degenerate:
+            raise typer.Exit(1)
+    elif settings.tol > 0 and not summary["converged"] and not quiet:
         typer.echo(f"pep train: warning: not converged after {summary['steps']} steps (the energy still rose by "
                    "more than the tolerance); train longer with --resume --max-steps N (or --epochs N)", err=True)
 

@@ -207,7 +207,9 @@ class GPEstimator(FittedGP):
 
     def fit(self, X, y):
         """Fit the model by maximising its energy (the approximate log marginal likelihood) with the trainer:
-        until the stopping rule says converged or ``max_iter`` steps (a ``ConvergenceWarning`` then)."""
+        until the stopping rule says converged or ``max_iter`` steps (a ``ConvergenceWarning`` then). A fit
+        that collapsed far below its best energy keeps its best parameters, warns (``ConvergenceWarning``)
+        and has ``converged_`` False (:mod:`pep_gp.pipeline.training.stopping`)."""
         data = self._training_data(X, y)
         config = self._config(data.n_rows("train"))
         energies: list[float] = []
@@ -276,7 +278,7 @@ class GPEstimator(FittedGP):
         self.x_mean_, self.x_std_ = np.asarray(source.x_mean), np.asarray(source.x_std)
         self.targets_ = trainer.targets
         self.energy_trace_ = energies
-        self.n_iter_, self.converged_ = result.steps, result.converged
+        self.n_iter_, self.converged_ = result.steps, result.reported_converged
         self.n_rejected_steps_ = result.rejected_steps
         self.n_rejected_site_updates_ = result.rejected_site_updates
         self.notes_ = list(result.notes)
@@ -284,13 +286,16 @@ class GPEstimator(FittedGP):
         self.data_checksum_ = trainer.job.store.checksum
         energy = trainer.energy(result.params)
         self.log_marginal_likelihood_value_ = energy - trainer.n_total * np.log(self.targets_.scale)
-        if self.tol > 0 and self.max_iter > 0 and not result.converged:
+        if self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None:
             gain = (f"the energy still rose by {result.gain_per_row:.2g} nats per row over the last "
                     f"{trainer.stopping.window} steps" if np.isfinite(result.gain_per_row) else
                     f"fewer than two {trainer.stopping.window}-step windows to compare")
             warnings.warn(f"{type(self).__name__}: {gain} when max_iter={self.max_iter} was reached "
                           f"(tol={self.tol:g}); increase max_iter (or the learning rate)", ConvergenceWarning,
                           stacklevel=3)
+        if result.collapse is not None:
+            warnings.warn(f"{type(self).__name__}: the fit collapsed: {result.collapse}; its predictions may be "
+                          "poor: try another seed or a lower learning_rate", ConvergenceWarning, stacklevel=3)
 
     def _predictive(self):
         return self.spec.predictive(self.model_, self.targets_)

@@ -52,6 +52,9 @@ class RunManifest(BaseModel):
     model_settings: dict[str, Any] | None = None  # as trained (M capped by the rows); absent before the cap
     parameterisation: str = "1"  # the model's parameters' meaning (ModelSpec.parameterisation); "1" before the tag
     recent_energies: list[float | None] = Field(default_factory=list)  # the stopping rule's window
+    best_energy: float | None = None  # the best step energy (None: none yet, or written before it was kept)
+    best_step: int = -1  # the step that started from the checkpoint's best_params (-1: none)
+    best_mean: float | None = None  # the best window mean of the step energies
     converged: bool | None = None
     log_marginal_likelihood: float | None = None  # an estimator's energy at its parameters (estimator.save)
     classes: list[Any] | None = None  # an estimator's labels in the user's values (estimator.save)

@@ -20,7 +20,9 @@ from .manifest import RunManifest
 @dataclass
 class LoopState:
     """The loop's state: params, optimiser state, the step (which fixes the sampling position and the
-    damping schedule), the RNG key, the epoch's running energy, the history and the counters."""
+    damping schedule), the RNG key, the epoch's running energy, the history, the counters, and the best
+    parameters seen (those a step with the highest energy estimate started from) with the best window
+    mean (:meth:`~pep_gp.pipeline.training.stopping.StoppingRule.collapsed` compares the last one with it)."""
 
     params: Any
     opt_state: Any
@@ -34,6 +36,18 @@ class LoopState:
     seconds: float = 0.0
     last_energy: float = float("nan")
     energies: list[float] = field(default_factory=list)  # the latest step energies the stopping rule reads
+    best_params: Any = None  # the params of the best step energy (None before an accepted step)
+    best_energy: float = float("-inf")
+    best_step: int = -1
+    best_mean: float = float("-inf")  # the best window mean of the step energies
+
+    def keep_best(self, params: Any, energy: float, window_mean: float) -> None:
+        """Record ``params`` if the step that started from them (``step``) had the best energy so far,
+        and the window mean if it is the best so far."""
+        if energy > self.best_energy:
+            self.best_params, self.best_energy, self.best_step = params, energy, self.step
+        if window_mean > self.best_mean:
+            self.best_mean = window_mean
 
 
 def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: int) -> Path:
@@ -41,9 +55,11 @@ def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: 
     meta = {**run_meta, "rejected_steps": state.rejected, "rejected_in_a_row": state.rejected_in_a_row,
             "rejected_site_updates": state.rejected_sites,
             "epoch_energy": state.epoch_energy, "history": state.history, "seconds": state.seconds,
-            "recent_energies": state.energies,
+            "recent_energies": state.energies, "best_energy": state.best_energy, "best_step": state.best_step,
+            "best_mean": state.best_mean,
             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    trees = {"params": state.params, "opt_state": state.opt_state, "key": state.key_data}
+    trees = {"params": state.params, "opt_state": state.opt_state, "key": state.key_data,
+             **({} if state.best_params is None else {"best_params": state.best_params})}
     return checkpoint.save(run_dir, state.step, trees, meta, keep)
 
 
@@ -64,10 +80,14 @@ def refuse_another_run(manifest: RunManifest, run_dir: Path, model: str, checksu
 
 
 def restored_state(restored: checkpoint.Restored) -> LoopState:
-    """The loop state a checkpoint holds (a history value written as ``null`` is read back as NaN)."""
+    """The loop state a checkpoint holds (a history value written as ``null`` is read back as NaN, a best
+    energy or mean as −∞: none yet, or a checkpoint written before they were kept)."""
     meta, trees = RunManifest.of(restored.meta), restored.trees
     history = [{key: float("nan") if value is None else value for key, value in record.items()}
                for record in meta.history]
+    worst = lambda value: float("-inf") if value is None else value
     return LoopState(trees["params"], trees["opt_state"], trees["key"], restored.step, meta.rejected_steps,
                      meta.rejected_in_a_row, meta.rejected_site_updates, meta.epoch_energy, history, meta.seconds,
-                     energies=[float("nan") if e is None else e for e in meta.recent_energies])
+                     energies=[float("nan") if e is None else e for e in meta.recent_energies],
+                     best_params=trees.get("best_params"), best_energy=worst(meta.best_energy),
+                     best_step=meta.best_step, best_mean=worst(meta.best_mean))

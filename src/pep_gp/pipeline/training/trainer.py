@@ -8,7 +8,9 @@ epoch the trainer records the epoch's mean energy and the held-out metrics, and 
 the run directory's lock (:mod:`pep_gp.pipeline.training.lock`): a second writer is refused. A run
 fails loudly (:class:`~pep_gp.pipeline.errors.TrainingFailed`) rather than idle: after
 ``max_rejected_in_a_row`` steps in a row rejected as non-finite, or when it ends with non-finite
-held-out metrics or energy. The estimators run this same trainer over in-memory arrays
+held-out metrics or energy. A run that ends collapsed, far below its best energy
+(:meth:`~pep_gp.pipeline.training.stopping.StoppingRule.collapsed`), ends at its best parameters instead of
+its last and reports :attr:`TrainResult.collapse` and ``converged`` false. The estimators run this same trainer over in-memory arrays
 (:mod:`pep_gp.pipeline.data.datasets`), without a run directory.
 """
 
@@ -93,10 +95,16 @@ class TrainResult:
     history: list[dict[str, Any]]
     rejected_steps: int
     rejected_site_updates: int
-    converged: bool  # the stopping rule's verdict on the step energies so far
+    converged: bool  # the stopping rule's verdict on the step energies so far (see reported_converged)
     gain_per_row: float  # the rule's last window gain (inf before two windows)
     stops_early: bool  # the run ends when it converges (no epochs asked for)
     notes: tuple[str, ...] = ()  # what the trainer changed of the settings, e.g. M capped by the rows
+    collapse: str | None = None  # how a finished run fell below its best (then params are the best's)
+
+    @property
+    def reported_converged(self) -> bool:
+        """What the run reports as converged: the stopping rule's verdict, and not collapsed."""
+        return self.converged and self.collapse is None
 
     @property
     def finished(self) -> bool:
@@ -207,6 +215,8 @@ class Trainer:
                 state.seconds = time.perf_counter() - started
                 progress("step", step=state.step, energy=state.last_energy, accepted=accepted)
                 ended = state.step == self.total_steps or (stops_early and self.stopping.converged(state.energies))
+                if ended:
+                    self._end_at_best_if_collapsed(state)
                 if self.schedule.ends_epoch(state.step - 1) or ended:
                     progress("epoch", record=self.end_epoch(state))
                 if state.rejected_in_a_row >= self.job.config.max_rejected_in_a_row:
@@ -222,7 +232,22 @@ class Trainer:
         return TrainResult(state.params, state.step, self.total_steps, len(state.history), state.seconds, path,
                            state.history, state.rejected, state.rejected_sites,
                            self.stopping.converged(state.energies), self.stopping.gain_per_row(state.energies),
-                           stops_early, self.notes)
+                           stops_early, self.notes, self._collapse(state))
+
+    def _collapse(self, state: LoopState) -> str | None:
+        """How the run fell from its best (None unless it collapsed)."""
+        if not self.stopping.collapsed(state.best_mean, state.energies):
+            return None
+        return (f"the energy fell from its best {state.best_energy:.6g} (step {state.best_step}) to a mean of "
+                f"{self.stopping.window_mean(state.energies):.6g} over the last {self.stopping.window} steps "
+                f"({self.stopping.fall_per_row(state.best_mean, state.energies):.2g} nats per row below the best "
+                f"window); the fit ends at the parameters of step {state.best_step}")
+
+    def _end_at_best_if_collapsed(self, state: LoopState) -> None:
+        """Move a run that ends collapsed back to its best parameters (what the last epoch's record, the
+        checkpoint and the result then hold)."""
+        if self._collapse(state) is not None:
+            state.params = state.best_params
 
     def _idling(self, state: LoopState) -> str:
         """The message of a run stopped by ``max_rejected_in_a_row``."""
@@ -281,7 +306,8 @@ class Trainer:
         check_parameterisation(manifest, self.spec)
         refuse_another_run(manifest, self.job.run_dir, self.job.model_name, store.checksum, store.path,
                                  self.job.config)
-        return {"params": fresh.params, "opt_state": fresh.opt_state, "key": fresh.key_data}
+        best = {"best_params": fresh.params} if manifest.best_step >= 0 else {}
+        return {"params": fresh.params, "opt_state": fresh.opt_state, "key": fresh.key_data, **best}
 
     def save(self, loop: LoopState) -> Path | None:
         """Write a checkpoint of ``loop`` (None, and nothing written, without a run directory)."""
@@ -300,7 +326,10 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------------
     def step(self, state: LoopState) -> bool:
-        """One training step on ``state`` (in place); False if it was rejected as non-finite."""
+        """One training step on ``state`` (in place); False if it was rejected as non-finite. The params the
+        step starts from are kept if its energy estimate is the best so far (the energy of those params, or
+        of them with the tied factor moved by the step's site update)."""
+        start = state.params
         blocks = self.schedule.blocks(state.step)
         batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks), self.n_total)
         step_state = StepState(state.params, state.opt_state, np.int32(state.step))
@@ -312,6 +341,8 @@ class Trainer:
         state.rejected_sites += int(not sites_accepted)
         state.last_energy = float(energy)
         state.energies = (state.energies + [state.last_energy])[-self.stopping.history:]
+        if accepted:
+            state.keep_best(start, state.last_energy, self.stopping.window_mean(state.energies))
         if math.isfinite(state.last_energy):
             total, count = state.epoch_energy
             state.epoch_energy = (total + state.last_energy, count + 1)
