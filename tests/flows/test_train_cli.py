@@ -71,6 +71,13 @@ def test_train_and_evaluate_json(store, config_file, tmp_path):
     assert (more["steps"], more["epochs"]) == (15, 3)  # resumed with the run's own config
 
 
+def train_in_process(*args: str):
+    """``pep train ARGS`` in this process (stdout and stderr apart); exit code 0 asserted."""
+    done = CliRunner().invoke(build_app(("train",)), ["train", *args])
+    assert done.exit_code == 0, done.output
+    return done
+
+
 @pytest.mark.parametrize("args, message", [
     (["--data", "missing.zarr"], "missing.zarr: no such store"),
     (["--cluster", "local"], "--cluster: expected local:N"),
@@ -164,9 +171,9 @@ def test_training_on_a_real_scheduler_and_two_workers(store, config_file, tmp_pa
 def test_settings_from_the_command_line_are_validated_like_the_config_file(store, tmp_path):
     """``--set``, ``--seed``, ``--learning-rate`` and ``--max-steps`` reach the run's config; a run cut short
     by ``--max-steps`` says it did not converge (``converged: false``, a warning on stderr)."""
-    done = pep("train", "--model", MODEL, "--data", store.path, "--run-dir", str(tmp_path / "run"), "--cluster",
-               "none", "--batch-size", "96", "--max-steps", "3", "--learning-rate", "0.03", "--seed", "5",
-               "--set", "model.num_inducing=4", "--set=model.alpha=0.25", "--json")
+    done = train_in_process("--model", MODEL, "--data", store.path, "--run-dir", str(tmp_path / "run"), "--cluster",
+                            "none", "--batch-size", "96", "--max-steps", "3", "--learning-rate", "0.03", "--seed", "5",
+                            "--set", "model.num_inducing=4", "--set=model.alpha=0.25", "--json")
     summary = json.loads(done.stdout)
     assert summary["steps"] == 3 and summary["converged"] is False
     assert "not converged after 3 steps" in done.stderr
@@ -178,8 +185,8 @@ def test_a_deep_gp_run_takes_the_model_s_own_defaults_where_nothing_was_given(re
     """``pep train --model deep-gp``: Adam at 0.01 without early stopping (the model's ``train_defaults``)
     where the command line says nothing, the given ``--max-steps`` over the model's 1,000; a run of fixed
     steps is not called unconverged."""
-    done = pep("train", "--model", "deep-gp", "--data", regression_store.path, "--run-dir", str(tmp_path / "run"),
-               "--max-steps", "2", "--set", "model.num_inducing=4", "--json")
+    done = train_in_process("--model", "deep-gp", "--data", regression_store.path, "--run-dir", str(tmp_path / "run"),
+                            "--max-steps", "2", "--set", "model.num_inducing=4", "--json")
     assert json.loads(done.stdout)["steps"] == 2
     assert "not converged" not in done.stderr
     config = load_run(tmp_path / "run").meta["config"]
