@@ -187,13 +187,15 @@ def argument_help(cls: type) -> dict[str, str]:
 
 def estimators_page() -> str:
     """Every estimator with every constructor argument."""
+    from pep_gp.pipeline.models import MODELS
+
     sections = []
     for cls in estimator_classes():
         helps = argument_help(cls)
         rows = [f"| `{name}` | {literal(parameter.default)} | {cell(helps[name])} |"
                 for name, parameter in inspect.signature(cls).parameters.items()]
         spec = getattr(cls, "spec", None)
-        model = f" (`pep train --model {spec.name}`)" if spec is not None and spec.name != "collapsed" else ""
+        model = f" (`pep train --model {spec.name}`)" if spec is not None and spec.name in MODELS else ""  # trainable
         summary = cell(inspect.cleandoc(cls.__doc__).split("\n\n")[0])
         sections.append(f"## `{cls.__name__}`{model}\n\n{summary}\n\n"
                         + "\n".join(["| argument | default | what it does |", "|---|---|---|", *rows]) + "\n")

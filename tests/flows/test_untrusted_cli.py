@@ -6,6 +6,7 @@ writes holds ``NaN`` or ``Infinity``. (The library-level checks are in
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -206,3 +207,38 @@ def _config(tmp_path, config) -> str:
     path = tmp_path / "config.toml"
     path.write_text(config_toml(config))
     return str(path)
+
+
+@pytest.mark.parametrize("received, entry, make, message", [
+    ("run", "params/0000/c/0", "zero", "a symlink to /dev/zero, outside"),
+    ("run", "manifest.json", "fifo", "manifest.json: a FIFO, not a regular file"),
+    ("store", "train/X/c/1/0", "zero", "a symlink to /dev/zero, outside"),
+    ("store", "zarr.json", "fifo", "zarr.json: a FIFO, not a regular file"),
+])
+def test_a_symlink_out_or_a_fifo_in_a_received_directory_is_refused(trained, store, tmp_path, received, entry,
+                                                                     make, message):
+    """Audit: a chunk symlinked to /dev/zero or a FIFO inside a run directory or a store was read (for ever,
+    or until memory ran out). Both are refused, naming the file, before anything in the directory is read."""
+    run_dir, data = copy_of(trained, tmp_path / "r"), copy_of(Path(store.path), tmp_path / "s")
+    root = next((run_dir / "checkpoints").iterdir()) if received == "run" else data
+    (root / entry).unlink()
+    if make == "zero":
+        (root / entry).symlink_to("/dev/zero")
+    else:
+        os.mkfifo(root / entry)
+    assert one_line_error(pep("evaluate", "--run-dir", run_dir, "--data", data), 2, message)
+
+
+def test_a_manifest_claiming_4e9_inducing_inputs_is_refused_before_anything_is_sized(trained, tmp_path):
+    """Audit: `num_inducing = 4e9` in a manifest asked for 149 GiB. The settings are checked against the
+    params the checkpoint stores, and the stored leaves are bounded, before any allocation."""
+    run_dir = copy_of(trained, tmp_path)
+    path = next(run_dir.rglob("manifest.json"))
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps({**manifest, "model_settings": {**manifest["model_settings"], "num_inducing": 4_000_000_000}}))
+    assert one_line_error(pep("evaluate", "--run-dir", run_dir), 2,
+                          "manifest field 'model_settings.num_inducing': 4,000,000,000 inducing inputs in 3 dimensions, "
+                          "more than the")
+    manifest["leaves"]["params"][0]["shape"] = [4_000_000_000, 3]
+    path.write_text(json.dumps(manifest))
+    assert one_line_error(pep("evaluate", "--run-dir", run_dir), 2, "manifest: its leaves claim 96,000,001,496 bytes, more than the 8 GiB a checkpoint may hold")

@@ -89,3 +89,16 @@ def test_a_run_of_another_parameterisation_is_refused_naming_both(tmp_path):
         load(tmp_path / "run")
     with pytest.raises(TypeError, match="save it with joblib"):
         _fitted("CollapsedGPRegressor").save(tmp_path / "other")
+
+
+def test_a_pep_train_run_loads_with_its_step_budget_and_the_stopping_verdict(binary_store, tmp_path):
+    """Issue 37: a `pep train` run loaded with `max_iter` its checkpoint's step (not the run's budget) and
+    `converged_` None (its manifest did not record the stopping rule's verdict)."""
+    from pep_gp.pipeline.engine import InProcess
+    from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+    from tests.trainstores import FAST
+
+    config = FAST.model_copy(update={"epochs": 1, "checkpoint_every": 100})  # 5 steps
+    Trainer(TrainJob("sparse-gp-classifier", binary_store, config, tmp_path), InProcess()).run(until_step=3)
+    loaded = load(tmp_path)
+    assert (loaded.n_iter_, loaded.max_iter, loaded.converged_) == (3, 5, False)

@@ -198,6 +198,9 @@ def test_apply_on_new_rows_unseen_values_missing_values_and_bad_numbers():
     ("a,label\n1,0\n", {"task": "clasification"}, r"--task: expected one of auto, classification, regression, "
                                                   r"found 'clasification' \(did you mean 'classification'\?\)"),
     ("a,label\n1,0\n", {"na": "zero"}, r"--na: expected one of drop, fail, mean, found 'zero'"),
+    ("a,b,a,label\n1,2,3,0\n", {}, r"t.csv: column name 'a' repeated in the header; each column needs its own name"),
+    ("a,b,label\n1,2,0\n", {"features": ("a", "a")}, r"--features: 'a' given twice; name each column once"),
+    (",".join(f"c{j}" for j in range(100_001)) + ",label\n", {}, r"t.csv: 100,002 columns, more than the 100,000"),
 ])
 def test_bad_tables_name_the_file_row_and_column(tmp_path, text, request_options, message):
     with pytest.raises(InputError, match=message):
@@ -212,3 +215,15 @@ def test_options_other_sources_do_not_take(tmp_path):
         open_source("parquet", SourceRequest((tmp_path / "t.parquet",), "y", sep=";"))
     with pytest.raises(InputError, match=r"SOURCE: unknown source 'cvs'; .*\(did you mean 'csv'\?\)"):
         open_source("cvs")
+
+
+def test_parquet_nested_or_repeated_columns_are_named(tmp_path):
+    """Issue 37: a nested Parquet column gave a traceback; a repeated name read either column."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": [1.0, 2.0], "s": [{"x": 1}, {"x": 2}], "label": [0, 1]}), path)
+    with pytest.raises(InputError, match=r"t.parquet: column 's' is nested \(struct<x: int64>\); .* --drop s"):
+        open_source("parquet", SourceRequest((path,), "label")).fitted()
+    assert open_source("parquet", SourceRequest((path,), "label", drop=("s",))).fitted().feature_names == ("a",)
+    pq.write_table(pa.Table.from_arrays([pa.array([1.0]), pa.array([2.0]), pa.array([0])], names=["a", "a", "label"]), path)
+    with pytest.raises(InputError, match=r"t.parquet: column name 'a' repeated in the header"):
+        open_source("parquet", SourceRequest((path,), "label"))

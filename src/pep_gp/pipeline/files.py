@@ -1,17 +1,26 @@
 """Durable writes: what is fsynced is on disk (its data, and its name in its directory) before anything is
 published that points at it (a checkpoint's manifest, a store swapped into place); a finished file
-published under a name nobody else has taken (:func:`publish_new`); and SIGTERM turned into an exception for
-a block that must clean up (:func:`sigterm_as_exit`)."""
+published under a name nobody else has taken (:func:`publish_new`); SIGTERM turned into an exception for
+a block that must clean up (:func:`sigterm_as_exit`); and a received directory (a store, a run's
+checkpoints) checked to hold only regular files inside it before anything in it is read
+(:func:`check_received_tree`)."""
 
 from __future__ import annotations
 
 import errno
 import os
 import signal
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from .errors import InputError
+
+MAX_METADATA_BYTES = 256 * 2**20
+"""The largest JSON file (a Zarr ``zarr.json``, a checkpoint's ``manifest.json``) read from a received
+directory: each is read whole, so this bounds what reading one can allocate."""
 
 
 def fsync(path: Path) -> None:
@@ -87,3 +96,39 @@ def sigterm_as_exit() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def check_received_tree(root: str | Path) -> None:
+    """InputError unless everything under ``root`` (a store or a run's checkpoints, which may come from
+    anywhere) is a directory or a regular file inside ``root``, and no JSON file is over
+    :data:`MAX_METADATA_BYTES`: a symlink to ``/dev/zero`` or to another user's file, a FIFO (whose read
+    never ends) or a device would otherwise be read as one of its files. A symlink is followed only to
+    check it stays inside ``root`` (``root`` itself may be one: the user named it).
+
+    Raises:
+        InputError: naming the entry and what it is.
+    """
+    inside = os.path.realpath(root)
+    for directory, subdirectories, files in os.walk(root):  # a symlinked directory is listed, not entered
+        for name in (*subdirectories, *files):
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                target = os.path.realpath(path)
+                if os.path.commonpath([inside, target]) != inside:
+                    raise InputError(f"{path}: a symlink to {target}, outside {root}; pep reads only the regular "
+                                     "files inside a store or run directory")
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    raise InputError(f"{path}: a symlink to {target}, which does not exist") from None
+            if stat.S_ISDIR(info.st_mode):
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
+                        else "a device")
+                raise InputError(f"{path}: {kind}, not a regular file; pep reads only the regular files inside "
+                                 "a store or run directory")
+            if name.endswith(".json") and info.st_size > MAX_METADATA_BYTES:
+                raise InputError(f"{path}: {info.st_size:,} bytes, more than the {MAX_METADATA_BYTES // 2**20} MiB "
+                                 "a metadata file of pep may have")

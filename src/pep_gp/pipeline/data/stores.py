@@ -19,7 +19,7 @@ attributes are written last: a store without them is unfinished and :func:`open_
 ``checksum`` identifies the stored arrays (see :func:`~pep_gp.pipeline.data.chunks.data_checksum`), so a
 training run can refuse to resume on different data, and ``chunk_digests`` lets every read check the
 chunk it reads (:mod:`pep_gp.pipeline.data.chunks`). Nothing in a store is used before it is checked:
-:func:`open_store` reads Zarr format 3 only, validates the attributes (:class:`StoreAttrs`: types, finite
+:func:`open_store` reads a local store only if it holds nothing but regular files inside it, Zarr format 3 only, validates the attributes (:class:`StoreAttrs`: types, finite
 statistics, ``x_std > 0``, sizes within :data:`MAX_CHUNK_BYTES` and :data:`MAX_CLASSES`) and compares the
 arrays' shapes, dtypes and chunks with them before any data is read.
 """
@@ -38,6 +38,7 @@ import zarr
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import InputError
+from ..files import check_received_tree
 from .chunks import SCHEMA_VERSION, SPLITS, StoreChunks, chunk_digest, data_checksum, open_root
 
 from .transforms import Transforms, transforms_of
@@ -341,7 +342,8 @@ def open_store(path: str | Path) -> Store:
         The validated :class:`Store`.
 
     Raises:
-        InputError: the path is missing or not a Zarr format 3 group (Zarr v2 is refused), the store is
+        InputError: the path is missing or not a Zarr format 3 group (Zarr v2 is refused), holds anything but
+            regular files inside it (a symlink out, a FIFO, a device: :func:`check_received_tree`), the store is
             unfinished (attributes never written), of another schema version, its attributes are invalid
             (:class:`StoreAttrs`), its arrays do not match its attributes, or its ``transforms`` attribute
             is invalid or describes other features.
@@ -351,6 +353,8 @@ def open_store(path: str | Path) -> Store:
         raise InputError(f"{path}: no such store (run `pep ingest` to create it)")
     if "://" not in path and (Path(path) / ".zgroup").exists():
         raise InputError(f"{path}: a Zarr v2 store; pep reads only Zarr format 3 stores (`pep ingest` again)")
+    if "://" not in path:
+        check_received_tree(path)
     attrs = open_root(path).attrs.asdict()
     if "schema_version" not in attrs:
         raise InputError(f"{path}: unfinished store (its attributes were never written, so the "

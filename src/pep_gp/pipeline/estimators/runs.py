@@ -36,7 +36,7 @@ def load(run_dir: str | Path) -> GPEstimator:
     config = manifest.config
     estimator = ESTIMATORS[spec.name](**settings.model_dump(), learning_rate=config.learning_rate,
                                       batch_size=config.batch_size, seed=config.seed, tol=config.tol,
-                                      max_iter=config.max_steps if config.max_steps is not None else restored.step)
+                                      max_iter=config.max_steps if config.max_steps is not None else manifest.total_steps)
     fitted: dict[str, Any] = {
         "params_": jax.tree_util.tree_map(np.asarray, restored.trees["params"]), "model_": model,
         "x_mean_": np.asarray(manifest.x_mean, float), "x_std_": np.asarray(manifest.x_std, float),

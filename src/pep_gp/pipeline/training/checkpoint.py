@@ -12,7 +12,8 @@ either a complete checkpoint or a directory without a manifest, which readers ig
 
 The manifest holds, for every leaf, its tree path, shape, dtype and the SHA-256 of its bytes, plus the
 caller's metadata (step, config, dataset checksum, history…), as strict JSON (:mod:`pep_gp.pipeline.jsonio`).
-Nothing in a checkpoint is trusted before it is checked: the manifest's own fields are validated
+Nothing in a checkpoint is trusted before it is checked: every file under ``checkpoints/`` must be a regular
+file inside it (no symlink out, FIFO or device), the manifest's own fields are validated
 (:class:`CheckpointManifest`), a leaf's shape must be the one the caller's template needs and the
 array's Zarr metadata must agree with the manifest *before* the array is read (so no header sizes an
 allocation), and the bytes must match their digest. :func:`restore` takes the newest checkpoint that
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -33,19 +35,23 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import jax
 import numpy as np
 import zarr
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import InputError
-from ..files import fsync, fsync_tree
+from ..files import check_received_tree, fsync, fsync_tree
 from ..jsonio import dumps
 
 MANIFEST = "manifest.json"
 FORMAT = 1
+MAX_CHECKPOINT_BYTES = 8 * 2**30
+"""The most bytes the leaves of one checkpoint may hold, as its manifest describes them: a leaf is read only
+when its Zarr metadata agrees with the manifest, so this bounds what restoring a received checkpoint can
+allocate (a checkpoint of pep's models at their largest settings holds far less)."""
 _NAME = re.compile(r"step-(\d{8})")
 
 
@@ -67,7 +73,7 @@ class LeafEntry(BaseModel):
     """One array of a checkpoint as its manifest describes it."""
 
     path: str
-    shape: list[int] = Field(max_length=32)
+    shape: list[Annotated[int, Field(ge=0)]] = Field(max_length=32)
     dtype: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
@@ -82,13 +88,30 @@ class CheckpointManifest(BaseModel):
     step: int = Field(ge=0)
     leaves: dict[str, list[LeafEntry]]
 
+    @model_validator(mode="after")
+    def _bounded(self) -> "CheckpointManifest":
+        total = 0
+        for name, entries in self.leaves.items():
+            for entry in entries:
+                try:
+                    itemsize = np.dtype(entry.dtype).itemsize
+                except TypeError:
+                    raise ValueError(f"'{name}{entry.path}' has dtype {entry.dtype!r}, not a NumPy dtype") from None
+                total += math.prod(entry.shape) * itemsize
+        if total > MAX_CHECKPOINT_BYTES:
+            raise ValueError(f"its leaves claim {total:,} bytes, more than the {MAX_CHECKPOINT_BYTES // 2**30} GiB "
+                             "a checkpoint may hold")
+        return self
+
 
 def one_line(error: ValidationError, what: str) -> str:
-    """A pydantic error as one line: ``<what> field 'a.b': <message>`` for its first problem."""
+    """A pydantic error as one line: ``<what> field 'a.b': <message>`` for its first problem (``<what>:
+    <message>`` for a check of the whole model)."""
     first = error.errors()[0]
-    where = ".".join(map(str, first["loc"])) or "(whole)"
     more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
-    return f"{what} field '{where}': {first['msg']}{more}"
+    if not first["loc"]:  # a whole-model check: its message says what is wrong
+        return f"{what}: {first['msg'].removeprefix('Value error, ')}{more}"
+    return f"{what} field '{'.'.join(map(str, first['loc']))}': {first['msg']}{more}"
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -134,10 +157,15 @@ def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, 
 
 
 def _steps(run_dir: Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every checkpoint directory, newest first (complete or not)."""
+    """``(step, path)`` of every checkpoint directory, newest first (complete or not), once the
+    checkpoints are checked to be regular files inside ``run_dir/checkpoints`` (:func:`check_received_tree`).
+    """
     root = checkpoint_dir(run_dir)
+    if root.is_symlink():
+        raise InputError(f"{root}: a symlink to {root.resolve()}; pep reads only the checkpoints inside a run directory")
     if not root.is_dir():
         return []
+    check_received_tree(root)
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _NAME.fullmatch(p.name)) and p.is_dir()]
     return sorted(found, reverse=True)
 

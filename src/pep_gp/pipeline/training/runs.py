@@ -3,6 +3,7 @@ held-out metrics of a run on a store."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,20 @@ def bound_model(manifest: RunManifest) -> tuple[ModelSpec, Any, Any]:
     return spec, settings, spec.build(settings, manifest.model_binding)
 
 
+def check_stored_size(raw: dict[str, Any], manifest: RunManifest, settings: Any) -> None:
+    """ValueError (a damaged checkpoint) unless the params the manifest's settings ask for fit what the
+    checkpoint stores: its ``num_inducing`` inducing inputs in D dimensions are among the params, so a
+    manifest claiming more (``num_inducing = 4e9``: 149 GiB) is refused before anything is sized by it.
+    The stored leaves are themselves bounded (:data:`~pep_gp.pipeline.training.checkpoint.MAX_CHECKPOINT_BYTES`)."""
+    stored = sum(math.prod(entry["shape"]) for entry in raw["leaves"].get("params", []))
+    needed = settings.num_inducing * len(manifest.x_mean)
+    if needed > stored:
+        field = "config.model" if manifest.model_settings is None else "model_settings"
+        raise ValueError(f"manifest field '{field}.num_inducing': {settings.num_inducing:,} inducing inputs in "
+                         f"{len(manifest.x_mean)} dimensions, more than the {stored:,} parameter values the "
+                         "checkpoint stores")
+
+
 def resumed_config(run_dir: Path) -> dict[str, Any] | None:
     """The training config of the newest checkpoint of ``run_dir`` with a valid manifest (what
     ``pep train --resume`` continues with when no ``--config`` is given), or None."""
@@ -78,6 +93,7 @@ class Run:
         def templates(raw: dict[str, Any]) -> dict[str, Any]:
             manifest = RunManifest.of(raw)
             spec, settings, model = bound_model(manifest)
+            check_stored_size(raw, manifest, settings)
             built.update(manifest=manifest, spec=spec, settings=settings, model=model)  # the last is restored
             with float64():  # any params of the right shapes: M inducing inputs in D dimensions
                 return {"params": spec.init(model, np.zeros((settings.num_inducing, len(manifest.x_mean))),

@@ -321,7 +321,8 @@ class Trainer:
                     "x_mean": source.x_mean, "x_std": source.x_std,
                     "targets": {"shift": self.targets.shift, "scale": self.targets.scale},
                     "transforms": self.transforms,
-                    "total_steps": self.total_steps, "steps_per_epoch": self.schedule.steps_per_epoch}
+                    "total_steps": self.total_steps, "steps_per_epoch": self.schedule.steps_per_epoch,
+                    "converged": self.stopping.converged(loop.energies)}  # the rule's verdict, for pep_gp.load
         return save_state(self.job.run_dir, loop, run_meta, config.keep_checkpoints)
 
     # ---------------------------------------------------------------------------------------------

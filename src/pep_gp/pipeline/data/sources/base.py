@@ -8,8 +8,10 @@ name the offending row. Rows a source's own missing-value rules remove are count
 
 from __future__ import annotations
 
+import csv
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.io.common import get_handle
 
 from ...errors import InputError, did_you_mean
 
@@ -180,9 +183,36 @@ def reading(path: Path) -> Iterator[None]:
         raise InputError(f"{path}: unreadable or truncated file ({type(exc).__name__}: {exc})") from exc
 
 
+MAX_COLUMNS = 100_000
+"""The most columns a table may have: a header is read before anything else, and one of 10⁷ columns
+would take pandas minutes and then more memory than the machine has."""
+MAX_HEADER_CHARS = 64 * MAX_COLUMNS  # a CSV header line longer than this is refused unparsed
+
+
+def check_header(path: Path, names: Sequence[str]) -> None:
+    """InputError unless a table's header has at most :data:`MAX_COLUMNS` columns, each name once (pandas
+    would rename a second ``a`` to ``a.1`` silently, and Arrow reads either for ``a``)."""
+    if len(names) > MAX_COLUMNS:
+        raise InputError(f"{path}: {len(names):,} columns, more than the {MAX_COLUMNS:,} pep reads")
+    repeated = [name for name, count in Counter(names).items() if count > 1]
+    if repeated:
+        raise InputError(f"{path}: column name{'s' * (len(repeated) > 1)} {', '.join(map(repr, repeated))} "
+                         "repeated in the header; each column needs its own name")
+
+
 def csv_columns(path: Path, sep: str = ",") -> list[str]:
-    """The header of a CSV file (any compression pandas infers from the name) with field separator ``sep``."""
+    """The header of a CSV file (any compression pandas infers from the name) with field separator ``sep``.
+
+    Its first line is read, at most :data:`MAX_HEADER_CHARS` characters of it, and its fields counted and
+    checked (:func:`check_header`) before pandas parses it.
+    """
     with reading(path):
+        with get_handle(path, "r", compression="infer", encoding="utf-8") as handles:
+            line = handles.handle.readline(MAX_HEADER_CHARS + 1)
+        if len(line) > MAX_HEADER_CHARS:
+            raise InputError(f"{path}: header line longer than {MAX_HEADER_CHARS:,} characters; pep reads tables "
+                             f"of at most {MAX_COLUMNS:,} columns")
+        check_header(path, next(csv.reader([line], delimiter=sep), []))
         return list(pd.read_csv(path, nrows=0, sep=sep).columns)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import zipfile
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
@@ -34,6 +35,7 @@ from .base import (
     BLOCK_ROWS,
     RowBlock,
     Source,
+    check_header,
     SourceRequest,
     csv_blocks,
     csv_columns,
@@ -135,15 +137,27 @@ def csv_chunks(paths: Sequence[Path], columns: Sequence[str], text_columns: froz
 
 
 def parquet_header(path: Path) -> list[str]:
-    """The columns of a Parquet file."""
-    return list(_parquet_file(path).schema_arrow.names)
+    """The columns of a Parquet file (checked: :func:`~pep_gp.pipeline.data.sources.base.check_header`)."""
+    names = list(_parquet_file(path).schema_arrow.names)
+    check_header(path, names)
+    return names
 
 
 def parquet_chunks(paths: Sequence[Path], columns: Sequence[str], text_columns: frozenset[str]
                    ) -> Iterator[TableChunk]:
-    """Row batches of Parquet files: ``columns`` only, ``text_columns`` cast to text; a null is missing."""
+    """Row batches of Parquet files: ``columns`` only, ``text_columns`` cast to text; a null is missing.
+
+    Raises:
+        InputError: one of ``columns`` is nested (a struct, list or map), which has no value per row.
+    """
     for path in paths:
         start = 0
+        schema = _parquet_file(path).schema_arrow
+        for name in columns:
+            kind = schema.field(name).type
+            if pa.types.is_nested(kind):
+                raise InputError(f"{path}: column {name!r} is nested ({kind}); pep reads columns of numbers, text, "
+                                 f"booleans or times: leave it out with --drop {name}")
         with reading(path):
             for batch in _parquet_file(path).iter_batches(batch_size=BLOCK_ROWS, columns=list(columns)):
                 arrays = [batch.column(c) for c in columns]
@@ -220,6 +234,9 @@ def _feature_columns(path: Path, header: Sequence[str], request: SourceRequest, 
         ("--target", [target]), ("--id", request.ids), ("--features", request.features), ("--drop", request.drop),
         ("--categorical", request.categorical))})
     for option, names in (("--id", request.ids), ("--features", request.features)):
+        repeated = [name for name, count in Counter(names).items() if count > 1]
+        if repeated:
+            raise InputError(f"{option}: {repeated[0]!r} given twice; name each column once")
         if target in names:
             raise InputError(f"{option}: {target!r} is the --target column")
     both = set(request.ids) & set(request.features)
