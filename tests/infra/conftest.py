@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.infra.loopback import (DASK_WORKER_ENV, ROOT, Processes, dask_scheduler, dask_worker, free_port,
+from tests.infra.loopback import (DASK_WORKER_ENV, Processes, dask_scheduler, dask_worker, free_port,
                                   leftovers, wait_until)
 
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
@@ -30,8 +32,9 @@ def server_settings(auth: str) -> dict[str, str]:
 class Stack:
     """The running loopback stack and what the tests do with it."""
 
-    def __init__(self, processes: Processes, api_url: str, scheduler: str):
+    def __init__(self, processes: Processes, api_url: str, scheduler: str, home: Path, workers_dir: Path):
         self.processes, self.api_url, self.scheduler = processes, api_url, scheduler
+        self.home, self.workers_dir = home, workers_dir  # PEP_HOME, and where the Dask workers start
         self.dask_workers = 0
         self.http = httpx.Client(auth=tuple(AUTH.split(":", 1)), timeout=30)
 
@@ -48,7 +51,7 @@ class Stack:
     def start_dask_worker(self) -> str:
         self.dask_workers += 1
         name = f"dask-worker-{self.dask_workers}"
-        self.processes.start(name, *dask_worker(self.scheduler, name), env=DASK_WORKER_ENV)
+        self.processes.start(name, *dask_worker(self.scheduler, name), env=DASK_WORKER_ENV, cwd=self.workers_dir)
         return name
 
     def dask_worker_names(self) -> list[str]:
@@ -92,22 +95,35 @@ class Stack:
         return found[0] if found else None
 
 
+def fresh_clone(directory: Path) -> Path:
+    """``directory`` as the docs' commands find a fresh clone after its set-up: nothing in it but the
+    virtual environment ``.venv`` (this interpreter's), so that relative paths in those commands land
+    here, not in the repository."""
+    directory.mkdir()
+    (directory / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    return directory
+
+
 @pytest.fixture(scope="package")
 def stack(tmp_path_factory):
-    """Everything infra/README.md §1–2 starts, on free ports of 127.0.0.1."""
+    """Everything infra/README.md §1–2 starts, on free ports of 127.0.0.1; the deployments' working
+    directory (``PEP_HOME``) a fresh clone's, the Dask workers started in another directory (as on
+    other machines: a relative path in a flow's parameters means nothing there)."""
     home = tmp_path_factory.mktemp("loopback")
+    clone, workers_dir = fresh_clone(home / "clone"), home / "dask-workers"
+    workers_dir.mkdir()
     api_port, scheduler_port = free_port(), free_port()
     api_url = f"http://127.0.0.1:{api_port}/api"
     scheduler = f"tcp://127.0.0.1:{scheduler_port}"
     processes = Processes(home / "logs", {
         "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(home / "prefect"),
         "PREFECT_API_URL": api_url, "PREFECT_API_AUTH_STRING": AUTH,
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PEP_HOME": str(ROOT), "PEP_DASK_SCHEDULER": scheduler})
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PEP_HOME": str(clone), "PEP_DASK_SCHEDULER": scheduler})
     try:
         processes.start("prefect-server", "prefect", "server", "start", "--host", "127.0.0.1",
                         "--port", str(api_port), env=server_settings(AUTH))
         processes.start("dask-scheduler", *dask_scheduler(scheduler_port))
-        stack = Stack(processes, api_url, scheduler)
+        stack = Stack(processes, api_url, scheduler, clone, workers_dir)
         for _ in range(2):
             stack.start_dask_worker()
         wait_until(lambda: _healthy(api_url), 180, "the Prefect server")

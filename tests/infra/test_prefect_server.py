@@ -8,7 +8,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,43 +15,59 @@ import httpx
 import pytest
 
 from pep_gp.flows.reports import artifact_key
+from pep_gp.pipeline.data.chunks import open_root
+from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.training.checkpoint import checkpoint_dir
 from pep_gp.pipeline.training.runs import load_run
-from tests.infra.loopback import ROOT, leftovers, listening_sockets, wait_until
+from tests.infra.loopback import leftovers, listening_sockets, wait_until
+from tests.test_docs_commands import blocks
 from tests.trainstores import leaves_equal
 
 pytestmark = pytest.mark.infra
 
-README = (ROOT / "infra/README.md").read_text()
+PAGES = ("infra/README.md", "docs/how-to/clusters.md")
 RUN_COMMAND = re.compile(r"^\.venv/bin/prefect deployment run pep-pipeline/pipeline --watch --params '(.*)'$", re.M)
-NPZ_COMMAND = re.compile(r'^\.venv/bin/python -c "(.*)"$', re.M)
+
+
+def documented_recipe(page: str = PAGES[0]) -> str:
+    """The page's block that runs the ``pipeline`` deployment (made data, then ``prefect deployment run``)."""
+    (recipe,) = [text for language, text in blocks(page)
+                 if language == "bash" and "prefect deployment run pep-pipeline/pipeline" in text]
+    return recipe
 
 
 def documented_parameters() -> dict:
-    """The parameters of infra/README.md's ``prefect deployment run pep-pipeline/pipeline`` command: the
-    test runs exactly those, with its own paths and scheduler. Its config: 400 training rows in blocks
-    of 48, 2 blocks per step: 5 steps per epoch, 12 epochs, 60 steps, a checkpoint every 4."""
-    return json.loads(RUN_COMMAND.search(README).group(1))
+    """The parameters of the documented ``prefect deployment run pep-pipeline/pipeline`` command. Its
+    config: 400 training rows in blocks of 48, 2 blocks per step: 5 steps per epoch, 12 epochs, 60 steps,
+    a checkpoint every 4."""
+    return json.loads(RUN_COMMAND.search(documented_recipe()).group(1))
 
 
-def test_both_cluster_pages_show_the_command_the_test_runs():
-    main = (ROOT / "docs" / "how-to" / "clusters.md").read_text()
-    for command in (RUN_COMMAND, NPZ_COMMAND):
-        assert command.search(README).group(0) in main
-
-
-@pytest.fixture(scope="module")
-def npz_input(tmp_path_factory) -> Path:
-    """t.npz, made by infra/README.md's command."""
-    command = NPZ_COMMAND.search(README).group(1)
-    directory = tmp_path_factory.mktemp("loopback-data")
-    subprocess.run([sys.executable, "-c", command], cwd=directory, check=True, timeout=60)
-    return directory / "t.npz"
+def test_both_cluster_pages_show_the_recipe_the_test_runs():
+    assert documented_recipe(PAGES[0]) == documented_recipe(PAGES[1])
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("loopback-store") / "t.zarr"
+def undisturbed(stack):
+    """The docs' recipe, run as it stands by bash in the deployments' working directory (a fresh clone):
+    (flow run, run directory). Its paths are relative and the Dask workers run elsewhere."""
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", documented_recipe()], cwd=stack.home,
+                          env=stack.processes.env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    flow_run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", done.stdout).group(1)
+    return stack.flow_run(flow_run_id), stack.home / "runs" / "t"
+
+
+@pytest.fixture(scope="module")
+def npz_input(stack, undisturbed) -> Path:
+    """data/t.npz, made by the recipe."""
+    return stack.home / "data" / "t.npz"
+
+
+@pytest.fixture(scope="module")
+def store(stack, undisturbed) -> Path:
+    """data/t.zarr, ingested by the recipe's flow run."""
+    return stack.home / "data" / "t.zarr"
 
 
 def parameters(stack, npz_input, store, run_dir) -> dict:
@@ -68,14 +83,6 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
     return sorted(int(path.parent.name.removeprefix("step-")) for path in directory.glob("step-*/manifest.json"))
 
 
-@pytest.fixture(scope="module")
-def undisturbed(stack, npz_input, store, tmp_path_factory):
-    """The pipeline deployment's flow run on the loopback stack: (flow run, run directory)."""
-    run_dir = tmp_path_factory.mktemp("loopback-runs") / "undisturbed"
-    flow_run = stack.wait_for_flow_run(stack.run_deployment(parameters(stack, npz_input, store, run_dir)))
-    return flow_run, run_dir
-
-
 def test_the_pipeline_deployment_completes_on_the_loopback_stack(stack, undisturbed, store):
     flow_run, run_dir = undisturbed
     assert flow_run["state_type"] == "COMPLETED", stack.processes.log("prefect-worker")[-3000:]
@@ -87,6 +94,32 @@ def test_the_pipeline_deployment_completes_on_the_loopback_stack(stack, undistur
     (row,) = json.loads(artifact["data"])
     assert row["test_error"] == metrics["test_error"] and row["test_nll"] == metrics["test_nll"]
     assert stack.artifact(artifact_key("train", run_dir))["type"] == "markdown"
+
+
+def test_a_dask_worker_that_cannot_see_a_store_says_which_worker_and_which_path(stack):
+    """The recipe's store is at data/t.zarr of the deployments' directory, not of the workers' own (their
+    working directory has no data/): its flow run sends the workers the absolute path (above); a worker
+    given a path it cannot see names itself and the path."""
+    from distributed import Client
+
+    with Client(stack.scheduler, timeout=30) as client:
+        with pytest.raises(InputError, match=r"data/t\.zarr: no such store on Dask worker 'dask-worker-\d+' "
+                                             r"\(tcp://127\.0\.0\.1:\d+, host .*\); every worker must see"):
+            client.submit(open_root, "data/t.zarr", pure=False).result()
+
+
+def test_a_failed_flow_run_says_why_in_its_state(stack):
+    """``prefect deployment run --watch`` exits 1; the flow run's state message (``prefect flow-run inspect
+    ID``) names the missing file with the directory it was looked for in (relative paths are the flow
+    run's: the deployments' ``PEP_HOME``)."""
+    params = {**documented_parameters(), "inputs": ["data/none.npz"], "store": "data/none.zarr", "run_dir": "runs/none"}
+    done = subprocess.run([".venv/bin/prefect", "deployment", "run", "pep-pipeline/pipeline", "--watch", "--params",
+                           json.dumps(params)], cwd=stack.home, env=stack.processes.env, capture_output=True,
+                          text=True, timeout=300)
+    reason = f"{stack.home / 'data' / 'none.npz'}: no such file"
+    assert done.returncode == 1 and "Flow run finished in state 'Failed'" in done.stdout, done.stdout[-3000:]
+    flow_run = stack.flow_run(re.search(r"UUID:\s*([0-9a-f-]{36})", done.stdout).group(1))
+    assert flow_run["state_type"] == "FAILED" and reason in flow_run["state"]["message"], flow_run["state"]
 
 
 def test_every_server_scheduler_and_worker_listens_on_loopback_only(stack, undisturbed):

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from . import evaluate, ingest, train
+from ..pipeline.files import absolute
 from .runtime import in_prefect_run, lazy_prefect, prefect_flow
 
 
@@ -25,7 +26,12 @@ def pipeline_run(source: str, store: str, model: str, run_dir: str, inputs: list
 
     Returns:
         ``{"ingest": summary or None, "train": summary, "evaluate": metrics}``.
+
+    Relative paths are made absolute here, from the flow run's working directory (a deployment's
+    ``PEP_HOME``), before anything else sees them: the Dask workers get the store's absolute path, and
+    an error names the file it looked for where it looked.
     """
+    store, run_dir, inputs = absolute(store), absolute(run_dir), inputs and [absolute(path) for path in inputs]
     prefect = in_prefect_run()
     run_ingest = ingest.prefect_objects("ingest_flow") if prefect else ingest.ingest_run
     run_train = train.prefect_objects("train_flow") if prefect else train.train_run

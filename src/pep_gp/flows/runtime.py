@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
 import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,29 @@ def prefect_requested(flag: bool) -> bool:
     return flag or prefect_api_configured()
 
 
+def secure_temporary_server(environ: MutableMapping[str, str] | None = None) -> None:
+    """Without a configured Prefect API, Prefect starts a temporary API server on 127.0.0.1 for this
+    process; by default any local process (a web page in a browser included: CORS ``*``) could use it
+    to read and change this run. Give it a random auth string, sent by this process's client (and
+    inherited by the server it starts), and admit cross-origin requests from loopback only (the
+    temporary server serves no UI, so no page needs more). Unless the user set these; nothing is
+    changed where an API is configured (its own auth belongs to the user), nor once Prefect is imported
+    (its client has read its settings and would not send an auth string its server then required: in a
+    test harness, or a program that runs pep's flows itself)."""
+    environ = os.environ if environ is None else environ
+    if prefect_api_configured(environ) or (environ is os.environ and "prefect" in sys.modules):
+        return
+    auth = environ.setdefault("PREFECT_SERVER_API_AUTH_STRING", f"pep:{secrets.token_hex(16)}")
+    environ.setdefault("PREFECT_API_AUTH_STRING", auth)
+    environ.setdefault("PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS", "http://127.0.0.1,http://localhost")
+
+
 def prefect_quietly() -> None:
-    """Telemetry off and a patient ephemeral server (unless the user set these), and Prefect's console
-    logs muted, so the terminal shows only progress, the summary or the error line."""
+    """Telemetry off, a patient temporary server with an auth string (unless the user set these), and
+    Prefect's console logs muted, so the terminal shows only progress, the summary or the error line."""
     for variable, value in PREFECT_ENV.items():
         os.environ.setdefault(variable, value)
+    secure_temporary_server()
     import prefect.main  # noqa: F401  (sets up Prefect's logging, whose console handlers are muted next)
     from prefect.logging.handlers import PrefectConsoleHandler
 

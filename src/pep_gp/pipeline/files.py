@@ -23,6 +23,14 @@ MAX_METADATA_BYTES = 256 * 2**20
 directory: each is read whole, so this bounds what reading one can allocate."""
 
 
+def absolute(path: str | Path) -> str:
+    """A local path made absolute from this process's working directory; a URL (``scheme://…``) as it is.
+    For paths that travel: a Dask worker, or a flow run's sub-flow in another directory, would resolve a
+    relative one against its own working directory, and an error naming it would not say where it looked."""
+    path = str(path)
+    return path if "://" in path else str(Path(path).absolute())
+
+
 def fsync(path: Path) -> None:
     """fsync one file or directory (a directory's fsync makes the names it holds durable)."""
     descriptor = os.open(path, os.O_RDONLY)

@@ -13,9 +13,12 @@ before ``chunk_digests`` existed is hashed whole instead, once per process.
 from __future__ import annotations
 
 import hashlib
+import socket
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import zarr
@@ -56,13 +59,31 @@ def open_root(path: str) -> zarr.Group:
     """The root group of a store, read as Zarr format 3 only.
 
     Raises:
-        InputError: no Zarr format 3 group at ``path`` (a Zarr v2 store included).
+        InputError: no Zarr format 3 group at ``path`` (a Zarr v2 store included); on a Dask worker, a
+            local path it cannot see, naming the worker (a path the trainer sees and a worker does not
+            is a missing shared file system, not a damaged store).
     """
+    if "://" not in path and not Path(path).exists() and (worker := _dask_worker()) is not None:
+        raise InputError(f"{path}: no such store on Dask worker {worker.name!r} ({worker.address}, host "
+                         f"{socket.gethostname()}); every worker must see the store at the path the trainer "
+                         "opened it at (a shared file system, or an fsspec URL)")
     try:
         return zarr.open_group(path, mode="r", zarr_format=ZARR_FORMAT)
     except (FileNotFoundError, ValueError, TypeError, KeyError) as exc:
         raise InputError(f"{path}: not a Zarr format {ZARR_FORMAT} group ({type(exc).__name__}: {exc}); "
                          "pep reads only the stores `pep ingest` writes") from None
+
+
+def _dask_worker() -> object | None:
+    """The Dask worker running this code, or None (not in a worker task, or Dask not imported: a worker
+    always has it imported, so this never imports it)."""
+    worker_module = sys.modules.get("distributed.worker")
+    if worker_module is None:
+        return None
+    try:
+        return worker_module.get_worker()
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

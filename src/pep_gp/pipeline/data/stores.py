@@ -38,7 +38,7 @@ import zarr
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import InputError
-from ..files import check_received_tree
+from ..files import absolute, check_received_tree
 from .chunks import SCHEMA_VERSION, SPLITS, StoreChunks, chunk_digest, data_checksum, open_root
 
 from .transforms import Transforms, transforms_of
@@ -339,7 +339,8 @@ def open_store(path: str | Path) -> Store:
         path: local directory or fsspec URL of the store.
 
     Returns:
-        The validated :class:`Store`.
+        The validated :class:`Store`, a local path made absolute here: the store's path travels to Dask
+        workers, which would resolve a relative one in their own working directories.
 
     Raises:
         InputError: the path is missing or not a Zarr format 3 group (Zarr v2 is refused), holds anything but
@@ -369,7 +370,7 @@ def open_store(path: str | Path) -> Store:
     root = open_root(path)
     for split in SPLITS:
         _check_split(root, path, split, attrs)
-    store = Store(path, attrs)
+    store = Store(absolute(path), attrs)
     if store.transforms.feature_names != store.feature_names:
         raise InputError(f"{path}: attribute 'transforms' describes features {list(store.transforms.feature_names)}, "
                          f"not the store's {list(store.feature_names)}")
