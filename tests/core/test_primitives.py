@@ -245,30 +245,37 @@ def test_float32_kernel_products_stay_within_their_stated_error():
     rng = np.random.default_rng(11)
     dim = 784
     z, x = rng.uniform(size=(3, 20, dim)) ** 3, rng.uniform(size=(30, dim)) ** 3  # sparse-ish, like images
-    with jax.enable_x64(True):
-        ls = jnp.full((3, dim), np.sqrt(np.median(np.sum((x[:15] - x[15:]) ** 2, axis=1))))
+    weights = rng.normal(size=(3, 20, 20)), rng.normal(size=(3, 20, 30))
+
+    @jax.jit  # one program (op by op, each of the many small operations compiled on its own)
+    def compare(z, x, weights):
+        ls = jnp.full((3, dim), jnp.sqrt(jnp.median(jnp.sum((x[:15] - x[15:]) ** 2, axis=1))))
         amp = jnp.asarray([0.5, 1.0, 2.0])
-        z, x = jnp.asarray(z), jnp.asarray(x)
         exact, fast = (BatchedARDSquaredExponential(ls, amp, products) for products in ("float64", "float32"))
         centre = jnp.mean(z.reshape(-1, dim), axis=0)
         norms_z = jnp.sum(((z - centre) / ls[:, None]) ** 2, -1)
         norms_x = jnp.sum(((x - centre) / ls[0]) ** 2, -1)
-        bound = 4 * np.finfo(np.float32).eps * (norms_z[:, :, None] + norms_x[None, None, :])
+        bound = 4 * jnp.finfo(jnp.float32).eps * (norms_z[:, :, None] + norms_x[None, None, :])
         sq = lambda k: -2.0 * jnp.log(k.cross(z, x) / amp[:, None, None])
-        assert np.all(np.abs(sq(fast) - sq(exact)) <= bound)
-        np.testing.assert_allclose(fast.cross(z, x), exact.cross(z, x), rtol=1e-5)
-        np.testing.assert_allclose(fast.gram(z), exact.gram(z), rtol=1e-5)
-        np.testing.assert_array_equal(BatchedARDSquaredExponential(ls, amp).gram(z), exact.gram(z))
 
-        weights = jnp.asarray(rng.normal(size=(3, 20, 20))), jnp.asarray(rng.normal(size=(3, 20, 30)))
-
-        def objective(products):
+        def gradient(products):
             def fn(ls, amp, z):
                 k = BatchedARDSquaredExponential(ls, amp, products)
                 return jnp.sum(weights[0] * k.gram(z)) + jnp.sum(weights[1] * k.cross(z, x))
             return jax.grad(fn, argnums=(0, 1, 2))(ls, amp, z)
 
-        for a, b in zip(objective("float32"), objective("float64")):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(jnp.max(jnp.abs(b))))
+        return {"gap": jnp.abs(sq(fast) - sq(exact)), "bound": bound, "cross": (fast.cross(z, x), exact.cross(z, x)),
+                "gram": (fast.gram(z), exact.gram(z)), "default_gram": BatchedARDSquaredExponential(ls, amp).gram(z),
+                "gradients": (gradient("float32"), gradient("float64"))}
+
+    with jax.enable_x64(True):
+        out = jax.device_get(compare(jnp.asarray(z), jnp.asarray(x), tuple(map(jnp.asarray, weights))))
+    assert np.all(out["gap"] <= out["bound"])
+    np.testing.assert_allclose(*out["cross"], rtol=1e-5)
+    np.testing.assert_allclose(*out["gram"], rtol=1e-5)
+    np.testing.assert_array_equal(out["default_gram"], out["gram"][1])
+    for a, b in zip(*out["gradients"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(b))))
+    ls, amp = jnp.ones((3, dim)), jnp.ones(3)
     with pytest.raises(ValueError, match="products.*'float16'"):
         BatchedARDSquaredExponential(ls, amp, "float16")
