@@ -4,6 +4,8 @@ the per-block sums reducing to the report of all rows at once."""
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -98,3 +100,22 @@ def test_central_intervals_of_a_true_gaussian_predictive_cover_their_level():
     assert report["crps"] == pytest.approx(np.mean(std) / np.sqrt(np.pi), rel=0.02)
     narrow = regression_calibration(rng.normal(mean, std), mean, std / 2)  # overconfident: under-covers
     assert narrow["coverage_90"] < 0.7
+
+
+def test_an_estimators_report_maps_its_labels_to_the_columns_of_predict_proba():
+    """``calibration_report`` (both mixins) gives :func:`calibration` / :func:`regression_calibration` of
+    its predictions; a label it was not fitted on is refused."""
+    from pep_gp.pipeline.estimators.base import GPClassifierMixin, GPRegressorMixin
+
+    proba = np.array([[0.9, 0.1], [0.3, 0.7], [0.6, 0.4]])
+    classifier = type("Stub", (GPClassifierMixin,), {"classes_": np.array(["no", "yes"]),
+                                                     "predict_proba": lambda self, X: proba})()
+    same = json.dumps(classifier.calibration_report(None, ["no", "yes", "yes"])) == json.dumps(
+        calibration([0, 1, 1], proba))  # NaN in the empty bins: compared as text
+    assert same
+    with pytest.raises(ValueError, match=r"fitted classes \['no', 'yes'\], got \['maybe'\]"):
+        classifier.calibration_report(None, ["no", "maybe", "yes"])
+    regressor = type("Stub", (GPRegressorMixin,), {"_predict_outputs": lambda self, X: {
+        "mean": np.zeros(3), "var": np.full(3, 4.0)}})()
+    assert regressor.calibration_report(None, [0.1, -3.0, 2.0]) == regression_calibration([0.1, -3.0, 2.0],
+                                                                                           np.zeros(3), np.full(3, 2.0))
