@@ -50,3 +50,32 @@ def test_a_store_of_other_features_is_refused_naming_the_missing_and_extra_ones(
     assert "other.zarr: missing the run's feature 'income'; has 'salary', which the run was not trained on" \
         in result.stderr
     assert (run_dir / "metrics.json").read_text() == before
+
+
+def test_evaluate_reports_a_classifiers_calibration_and_writes_its_reliability_diagram(messy_classifier, tmp_path):
+    """Issue 39, item 2: the earlier keys unchanged, Brier score, ECE (binning stated) and the bins in JSON,
+    ``reliability.png`` beside ``metrics.json``, and the scalars in the text output."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(messy_classifier.run_dir, run_dir)
+    result = run("evaluate", "--run-dir", run_dir, "--json")
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout)
+    assert {"test_error", "test_nll", "n_test", "brier", "ece", "ece_binning", "reliability"} <= metrics.keys()
+    assert "15 equal-width bins" in metrics["ece_binning"] and 0 <= metrics["ece"] <= 1
+    assert len(metrics["reliability"]["count"]) == 15 and sum(metrics["reliability"]["count"]) == metrics["n_test"]
+    assert metrics["reliability_plot"] == str(run_dir / "reliability.png")
+    assert (run_dir / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((run_dir / "metrics.json").read_text())["ece"] == metrics["ece"]
+    text = run("evaluate", "--run-dir", run_dir).stdout
+    assert "ece" in text and "brier" in text and "count" not in text
+
+
+def test_evaluate_reports_a_regressors_crps_and_interval_coverage(messy_regressor, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(messy_regressor.run_dir, run_dir)
+    result = run("evaluate", "--run-dir", run_dir, "--json")
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout)
+    assert {"rmse", "test_nll", "n_test", "crps", "coverage_50", "coverage_90", "coverage_95"} <= metrics.keys()
+    assert metrics["crps"] > 0 and metrics["coverage_50"] <= metrics["coverage_90"] <= metrics["coverage_95"]
+    assert not (run_dir / "reliability.png").exists()

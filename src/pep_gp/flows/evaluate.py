@@ -12,7 +12,7 @@ from rich.console import Console
 
 from .options import (ClusterOption, JsonFlag, PrefectFlag, RunDirOption, TlsCaFile,
                       TlsCert, TlsKey, use_cluster, user_errors)
-from .reports import publish_evaluation, write_metrics
+from .reports import plot_reliability, publish_evaluation, write_metrics
 from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
 from .train import is_transient
 from ..pipeline.jsonio import dumps
@@ -33,11 +33,14 @@ def evaluate_metrics(run_dir: str, data: str | None, cluster: str) -> dict[str, 
 
 def evaluate_run(run_dir: str, data: str | None = None, cluster: str = "none") -> dict[str, Any]:
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (default:
-    the training store); written to ``run_dir/metrics.json`` (holding the run directory's lock: not while
-    a training writes it) and under Prefect published as ``evaluate-<run>``."""
+    the training store); written to ``run_dir/metrics.json``, with a classifier's reliability diagram in
+    ``run_dir/reliability.png`` (holding the run directory's lock: not while a training writes them), and
+    under Prefect published as ``evaluate-<run>``."""
     compute = prefect_objects("evaluate_task") if in_prefect_run() else evaluate_metrics
     with hold_run_dir(Path(run_dir), "pep evaluate", create=False):
         metrics = {"run_dir": run_dir, **compute(run_dir, data, cluster)}
+        if "reliability" in metrics:
+            metrics["reliability_plot"] = str(plot_reliability(Path(run_dir), metrics))
         write_metrics(Path(run_dir), metrics)
     if in_prefect_run():
         publish_evaluation(metrics, run_dir)
@@ -66,7 +69,8 @@ def evaluate_command(
     tls_key: TlsKey = None,
     prefect: PrefectFlag = False,
 ) -> None:
-    """Held-out metrics (test error / RMSE, NLL) of a trained run's newest checkpoint."""
+    """Held-out metrics (test error / RMSE, NLL) and calibration (Brier score, ECE and a reliability
+    diagram; CRPS and interval coverage) of a trained run's newest checkpoint."""
     with user_errors("pep evaluate"):
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         from ..pipeline.training.runs import Run  # JAX: after the cheap checks
@@ -80,7 +84,8 @@ def evaluate_command(
     if json_output:
         typer.echo(dumps(metrics))
     else:
-        Console().print("\n".join(f"{key:>12}  {value}" for key, value in metrics.items()), markup=False)
+        shown = {key: value for key, value in metrics.items() if not isinstance(value, dict)}  # bins: JSON, PNG
+        Console().print("\n".join(f"{key:>16}  {value}" for key, value in shown.items()), markup=False)
     broken = [name for name in ("test_error", "test_nll", "rmse") if not math.isfinite(metrics.get(name, 0.0))]
     if broken:  # reported above (null in JSON); a model that predicts nothing finite is no success
         typer.echo(f"pep evaluate: error: non-finite {', '.join(broken)} at step {metrics['step']} of "

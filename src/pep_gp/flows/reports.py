@@ -1,7 +1,8 @@
 """What a training or evaluation run leaves behind: files in the run directory and Prefect artifacts.
 
 Files (written atomically, so a reader never sees half a file): ``learning_curve.png`` (energy per
-row and held-out metrics per epoch) and ``metrics.json`` (the summary of the last train or evaluate, strict
+row and held-out metrics per epoch), ``reliability.png`` (a classifier's reliability diagram, written by
+``pep evaluate``) and ``metrics.json`` (the summary of the last train or evaluate, strict
 JSON: a non-finite number is ``null``, :mod:`pep_gp.pipeline.jsonio`). Artifacts (published when the flow
 runs under Prefect) carry keys derived from the run directory's name, so every run keeps a version history
 in the Prefect UI: ``train-<run>`` (markdown summary with the plot), ``train-<run>-epochs`` (table of the
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
@@ -25,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interact
 from ..pipeline.jsonio import dumps, finite_or_none  # noqa: E402
 
 PLOT = "learning_curve.png"
+RELIABILITY = "reliability.png"
 METRICS = "metrics.json"
 METRIC_NAMES = ("test_error", "rmse", "test_nll")
 
@@ -60,7 +63,32 @@ def plot_learning_curve(run_dir: Path, history: Sequence[Mapping[str, Any]]) -> 
         axis.plot(epochs, [r[name] for r in history], marker="o", color="tab:orange")
         axis.set(title=f"held-out {name} (↓)", xlabel="epoch")
     figure.tight_layout()
-    path = Path(run_dir) / PLOT
+    return _save_figure(figure, Path(run_dir) / PLOT)
+
+
+def plot_reliability(run_dir: Path, metrics: Mapping[str, Any]) -> Path:
+    """``run_dir/reliability.png``: accuracy against mean top-class probability per bin of ``metrics``'
+    ``reliability`` (:func:`~pep_gp.pipeline.metrics.finish`), the diagonal for perfect calibration, and
+    the rows per bin below."""
+    bins = metrics["reliability"]
+    count = np.asarray(bins["count"])
+    edges = np.linspace(0.0, 1.0, len(count) + 1)
+    centres, width = (edges[:-1] + edges[1:]) / 2, edges[1] - edges[0]
+    accuracy = np.asarray(bins["accuracy"], dtype=float)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(4.5, 5.5), sharex=True, height_ratios=(3, 1))
+    top.bar(centres, np.nan_to_num(accuracy), width=width, edgecolor="black", label="accuracy")
+    top.plot(bins["confidence"], accuracy, "o", color="tab:orange", label="(mean confidence, accuracy) per bin")
+    top.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
+    top.set(ylabel="accuracy", xlim=(0, 1), ylim=(0, 1),
+            title=f"ECE {metrics['ece']:.4f}, Brier {metrics['brier']:.4f} ({metrics['n_test']} rows)")
+    top.legend(loc="upper left", fontsize="small")
+    bottom.bar(centres, count, width=width, edgecolor="black", color="tab:gray")
+    bottom.set(xlabel=f"top-class probability ({len(count)} equal-width bins)", ylabel="rows")
+    figure.tight_layout()
+    return _save_figure(figure, Path(run_dir) / RELIABILITY)
+
+
+def _save_figure(figure, path: Path) -> Path:
     temporary = path.with_name(f".{path.name}.tmp.png")
     figure.savefig(temporary, dpi=100)
     plt.close(figure)
@@ -93,5 +121,6 @@ def publish_evaluation(metrics: Mapping[str, Any], run_dir: str | Path) -> None:
     """The ``evaluate-<run>`` table artifact."""
     from prefect.artifacts import create_table_artifact  # inside a Prefect run only
 
-    create_table_artifact(key=artifact_key("evaluate", run_dir), table=[finite_or_none(dict(metrics))],
+    scalars = {key: value for key, value in metrics.items() if not isinstance(value, Mapping)}  # not the bins
+    create_table_artifact(key=artifact_key("evaluate", run_dir), table=[finite_or_none(scalars)],
                           description=f"held-out metrics of {run_dir}")

@@ -37,6 +37,7 @@ from ..data.frames import TableChunk
 from ..data.transforms import NumericFeature, Transforms, label_value
 from ..data.validation import check_class_labels
 from ..errors import InputError
+from ..metrics import calibration, regression_calibration
 from ..models import ModelSettings, ModelSpec
 from ..models.predictive import class_probabilities, predict_in_blocks
 from ..engine import connected
@@ -318,6 +319,16 @@ class GPClassifierMixin:
         most_probable = np.argmax(self.predict_proba(X), axis=1)  # NotFittedError before classes_ is read
         return self.classes_[most_probable]
 
+    def calibration_report(self, X, y) -> dict[str, Any]:
+        """``pep evaluate``'s report on ``(X, y)``: NLL, error, Brier score, ECE (15 equal-width bins of the
+        top-class probability) and the reliability bins (:func:`pep_gp.pipeline.metrics.calibration`)."""
+        proba = self.predict_proba(X)
+        y = np.asarray(y)
+        unknown = sorted(set(np.unique(y).tolist()) - set(self.classes_.tolist()))
+        if unknown:
+            raise ValueError(f"expected labels among the fitted classes {self.classes_.tolist()}, got {unknown}")
+        return calibration(np.searchsorted(self.classes_, y), proba)  # classes_ is sorted (np.unique)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = not self._binary
@@ -331,6 +342,12 @@ class GPRegressorMixin:
         """Predictive mean of ``y`` (and its standard deviation, observation noise included)."""
         out = self._predict_outputs(X)
         return (out["mean"], np.sqrt(out["var"])) if return_std else out["mean"]
+
+    def calibration_report(self, X, y) -> dict[str, Any]:
+        """``pep evaluate``'s report on ``(X, y)``: NLL, RMSE, CRPS and the coverage of the central 50/90/95 %
+        intervals of the predictive (:func:`pep_gp.pipeline.metrics.regression_calibration`)."""
+        mean, std = self.predict(X, return_std=True)
+        return regression_calibration(y, mean, std)
 
 
 __all__ = ["FIT_FIELDS", "fit_fields", "GPClassifierMixin", "GPEstimator", "GPRegressorMixin"]

@@ -19,7 +19,8 @@ import numpy as np
 from jax.scipy.special import log_ndtr
 
 from ..data.blocks import TargetScaling
-from ..metrics import classification_sums, regression_sums
+from ..metrics import (classification_calibration_sums, classification_sums, regression_calibration_sums,
+                       regression_sums)
 
 
 @dataclass(frozen=True)
@@ -71,18 +72,28 @@ def apply(predictive: Callable, params, x) -> dict:
 @dataclass(frozen=True)
 class HeldOut:
     """Per-block held-out sums of a predictive on labelled rows (``y`` in model units, as in blocks):
-    −log p(y|x) and errors (classification), squared errors and Gaussian −log p(y|x) (regression)."""
+    −log p(y|x) and errors (classification), squared errors and Gaussian −log p(y|x) (regression); with
+    ``calibration``, also those of the calibration report (``pep evaluate``): Brier score and reliability
+    bins, or CRPS and interval coverage."""
 
     predictive: Callable
     targets: TargetScaling
+    calibration: bool = False
 
     def __call__(self, params, x, y, mask):
         out = self.predictive(params, x)
         if "log_proba" in out:
             labels = y.astype(jnp.int32)
             log_true = jnp.take_along_axis(out["log_proba"], labels[:, None], axis=1)[:, 0]
-            return classification_sums(log_true, jnp.argmax(out["log_proba"], axis=1) == labels, mask)
-        return regression_sums(out["mean"], out["var"], y * self.targets.scale + self.targets.shift, mask)
+            sums = classification_sums(log_true, jnp.argmax(out["log_proba"], axis=1) == labels, mask)
+            if self.calibration:
+                sums |= classification_calibration_sums(jax.nn.softmax(out["log_proba"], axis=1), labels, mask)
+            return sums
+        y = y * self.targets.scale + self.targets.shift
+        sums = regression_sums(out["mean"], out["var"], y, mask)
+        if self.calibration:
+            sums |= regression_calibration_sums(out["mean"], out["var"], y, mask)
+        return sums
 
 
 def class_probabilities(log_proba: np.ndarray) -> np.ndarray:

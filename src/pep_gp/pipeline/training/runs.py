@@ -184,7 +184,9 @@ def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | N
     default the store it was trained on, :func:`training_store`), its features matched to the run's by
     name, moved to the run's offsets (another store of the same table centres its columns by its own,
     :meth:`~pep_gp.pipeline.data.transforms.Transforms.shift_from`) and standardised with the training
-    statistics of the run.
+    statistics of the run. The same pass over the blocks gives the calibration report
+    (:func:`~pep_gp.pipeline.metrics.finish`: Brier score, ECE and reliability bins, or CRPS and interval
+    coverage).
 
     Raises:
         InputError: a store of other features (naming the missing and extra ones), or a model without a
@@ -201,5 +203,5 @@ def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | N
     source = BlockSource.of(store, "test", run.manifest.config.rows_per_block, run.targets, columns=columns,
                             statistics={"x_mean": np.asarray(run.manifest.x_mean) - shift, "x_std": run.manifest.x_std})
     engine = Engine(backend or InProcess(), source)
-    sums = engine.map_sum(HeldOut(predictive, run.targets), run.params, range(source.n_blocks))
+    sums = engine.map_sum(HeldOut(predictive, run.targets, calibration=True), run.params, range(source.n_blocks))
     return {**finish(sums), "step": run.restored.step, "checkpoint": str(run.restored.path)}
