@@ -59,6 +59,7 @@ def write_bad_inputs(directory):
     (directory / "many.csv").write_text("a;name;bought\n" + "".join(f"{i};n{i};{'yes' if i % 2 else 'no'}\n"
                                                                    for i in range(60)))
     (directory / "one-class.csv").write_text("a;bought\n1;yes\n2;yes\n3;yes\n")
+    (directory / "truncated.csv").write_text("a;bought\n1;yes\n2;no\n3")
     (directory / "broken.csv.gz").write_bytes(b"\x1f\x8b\x08\x00 not really gzip")
 
 
@@ -72,6 +73,8 @@ def write_bad_inputs(directory):
     (["--input", "{tmp}/one-class.csv", "--target", "bought"],
      "one-class.csv, column 'bought': expected at least 2 classes, found 1 ('yes': 3 rows)"),
     (["--target", "bought", "--na", "fail"], "t.csv: line 5, column 'age': missing value (--na fail)"),
+    (["--input", "{tmp}/truncated.csv", "--target", "bought"],
+     "truncated.csv: line 4 has 1 field, expected 2 as in the header (a truncated row?)"),
     (["--input", "{tmp}/broken.csv.gz", "--target", "bought"], "broken.csv.gz: unreadable or truncated file"),
     (["--target", "bought", "--sep", ","], "t.csv: read as a single column 'id;age;city;income;bought' with "
                                            "--sep ','; the header holds ';': pass --sep ';'"),

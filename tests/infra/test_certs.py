@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from pep_gp.flows.cluster import make_certificates
 
 BIN = Path(sys.executable).parent
 
@@ -65,3 +68,26 @@ def test_existing_certificates_are_kept_unless_overwrite(tmp_path):
     assert (tmp_path / "ca.pem").read_bytes() == before
     assert pep("cluster", "certs", str(tmp_path), "--overwrite").returncode == 0
     assert (tmp_path / "ca.pem").read_bytes() != before
+
+
+def test_overwrite_writes_new_keys_of_mode_0600_and_replaces_symlinks_not_their_targets(tmp_path):
+    """Issue 37, item 8: ``--overwrite`` kept an old key's mode 0644 and wrote through a symlink."""
+    certs = tmp_path / "certs"
+    make_certificates(certs)
+    (certs / "worker-key.pem").chmod(0o644)
+    elsewhere = tmp_path / "elsewhere.pem"
+    elsewhere.write_text("not a key")
+    (certs / "client-key.pem").unlink()
+    (certs / "client-key.pem").symlink_to(elsewhere)
+    (certs / "client.pem").unlink()
+    (certs / "client.pem").symlink_to(tmp_path / "missing.pem")  # dangling: still an existing file
+    with pytest.raises(FileExistsError, match="client.pem"):
+        make_certificates(certs)
+    make_certificates(certs, overwrite=True)
+    for role in ("scheduler", "worker", "client"):
+        key = certs / f"{role}-key.pem"
+        assert not key.is_symlink() and stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert not (certs / "client.pem").is_symlink() and not (tmp_path / "missing.pem").exists()
+    assert elsewhere.read_text() == "not a key"
+    assert sorted(p.name for p in certs.iterdir()) == [
+        "ca.pem", "client-key.pem", "client.pem", "scheduler-key.pem", "scheduler.pem", "worker-key.pem", "worker.pem"]

@@ -102,3 +102,20 @@ def test_a_pep_train_run_loads_with_its_step_budget_and_the_stopping_verdict(bin
     Trainer(TrainJob("sparse-gp-classifier", binary_store, config, tmp_path), InProcess()).run(until_step=3)
     loaded = load(tmp_path)
     assert (loaded.n_iter_, loaded.max_iter, loaded.converged_) == (3, 5, False)
+
+
+def test_a_pep_train_run_loads_with_the_log_marginal_likelihood_of_its_final_parameters(binary_store, tmp_path):
+    """Issue 37, item 8: a `pep train` run loaded with a NaN `log_marginal_likelihood_value_`; the checkpoint
+    that ends a run now records it (a run cut short, or one written before, still loads NaN)."""
+    from pep_gp.pipeline.engine import InProcess
+    from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+    from tests.trainstores import FAST
+
+    config = FAST.model_copy(update={"epochs": 1, "checkpoint_every": 100})  # 5 steps
+    trainer = Trainer(TrainJob("sparse-gp-classifier", binary_store, config, tmp_path), InProcess())
+    trainer.run(until_step=3)
+    assert np.isnan(load(tmp_path).log_marginal_likelihood_value_)
+    result = trainer.run()
+    loaded = load(tmp_path)
+    assert np.isfinite(loaded.log_marginal_likelihood_value_)
+    assert loaded.log_marginal_likelihood() == pytest.approx(trainer.log_marginal_likelihood(result.params), rel=1e-12)

@@ -191,7 +191,8 @@ def test_csv_missing_values_dropped_and_counted(tmp_path):
     ("a,b,label\n1,2,0\n3,red,1\n", {"target": "label"},
      r"t.csv: line 3, column 'b': expected a number, found 'red'"),
     ("", {"target": "label"}, r"t.csv: empty file"),
-    ("a,b,label\n1,2,0\n3,4\n5,6,7,8\n", {"target": "label"}, r"t.csv: malformed CSV"),
+    ("a,b,label\n1,2,0\n3,4,1\n5,6,7,8\n", {"target": "label"},
+     r"t.csv: line 4 has 4 fields, expected 3 as in the header$"),
     ("a,label\n1,0\n", {}, r"--target: source 'csv' needs the name of the target column"),
 ])
 def test_csv_errors(tmp_path, text, request_kwargs, message):

@@ -16,6 +16,7 @@ from pep_gp.pipeline.data.frames import TableChunk
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.sources.base import BLOCK_ROWS
+from pep_gp.pipeline.data.sources.tables import csv_chunks
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.data.transforms import Transforms, read_transforms
 from pep_gp.pipeline.errors import InputError
@@ -201,6 +202,13 @@ def test_apply_on_new_rows_unseen_values_missing_values_and_bad_numbers():
     ("a,b,a,label\n1,2,3,0\n", {}, r"t.csv: column name 'a' repeated in the header; each column needs its own name"),
     ("a,b,label\n1,2,0\n", {"features": ("a", "a")}, r"--features: 'a' given twice; name each column once"),
     (",".join(f"c{j}" for j in range(100_001)) + ",label\n", {}, r"t.csv: 100,002 columns, more than the 100,000"),
+    # issue 37, item 8: a truncated last row was read with its missing fields as missing values
+    ("a,b,label\n1,2,0\n3,4,1\n5,6", {"na": "mean"},
+     r"t.csv: line 4 has 2 fields, expected 3 as in the header \(a truncated row\?\)$"),
+    # issue 37, item 8: lines were counted as records, one too few after a field holding a newline
+    ('note,b,label\n"two\nlines",2,0\nn,x,1\nm,5,1\n', {"categorical": ("note",)},
+     r"t.csv: line 4, column 'b': expected a number, found 'x'"),
+    ("a,b,label\n1,2,0\n\n3,x,1\n4,5,1\n", {}, r"t.csv: line 4, column 'b': expected a number, found 'x'"),
 ])
 def test_bad_tables_name_the_file_row_and_column(tmp_path, text, request_options, message):
     with pytest.raises(InputError, match=message):
@@ -227,3 +235,15 @@ def test_parquet_nested_or_repeated_columns_are_named(tmp_path):
     pq.write_table(pa.Table.from_arrays([pa.array([1.0]), pa.array([2.0]), pa.array([0])], names=["a", "a", "label"]), path)
     with pytest.raises(InputError, match=r"t.parquet: column name 'a' repeated in the header"):
         open_source("parquet", SourceRequest((path,), "label"))
+
+
+def test_the_csv_reader_of_ingest_and_predict_numbers_physical_lines_and_refuses_a_short_last_row(tmp_path):
+    """Issue 37, item 8: ``pep predict --input x.csv`` reads with :func:`csv_chunks` as ingest does."""
+    path = tmp_path / "new.csv"
+    path.write_text('id,note\r\n1,"a\r\nb"\r\n\r\n2,c\r\n3,"d\ne\nf"\r\n4,g\r\n')
+    chunks = list(csv_chunks([path], ["note"], frozenset(["note"]), ","))
+    assert chunks[0].rows.tolist() == [2, 5, 6, 9] and chunks[0].frame["note"].tolist() == ["a\r\nb", "c",
+                                                                                            "d\ne\nf", "g"]
+    path.write_text("id,note\n1,a\n2")
+    with pytest.raises(InputError, match=r"new.csv: line 3 has 1 field, expected 2 as in the header"):
+        list(csv_chunks([path], ["note"], frozenset(["note"]), ","))

@@ -18,7 +18,8 @@ Each role has its own key, so each machine or container gets only the key of its
 key signs certificates; anyone holding it can mint a certificate every side accepts, so it never goes
 into ``DIR``: it is written only where ``--ca-key FILE`` says (outside ``DIR``), else not kept at all
 (run the command again, with every ``--host``, to add a name). Private keys (ECDSA P-256) are written
-with mode 0600. Start the cluster with them (``infra/README.md``)::
+with mode 0600. Every file is written as a new file renamed into place, so ``--overwrite`` never keeps an
+old key's mode and replaces a symlink rather than writing through it. Start the cluster with them (``infra/README.md``)::
 
     dask scheduler --protocol tls --tls-ca-file DIR/ca.pem --tls-cert DIR/scheduler.pem --tls-key DIR/scheduler-key.pem ...
     dask worker tls://HOST:8786 --tls-ca-file DIR/ca.pem --tls-cert DIR/worker.pem --tls-key DIR/worker-key.pem ...
@@ -31,6 +32,7 @@ import datetime
 import ipaddress
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -49,20 +51,33 @@ def _name(common_name: str):
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
+def _write_fresh(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to ``path`` with ``mode`` through a new file: a temporary file in the same directory,
+    created with ``O_CREAT | O_EXCL`` and mode 0600 (never an existing file, so never one whose mode an
+    older run or another user chose), then renamed over ``path``. A symlink at ``path`` is replaced
+    itself, never written through: its target is left as it was."""
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+            os.fchmod(file.fileno(), mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def _write_key(path: Path, key) -> None:
     from cryptography.hazmat.primitives import serialization
 
-    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as file:
-        file.write(data)
+    _write_fresh(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption()), 0o600)
 
 
 def _write_certificate(path: Path, certificate) -> None:
     from cryptography.hazmat.primitives import serialization
 
-    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    _write_fresh(path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
 
 
 def make_certificates(directory: Path, hosts: tuple[str, ...] = (), days: int = 365,
@@ -75,7 +90,9 @@ def make_certificates(directory: Path, hosts: tuple[str, ...] = (), days: int = 
         hosts: DNS names or IP addresses the scheduler and workers are reached at (beyond
             ``localhost`` and ``127.0.0.1``); Dask does not check them, other TLS clients may.
         days: validity of every certificate.
-        overwrite: replace existing files instead of refusing.
+        overwrite: replace existing files instead of refusing; each file is replaced by a new one (a
+            key gets mode 0600 whatever the old file's mode), and a symlink by a file, its target
+            left untouched.
         ca_key: where to keep the CA's private key (outside ``directory``); None: not kept.
 
     Returns:
@@ -99,7 +116,7 @@ def make_certificates(directory: Path, hosts: tuple[str, ...] = (), days: int = 
         ca_key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     paths = [directory / f"{CA}.pem", *(directory / f"{role}{suffix}" for role in ROLES
                                         for suffix in (".pem", "-key.pem")), *([ca_key] if ca_key else [])]
-    existing = [str(path) for path in paths if path.exists()]
+    existing = [str(path) for path in paths if os.path.lexists(path)]  # a dangling symlink too
     if existing and not overwrite:
         raise FileExistsError(f"{', '.join(existing)} exist (use --overwrite to replace them)")
     now = datetime.datetime.now(datetime.timezone.utc)

@@ -285,8 +285,7 @@ class GPEstimator(FittedGP):
         self.notes_ = list(result.notes)
         self.binding_ = trainer.binding
         self.data_checksum_ = trainer.job.store.checksum
-        energy = trainer.energy(result.params)
-        self.log_marginal_likelihood_value_ = energy - trainer.n_total * np.log(self.targets_.scale)
+        self.log_marginal_likelihood_value_ = trainer.log_marginal_likelihood(result.params)
         if self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None:
             gain = (f"the energy still rose by {result.gain_per_row:.2g} nats per row over the last "
                     f"{trainer.stopping.window} steps" if np.isfinite(result.gain_per_row) else

@@ -25,6 +25,9 @@ from .models import ESTIMATORS
 def load(run_dir: str | Path) -> GPEstimator:
     """The fitted estimator of a run directory's newest intact checkpoint (``pep train`` or ``save``).
 
+    ``log_marginal_likelihood_value_`` is the one the run's manifest records: that of the checkpoint which
+    ended a ``pep train`` run, or of ``save``; NaN for a run cut short or written by an older pep.
+
     Raises:
         InputError: no complete checkpoint, an unknown model, or a run of another format version or
             parameterisation (the message names what was found and what this pep reads).

@@ -56,7 +56,7 @@ class RunManifest(BaseModel):
     best_step: int = -1  # the step that started from the checkpoint's best_params (-1: none)
     best_mean: float | None = None  # the best window mean of the step energies
     converged: bool | None = None
-    log_marginal_likelihood: float | None = None  # an estimator's energy at its parameters (estimator.save)
+    log_marginal_likelihood: float | None = None  # at the params (estimator.save, a run's last checkpoint)
     classes: list[Any] | None = None  # an estimator's labels in the user's values (estimator.save)
     feature_names: list[str] | None = None
     transforms: dict[str, Any] | None = None  # a table's rows → model features (pipeline.data.transforms)

@@ -223,10 +223,11 @@ class Trainer:
                     self.save(state)
                     raise TrainingFailed(self._idling(state))
                 if state.step % self.job.config.checkpoint_every == 0 or state.step == end or ended:
-                    path = self.save(state) or path
+                    path = self.save(state, final=ended) or path
                     progress("checkpoint", path=path)
             if path is None:  # nothing was left to train and nothing was saved: still leave one
-                path = self.save(state)
+                path = self.save(state, final=state.step >= self.total_steps
+                                 or (stops_early and self.stopping.converged(state.energies)))
             if state.step >= self.total_steps:
                 self._refuse_non_finite_end(state)
         return TrainResult(state.params, state.step, self.total_steps, len(state.history), state.seconds, path,
@@ -309,8 +310,13 @@ class Trainer:
         best = {"best_params": fresh.params} if manifest.best_step >= 0 else {}
         return {"params": fresh.params, "opt_state": fresh.opt_state, "key": fresh.key_data, **best}
 
-    def save(self, loop: LoopState) -> Path | None:
-        """Write a checkpoint of ``loop`` (None, and nothing written, without a run directory)."""
+    def save(self, loop: LoopState, final: bool = False) -> Path | None:
+        """Write a checkpoint of ``loop`` (None, and nothing written, without a run directory).
+
+        The checkpoint that ends the run (``final``) also records the log marginal likelihood of its
+        parameters (:meth:`log_marginal_likelihood`: one more pass over the training data, once a run),
+        which :func:`pep_gp.load` reports as an estimator's ``fit`` does.
+        """
         if self.job.run_dir is None:
             return None
         config, source = self.job.config, self.train.source
@@ -323,6 +329,9 @@ class Trainer:
                     "transforms": self.transforms,
                     "total_steps": self.total_steps, "steps_per_epoch": self.schedule.steps_per_epoch,
                     "converged": self.stopping.converged(loop.energies)}  # the rule's verdict, for pep_gp.load
+        if final:
+            evidence = self.log_marginal_likelihood(loop.params)
+            run_meta["log_marginal_likelihood"] = evidence if math.isfinite(evidence) else None
         return save_state(self.job.run_dir, loop, run_meta, config.keep_checkpoints)
 
     # ---------------------------------------------------------------------------------------------
@@ -357,6 +366,11 @@ class Trainer:
             shared = _step_shared(self.model, params, n_total)
             data = self.train.map_sum(DataValue(self.model), (params, shared), range(self.train.source.n_blocks))
             return float(_global_energy(self.model, params, shared, n_total) + data)
+
+    def log_marginal_likelihood(self, params: Any) -> float:
+        """The approximate log marginal likelihood of the training targets in their own units: the
+        :meth:`energy` of the standardised targets less ``n log(scale)``, the Jacobian of standardising."""
+        return self.energy(params) - self.n_total * math.log(self.targets.scale)
 
     def evaluate(self, params: Any) -> dict[str, Any]:
         """Held-out metrics of ``params`` on the test split (empty without one)."""

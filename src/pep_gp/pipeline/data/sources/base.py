@@ -9,14 +9,16 @@ name the offending row. Rows a source's own missing-value rules remove are count
 from __future__ import annotations
 
 import csv
+import io
 import zipfile
 import zlib
 from collections import Counter
+from itertools import chain
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -216,21 +218,91 @@ def csv_columns(path: Path, sep: str = ",") -> list[str]:
         return list(pd.read_csv(path, nrows=0, sep=sep).columns)
 
 
-def csv_blocks(path: Path, columns: Sequence[str] | None = None, block_rows: int = BLOCK_ROWS,
+def csv_blocks(path: Path, columns: Sequence[str] | None = None, block_rows: int = BLOCK_ROWS, sep: str = ",",
                **options: object) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
-    """Stream a CSV file in blocks of parsed rows.
+    """Stream a CSV file in blocks of parsed rows, each row checked to have the header's number of fields.
+
+    The file is read once: :func:`csv_records` splits it into records (counting their fields and the
+    physical lines they start on, a quoted field may hold newlines), and pandas parses each block of
+    records. pandas alone would pad a short row with missing values (a truncated last row would pass) and
+    can only number records, not lines.
 
     Args:
         path: the file (plain, .gz, .bz2, .zip, .xz, .zst).
         columns: the columns to parse (checked to exist beforehand with :func:`csv_columns`), or
             None for all; with None a row with too many fields is an error, else it is not seen.
         block_rows: rows per block.
+        sep: the field separator.
         **options: further ``pandas.read_csv`` options (``dtype``, ``na_values``).
 
     Yields:
         ``(frame, lines)``: a block and the line number of each of its rows (the header is line 1).
+
+    Raises:
+        InputError: a row with fewer fields than the header (or more, with ``columns`` None), naming
+            its line.
     """
-    with reading(path):
-        with pd.read_csv(path, usecols=columns and list(columns), chunksize=block_rows, **options) as chunks:
-            for frame in chunks:
-                yield frame, frame.index.to_numpy(dtype=np.int64) + 2
+    with reading(path), get_handle(path, "r", compression="infer", encoding="utf-8-sig") as handles:
+        records = csv_records(path, handles.handle, sep)
+        header = next(records, None)
+        if header is None:
+            raise InputError(f"{path}: empty file (expected a header line)")
+        expected = header.fields
+        block: list[CsvRecord] = []
+        for record in chain(records, [None]):
+            if record is not None:
+                if record.fields < expected or (columns is None and record.fields > expected):
+                    raise InputError(f"{path}: line {record.line} has {record.fields} field"
+                                     f"{'s' * (record.fields != 1)}, expected {expected} as in the header"
+                                     f"{' (a truncated row?)' * (record.fields < expected)}")
+                block.append(record)
+            if block and (record is None or len(block) == block_rows):
+                text = header.text + "".join(row.text for row in block)
+                frame = pd.read_csv(io.StringIO(text), usecols=columns and list(columns), sep=sep, **options)
+                yield frame, np.array([row.line for row in block], dtype=np.int64)
+                block = []
+
+
+class CsvRecord(NamedTuple):
+    """One CSV record: its text (with its line ending), number of fields and first physical line."""
+
+    text: str
+    fields: int
+    line: int
+
+
+def csv_records(path: Path, handle: Iterator[str], sep: str) -> Iterator[CsvRecord]:
+    """The records of a CSV text stream read with universal line endings kept (``newline=""``), blank
+    lines skipped as pandas skips them; quoting as pandas reads it (``"`` quotes, ``""`` inside).
+
+    A line without a quote is one record whose fields are its separators plus one (the fast path: the
+    :mod:`csv` module would cost more than pandas' whole parse); a line with one is parsed by :mod:`csv`
+    with the lines that its quoted fields span.
+
+    Raises:
+        InputError: a field the :mod:`csv` module refuses (such as one over its size limit), naming the
+            line.
+    """
+    lines = iter(handle)
+    spanned: list[str] = []
+
+    def remembered() -> Iterator[str]:
+        for more in lines:
+            spanned.append(more)
+            yield more
+
+    following = remembered()
+    number = 0
+    for line in lines:
+        number += 1
+        if '"' not in line:
+            if line.strip("\r\n"):
+                yield CsvRecord(line, line.count(sep) + 1, number)
+            continue
+        spanned[:] = [line]
+        try:
+            fields = next(csv.reader(chain([line], following), delimiter=sep))
+        except csv.Error as exc:
+            raise InputError(f"{path}: line {number}: malformed CSV ({exc})") from exc
+        yield CsvRecord("".join(spanned), len(fields), number)
+        number += len(spanned) - 1
