@@ -157,6 +157,26 @@ def latent_marginals(bank: Bank, prior: PriorFactors, gaussian: Gaussians, x) ->
     return Marginals(proj.mean, proj.var + rows.fitc_var.T)
 
 
+def latent_moments(bank: Bank, prior: PriorFactors, gaussian: Gaussians, x, full_cov: bool = False):
+    """Every GP's ``f(x)`` under ``gaussian``: :func:`latent_marginals` (mean and variance ``[B, G]``) or,
+    with ``full_cov``, the mean ``[B, G]`` and the covariance ``[G, B, B]`` of the sparse-GP predictive
+    ``∫ p(f|u) q(u) du`` (Titsias 2009, eq. 6; Bui, Yan & Turner 2017, §3.1):
+
+        K_xx + d I − K_xz K⁻¹K_zx + υᵀVυ,    υ = K⁻¹K_zx,
+
+    whose diagonal is the marginal variance (there the FITC term is floored at ``d``). O(G·B²·M)."""
+    if not full_cov:
+        return latent_marginals(bank, prior, gaussian, x)
+    proj = prior.inverse @ bank.kernel.cross(bank.inducing, x)  # L⁻¹K_zx, [G, M, B]
+    along = jnp.einsum("gmb,gmn,gnk->gbk", proj, prior.inverse, gaussian.sqrt_cov)  # υᵀS, [G, B, M]
+    mean = jnp.einsum("gmb,gmn,gn->bg", proj, prior.inverse, gaussian.mean)  # υᵀm
+    prior_cov = bank.kernel.gram(jnp.broadcast_to(x, (bank.inducing.shape[0], *x.shape)))
+    eye = jnp.eye(x.shape[0], dtype=x.dtype)
+    cov = (prior_cov + bank.diagonal[:, None, None] * eye - jnp.einsum("gmb,gmc->gbc", proj, proj)
+           + jnp.einsum("gbk,gck->gbc", along, along))
+    return mean, cov
+
+
 def power_ep_global_term(q: Gaussians, cavity: Gaussians, counts, alpha: float):
     """``Σ_g φ(q_g) − φ(p_g) + (n_g/α)(φ(cav_g) − φ(q_g))`` (Bui, Yan & Turner 2017 eq. 110 with tied factors; Villacampa-Calvo & Hernández-Lobato 2017
     Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1, eq. 9): O(G·M³), independent of the rows."""

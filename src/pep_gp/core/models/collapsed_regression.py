@@ -112,15 +112,21 @@ def predict_f(
     x_new,
     alpha: float,
     jitter: float = DEFAULT_JITTER,
+    full_cov: bool = False,
 ):
     """Posterior mean and variance of the latent ``f`` at ``x_new`` (Bui, Yan & Turner 2017 eq. 7 at test points).
 
-    ``m* = c*ᵀ J⁻ᵀ b`` and ``v* = k** − ‖c*‖² + ‖J⁻¹c*‖²`` with ``c* = L⁻¹k_u*`` (Bui, Yan & Turner 2017, §3.6, eq. 128).
+    ``m* = c*ᵀ J⁻ᵀ b`` and ``v* = k** − ‖c*‖² + ‖J⁻¹c*‖²`` with ``c* = L⁻¹k_u*`` (Bui, Yan & Turner 2017, §3.6, eq. 128);
+    with ``full_cov`` the covariance ``K** − C*ᵀC* + (J⁻¹C*)ᵀ(J⁻¹C*)`` ``[B, B]`` instead (the same predictive,
+    ``∫ p(f*|u) q(u) du`` with ``q(u)`` Gaussian; Titsias 2009, eq. 6).
     """
     f = _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, jnp.ones(x.shape[0], bool))
     c = solve_lower(f.chol_uu, kernel(inducing, x_new))
     mean = c.T @ solve_upper_from_lower(f.chol_inner, f.inner_target)
-    var = kernel.diag(x_new) - jnp.sum(c**2, axis=0) + jnp.sum(solve_lower(f.chol_inner, c) ** 2, axis=0)
+    reduced = solve_lower(f.chol_inner, c)
+    if full_cov:
+        return mean, kernel(x_new, x_new) - c.T @ c + reduced.T @ reduced
+    var = kernel.diag(x_new) - jnp.sum(c**2, axis=0) + jnp.sum(reduced**2, axis=0)
     return mean, jnp.maximum(var, 0.0)
 
 
@@ -171,10 +177,15 @@ class CollapsedRegression:
         return log_marginal_likelihood(params.kernel, params.inducing, params.noise_variance, x, y, self.alpha,
                                        self.jitter, mask)
 
+    def predict_f(self, params: RegressionParams, x_train, y_train, x_new, full_cov: bool = False):
+        """Latent mean and variance (``full_cov``: covariance) at ``x_new`` given the training rows
+        (:func:`predict_f`)."""
+        return predict_f(params.kernel, params.inducing, params.noise_variance, x_train, y_train, x_new,
+                         self.alpha, self.jitter, full_cov)
+
     def predict_y(self, params: RegressionParams, x_train, y_train, x_new):
         """Predictive mean and variance of ``y`` at ``x_new`` given the training rows."""
-        mean, var = predict_f(params.kernel, params.inducing, params.noise_variance, x_train, y_train, x_new,
-                              self.alpha, self.jitter)
+        mean, var = self.predict_f(params, x_train, y_train, x_new)
         return mean, var + params.noise_variance
 
 

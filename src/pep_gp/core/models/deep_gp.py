@@ -264,8 +264,14 @@ class DeepGP:
         """Every layer's :class:`LayerInputs` under ``q``."""
         return self.layer_inputs(params, 1.0)
 
-    def predict_f(self, params: DeepGPParams, x):
-        """Mean and variance of ``f_L`` at ``x`` from one forward pass under ``q`` (Bui et al. 2016, §7)."""
+    def predict_f(self, params: DeepGPParams, x, full_cov: bool = False):
+        """Mean and variance of ``f_L`` at ``x`` from one forward pass under ``q`` (Bui et al. 2016, §7): the
+        moments of the Gaussian projection after each layer, not those of ``f_L``'s own (non-Gaussian)
+        predictive, which :meth:`predict_mixture` approximates. ``full_cov`` is refused: the pass keeps
+        each row's marginal only."""
+        if full_cov:
+            raise ValueError("a deep GP's f_L is not Gaussian and its moment-matched pass is per row: no full "
+                             "covariance or joint draws (use predict_mixture for per-row draws)")
         return self.propagate(params, self.posteriors(params), x)
 
     def predict_y(self, params: DeepGPParams, x):

@@ -256,15 +256,19 @@ def _sweep(ep: EP, cov, data: SiteData, sites: Sites):
     return sites, skipped
 
 
-def predict_latent(cov, cross_cov, test_var, data: SiteData, sites: Sites):
+def predict_latent(cov, cross_cov, test_cov, data: SiteData, sites: Sites):
     """Mean and variance of ``f*`` at test inputs under ``q``: ``k*ᵀ(h − Tμ)`` (``K⁻¹μ = h − Tμ``) and
-    ``k** − k*ᵀ(I + TK)⁻¹T k*`` (``(K + T⁻¹)⁻¹ = (I + TK)⁻¹T``, R&W eqs. 3.60–3.61), ``cross_cov`` = ``K(X, X*)``."""
+    ``k** − k*ᵀ(I + TK)⁻¹T k*`` (``(K + T⁻¹)⁻¹ = (I + TK)⁻¹T``, R&W eqs. 3.60–3.61), ``cross_cov`` = ``K(X, X*)``.
+    ``test_cov`` is the prior variances ``[B]`` (the variances come back) or covariance ``[B, B]`` (the
+    posterior covariance ``K** − K*ᵀ(I + TK)⁻¹TK*`` comes back)."""
     n = cov.shape[0]
     precision, shift = _variable_factors(n, data, sites)
     q = posterior(cov, data, sites)
     mean = cross_cov.T @ (shift - precision * q.mean)
     reduction = jnp.linalg.solve(jnp.eye(n) + precision[:, None] * cov, precision[:, None] * cross_cov)
-    return mean, test_var - jnp.sum(cross_cov * reduction, axis=0)
+    if test_cov.ndim == 2:
+        return mean, test_cov - cross_cov.T @ reduction
+    return mean, test_cov - jnp.sum(cross_cov * reduction, axis=0)
 
 
 __all__ = ["EP", "EPResult", "Posterior", "SiteData", "Sites", "gaussian_part", "posterior", "predict_latent", "site_data",

@@ -335,10 +335,14 @@ class MultiClassGP:
         return params._replace(factor=factor), refreshed, ok
 
     # ----------------------------------------------------------------------------------------------
-    def predict_latent(self, params: MultiClassParams, x) -> bank.Marginals:
-        """``m*_c``, ``v*_c`` of eqs. (66)–(67) (noise included in ``κ``), ``[B, C]`` each."""
+    def predict_latent(self, params: MultiClassParams, x, full_cov: bool = False):
+        """``m*_c``, ``v*_c`` of eqs. (66)–(67) (noise included in ``κ``), ``[B, C]`` each; with ``full_cov``
+        the mean ``[B, C]`` and the covariance ``[C, B, B]`` per class (:func:`pep_gp.core.bank.latent_moments`)."""
         prior = self.prior_factors(params)
-        return bank.latent_marginals(self.sparse_gps(params), prior, bank.gaussians(prior, params.factor, 1.0), x)
+        return bank.latent_moments(self.sparse_gps(params), prior, bank.gaussians(prior, params.factor, 1.0), x,
+                                   full_cov)
+
+    predict_f = predict_latent  # the name every model's latent moments go by
 
     def predict(self, params: MultiClassParams, x):
         """Predictive log-probabilities ``log p(y* = c | x*)``, ``[B, C]`` (eq. 11/68)."""

@@ -212,10 +212,11 @@ class PowerEPSparseGP:
         prior = bank.prior_factors(self.sparse_gp(params))
         return prior, bank.gaussians(prior, tied_factor(params), 1.0)
 
-    def predict_f(self, params: SparseGPParams, x):
-        """Posterior mean and variance of the latent function at ``x``."""
-        marginals = bank.latent_marginals(self.sparse_gp(params), *self._posterior(params), x)
-        return marginals.mean[:, 0], marginals.var[:, 0]
+    def predict_f(self, params: SparseGPParams, x, full_cov: bool = False):
+        """Posterior mean ``[B]`` and variance ``[B]`` (``full_cov``: covariance ``[B, B]``) of the latent
+        function at ``x`` (:func:`pep_gp.core.bank.latent_moments`)."""
+        mean, spread = bank.latent_moments(self.sparse_gp(params), *self._posterior(params), x, full_cov)
+        return mean[:, 0], spread[0] if full_cov else spread[:, 0]
 
     def predict_y(self, params: SparseGPParams, x):
         """The likelihood's predictive distribution at ``x`` (mean/variance, or class-1 probability)."""

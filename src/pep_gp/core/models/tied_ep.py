@@ -162,12 +162,13 @@ class TiedEPClassifier:
         return params, self._refresh_shared(params, shared.prior, n_total), ok
 
     # ----------------------------------------------------------------------------------------------
-    def predict_f(self, params: TiedEPParams, x):
-        """Mean and variance of the latent function at ``x`` under ``q``."""
+    def predict_f(self, params: TiedEPParams, x, full_cov: bool = False):
+        """Mean ``[B]`` and variance ``[B]`` (``full_cov``: covariance ``[B, B]``) of the latent function at
+        ``x`` under ``q`` (:func:`pep_gp.core.bank.latent_moments`)."""
         gp = self.sparse_gp(params)
         prior = bank.prior_factors(gp)
-        marginals = bank.latent_marginals(gp, prior, bank.gaussians(prior, params.factor, 1.0), x)
-        return marginals.mean[:, 0], marginals.var[:, 0]
+        mean, spread = bank.latent_moments(gp, prior, bank.gaussians(prior, params.factor, 1.0), x, full_cov)
+        return mean[:, 0], spread[0] if full_cov else spread[:, 0]
 
     def predict_y(self, params: TiedEPParams, x):
         """``p(y = 1 | x) = Φ(m/√(1 + v))``."""

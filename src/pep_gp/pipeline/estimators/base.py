@@ -39,7 +39,7 @@ from ..data.validation import check_class_labels
 from ..errors import InputError
 from ..metrics import calibration, regression_calibration
 from ..models import ModelSettings, ModelSpec
-from ..models.predictive import class_probabilities, predict_in_blocks
+from ..models.predictive import Latent, apply, class_probabilities, predict_in_blocks
 from ..engine import connected
 from ..training import checkpoint
 from ..training.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
@@ -68,6 +68,10 @@ CONFIG_NAMES = {"max_iter": "max_steps"}
 PREDICT_BLOCK_ROWS = DEFAULT_BLOCK_ROWS
 """Rows per predictive call, as ``pep predict`` on a run of the default config: one compiled shape, and the
 same bits as ``pep predict`` (the multi-class quadrature holds ~80·C² floats per row)."""
+
+MAX_FULL_COV_ROWS = 5_000
+"""The most rows ``predict_f(X, full_cov=True)``, ``sample_f`` and ``sample_y`` take: the covariance holds n²
+floats per output (5,000 rows: 200 MB, and an O(n³) eigendecomposition to draw from it)."""
 
 
 def fit_fields(spec: ModelSpec) -> dict[str, Any]:
@@ -143,13 +147,87 @@ class FittedGP(BaseEstimator):
                                  dtype=np.float64, reset=False)
         return validate_data(self, X, dtype=np.float64, reset=False) - transforms.offsets
 
-    def _predict_outputs(self, X) -> dict[str, np.ndarray]:
-        """The predictive's outputs for the rows of ``X``, in blocks of one size (``pep predict``'s)."""
+    def _predict_outputs(self, X, predictive: Callable | None = None) -> dict[str, np.ndarray]:
+        """The outputs of ``predictive`` (the model's predictive by default) for the rows of ``X``, in blocks
+        of one size (``pep predict``'s)."""
         check_is_fitted(self)
         x = (self._model_rows(X) - self.x_mean_) / self.x_std_
         with float64():
             params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
-            return predict_in_blocks(self._predictive(), params, x, getattr(self, "block_rows_", PREDICT_BLOCK_ROWS))
+            return predict_in_blocks(predictive or self._predictive(), params, x,
+                                     getattr(self, "block_rows_", PREDICT_BLOCK_ROWS))
+
+    def _latent(self, full_cov: bool) -> Callable:
+        """The latent moments as a predictive: :class:`~pep_gp.pipeline.models.predictive.Latent` of ``model_``."""
+        return Latent(self.model_, full_cov)
+
+    def _latent_units(self) -> tuple[float, float]:
+        """``(shift, scale)`` from the model's latent units to the user's: none for a classifier."""
+        return 0.0, 1.0
+
+    def predict_f(self, X, full_cov: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The posterior of the latent function at the rows of ``X``: its mean and variance per output or,
+        with ``full_cov``, the mean and the covariance across the rows.
+
+        For a sparse GP with ``q(u) = N(m, S)`` this is ``∫ p(f|u) q(u) du``, mean ``K_xz K_zz⁻¹m`` and
+        covariance ``K_xx − K_xz K_zz⁻¹K_zx + K_xz K_zz⁻¹ S K_zz⁻¹K_zx`` (Titsias 2009, eq. 6; Bui, Yan & Turner
+        2017, §3.1); for the exact-GP classifier the EP posterior (Rasmussen & Williams 2006, eqs.
+        3.60–3.61). A regressor's latent values are in the targets' units (``f·scale + shift`` of
+        ``targets_``, the variance times ``scale²``): ``predict`` adds the noise variance to them. A binary
+        classifier's ``f`` is that of ``classes_[1]`` (``p = Φ(f)``, probit); a multi-class one has one
+        ``f`` per class, in the order of ``classes_``. A deep GP gives the moments of its moment-matched
+        forward pass (Bui et al. 2016, §7), not those of its non-Gaussian output, and refuses ``full_cov``.
+
+        Args:
+            X: rows, as for ``predict``.
+            full_cov: the covariance across rows instead of the variances; at most
+                :data:`MAX_FULL_COV_ROWS` rows.
+
+        Returns:
+            ``(mean, var)``: ``[n]`` each, ``[n, C]`` for a multi-class model; with ``full_cov``
+            ``(mean, cov)`` with ``cov`` ``[n, n]`` (``[C, n, n]``).
+
+        Raises:
+            ValueError: ``full_cov`` for more than :data:`MAX_FULL_COV_ROWS` rows, or for a deep GP.
+        """
+        if not full_cov:
+            out = self._predict_outputs(X, self._latent(False))
+        else:
+            check_is_fitted(self)
+            x = (self._model_rows(X) - self.x_mean_) / self.x_std_
+            if x.shape[0] > MAX_FULL_COV_ROWS:
+                raise ValueError(f"full_cov is limited to {MAX_FULL_COV_ROWS:,} rows (n² floats per output); "
+                                 f"got {x.shape[0]:,}: pass fewer rows")
+            with float64():
+                params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
+                out = jax.device_get(apply(self._latent(True), params, x))
+        shift, scale = self._latent_units()
+        return (np.asarray(out["mean"]) * scale + shift,
+                np.asarray(out["cov" if full_cov else "var"]) * scale**2)
+
+    def _draw_f(self, X, n_samples: int, rng: np.random.Generator) -> np.ndarray:
+        """Joint draws of the latent function at the rows of ``X`` from :meth:`predict_f`'s covariance:
+        ``mean + Q Λ^½ z`` with ``cov = QΛQᵀ`` (``eigh``; rounding's tiny negative eigenvalues of a
+        singular covariance, e.g. at repeated rows, set to 0) and ``z ~ N(0, I)``. ``[n_samples, n]`` or
+        ``[n_samples, n, C]``."""
+        if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
+            raise ValueError(f"n_samples must be a positive integer; got {n_samples!r}")
+        mean, cov = self.predict_f(X, full_cov=True)
+        means, covs = (mean.T, cov) if mean.ndim == 2 else (mean[None], cov[None])  # [G, n], [G, n, n]
+        values, vectors = np.linalg.eigh(covs)
+        roots = vectors * np.sqrt(np.maximum(values, 0.0))[:, None, :]
+        draws = means + np.einsum("gij,sgj->sgi", roots, rng.standard_normal((n_samples, *means.shape)))
+        return draws.transpose(0, 2, 1) if mean.ndim == 2 else draws[:, 0]
+
+    def sample_f(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
+        """Joint draws of the latent function at the rows of ``X`` from ``N(mean, cov)`` of
+        ``predict_f(X, full_cov=True)`` (so at most :data:`MAX_FULL_COV_ROWS` rows; not for a deep GP), in
+        the same units. The same ``seed`` gives the same draws.
+
+        Returns:
+            ``[n_samples, n]``, or ``[n_samples, n, C]`` for a multi-class model.
+        """
+        return self._draw_f(X, n_samples, np.random.default_rng(seed))
 
     def log_marginal_likelihood(self) -> float:
         """The approximate log marginal likelihood of the training targets (in their own units) at the
@@ -328,6 +406,21 @@ class GPClassifierMixin:
             raise ValueError(f"expected labels among the fitted classes {self.classes_.tolist()}, got {unknown}")
         return calibration(np.searchsorted(self.classes_, y), proba)  # classes_ is sorted (np.unique)
 
+    def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
+        """Draws of the labels at the rows of ``X``, values of ``classes_``: from each joint draw of
+        :meth:`sample_f`, a binary label is ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit
+        likelihood, ``p = Φ(f)``), and a multi-class label is ``classes_[argmax_c f_c]`` (the step likelihood
+        of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance). The same ``seed`` gives
+        the same draws; limits as :meth:`sample_f`.
+
+        Returns:
+            ``[n_samples, n]``.
+        """
+        rng = np.random.default_rng(seed)
+        f = self._draw_f(X, n_samples, rng)
+        labels = np.argmax(f, axis=2) if f.ndim == 3 else (f + rng.standard_normal(f.shape) > 0).astype(int)
+        return self.classes_[labels]
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = not self._binary
@@ -348,5 +441,21 @@ class GPRegressorMixin:
         mean, std = self.predict(X, return_std=True)
         return regression_calibration(y, mean, std)
 
+    def _latent_units(self) -> tuple[float, float]:
+        return self.targets_.shift, self.targets_.scale
 
-__all__ = ["FIT_FIELDS", "fit_fields", "GPClassifierMixin", "GPEstimator", "GPRegressorMixin"]
+    def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
+        """Draws of the targets at the rows of ``X`` (their units): each joint draw of :meth:`sample_f` plus
+        Gaussian noise of the fitted variance (``predict``'s variance less ``predict_f``'s). The same
+        ``seed`` gives the same draws; limits as :meth:`sample_f`.
+
+        Returns:
+            ``[n_samples, n]``.
+        """
+        rng = np.random.default_rng(seed)
+        f = self._draw_f(X, n_samples, rng)
+        noise_var = np.maximum(self.predict(X, return_std=True)[1] ** 2 - self.predict_f(X)[1], 0.0)
+        return f + np.sqrt(noise_var) * rng.standard_normal(f.shape)
+
+
+__all__ = ["FIT_FIELDS", "MAX_FULL_COV_ROWS", "fit_fields", "GPClassifierMixin", "GPEstimator", "GPRegressorMixin"]

@@ -10,32 +10,31 @@ that does not fit one block).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import jax
 from sklearn.base import RegressorMixin
 
-from ..data.blocks import TargetScaling
+from ...core.models.collapsed_regression import CollapsedRegression
 from ..models.collapsed import COLLAPSED
+from ..models.predictive import GaussianPredictive, Latent
 from ..training.config import TrainConfig
 from ..training.sizes import bucket
 from .base import GPEstimator, GPRegressorMixin
 
 
 @dataclass(frozen=True)
-class CollapsedPredictive:
-    """The collapsed model's predictive at standardised rows, from ``params = (params, x_train, y_train)``."""
+class ConditionedOnRows:
+    """The collapsed model with ``params = (params, x_train, y_train)``: its ``predict_f``/``predict_y`` at
+    standardised rows take the model interface of the predictives (:mod:`pep_gp.pipeline.models.predictive`)."""
 
-    model: Any
-    targets: TargetScaling
+    model: CollapsedRegression
 
-    def __call__(self, params, x) -> dict:
+    def predict_f(self, params, x, full_cov: bool = False):
         params, x_train, y_train = params
-        mean, var = self.model.predict_y(params, x_train, y_train, x)
-        return {"mean": mean * self.targets.scale + self.targets.shift, "var": var * self.targets.scale**2}
+        return self.model.predict_f(params, x_train, y_train, x, full_cov)
 
-
-jax.tree_util.register_dataclass(CollapsedPredictive, data_fields=["targets"], meta_fields=["model"])
+    def predict_y(self, params, x):
+        params, x_train, y_train = params
+        return self.model.predict_y(params, x_train, y_train, x)
 
 
 class CollapsedGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
@@ -60,7 +59,10 @@ class CollapsedGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
         raise TypeError("CollapsedGPRegressor keeps its training rows, so save it with joblib instead")
 
     def _predictive(self):
-        return CollapsedPredictive(self.model_, self.targets_)
+        return GaussianPredictive(ConditionedOnRows(self.model_), self.targets_)
+
+    def _latent(self, full_cov: bool):
+        return Latent(ConditionedOnRows(self.model_), full_cov)
 
     def _predict_params(self):
         return self.params_, self.x_train_, self.y_train_

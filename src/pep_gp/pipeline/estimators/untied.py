@@ -9,10 +9,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import log_ndtr
 from pydantic import Field
 from sklearn.base import ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
@@ -24,7 +22,7 @@ from ...core.models.ep import EP, site_data
 from ...core.models.multiclass import MultiClassGP
 from ...core.projections import projection as named_projection
 from ..models.multiclass import MultiClassSettings
-from ..models.predictive import MultiClassPredictive
+from ..models.predictive import BinaryPredictive, Latent, MultiClassPredictive
 from ..training import exact_ep, multiclass_ep as untied_multiclass
 from .base import FIT_FIELDS, FittedGP, GPClassifierMixin, generated_init
 
@@ -40,17 +38,12 @@ UNTIED_FIT_FIELDS = {name: FIT_FIELDS[name] for name in ("max_iter", "tol", "lea
 """The fit fields of :class:`MultiClassEPClassifier`: in this process only, full batch by default."""
 
 @dataclass(frozen=True)
-class ExactPredictive:
-    """``p(y = 1 | x) = Φ(m/√(1 + v))`` of the exact-GP EP/QP posterior; ``params = (log θ, sites, x_train,
-    site data)``."""
+class ExactGP:
+    """The exact-GP EP/QP posterior in the model interface of the predictives, ``params = (log θ, sites,
+    x_train, site data)``: ``p(y = 1 | x) = Φ(m/√(1 + v))`` is :class:`BinaryPredictive` of it."""
 
-    def __call__(self, params, x) -> dict:
-        mean, var = exact_ep.predict(*params, x)
-        z = mean / jnp.sqrt(1.0 + var)
-        return {"log_proba": jnp.stack([log_ndtr(-z), log_ndtr(z)], axis=1)}
-
-
-jax.tree_util.register_dataclass(ExactPredictive, data_fields=[], meta_fields=[])
+    def predict_f(self, params, x, full_cov: bool = False):
+        return exact_ep.predict(*params, x, full_cov)
 
 
 class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
@@ -101,7 +94,10 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
         return self
 
     def _predictive(self):
-        return ExactPredictive()
+        return BinaryPredictive(ExactGP())
+
+    def _latent(self, full_cov: bool):
+        return Latent(ExactGP(), full_cov)
 
     def _predict_params(self):
         return self.params_, self.sites_, self.x_train_, self.site_data_

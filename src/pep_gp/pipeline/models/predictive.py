@@ -59,8 +59,23 @@ class GaussianPredictive:
         return {"mean": mean * self.targets.scale + self.targets.shift, "var": var * self.targets.scale**2}
 
 
+@dataclass(frozen=True)
+class Latent:
+    """The latent moments of a model's ``predict_f(params, x, full_cov)`` in model units: ``{"mean", "var"}``
+    (``[B]`` each, ``[B, C]`` for a multi-class model) or, with ``full_cov``, ``{"mean", "cov"}`` (``[B, B]``,
+    ``[C, B, B]``)."""
+
+    model: Any
+    full_cov: bool = False
+
+    def __call__(self, params, x) -> dict:
+        mean, spread = self.model.predict_f(params, x, full_cov=self.full_cov)
+        return {"mean": mean, "cov" if self.full_cov else "var": spread}
+
+
 for _cls, _data in ((BinaryPredictive, []), (MultiClassPredictive, []), (GaussianPredictive, ["targets"])):
     jax.tree_util.register_dataclass(_cls, data_fields=_data, meta_fields=["model"])
+jax.tree_util.register_dataclass(Latent, data_fields=[], meta_fields=["model", "full_cov"])
 
 
 @jax.jit

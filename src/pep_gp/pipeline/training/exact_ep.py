@@ -82,7 +82,9 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
                          int(solution.nit), bool(solution.success), str(solution.message))
 
 
-def predict(log_theta, sites: Sites, x_train, data: SiteData, x_test):
-    """Latent mean and variance at ``x_test`` (jit-able: every argument is an array or a pytree of them)."""
+def predict(log_theta, sites: Sites, x_train, data: SiteData, x_test, full_cov: bool = False):
+    """Latent mean and variance (``full_cov``: covariance ``[B, B]``) at ``x_test`` (jit-able: every argument
+    but ``full_cov`` is an array or a pytree of them)."""
     kernel = _kernel(log_theta, x_train.shape[1])
-    return predict_latent(_prior_cov(log_theta, x_train), kernel(x_train, x_test), kernel.diag(x_test), data, sites)
+    test_cov = kernel(x_test, x_test) if full_cov else kernel.diag(x_test)
+    return predict_latent(_prior_cov(log_theta, x_train), kernel(x_train, x_test), test_cov, data, sites)
