@@ -51,6 +51,36 @@ def test_bank_gaussians_match_dense_natural_parameters(form):
             np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
 
 
+def test_bank_latent_covariance_is_the_sparse_gp_predictive():
+    """``latent_moments(full_cov=True)`` against ``K_xz K⁻¹m`` and ``K_xx + dI − K_xz K⁻¹K_zx +
+    K_xz K⁻¹VK⁻¹K_zx`` in numpy for a bank of two GPs (Titsias 2009, eq. 6); its diagonal is the marginal
+    variance of ``latent_marginals``."""
+    rng = np.random.default_rng(1)
+    lengthscales, variance, diagonal = rng.uniform(0.5, 2.0, (2, 3)), np.array([1.0, 2.5]), np.array([1e-3, 0.1])
+    z, x = rng.normal(size=(2, 5, 3)), rng.normal(size=(6, 3))
+    gp = bank.Bank(BatchedARDSquaredExponential(jnp.asarray(lengthscales), jnp.asarray(variance)), jnp.asarray(z),
+                   jnp.asarray(diagonal))
+    roots = rng.normal(size=(2, 5, 5))
+    factor = bank.NaturalFactor(jnp.asarray(rng.normal(size=(2, 5))), jnp.asarray(roots @ np.swapaxes(roots, 1, 2)))
+    prior = bank.prior_factors(gp)
+    q = bank.gaussians(prior, factor, 1.0)
+    moments = jax.jit(bank.latent_moments, static_argnames="full_cov")  # one program, not ~50 dispatches
+    mean, cov = moments(gp, prior, q, jnp.asarray(x), full_cov=True)
+    assert mean.shape == (6, 2) and cov.shape == (2, 6, 6)
+    for g in range(2):
+        kernel = ARDSquaredExponential(jnp.asarray(lengthscales[g]), jnp.asarray(variance[g]))
+        gram = np.asarray(kernel(z[g], z[g])) + diagonal[g] * np.eye(5)
+        directions = np.linalg.solve(gram, np.asarray(kernel(z[g], x)))  # K⁻¹K_zx
+        v = np.asarray(q.sqrt_cov[g] @ q.sqrt_cov[g].T)
+        expected = (np.asarray(kernel(x, x)) + diagonal[g] * np.eye(6) - np.asarray(kernel(x, z[g])) @ directions
+                    + directions.T @ v @ directions)
+        np.testing.assert_allclose(mean[:, g], directions.T @ np.asarray(q.mean[g]), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(cov[g], expected, rtol=1e-10, atol=1e-12)
+    marginals = moments(gp, prior, q, jnp.asarray(x))
+    np.testing.assert_allclose(marginals.var, np.einsum("gbb->bg", cov), rtol=1e-10)
+    np.testing.assert_allclose(marginals.mean, mean, rtol=1e-12, atol=1e-14)
+
+
 def test_log_density_and_logdet():
     rng = np.random.default_rng(2)
     cov, x, mean = _random_spd(rng, 5), rng.normal(size=5), rng.normal(size=5)
