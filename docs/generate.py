@@ -187,6 +187,7 @@ def argument_help(cls: type) -> dict[str, str]:
 
 def estimators_page() -> str:
     """Every estimator with every constructor argument."""
+    from pep_gp.pipeline.estimators.base import MAX_FULL_COV_ROWS
     from pep_gp.pipeline.models import MODELS
 
     sections = []
@@ -202,7 +203,13 @@ def estimators_page() -> str:
     return ("# Estimators\n\n" + GENERATED + "`from pep_gp import NAME`. Each is a scikit-learn estimator "
             "(`fit`, `predict`, `predict_proba` or `predict(..., return_std=True)`, `score`, `get_params`); "
             "the spec estimators also `save(dir)`, and `pep_gp.load(dir)` reads a saved or `pep train` run "
-            "back as its estimator.\n\n" + "\n".join(sections))
+            "back as its estimator. Every one also gives the latent function: `predict_f(X, full_cov=False)` "
+            "(mean and variance per output, per class for multi-class, in the targets' units for regressors; "
+            "`full_cov=True` the covariance across rows, at most "
+            f"{MAX_FULL_COV_ROWS:,} rows), and its joint draws `sample_f(X, n_samples, seed)` and `sample_y(X, "
+            "n_samples, seed)` (targets with Gaussian noise, or labels among `classes_`), `[n_samples, n]` "
+            "(`[n_samples, n, C]` for multi-class `sample_f`), reproducible by seed. The deep GPs give the "
+            "moments of their moment-matched pass and refuse `full_cov` and the draws.\n\n" + "\n".join(sections))
 
 
 def models_page() -> str:
