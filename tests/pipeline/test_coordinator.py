@@ -85,7 +85,8 @@ def test_regressor_reports_rmse_in_target_units(regression_store, tmp_path):
                        settings={"num_inducing": 20}))
     y_test = regression_store.arrays("test")[1][:]
     assert result.metrics["rmse"] < 0.6 * np.std(y_test)  # sin(2x) + 0.1 noise: most variance explained
-    assert set(evaluate(tmp_path)) == {"rmse", "test_nll", "n_test", "step", "checkpoint"}
+    assert set(evaluate(tmp_path)) == {"rmse", "test_nll", "n_test", "step", "checkpoint", "crps", "coverage_50",
+                                       "coverage_90", "coverage_95"}
 
 
 def test_evaluate_on_another_store_uses_the_training_statistics(binary_store, tmp_path):
@@ -93,7 +94,7 @@ def test_evaluate_on_another_store_uses_the_training_statistics(binary_store, tm
     other = make_store(tmp_path / "other.zarr", seed=1)
     assert evaluate(tmp_path, other.path)["n_test"] == 100
     wide = make_store(tmp_path / "wide.zarr", n_features=4)
-    with pytest.raises(InputError, match="has 4 features; the model of .* was trained on 3"):
+    with pytest.raises(InputError, match="wide.zarr: has 'x3', which the run was not trained on"):
         evaluate(tmp_path, wide.path)
     with pytest.raises(InputError, match="no complete checkpoint"):
         evaluate(tmp_path / "nothing")

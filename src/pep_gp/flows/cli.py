@@ -21,7 +21,7 @@ COMMANDS = {  # name: (module, attribute, summary)
     "train": ("pep_gp.flows.train", "train_command",
               "Train a model on a store, with checkpoints; resumable with --resume."),
     "evaluate": ("pep_gp.flows.evaluate", "evaluate_command",
-                 "Held-out metrics (test error / RMSE, NLL) of a trained run's newest checkpoint."),
+                 "Held-out metrics and calibration of a trained run's newest checkpoint."),
     "predict": ("pep_gp.flows.predict", "predict_command",
                 "Predict the rows of a table with a trained run (labels and probabilities, or mean, std, intervals)."),
     "demo": ("pep_gp.flows.demo", "demo_command",

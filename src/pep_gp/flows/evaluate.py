@@ -69,8 +69,10 @@ def evaluate_command(
     tls_key: TlsKey = None,
     prefect: PrefectFlag = False,
 ) -> None:
-    """Held-out metrics (test error / RMSE, NLL) and calibration (Brier score, ECE and a reliability
-    diagram; CRPS and interval coverage) of a trained run's newest checkpoint."""
+    """Held-out metrics and calibration of a trained run's newest checkpoint.
+
+    Test error / RMSE and NLL, with the Brier score, the expected calibration error and a reliability diagram
+    (classifiers) or the CRPS and the coverage of central intervals (regressors)."""
     with user_errors("pep evaluate"):
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         from ..pipeline.training.runs import Run  # JAX: after the cheap checks

@@ -43,14 +43,21 @@ def bound_model(manifest: RunManifest) -> tuple[ModelSpec, Any, Any]:
     return spec, settings, spec.build(settings, manifest.model_binding)
 
 
+SAMPLE_VALUES = 2**20
+"""The most values of the sample rows a checkpoint's templates are built from (``num_inducing × D``, 8 MiB)
+that need no more checking: a model that keeps no inducing inputs among its params (a plugin's) stores
+fewer values than that sample."""
+
+
 def check_stored_size(raw: dict[str, Any], manifest: RunManifest, settings: Any) -> None:
     """ValueError (a damaged checkpoint) unless the params the manifest's settings ask for fit what the
-    checkpoint stores: its ``num_inducing`` inducing inputs in D dimensions are among the params, so a
-    manifest claiming more (``num_inducing = 4e9``: 149 GiB) is refused before anything is sized by it.
-    The stored leaves are themselves bounded (:data:`~pep_gp.pipeline.training.checkpoint.MAX_CHECKPOINT_BYTES`)."""
+    checkpoint stores: a model's ``num_inducing`` inducing inputs in D dimensions are among its params, so a
+    manifest claiming more than the checkpoint holds, and more than :data:`SAMPLE_VALUES` (``num_inducing =
+    4e9``: 149 GiB), is refused before anything is sized by it. The stored leaves are themselves bounded
+    (:data:`~pep_gp.pipeline.training.checkpoint.MAX_CHECKPOINT_BYTES`)."""
     stored = sum(math.prod(entry["shape"]) for entry in raw["leaves"].get("params", []))
     needed = settings.num_inducing * len(manifest.x_mean)
-    if needed > stored:
+    if needed > max(stored, SAMPLE_VALUES):
         field = "config.model" if manifest.model_settings is None else "model_settings"
         raise ValueError(f"manifest field '{field}.num_inducing': {settings.num_inducing:,} inducing inputs in "
                          f"{len(manifest.x_mean)} dimensions, more than the {stored:,} parameter values the "
