@@ -65,7 +65,8 @@ def test_train_and_evaluate_json(store, config_file, tmp_path):
     metrics = json.loads(pep("evaluate", "--run-dir", str(run_dir), "--json").stdout)
     assert (metrics["test_error"], metrics["test_nll"], metrics["n_test"]) == (
         summary["test_error"], summary["test_nll"], 100)
-    assert {p.name for p in run_dir.iterdir()} == {"checkpoints", "learning_curve.png", "metrics.json", ".pep.lock"}
+    assert {p.name for p in run_dir.iterdir()} == {"checkpoints", "learning_curve.png", "metrics.json", ".pep.lock",
+                                                   "reliability.png"}
     more = json.loads(pep("train", "--model", MODEL, "--data", store.path, "--run-dir", str(run_dir),
                           "--resume", "--epochs", "3", "--json").stdout)
     assert (more["steps"], more["epochs"]) == (15, 3)  # resumed with the run's own config

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.infra  # real processes or the cluster tools' validators: the infra tier
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "infra/docker-compose.yml"
 

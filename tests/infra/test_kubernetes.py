@@ -17,6 +17,8 @@ import jsonschema  # noqa: E402  (installed with kubernetes-validate)
 import kubernetes_validate  # noqa: E402
 from dask_kubernetes.operator import make_cluster_spec  # noqa: E402
 
+pytestmark = pytest.mark.infra  # real processes or the cluster tools' validators: the infra tier
+
 ROOT = Path(__file__).resolve().parents[2]
 K8S = kubernetes_validate.utils.latest_version()
 
@@ -191,7 +193,6 @@ def test_the_work_pool_template_declares_every_variable_it_uses_and_renders_a_va
         validate_core(broken)
 
 
-@pytest.mark.infra
 def test_a_scheduler_with_the_manifest_s_routes_serves_the_autoscaler_s_adaptive_target(dask_cluster, tmp_path):
     """A real ``dask scheduler`` with the manifest's HTTP routes answers GET /api/v1/adaptive_target (what the
     operator's autoscaler reads); with Dask's default routes it would answer 404."""

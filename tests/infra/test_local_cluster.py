@@ -17,6 +17,8 @@ from pep_gp.pipeline.engine import connect, parse_cluster
 from pep_gp.pipeline.errors import InputError
 from tests.infra.loopback import listening_addresses
 
+pytestmark = pytest.mark.infra  # real processes or the cluster tools' validators: the infra tier
+
 
 def descendants(pid: int) -> list[int]:
     children = []

@@ -35,7 +35,10 @@ def test_classifier_learns_and_leaves_checkpoints(binary_store, tmp_path):
     assert events.count("epoch") == 4 and events.count("step") == 20 and events[0] == "start"
     kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert kept == ["step-00000016", "step-00000020"]  # every 4 steps and at the end, newest 2 kept
-    assert evaluate(tmp_path) == {**result.metrics, "step": 20, "checkpoint": str(result.checkpoint)}
+    evaluation = evaluate(tmp_path)  # the trainer's last held-out metrics, and the calibration report beside them
+    assert {key: evaluation[key] for key in result.metrics} == result.metrics
+    assert (evaluation["step"], evaluation["checkpoint"]) == (20, str(result.checkpoint))
+    assert {"brier", "ece", "ece_binning", "reliability"} <= set(evaluation)
 
 
 def test_segments_and_resume_are_bit_identical(binary_store, tmp_path):
