@@ -17,6 +17,13 @@ def run(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
+def copy_of(run_dir, tmp_path):
+    """A copy of a shared fixture run (evaluate writes metrics.json: not into the shared run)."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    return copy
+
+
 def ingest(csv, out):
     """``pep ingest csv`` as the messy runs were ingested."""
     result = run("ingest", "csv", "--input", csv, "--target", "bought", "--sep", ";", "--id", "id", "--na", "mean",
@@ -25,8 +32,7 @@ def ingest(csv, out):
 
 
 def test_a_store_of_the_same_features_in_another_order_scores_as_the_training_store(messy_classifier, tmp_path):
-    run_dir = tmp_path / "run"
-    shutil.copytree(messy_classifier.run_dir, run_dir)  # evaluate writes metrics.json: not into the shared run
+    run_dir = copy_of(messy_classifier.run_dir, tmp_path)
     table = pd.read_csv(messy_classifier.train_csv, sep=";")
     table[["id", "bought", "income", "city", "age"]].to_csv(tmp_path / "reordered.csv", sep=";", index=False)
     ingest(tmp_path / "reordered.csv", tmp_path / "reordered.zarr")
@@ -39,8 +45,7 @@ def test_a_store_of_the_same_features_in_another_order_scores_as_the_training_st
 
 
 def test_a_store_of_other_features_is_refused_naming_the_missing_and_extra_ones(messy_classifier, tmp_path):
-    run_dir = tmp_path / "run"
-    shutil.copytree(messy_classifier.run_dir, run_dir)
+    run_dir = copy_of(messy_classifier.run_dir, tmp_path)
     table = pd.read_csv(messy_classifier.train_csv, sep=";").rename(columns={"income": "salary"})
     table.to_csv(tmp_path / "other.csv", sep=";", index=False)
     ingest(tmp_path / "other.csv", tmp_path / "other.zarr")
@@ -55,8 +60,7 @@ def test_a_store_of_other_features_is_refused_naming_the_missing_and_extra_ones(
 def test_evaluate_reports_a_classifiers_calibration_and_writes_its_reliability_diagram(messy_classifier, tmp_path):
     """Issue 39, item 2: the earlier keys unchanged, Brier score, ECE (binning stated) and the bins in JSON,
     ``reliability.png`` beside ``metrics.json``, and the scalars in the text output."""
-    run_dir = tmp_path / "run"
-    shutil.copytree(messy_classifier.run_dir, run_dir)
+    run_dir = copy_of(messy_classifier.run_dir, tmp_path)
     result = run("evaluate", "--run-dir", run_dir, "--json")
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.stdout)
@@ -71,8 +75,7 @@ def test_evaluate_reports_a_classifiers_calibration_and_writes_its_reliability_d
 
 
 def test_evaluate_reports_a_regressors_crps_and_interval_coverage(messy_regressor, tmp_path):
-    run_dir = tmp_path / "run"
-    shutil.copytree(messy_regressor.run_dir, run_dir)
+    run_dir = copy_of(messy_regressor.run_dir, tmp_path)
     result = run("evaluate", "--run-dir", run_dir, "--json")
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.stdout)

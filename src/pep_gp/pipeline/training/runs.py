@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -121,9 +122,10 @@ class Run:
         """Stored targets → model units, as the run trained."""
         return TargetScaling(self.manifest.targets.shift, self.manifest.targets.scale)
 
-    @property
+    @cached_property
     def transforms(self) -> Transforms | None:
-        """How a table's rows became the run's features (None in a manifest of an older pep).
+        """How a table's rows became the run's features (None in a manifest of an older pep); read and
+        checked once per run.
 
         Raises:
             InputError: an invalid ``transforms`` record.
