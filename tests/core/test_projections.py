@@ -61,7 +61,7 @@ def test_quantile_std_matches_owens_t_quadrature(mu, sigma, y):
 
 @pytest.mark.slow
 def test_quantile_std_matches_mpmath():
-    """High precision (25 digits, ``mpmath.quad``) for the widest case of the spec table."""
+    """High precision (18 digits, ``mpmath.quad``) for the widest case of the spec table."""
     mu, sigma = -3.0, 5.0
     log_density = lambda f: -((f - mu) ** 2) / (2 * sigma**2) + mpmath.log(mpmath.ncdf(f))
     std = oracles.quantile_std_mpmath(log_density, mu - 12 * sigma, mu + 12 * sigma, breaks=[-10, -3, 0, 3, 10])

@@ -15,7 +15,7 @@ from pep_gp.pipeline.models.deep_gp import REGRESSOR
 from pep_gp.pipeline.training.config import TrainConfig
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+COMPILE_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # compiled or loaded from the persistent cache
 
 
 def test_every_leaf_of_the_starting_state_is_strongly_typed_float64():

@@ -31,9 +31,12 @@ COMPILATION_CACHE_ENV = "PEP_COMPILATION_CACHE"
 CACHE_LIMIT_BYTES = 2 * 2**30
 """Least recently used programs are evicted beyond this size (also makes JAX lock the directory with
 ``filelock`` while it reads or writes, so concurrent workers never read a half-written entry)."""
-MIN_COMPILE_SECONDS = 0.0
-"""Programs that compile faster than this are not written: none (JAX's default, 1 s, leaves most of a
-small model's programs out, and a later process then compiles those itself)."""
+MIN_COMPILE_SECONDS = 0.1
+"""Programs that compile faster than this are not written. JAX's default, 1 s, leaves most of a small model's
+programs out (a later process then compiles those itself); none at all writes every single array operation run
+eagerly too (tens of milliseconds each to compile), thousands of entries in a long session, and JAX's
+size-limited cache reads every entry's size and access time at each write (measured: 0.19 s per write at 5,800
+entries, under its lock, so the processes sharing the directory wait for each other)."""
 
 
 def default_cache_dir() -> Path:
