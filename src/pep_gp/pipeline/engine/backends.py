@@ -164,8 +164,16 @@ class OneCorePerWorker(WorkerPlugin):
     def setup(self, worker: Any) -> None:
         jax.devices()
         core = {int(worker.name) % os.cpu_count()}
-        for thread in os.listdir("/proc/self/task"):  # every thread of the process, not only this one
-            os.sched_setaffinity(int(thread), core)
+        unpinned = True
+        while unpinned:  # every thread of the process, not only this one, until none started meanwhile
+            unpinned = False
+            for thread in map(int, os.listdir("/proc/self/task")):
+                try:
+                    if os.sched_getaffinity(thread) != core:
+                        os.sched_setaffinity(thread, core)
+                        unpinned = True
+                except ProcessLookupError:  # the thread ended meanwhile
+                    pass
 
 
 class DaskBackend:
@@ -218,7 +226,6 @@ class DaskBackend:
         first_host = None
 
         def once(plan: dict[range, str]) -> Any:
-            nonlocal first_host
             took_part = self._keeping[1] if self._keeping and self._keeping[0] == keeping.token else set()
 
             def call(worker: str, span: range) -> Call:
