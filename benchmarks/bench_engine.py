@@ -1,261 +1,242 @@
-"""Engine benchmark: what the Dask engine adds to a step, how two workers scale, the bytes a step moves,
-and the coordinator's memory as N grows — all in one run.
+"""Engine benchmark: where a distributed step's time goes, for this tree's engine and, in the same run,
+the engine of another pep source tree (the previous one), side by side.
 
 Usage::
 
-    .venv/bin/python -m benchmarks.bench_engine [--store airline-classes.zarr] [--steps 20] [--sizes 50000 200000 800000]
+    .venv/bin/python -m benchmarks.bench_engine [--store airline-classes.zarr] [--steps 20] \
+        [--old-src /path/to/previous/checkout/src]
 
 On the bundled airline flights with 3 classes (``pep ingest airline``; ingested into a temporary directory
-when ``--store`` is not given), ``multiclass-sep`` at the default config (``TrainConfig()``: M = 200,
-10,000-row steps in 1,000-row blocks: the airline default config), median seconds per step after two
-warm-up steps:
+when ``--store`` is not given), ``multiclass-sep`` with 10,000-row steps in 1,000-row blocks at M = 50
+(``TrainConfig()``'s default) and M = 200 inducing points per class, each backend — in-process,
+``local:1``, ``local:1:pinned`` and ``local:2:pinned`` — trains from the same initial parameters, two
+warm-up steps and then ``--steps`` timed steps, each engine in a fresh process (the engines alternate, so
+both see the same load). Per step it reports the median and minimum seconds, and
 
-* the data term alone (one pass over a step's blocks): ``direct`` — its block function called in this
-  process on blocks already in memory, the floor — and ``Engine.map_sum`` on each backend: in-process,
-  ``local:1``, ``local:2`` and the same with each worker pinned to its own core (``local:N:pinned``, which
-  separates the engine's scaling from XLA's own threads); overhead = backend / direct − 1;
-* the whole training step (``Trainer.step``: step-shared quantities, site statistics, tied-factor update,
-  data term, Adam) on each backend, with the bytes it moves per step: the array payloads the engine sends
-  and receives, and the bytes on the wire (this process's TCP counters, ``ss``), next to the payload of
-  the model: ``W × (params + step-shared + site statistics + new cavity + value and live gradient)``;
-* coordinator memory: peak RSS growth of this process while training 3 steps on synthetic 3-class stores
-  of growing N on ``local:2`` (the data stays on the workers).
+* ``coordinator_seconds``: the step less its passes over the blocks (the coordinator's programs and
+  the work around them);
+* ``pass_overhead_seconds``: per pass, its wall time less the slowest worker's time in it (in-process:
+  nothing, the pass is the work) — what the engine adds;
+* ``worker_seconds``: the slowest worker's block computations per step (in-process: the passes);
+* ``coordinator_cpu_seconds``: CPU time of the coordinator process per step (all its threads);
+* ``bytes_per_worker``: the array payloads sent and received per step and worker, and the bytes on the
+  wire per worker (this process's TCP counters, ``ss``);
+* ``params_sha256``: a digest of the parameters after the last step (the same bits give the same digest).
 
-Writes ``benchmarks/results/bench_engine.json`` and prints the tables of docs/results/benchmarks.md (with the
-scaling model calibrated on this run).
+Writes ``benchmarks/results/bench_engine.json`` (with ``uptime``'s load before and after: the machine is
+shared) and prints the tables of docs/results/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
-import psutil
 
-import pep_gp.core
-from benchmarks._common import RESULTS, socket_bytes, write_results
-from benchmarks._multiclass_run import airline_classes
-from pep_gp.pipeline.data.ingest import ingest
-from pep_gp.pipeline.data.sources import SourceRequest, open_source
-from pep_gp.pipeline.data.stores import open_store
-from pep_gp.pipeline.engine import Engine, InProcess, connect
-from pep_gp.pipeline.engine.cache import BLOCKS, _compiled
-from pep_gp.pipeline.engine.summation import tree_sum
-from pep_gp.pipeline.engine.threads import compute_threads
-from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.step import DataTerm
-from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from benchmarks._common import socket_bytes, write_results
 
 MODEL = "multiclass-sep"
-BACKENDS = ("in-process", "local:1", "local:2", "local:1:pinned", "local:2:pinned")
-
-
-def median_seconds(run: Callable[[int], Any], steps: int) -> float:
-    """Median seconds of ``run(step)``, its result waited for, over ``steps`` steps after two warm-up steps."""
-    jax.block_until_ready((run(0), run(1)))
-    times = []
-    for step in range(2, steps + 2):
-        started = time.perf_counter()
-        jax.block_until_ready(run(step))
-        times.append(time.perf_counter() - started)
-    return float(np.median(times))
-
-
-def nbytes(tree: Any) -> int:
-    return int(sum(np.asarray(leaf).nbytes for leaf in jax.tree_util.tree_leaves(tree)))
-
-
-def model_bytes(trainer: Trainer, params: Any, workers: int) -> int:
-    """The payload a multi-class SEP step moves with ``workers`` workers: the params and step-shared
-    quantities to each worker, one partial sum of the site statistics from each, the new cavity to each
-    and one partial sum of the value and the live gradient (not the factor's, chol(K)'s or the held
-    cavity's: zero by construction) from each."""
-    with pep_gp.core.float64():  # the engine's precision (outside it, JAX would compute the sizes in float32)
-        shared = jax.jit(trainer.model.step_shared)(params, trainer.n_total)
-        held = trainer.model.held(shared)
-    classes, inducing = params.inducing.shape[:2]
-    stats = 8 * (classes * inducing + classes * inducing**2 + classes + 1)
-    gradient = 8 + nbytes((params.raw_amplitude, params.raw_noise, params.raw_lengthscales, params.inducing,
-                           shared.prior.inverse))
-    return workers * (nbytes((params, shared)) + stats + nbytes(held) + gradient)
-
-
-def data_term_times(store: Any, config: TrainConfig, steps: int) -> dict[str, float]:
-    """Seconds per step of the data term's pass: direct, then through each backend."""
-    trainer = Trainer(TrainJob(MODEL, store, config, None), InProcess())
-    params = trainer.fresh_state().params
-    with pep_gp.core.float64():
-        inputs = jax.device_get((params, trainer.model.step_shared(params, trainer.n_total)))
-    source, fn, schedule = trainer.train.source, DataTerm(trainer.model), trainer.schedule
-
-    def direct(step: int) -> Any:
-        with pep_gp.core.float64(), compute_threads():
-            blocks = list(BLOCKS.get_all(source, schedule.blocks(step)))
-            return tree_sum(jax.device_get([_compiled(fn)(inputs, *block) for block in blocks]))
-
-    times = {"direct": median_seconds(direct, steps)}
-    for cluster in BACKENDS:
-        backend = connect("none" if cluster == "in-process" else cluster)
-        try:
-            engine = Engine(backend, source)
-            times[cluster] = median_seconds(lambda s: engine.map_sum(fn, inputs, schedule.blocks(s)), steps)
-        finally:
-            backend.close()
-        print({"data term": cluster, "seconds": round(times[cluster], 4)}, flush=True)
-    return times
-
-
-def step_times(store: Any, config: TrainConfig, steps: int) -> dict[str, dict[str, Any]]:
-    """Seconds per training step on each backend, and the bytes a step moves."""
-    rows: dict[str, dict[str, Any]] = {}
-    for cluster in BACKENDS:
-        backend = connect("none" if cluster == "in-process" else cluster)
-        try:
-            trainer = Trainer(TrainJob(MODEL, store, config, None), backend)
-            with compute_threads():
-                state = trainer.fresh_state()
-                seconds = median_seconds(lambda _: trainer.step(state), steps)
-                row: dict[str, Any] = {"seconds_per_step": round(seconds, 4)}
-                traffic = getattr(backend, "traffic", None)
-                if traffic is not None:
-                    workers = len(backend.client.nthreads())
-                    sent, received, wire = traffic.sent, traffic.received, socket_bytes(os.getpid())
-                    for _ in range(5):
-                        trainer.step(state)
-                    row.update({"workers": workers, "payload_sent_per_step": (traffic.sent - sent) // 5,
-                                "payload_received_per_step": (traffic.received - received) // 5,
-                                "bytes_on_the_wire_per_step": (socket_bytes(os.getpid()) - wire) // 5,
-                                "model_payload_per_step": model_bytes(trainer, state.params, workers)})
-        finally:
-            backend.close()
-        rows[cluster] = row
-        print({"training step": cluster, **row}, flush=True)
-    return rows
-
-
-def synthetic_store(directory: Path, n_rows: int) -> Any:
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n_rows, 8)).astype(np.float32)
-    y = np.argmax(x[:, :3] + 0.3 * rng.normal(size=(n_rows, 3)), axis=1)
-    np.savez(directory / f"s{n_rows}.npz", X=x, y=y.astype(np.int64))
-    ingest(open_source("npz", SourceRequest((directory / f"s{n_rows}.npz",), None, "classification")),
-           directory / f"s{n_rows}.zarr", chunk_rows=10_000, test_size="1000")
-    return open_store(directory / f"s{n_rows}.zarr")
-
-
-def fashion_mnist_payload(directory: Path) -> dict[str, int]:
-    """The model's payload per worker and step at the Fashion-MNIST settings (``PAPER_MNIST``: 10 classes,
-    784 inputs, M = 200), from a store of that shape (the sizes do not depend on the values)."""
-    from benchmarks.bench_fashion_mnist import PAPER_MNIST
-
-    rng = np.random.default_rng(0)
-    np.savez(directory / "fmnist-shape.npz", X=rng.random((2_000, 784), dtype=np.float32),
-             y=np.arange(2_000) % 10)
-    ingest(open_source("npz", SourceRequest((directory / "fmnist-shape.npz",), None, "classification")),
-           directory / "fmnist-shape.zarr", test_size="200")
-    trainer = Trainer(TrainJob(MODEL, open_store(directory / "fmnist-shape.zarr"), PAPER_MNIST, None), InProcess())
-    return {"model_payload_per_worker": model_bytes(trainer, trainer.fresh_state().params, 1)}
-
-
-def coordinator_memory(sizes: list[int], config: TrainConfig) -> list[dict[str, Any]]:
-    process, rows = psutil.Process(), []
-    backend = connect("local:2")
-    try:
-        with tempfile.TemporaryDirectory() as directory:
-            for n_rows in sizes:
-                store = synthetic_store(Path(directory), n_rows)
-                trainer = Trainer(TrainJob(MODEL, store, config.model_copy(update={"epochs": 1}),
-                                           Path(directory) / f"run{n_rows}"), backend)
-                before, peak, done = process.memory_info().rss, [0], threading.Event()
-
-                def sample() -> None:
-                    while not done.is_set():
-                        peak[0] = max(peak[0], process.memory_info().rss)
-                        time.sleep(0.005)
-
-                sampler = threading.Thread(target=sample)
-                sampler.start()
-                trainer.run(until_step=3)
-                done.set(), sampler.join()
-                worker_rss = sum(backend.client.run(lambda: psutil.Process().memory_info().rss).values())
-                rows.append({"n_rows": n_rows, "coordinator_rss_growth_mb": round((peak[0] - before) / 2**20, 1),
-                             "workers_rss_mb": round(worker_rss / 2**20, 1)})
-    finally:
-        backend.close()
-    return rows
-
-
+INDUCING = (50, 200)
+BACKENDS = ("in-process", "local:1", "local:1:pinned", "local:2:pinned")
+ENGINES = ("old", "new")
+TRAFFIC_STEPS = 5
 BANDWIDTH = 1.25e9  # bytes per second into and out of the coordinator: one 10 Gbit/s link
 PREDICTED_WORKERS = (1, 2, 8, 32, 128)
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def scaling_model(result: dict[str, Any]) -> dict[str, Any]:
-    """Seconds per training step on ``W`` workers, ``T(W) = s + p / W + W · b / β`` (docs/results/benchmarks.md):
-    ``p`` the work that divides among the workers, ``s`` the rest (the coordinator's programs and the two
-    round trips of a step), ``b`` the model's payload per worker and step and ``β`` the coordinator's
-    bandwidth (:data:`BANDWIDTH`). ``s`` and ``p`` are calibrated on the pinned steps at 1 and 2 workers
-    (the model passes through both); Fashion-MNIST's row gives the transfer term alone."""
-    one, two = (result["training_step"][f"local:{w}:pinned"]["seconds_per_step"] for w in (1, 2))
-    per_worker = result["training_step"]["local:1:pinned"]["model_payload_per_step"]
-    # s + p / W = T(W) − W · b / β at W = 1 and 2, so the model passes through both measurements
-    at_one, at_two = one - per_worker / BANDWIDTH, two - 2 * per_worker / BANDWIDTH
-    serial, parallel = 2 * at_two - at_one, 2 * (at_one - at_two)
-    fashion = result["fashion_mnist_settings"]["model_payload_per_worker"]
+def digest(tree: Any) -> str:
+    """SHA-256 of the bytes of a pytree's leaves."""
+    hasher = hashlib.sha256()
+    for leaf in jax.tree_util.tree_leaves(tree):
+        hasher.update(np.asarray(leaf).tobytes())
+    return hasher.hexdigest()
+
+
+def timed_passes(backend: Any) -> list[float]:
+    """Wraps ``backend.sum`` and ``backend.sum_kept`` (on the instance) so each call's wall seconds are
+    appended to the returned list."""
+    seconds: list[float] = []
+    for name in ("sum", "sum_kept"):
+        method = getattr(backend, name)
+
+        def timed(*args: Any, method: Any = method, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            result = jax.block_until_ready(method(*args, **kwargs))
+            seconds.append(time.perf_counter() - started)
+            return result
+
+        setattr(backend, name, timed)
+    return seconds
+
+
+def task_seconds(backend: Any, run: Any) -> tuple[Any, float, int]:
+    """``run()``, with the slowest worker's seconds summed over the passes it made and the passes: from
+    the backend's own counters (the resident engine), else from Dask's task stream (the task engine:
+    a pass's tasks all start after the previous pass's ended)."""
+    traffic = backend.traffic
+    if hasattr(traffic, "task_seconds"):
+        before = traffic.task_seconds, traffic.passes
+        result = run()
+        return result, traffic.task_seconds - before[0], traffic.passes - before[1]
+    from distributed import get_task_stream
+
+    with get_task_stream(backend.client) as stream:
+        result = run()
+    spans = sorted((s["start"], s["stop"]) for task in stream.data for s in task["startstops"]
+                   if s["action"] == "compute" and task["key"].startswith(("sum_blocks", "sum_kept_blocks")))
+    workers = len(backend.client.nthreads())
+    passes = [spans[i:i + workers] for i in range(0, len(spans), workers)]
+    return result, sum(max(stop - start for start, stop in group) for group in passes), len(passes)
+
+
+def measure(store_path: Path, inducing: int, cluster: str, steps: int) -> dict[str, Any]:
+    """One backend, one engine (whichever ``pep_gp`` this process imports): the row of the results."""
+    from pep_gp.core import float64
+    from pep_gp.pipeline.data.stores import open_store
+    from pep_gp.pipeline.engine import connect
+    from pep_gp.pipeline.engine.threads import compute_threads
+    from pep_gp.pipeline.training.config import TrainConfig
+    from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+
+    config = TrainConfig(model={"num_inducing": inducing})
+    backend = connect("none" if cluster == "in-process" else cluster)
+    try:
+        trainer = Trainer(TrainJob(MODEL, open_store(store_path), config, None), backend)
+        with compute_threads():
+            state = trainer.fresh_state()
+            passes = timed_passes(backend)
+            for _ in range(2):
+                trainer.step(state)
+            walls, cpus, pass_walls, tasks, counted = [], [], [], [], 0
+            for _ in range(steps):
+                del passes[:]
+                started, cpu = time.perf_counter(), time.process_time()
+                if cluster == "in-process":
+                    trainer.step(state)
+                    task, made = sum(passes), len(passes)
+                else:
+                    _, task, made = task_seconds(backend, lambda: trainer.step(state))
+                walls.append(time.perf_counter() - started)
+                cpus.append(time.process_time() - cpu)
+                pass_walls.append(sum(passes))
+                tasks.append(task)
+                counted += made
+            row: dict[str, Any] = {
+                "seconds_per_step": round(float(np.median(walls)), 4), "min_seconds_per_step": round(min(walls), 4),
+                "coordinator_seconds": round(float(np.median(np.subtract(walls, pass_walls))), 4),
+                "pass_overhead_seconds": round((sum(pass_walls) - sum(tasks)) / counted, 4),
+                "worker_seconds": round(float(np.median(tasks)), 4),
+                "coordinator_cpu_seconds": round(float(np.median(cpus)), 4)}
+            if cluster != "in-process":
+                workers, traffic = len(backend.client.nthreads()), backend.traffic
+                sent, received, wire = traffic.sent, traffic.received, socket_bytes(os.getpid())
+                for _ in range(TRAFFIC_STEPS):
+                    trainer.step(state)
+                row.update({"workers": workers,
+                            "payload_bytes_per_worker": (traffic.sent - sent + traffic.received - received)
+                            // (TRAFFIC_STEPS * workers),
+                            "wire_bytes_per_worker": (socket_bytes(os.getpid()) - wire) // (TRAFFIC_STEPS * workers)})
+            else:
+                for _ in range(TRAFFIC_STEPS):
+                    trainer.step(state)
+            with float64():
+                row["params_sha256"] = digest(jax.device_get(state.params))
+    finally:
+        backend.close()
+    return row
+
+
+def run_one(store: Path, inducing: int, cluster: str, steps: int, src: Path) -> dict[str, Any]:
+    """:func:`measure` in a fresh process importing ``pep_gp`` from ``src``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
+    command = [sys.executable, "-m", "benchmarks.bench_engine", "--one", str(store), str(inducing), cluster, str(steps)]
+    output = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    if output.returncode:
+        raise RuntimeError(f"{cluster}, M = {inducing}, {src}: {output.stderr[-2000:]}")
+    return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The issue's same-run ratios of one engine at one M, of the medians and of the minima (on a shared
+    machine interference only adds time)."""
+    out = {}
+    for statistic, key in (("median", "seconds_per_step"), ("min", "min_seconds_per_step")):
+        out[f"local_1_over_in_process_{statistic}"] = round(rows["local:1"][key] / rows["in-process"][key], 3)
+        out[f"pinned_2_speedup_over_1_{statistic}"] = round(rows["local:1:pinned"][key] / rows["local:2:pinned"][key], 3)
+    return out
+
+
+def scaling_model(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Seconds per step on ``W`` pinned workers, ``T(W) = c + 2L + p / W + W · b / β``, every term measured
+    on one pinned worker (not fitted): ``c`` the coordinator's part of a step, ``L`` the overhead of one
+    pass (a step makes two), ``p`` the worker's block computations, ``b`` the bytes per worker and step,
+    ``β`` the coordinator's bandwidth (:data:`BANDWIDTH`, assumed). Predictions, checked at W = 2 against
+    the measured two-worker step."""
+    one = rows["local:1:pinned"]
+    c, overhead, p = one["coordinator_seconds"], one["pass_overhead_seconds"], one["worker_seconds"]
+    b = one["payload_bytes_per_worker"]
 
     def seconds(w: int) -> float:
-        return serial + parallel / w + w * per_worker / BANDWIDTH
+        return c + 2 * overhead + p / w + w * b / BANDWIDTH
 
-    return {
-        "serial_seconds": round(serial, 4), "parallel_seconds": round(parallel, 4), "bandwidth": BANDWIDTH,
-        "airline": {w: {"seconds_per_step": round(seconds(w), 4), "speedup_over_one": round(one / seconds(w), 2),
-                        "payload_mb": round(w * per_worker / 1e6, 1)} for w in PREDICTED_WORKERS},
-        "fashion_mnist_transfer": {w: {"payload_mb": round(w * fashion / 1e6, 1),
-                                       "transfer_seconds": round(w * fashion / BANDWIDTH, 3)}
-                                   for w in PREDICTED_WORKERS},
-    }
+    return {"coordinator_seconds": c, "pass_overhead_seconds": overhead, "worker_seconds": p,
+            "bytes_per_worker": b, "bandwidth": BANDWIDTH,
+            "predicted": {str(w): {"seconds_per_step": round(seconds(w), 4),
+                              "speedup_over_one": round(seconds(1) / seconds(w), 2)} for w in PREDICTED_WORKERS},
+            "measured_two_workers": rows["local:2:pinned"]["seconds_per_step"]}
 
 
 def table(result: dict[str, Any]) -> str:
-    """The results page's tables of one run: seconds per step on each backend with the bytes moved, the
-    coordinator's memory and the scaling model's predictions."""
-    data, steps = result["data_term_seconds_per_step"], result["training_step"]
-    lines = ["| backend | data term, s / step | over the direct call | training step, s / step | "
-             "payload sent + received / step | the model's payload | on the wire |",
-             "|---|---|---|---|---|---|---|"]
-    for name in ("direct", *BACKENDS):
-        step = steps.get(name)
-        overhead = "–" if name == "direct" else format(result["data_term_overhead_vs_direct"][name], "+.0%")
-        cells = [name, f"{data[name]:.4f}", overhead, f"{step['seconds_per_step']:.4f}" if step else "–"]
-        if step and "workers" in step:
-            cells += [f"{(step['payload_sent_per_step'] + step['payload_received_per_step']) / 1e6:.3f} MB",
-                      f"{step['model_payload_per_step'] / 1e6:.3f} MB", f"{step['bytes_on_the_wire_per_step'] / 1e6:.3f} MB"]
-        else:
-            cells += ["–", "–", "–"]
-        lines.append("| " + " | ".join(cells) + " |")
-    memory = " / ".join(f"{row['coordinator_rss_growth_mb']:.0f}" for row in result["coordinator_memory"])
-    sizes = " / ".join(f"{row['n_rows']:,}" for row in result["coordinator_memory"])
-    model = scaling_model(result)
-    lines += ["", f"Two pinned workers against one: data term {result['data_term_2_vs_1_workers_pinned']}×, "
-              f"training step {result['training_step_2_vs_1_workers_pinned']}×; `local:1` training step "
-              f"{result['training_step_local_1_over_in_process']}× the in-process one; coordinator memory growth "
-              f"{memory} MB training N = {sizes} rows on `local:2` (load average "
-              f"{result['machine']['load_avg'][0]:.1f} at the start).", "",
-              f"Scaling model: s = {model['serial_seconds']:.4f} s, p = {model['parallel_seconds']:.4f} s, "
-              f"β = {model['bandwidth'] / 1e9:g} GB/s.", "",
-              "| workers | airline: s / step | speed-up over 1 | airline payload / step | "
-              "Fashion-MNIST payload / step | its transfer alone |", "|---|---|---|---|---|---|"]
+    """The results page's tables of one run: each engine's step on each backend, where its time goes,
+    the same-run ratios and the scaling model's predictions."""
+    lines = ["| M | backend | engine | s / step (median, min) | coordinator, s | pass overhead, ms | worker, s "
+             "| coordinator CPU, s | payload / worker | on the wire / worker | same bits as in-process |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for inducing, runs in result["runs"].items():
+        for cluster in BACKENDS:
+            for engine in ENGINES:
+                row = runs[engine][cluster]
+                same = row["params_sha256"] == runs[engine]["in-process"]["params_sha256"]
+                payload = (f"{row['payload_bytes_per_worker'] / 1e6:.3f} MB", f"{row['wire_bytes_per_worker'] / 1e6:.3f} MB") \
+                    if "workers" in row else ("–", "–")
+                lines.append(f"| {inducing} | {cluster} | {engine} | {row['seconds_per_step']:.4f}, "
+                             f"{row['min_seconds_per_step']:.4f} | {row['coordinator_seconds']:.4f} | "
+                             f"{1e3 * row['pass_overhead_seconds']:.1f} | {row['worker_seconds']:.4f} | "
+                             f"{row['coordinator_cpu_seconds']:.4f} | {payload[0]} | {payload[1]} | "
+                             f"{'yes' if same else 'no'} |")
+    lines += ["", "| M | engine | `local:1` / in-process (medians, minima) | 2 pinned workers' speed-up over 1 "
+              "(medians, minima) |", "|---|---|---|---|"]
+    for inducing, runs in result["runs"].items():
+        for engine in ENGINES:
+            r = ratios(runs[engine])
+            lines.append(f"| {inducing} | {engine} | {r['local_1_over_in_process_median']:.2f}×, "
+                         f"{r['local_1_over_in_process_min']:.2f}× | {r['pinned_2_speedup_over_1_median']:.2f}×, "
+                         f"{r['pinned_2_speedup_over_1_min']:.2f}× |")
+    model = result["scaling_model"]
+    lines += ["", f"Load: {result['uptime_before']} before, {result['uptime_after']} after.", "",
+              f"Scaling model (new engine, M = {max(INDUCING)}, terms measured on one pinned worker): "
+              f"c = {model['coordinator_seconds']:.4f} s, L = {1e3 * model['pass_overhead_seconds']:.1f} ms, "
+              f"p = {model['worker_seconds']:.4f} s, b = {model['bytes_per_worker'] / 1e6:.3f} MB, "
+              f"β = {model['bandwidth'] / 1e9:g} GB/s (assumed); at W = 2 it predicts "
+              f"{model['predicted']['2']['seconds_per_step']:.4f} s, measured {model['measured_two_workers']:.4f} s.", "",
+              "| workers | predicted s / step | predicted speed-up over 1 |", "|---|---|---|"]
     for w in PREDICTED_WORKERS:
-        a, f = model["airline"][w], model["fashion_mnist_transfer"][w]
-        lines.append(f"| {w} | {a['seconds_per_step']:.3f} | {a['speedup_over_one']:.2f} | {a['payload_mb']:.1f} MB "
-                     f"| {f['payload_mb']:,.1f} MB | {f['transfer_seconds']:.3f} s |")
+        lines.append(f"| {w} | {model['predicted'][str(w)]['seconds_per_step']:.3f} | {model['predicted'][str(w)]['speedup_over_one']:.2f} |")
     return "\n".join(lines)
 
 
@@ -263,31 +244,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, help="airline store with 3 classes; ingested if absent")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[50_000, 200_000, 800_000])
+    parser.add_argument("--old-src", type=Path, help="the src/ directory of the engine to compare with")
+    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)  # STORE M BACKEND STEPS: one row, as JSON
     args = parser.parse_args()
-    config = TrainConfig()
+    if args.one:
+        store, inducing, cluster, steps = args.one
+        print(json.dumps(measure(Path(store), int(inducing), cluster, int(steps))))
+        return
+    if args.old_src is None:
+        parser.error("--old-src: the src/ directory of the engine to compare with is required")
+    from benchmarks._multiclass_run import airline_classes
+
+    sources = {"old": args.old_src.resolve(), "new": ROOT / "src"}
+    before = uptime()
     with tempfile.TemporaryDirectory() as scratch:
-        store = open_store(args.store or airline_classes(Path(scratch)))
-        data_term = data_term_times(store, config, args.steps)
-        steps = step_times(store, config, args.steps)
-        memory = coordinator_memory(args.sizes, config)
-        fashion_mnist = fashion_mnist_payload(Path(scratch))
-        n_train = store.n_rows("train")
-    direct, one, two = data_term["direct"], steps["local:1:pinned"], steps["local:2:pinned"]
+        store = args.store or airline_classes(Path(scratch))
+        runs: dict[str, dict[str, dict[str, Any]]] = {str(m): {e: {} for e in ENGINES} for m in INDUCING}
+        for inducing in INDUCING:
+            for cluster in BACKENDS:
+                for engine in ENGINES:
+                    row = run_one(store, inducing, cluster, args.steps, sources[engine])
+                    runs[str(inducing)][engine][cluster] = row
+                    print({"M": inducing, "backend": cluster, "engine": engine, **row}, flush=True)
     write_results("bench_engine", {
-        "store": str(args.store or "bundled airline flights, 3 classes"), "n_train": n_train, "model": MODEL,
-        "config": {"num_inducing": 200, "batch_size": config.batch_size, "block_rows": config.rows_per_block},
-        "data_term_seconds_per_step": {name: round(value, 4) for name, value in data_term.items()},
-        "data_term_overhead_vs_direct": {name: round(value / direct - 1, 3) for name, value in data_term.items()
-                                         if name != "direct"},
-        "data_term_2_vs_1_workers_pinned": round(data_term["local:1:pinned"] / data_term["local:2:pinned"], 2),
-        "training_step": steps,
-        "training_step_2_vs_1_workers_pinned": round(one["seconds_per_step"] / two["seconds_per_step"], 2),
-        "training_step_local_1_over_in_process": round(steps["local:1"]["seconds_per_step"]
-                                                       / steps["in-process"]["seconds_per_step"], 3),
-        "coordinator_memory": memory,
-        "fashion_mnist_settings": fashion_mnist,
+        "store": str(args.store or "bundled airline flights, 3 classes"), "model": MODEL,
+        "config": {"num_inducing": list(INDUCING), "batch_size": 10_000, "block_rows": 1_000, "steps": args.steps},
+        "engines": {"old": str(sources["old"]), "new": "this tree"},
+        "uptime_before": before, "uptime_after": uptime(), "runs": runs,
+        "ratios": {m: {e: ratios(rows) for e, rows in engines.items()} for m, engines in runs.items()},
+        "scaling_model": scaling_model(runs[str(max(INDUCING))]["new"]),
     })
+    from benchmarks._common import RESULTS
+
     print(table(json.loads((RESULTS / "bench_engine.json").read_text())))
 
 

@@ -144,17 +144,19 @@ def test_the_readme_s_measured_comparison_is_that_of_the_committed_runs():
     assert f"| {cpu[3]}× / {gpu[3]}× GPyTorch's |" in readme
 
 
-def test_the_engine_run_moved_exactly_the_models_payload_and_its_scaling_model_passes_through_it():
-    from benchmarks.bench_engine import scaling_model
+def test_the_engine_run_compared_both_engines_and_its_scaling_model_is_made_of_measured_terms():
+    from benchmarks.bench_engine import BACKENDS, BANDWIDTH, ENGINES, scaling_model
 
     engine = results.result("bench_engine")
-    for name, step in engine["training_step"].items():
-        if "workers" in step:
-            assert step["payload_sent_per_step"] + step["payload_received_per_step"] == step["model_payload_per_step"], name
-    model = scaling_model(engine)
-    for workers in (1, 2):
-        measured = engine["training_step"][f"local:{workers}:pinned"]["seconds_per_step"]
-        assert model["airline"][workers]["seconds_per_step"] == pytest.approx(measured, abs=1e-4)
+    for inducing, runs in engine["runs"].items():
+        assert [set(runs[name]) for name in ENGINES] == [set(BACKENDS)] * len(ENGINES), inducing
+        assert len({row["params_sha256"] for row in runs["new"].values()}) == 1, inducing  # the same bits everywhere
+    rows = engine["runs"]["200"]["new"]
+    one, model = rows["local:1:pinned"], scaling_model(rows)
+    assert model["predicted"]["1"]["seconds_per_step"] == pytest.approx(
+        one["coordinator_seconds"] + 2 * one["pass_overhead_seconds"] + one["worker_seconds"]
+        + one["payload_bytes_per_worker"] / BANDWIDTH, abs=1e-4)
+    assert "load average" in engine["uptime_before"] and "load average" in engine["uptime_after"]
 
 
 def test_the_airline_scale_run_ingested_the_paper_s_rows_as_synthetic_and_its_coordinator_did_not_grow():

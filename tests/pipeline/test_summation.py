@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pep_gp.pipeline.engine import Engine, InProcess
-from pep_gp.pipeline.engine.cache import KEPT
 from pep_gp.pipeline.engine.summation import (Zero, inflate, join_subtrees, structural_zeros, subtrees, tree_sum,
                                              without_zeros)
 from pep_gp.pipeline.training.step import DataTerm, RowDataTerm, RowSiteTerm, ascent_update
@@ -56,16 +55,16 @@ def test_the_two_passes_keep_the_rows_and_equal_the_plain_block_terms(three_clas
     """The first pass keeps each block's rows in this process; the second, from them, gives the data
     term's value and gradient of DataTerm, bit for bit; without the kept rows (another process) they
     are computed again, with the same bits."""
-    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), InProcess())
+    backend = InProcess()
+    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), backend)
     params, model = trainer.fresh_state().params, trainer.model
     shared = jax.jit(model.step_shared)(params, trainer.n_total)
     engine, blocks = trainer.train, [0, 3, 5]
     engine.map_sum_keeping(RowSiteTerm(model), (params, shared), blocks)
-    (token, kept), = KEPT.items()
-    assert sorted(kept) == blocks
+    assert sorted(backend.kept.parts) == blocks
     two_pass = engine.map_sum_kept(RowDataTerm(model), model.held(shared))
     plain = engine.map_sum(DataTerm(model), (params, shared), blocks)
-    KEPT.clear()
+    backend.kept.start("another pass", *backend.kept.first)  # nothing held: the parts are computed again
     again = engine.map_sum_kept(RowDataTerm(model), model.held(shared))
     for a, b, c in zip(jax.tree_util.tree_leaves(two_pass), jax.tree_util.tree_leaves(plain),
                        jax.tree_util.tree_leaves(again), strict=True):

@@ -12,15 +12,18 @@ Backends:
 
 * :class:`InProcess` — no Dask; blocks are computed in this process (notebooks, estimators, tests).
 * :class:`DaskBackend` — a ``LocalCluster`` of worker *processes* (``local:N``; ``local:N:pinned``
-  gives worker ``i`` core ``i mod cores`` alone: no oversubscription, but results then match other
-  pinned clusters, not the in-process backend, see below) or an existing
-  scheduler (``tcp://HOST:PORT``). Each call sends its inputs once to each worker (the params and the
-  step-shared quantities once per step: the second pass sends only what the site update changed); each
-  worker gets one task with a whole subtree of the step's summation tree
-  (:mod:`pep_gp.pipeline.engine.summation`), adds its blocks' results in the tree's order and returns
-  one partial sum, without the results that are zero by construction; tasks may move to another worker
-  if theirs dies, and a failed call is re-run (a second pass whose kept parts were lost computes them
-  again from the first pass's inputs).
+  gives worker ``i`` core ``i mod cores`` alone: no oversubscription, the same bits, see below) or an
+  existing scheduler (``tcp://HOST:PORT``). Every worker runs a resident
+  :class:`~pep_gp.pipeline.engine.backends.WorkerEngine` (a Dask worker plugin), and a pass over a
+  step's blocks is one direct call to each worker, all in flight at once, over the cluster's own
+  connections (TLS where the cluster uses it; no task, no scheduler in the way, so the coordinator must
+  reach the workers). A call carries the pass's inputs and, the first time only, the block function and
+  the source; the worker sums a whole subtree of the step's summation tree
+  (:mod:`pep_gp.pipeline.engine.summation`) over its blocks, in the tree's order, and answers one partial
+  sum without the results that are zero by construction. A step's second pass sends only what the site
+  update changed. A call that fails (a lost worker) is made again on the workers left; a second pass
+  whose kept parts were lost has them computed again by a worker that took part in the first pass (it
+  holds that pass's inputs) or from the inputs sent again (the same bits).
 
 Memory: every process that computes blocks keeps the blocks it read in a :class:`BlockCache` of at most
 ``PEP_BLOCK_CACHE_MB`` megabytes (default 16 on a CPU, half the free memory of a GPU: see
@@ -33,8 +36,9 @@ block evicted from it is read from Zarr again when next needed, which the operat
 and the ≤ 1 MiB chunks of ``pep ingest`` make cheap (0.75 ms per 1,000-row airline block, measured). A
 worker's memory is therefore bounded by the budget plus :data:`LATEST_CALL_MB` whatever the number of
 rows N: a store that fits in the budget is read once, a larger one costs a re-read per block per epoch.
-A step's first pass also leaves what it keeps per block (:data:`~pep_gp.pipeline.engine.cache.KEPT`: for
-multi-class SEP a few [C, M, rows] arrays per block) until the next step's first pass replaces it.
+A step's first pass also leaves what it keeps per block in that process's
+:class:`~pep_gp.pipeline.engine.cache.Kept` (for multi-class SEP a few [C, M, rows] arrays per block, and
+the pass's inputs) until the next step's first pass replaces it.
 
 Determinism: every block's result is computed by the same compiled function on the same inputs,
 whatever process computes it, and the per-block results are summed in a fixed binary tree over the
@@ -52,10 +56,12 @@ measured here):
 * ``--xla_cpu_multi_thread_eigen`` changes some small dot products. XLA reads its flags once, when a
   process's backend starts, so a process that already ran JAX (a notebook, the test runner) cannot be
   pinned afterwards: pep therefore leaves XLA's flags at their defaults in every backend;
-* XLA:CPU partitions some reductions by its thread-pool size, which follows the process's CPU
-  affinity (a column sum of a (100, 2000) array differs between 1 and 2 visible cores), so every
-  process must see the same number of cores: true on one machine; for remote workers use machines
-  of the same type, or accept last-bit differences.
+* XLA:CPU partitions some reductions by its thread-pool size, which follows the CPU affinity of the
+  process when its JAX backend starts (a column sum of a (100, 2000) array differs between 1 and 2
+  visible cores), so every process must start it seeing the same number of cores: true on one machine
+  (a pinned worker starts its backend before it pins itself:
+  :class:`~pep_gp.pipeline.engine.backends.OneCorePerWorker`); for remote workers use machines of the
+  same type, or accept last-bit differences.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from typing import Any
 
 from ..data.blocks import BlockSource
 from .backends import Backend, DaskBackend, InProcess
+from .cache import Keeping
 from ..cluster_address import CLUSTER_HELP, parse_cluster
 from .clusters import connect, connected
 from .summation import tree_sum
@@ -79,7 +86,7 @@ class Engine:
 
     def __init__(self, backend: Backend, source: BlockSource):
         self.backend, self.source = backend, source
-        self._kept: tuple[str, Callable, Any, list[int]] | None = None
+        self.keeping: Keeping | None = None  # the latest keeping pass, for map_sum_kept
 
     def map_sum(self, fn: Callable, inputs: Any, blocks: Sequence[int]) -> Any:
         """``Σ_{b in blocks} fn(inputs, *block_b)``, summed by :func:`tree_sum` in ``blocks`` order."""
@@ -88,17 +95,15 @@ class Engine:
     def map_sum_keeping(self, fn: Callable, inputs: Any, blocks: Sequence[int]) -> Any:
         """:meth:`map_sum` of ``fn(...)[0]`` for an ``fn`` returning ``(result, kept)``; each block's
         ``kept`` stays where the block was computed, for the next :meth:`map_sum_kept`."""
-        token = uuid.uuid4().hex
-        self._kept = (token, fn, inputs, list(blocks))
-        return self.backend.sum(fn, inputs, self.source, list(blocks), keep=token)
+        self.keeping = Keeping(uuid.uuid4().hex, fn, inputs, list(blocks))
+        return self.backend.sum(fn, inputs, self.source, list(blocks), keep=self.keeping.token)
 
     def map_sum_kept(self, fn: Callable, inputs: Any) -> Any:
         """``Σ_b fn(inputs, kept_b, y_b, mask_b)`` over the blocks of the latest :meth:`map_sum_keeping`,
         with what it kept; only ``inputs`` travel."""
-        if self._kept is None:
+        if self.keeping is None:
             raise RuntimeError("map_sum_kept needs a map_sum_keeping call first")
-        token, first, first_inputs, blocks = self._kept
-        return self.backend.sum_kept(fn, inputs, self.source, blocks, token, first, first_inputs)
+        return self.backend.sum_kept(fn, inputs, self.source, self.keeping)
 
     def rows(self, blocks: Sequence[int]) -> int:
         """Real rows in ``blocks`` (the minibatch size |B|)."""

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import os
-from collections import deque
+import time
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 import jax
 from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.protocol import to_serialize
 
 from ..data.blocks import BlockSource
-from .cache import sum_blocks, sum_kept_blocks
+from .cache import Keeping, Kept, NotHeld, sum_blocks, sum_kept_blocks
 from .compilation import use_compilation_cache
 from .summation import inflate, join_subtrees, payload_bytes, subtrees
-from .threads import pin_compute_threads
+from .threads import hold_compute_threads, pin_compute_threads
 
 log = logging.getLogger(__name__)
 
-STEP_ATTEMPTS = 3  # a step whose tasks fail (lost workers or scheduler, closed connections) is re-run this often
+STEP_ATTEMPTS = 3  # a pass whose calls fail (lost workers or scheduler, closed connections) is re-run this often
+HELD_OBJECTS = 64  # block functions and sources a worker holds (and the coordinator numbers), least recently used out
 
 
 class Backend(Protocol):
@@ -33,12 +39,11 @@ class Backend(Protocol):
         """Processes that compute (1 in-process)."""
 
     def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: str | None = None) -> Any:
-        """``Σ_b fn(inputs, *block_b)`` (:func:`~pep_gp.pipeline.engine.cache.sum_blocks`; with ``keep``,
-        each block's kept part stays where the block was computed)."""
+        """``Σ_b fn(inputs, *block_b)`` (:func:`~pep_gp.pipeline.engine.cache.sum_blocks`; with a ``keep``
+        token, each block's kept part stays where the block was computed)."""
 
-    def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], token: str,
-                 first: Callable, first_inputs: Any) -> Any:
-        """``Σ_b fn(inputs, kept_b, y_b, mask_b)`` over the blocks of the keeping call ``token``
+    def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
+        """``Σ_b fn(inputs, part_b, y_b, mask_b)`` over the blocks of the keeping pass ``keeping``
         (:func:`~pep_gp.pipeline.engine.cache.sum_kept_blocks`)."""
 
     def map_ordered(self, fn: Callable, items: Iterable, window: int) -> Iterator:
@@ -55,12 +60,15 @@ class InProcess:
     description = "in-process"
     n_workers = 1
 
-    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: str | None = None) -> Any:
-        return sum_blocks(fn, inputs, source, blocks, keep, to_host=False)
+    def __init__(self) -> None:
+        self.kept = Kept()
 
-    def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], token: str,
-                 first: Callable, first_inputs: Any) -> Any:
-        return sum_kept_blocks(fn, inputs, source, blocks, token, first, first_inputs, to_host=False)
+    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: str | None = None) -> Any:
+        return sum_blocks(fn, inputs, source, blocks, None if keep is None else self.kept, keep or "", to_host=False)
+
+    def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
+        return sum_kept_blocks(fn, inputs, source, keeping.blocks, self.kept, keeping.token,
+                               (keeping.fn, keeping.inputs), to_host=False)
 
     def map_ordered(self, fn: Callable, items: Iterable, window: int = 1) -> Iterator:
         return map(fn, items)
@@ -72,37 +80,105 @@ class InProcess:
 @dataclass
 class Traffic:
     """Array bytes a backend sent to its workers and received from them (the payloads, not the messages
-    around them): what :mod:`benchmarks.bench_engine` compares with the bytes on the wire."""
+    around them: what :mod:`benchmarks.bench_engine` compares with the bytes on the wire), and the time
+    its passes took: in all, and on the slowest worker of each (what the engine adds is the difference)."""
 
     sent: int = 0
     received: int = 0
+    passes: int = 0
+    pass_seconds: float = 0.0
+    task_seconds: float = 0.0
 
 
-class ComputeSetup(WorkerPlugin):
-    """Dask worker plugin: pins the compute threads and turns on the persistent compilation cache
-    (:mod:`pep_gp.pipeline.engine.compilation`, from the worker's own environment) on every worker, also
-    ones that join later or are restarted by their nanny (workers started outside pep, e.g.
-    ``dask worker``, included)."""
+@dataclass
+class Call:
+    """One worker's share of a pass: its blocks (a whole subtree of the pass's summation tree) and what
+    it has not been sent before. Functions and sources travel once per worker, named by a number (never
+    reused: a worker or coordinator that forgot one has it sent again)."""
 
-    name = "pep-compute-setup"
+    fn: int
+    source: int
+    blocks: list[int]
+    inputs: Any
+    objects: dict[int, Any]  # functions and sources this worker has not been sent
+    keep: str | None = None  # first pass: keep each block's part under this token
+    kept: str | None = None  # second pass: from the parts of this keeping pass
+    first: tuple[int, Any] | None = None  # second pass: the first pass's function and inputs, for parts not here
+
+
+class WorkerEngine(WorkerPlugin):
+    """Dask worker plugin, resident on every worker (also ones that join later or are restarted by their
+    nanny, and workers started outside pep, e.g. ``dask worker``): pins the compute threads, turns on the
+    persistent compilation cache (:mod:`pep_gp.pipeline.engine.compilation`, from the worker's own
+    environment), and answers the coordinator's direct calls (``pep_sum``, a :class:`Call`: no task, no
+    scheduler) with the partial sum of the call's blocks, computed on one compute thread. It holds the
+    functions and sources it was sent and what its latest keeping pass kept (a :class:`Kept`)."""
+
+    name = "pep-worker-engine"
 
     def setup(self, worker: Any) -> None:
         pin_compute_threads()
         use_compilation_cache()
+        self.objects: OrderedDict[int, Any] = OrderedDict()
+        self.kept = Kept()
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="pep-compute", initializer=hold_compute_threads)
+        worker.handlers["pep_sum"] = self.handle
+
+    def teardown(self, worker: Any) -> None:
+        worker.handlers.pop("pep_sum", None)
+        self.thread.shutdown(wait=False)
+
+    async def handle(self, call: Call) -> Any:
+        return to_serialize(await asyncio.get_running_loop().run_in_executor(self.thread, self.timed, call))
+
+    def timed(self, call: Call) -> tuple[Any, float]:
+        """:meth:`compute`'s partial sum and its seconds."""
+        started = time.perf_counter()
+        return self.compute(call), time.perf_counter() - started
+
+    def compute(self, call: Call) -> Any:
+        self.objects.update(call.objects)
+        refs = (call.fn, call.source) + (() if call.first is None else (call.first[0],))
+        if not all(ref in self.objects for ref in refs):
+            raise NotHeld("a function or source this worker was not sent, or forgot")
+        for ref in refs:
+            self.objects.move_to_end(ref)
+        while len(self.objects) > HELD_OBJECTS:
+            self.objects.popitem(last=False)
+        fn, source = self.objects[call.fn], self.objects[call.source]
+        first = None if call.first is None else (self.objects[call.first[0]], call.first[1])
+        if call.kept is None:
+            return sum_blocks(fn, call.inputs, source, call.blocks, None if call.keep is None else self.kept,
+                              call.keep or "")
+        return sum_kept_blocks(fn, call.inputs, source, call.blocks, self.kept, call.kept, first)
 
 
 class OneCorePerWorker(WorkerPlugin):
     """Dask worker plugin for ``local:N:pinned``: worker ``i`` of a LocalCluster runs on core
-    ``i mod cores`` only. Set before the worker's first task, so XLA sizes its pool to one thread."""
+    ``i mod cores`` only. JAX's backend starts first, while the worker sees every core, so XLA sizes its
+    thread pool — and partitions reductions — as an unpinned process on the same machine does: pinned
+    workers give the bits of the in-process backend (its threads then share the one core)."""
 
     name = "pep-one-core-per-worker"
 
     def setup(self, worker: Any) -> None:
-        os.sched_setaffinity(0, {int(worker.name) % os.cpu_count()})
+        jax.devices()
+        core = {int(worker.name) % os.cpu_count()}
+        unpinned = True
+        while unpinned:  # every thread of the process, not only this one, until none started meanwhile
+            unpinned = False
+            for thread in map(int, os.listdir("/proc/self/task")):
+                try:
+                    if os.sched_getaffinity(thread) != core:
+                        os.sched_setaffinity(thread, core)
+                        unpinned = True
+                except ProcessLookupError:  # the thread ended meanwhile
+                    pass
 
 
 class DaskBackend:
-    """Computes blocks on the workers of a Dask cluster (see the module docstring).
+    """Computes blocks on the workers of a Dask cluster (see the module docstring): each pass is one
+    direct call per worker (:class:`WorkerEngine`), made in parallel, over TLS where the cluster uses it.
 
     Args:
         client: a connected ``distributed.Client``.
@@ -110,63 +186,124 @@ class DaskBackend:
         cluster: a cluster this backend started and closes, or None.
     """
 
+    WORKERS_EVERY_S = 2.0
+    """The scheduler is asked for its workers at most this often (and after a failed pass)."""
+
     def __init__(self, client: Any, description: str, cluster: Any = None):
         self.client, self.description, self.cluster = client, description, cluster
-        # Data goes straight between this process and the workers of a cluster it started (not through the
-        # scheduler); a remote cluster's workers may be reachable from the scheduler only.
-        self.direct = True if cluster is not None else None
-        self._kept: dict[str, dict[str, Any]] = {}
         self.traffic = Traffic()
         self._address, self._security = client.scheduler.address, client.security
-        client.register_plugin(ComputeSetup())
+        self._names: OrderedDict[Any, int] = OrderedDict()  # function or source -> its number in Call
+        self._numbered = 0
+        self._sent: dict[str, set[int]] = {}  # worker -> the numbers it holds
+        self._listed: tuple[float, list[str]] = (-math.inf, [])
+        self._lost: set[str] = set()  # workers whose call failed (not planned on again)
+        self._keeping: tuple[str, set[str]] | None = None  # the latest keeping pass and its workers
+        client.register_plugin(WorkerEngine())
 
     def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: str | None = None) -> Any:
         """Each worker sums a whole subtree of the step's tree over its blocks and sends one partial sum
         (results zero by construction stay behind); the inputs go once to each worker."""
-        def once() -> Any:
-            plan = self._plan(blocks)
-            scattered = self._scatter(inputs, plan)
-            futures = {span: self.client.submit(sum_blocks, fn, scattered[worker], source, [blocks[i] for i in span],
-                                                keep, workers=[worker], allow_other_workers=True, pure=False)
-                       for span, worker in plan.items()}
+        host = jax.device_get(inputs)
+
+        def once(plan: dict[range, str]) -> Any:
             if keep is not None:
-                self._kept = {keep: scattered}  # the second pass finds the first's inputs on the workers
-            return self._join(len(blocks), futures)
+                self._keeping = (keep, set(plan.values()))
 
-        return self._with_retries(once)
+            def call(worker: str, span: range) -> Call:
+                fn_ref, source_ref, objects = self._refs(worker, fn, source)
+                return Call(fn_ref, source_ref, [blocks[i] for i in span], host, objects, keep=keep)
 
-    def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], token: str,
-                 first: Callable, first_inputs: Any) -> Any:
-        """As :meth:`sum`, where the keeping call ran: only ``inputs`` travel (the first pass's inputs are
-        already on each worker). After a lost worker the step's first-pass inputs are sent again and the
-        kept parts computed again (the same bits)."""
-        def once(resend: bool) -> Any:
-            plan = self._plan(blocks)
-            held = self._kept.get(token) if not resend else None
-            held = held if held is not None and set(plan.values()) <= set(held) else self._scatter(first_inputs, plan)
-            scattered = self._scatter(inputs, plan)
-            futures = {span: self.client.submit(sum_kept_blocks, fn, scattered[worker], source,
-                                                [blocks[i] for i in span], token, first, held[worker],
-                                                workers=[worker], allow_other_workers=True, pure=False)
-                       for span, worker in plan.items()}
-            return self._join(len(blocks), futures)
+            return self._call(plan, call)
 
-        attempts = iter(range(STEP_ATTEMPTS))
-        return self._with_retries(lambda: once(resend=next(attempts) > 0))
+        return self._with_retries(len(blocks), once)
 
-    def _with_retries(self, call: Callable[[], Any]) -> Any:
-        """``call()``, re-run when its tasks fail (a lost worker, or a lost scheduler: the client reconnects,
-        or a new one connects once it answers again) up to :data:`STEP_ATTEMPTS` times, then OSError in one
-        line (a flow retries it from the newest checkpoint)."""
-        from distributed import KilledWorker
+    def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
+        """As :meth:`sum`, where the keeping pass ran: only ``inputs`` travel. A worker that did not take
+        part in it (after a lost worker, or a call that failed) is sent its inputs too, and computes the
+        parts again (the same bits)."""
+        host, blocks = jax.device_get(inputs), keeping.blocks
+        first_host = None
+
+        def once(plan: dict[range, str]) -> Any:
+            took_part = self._keeping[1] if self._keeping and self._keeping[0] == keeping.token else set()
+
+            def call(worker: str, span: range) -> Call:
+                nonlocal first_host
+                fn_ref, source_ref, objects = self._refs(worker, fn, source)
+                first = None
+                if worker not in took_part:
+                    first_ref, _, more = self._refs(worker, keeping.fn, source)
+                    first_host = jax.device_get(keeping.inputs) if first_host is None else first_host
+                    first, objects = (first_ref, first_host), {**objects, **more}
+                return Call(fn_ref, source_ref, [blocks[i] for i in span], host, objects, kept=keeping.token,
+                            first=first)
+
+            return self._call(plan, call)
+
+        return self._with_retries(len(blocks), once)
+
+    def _refs(self, worker: str, fn: Callable, source: BlockSource) -> tuple[int, int, dict[int, Any]]:
+        """The numbers of ``fn`` and ``source`` in a :class:`Call` to ``worker``, and those of the two it
+        has not been sent."""
+        for thing in (fn, source):
+            if thing not in self._names:
+                self._names[thing], self._numbered = self._numbered, self._numbered + 1
+            self._names.move_to_end(thing)
+        while len(self._names) > HELD_OBJECTS:
+            self._names.popitem(last=False)
+        refs = [self._names[fn], self._names[source]]
+        sent = self._sent.setdefault(worker, set())
+        objects = {ref: thing for ref, thing in zip(refs, (fn, source)) if ref not in sent}
+        return refs[0], refs[1], objects
+
+    def _call(self, plan: dict[range, str], make: Callable[[str, range], Call]) -> dict[range, Any]:
+        """One :class:`Call` to each planned worker, all in flight at once; their partial sums by span."""
+        calls = {span: (worker, make(worker, span)) for span, worker in plan.items()}
+
+        async def all_calls() -> list[Any]:
+            return await asyncio.gather(*(self.client.rpc(worker).pep_sum(call=to_serialize(call))
+                                          for worker, call in calls.values()), return_exceptions=True)
+
+        for worker, call in calls.values():
+            self.traffic.sent += payload_bytes(call.inputs) + (0 if call.first is None else payload_bytes(call.first[1]))
+        started = time.perf_counter()
+        replies = self.client.sync(all_calls)
+        failed = [(worker, reply) for (worker, _), reply in zip(calls.values(), replies)
+                  if isinstance(reply, BaseException)]
+        for worker, error in failed:
+            self._forget(worker, lost=not isinstance(error, NotHeld))
+        if failed:
+            raise failed[0][1]
+        for worker, call in calls.values():
+            self._sent[worker].update(call.objects)
+        sums, seconds = zip(*replies)
+        self.traffic.passes += 1
+        self.traffic.pass_seconds += time.perf_counter() - started
+        self.traffic.task_seconds += max(seconds)
+        self.traffic.received += sum(payload_bytes(part) for part in sums)
+        return dict(zip(calls, sums))
+
+    def _forget(self, worker: str, lost: bool) -> None:
+        """After a failed call: ``worker`` holds nothing pep sent it; ``lost``, it is not planned on again."""
+        self._sent.pop(worker, None)
+        if self._keeping is not None:
+            self._keeping[1].discard(worker)
+        if lost:
+            self._lost.add(worker)
+
+    def _with_retries(self, count: int, once: Callable[[dict[range, str]], dict[range, Any]]) -> Any:
+        """The sum of ``count`` parts from ``once(plan)``'s partial sums, re-run on the workers left when
+        a call fails (a lost worker, or a lost scheduler: the client reconnects, or a new one connects once
+        it answers again) up to :data:`STEP_ATTEMPTS` times, then OSError in one line (a flow retries it
+        from the newest checkpoint)."""
         from distributed.comm import CommClosedError
-        from distributed.utils import CancelledError
 
         for attempt in range(1, STEP_ATTEMPTS + 1):
             try:
                 self._reconnect_if_closed()
-                return call()
-            except (KilledWorker, CommClosedError, OSError, CancelledError, TimeoutError) as error:
+                return inflate(join_subtrees(count, once(self._plan(count, fresh=attempt > 1))))
+            except (CommClosedError, OSError, TimeoutError, NotHeld) as error:
                 if attempt == STEP_ATTEMPTS:
                     raise OSError(f"--cluster {self.description}: a step failed {STEP_ATTEMPTS} times, the last with "
                                   f"{type(error).__name__}: {error} (the scheduler or every worker lost); start them "
@@ -187,34 +324,28 @@ class DaskBackend:
             client.wait_for_workers(1, timeout=120)
         except (OSError, TimeoutError) as error:
             raise OSError(f"no scheduler at {self._address} ({error})") from None
-        client.register_plugin(ComputeSetup())
+        client.register_plugin(WorkerEngine())
         self.client = client
 
-    def _workers(self) -> list[str]:
-        workers = sorted(self.client.nthreads())
-        if not workers:
-            self.client.wait_for_workers(1, timeout=120)
-            workers = sorted(self.client.nthreads())
+    def _workers(self, fresh: bool) -> list[str]:
+        """The workers to plan on: the scheduler's (asked at most every :data:`WORKERS_EVERY_S` seconds,
+        or now when ``fresh``) less the lost ones; waits up to two minutes for one."""
+        listed_at, workers = self._listed
+        deadline = time.monotonic() + 120
+        while fresh or not workers or time.monotonic() - listed_at > self.WORKERS_EVERY_S:
+            listed = sorted(self.client.nthreads())
+            self._lost &= set(listed)
+            listed_at, workers, fresh = time.monotonic(), [w for w in listed if w not in self._lost], False
+            if not workers:
+                if time.monotonic() > deadline:
+                    raise OSError(f"--cluster {self.description}: no worker joined within two minutes")
+                time.sleep(0.5)
+        self._listed = (listed_at, workers)
         return workers
 
-    def _plan(self, blocks: list[int]) -> dict[range, str]:
-        """Subtrees of the step's summation tree (positions in ``blocks``), one per worker."""
-        workers = self._workers()
-        return dict(zip(subtrees(len(blocks), len(workers)), workers))
-
-    def _scatter(self, inputs: Any, plan: dict[range, str]) -> dict[str, Any]:
-        """One copy of ``inputs`` sent to each planned worker (a future per worker). Not one scatter with
-        broadcast=True: the scheduler's replication kept retrying a worker killed while it ran and the
-        step hung (measured: a SIGKILLed worker, tests/infra/test_prefect_server.py)."""
-        host = jax.device_get(inputs)
-        workers = set(plan.values())
-        self.traffic.sent += len(workers) * payload_bytes(host)
-        return {worker: self.client.scatter(host, workers=[worker], hash=False, direct=self.direct) for worker in workers}
-
-    def _join(self, count: int, futures: dict[range, Any]) -> Any:
-        sums = self.client.gather(list(futures.values()), direct=self.direct)
-        self.traffic.received += sum(payload_bytes(part) for part in sums)
-        return inflate(join_subtrees(count, dict(zip(futures, sums))))
+    def _plan(self, count: int, fresh: bool = False) -> dict[range, str]:
+        """Subtrees of the pass's summation tree over its ``count`` blocks, one per worker."""
+        return dict(zip(subtrees(count, len(self._workers(fresh))), self._workers(False)))
 
     @property
     def n_workers(self) -> int:

@@ -8,7 +8,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -157,9 +157,50 @@ def _compiled(fn: Callable) -> Callable:
 _ZEROS: dict[Any, list[bool]] = {}
 """Per block function and argument shapes: which of its results are zero by construction."""
 
-KEPT: dict[str, dict[int, Any]] = {}
-"""What the latest keeping call (:func:`sum_blocks` with ``keep``) kept per block, under its token; a new
-keeping call drops the older ones (a step keeps its first pass's rows for its second pass only)."""
+class NotHeld(LookupError):
+    """A call refers to something this process was not sent (it was restarted, or is new): the caller
+    sends it again."""
+
+
+class Keeping(NamedTuple):
+    """A step's first pass, as the coordinator remembers it: its token, its block function and inputs
+    (what computes a block's kept part again) and its blocks."""
+
+    token: str
+    fn: Callable
+    inputs: Any
+    blocks: list[int]
+
+
+class Kept:
+    """What the latest keeping pass (:func:`sum_blocks` with ``kept``) kept per block in this process, and
+    how to compute a block's part again. One per process that computes blocks (the in-process backend's,
+    each worker's :class:`~pep_gp.pipeline.engine.backends.WorkerEngine`); a new keeping pass replaces
+    the older one (a step keeps its first pass's rows for its second pass only)."""
+
+    def __init__(self) -> None:
+        self.token: str | None = None
+        self.first: tuple[Callable, Any] | None = None  # the keeping pass's block function and inputs
+        self.parts: dict[int, Any] = {}
+
+    def start(self, token: str, fn: Callable, inputs: Any) -> None:
+        """Drop what is held and hold the parts of the keeping pass ``token`` from now on."""
+        self.token, self.first, self.parts = token, (fn, inputs), {}
+
+    def part(self, token: str, index: int, block: Block, first: tuple[Callable, Any] | None) -> Any:
+        """Block ``index``'s part of the keeping pass ``token``: held, or computed again (the same bits)
+        from ``first`` (that pass's function and inputs) or, when not given, the ones held here.
+
+        Raises:
+            NotHeld: neither the part nor the keeping pass's inputs are here.
+        """
+        if token == self.token and index in self.parts:
+            return self.parts[index]
+        first = first or (self.first if token == self.token else None)
+        if first is None:
+            raise NotHeld(f"the kept parts of pass {token} are not in this process")
+        fn, inputs = first
+        return _compiled(fn)(inputs, *block)[1]
 
 
 def _result_zeros(fn: Callable, compiled: Callable, args: tuple) -> list[bool]:
@@ -171,23 +212,22 @@ def _result_zeros(fn: Callable, compiled: Callable, args: tuple) -> list[bool]:
     return _ZEROS[key]
 
 
-def sum_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], keep: str | None = None,
-               to_host: bool = True) -> Any:
+def sum_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], kept: Kept | None = None,
+               token: str = "", to_host: bool = True) -> Any:
     """``Σ_b fn(inputs, *block_b)`` over ``blocks`` in :func:`~pep_gp.pipeline.engine.summation.tree_sum`'s
-    order. With a ``keep`` token, ``fn`` returns ``(result, kept)`` and each block's ``kept`` stays in this
-    process (:data:`KEPT`) for :func:`sum_kept_blocks`. ``to_host``: numpy arrays, with the results that
+    order. With ``kept``, ``fn`` returns ``(result, kept part)`` and each block's part stays in ``kept``
+    under ``token`` for :func:`sum_kept_blocks`. ``to_host``: numpy arrays, with the results that
     are zero by construction as :class:`~pep_gp.pipeline.engine.summation.Zero` (what travels from a
     worker); else JAX arrays on the device (in-process)."""
     with float64(), compute_threads():
         compiled = _compiled(fn)
-        if keep is not None:
-            KEPT.clear()
-            KEPT[keep] = {}
+        if kept is not None:
+            kept.start(token, fn, inputs)
         results = []
         for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
             result = compiled(inputs, *block)
-            if keep is not None:
-                result, KEPT[keep][index] = result
+            if kept is not None:
+                result, kept.parts[index] = result
             results.append(result)
         if not to_host:
             return _device_sum(results)
@@ -196,21 +236,21 @@ def sum_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[
         return tree_sum([without_zeros(part, zeros) for part in jax.device_get(results)])
 
 
-def sum_kept_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], token: str,
-                    first: Callable, first_inputs: Any, to_host: bool = True) -> Any:
-    """``Σ_b fn(inputs, kept_b, y_b, mask_b)`` as :func:`sum_blocks`, from what the keeping call ``token``
-    (of ``first`` on ``first_inputs``) kept here; a block whose ``kept`` is not here (this process did not
-    compute it, or was restarted) has it computed again, which gives the same bits."""
+def sum_kept_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], kept: Kept, token: str,
+                    first: tuple[Callable, Any] | None = None, to_host: bool = True) -> Any:
+    """``Σ_b fn(inputs, part_b, y_b, mask_b)`` as :func:`sum_blocks`, from the parts the keeping pass
+    ``token`` left in ``kept``; a block whose part is not there (this process did not compute it, or was
+    restarted) has it computed again from ``first``, the keeping pass's function and inputs, or the ones
+    ``kept`` holds (:meth:`Kept.part`), which gives the same bits."""
     with float64(), compute_threads():
         compiled = _compiled(fn)
-        held = KEPT.get(token, {})
         results = []
         for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
-            kept = held[index] if index in held else _compiled(first)(first_inputs, *block)[1]
-            results.append(compiled(inputs, kept, block.y, block.mask))
+            part = kept.part(token, index, block, first)
+            results.append(compiled(inputs, part, block.y, block.mask))
         if not to_host:
             return _device_sum(results)
-        zeros = _result_zeros(fn, compiled, (inputs, kept, block.y, block.mask))
+        zeros = _result_zeros(fn, compiled, (inputs, part, block.y, block.mask))
         return tree_sum([without_zeros(part, zeros) for part in jax.device_get(results)])
 
 

@@ -13,7 +13,7 @@ it, came in a process that had compiled programs for 40 minutes, most likely out
 ``on``, the per-user cache directory (``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); any
 other value, that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or
 ``jax.config``) is kept when the variable is unset. The trainer (so the CLI and the estimators) and the
-Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.ComputeSetup`) call it; each process reads
+Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.WorkerEngine`) call it; each process reads
 its own environment (a ``LocalCluster``'s workers inherit the coordinator's).
 
 JAX treats the cache as trusted code: the directory is created readable by its owner only, and a shared

@@ -23,6 +23,13 @@ def pin_compute_threads() -> None:
 _THREADS_LIMITED: ContextVar[bool] = ContextVar("pep_threads_limited", default=False)
 
 
+def hold_compute_threads() -> None:
+    """Start of a worker's compute thread: :func:`pin_compute_threads` for the whole process, so that
+    :func:`compute_threads` in this thread costs nothing (no threadpoolctl scan per call)."""
+    pin_compute_threads()
+    _THREADS_LIMITED.set(True)
+
+
 @contextmanager
 def compute_threads() -> Iterator[None]:
     """Context manager: one BLAS/LAPACK thread for the enclosed block (scoped; see the module

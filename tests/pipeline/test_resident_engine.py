@@ -1,0 +1,69 @@
+"""The resident engine (one direct call per worker and pass, issue 36 item 2) on real TLS LocalClusters:
+two pinned workers give the in-process bits for the sparse GP and multi-class SEP, because XLA on a
+pinned worker partitions reductions as this process does; a worker lost between a step's two passes
+changes nothing; a pass makes no Dask task."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import jax
+import numpy as np
+
+from pep_gp.core import float64
+from pep_gp.pipeline.engine import Engine, InProcess, connect
+from pep_gp.pipeline.training.step import RowDataTerm, RowSiteTerm
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
+from tests.trainstores import FAST, leaves_equal
+
+
+def test_pinned_workers_give_the_in_process_bits(binary_store, three_class_store, tmp_path):
+    def column_sum() -> bytes:  # XLA:CPU splits this reduction by its thread pool's size
+        with float64():
+            x = np.random.default_rng(0).normal(size=(100, 2000))
+            return np.asarray(jax.jit(lambda a: a.sum(0))(x)).tobytes()
+
+    backend = connect("local:2:pinned")
+    try:
+        assert set(backend.client.run(lambda: len(os.sched_getaffinity(0))).values()) == {1}
+        assert set(backend.client.run(column_sum).values()) == {column_sum()}
+        for model, store in (("sparse-gp-classifier", binary_store), ("multiclass-sep", three_class_store)):
+            reference = train(TrainJob(model, store, FAST, tmp_path / f"{model}-in-process"), until_step=4)
+            pinned = train(TrainJob(model, store, FAST, tmp_path / f"{model}-pinned"), backend, until_step=4)
+            assert leaves_equal(pinned.params, reference.params), model
+    finally:
+        backend.close()
+
+
+def test_a_worker_lost_between_a_steps_two_passes_changes_nothing(three_class_store, cluster):
+    """The second pass finds one worker gone: the other computes the lost blocks' kept rows again from
+    the first pass's inputs it holds, and the sums have the in-process bits."""
+    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), InProcess())
+    params, model = trainer.fresh_state().params, trainer.model
+    with float64():
+        shared = jax.jit(model.step_shared)(params, trainer.n_total)
+    blocks = list(range(trainer.train.source.n_blocks))
+
+    def two_passes(engine: Engine, between=lambda: None):
+        stats = engine.map_sum_keeping(RowSiteTerm(model), (params, shared), blocks)
+        between()
+        return stats, engine.map_sum_kept(RowDataTerm(model), model.held(shared))
+
+    reference = two_passes(trainer.train)
+    pids = cluster.client.run(os.getpid)
+    distributed = two_passes(Engine(cluster, trainer.train.source),
+                             lambda: os.kill(pids[sorted(pids)[0]], signal.SIGKILL))
+    assert leaves_equal(distributed, reference)
+
+
+def test_a_pass_is_one_direct_call_per_worker_and_no_task(three_class_store, cluster):
+    from distributed import get_task_stream
+
+    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), cluster)
+    state = trainer.fresh_state()
+    trainer.step(state)
+    passes = cluster.traffic.passes
+    with get_task_stream(cluster.client) as stream:
+        trainer.step(state)
+    assert cluster.traffic.passes == passes + 2 and stream.data == []
