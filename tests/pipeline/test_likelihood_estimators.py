@@ -72,7 +72,10 @@ def test_a_logistic_classifier_predicts_its_sigmoid_integral(curve):
     rng = np.random.default_rng(2)
     f = mean + np.sqrt(var) * rng.standard_normal((200_000, 5))
     expected = np.mean(1 / (1 + np.exp(-f)), axis=0)
-    np.testing.assert_allclose(model.predict_proba(x[:5])[:, 1], expected, atol=5 * 0.5 / np.sqrt(200_000))
+    proba = model.predict_proba(x[:5])[:, 1]
+    np.testing.assert_allclose(proba, expected, atol=5 * 0.5 / np.sqrt(200_000))
+    draws = model.sample_y(x[:5], n_samples=4_000, seed=0)  # logistic noise on f: p = σ(f)
+    assert np.all(np.abs((draws == "up").mean(axis=0) - proba) < 5 * np.sqrt(proba * (1 - proba) / 4_000) + 1e-9)
 
 
 def test_an_unknown_likelihood_is_refused_naming_the_choices():

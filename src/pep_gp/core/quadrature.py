@@ -39,6 +39,19 @@ class GaussHermite(NamedTuple):
         return points, log_weights
 
 
+def gaussian_panels(breaks, panel_nodes: int):
+    """``z``-points ``[..., K]`` and log-weights ``[..., K]`` of ``∫ N(z) h(z) dz``: ``panel_nodes``
+    Gauss–Legendre nodes in each gap between the sorted ``breaks`` ``[..., P]`` (``−inf`` on empty gaps)."""
+    breaks = jnp.sort(breaks, axis=-1)
+    x, w = np.polynomial.legendre.leggauss(panel_nodes)
+    centre = 0.5 * (breaks[..., 1:] + breaks[..., :-1])[..., None]
+    half = 0.5 * (breaks[..., 1:] - breaks[..., :-1])[..., None]
+    points = (centre + half * jnp.asarray(x, breaks.dtype)).reshape(breaks.shape[:-1] + (-1,))
+    weights = (half * jnp.asarray(w, breaks.dtype)).reshape(breaks.shape[:-1] + (-1,))
+    log_weights = jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
+    return points, log_weights - 0.5 * (points**2 + np.log(2.0 * np.pi))
+
+
 class ProbitPowerQuadrature(NamedTuple):
     """Composite Gauss–Legendre rule for ``E_{u∼N(μ,r)}[Φ(u)^α]`` (``0 < α < 1``) at any ``r ≥ 0``.
 
@@ -80,14 +93,7 @@ class ProbitPowerQuadrature(NamedTuple):
         step = jnp.where(t < 0, t / np.sqrt(alpha), t)  # Φ(u)^α ≈ exp(−αu²/2) left of the step
         step_breaks = jnp.clip((step - mean[..., None]) / jnp.maximum(root_var, jnp.finfo(mean.dtype).tiny),
                                wide_breaks[..., :1], wide_breaks[..., -1:])
-        breaks = jnp.sort(jnp.concatenate([wide_breaks, narrow_breaks, step_breaks], axis=-1), axis=-1)
-        x, w = np.polynomial.legendre.leggauss(self.panel_nodes)
-        centre = 0.5 * (breaks[..., 1:] + breaks[..., :-1])[..., None]
-        half = 0.5 * (breaks[..., 1:] - breaks[..., :-1])[..., None]
-        points = (centre + half * jnp.asarray(x, mean.dtype)).reshape(mean.shape + (-1,))
-        weights = (half * jnp.asarray(w, mean.dtype)).reshape(mean.shape + (-1,))
-        log_weights = jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
-        return points, log_weights - 0.5 * (points**2 + np.log(2.0 * np.pi))
+        return gaussian_panels(jnp.concatenate([wide_breaks, narrow_breaks, step_breaks], axis=-1), self.panel_nodes)
 
     def _mode(self, mean, var, alpha):
         """Mode ``z*`` and Laplace scale ``σ*`` of ``ψ``: ``ψ'(z) = −z + α√r λ(u)`` (``λ`` of :func:`log_ndtr_and_mills_ratio`,
@@ -204,14 +210,7 @@ class TiltedQuadrature(NamedTuple):
         low = jnp.minimum(own[..., :1], gaussian[..., :1])
         high = jnp.maximum(own[..., -1:], gaussian[..., -1:])
         between = low + (high - low) * jnp.linspace(0.0, 1.0, self.num_breaks, dtype=mean.dtype)
-        breaks = jnp.sort(jnp.concatenate([gaussian, own, between], axis=-1), axis=-1)
-        x, w = np.polynomial.legendre.leggauss(self.panel_nodes)
-        centre_ = 0.5 * (breaks[..., 1:] + breaks[..., :-1])[..., None]
-        half = 0.5 * (breaks[..., 1:] - breaks[..., :-1])[..., None]
-        points = (centre_ + half * jnp.asarray(x, mean.dtype)).reshape(mean.shape + (-1,))
-        weights = (half * jnp.asarray(w, mean.dtype)).reshape(mean.shape + (-1,))
-        log_weights = jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
-        return points, log_weights - 0.5 * (points**2 + np.log(2.0 * np.pi))
+        return gaussian_panels(jnp.concatenate([gaussian, own, between], axis=-1), self.panel_nodes)
 
 
 def tilted_moments_by_quadrature(log_likelihood, mean, var, alpha, centre, width,

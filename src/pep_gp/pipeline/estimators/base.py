@@ -412,7 +412,7 @@ class GPClassifierMixin:
     def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
         """Draws of the labels at the rows of ``X``, values of ``classes_``: from each joint draw of
         :meth:`sample_f`, a binary label is ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit
-        likelihood, ``p = Φ(f)``), and a multi-class label is ``classes_[argmax_c f_c]`` (the step likelihood
+        likelihood, ``p = Φ(f)``; standard logistic ``ε`` for ``likelihood="logistic"``, ``p = σ(f)``), and a multi-class label is ``classes_[argmax_c f_c]`` (the step likelihood
         of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance). The same ``seed`` gives
         the same draws; limits as :meth:`sample_f`.
 
@@ -421,7 +421,8 @@ class GPClassifierMixin:
         """
         rng = np.random.default_rng(seed)
         f = self._draw_f(X, n_samples, rng)
-        labels = np.argmax(f, axis=2) if f.ndim == 3 else (f + rng.standard_normal(f.shape) > 0).astype(int)
+        noise = rng.logistic(size=f.shape) if getattr(self, "likelihood", "probit") == "logistic" else rng.standard_normal(f.shape)
+        labels = np.argmax(f, axis=2) if f.ndim == 3 else (f + noise > 0).astype(int)
         return self.classes_[labels]
 
     def __sklearn_tags__(self):
