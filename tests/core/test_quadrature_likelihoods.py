@@ -157,3 +157,28 @@ def test_the_logistic_predictive_probability_is_the_integral_of_the_sigmoid():
 def test_every_quadrature_likelihood_is_tested_here():
     tested = {case[0].name for case in CASES}
     assert {name for name, cls in LIKELIHOODS.items() if issubclass(cls, QuadratureLikelihood)} == tested
+
+
+@pytest.mark.parametrize("likelihood, values", [(Poisson(), ()), (NegativeBinomial(), (2.5,)),
+                                                (StudentT(), (0.5, 2.5))], ids=lambda c: getattr(c, "name", ""))
+def test_predictive_quantiles_are_those_of_draws(likelihood, values):
+    """``quantiles`` of ``∫ p(y|f) N(f; m, v) df`` against 4·10⁵ draws of ``f`` then ``y | f``: a count's is
+    the draws' own quantile (an integer) at levels away from its steps, a Student-t's within 2e-2."""
+    params = likelihood.init_params(*values)
+    m, v = jnp.array([0.7, 2.0]), jnp.array([0.3, 0.05])
+    levels = jnp.tile(jnp.array([0.05, 0.25, 0.5, 0.75, 0.95]), (2, 1))
+    got = np.asarray(jax.jit(lambda p, a, b, q: likelihood.quantiles(p, a, b, q))(params, m, v, levels))
+    rng = np.random.default_rng(3)
+    f = np.asarray(m) + np.sqrt(np.asarray(v)) * rng.standard_normal((400_000, 2))
+    if likelihood.name == "poisson":
+        y = rng.poisson(np.exp(f))
+    elif likelihood.name == "negative-binomial":
+        y = rng.poisson(rng.gamma(2.5, np.exp(f) / 2.5))
+    else:
+        y = f + 0.5 * rng.standard_t(2.5, size=f.shape)
+    expected = np.quantile(y, np.asarray(levels[0]), axis=0, method="inverted_cdf").T
+    if likelihood.name == "student-t":
+        np.testing.assert_allclose(got, expected, rtol=0, atol=2e-2)
+    else:
+        assert np.array_equal(got, np.round(got)) and np.abs(got - expected).max() <= 1
+        assert np.mean(got == expected) >= 0.8

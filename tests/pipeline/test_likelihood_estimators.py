@@ -12,7 +12,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
 from pep_gp import SparseGPClassifier, SparseGPRegressor
+from pep_gp.pipeline.training.config import TrainConfig
 from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.training.trainer import TrainJob, train
 
 
 def fit(estimator, x, y):
@@ -41,6 +43,9 @@ def test_a_student_t_fit_ignores_the_outlier_the_gaussian_follows(curve, tmp_pat
     pulled = [abs(model.predict(x[outlier:outlier + 1])[0] - f[outlier]) for model in (gaussian, robust)]
     assert pulled[1] < 0.05 < 0.15 < pulled[0]
     assert np.sqrt(np.mean((robust.predict(x) - f) ** 2)) < np.sqrt(np.mean((gaussian.predict(x) - f) ** 2))
+    low, median, high = robust.predict_quantiles(x, (0.05, 0.5, 0.95)).T  # a symmetric, heavy-tailed predictive
+    np.testing.assert_allclose(median, robust.predict(x), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(high - median, median - low, rtol=1e-8)
     robust.save(tmp_path / "run")
     assert load_run(tmp_path / "run").meta["model_settings"]["likelihood"] == "student-t"
     loaded = pep_gp.load(tmp_path / "run")
@@ -59,6 +64,9 @@ def test_a_poisson_fit_recovers_the_rate_of_counts(curve):
     mean, var = model.predict_f(x)
     assert np.sqrt(np.mean((mean - np.log(rate)) ** 2)) < 0.3
     np.testing.assert_allclose(model.predict(x), np.exp(mean + var / 2), rtol=1e-12)
+    quantiles = model.predict_quantiles(x, (0.05, 0.5, 0.95))  # counts: integers, by quadrature over f
+    assert np.array_equal(quantiles, np.round(quantiles)) and np.all(np.diff(quantiles, axis=1) >= 0)
+    assert 0.8 <= np.mean((counts >= quantiles[:, 0]) & (counts <= quantiles[:, 2])) <= 1.0
     with pytest.raises(ValueError, match="likelihood 'poisson' needs counts"):
         fit(SparseGPRegressor(likelihood="poisson", max_iter=1), x, counts - 0.5)
 
@@ -82,3 +90,18 @@ def test_an_unknown_likelihood_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="likelihood: Input should be 'gaussian', 'student-t', 'poisson' or "
                                          "'negative-binomial'"):
         SparseGPRegressor(likelihood="cauchy").fit(np.zeros((4, 1)), np.zeros(4))
+
+
+def test_pep_train_takes_the_likelihood_from_the_model_section_and_records_it(regression_store, tmp_path):
+    """``[model] likelihood = "student-t"`` (``--set model.likelihood=student-t``) on a store: the run's
+    manifest records it, and the run loads as a Student-t regressor that ``pep predict`` reads."""
+    config = TrainConfig(model={"num_inducing": 4, "likelihood": "student-t", "dof": 5.0, "train_dof": False},
+                         max_steps=3, batch_size=1000)
+    train(TrainJob("sparse-gp-regressor", regression_store, config, tmp_path / "run"))
+    settings = load_run(tmp_path / "run").meta["model_settings"]
+    assert (settings["likelihood"], settings["dof"], settings["train_dof"]) == ("student-t", 5.0, False)
+    loaded = pep_gp.load(tmp_path / "run")
+    assert loaded.likelihood == "student-t" and loaded.model_.likelihood.name == "student-t"
+    raw_dof = loaded.params_.likelihood["raw_dof"]
+    np.testing.assert_allclose(float(loaded.model_.likelihood.scale_and_dof(loaded.params_.likelihood)[1]), 5.0,
+                               rtol=1e-12, err_msg=f"dof moved although train_dof is false ({raw_dof})")

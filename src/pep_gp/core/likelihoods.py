@@ -30,10 +30,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.nn import logsumexp
 from jax.nn import softplus
-from jax.scipy.special import gammaln, log_ndtr, ndtr, xlogy
+from jax.scipy.special import betainc, gammaincc, gammaln, log_ndtr, ndtr, xlogy
 from jax.scipy.stats import norm
 
-from .gaussian import LOG_2PI
+from .gaussian import LOG_2PI, bisect_quantiles
 from .parameters import positive, unconstrain_positive
 from .quadrature import (GaussHermite, ProbitPowerQuadrature, TiltedQuadrature, log_ndtr_and_mills_ratio,
                          log_probit_power, probit_power_moments, tilted_moments_by_quadrature)
@@ -218,6 +218,26 @@ class QuadratureLikelihood:
         points, log_w = self.quadrature.nodes(mean, var)
         return jnp.sum(jnp.exp(log_w) * self.log_prob(jnp.asarray(y)[..., None], points, params), axis=-1)
 
+    def quantiles(self, params, mean, var, levels):
+        """Quantiles ``[B, Q]`` at the levels ``[B, Q]`` of ``y``'s predictive ``∫ p(y|f) N(f; m, v) df``, ``[B]``
+        each: bisection (:func:`~pep_gp.core.gaussian.bisect_quantiles`) of its CDF ``Σ_i w_i F(y | f_i)``
+        over the Gauss–Hermite nodes ``f_i`` (``F``: the likelihood's ``cdf``); a count's is an integer."""
+        points, log_w = self.quadrature.nodes(mean, var)  # [B, K], [K]
+
+        def cdf(y):  # [B, Q]
+            return jnp.sum(jnp.exp(log_w) * self.cdf(params, y[..., None], points[:, None, :]), axis=-1)
+
+        spread = jnp.sqrt(self.predict(params, mean, var)[1])
+        low, high = self.quantile_bracket(params, mean, var, spread)
+        return bisect_quantiles(cdf, low[:, None], high[:, None], levels, integer=self.counts)
+
+    counts = False
+
+    def quantile_bracket(self, params, mean, var, spread):
+        """Where ``y``'s quantiles lie, ``[B]`` each (a count's from −1)."""
+        top = jnp.exp(mean + 9.0 * jnp.sqrt(var))
+        return -jnp.ones_like(mean), jnp.ceil(top + 40.0 * jnp.sqrt(top) + 40.0 * jnp.where(jnp.isfinite(spread), spread, 0.0))
+
     def tilted_moments(self, y, mean, var, alpha=1.0, params=None):
         """``log Z̃``, mean and variance of ``∝ N(f; m, v) p(y|f)^α``, ``α ∈ (0, 1]``."""
         params = self.init_params() if params is None else params
@@ -277,6 +297,20 @@ class StudentT(QuadratureLikelihood):
     def span(self, params, y):
         return y, self.scale_and_dof(params)[0] * jnp.ones_like(y)
 
+    def cdf(self, params, y, f):
+        """``P(Y ≤ y | f)``: ``1 − ½I_x(ν/2, ½)`` above ``f`` (and ``½I_x`` below), ``x = ν/(ν + t²)``,
+        ``t = (y − f)/σ`` (Abramowitz & Stegun 26.7.1)."""
+        scale, dof = self.scale_and_dof(params)
+        t = (y - f) / scale
+        tail = 0.5 * betainc(0.5 * dof, 0.5, dof / (dof + t**2))
+        return jnp.where(t > 0, 1.0 - tail, tail)
+
+    def quantile_bracket(self, params, mean, var, spread):
+        """``m ± (9√v + 10⁹σ)``: a Student-t tail ``∝ |t|^{−ν}`` for small ``ν``; bisection halves it in 64 steps."""
+        scale, _ = self.scale_and_dof(params)
+        reach = 9.0 * jnp.sqrt(var) + 1e9 * scale
+        return mean - reach, mean + reach
+
     def predict(self, params, mean, var):
         """Predictive mean ``m`` and variance ``v + σ²ν/(ν − 2)`` of ``y`` (infinite for ``ν ≤ 2``)."""
         scale, dof = self.scale_and_dof(params)
@@ -302,6 +336,13 @@ class Poisson(QuadratureLikelihood):
     @staticmethod
     def span(params, y):
         return jnp.log(y + 0.5), (y + 0.5) ** -0.5
+
+    counts = True
+
+    @staticmethod
+    def cdf(params, y, f):
+        """``P(Y ≤ y | f) = Q(⌊y⌋ + 1, e^f)``, the regularised upper incomplete gamma function."""
+        return jnp.where(y < 0, 0.0, gammaincc(jnp.floor(jnp.maximum(y, 0.0)) + 1.0, jnp.exp(f)))
 
     def predict(self, params, mean, var):
         """Mean ``E[μ] = e^{m + v/2}`` and variance ``E[μ] + Var[μ] = E[μ] + (e^v − 1)E[μ]²`` of the count."""
@@ -332,6 +373,14 @@ class NegativeBinomial(QuadratureLikelihood):
 
     def span(self, params, y):
         return jnp.log(y + 0.5), jnp.sqrt(1.0 / (y + 0.5) + 1.0 / self.dispersion(params))
+
+    counts = True
+
+    def cdf(self, params, y, f):
+        """``P(Y ≤ y | f) = I_p(r, ⌊y⌋ + 1)``, ``p = r/(r + e^f)``, the regularised incomplete beta function."""
+        r = self.dispersion(params)
+        p = jnp.exp(jnp.log(r) - jnp.logaddexp(jnp.log(r), f))
+        return jnp.where(y < 0, 0.0, betainc(r, jnp.floor(jnp.maximum(y, 0.0)) + 1.0, p))
 
     def predict(self, params, mean, var):
         """Mean ``E[μ] = e^{m + v/2}`` and variance ``E[μ] + E[μ²](1 + 1/r) − E[μ]²`` of the count."""

@@ -99,6 +99,18 @@ class MixturePredictive(GaussianPredictive):
 
 
 @dataclass(frozen=True)
+class LikelihoodPredictive(GaussianPredictive):
+    """A regressor of a non-Gaussian likelihood (Student-t, counts): the moments of ``predict_y`` as
+    :class:`GaussianPredictive`, and the quantiles of ``∫ p(y|f) N(f; m, v) df`` by the likelihood's own
+    ``quantiles`` (quadrature over ``f`` and bisection of the CDF; integers for counts)."""
+
+    def quantiles(self, params, x, levels):
+        mean, var = self.model.predict_f(params, x)
+        values = self.model.likelihood.quantiles(params.likelihood, mean, var, levels)
+        return values * self.targets.scale + self.targets.shift
+
+
+@dataclass(frozen=True)
 class Quantiles:
     """A regressor's predictive quantiles as a predictive of ``(params, x, levels)``: ``{"quantiles": [B, Q]}``."""
 
@@ -123,7 +135,7 @@ class Latent:
 
 
 for _cls, _data in ((BinaryPredictive, []), (BinaryLikelihoodPredictive, []), (MultiClassPredictive, []), (GaussianPredictive, ["targets"]),
-                    (MixturePredictive, ["targets"])):
+                    (MixturePredictive, ["targets"]), (LikelihoodPredictive, ["targets"])):
     jax.tree_util.register_dataclass(_cls, data_fields=_data, meta_fields=["model"])
 jax.tree_util.register_dataclass(Latent, data_fields=[], meta_fields=["model", "full_cov"])
 jax.tree_util.register_dataclass(Quantiles, data_fields=["predictive"], meta_fields=[])

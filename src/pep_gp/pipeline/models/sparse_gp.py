@@ -22,7 +22,7 @@ from ...core.likelihoods import LIKELIHOODS, Gaussian, StudentT
 from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from ..errors import InputError
 from ..data.blocks import TargetScaling
-from .predictive import BinaryLikelihoodPredictive
+from .predictive import BinaryLikelihoodPredictive, LikelihoodPredictive
 from .protocol import ModelSettings, SiteSettings, SpecBase, leaves_named
 from .registry import register
 
@@ -66,10 +66,13 @@ class SparseGPSpec(SpecBase):
         return PowerEPSparseGP(LIKELIHOODS[settings.likelihood](), alpha=settings.alpha, jitter=settings.jitter)
 
     def predictive(self, model: PowerEPSparseGP, targets: TargetScaling):
-        """A probit classifier's closed form (or a regressor's moments), else the likelihood's own
-        ``log Z̃`` (:class:`~pep_gp.pipeline.models.predictive.BinaryLikelihoodPredictive`)."""
+        """A probit classifier's closed form and a Gaussian regressor's moments; else the likelihood's own
+        ``log Z̃`` (:class:`~pep_gp.pipeline.models.predictive.BinaryLikelihoodPredictive`) or quantiles
+        (:class:`~pep_gp.pipeline.models.predictive.LikelihoodPredictive`)."""
         if self.task == "classification" and model.likelihood.name != "probit":
             return BinaryLikelihoodPredictive(model)
+        if self.task == "regression" and model.likelihood.name != "gaussian":
+            return LikelihoodPredictive(model, targets)
         return super().predictive(model, targets)
 
     def init(self, model: PowerEPSparseGP, x, settings: SparseGPSettings, seed: int) -> SparseGPParams:
