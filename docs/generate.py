@@ -209,7 +209,13 @@ def estimators_page() -> str:
             f"{MAX_FULL_COV_ROWS:,} rows), and its joint draws `sample_f(X, n_samples, seed)` and `sample_y(X, "
             "n_samples, seed)` (targets with Gaussian noise, or labels among `classes_`), `[n_samples, n]` "
             "(`[n_samples, n, C]` for multi-class `sample_f`), reproducible by seed. The deep GPs give the "
-            "moments of their moment-matched pass and refuse `full_cov` and the draws.\n\n" + "\n".join(sections))
+            "moments of their moment-matched pass and refuse `full_cov` and the draws. The regressors give "
+            "`predict_quantiles(X, quantiles=(0.025, 0.975))`, `[n, Q]`: the Gaussian's `mean + std·Φ⁻¹(p)`, the "
+            "deep GP's from its mixture predictive (not Gaussian); `pep predict --quantiles` writes the same. "
+            "`SparseGPRegressor(likelihood=...)` takes `gaussian`, `student-t` (robust; `dof`, `train_dof`), "
+            "`poisson` or `negative-binomial` (counts, log link, targets kept as counts), and "
+            "`SparseGPClassifier(likelihood=...)` `probit` or `logistic`; in `pep train` they are "
+            "`--set model.likelihood=NAME`.\n\n" + "\n".join(sections))
 
 
 def models_page() -> str:

@@ -67,7 +67,7 @@ class LinearSpec(SpecBase):
     def frozen(self, settings, params):
         return {"w": False, "b": False, "log_sigma": True}  # σ stays at its setting
 
-    def targets(self, data):
+    def targets(self, data, settings=None):
         return TargetScaling()  # the closed form below is in the stored units
 
 

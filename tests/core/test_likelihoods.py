@@ -10,9 +10,10 @@ import pytest
 from scipy import integrate, stats
 
 from pep_gp.core import likelihoods
-from pep_gp.core.likelihoods import Gaussian, Heaviside, PoissonSquare, Probit, scaled_log_tilted
+from pep_gp.core.likelihoods import Gaussian, Heaviside, PoissonSquare, Probit, QuadratureLikelihood, scaled_log_tilted
 from pep_gp.core.quadrature import probit_power_moments
 from tests import oracles
+from tests.core.test_quadrature_likelihoods import CASES as QUADRATURE_CASES
 
 CAVITIES = [(m, v) for m in (-3.0, -0.4, 0.0, 1.2, 2.5) for v in (0.01, 0.3, 1.0, 2.5, 5.0)]
 WIDE_CAVITIES = [(m, v) for v in (0.0, 30.0, 1e2, 1e4) for m in (-3.0, 0.0, 2.5, -0.5 * np.sqrt(v), 2 * np.sqrt(v))]
@@ -40,7 +41,8 @@ def _quad(fn, m, v):
 
 def test_every_likelihood_is_tested():
     defined = {c for _, c in inspect.getmembers(likelihoods, inspect.isclass) if dataclasses.is_dataclass(c)}
-    assert defined == {type(lik) for lik, _ in LIKELIHOODS} | {type(lik) for lik, _, _ in SITE_LIKELIHOODS}
+    assert defined == ({type(lik) for lik, _ in LIKELIHOODS} | {type(lik) for lik, _, _ in SITE_LIKELIHOODS}
+                       | {QuadratureLikelihood} | {type(case[0]) for case in QUADRATURE_CASES})  # the last in their own file
 
 
 @pytest.mark.slow

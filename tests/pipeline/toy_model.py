@@ -78,7 +78,7 @@ class ToySpec(SpecBase):
     def frozen(self, settings, params):
         return {"w": False, "post_mean": True}
 
-    def targets(self, data):
+    def targets(self, data, settings=None):
         return TargetScaling()
 
     def predictive(self, model, targets):

@@ -10,11 +10,16 @@ argument. Each provides
 
 ``params`` is the likelihood's own dict of unconstrained parameters (empty for the probit).
 
-Likelihoods without parameters used as EP/QP sites (:mod:`pep_gp.core.projections`) also provide
+Likelihoods used as EP/QP sites (:mod:`pep_gp.core.projections`) also provide
 
 * ``log_prob(y, f)`` — ``log p(y|f)``,
 * ``tilted_moments(y, mean, var, alpha=1)`` — ``log Z̃`` and the mean and variance of the tilted
   distribution ``∝ N(f; m, v) p(y|f)^α``.
+
+The likelihoods without a closed form — :class:`BernoulliLogistic`, :class:`StudentT`, :class:`Poisson` and
+:class:`NegativeBinomial` (:class:`QuadratureLikelihood`) — compute ``log Z̃`` and the tilted moments by
+the composite rule :class:`~pep_gp.core.quadrature.TiltedQuadrature` for every ``α ∈ (0, 1]``, and take
+their parameters as a last argument there (their starting values when omitted).
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 import numpy as np
 from jax.nn import logsumexp
-from jax.scipy.special import gammaln, log_ndtr, ndtr, xlogy
+from jax.nn import softplus
+from jax.scipy.special import betainc, gammaincc, gammaln, log_ndtr, ndtr, xlogy
 from jax.scipy.stats import norm
 
-from .gaussian import LOG_2PI
+from .gaussian import LOG_2PI, bisect_quantiles
 from .parameters import positive, unconstrain_positive
-from .quadrature import (GaussHermite, ProbitPowerQuadrature, log_ndtr_and_mills_ratio, log_probit_power,
-                                probit_power_moments)
+from .quadrature import (GaussHermite, ProbitPowerQuadrature, TiltedQuadrature, log_ndtr_and_mills_ratio,
+                         log_probit_power, probit_power_moments, tilted_moments_by_quadrature)
 
 
 def scaled_log_tilted(likelihood, params, y, mean, var, alpha: float):
@@ -193,3 +199,194 @@ class PoissonSquare:
         second = mean**2 + var
         spread = 2.0 * var * (2.0 * mean**2 + var)
         return second**2 / spread, spread / second
+
+
+@dataclass(frozen=True)
+class QuadratureLikelihood:
+    """A likelihood given by ``log_prob(y, f, params)`` and where it varies in ``f`` (``span(params, y)``:
+    a centre and a scale), whose Power-EP terms are quadratures: ``log Z̃`` and the tilted moments by
+    :func:`~pep_gp.core.quadrature.tilted_moments_by_quadrature` (Bui, Yan & Turner 2017 eq. 118), and the
+    ``α → 0`` term ``E_q[log p(y|f)]`` by Gauss–Hermite (eq. 143)."""
+
+    quadrature: GaussHermite = GaussHermite()
+    tilted_quadrature: TiltedQuadrature = TiltedQuadrature()
+
+    def log_tilted(self, params, y, mean, var, alpha):
+        return self.tilted_moments(y, mean, var, alpha, params)[0]
+
+    def expected_log_prob(self, params, y, mean, var):
+        points, log_w = self.quadrature.nodes(mean, var)
+        return jnp.sum(jnp.exp(log_w) * self.log_prob(jnp.asarray(y)[..., None], points, params), axis=-1)
+
+    def quantiles(self, params, mean, var, levels):
+        """Quantiles ``[B, Q]`` at the levels ``[B, Q]`` of ``y``'s predictive ``∫ p(y|f) N(f; m, v) df``, ``[B]``
+        each: bisection (:func:`~pep_gp.core.gaussian.bisect_quantiles`) of its CDF ``Σ_i w_i F(y | f_i)``
+        over the Gauss–Hermite nodes ``f_i`` (``F``: the likelihood's ``cdf``); a count's is an integer."""
+        points, log_w = self.quadrature.nodes(mean, var)  # [B, K], [K]
+
+        def cdf(y):  # [B, Q]
+            return jnp.sum(jnp.exp(log_w) * self.cdf(params, y[..., None], points[:, None, :]), axis=-1)
+
+        spread = jnp.sqrt(self.predict(params, mean, var)[1])
+        low, high = self.quantile_bracket(params, mean, var, spread)
+        return bisect_quantiles(cdf, low[:, None], high[:, None], levels, integer=self.counts)
+
+    counts = False
+
+    def quantile_bracket(self, params, mean, var, spread):
+        """Where ``y``'s quantiles lie, ``[B]`` each (a count's from −1)."""
+        top = jnp.exp(mean + 9.0 * jnp.sqrt(var))
+        return -jnp.ones_like(mean), jnp.ceil(top + 40.0 * jnp.sqrt(top) + 40.0 * jnp.where(jnp.isfinite(spread), spread, 0.0))
+
+    def tilted_moments(self, y, mean, var, alpha=1.0, params=None):
+        """``log Z̃``, mean and variance of ``∝ N(f; m, v) p(y|f)^α``, ``α ∈ (0, 1]``."""
+        params = self.init_params() if params is None else params
+        y = jnp.asarray(y, dtype=jnp.result_type(mean, var))
+        centre, width = self.span(params, y)
+        return tilted_moments_by_quadrature(lambda f: self.log_prob(y[..., None], f, params), mean, var, alpha,
+                                            centre, width, self.tilted_quadrature)
+
+
+@dataclass(frozen=True)
+class BernoulliLogistic(QuadratureLikelihood):
+    """``p(y|f) = σ(s f)``, the logistic sigmoid, with ``s = 2y − 1`` for labels ``y ∈ {0, 1}`` (Rasmussen &
+    Williams 2006, §3.3). Its step is at ``f = 0`` on a unit scale."""
+
+    name: str = field(default="logistic", init=False)
+
+    @staticmethod
+    def init_params():
+        return {}
+
+    @staticmethod
+    def log_prob(y, f, params=None):
+        return -softplus(-(2.0 * y - 1.0) * f)
+
+    @staticmethod
+    def span(params, y):
+        return jnp.zeros_like(y), jnp.ones_like(y)
+
+    def predict(self, params, mean, var):
+        """``p(y = 1 | x) = ∫ σ(f) N(f; m, v) df`` (by the same quadrature)."""
+        return jnp.exp(self.log_tilted(params, jnp.ones_like(mean), mean, var, 1.0))
+
+
+@dataclass(frozen=True)
+class StudentT(QuadratureLikelihood):
+    """Robust regression: ``p(y|f) = Γ((ν+1)/2)/(Γ(ν/2)√(νπ)σ) · (1 + (y − f)²/(νσ²))^{−(ν+1)/2}`` with scale
+    ``σ`` and degrees of freedom ``ν`` (Vanhatalo, Jylänki & Vehtari 2009; Rasmussen & Williams 2006, §9.3).
+    Not log-concave in ``f``: an outlier's tilted density may be bimodal, which the quadrature resolves
+    (it breaks at the cavity and at ``y`` on the scale ``σ``)."""
+
+    name: str = field(default="student-t", init=False)
+
+    @staticmethod
+    def init_params(scale=0.1, dof=4.0):
+        return {"raw_scale": unconstrain_positive(jnp.asarray(scale, dtype=float)),
+                "raw_dof": unconstrain_positive(jnp.asarray(dof, dtype=float))}
+
+    @staticmethod
+    def scale_and_dof(params):
+        return positive(params["raw_scale"]), positive(params["raw_dof"])
+
+    def log_prob(self, y, f, params=None):
+        scale, dof = self.scale_and_dof(self.init_params() if params is None else params)
+        return (gammaln(0.5 * (dof + 1.0)) - gammaln(0.5 * dof) - 0.5 * jnp.log(dof * np.pi) - jnp.log(scale)
+                - 0.5 * (dof + 1.0) * jnp.log1p(((y - f) / scale) ** 2 / dof))
+
+    def span(self, params, y):
+        return y, self.scale_and_dof(params)[0] * jnp.ones_like(y)
+
+    def cdf(self, params, y, f):
+        """``P(Y ≤ y | f)``: ``1 − ½I_x(ν/2, ½)`` above ``f`` (and ``½I_x`` below), ``x = ν/(ν + t²)``,
+        ``t = (y − f)/σ`` (Abramowitz & Stegun 26.7.1)."""
+        scale, dof = self.scale_and_dof(params)
+        t = (y - f) / scale
+        tail = 0.5 * betainc(0.5 * dof, 0.5, dof / (dof + t**2))
+        return jnp.where(t > 0, 1.0 - tail, tail)
+
+    def quantile_bracket(self, params, mean, var, spread):
+        """``m ± (9√v + 10⁹σ)``: a Student-t tail ``∝ |t|^{−ν}`` for small ``ν``; bisection halves it in 64 steps."""
+        scale, _ = self.scale_and_dof(params)
+        reach = 9.0 * jnp.sqrt(var) + 1e9 * scale
+        return mean - reach, mean + reach
+
+    def predict(self, params, mean, var):
+        """Predictive mean ``m`` and variance ``v + σ²ν/(ν − 2)`` of ``y`` (infinite for ``ν ≤ 2``)."""
+        scale, dof = self.scale_and_dof(params)
+        return mean, var + jnp.where(dof > 2.0, scale**2 * dof / jnp.maximum(dof - 2.0, 1e-300), jnp.inf)
+
+
+@dataclass(frozen=True)
+class Poisson(QuadratureLikelihood):
+    """Counts with the log link: ``p(y|f) = μ^y e^{−μ}/y!``, ``μ = e^f`` (Rasmussen & Williams 2006, §9.3;
+    GPflow's ``Poisson``). Its mass in ``f`` sits at ``log(y + ½)`` on the scale ``(y + ½)^{−½}`` (the
+    curvature of ``y f − e^f`` at its mode)."""
+
+    name: str = field(default="poisson", init=False)
+
+    @staticmethod
+    def init_params():
+        return {}
+
+    @staticmethod
+    def log_prob(y, f, params=None):
+        return y * f - jnp.exp(f) - gammaln(y + 1.0)
+
+    @staticmethod
+    def span(params, y):
+        return jnp.log(y + 0.5), (y + 0.5) ** -0.5
+
+    counts = True
+
+    @staticmethod
+    def cdf(params, y, f):
+        """``P(Y ≤ y | f) = Q(⌊y⌋ + 1, e^f)``, the regularised upper incomplete gamma function."""
+        return jnp.where(y < 0, 0.0, gammaincc(jnp.floor(jnp.maximum(y, 0.0)) + 1.0, jnp.exp(f)))
+
+    def predict(self, params, mean, var):
+        """Mean ``E[μ] = e^{m + v/2}`` and variance ``E[μ] + Var[μ] = E[μ] + (e^v − 1)E[μ]²`` of the count."""
+        rate = jnp.exp(mean + 0.5 * var)
+        return rate, rate + jnp.expm1(var) * rate**2
+
+
+@dataclass(frozen=True)
+class NegativeBinomial(QuadratureLikelihood):
+    """Over-dispersed counts with the log link: ``p(y|f) = Γ(y + r)/(Γ(r) y!) (r/(r + μ))^r (μ/(r + μ))^y``,
+    ``μ = e^f``, dispersion ``r`` (variance ``μ + μ²/r``; GPflow's and GPyTorch's parameterisation by
+    ``1/r``). Its mass in ``f`` sits at ``log(y + ½)`` on the scale ``√(1/(y + ½) + 1/r)``."""
+
+    name: str = field(default="negative-binomial", init=False)
+
+    @staticmethod
+    def init_params(dispersion=1.0):
+        return {"raw_dispersion": unconstrain_positive(jnp.asarray(dispersion, dtype=float))}
+
+    @staticmethod
+    def dispersion(params):
+        return positive(params["raw_dispersion"])
+
+    def log_prob(self, y, f, params=None):
+        r = self.dispersion(self.init_params() if params is None else params)
+        return (gammaln(y + r) - gammaln(r) - gammaln(y + 1.0) + r * jnp.log(r) + y * f
+                - (r + y) * jnp.logaddexp(jnp.log(r), f))
+
+    def span(self, params, y):
+        return jnp.log(y + 0.5), jnp.sqrt(1.0 / (y + 0.5) + 1.0 / self.dispersion(params))
+
+    counts = True
+
+    def cdf(self, params, y, f):
+        """``P(Y ≤ y | f) = I_p(r, ⌊y⌋ + 1)``, ``p = r/(r + e^f)``, the regularised incomplete beta function."""
+        r = self.dispersion(params)
+        p = jnp.exp(jnp.log(r) - jnp.logaddexp(jnp.log(r), f))
+        return jnp.where(y < 0, 0.0, betainc(r, jnp.floor(jnp.maximum(y, 0.0)) + 1.0, p))
+
+    def predict(self, params, mean, var):
+        """Mean ``E[μ] = e^{m + v/2}`` and variance ``E[μ] + E[μ²](1 + 1/r) − E[μ]²`` of the count."""
+        rate = jnp.exp(mean + 0.5 * var)
+        return rate, rate + jnp.exp(2.0 * mean + 2.0 * var) * (1.0 + 1.0 / self.dispersion(params)) - rate**2
+
+
+LIKELIHOODS = {cls.name: cls for cls in (Gaussian, Probit, BernoulliLogistic, StudentT, Poisson, NegativeBinomial)}
+"""The likelihoods a model's ``likelihood`` setting names."""

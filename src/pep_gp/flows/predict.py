@@ -26,6 +26,7 @@ from .reports import artifact_key
 from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
 from .train import is_transient
 from ..pipeline.data.predictions import SPLIT_CHOICES, open_input, output_kind
+from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
 
 progress_reporter: ContextVar[Callable[[int], None]] = ContextVar("predict_progress", default=lambda rows: None)
@@ -33,7 +34,8 @@ progress_reporter: ContextVar[Callable[[int], None]] = ContextVar("predict_progr
 
 
 def predict_on(run_dir: str, input: str, out: str, sep: str | None, intervals: list[float] | None, split: str,
-               cluster: str, overwrite: bool) -> dict[str, Any]:
+               cluster: str, overwrite: bool, latent: bool = False, quantiles: list[float] | None = None,
+               samples: int = 0, seed: int = 0) -> dict[str, Any]:
     """:func:`~pep_gp.pipeline.predict.predict` on the backend of ``cluster``; the summary as a dict."""
     from ..pipeline.engine import connect
     from ..pipeline.predict import predict
@@ -41,13 +43,15 @@ def predict_on(run_dir: str, input: str, out: str, sep: str | None, intervals: l
     backend = connect(cluster)
     try:
         return asdict(predict(run_dir, input, out, sep=sep, intervals=intervals or (), split=split,
-                              overwrite=overwrite, backend=backend, progress=progress_reporter.get()))
+                              overwrite=overwrite, backend=backend, progress=progress_reporter.get(), latent=latent,
+                              quantiles=quantiles or (), samples=samples, seed=seed))
     finally:
         backend.close()
 
 
 def predict_run(run_dir: str, input: str, out: str, sep: str | None = None, intervals: list[float] | None = None,
-                split: str = "all", cluster: str = "none", overwrite: bool = False) -> dict[str, Any]:
+                split: str = "all", cluster: str = "none", overwrite: bool = False, latent: bool = False,
+                quantiles: list[float] | None = None, samples: int = 0, seed: int = 0) -> dict[str, Any]:
     """Predict every row of ``input`` with the newest checkpoint of ``run_dir`` into ``out``.
 
     Args:
@@ -60,12 +64,16 @@ def predict_run(run_dir: str, input: str, out: str, sep: str | None = None, inte
         split: a store input's rows: ``all`` (train then test), ``train`` or ``test``.
         cluster: ``none``, ``local:N`` or ``tcp://HOST:PORT`` (as ``pep train``).
         overwrite: replace an existing output.
+        latent: add the latent function's mean and variance (``f_mean``, ``f_var``).
+        quantiles: regression: levels of the predictive quantiles to add (``q_<p>``).
+        samples: draws of ``y`` per row to add (``sample_<i>``), from ``seed``.
+        seed: the draws' seed.
 
     Returns:
         The summary (:class:`pep_gp.pipeline.predict.PredictSummary`) as a dict.
     """
     compute = prefect_objects("predict_task") if in_prefect_run() else predict_on
-    summary = compute(run_dir, input, out, sep, intervals, split, cluster, overwrite)
+    summary = compute(run_dir, input, out, sep, intervals, split, cluster, overwrite, latent, quantiles, samples, seed)
     if in_prefect_run():
         from prefect.artifacts import create_markdown_artifact
 
@@ -95,6 +103,17 @@ def predict_command(
     interval: Annotated[list[float] | None, typer.Option(
         help="Regression: add lower_P and upper_P, the Gaussian predictive interval of level P (repeat "
              "for several, e.g. --interval 0.9).")] = None,
+    latent: Annotated[bool, typer.Option(
+        "--latent", help="Add the latent function's posterior mean and variance: f_mean and f_var (a multi-class "
+                         "run: f_mean_LABEL and f_var_LABEL per class; a regressor: in the target's units).")] = False,
+    quantiles: Annotated[str | None, typer.Option(
+        help="Regression: add q_P, the predictive quantile of level P, for each of the comma-separated levels "
+             "(e.g. 0.05,0.5,0.95); a deep GP's are those of its mixture predictive, not Gaussian.")] = None,
+    samples: Annotated[int, typer.Option(
+        help="Add sample_0 … sample_{N-1}: N draws of y per row from its predictive (labels, or values), "
+             "independent across rows.")] = 0,
+    seed: Annotated[int, typer.Option(help="The seed of --samples (row r's draws depend on the seed and r "
+                                           "only).")] = 0,
     split: Annotated[str, typer.Option(help=f"A store's rows to predict: {', '.join(SPLIT_CHOICES)}.")] = "all",
     cluster: ClusterOption = "none",
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output (atomically). Without it an "
@@ -111,17 +130,19 @@ def predict_command(
     with user_errors("pep predict"):
         output_kind(out, overwrite)
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
-        from ..pipeline.predict import check_intervals, load_predictor, unseen_warning  # JAX: after the cheap checks
+        levels = parse_levels(quantiles)
+        from ..pipeline.predict import Outputs, check_outputs, load_predictor, unseen_warning  # JAX: after the cheap checks
 
         predictor = load_predictor(run_dir)  # fail fast, before a cluster (or a Prefect server) starts
-        check_intervals(interval or (), predictor.task)
+        check_outputs(Outputs(tuple(interval or ()), latent, levels, samples, seed), predictor.task)
         open_input(input, predictor.transforms, sep, split)
         run = predict_run
         if prefect_requested(prefect):
             prefect_quietly()
             run = prefect_objects("predict_flow")
         with _progress_display(enabled=not (quiet or json_output)):
-            summary = run(str(run_dir), str(input), str(out), sep, interval, split, cluster, overwrite)
+            summary = run(str(run_dir), str(input), str(out), sep, interval, split, cluster, overwrite, latent,
+                          list(levels), samples, seed)
     warning = unseen_warning(summary["unseen"])
     if warning:
         typer.echo(f"pep predict: warning: {warning}", err=True)
@@ -130,6 +151,20 @@ def predict_command(
     elif not quiet:
         Console().print(f"predicted {summary['rows']:,} rows of {summary['input']} into {summary['out']} "
                         f"({', '.join(summary['columns'])}) in {summary['seconds']:.1f} s", markup=False)
+
+
+def parse_levels(text: str | None) -> tuple[float, ...]:
+    """``--quantiles 0.05,0.5,0.95`` as numbers (checked later against the run).
+
+    Raises:
+        InputError: a part that is not a number.
+    """
+    if text is None:
+        return ()
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise InputError(f"--quantiles: expected comma-separated levels such as 0.05,0.5,0.95, found {text!r}") from None
 
 
 @contextmanager

@@ -13,6 +13,15 @@ predicted with the model's :meth:`~pep_gp.pipeline.models.ModelSpec.predictive`:
 * regression: the predictive mean and standard deviation of ``y`` (noise included), and for each
   requested level ``p`` the Gaussian interval ``mean ± Φ⁻¹((1 + p)/2)·std``.
 
+On request (:class:`Outputs`, ``pep predict --latent/--quantiles/--samples``) also the latent function's
+mean and variance (``predict_f``), the quantiles of ``y``'s predictive (``predict_quantiles``: Gaussian,
+or the deep GP's mixture) and draws of ``y`` (a class label, or a value) from each row's predictive. The
+draws of row ``r`` use the uniforms of ``fold_in(key(seed), r)`` (``r``: the row's line of a CSV file, its
+row of a Parquet file, its position in a store's split order), so they are the same whatever the backend
+or the chunking; a value is the predictive's quantile at such a uniform (inverse-CDF sampling), a label
+the class whose cumulative probability first exceeds it. Draws are per row (the marginal predictive), not
+joint across rows: for joint draws use an estimator's ``sample_y``.
+
 :func:`predict` streams an input through a backend in order, with a bounded number of chunks in flight,
 into an output written atomically (:mod:`pep_gp.pipeline.data.predictions`). The result is the same
 whatever the backend: every chunk is computed by the same compiled function on the same blocks.
@@ -24,25 +33,56 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
 from ..core import float64
+from .data.blocks import TargetScaling
 from .data.frames import TableChunk
 from .data.predictions import StoreRows, chunk_ids, open_input, open_output
 from .data.transforms import Transforms
 from .engine import Backend, InProcess
 from .engine.threads import compute_threads
 from .errors import InputError
-from .models.predictive import class_probabilities, predict_in_blocks
+from .models.predictive import Latent, Quantiles, check_quantiles, class_probabilities, predict_in_blocks
 from .training.runs import Run
 
 CHUNKS_PER_WORKER = 2  # chunks in flight per worker: one computing, one waiting
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What a prediction holds besides the predictive's columns (``pep predict``'s options).
+
+    Attributes:
+        intervals: regression: levels ``p`` of the Gaussian intervals ``lower_<p>``/``upper_<p>``.
+        latent: the latent function's mean and variance ``f_mean``/``f_var`` (per class:
+            ``f_mean_<label>``/``f_var_<label>`` for a multi-class model), as ``predict_f``.
+        quantiles: regression: levels ``p`` of the predictive quantiles ``q_<p>`` (as ``predict_quantiles``).
+        samples: draws ``sample_0`` … of ``y`` per row (labels, or values), seeded by ``seed``.
+        seed: the draws' seed.
+    """
+
+    intervals: tuple[float, ...] = ()
+    latent: bool = False
+    quantiles: tuple[float, ...] = ()
+    samples: int = 0
+    seed: int = 0
+
+
+@partial(jax.jit, static_argnums=2)
+def row_uniforms(seed, rows, n: int):
+    """``[len(rows), n]`` uniforms in ``(0, 1)``, row ``r``'s from ``fold_in(key(seed), r)``."""
+    key = jax.random.key(seed)
+    return jax.vmap(lambda r: jax.random.uniform(jax.random.fold_in(key, r), (n,), jnp.float64,
+                                                 minval=np.finfo(np.float64).tiny))(rows)
 
 
 @dataclass(frozen=True)
@@ -57,6 +97,9 @@ class RunPredictor:
         x_mean, x_std: the training split's per-feature statistics.
         transforms: how a table's rows become model features; the class labels.
         block_rows: rows per compiled block.
+        latent: the latent moments ``predict(params, x)`` in model units (:class:`Latent`).
+        targets: the regression targets' scaling (model units → the user's).
+        latent_per_class: one latent function per class (a multi-class model).
     """
 
     model: str
@@ -67,19 +110,40 @@ class RunPredictor:
     x_std: np.ndarray = field(repr=False)
     transforms: Transforms = field(repr=False)
     block_rows: int = 1000
+    latent: Callable | None = field(default=None, repr=False)
+    targets: TargetScaling = TargetScaling()
+    latent_per_class: bool = False
 
-    def __call__(self, x: np.ndarray) -> dict[str, np.ndarray]:
+    def __call__(self, x: np.ndarray, outputs: Outputs = Outputs(), rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The predictive of rows ``x`` ``[n, D]`` of model features: ``{"proba": [n, C]}`` (each row
-        summing to 1) or ``{"mean": [n], "std": [n]}``."""
+        summing to 1) or ``{"mean": [n], "std": [n]}``, and what ``outputs`` asks for: ``f_mean``/``f_var``
+        (``[n]`` or ``[n, C]``), ``quantiles`` ``[n, Q]``, ``samples`` ``[n, S]`` (class indices, or values)
+        drawn with the uniforms of the rows' numbers ``rows`` (default ``0 … n − 1``)."""
         x = (np.asarray(x, dtype=np.float64) - self.x_mean) / self.x_std
-        if x.shape[0] == 0:
-            return ({"proba": np.zeros((0, self.transforms.n_classes))} if self.task == "classification"
-                    else {"mean": np.zeros(0), "std": np.zeros(0)})
+        n = x.shape[0]
+        if n == 0:  # one row's outputs, cut to none: the shapes of every output
+            return {key: value[:0] for key, value in self(self.x_mean[None], outputs).items()}
         with float64(), compute_threads():
             out = predict_in_blocks(self.predictive, self.params, x, self.block_rows)
-        if self.task == "classification":
-            return {"proba": class_probabilities(out["log_proba"])}
-        return {"mean": out["mean"], "std": np.sqrt(out["var"])}
+            result = ({"proba": class_probabilities(out["log_proba"])} if self.task == "classification"
+                      else {"mean": out["mean"], "std": np.sqrt(out["var"])})
+            if outputs.latent:
+                latent = predict_in_blocks(self.latent, self.params, x, self.block_rows)
+                result["f_mean"] = latent["mean"] * self.targets.scale + self.targets.shift
+                result["f_var"] = latent["var"] * self.targets.scale**2
+            if outputs.quantiles:
+                levels = np.broadcast_to(np.asarray(outputs.quantiles), (n, len(outputs.quantiles)))
+                result["quantiles"] = self._quantiles(x, levels)
+            if outputs.samples:
+                rows = np.arange(n) if rows is None else np.asarray(rows)
+                uniforms = np.asarray(row_uniforms(outputs.seed, rows.astype(np.uint32), outputs.samples))
+                result["samples"] = (self._quantiles(x, uniforms) if self.task == "regression" else np.minimum(
+                    (np.cumsum(result["proba"], axis=1)[:, None, :] < uniforms[:, :, None]).sum(axis=2),
+                    result["proba"].shape[1] - 1))
+        return result
+
+    def _quantiles(self, x: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        return predict_in_blocks(Quantiles(self.predictive), self.params, x, self.block_rows, levels)["quantiles"]
 
 
 def load_predictor(run_dir: Path) -> RunPredictor:
@@ -100,15 +164,16 @@ def load_predictor(run_dir: Path) -> RunPredictor:
                          "train the run again")
     x_mean, x_std = (np.asarray(values, dtype=np.float64) for values in (run.manifest.x_mean, run.manifest.x_std))
     return RunPredictor(run.spec.name, run.spec.task, predictive, jax.device_get(run.finite_params()), x_mean, x_std,
-                        transforms, run.manifest.config.rows_per_block)
+                        transforms, run.manifest.config.rows_per_block, Latent(run.model), run.targets,
+                        run.spec.task == "classification" and run.spec.n_classes != 2)
 
 
 @dataclass(frozen=True)
 class ChunkPredictor:
-    """What every process predicting chunks holds: the run's predictor and the output's intervals."""
+    """What every process predicting chunks holds: the run's predictor and what the output holds."""
 
     predictor: RunPredictor
-    intervals: tuple[float, ...] = ()
+    outputs: Outputs = Outputs()
 
     def __call__(self, chunk: TableChunk | StoreRows) -> tuple[pd.DataFrame, dict[str, Counter]]:
         """The prediction frame of a chunk (ids first), and the text values it held that were never
@@ -116,44 +181,68 @@ class ChunkPredictor:
         transforms, unseen = self.predictor.transforms, {}
         if isinstance(chunk, StoreRows):
             x, ids = chunk.read(), pd.DataFrame()
+            rows = chunk.first_row + np.arange(x.shape[0])
         else:
-            x, ids = transforms.apply(chunk, unseen), chunk_ids(chunk, transforms.id_columns)
-        return prediction_frame(self.predictor(x), transforms, self.intervals, ids), unseen
+            x, ids, rows = transforms.apply(chunk, unseen), chunk_ids(chunk, transforms.id_columns), chunk.rows
+        out = self.predictor(x, self.outputs, rows)
+        return prediction_frame(out, transforms, self.outputs, ids, self.predictor.latent_per_class), unseen
 
 
-def prediction_columns(transforms: Transforms, intervals: Sequence[float]) -> list[str]:
+def prediction_columns(transforms: Transforms, outputs: Outputs = Outputs(), latent_per_class: bool = False) -> list[str]:
     """The output's columns after the ids: ``label`` and ``proba_<label>`` per class (classification) or
-    ``mean``, ``std`` and ``lower_<p>``/``upper_<p>`` per interval level ``p`` (regression)."""
+    ``mean``, ``std`` and ``lower_<p>``/``upper_<p>`` per interval level ``p`` (regression); then, as
+    ``outputs`` asks, ``f_mean`` and ``f_var`` (``f_mean_<label>``, ``f_var_<label>`` per class of a
+    multi-class model), ``q_<p>`` per quantile level ``p``, and ``sample_0`` … ``sample_<S−1>``."""
     if transforms.labels is not None:
-        return ["label", *(f"proba_{label}" for label in transforms.labels)]
-    return ["mean", "std", *(f"{side}_{level:g}" for level in intervals for side in ("lower", "upper"))]
+        columns = ["label", *(f"proba_{label}" for label in transforms.labels)]
+    else:
+        columns = ["mean", "std", *(f"{side}_{level:g}" for level in outputs.intervals for side in ("lower", "upper"))]
+    if outputs.latent:
+        columns += ([f"f_{moment}_{label}" for moment in ("mean", "var") for label in transforms.labels]
+                    if latent_per_class else ["f_mean", "f_var"])
+    return [*columns, *(f"q_{level:g}" for level in outputs.quantiles),
+            *(f"sample_{i}" for i in range(outputs.samples))]
 
 
-def prediction_frame(out: dict[str, np.ndarray], transforms: Transforms, intervals: Sequence[float],
-                     ids: pd.DataFrame) -> pd.DataFrame:
+def prediction_frame(out: dict[str, np.ndarray], transforms: Transforms, outputs: Outputs, ids: pd.DataFrame,
+                     latent_per_class: bool = False) -> pd.DataFrame:
     """The ids, then the columns of :func:`prediction_columns`."""
     if "proba" in out:
         values = [transforms.decode_labels(np.argmax(out["proba"], axis=1)), *out["proba"].T]
     else:
-        z = [NormalDist().inv_cdf((1 + level) / 2) for level in intervals]
+        z = [NormalDist().inv_cdf((1 + level) / 2) for level in outputs.intervals]
         values = [out["mean"], out["std"], *(out["mean"] + sign * q * out["std"] for q in z for sign in (-1, 1))]
+    if outputs.latent:
+        values += [*out["f_mean"].T, *out["f_var"].T] if latent_per_class else [out["f_mean"], out["f_var"]]
+    values += [*out["quantiles"].T] if outputs.quantiles else []
+    if outputs.samples:
+        values += ([transforms.decode_labels(draws) for draws in out["samples"].T] if "proba" in out
+                   else [*out["samples"].T])
     columns = {name: ids[name].to_numpy() for name in ids.columns}
-    columns.update(zip(prediction_columns(transforms, intervals), values))
+    columns.update(zip(prediction_columns(transforms, outputs, latent_per_class), values))
     return pd.DataFrame(columns)
 
 
-def check_intervals(intervals: Sequence[float], task: str) -> tuple[float, ...]:
-    """The ``--interval`` levels, each in (0, 1), for a regression run only.
+def check_outputs(outputs: Outputs, task: str) -> Outputs:
+    """``pep predict``'s output options checked against the run's task.
 
     Raises:
-        InputError: a level out of range, or levels for a classifier.
+        InputError: an interval level out of (0, 1), a quantile level out of (0, 1), intervals or
+            quantiles for a classifier, or a negative number of samples.
     """
-    for level in intervals:
+    for level in outputs.intervals:
         if not 0 < level < 1:
             raise InputError(f"--interval: expected a level in (0, 1) such as 0.9, found {level}")
-    if intervals and task != "regression":
+    if outputs.intervals and task != "regression":
         raise InputError("--interval: only for a regression run (this run is a classifier)")
-    return tuple(intervals)
+    if outputs.quantiles:
+        check_quantiles(outputs.quantiles)
+        if task != "regression":
+            raise InputError("--quantiles: only for a regression run (this run is a classifier; --samples draws labels)")
+    if outputs.samples < 0:
+        raise InputError(f"--samples: expected a number of draws ≥ 0, found {outputs.samples}")
+    return Outputs(tuple(outputs.intervals), bool(outputs.latent), tuple(outputs.quantiles), int(outputs.samples),
+                   int(outputs.seed))
 
 
 @dataclass(frozen=True)
@@ -172,7 +261,8 @@ class PredictSummary:
 
 def predict(run_dir: str | Path, input: str | Path, out: str | Path, *, sep: str | None = None,
             intervals: Sequence[float] = (), split: str = "all", overwrite: bool = False,
-            backend: Backend | None = None, progress: Callable[[int], None] = lambda rows: None) -> PredictSummary:
+            backend: Backend | None = None, progress: Callable[[int], None] = lambda rows: None,
+            latent: bool = False, quantiles: Sequence[float] = (), samples: int = 0, seed: int = 0) -> PredictSummary:
     """Predict every row of ``input`` with the run in ``run_dir`` and write the predictions to ``out``.
 
     Args:
@@ -185,15 +275,18 @@ def predict(run_dir: str | Path, input: str | Path, out: str | Path, *, sep: str
         overwrite: replace an existing output.
         backend: where chunks are predicted (default: this process).
         progress: called with the rows written so far.
+        latent, quantiles, samples, seed: the further columns of :class:`Outputs`.
 
     Raises:
         InputError: bad options or input (nothing is written).
     """
     began = time.perf_counter()
     predictor = load_predictor(Path(run_dir))
-    job = ChunkPredictor(predictor, check_intervals(intervals, predictor.task))
+    job = ChunkPredictor(predictor, check_outputs(Outputs(tuple(intervals), latent, tuple(quantiles), samples, seed),
+                                                  predictor.task))
     source = open_input(Path(input), predictor.transforms, sep, split)
-    clash = set(predictor.transforms.id_columns) & set(prediction_columns(predictor.transforms, job.intervals))
+    clash = set(predictor.transforms.id_columns) & set(prediction_columns(predictor.transforms, job.outputs,
+                                                                         predictor.latent_per_class))
     if clash:
         raise InputError(f"{run_dir}: id column {sorted(clash)[0]!r} has the name of an output column; rename it "
                          "in the table and ingest it again")

@@ -280,7 +280,7 @@ class DeepGP:
         return self.likelihood.predict(params.layers[-1].likelihood, mean, var)
 
     # ----------------------------------------------------------------------------------------------
-    def predict_mixture(self, params: DeepGPParams, x, key, samples: int) -> Mixture:
+    def predict_mixture(self, params: DeepGPParams, x, key, samples: int, common_draws: bool = False) -> Mixture:
         """``f_L``'s predictive at ``x`` under ``q`` as a mixture of ``samples`` Gaussians, without the
         Gaussian projection after each layer.
 
@@ -296,6 +296,9 @@ class DeepGP:
             x: rows ``[B, D]``.
             key: a ``jax.random`` key (the same key gives the same mixture).
             samples: mixture components ``S``.
+            common_draws: the same standard-normal draws for every row (common random numbers): a row's
+                mixture then depends on that row and the key only, not on the other rows of ``x`` nor on
+                its position among them (what streamed predictions need); False: independent draws per row.
 
         Returns:
             The components' means and variances, ``[S, B]`` each.
@@ -305,7 +308,8 @@ class DeepGP:
         for layer, layer_in in zip(params.layers[:-1], inputs):
             mean, var = self._layer_at_rows(layer, layer_in, hidden)  # [S or 1, B, G]
             key, draw = jax.random.split(key)
-            noise = jax.random.normal(draw, (samples, *mean.shape[1:]), dtype=mean.dtype)
+            rows = 1 if common_draws else mean.shape[1]
+            noise = jax.random.normal(draw, (samples, rows, mean.shape[2]), dtype=mean.dtype)
             hidden = mean + jnp.sqrt(var + Gaussian.noise_variance(layer.likelihood)) * noise
         mean, var = self._layer_at_rows(params.layers[-1], inputs[-1], hidden)
         shape = (samples, x.shape[0])
@@ -324,11 +328,16 @@ class DeepGP:
         log_components = self.likelihood.log_tilted(params.layers[-1].likelihood, y, mixture.mean, mixture.var, 1.0)
         return jax.scipy.special.logsumexp(log_components, axis=0) - jnp.log(samples)
 
+    def predict_y_mixture(self, params: DeepGPParams, x, key, samples: int, common_draws: bool = False) -> Mixture:
+        """``y``'s predictive under :meth:`predict_mixture` for the Gaussian likelihood: the same components
+        with the observation noise ``σ_L²`` added to each, ``[S, B]``."""
+        mixture = self.predict_mixture(params, x, key, samples, common_draws)
+        return Mixture(*self.likelihood.predict(params.layers[-1].likelihood, mixture.mean, mixture.var))
+
     def mixture_moments(self, params: DeepGPParams, x, key, samples: int):
         """Mean and variance ``[B]`` of ``y`` under :meth:`predict_mixture` (Gaussian likelihood: the law of
         total variance over the components, observation noise included)."""
-        mixture = self.predict_mixture(params, x, key, samples)
-        means, variances = self.likelihood.predict(params.layers[-1].likelihood, mixture.mean, mixture.var)
+        means, variances = self.predict_y_mixture(params, x, key, samples)
         mean = jnp.mean(means, axis=0)
         return mean, jnp.mean(variances + (means - mean) ** 2, axis=0)
 

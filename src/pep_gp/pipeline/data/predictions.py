@@ -50,6 +50,7 @@ class StoreRows:
     index: int
     columns: tuple[int, ...] | None  # the run's features among the store's (feature_order)
     shift: tuple[float, ...]  # from the store's offsets to the run's (Transforms.shift_from)
+    first_row: int = 0  # the position of its first row among the rows predicted (train, then test)
 
     def read(self) -> np.ndarray:
         """The chunk's rows of model features as the run's record makes them (its order, its offsets), float64."""
@@ -125,9 +126,11 @@ def _store_input(path: Path, transforms: Transforms, split: str) -> PredictInput
     shift = tuple(transforms.shift_from(store.transforms).tolist())
 
     def chunks() -> Iterator[StoreRows]:
+        first = 0
         for name in splits:
             for index in range(store.n_chunks(name)):
-                yield StoreRows(store.path, name, index, columns, shift)
+                yield StoreRows(store.path, name, index, columns, shift, first + index * store.chunk_rows)
+            first += store.n_rows(name)
 
     return PredictInput(f"{path} ({split})", "store", chunks, sum(store.n_rows(name) for name in splits))
 

@@ -39,7 +39,7 @@ from ..data.validation import check_class_labels
 from ..errors import InputError
 from ..metrics import calibration, regression_calibration
 from ..models import ModelSettings, ModelSpec
-from ..models.predictive import Latent, apply, class_probabilities, predict_in_blocks
+from ..models.predictive import Latent, Quantiles, apply, check_quantiles, class_probabilities, predict_in_blocks
 from ..engine import connected
 from ..training import checkpoint
 from ..training.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
@@ -147,15 +147,18 @@ class FittedGP(BaseEstimator):
                                  dtype=np.float64, reset=False)
         return validate_data(self, X, dtype=np.float64, reset=False) - transforms.offsets
 
-    def _predict_outputs(self, X, predictive: Callable | None = None) -> dict[str, np.ndarray]:
+    def _predict_outputs(self, X, predictive: Callable | None = None,
+                         every_row: tuple[np.ndarray, ...] = ()) -> dict[str, np.ndarray]:
         """The outputs of ``predictive`` (the model's predictive by default) for the rows of ``X``, in blocks
-        of one size (``pep predict``'s)."""
+        of one size (``pep predict``'s); ``every_row``: inputs the predictive takes per row, the same for
+        every row."""
         check_is_fitted(self)
         x = (self._model_rows(X) - self.x_mean_) / self.x_std_
+        row_inputs = [np.broadcast_to(a, (x.shape[0], *np.shape(a))) for a in every_row]
         with float64():
             params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
             return predict_in_blocks(predictive or self._predictive(), params, x,
-                                     getattr(self, "block_rows_", PREDICT_BLOCK_ROWS))
+                                     getattr(self, "block_rows_", PREDICT_BLOCK_ROWS), *row_inputs)
 
     def _latent(self, full_cov: bool) -> Callable:
         """The latent moments as a predictive: :class:`~pep_gp.pipeline.models.predictive.Latent` of ``model_``."""
@@ -409,7 +412,7 @@ class GPClassifierMixin:
     def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
         """Draws of the labels at the rows of ``X``, values of ``classes_``: from each joint draw of
         :meth:`sample_f`, a binary label is ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit
-        likelihood, ``p = Φ(f)``), and a multi-class label is ``classes_[argmax_c f_c]`` (the step likelihood
+        likelihood, ``p = Φ(f)``; standard logistic ``ε`` for ``likelihood="logistic"``, ``p = σ(f)``), and a multi-class label is ``classes_[argmax_c f_c]`` (the step likelihood
         of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance). The same ``seed`` gives
         the same draws; limits as :meth:`sample_f`.
 
@@ -418,7 +421,8 @@ class GPClassifierMixin:
         """
         rng = np.random.default_rng(seed)
         f = self._draw_f(X, n_samples, rng)
-        labels = np.argmax(f, axis=2) if f.ndim == 3 else (f + rng.standard_normal(f.shape) > 0).astype(int)
+        noise = rng.logistic(size=f.shape) if getattr(self, "likelihood", "probit") == "logistic" else rng.standard_normal(f.shape)
+        labels = np.argmax(f, axis=2) if f.ndim == 3 else (f + noise > 0).astype(int)
         return self.classes_[labels]
 
     def __sklearn_tags__(self):
@@ -443,6 +447,28 @@ class GPRegressorMixin:
 
     def _latent_units(self) -> tuple[float, float]:
         return self.targets_.shift, self.targets_.scale
+
+    def predict_quantiles(self, X, quantiles=(0.025, 0.975)) -> np.ndarray:
+        """Quantiles of the predictive distribution of ``y`` (observation noise included) at the rows of
+        ``X``: ``mean + std·Φ⁻¹(p)`` for a Gaussian predictive; for a deep GP those of its non-Gaussian
+        mixture predictive (:class:`~pep_gp.pipeline.models.predictive.MixturePredictive`, by bisection of
+        the mixture's CDF), so its intervals may be skewed. ``pep predict --quantiles`` writes the same values.
+
+        Args:
+            X: rows, as for ``predict``.
+            quantiles: levels in (0, 1), e.g. ``(0.05, 0.5, 0.95)``.
+
+        Returns:
+            ``[n, Q]``, one column per level.
+
+        Raises:
+            ValueError: a level outside (0, 1), or none.
+        """
+        try:
+            levels = np.asarray(check_quantiles(np.atleast_1d(quantiles).tolist()), dtype=np.float64)
+        except InputError as error:
+            raise ValueError(str(error).replace("--quantiles: ", "quantiles: ")) from None
+        return self._predict_outputs(X, Quantiles(self._predictive()), (levels,))["quantiles"]
 
     def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
         """Draws of the targets at the rows of ``X`` (their units): each joint draw of :meth:`sample_f` plus

@@ -11,6 +11,8 @@ from pydantic import Field
 
 from ...core.likelihoods import Gaussian, Probit
 from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams
+from ..data.blocks import TargetScaling
+from .predictive import MixturePredictive
 from .protocol import ModelSettings
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
@@ -54,6 +56,12 @@ class DeepGPSpec(SparseGPSpec):
                       else Probit.init_params())
         return model.init(x, settings.hidden_dims, settings.num_inducing, likelihood_params=likelihood,
                           noise_variance=settings.noise_variance, share_hypers=settings.share_hypers, seed=seed)
+
+
+    def predictive(self, model: DeepGP, targets: TargetScaling):
+        """The sparse GP's, but a regressor's quantiles are those of the mixture predictive
+        (:class:`~pep_gp.pipeline.models.predictive.MixturePredictive`), not Gaussian."""
+        return MixturePredictive(model, targets) if self.task == "regression" else super().predictive(model, targets)
 
 
 REGRESSOR = register(DeepGPSpec("deep-gp", "regression",

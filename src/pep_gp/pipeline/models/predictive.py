@@ -16,9 +16,11 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import log_ndtr
+from jax.scipy.special import log_ndtr, ndtri
 
+from ...core.gaussian import mixture_quantiles
 from ..data.blocks import TargetScaling
+from ..errors import InputError
 from ..metrics import (classification_calibration_sums, classification_sums, regression_calibration_sums,
                        regression_sums)
 
@@ -37,6 +39,20 @@ class BinaryPredictive:
 
 
 @dataclass(frozen=True)
+class BinaryLikelihoodPredictive:
+    """A binary classifier of any likelihood: ``log p(y = c | x) = log ∫ N(f; m, v) p(c|f) df`` from the latent
+    ``(m, v) = predict_f(x)``, the likelihood's ``log Z̃`` at α = 1 (e.g. by quadrature for the logistic)."""
+
+    model: Any  # predict_f(params, x) -> (mean, var); likelihood; params.likelihood
+
+    def __call__(self, params, x) -> dict:
+        mean, var = self.model.predict_f(params, x)
+        log_z = [self.model.likelihood.log_tilted(params.likelihood, jnp.full_like(mean, label), mean, var, 1.0)
+                 for label in (0.0, 1.0)]
+        return {"log_proba": jnp.stack(log_z, axis=1)}
+
+
+@dataclass(frozen=True)
 class MultiClassPredictive:
     """A multi-class classifier whose ``predict(params, x)`` gives ``log p(y = c | x)`` ``[B, C]``."""
 
@@ -49,7 +65,7 @@ class MultiClassPredictive:
 @dataclass(frozen=True)
 class GaussianPredictive:
     """A regressor: ``predict_y(params, x)`` (mean and variance in model units, noise included) mapped back
-    to target units."""
+    to target units; its quantiles are the Gaussian's, ``mean + std·Φ⁻¹(p)``."""
 
     model: Any
     targets: TargetScaling
@@ -57,6 +73,51 @@ class GaussianPredictive:
     def __call__(self, params, x) -> dict:
         mean, var = self.model.predict_y(params, x)
         return {"mean": mean * self.targets.scale + self.targets.shift, "var": var * self.targets.scale**2}
+
+    def quantiles(self, params, x, levels):
+        """``y``'s predictive quantiles ``[B, Q]`` at the levels ``[B, Q]`` of each row, in target units."""
+        out = self(params, x)
+        return out["mean"][:, None] + jnp.sqrt(out["var"])[:, None] * ndtri(levels)
+
+
+MIXTURE_COMPONENTS = 256
+"""Components of the deep GP's Monte Carlo mixture predictive behind its quantiles (``S`` paths per row)."""
+
+
+@dataclass(frozen=True)
+class MixturePredictive(GaussianPredictive):
+    """A deep GP regressor: mean and variance of its moment-matched forward pass (Bui et al. 2016, §7), as
+    :class:`GaussianPredictive`, and the quantiles of its non-Gaussian predictive, the mixture of
+    :meth:`~pep_gp.core.models.deep_gp.DeepGP.predict_y_mixture` (:data:`MIXTURE_COMPONENTS` components from
+    ``jax.random.key(0)``, the same draws for every row, so that a row's quantiles do not depend on the rows
+    predicted with it)."""
+
+    def quantiles(self, params, x, levels):
+        mixture = self.model.predict_y_mixture(params, x, jax.random.key(0), MIXTURE_COMPONENTS, common_draws=True)
+        return mixture_quantiles(mixture.mean * self.targets.scale + self.targets.shift,
+                                 jnp.sqrt(mixture.var) * self.targets.scale, levels)
+
+
+@dataclass(frozen=True)
+class LikelihoodPredictive(GaussianPredictive):
+    """A regressor of a non-Gaussian likelihood (Student-t, counts): the moments of ``predict_y`` as
+    :class:`GaussianPredictive`, and the quantiles of ``∫ p(y|f) N(f; m, v) df`` by the likelihood's own
+    ``quantiles`` (quadrature over ``f`` and bisection of the CDF; integers for counts)."""
+
+    def quantiles(self, params, x, levels):
+        mean, var = self.model.predict_f(params, x)
+        values = self.model.likelihood.quantiles(params.likelihood, mean, var, levels)
+        return values * self.targets.scale + self.targets.shift
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """A regressor's predictive quantiles as a predictive of ``(params, x, levels)``: ``{"quantiles": [B, Q]}``."""
+
+    predictive: Any  # a GaussianPredictive
+
+    def __call__(self, params, x, levels) -> dict:
+        return {"quantiles": self.predictive.quantiles(params, x, levels)}
 
 
 @dataclass(frozen=True)
@@ -73,15 +134,18 @@ class Latent:
         return {"mean": mean, "cov" if self.full_cov else "var": spread}
 
 
-for _cls, _data in ((BinaryPredictive, []), (MultiClassPredictive, []), (GaussianPredictive, ["targets"])):
+for _cls, _data in ((BinaryPredictive, []), (BinaryLikelihoodPredictive, []), (MultiClassPredictive, []), (GaussianPredictive, ["targets"]),
+                    (MixturePredictive, ["targets"]), (LikelihoodPredictive, ["targets"])):
     jax.tree_util.register_dataclass(_cls, data_fields=_data, meta_fields=["model"])
 jax.tree_util.register_dataclass(Latent, data_fields=[], meta_fields=["model", "full_cov"])
+jax.tree_util.register_dataclass(Quantiles, data_fields=["predictive"], meta_fields=[])
 
 
 @jax.jit
-def apply(predictive: Callable, params, x) -> dict:
-    """``predictive(params, x)``, compiled once per model (and shape), whatever its target scaling."""
-    return predictive(params, x)
+def apply(predictive: Callable, params, x, *rows) -> dict:
+    """``predictive(params, x, *rows)`` (``rows``: per-row inputs besides ``x``), compiled once per model (and
+    shape), whatever its target scaling."""
+    return predictive(params, x, *rows)
 
 
 @dataclass(frozen=True)
@@ -111,6 +175,21 @@ class HeldOut:
         return sums
 
 
+def check_quantiles(levels) -> tuple[float, ...]:
+    """Quantile levels, each in (0, 1), at least one.
+
+    Raises:
+        InputError: none, or a level out of range (named ``--quantiles``).
+    """
+    levels = tuple(float(level) for level in levels)
+    if not levels:
+        raise InputError("--quantiles: expected at least one level, e.g. 0.05,0.5,0.95")
+    for level in levels:
+        if not 0 < level < 1:
+            raise InputError(f"--quantiles: expected levels in (0, 1) such as 0.05,0.5,0.95, found {level:g}")
+    return levels
+
+
 def class_probabilities(log_proba: np.ndarray) -> np.ndarray:
     """``p_c = exp(l_c − log Σ_k exp l_k)``: probabilities from (possibly unnormalised) log-probabilities
     ``[n, C]``, each row summing to 1 in float64."""
@@ -119,15 +198,19 @@ def class_probabilities(log_proba: np.ndarray) -> np.ndarray:
     return weights / weights.sum(axis=1, keepdims=True)
 
 
-def predict_in_blocks(predictive: Callable, params, x: np.ndarray, block_rows: int) -> dict[str, np.ndarray]:
-    """The predictive's outputs for the standardised rows ``x`` ``[n, D]``: blocks of ``block_rows`` rows,
-    the last padded with zeros, so every call compiles one shape, and a row's outputs do not depend on how
-    many rows came with it (``pep predict`` and the estimators give the same bits)."""
+def predict_in_blocks(predictive: Callable, params, x: np.ndarray, block_rows: int,
+                      *row_inputs: np.ndarray) -> dict[str, np.ndarray]:
+    """The predictive's outputs for the standardised rows ``x`` ``[n, D]`` (and the per-row inputs
+    ``row_inputs``, ``[n, …]`` each, e.g. quantile levels): blocks of ``block_rows`` rows, the last padded
+    (with zeros; a row input with its first row), so every call compiles one shape, and a row's outputs do
+    not depend on how many rows came with it (``pep predict`` and the estimators give the same bits)."""
     parts = []
     for start in range(0, x.shape[0], block_rows):
         rows = x[start:start + block_rows]
         block = np.zeros((block_rows, x.shape[1]))
         block[:len(rows)] = rows
-        out = jax.device_get(apply(predictive, params, block))
+        extra = [np.concatenate([a[start:start + block_rows],
+                                 np.repeat(a[:1], block_rows - len(rows), axis=0)]) for a in row_inputs]
+        out = jax.device_get(apply(predictive, params, block, *extra))
         parts.append({key: np.asarray(value)[:len(rows)] for key, value in out.items()})
     return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]} if parts else {}

@@ -130,8 +130,8 @@ class ModelSpec(Protocol):
     def frozen(self, settings: ModelSettings, params: Any) -> Any:
         """A pytree like ``params`` of bools: True for leaves the optimiser must not move."""
 
-    def targets(self, data: Any) -> TargetScaling:
-        """Stored targets → model units."""
+    def targets(self, data: Any, settings: ModelSettings | None = None) -> TargetScaling:
+        """Stored targets → model units (which may depend on the settings, e.g. counts are kept as they are)."""
 
     def predictive(self, model: Energy, targets: TargetScaling) -> Callable:
         """``predict(params, x) -> dict`` on standardised rows ``x`` (:mod:`pep_gp.pipeline.models.predictive`):
@@ -147,6 +147,13 @@ def check_task(spec: Any, data: Any, n_classes: int | None = None) -> None:
     if n_classes is not None and data.n_classes != n_classes:
         raise InputError(f"{data.path}: --model {spec.name} is binary and needs 2 classes; this store has "
                          f"{data.n_classes} (for airline, ingest with --target delayed)")
+
+
+def uses_site_updates(spec: Any, settings: ModelSettings) -> bool:
+    """Whether a job's tied factor moves by site updates: the spec's ``has_sites``, unless its settings turn
+    them off (a spec's optional ``site_updates(settings)``, e.g. the sparse-GP regressor with a likelihood
+    whose sites are not exact)."""
+    return spec.has_sites and getattr(spec, "site_updates", lambda _: True)(settings)
 
 
 def leaves_named(params: Any, names: set[str]) -> Any:
@@ -178,7 +185,7 @@ class SpecBase:
     def binding(self, data: Any) -> dict[str, Any]:
         return {}
 
-    def targets(self, data: Any) -> TargetScaling:
+    def targets(self, data: Any, settings: ModelSettings | None = None) -> TargetScaling:
         """Standardised regression targets (the training split's mean and deviation); labels as they are."""
         if self.task == "regression":
             return TargetScaling(float(data.attrs["y_mean"]), float(data.attrs["y_std"]))

@@ -1,20 +1,28 @@
 """``sparse-gp-regressor`` and ``sparse-gp-classifier``: one sparse GP with a tied Power-EP factor (Bui, Yan &
-Turner 2017, :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`) and a Gaussian or probit likelihood.
+Turner 2017, :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`) and the likelihood its ``likelihood``
+setting names: Gaussian (default), Student-t (robust), Poisson or negative binomial (counts, log link) for
+the regressor; probit (default) or logistic for the classifier.
 
-The regressor's tied factor moves by stochastic EP updates with the exact Power-EP sites of the Gaussian
-likelihood (a full batch sets it to the collapsed PEP-α posterior in one step), its hyper-parameters and
-inducing inputs by Adam; the classifier's whole state moves by Adam on the energy.
+The Gaussian regressor's tied factor moves by stochastic EP updates with the exact Power-EP sites of the
+Gaussian likelihood (a full batch sets it to the collapsed PEP-α posterior in one step), its
+hyper-parameters and inducing inputs by Adam; with any other likelihood (whose tilted terms are
+quadratures, :class:`~pep_gp.core.likelihoods.QuadratureLikelihood`) the whole state moves by Adam on the
+energy, as the classifier's. Count likelihoods take the targets as they are (counts, not standardised).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
-from ...core.likelihoods import Gaussian, Probit
+from ...core.likelihoods import LIKELIHOODS, Gaussian, StudentT
 from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from ..errors import InputError
+from ..data.blocks import TargetScaling
+from .predictive import BinaryLikelihoodPredictive, LikelihoodPredictive
 from .protocol import ModelSettings, SiteSettings, SpecBase, leaves_named
 from .registry import register
 
@@ -30,6 +38,12 @@ class SparseGPSettings(ModelSettings):
     ard: bool = Field(False, description="one lengthscale per input (ARD); false: one shared by the standardised inputs")
 
 
+class SparseGPClassificationSettings(SparseGPSettings):
+    """Settings of the classifier: the sparse GP's and its link."""
+
+    likelihood: Literal["probit", "logistic"] = Field("probit", description="the link: probit Φ(f) or logistic σ(f)")
+
+
 def check_inducing(settings: ModelSettings, rows: int) -> None:
     """InputError unless there are at least ``num_inducing`` rows to place the inducing inputs."""
     if settings.num_inducing > rows:
@@ -39,9 +53,9 @@ def check_inducing(settings: ModelSettings, rows: int) -> None:
 
 @dataclass(frozen=True)
 class SparseGPSpec(SpecBase):
-    """A tied Power-EP sparse GP bound to a task."""
+    """A tied Power-EP sparse GP bound to a task, with the likelihood its settings name."""
 
-    Settings = SparseGPSettings
+    Settings = SparseGPClassificationSettings
     parameterisation = "2"  # 2: log amplitude and lengthscales (1: softplus)
 
     @property
@@ -49,35 +63,88 @@ class SparseGPSpec(SpecBase):
         return 2 if self.task == "classification" else None
 
     def build(self, settings: SparseGPSettings, binding: dict) -> PowerEPSparseGP:
-        likelihood = Gaussian() if self.task == "regression" else Probit()
-        return PowerEPSparseGP(likelihood, alpha=settings.alpha, jitter=settings.jitter)
+        return PowerEPSparseGP(LIKELIHOODS[settings.likelihood](), alpha=settings.alpha, jitter=settings.jitter)
+
+    def predictive(self, model: PowerEPSparseGP, targets: TargetScaling):
+        """A probit classifier's closed form and a Gaussian regressor's moments; else the likelihood's own
+        ``log Z̃`` (:class:`~pep_gp.pipeline.models.predictive.BinaryLikelihoodPredictive`) or quantiles
+        (:class:`~pep_gp.pipeline.models.predictive.LikelihoodPredictive`)."""
+        if self.task == "classification" and model.likelihood.name != "probit":
+            return BinaryLikelihoodPredictive(model)
+        if self.task == "regression" and model.likelihood.name != "gaussian":
+            return LikelihoodPredictive(model, targets)
+        return super().predictive(model, targets)
 
     def init(self, model: PowerEPSparseGP, x, settings: SparseGPSettings, seed: int) -> SparseGPParams:
-        """k-means inducing inputs, median-distance lengthscales (``ard``: one per input), unit kernel variance."""
+        """k-means inducing inputs, median-distance lengthscales (``ard``: one per input), unit kernel variance,
+        and the likelihood's starting parameters (:meth:`likelihood_params`)."""
         check_inducing(settings, x.shape[0])
-        likelihood = (Gaussian.init_params(INITIAL_NOISE_VARIANCE) if self.task == "regression"
-                      else Probit.init_params())
-        return model.init(x, settings.num_inducing, variance=1.0, likelihood_params=likelihood, seed=seed,
-                          ard=settings.ard)
+        return model.init(x, settings.num_inducing, variance=1.0, likelihood_params=self.likelihood_params(settings),
+                          seed=seed, ard=settings.ard)
+
+    def likelihood_params(self, settings: SparseGPSettings) -> dict:
+        """The likelihood's starting parameters: those it starts from itself."""
+        return LIKELIHOODS[settings.likelihood].init_params()
 
 
 class SparseGPRegressionSettings(SiteSettings, SparseGPSettings):
-    """Settings of the regressor: the sparse GP's and the damping of its exact site updates."""
+    """Settings of the regressor: the sparse GP's, its likelihood, and the damping of its exact site updates
+    (Gaussian likelihood only)."""
+
+    likelihood: Literal["gaussian", "student-t", "poisson", "negative-binomial"] = Field(
+        "gaussian", description="gaussian; student-t (robust to outliers); poisson or negative-binomial (counts, "
+                                "log link; targets are non-negative counts, not standardised)")
+    dof: float = Field(4.0, gt=0.0, description="student-t: the degrees of freedom ν (the start, when train_dof)")
+    train_dof: bool = Field(True, description="student-t: learn ν (false: keep dof)")
+
+
+COUNT_LIKELIHOODS = ("poisson", "negative-binomial")
 
 
 @dataclass(frozen=True)
 class SparseGPRegressorSpec(SparseGPSpec):
-    """The tied Power-EP sparse GP with a Gaussian likelihood, its factor moved by exact site updates."""
+    """The tied Power-EP sparse GP regressor: with a Gaussian likelihood its factor moves by exact site
+    updates; with another likelihood by Adam, as everything else."""
 
     Settings = SparseGPRegressionSettings
     has_sites = True
 
+    def site_updates(self, settings: SparseGPRegressionSettings) -> bool:
+        """Whether the tied factor moves by site updates: with the Gaussian likelihood only (its sites are exact)."""
+        return settings.likelihood == "gaussian"
+
     def build(self, settings: SparseGPRegressionSettings, binding: dict) -> PowerEPSparseGP:
-        return PowerEPSparseGP(Gaussian(), alpha=settings.alpha, jitter=settings.jitter, site_updates=True)
+        return PowerEPSparseGP(LIKELIHOODS[settings.likelihood](), alpha=settings.alpha, jitter=settings.jitter,
+                               site_updates=self.site_updates(settings))
+
+    def likelihood_params(self, settings: SparseGPRegressionSettings) -> dict:
+        """The Gaussian's noise variance starts at :data:`INITIAL_NOISE_VARIANCE`, the Student-t's scale at
+        its square root (standardised units) and ``ν`` at ``dof``."""
+        if settings.likelihood == "gaussian":
+            return Gaussian.init_params(INITIAL_NOISE_VARIANCE)
+        if settings.likelihood == "student-t":
+            return StudentT.init_params(INITIAL_NOISE_VARIANCE ** 0.5, settings.dof)
+        return super().likelihood_params(settings)
+
+    def check(self, data, settings: SparseGPRegressionSettings, block_rows: int) -> None:
+        """A regression dataset; for a count likelihood its training targets must be non-negative integers."""
+        super().check(data, settings, block_rows)
+        if settings.likelihood in COUNT_LIKELIHOODS and hasattr(data, "y"):
+            if not np.all((data.y >= 0) & (data.y == np.round(data.y))):
+                raise InputError(f"y: likelihood {settings.likelihood!r} needs counts (non-negative integer targets)")
+
+    def targets(self, data, settings: SparseGPRegressionSettings | None = None) -> TargetScaling:
+        """Counts as they are; other targets standardised."""
+        if settings is not None and settings.likelihood in COUNT_LIKELIHOODS:
+            return TargetScaling()
+        return super().targets(data)
 
     def frozen(self, settings: SparseGPRegressionSettings, params: SparseGPParams) -> SparseGPParams:
-        """The factor moves only by site updates; the inducing inputs unless ``train_inducing``."""
-        fixed = {"factor_shift", "factor_chol"} | (set() if settings.train_inducing else {"inducing"})
+        """With site updates the factor moves only by them; the inducing inputs unless ``train_inducing``;
+        the Student-t's ``ν`` unless ``train_dof``."""
+        fixed = ({"factor_shift", "factor_chol"} if self.site_updates(settings) else set()) | (
+            set() if settings.train_inducing else {"inducing"}) | (
+            set() if settings.train_dof or settings.likelihood != "student-t" else {"raw_dof"})
         return leaves_named(params, fixed)
 
 

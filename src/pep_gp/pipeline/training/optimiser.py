@@ -11,6 +11,7 @@ import jax
 import optax
 
 from ..models import ModelSpec
+from ..models.protocol import uses_site_updates
 from .config import TrainConfig
 from .step import TrainStep, training_step
 
@@ -43,6 +44,6 @@ def compiled_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, s
     config = TrainConfig.model_validate_json(trajectory)
     optimizer = adam(learning_rate(config, steps_per_epoch, total_steps),
                      lambda params: spec.frozen(settings, params))
-    if not spec.has_sites:
+    if not uses_site_updates(spec, settings):
         return training_step(model, optimizer)
     return training_step(model, optimizer, sites=True, damping=settings.damping_schedule())

@@ -155,7 +155,7 @@ class Trainer:
         self.binding = spec.binding(store)
         self.transforms = transforms_of(store).to_json()  # copied into every checkpoint: runs predict alone
         self.model = spec.build(self.settings, self.binding)
-        self.targets = spec.targets(store)
+        self.targets = spec.targets(store, self.settings)
         block_rows = self.effective.block_rows
         self.train = Engine(backend, store.blocks("train", block_rows, self.targets, config.standardize))
         predictive = spec.predictive(self.model, self.targets)

@@ -1,0 +1,107 @@
+"""The sparse GP's likelihoods as estimator arguments (issue 39, item 3): a Student-t regressor ignores an
+outlier the Gaussian one follows, a Poisson regressor recovers a synthetic rate from counts, a logistic
+classifier fits and predicts its own probabilities, and each records its likelihood in the run it saves."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+import pep_gp
+from pep_gp import SparseGPClassifier, SparseGPRegressor
+from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.training.trainer import TrainJob, train
+
+
+def fit(estimator, x, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return estimator.fit(x, y)
+
+
+@pytest.fixture(scope="module")
+def curve():
+    """sin(x) at 60 sorted inputs with noise 0.1, and one outlier 6 units above the curve near x = 0.5."""
+    rng = np.random.default_rng(0)
+    x = np.sort(rng.uniform(-3, 3, 60))[:, None]
+    f = np.sin(x[:, 0])
+    y = f + 0.1 * rng.normal(size=60)
+    outlier = int(np.argmin(np.abs(x[:, 0] - 0.5)))
+    y[outlier] += 6.0
+    return x, f, y, outlier
+
+
+def test_a_student_t_fit_ignores_the_outlier_the_gaussian_follows(curve, tmp_path):
+    x, f, y, outlier = curve
+    settings = dict(num_inducing=12, max_iter=150, learning_rate=0.05)
+    gaussian = fit(SparseGPRegressor(**settings), x, y)
+    robust = fit(SparseGPRegressor(likelihood="student-t", **settings), x, y)
+    pulled = [abs(model.predict(x[outlier:outlier + 1])[0] - f[outlier]) for model in (gaussian, robust)]
+    assert pulled[1] < 0.05 < 0.15 < pulled[0]
+    assert np.sqrt(np.mean((robust.predict(x) - f) ** 2)) < np.sqrt(np.mean((gaussian.predict(x) - f) ** 2))
+    low, median, high = robust.predict_quantiles(x, (0.05, 0.5, 0.95)).T  # a symmetric, heavy-tailed predictive
+    np.testing.assert_allclose(median, robust.predict(x), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(high - median, median - low, rtol=1e-8)
+    robust.save(tmp_path / "run")
+    assert load_run(tmp_path / "run").meta["model_settings"]["likelihood"] == "student-t"
+    loaded = pep_gp.load(tmp_path / "run")
+    assert loaded.likelihood == "student-t"
+    np.testing.assert_allclose(loaded.predict(x), robust.predict(x), rtol=1e-12)
+
+
+def test_a_poisson_fit_recovers_the_rate_of_counts(curve):
+    """Counts of rate exp(1 + sin x): the fitted log-rate within 0.3 (RMS) of the truth, the counts kept
+    as they are (no standardisation), and predict's mean E[e^f] = e^{m + v/2}."""
+    x, f, _, _ = curve
+    rate = np.exp(1.0 + f)
+    counts = np.random.default_rng(1).poisson(rate)
+    model = fit(SparseGPRegressor(likelihood="poisson", num_inducing=12, max_iter=200, learning_rate=0.05), x, counts)
+    assert (model.targets_.shift, model.targets_.scale) == (0.0, 1.0)
+    mean, var = model.predict_f(x)
+    assert np.sqrt(np.mean((mean - np.log(rate)) ** 2)) < 0.3
+    np.testing.assert_allclose(model.predict(x), np.exp(mean + var / 2), rtol=1e-12)
+    quantiles = model.predict_quantiles(x, (0.05, 0.5, 0.95))  # counts: integers, by quadrature over f
+    assert np.array_equal(quantiles, np.round(quantiles)) and np.all(np.diff(quantiles, axis=1) >= 0)
+    assert 0.8 <= np.mean((counts >= quantiles[:, 0]) & (counts <= quantiles[:, 2])) <= 1.0
+    with pytest.raises(ValueError, match="likelihood 'poisson' needs counts"):
+        fit(SparseGPRegressor(likelihood="poisson", max_iter=1), x, counts - 0.5)
+
+
+def test_a_logistic_classifier_predicts_its_sigmoid_integral(curve):
+    x, _, y, _ = curve
+    labels = np.where(y > 0, "up", "down")
+    model = fit(SparseGPClassifier(likelihood="logistic", num_inducing=8, max_iter=60), x, labels)
+    assert np.mean(model.predict(x) == labels) > 0.9
+    mean, var = model.predict_f(x[:5])
+    rng = np.random.default_rng(2)
+    f = mean + np.sqrt(var) * rng.standard_normal((200_000, 5))
+    expected = np.mean(1 / (1 + np.exp(-f)), axis=0)
+    proba = model.predict_proba(x[:5])[:, 1]
+    np.testing.assert_allclose(proba, expected, atol=5 * 0.5 / np.sqrt(200_000))
+    draws = model.sample_y(x[:5], n_samples=4_000, seed=0)  # logistic noise on f: p = σ(f)
+    assert np.all(np.abs((draws == "up").mean(axis=0) - proba) < 5 * np.sqrt(proba * (1 - proba) / 4_000) + 1e-9)
+
+
+def test_an_unknown_likelihood_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="likelihood: Input should be 'gaussian', 'student-t', 'poisson' or "
+                                         "'negative-binomial'"):
+        SparseGPRegressor(likelihood="cauchy").fit(np.zeros((4, 1)), np.zeros(4))
+
+
+def test_pep_train_takes_the_likelihood_from_the_model_section_and_records_it(regression_store, tmp_path):
+    """``[model] likelihood = "student-t"`` (``--set model.likelihood=student-t``) on a store: the run's
+    manifest records it, and the run loads as a Student-t regressor that ``pep predict`` reads."""
+    config = TrainConfig(model={"num_inducing": 4, "likelihood": "student-t", "dof": 5.0, "train_dof": False},
+                         max_steps=3, batch_size=1000)
+    train(TrainJob("sparse-gp-regressor", regression_store, config, tmp_path / "run"))
+    settings = load_run(tmp_path / "run").meta["model_settings"]
+    assert (settings["likelihood"], settings["dof"], settings["train_dof"]) == ("student-t", 5.0, False)
+    loaded = pep_gp.load(tmp_path / "run")
+    assert loaded.likelihood == "student-t" and loaded.model_.likelihood.name == "student-t"
+    raw_dof = loaded.params_.likelihood["raw_dof"]
+    np.testing.assert_allclose(float(loaded.model_.likelihood.scale_and_dof(loaded.params_.likelihood)[1]), 5.0,
+                               rtol=1e-12, err_msg=f"dof moved although train_dof is false ({raw_dof})")
