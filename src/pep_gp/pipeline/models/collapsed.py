@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from pydantic import Field
 
 from ...core.initialisation import initial_kernel_and_inducing
+from ...core.kernels import Kernel, SquaredExponential
 from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
 from ...core.parameters import unconstrained
 from ..errors import InputError
@@ -44,16 +45,15 @@ class CollapsedRegressionSpec(SpecBase):
         return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter)
 
     def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
-             lengthscales=None, variance: float = 1.0,
-             noise_variance: float = INITIAL_NOISE_VARIANCE) -> RegressionParams:
-        """k-means inducing inputs and median-distance lengthscales unless given (Bui et al. 2017, §7)."""
+             kernel: Kernel | None = None, noise_variance: float = INITIAL_NOISE_VARIANCE) -> RegressionParams:
+        """k-means inducing inputs unless given, and ``kernel`` (default a squared exponential of variance 1)
+        with the median distance for a lengthscale left unset, one per input (Bui et al. 2017, §7)."""
         if inducing is None:
             check_inducing(settings, x.shape[0])
-        lengthscales, variance, z = initial_kernel_and_inducing(
-            x, settings.num_inducing, inducing=inducing, lengthscales=lengthscales, variance=variance, seed=seed)
-        raw = unconstrained(RegressionParams, lengthscales=jnp.asarray(lengthscales), variance=jnp.asarray(variance),
-                            noise_variance=jnp.asarray(float(noise_variance)))
-        return RegressionParams(**raw, inducing=jnp.asarray(z))
+        lengthscales, _, z = initial_kernel_and_inducing(x, settings.num_inducing, inducing=inducing, seed=seed)
+        kernel = SquaredExponential() if kernel is None else kernel
+        raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
+        return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z))
 
     def predictive(self, model: CollapsedRegression, targets: Any) -> None:
         """None: predictions need the training rows (see the module docstring)."""

@@ -21,6 +21,7 @@ import numpy as np
 from ...core import float64
 from ...core.models import multiclass_ep as ep
 from ...core.models.multiclass import MultiClassGP, NaturalFactor
+from ...core.parameters import fixed_leaves
 from .optimiser import adam
 from .step import ascent_update
 from .stopping import StoppingRule
@@ -40,7 +41,7 @@ class UntiedFit(NamedTuple):
 def optimizer(learning_rate):
     """Adam on hyper-parameters and inducing inputs; the factors move only by EP updates."""
     return adam(learning_rate, frozen=lambda p: p._replace(
-        raw_amplitude=False, raw_noise=False, raw_lengthscales=False, inducing=False, factor=NaturalFactor(True, True)))
+        kernel=fixed_leaves(p.kernel), raw_noise=False, inducing=False, factor=NaturalFactor(True, True)))
 
 
 def _step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y, mask, n_total, damping, learning_rate):
