@@ -19,7 +19,7 @@ from ...core.kernels import Kernel, SquaredExponential
 from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
 from ...core.parameters import unconstrained
 from ..errors import InputError
-from .protocol import ModelSettings, SpecBase, check_task
+from .protocol import ModelSettings, SpecBase, check_task, settings_kernel
 from .sparse_gp import INITIAL_NOISE_VARIANCE, check_inducing
 
 
@@ -34,6 +34,7 @@ class CollapsedRegressionSpec(SpecBase):
     """The spec of :class:`CollapsedRegression`."""
 
     Settings = CollapsedSettings
+    parameterisation = "3"  # 3: a kernel pytree (pep_gp.core.kernels); 1: softplus lengthscales and variance
 
     def check(self, data: Any, settings: CollapsedSettings, block_rows: int) -> None:
         check_task(self, data)
@@ -51,7 +52,7 @@ class CollapsedRegressionSpec(SpecBase):
         if inducing is None:
             check_inducing(settings, x.shape[0])
         lengthscales, _, z = initial_kernel_and_inducing(x, settings.num_inducing, inducing=inducing, seed=seed)
-        kernel = SquaredExponential() if kernel is None else kernel
+        kernel = kernel or settings_kernel(settings) or SquaredExponential()
         raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
         return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z))
 

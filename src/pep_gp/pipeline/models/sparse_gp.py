@@ -15,7 +15,7 @@ from pydantic import Field
 from ...core.likelihoods import Gaussian, Probit
 from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from ..errors import InputError
-from .protocol import ModelSettings, SiteSettings, SpecBase, leaves_named
+from .protocol import ModelSettings, SiteSettings, SpecBase, leaves_named, settings_kernel
 from .registry import register
 
 # Initial noise variance of the Gaussian likelihood in standardised target units: var(y)/100, as the
@@ -42,7 +42,7 @@ class SparseGPSpec(SpecBase):
     """A tied Power-EP sparse GP bound to a task."""
 
     Settings = SparseGPSettings
-    parameterisation = "2"  # 2: log amplitude and lengthscales (1: softplus)
+    parameterisation = "3"  # 3: a kernel pytree (pep_gp.core.kernels); 2: log amplitude and lengthscales; 1: softplus
 
     @property
     def n_classes(self) -> int | None:
@@ -53,12 +53,13 @@ class SparseGPSpec(SpecBase):
         return PowerEPSparseGP(likelihood, alpha=settings.alpha, jitter=settings.jitter)
 
     def init(self, model: PowerEPSparseGP, x, settings: SparseGPSettings, seed: int) -> SparseGPParams:
-        """k-means inducing inputs, median-distance lengthscales (``ard``: one per input), unit kernel variance."""
+        """k-means inducing inputs and the settings' kernel (default a squared exponential of unit variance),
+        an unset lengthscale the median distance (``ard``: one per input)."""
         check_inducing(settings, x.shape[0])
         likelihood = (Gaussian.init_params(INITIAL_NOISE_VARIANCE) if self.task == "regression"
                       else Probit.init_params())
-        return model.init(x, settings.num_inducing, variance=1.0, likelihood_params=likelihood, seed=seed,
-                          ard=settings.ard)
+        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), likelihood_params=likelihood,
+                          seed=seed, ard=settings.ard)
 
 
 class SparseGPRegressionSettings(SiteSettings, SparseGPSettings):
