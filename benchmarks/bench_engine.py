@@ -83,7 +83,7 @@ def model_bytes(trainer: Trainer, params: Any, workers: int) -> int:
         held = trainer.model.held(shared)
     classes, inducing = params.inducing.shape[:2]
     stats = 8 * (classes * inducing + classes * inducing**2 + classes + 1)
-    gradient = 8 + nbytes((params.raw_amplitude, params.raw_noise, params.raw_lengthscales, params.inducing,
+    gradient = 8 + nbytes((params.kernel, params.raw_noise, params.inducing,
                            shared.prior.inverse))
     return workers * (nbytes((params, shared)) + stats + nbytes(held) + gradient)
 

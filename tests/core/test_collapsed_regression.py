@@ -4,6 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process import kernels as sk
+
+from pep_gp.core import kernels as k
 
 from pep_gp.core.models.collapsed_regression import log_marginal_likelihood, predict_f
 from tests import oracles
@@ -101,3 +105,48 @@ def test_rejects_alpha_outside_unit_interval(data):
     x, y, z = data
     with pytest.raises(ValueError, match="alpha must lie in"):
         _lml(x, y, z, 1.5)
+
+
+KERNELS = {  # pep's kernel and scikit-learn's, same values
+    "se": (lambda: k.SquaredExponential(LS, VAR), lambda: sk.ConstantKernel(VAR) * sk.RBF(LS)),
+    "matern12": (lambda: k.Matern12(LS, VAR), lambda: sk.ConstantKernel(VAR) * sk.Matern(LS, nu=0.5)),
+    "matern32": (lambda: k.Matern32(LS, VAR), lambda: sk.ConstantKernel(VAR) * sk.Matern(LS, nu=1.5)),
+    "matern52": (lambda: k.Matern52(LS, VAR), lambda: sk.ConstantKernel(VAR) * sk.Matern(LS, nu=2.5)),
+    "linear+se": (lambda: k.Linear(0.4) + k.SquaredExponential(LS, VAR),
+                  lambda: sk.ConstantKernel(0.4) * sk.DotProduct(0.0) + sk.ConstantKernel(VAR) * sk.RBF(LS)),
+    "periodic": (lambda: k.Periodic(1.1, VAR, 1.7, active_dims=[0]) * k.SquaredExponential(LS[1], active_dims=[1]),
+                 None),
+    "rq": (lambda: k.RationalQuadratic(1.1, VAR, 0.7), lambda: sk.ConstantKernel(VAR) * sk.RationalQuadratic(1.1, 0.7)),
+}
+
+
+def _sklearn_gram(name, a, b):
+    """scikit-learn's kernel matrix (the periodic product: ExpSineSquared on column 0 times RBF on column 1)."""
+    if name == "periodic":
+        return (VAR * sk.ExpSineSquared(1.1, 1.7)(a[:, :1], b[:, :1])) * sk.RBF(LS[1])(a[:, 1:], b[:, 1:])
+    return KERNELS[name][1]()(a, b)
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_every_kernel_gives_the_exact_evidence_fitc_and_vfe(data, name):
+    """With Z = X (no jitter) the collapsed objective at α = 0.5 is scikit-learn's exact-GP evidence
+    (``GaussianProcessRegressor.log_marginal_likelihood``, its kernel plus a white-noise kernel) to 1e-8; with other Z,
+    α = 1 is the FITC evidence and α = 0 the VFE bound (Bui, Yan & Turner 2017, eqs. 128, 130), both in numpy from
+    scikit-learn's kernel matrices."""
+    x, y, z = data
+    kernel = KERNELS[name][0]().bank(1, 2)
+    lml = lambda zz, alpha: float(log_marginal_likelihood(kernel, jnp.asarray(zz), NOISE, jnp.asarray(x),
+                                                          jnp.asarray(y), alpha, 0.0))
+    if KERNELS[name][1] is None:
+        exact = oracles.gaussian_log_evidence(y, _sklearn_gram(name, x, x) + NOISE * np.eye(len(y)))
+    else:
+        gp = GaussianProcessRegressor(KERNELS[name][1]() + sk.WhiteKernel(NOISE), optimizer=None).fit(x, y)
+        exact = gp.log_marginal_likelihood(gp.kernel_.theta)
+    assert lml(x, 0.5) == pytest.approx(exact, rel=1e-8)
+    kuu, kuf, kff = _sklearn_gram(name, z, z), _sklearn_gram(name, z, x), _sklearn_gram(name, x, x)
+    qff = kuf.T @ np.linalg.solve(kuu, kuf)
+    residual = np.diag(kff - qff)
+    fitc = oracles.gaussian_log_evidence(y, qff + np.diag(residual) + NOISE * np.eye(len(y)))
+    vfe = oracles.gaussian_log_evidence(y, qff + NOISE * np.eye(len(y))) - np.sum(residual) / (2 * NOISE)
+    assert lml(z, 1.0) == pytest.approx(fitc, rel=1e-8)
+    assert lml(z, 0.0) == pytest.approx(vfe, rel=1e-8)

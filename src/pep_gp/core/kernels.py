@@ -291,6 +291,7 @@ class Stationary(Kernel):
     parameters = ("lengthscales", "variance")
     statics = ("active_dims", "products")
     stationary = True
+    rough: ClassVar[bool] = False  # f has a kink at r = 0: distances within the expansion's rounding are 0
 
     def __init__(self, lengthscales=None, variance=1.0, *, fixed=(), active_dims=None,
                  products: ProductDtype = "float64"):
@@ -301,6 +302,14 @@ class Stationary(Kernel):
     def profile(self, sq):
         """``f(r²)``, elementwise."""
         raise NotImplementedError
+
+    def _snapped(self, sq, norms):
+        """``r²`` with values below the expansion's rounding, ``8ε·(‖z − c‖² + ‖x − c‖²)/ℓ²``, set to 0 for a
+        :attr:`rough` profile: at coincident points the rounding (~1e-16) would move ``r = √r²`` by ~1e-8, and
+        a Matérn kernel with it (its ``exp(−r)``); a smooth profile changes by ~1e-16 and keeps ``r²``."""
+        if not self.rough:
+            return jnp.maximum(sq, 0.0)
+        return jnp.where(sq <= 8.0 * jnp.finfo(self.products).eps * norms, 0.0, sq)
 
     def _lengthscales(self, dims):
         ls = self.lengthscales.value
@@ -313,9 +322,10 @@ class Stationary(Kernel):
         in_products = scaled.astype(self.products)  # the norms too: one pass over [G, M, D] in that dtype
         norms = jnp.sum(in_products**2, axis=-1).astype(scaled.dtype)
         inner = _symmetric_gram(in_products).astype(scaled.dtype)
-        sq = norms[:, :, None] + norms[:, None, :] - 2.0 * inner
+        both = norms[:, :, None] + norms[:, None, :]
+        sq = self._snapped(both - 2.0 * inner, both)
         off_diagonal = ~jnp.eye(z.shape[1], dtype=bool)
-        return self.variance.value[:, None, None] * self.profile(jnp.where(off_diagonal, jnp.maximum(sq, 0.0), 0.0))
+        return self.variance.value[:, None, None] * self.profile(jnp.where(off_diagonal, sq, 0.0))
 
     def _cross(self, z, x):
         # The weights on z's side only: x is data (not differentiated), so the backward pass needs one
@@ -325,8 +335,8 @@ class Stationary(Kernel):
         weights = 1.0 / self._lengthscales(z.shape[-1]) ** 2
         weighted = z * weights[:, None, :]
         inner = jnp.einsum("gmd,bd->gmb", weighted.astype(self.products), x.astype(self.products)).astype(x.dtype)
-        sq = jnp.sum(z * weighted, axis=-1)[:, :, None] + (weights @ (x**2).T)[:, None, :] - 2.0 * inner
-        return self.variance.value[:, None, None] * self.profile(jnp.maximum(sq, 0.0))
+        both = jnp.sum(z * weighted, axis=-1)[:, :, None] + (weights @ (x**2).T)[:, None, :]
+        return self.variance.value[:, None, None] * self.profile(self._snapped(both - 2.0 * inner, both))
 
     def _diag(self, x):
         variance = self.variance.value
@@ -351,6 +361,8 @@ class SquaredExponential(Stationary):
 class Matern12(Stationary):
     """Matérn ν = 1/2 (the exponential kernel): ``σ² exp(−r)`` (Rasmussen & Williams 2006, eq. 4.14)."""
 
+    rough = True
+
     def profile(self, sq):
         return jnp.exp(-_safe_sqrt(sq))
 
@@ -358,6 +370,8 @@ class Matern12(Stationary):
 @_kernel_class("matern32")
 class Matern32(Stationary):
     """Matérn ν = 3/2: ``σ²(1 + √3 r) exp(−√3 r)`` (Rasmussen & Williams 2006, eq. 4.17)."""
+
+    rough = True
 
     def profile(self, sq):
         r = jnp.sqrt(3.0) * _safe_sqrt(sq)
@@ -367,6 +381,8 @@ class Matern32(Stationary):
 @_kernel_class("matern52")
 class Matern52(Stationary):
     """Matérn ν = 5/2: ``σ²(1 + √5 r + 5r²/3) exp(−√5 r)`` (Rasmussen & Williams 2006, eq. 4.17)."""
+
+    rough = True
 
     def profile(self, sq):
         r = jnp.sqrt(5.0) * _safe_sqrt(sq)
