@@ -1,0 +1,77 @@
+"""Kernels as users give them: ``kernel=`` on the estimators (an object, a table, a spelling), fixed values that a
+fit leaves bit-identical, scikit-learn's ``clone``/``set_params``, the fitted ``kernel_``, a saved run that
+rebuilds its kernel, the deep GPs' refusal, and ``[model.kernel]``/``--set`` through the settings."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+
+from pep_gp import DeepGPRegressor, SparseGPClassifier, SparseGPRegressor, load
+from pep_gp.kernels import Linear, Matern52, SquaredExponential
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.models import get_model, model_settings
+from pep_gp.pipeline.training.config import load_config, parse_settings
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(38)
+    x = rng.normal(size=(30, 2))
+    return x, np.sin(2 * x[:, 0]) + 0.3 * x[:, 1] + 0.1 * rng.normal(size=30)
+
+
+def _fit(estimator, x, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return estimator.fit(x, y)
+
+
+def test_a_fixed_hyper_parameter_is_bit_identical_after_100_steps_and_the_others_move(data):
+    x, y = data
+    kernel = Matern52(lengthscales=0.7, variance=2.0, fixed=("lengthscales",)) + Linear(0.5)
+    model = _fit(SparseGPRegressor(kernel=kernel, num_inducing=5, max_iter=100, tol=0), x, y)
+    fitted = model.kernel_
+    assert model.n_iter_ == 100
+    assert fitted.left.lengthscales.value[0, 0] == 0.7  # stored as log 0.7 and read back: exactly the start
+    np.testing.assert_array_equal(fitted.left.lengthscales.raw, kernel.bank(1, 2).left.lengthscales.raw)
+    assert abs(float(fitted.left.variance.value[0]) - 2.0) > 1e-3 and abs(float(fitted.right.variance.value[0]) - 0.5) > 1e-3
+    assert repr(fitted).startswith("Matern52(lengthscales=0.7 (fixed), variance=")
+    assert model.get_params()["kernel"] is kernel  # the constructor argument is kept as given
+
+
+def test_kernels_clone_set_params_and_spellings_are_one_setting(data):
+    x, y = data
+    model = SparseGPClassifier(kernel="matern52+linear", num_inducing=4)
+    copy = clone(model.set_params(kernel=Matern52(0.5) * SquaredExponential(active_dims=[1])))
+    assert repr(copy.kernel) == "Matern52(lengthscales=0.5, variance=1) * SquaredExponential(variance=1, active_dims=[1])"
+    settings = SparseGPClassifier(kernel="matern52+linear")._settings()
+    assert settings["kernel"] == (Matern52() + Linear()).to_dict()
+    with pytest.raises(ValueError, match=r"kernel: .*unknown kernel 'matern25'.*did you mean 'matern52'"):
+        _fit(SparseGPRegressor(kernel="matern25"), x, y)
+    with pytest.raises(ValueError, match="the deep GPs take only the squared exponential"):
+        _fit(DeepGPRegressor(kernel=Matern52()), x, y)
+
+
+def test_a_saved_run_rebuilds_its_kernel_and_predicts_bit_identically(data, tmp_path):
+    x, y = data
+    model = _fit(SparseGPRegressor(kernel=Matern52(variance=1.5) + Linear(), num_inducing=5, max_iter=5), x, y)
+    model.save(tmp_path / "run")
+    loaded = load(tmp_path / "run")
+    assert repr(loaded.kernel_) == repr(model.kernel_)
+    np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
+
+
+def test_the_kernel_table_and_set_are_validated_by_the_model_settings():
+    spec = get_model("multiclass-sep")
+    config = load_config(None, settings=parse_settings(["model.kernel=matern32*periodic"]))
+    settings = model_settings(spec, config.model)
+    assert [term["name"] for term in settings.kernel["terms"]] == ["matern32", "periodic"]
+    table = {"kernel": {"name": "matern52", "lengthscales": 0.5, "fixed": ["lengthscales"]}}
+    assert model_settings(spec, table).kernel == Matern52(0.5, fixed="lengthscales").to_dict()
+    with pytest.raises(InputError, match=r"model.kernel: Value error, unknown kernel 'peroidic'.*did you mean 'periodic'"):
+        model_settings(spec, {"kernel": {"name": "peroidic"}})
