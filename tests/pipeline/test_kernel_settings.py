@@ -75,3 +75,29 @@ def test_the_kernel_table_and_set_are_validated_by_the_model_settings():
     assert model_settings(spec, table).kernel == Matern52(0.5, fixed="lengthscales").to_dict()
     with pytest.raises(InputError, match=r"model.kernel: Value error, unknown kernel 'peroidic'.*did you mean 'periodic'"):
         model_settings(spec, {"kernel": {"name": "peroidic"}})
+
+
+def test_max_iter_0_gives_the_objective_at_the_given_kernel_and_noise(data):
+    """``CollapsedGPRegressor(kernel=…, noise_variance=…, max_iter=0)`` with M = N (the inducing inputs are the
+    training inputs) returns the exact evidence at exactly those values: scikit-learn's
+    ``GaussianProcessRegressor`` with the same Matérn 5/2 + linear kernel and noise, on the standardised rows,
+    in the user's units of y. The sparse regressor starts from the same noise."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process import kernels as sk
+
+    from pep_gp import CollapsedGPRegressor
+    from pep_gp.core.parameters import constrained
+
+    x, y = data
+    kernel = Matern52(lengthscales=[0.8, 1.3], variance=1.7) + Linear(0.2)
+    model = CollapsedGPRegressor(kernel=kernel, noise_variance=0.05, num_inducing=len(y), jitter=0.0,
+                                 max_iter=0).fit(x, y)
+    xs, ys = (x - model.x_mean_) / model.x_std_, model.targets_(y)
+    reference = (sk.ConstantKernel(1.7) * sk.Matern([0.8, 1.3], nu=2.5) + sk.ConstantKernel(0.2) * sk.DotProduct(0.0)
+                 + sk.WhiteKernel(0.05))
+    gp = GaussianProcessRegressor(reference, optimizer=None).fit(xs, ys)
+    exact = gp.log_marginal_likelihood(gp.kernel_.theta) - len(y) * np.log(model.targets_.scale)
+    assert model.log_marginal_likelihood() == pytest.approx(exact, rel=1e-8)
+    sparse = SparseGPRegressor(noise_variance=0.05, num_inducing=4, max_iter=0).fit(x, y)
+    assert float(constrained(model.params_)["noise_variance"]) == pytest.approx(0.05, rel=1e-14)
+    assert float(sparse.model_.likelihood.noise_variance(sparse.params_.likelihood)) == pytest.approx(0.05, rel=1e-14)

@@ -27,6 +27,8 @@ class CollapsedSettings(ModelSettings):
     """Settings of the collapsed regression objective."""
 
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC")
+    noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance, in "
+                                  "standardised target units (the training targets' variance is 1)")
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,14 @@ class CollapsedRegressionSpec(SpecBase):
         return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter)
 
     def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
-             kernel: Kernel | None = None, noise_variance: float = INITIAL_NOISE_VARIANCE) -> RegressionParams:
+             kernel: Kernel | None = None, noise_variance: float | None = None) -> RegressionParams:
         """k-means inducing inputs unless given, and ``kernel`` (default a squared exponential of variance 1)
         with the median distance for a lengthscale left unset, one per input (Bui et al. 2017, §7)."""
         if inducing is None:
             check_inducing(settings, x.shape[0])
         lengthscales, _, z = initial_kernel_and_inducing(x, settings.num_inducing, inducing=inducing, seed=seed)
         kernel = kernel or settings_kernel(settings) or SquaredExponential()
+        noise_variance = settings.noise_variance if noise_variance is None else noise_variance
         raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
         return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z))
 

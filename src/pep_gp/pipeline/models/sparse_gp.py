@@ -56,14 +56,17 @@ class SparseGPSpec(SpecBase):
         """k-means inducing inputs and the settings' kernel (default a squared exponential of unit variance),
         an unset lengthscale the median distance (``ard``: one per input)."""
         check_inducing(settings, x.shape[0])
-        likelihood = (Gaussian.init_params(INITIAL_NOISE_VARIANCE) if self.task == "regression"
-                      else Probit.init_params())
+        likelihood = (Gaussian.init_params(getattr(settings, "noise_variance", INITIAL_NOISE_VARIANCE))
+                      if self.task == "regression" else Probit.init_params())
         return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), likelihood_params=likelihood,
                           seed=seed, ard=settings.ard)
 
 
 class SparseGPRegressionSettings(SiteSettings, SparseGPSettings):
-    """Settings of the regressor: the sparse GP's and the damping of its exact site updates."""
+    """Settings of the regressor: the sparse GP's, the damping of its exact site updates and the starting noise."""
+
+    noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance, in "
+                                  "standardised target units (the training targets' variance is 1)")
 
 
 @dataclass(frozen=True)
