@@ -101,3 +101,14 @@ def test_max_iter_0_gives_the_objective_at_the_given_kernel_and_noise(data):
     sparse = SparseGPRegressor(noise_variance=0.05, num_inducing=4, max_iter=0).fit(x, y)
     assert float(constrained(model.params_)["noise_variance"]) == pytest.approx(0.05, rel=1e-14)
     assert float(sparse.model_.likelihood.noise_variance(sparse.params_.likelihood)) == pytest.approx(0.05, rel=1e-14)
+
+
+def test_the_untied_multi_class_classifier_starts_from_the_given_kernel():
+    from pep_gp import MultiClassEPClassifier
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(24, 2))
+    labels = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5).astype(int)
+    kernel = Matern52(lengthscales=0.9, variance=1.2, fixed=("lengthscales", "variance"))
+    model = _fit(MultiClassEPClassifier(kernel=kernel, num_inducing=3, max_iter=3), x, labels)
+    assert repr(model.kernel_) == "Matern52(lengthscales=0.9 (fixed), variance=1.2 (fixed))"
