@@ -87,7 +87,7 @@ KERNELS: dict[str, type] = {}
 """The kernel classes by name (``"matern52"``, …): what ``[model.kernel]`` and ``pep train --set`` name."""
 
 
-def _kernel_class(name: str):
+def register_kernel(name: str):
     """Register a kernel class as a pytree (its :attr:`~Kernel.parameters` the children, the rest static) and
     under ``name`` in :data:`KERNELS`."""
 
@@ -343,7 +343,7 @@ class Stationary(Kernel):
         return jnp.broadcast_to(variance[:, None], (variance.shape[0], x.shape[0])).astype(x.dtype)
 
 
-@_kernel_class("se")
+@register_kernel("se")
 class SquaredExponential(Stationary):
     """``σ² exp(−r²/2)`` (Rasmussen & Williams 2006, eq. 4.9; ARD eq. 5.1).
 
@@ -357,7 +357,7 @@ class SquaredExponential(Stationary):
         return jnp.exp(-0.5 * sq)
 
 
-@_kernel_class("matern12")
+@register_kernel("matern12")
 class Matern12(Stationary):
     """Matérn ν = 1/2 (the exponential kernel): ``σ² exp(−r)`` (Rasmussen & Williams 2006, eq. 4.14)."""
 
@@ -367,7 +367,7 @@ class Matern12(Stationary):
         return jnp.exp(-_safe_sqrt(sq))
 
 
-@_kernel_class("matern32")
+@register_kernel("matern32")
 class Matern32(Stationary):
     """Matérn ν = 3/2: ``σ²(1 + √3 r) exp(−√3 r)`` (Rasmussen & Williams 2006, eq. 4.17)."""
 
@@ -378,7 +378,7 @@ class Matern32(Stationary):
         return (1.0 + r) * jnp.exp(-r)
 
 
-@_kernel_class("matern52")
+@register_kernel("matern52")
 class Matern52(Stationary):
     """Matérn ν = 5/2: ``σ²(1 + √5 r + 5r²/3) exp(−√5 r)`` (Rasmussen & Williams 2006, eq. 4.17)."""
 
@@ -389,7 +389,7 @@ class Matern52(Stationary):
         return (1.0 + r + r**2 / 3.0) * jnp.exp(-r)
 
 
-@_kernel_class("rq")
+@register_kernel("rq")
 class RationalQuadratic(Stationary):
     """``σ²(1 + r²/(2a))^(−a)``, a scale mixture of squared exponentials (Rasmussen & Williams 2006, eq. 4.19);
     ``a → ∞`` is the squared exponential."""
@@ -407,7 +407,7 @@ class RationalQuadratic(Stationary):
         return jnp.exp(-alpha * jnp.log1p(sq / (2.0 * alpha)))
 
 
-@_kernel_class("periodic")
+@register_kernel("periodic")
 class Periodic(Kernel):
     """``σ² exp(−2 Σ_d sin²(π(x_d − x'_d)/p_d)/ℓ_d²)`` (MacKay 1998; Rasmussen & Williams 2006, eq. 4.31), with
     one period or one per active column. Evaluated from the differences themselves, ``[G, M, B, D]`` floats
@@ -433,7 +433,7 @@ class Periodic(Kernel):
     _diag = Stationary._diag
 
 
-@_kernel_class("linear")
+@register_kernel("linear")
 class Linear(Kernel):
     """``σ² xᵀx'`` (Rasmussen & Williams 2006, eq. 4.22 with ``Σ_p = σ²I``): Bayesian linear regression through
     the origin. Its Gram matrix has rank at most D: add it to a stationary kernel (``Linear() + Matern52()``)
@@ -454,7 +454,7 @@ class Linear(Kernel):
         return self.variance.value[:, None] * jnp.sum(x**2, axis=-1)[None, :]
 
 
-@_kernel_class("constant")
+@register_kernel("constant")
 class Constant(Kernel):
     """``σ²`` for every pair of inputs: a constant offset of the latent function (with :class:`Linear`,
     scikit-learn's ``DotProduct``)."""
@@ -511,7 +511,7 @@ class _Combination(Kernel):
         return f"{self.left!r} {self.symbol} {self.right!r}"
 
 
-@_kernel_class("sum")
+@register_kernel("sum")
 class Sum(_Combination):
     """``k1 + k2``."""
 
@@ -522,7 +522,7 @@ class Sum(_Combination):
         return a + b
 
 
-@_kernel_class("product")
+@register_kernel("product")
 class Product(_Combination):
     """``k1 · k2`` (elementwise)."""
 
