@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from ...core.models.tied_ep import TiedEPClassifier, TiedEPParams
-from .protocol import SiteSettings, SpecBase
+from .protocol import SiteSettings, SpecBase, settings_kernel
 from .registry import register
 from .sparse_gp import check_inducing
 
