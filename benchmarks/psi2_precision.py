@@ -32,10 +32,16 @@ from benchmarks.bench_dgp import load, pbp_splits
 from pep_gp import DeepGPRegressor
 from pep_gp.core import float64, psi_statistics
 from pep_gp.core.bank import Bank
-from pep_gp.core.kernels import BatchedARDSquaredExponential
+from pep_gp.core.kernels import SquaredExponential
+from pep_gp.core.parameters import Positive
 from pep_gp.core.psi_statistics import fixed_input_marginals, pair_terms, psi2_traces, trace_weights
 
 DIGITS = 30
+
+
+def _squared_exponential(ell, sf2):
+    """G squared-exponential kernels of lengthscales ``ell`` ``[G, D]`` and variances ``sf2`` ``[G]`` (traceable)."""
+    return SquaredExponential().replace(lengthscales=Positive(jnp.log(ell)), variance=Positive(jnp.log(sf2)))
 
 
 def dense_traces(kernel, inducing, pairs, mean, var):
@@ -45,7 +51,7 @@ def dense_traces(kernel, inducing, pairs, mean, var):
     half = jnp.where(first == second, 1.0, 0.5) * pairs.weights  # W_mm', each pair's weight split evenly
     weights = jnp.zeros(pairs.weights.shape[:2] + (inducing.shape[1],) * 2, half.dtype)
     weights = weights.at[:, :, first, second].add(half).at[:, :, second, first].add(jnp.where(first == second, 0.0, half))
-    ell2 = kernel.lengthscales[:, None, :] ** 2
+    ell2 = kernel.lengthscales.value[:, None, :] ** 2
     spread2 = ell2 + 2.0 * var[None]
     log_c2 = 0.5 * jnp.sum(jnp.log(ell2) - jnp.log(spread2), axis=-1)
     diff = mean[None, :, None, :] - inducing[:, None, :, :]
@@ -53,9 +59,9 @@ def dense_traces(kernel, inducing, pairs, mean, var):
     for j in range(inducing.shape[-1]):
         half_gap = 0.5 * (inducing[:, :, None, j] - inducing[:, None, :, j])
         centred = 0.5 * (diff[..., j][:, :, :, None] + diff[..., j][:, :, None, :])
-        exponent = exponent - (half_gap[:, None] ** 2 / kernel.lengthscales[:, None, None, None, j] ** 2
+        exponent = exponent - (half_gap[:, None] ** 2 / kernel.lengthscales.value[:, None, None, None, j] ** 2
                                + centred**2 / spread2[:, :, None, None, j])
-    psi2 = (kernel.variance[:, None] ** 2 * jnp.exp(log_c2))[..., None, None] * jnp.exp(exponent)
+    psi2 = (kernel.variance.value[:, None] ** 2 * jnp.exp(log_c2))[..., None, None] * jnp.exp(exponent)
     return jnp.einsum("gbmn,grmn->bgr", psi2, weights)
 
 
@@ -105,7 +111,7 @@ def layer_two_problem(model, x, y, rows):
     slope = -0.5 / total + 0.5 * (y[:rows] - mean_out) ** 2 / total**2  # ∂ log N(y; m, v)/∂v
     cotangent = slope[:, None, None] * jnp.asarray([-1.0, 1.0, 1.0])  # [B, G = 1, 3]
     gps = regression.layer_bank(params.layers[1])
-    return (np.asarray(gps.kernel.lengthscales), np.asarray(gps.kernel.variance), np.asarray(gps.inducing),
+    return (np.asarray(gps.kernel.lengthscales.value), np.asarray(gps.kernel.variance.value), np.asarray(gps.inducing),
             np.asarray(hidden.mean), np.asarray(var), np.asarray(trace_weights(second.prior, second.gaussian)),
             np.asarray(cotangent))
 
@@ -116,7 +122,7 @@ def float64_forms(problem):
     out = {}
     for name, traces in (("pep", psi2_traces), ("dense", dense_traces)):
         def objective(ell, sf2, z, mean, var, weights):
-            kernel = BatchedARDSquaredExponential(ell, sf2)
+            kernel = _squared_exponential(ell, sf2)
             return jnp.sum(cotangent * traces(kernel, z, pair_terms(Bank(kernel, z, 0 * sf2), weights), mean, var))
         value, grads = jax.jit(jax.value_and_grad(objective, argnums=tuple(range(6))))(ell, sf2, z, mean, var, weights)
         out[name] = [np.asarray(value)] + [np.asarray(g) for g in grads]
@@ -178,7 +184,7 @@ def cancellation(problem):
     accurate to a few ε per entry): a float64 sum of such terms carries relative errors up to about ε
     times this, whatever the order of its terms."""
     ell, sf2, z, mean, var, weights, _ = map(jnp.asarray, problem)
-    kernel = BatchedARDSquaredExponential(ell, sf2)
+    kernel = _squared_exponential(ell, sf2)
     out = []
     for r in range(weights.shape[1]):
         absolute = pair_terms(Bank(kernel, z, 0 * sf2), jnp.abs(weights[:, r:r + 1]))

@@ -8,6 +8,21 @@ from scipy import integrate, optimize, special
 from scipy.stats import multivariate_normal, norm
 
 
+def se_bank(lengthscales, variance, kind=None):
+    """A kernel of ``G`` GPs (default the squared exponential) from constrained values, traced ones included:
+    ``lengthscales`` ``[G, D]`` (or ``[D]``: one GP), ``variance`` ``[G]`` (or a number)."""
+    import jax.numpy as jnp
+
+    from pep_gp.core.kernels import SquaredExponential
+    from pep_gp.core.parameters import Positive
+
+    lengthscales = jnp.asarray(lengthscales, dtype=float)
+    lengthscales = lengthscales[None] if lengthscales.ndim == 1 else lengthscales
+    variance = jnp.broadcast_to(jnp.asarray(variance, dtype=float), lengthscales.shape[:1])
+    return (kind or SquaredExponential)().replace(lengthscales=Positive(jnp.log(lengthscales)),
+                                                  variance=Positive(jnp.log(variance)))
+
+
 def se_kernel(x1, x2, lengthscales, variance):
     d = (x1[:, None, :] - x2[None, :, :]) / np.asarray(lengthscales)
     return variance * np.exp(-0.5 * np.sum(d**2, axis=-1))

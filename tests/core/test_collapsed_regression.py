@@ -4,8 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process import kernels as sk
 
-from pep_gp.core.kernels import ARDSquaredExponential
+from pep_gp.core import kernels as k
+
 from pep_gp.core.models.collapsed_regression import log_marginal_likelihood, predict_f
 from tests import oracles
 
@@ -22,7 +25,7 @@ def data():
 
 
 def _lml(x, y, z, alpha, noise=NOISE, jitter=1e-6):
-    kernel = ARDSquaredExponential(jnp.asarray(LS), jnp.asarray(VAR))
+    kernel = oracles.se_bank(LS, VAR)
     return float(log_marginal_likelihood(kernel, jnp.asarray(z), noise, jnp.asarray(x), jnp.asarray(y), alpha, jitter))
 
 
@@ -74,7 +77,7 @@ def test_prediction_matches_eq7(data):
     x, y, z = data
     alpha = 0.5
     xs = np.random.default_rng(1).uniform(-2, 2, size=(7, 2))
-    kernel = ARDSquaredExponential(jnp.asarray(LS), jnp.asarray(VAR))
+    kernel = oracles.se_bank(LS, VAR)
     mean, var = predict_f(kernel, jnp.asarray(z), NOISE, jnp.asarray(x), jnp.asarray(y), jnp.asarray(xs), alpha, 0.0)
     kuu = oracles.se_kernel(z, z, LS, VAR)
     kus, kuf = oracles.se_kernel(z, xs, LS, VAR), oracles.se_kernel(z, x, LS, VAR)
@@ -90,7 +93,7 @@ def test_gradient_matches_central_differences(data, alpha):
     x, y, z = data
 
     def objective(theta):
-        kernel = ARDSquaredExponential(jnp.exp(theta[:2]), jnp.exp(theta[2]))
+        kernel = oracles.se_bank(jnp.exp(theta[:2]), jnp.exp(theta[2]))
         zz = theta[4:].reshape(z.shape)
         return log_marginal_likelihood(kernel, zz, jnp.exp(theta[3]), jnp.asarray(x), jnp.asarray(y), alpha)
 
@@ -102,3 +105,48 @@ def test_rejects_alpha_outside_unit_interval(data):
     x, y, z = data
     with pytest.raises(ValueError, match="alpha must lie in"):
         _lml(x, y, z, 1.5)
+
+
+KERNELS = {  # pep's kernel and scikit-learn's, same values
+    "se": (lambda: k.SquaredExponential(LS, VAR), lambda: sk.ConstantKernel(VAR) * sk.RBF(LS)),
+    "matern12": (lambda: k.Matern12(LS, VAR), lambda: sk.ConstantKernel(VAR) * sk.Matern(LS, nu=0.5)),
+    "matern32": (lambda: k.Matern32(LS, VAR), lambda: sk.ConstantKernel(VAR) * sk.Matern(LS, nu=1.5)),
+    "matern52": (lambda: k.Matern52(LS, VAR), lambda: sk.ConstantKernel(VAR) * sk.Matern(LS, nu=2.5)),
+    "linear+se": (lambda: k.Linear(0.4) + k.SquaredExponential(LS, VAR),
+                  lambda: sk.ConstantKernel(0.4) * sk.DotProduct(0.0) + sk.ConstantKernel(VAR) * sk.RBF(LS)),
+    "periodic": (lambda: k.Periodic(1.1, VAR, 1.7, active_dims=[0]) * k.SquaredExponential(LS[1], active_dims=[1]),
+                 None),
+    "rq": (lambda: k.RationalQuadratic(1.1, VAR, 0.7), lambda: sk.ConstantKernel(VAR) * sk.RationalQuadratic(1.1, 0.7)),
+}
+
+
+def _sklearn_gram(name, a, b):
+    """scikit-learn's kernel matrix (the periodic product: ExpSineSquared on column 0 times RBF on column 1)."""
+    if name == "periodic":
+        return (VAR * sk.ExpSineSquared(1.1, 1.7)(a[:, :1], b[:, :1])) * sk.RBF(LS[1])(a[:, 1:], b[:, 1:])
+    return KERNELS[name][1]()(a, b)
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_every_kernel_gives_the_exact_evidence_fitc_and_vfe(data, name):
+    """With Z = X (no jitter) the collapsed objective at α = 0.5 is scikit-learn's exact-GP evidence
+    (``GaussianProcessRegressor.log_marginal_likelihood``, its kernel plus a white-noise kernel) to 1e-8; with other Z,
+    α = 1 is the FITC evidence and α = 0 the VFE bound (Bui, Yan & Turner 2017, eqs. 128, 130), both in numpy from
+    scikit-learn's kernel matrices."""
+    x, y, z = data
+    kernel = KERNELS[name][0]().bank(1, 2)
+    lml = lambda zz, alpha: float(log_marginal_likelihood(kernel, jnp.asarray(zz), NOISE, jnp.asarray(x),
+                                                          jnp.asarray(y), alpha, 0.0))
+    if KERNELS[name][1] is None:
+        exact = oracles.gaussian_log_evidence(y, _sklearn_gram(name, x, x) + NOISE * np.eye(len(y)))
+    else:
+        gp = GaussianProcessRegressor(KERNELS[name][1]() + sk.WhiteKernel(NOISE), optimizer=None).fit(x, y)
+        exact = gp.log_marginal_likelihood(gp.kernel_.theta)
+    assert lml(x, 0.5) == pytest.approx(exact, rel=1e-8)
+    kuu, kuf, kff = _sklearn_gram(name, z, z), _sklearn_gram(name, z, x), _sklearn_gram(name, x, x)
+    qff = kuf.T @ np.linalg.solve(kuu, kuf)
+    residual = np.diag(kff - qff)
+    fitc = oracles.gaussian_log_evidence(y, qff + np.diag(residual) + NOISE * np.eye(len(y)))
+    vfe = oracles.gaussian_log_evidence(y, qff + NOISE * np.eye(len(y))) - np.sum(residual) / (2 * NOISE)
+    assert lml(z, 1.0) == pytest.approx(fitc, rel=1e-8)
+    assert lml(z, 0.0) == pytest.approx(vfe, rel=1e-8)

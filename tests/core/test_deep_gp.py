@@ -12,12 +12,10 @@ from jax.flatten_util import ravel_pytree
 from scipy.stats import norm
 
 from pep_gp.core import bank
-from pep_gp.core.kernels import BatchedARDSquaredExponential
 from pep_gp.core.likelihoods import Gaussian, Probit
 from pep_gp.core.models import deep_gp
 from pep_gp.core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams, tied_factor
 from pep_gp.core.models.power_ep import PowerEPSparseGP, SparseGPParams
-from pep_gp.core.parameters import constrained, unconstrained
 from pep_gp.core.psi_statistics import (fixed_input_marginals, pair_terms, projected_gaussians, psi1, psi2_traces,
                                         trace_weights, uncertain_input_marginals)
 from tests import oracles
@@ -56,7 +54,7 @@ def _numpy_layers(model: DeepGP, params: DeepGPParams, scale):
         gps = model.layer_bank(layer)
         last = index == len(params.layers) - 1
         layers.append(dict(
-            ell=np.asarray(gps.kernel.lengthscales), sf2=np.asarray(gps.kernel.variance),
+            ell=np.asarray(gps.kernel.lengthscales.value), sf2=np.asarray(gps.kernel.variance.value),
             z=np.asarray(gps.inducing), d=np.asarray(gps.diagonal), m=np.asarray(gaussian.mean),
             cov=np.asarray(gaussian.sqrt_cov @ jnp.swapaxes(gaussian.sqrt_cov, -1, -2)),
             noise=0.0 if last else float(Gaussian.noise_variance(layer.likelihood))))
@@ -92,7 +90,7 @@ def test_psi_statistics_match_monte_carlo():
     """ψ₁ and the ψ₂ traces ``Σ W_mm' [ψ₂]_mm'`` of random symmetric ``W`` against 10⁶ draws of the input."""
     rng = np.random.default_rng(0)
     g, m, d = 2, 4, 3
-    kernel = BatchedARDSquaredExponential(jnp.asarray(rng.uniform(0.5, 2.0, (g, d))), jnp.asarray([0.7, 1.3]))
+    kernel = oracles.se_bank(rng.uniform(0.5, 2.0, (g, d)), [0.7, 1.3])
     z = jnp.asarray(rng.normal(size=(g, m, d)))
     mean, var = jnp.asarray(rng.normal(size=(2, d))), jnp.asarray(rng.uniform(0.05, 1.5, (2, d)))
     weights = rng.normal(size=(g, 2, m, m))
@@ -101,7 +99,7 @@ def test_psi_statistics_match_monte_carlo():
     for b in range(2):
         h = np.asarray(mean[b]) + np.sqrt(np.asarray(var[b])) * rng.normal(size=(SAMPLES, d))
         for c in range(g):
-            k = oracles.se_kernel(h, np.asarray(z[c]), np.asarray(kernel.lengthscales[c]), float(kernel.variance[c]))
+            k = oracles.se_kernel(h, np.asarray(z[c]), np.asarray(kernel.lengthscales.value[c]), float(kernel.variance.value[c]))
             np.testing.assert_allclose(psi1_values[c, b], k.mean(0), atol=1e-3)
             psi2 = k.T @ k / SAMPLES
             np.testing.assert_allclose(traces[b, c], np.sum(weights[c] * psi2, axis=(-1, -2)), atol=1e-2)
@@ -158,9 +156,7 @@ def test_propagated_moments_match_monte_carlo(hidden):
 def test_one_layer_is_the_tied_power_ep_sparse_gp(alpha):
     model, params, x, y = _model_and_params((), alpha=alpha)
     layer = params.layers[0]
-    values = constrained(layer)
-    same = SparseGPParams(**unconstrained(SparseGPParams, lengthscales=values["lengthscales"][0],
-                                          variance=values["variance"][0]), inducing=layer.inducing[0],
+    same = SparseGPParams(kernel=layer.kernel, inducing=layer.inducing[0],
                           likelihood=layer.likelihood, factor_shift=layer.factor_shift[0],
                           factor_chol=tied_factor(layer).chol[0])
     reference = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=model.jitter)

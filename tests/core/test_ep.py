@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pep_gp.core.kernels import ARDSquaredExponential
 from pep_gp.core.likelihoods import Heaviside, Probit
 from pep_gp.core.models.collapsed_regression import log_marginal_likelihood
 from pep_gp.core.models.ep import ALPHA_FLOOR, EP, gaussian_part, site_data, sweep_until, zero_sites
@@ -77,7 +76,7 @@ def test_fitc_two_point_example():
     """Swaroop 2017, §7: the project's FITC (collapsed PEP at α = 1) on y = 0 at x = (1, 0), σ_f = ℓ = 0.5, σ_n = 0.1:
     exact with inducing inputs at the data, ln p_FITC − ln p_true = 0.0582977467 with one at 0.5."""
     x, y = np.array([[1.0], [0.0]]), np.zeros(2)
-    kernel = ARDSquaredExponential(jnp.asarray([0.5]), jnp.asarray(0.25))
+    kernel = oracles.se_bank([0.5], 0.25)
     exact = oracles.exact_gp_evidence(x, y, [0.5], 0.25, 0.01)
     assert exact == pytest.approx(-0.4822639911, rel=1e-9)
     fitc = lambda z: float(log_marginal_likelihood(kernel, jnp.asarray(z), 0.01, jnp.asarray(x), jnp.asarray(y), 1.0, 0.0))
@@ -93,8 +92,8 @@ def _classification(n=25, seed=0):
 
 
 def _cov(x, log_theta):
-    kernel = ARDSquaredExponential(jnp.exp(log_theta[:1]) * jnp.ones(2), jnp.exp(log_theta[1]))
-    return kernel(x, x) + 1e-8 * jnp.eye(x.shape[0])
+    kernel = oracles.se_bank(jnp.exp(log_theta[:1]) * jnp.ones(2), jnp.exp(log_theta[1]))
+    return kernel.gram(x[None])[0] + 1e-8 * jnp.eye(x.shape[0])
 
 
 @pytest.mark.parametrize("projection", ["kl", "wasserstein"])

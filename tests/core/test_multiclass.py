@@ -12,6 +12,12 @@ from pep_gp.core.models.multiclass import CholeskyFactor, MultiClassGP, NaturalF
 from tests import oracles
 
 
+
+def eqx_set(params, where, value):
+    """``params`` with the leaf ``where(params)`` replaced by ``value``."""
+    target = where(params)
+    return jax.tree_util.tree_map(lambda leaf: value if leaf is target else leaf, params)
+
 def _problem(n=24, num_classes=3, num_inducing=4, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 2))
@@ -185,7 +191,7 @@ def test_sep_with_one_data_point_equals_ep_for_three_classes():
     x, y = x[:1], y[:1]  # label 0
     model = MultiClassGP((1.0, 0.0, 0.0))  # n_c = (2, 1, 1)
     params = params._replace(
-        raw_lengthscales=params.raw_lengthscales.at[2].set(params.raw_lengthscales[1]),
+        kernel=jax.tree_util.tree_map(lambda a: a.at[2].set(a[1]), params.kernel),
         inducing=params.inducing.at[2].set(params.inducing[1]),
     )
     sep_params, _ = _run_sep(model, params, x, y, 60, 0.7)
@@ -215,14 +221,16 @@ def test_eq10_matches_finite_differences_of_log_zq_at_ep_convergence(alpha):
     evidence = lambda p, s: _ep_evidence(model, p, s, x, y)
     grad = jax.jit(jax.grad(ep.log_evidence, argnums=1), static_argnums=0)(model, params, state, x, y)
     h = 1e-5
-    for name, index in [("raw_noise", (0,)), ("raw_amplitude", (1,)), ("raw_lengthscales", (2, 1)), ("inducing", (1, 2, 0))]:
+    leaves = {"noise": lambda p: p.raw_noise, "amplitude": lambda p: p.kernel.variance.raw,
+              "lengthscales": lambda p: p.kernel.lengthscales.raw, "inducing": lambda p: p.inducing}
+    for name, index in [("noise", (0,)), ("amplitude", (1,)), ("lengthscales", (2, 1)), ("inducing", (1, 2, 0))]:
         values = []
         for sign in (1.0, -1.0):
-            moved = params._replace(**{name: getattr(params, name).at[index].add(sign * h)})
+            moved = eqx_set(params, leaves[name], leaves[name](params).at[index].add(sign * h))
             moved, moved_state, _ = _run_ep(model, moved, x, y, 120, 0.7, state)
             values.append(float(evidence(moved, moved_state)))
         fd = (values[0] - values[1]) / (2 * h)
-        assert float(getattr(grad, name)[index]) == pytest.approx(fd, rel=1e-5, abs=1e-7), name
+        assert float(leaves[name](grad)[index]) == pytest.approx(fd, rel=1e-5, abs=1e-7), name
 
 
 def test_sep_batch_converges_to_a_fixed_point():
@@ -318,8 +326,8 @@ def test_paper_mode_holds_the_factor_and_agrees_in_value_with_direct_mode():
 
 def _variational_bound(model, params, x, y):
     """Dense oracle: −KL(q‖p) + Σ_{i,k≠y_i} E_q[log Φ((f_i^{y_i} − f_i^k)/√(s^{y_i} + s^k))] (1-D quadrature)."""
-    amp, noise = np.exp(params.raw_amplitude), np.exp(params.raw_noise)
-    ls = np.exp(0.5 * params.raw_lengthscales)
+    amp, noise = np.asarray(params.kernel.variance.value), np.exp(params.raw_noise)
+    ls = np.asarray(params.kernel.lengthscales.value)
     noise = noise + model.jitter * amp
     total, moments = 0.0, []
     for c in range(model.num_classes):

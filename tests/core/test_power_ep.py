@@ -9,7 +9,8 @@ from scipy import integrate, stats
 
 from pep_gp.core.likelihoods import Gaussian, Probit
 from pep_gp.core.models.power_ep import PowerEPSparseGP, SparseGPParams
-from pep_gp.core.parameters import constrained, unconstrained
+from pep_gp.core.kernels import SquaredExponential
+from pep_gp.core.parameters import Positive
 from tests import oracles
 
 LS, VAR, NOISE = np.array([0.9, 1.4]), 1.3, 0.2
@@ -17,7 +18,7 @@ LS, VAR, NOISE = np.array([0.9, 1.4]), 1.3, 0.2
 
 def _params(z, shift, precision, lik_params):
     return SparseGPParams(
-        **unconstrained(SparseGPParams, lengthscales=jnp.asarray(LS), variance=jnp.asarray(VAR)),
+        kernel=SquaredExponential(LS, VAR).bank(1, len(LS)),
         inducing=jnp.asarray(z),
         likelihood=lik_params,
         factor_shift=jnp.asarray(shift),
@@ -179,17 +180,19 @@ def test_one_shared_lengthscale_is_the_ard_kernel_with_equal_lengthscales(regres
     x, y, z = regression
     y = (y > 0.5).astype(float)
     model = PowerEPSparseGP(Probit(), alpha=0.5)
-    shared = model.init(x, 6, inducing=z, lengthscales=LS, variance=VAR, ard=False)
-    assert shared.raw_lengthscales.shape == (1,)
     mean_ls = float(np.sqrt(LS[0] * LS[1]))
-    np.testing.assert_allclose(constrained(shared)["lengthscales"], [mean_ls], rtol=1e-14)
+    shared = model.init(x, 6, inducing=z, kernel=SquaredExponential(mean_ls, VAR), ard=False)
+    assert shared.kernel.lengthscales.raw.shape == (1, 1)
+    np.testing.assert_allclose(shared.kernel.lengthscales.value, [[mean_ls]], rtol=1e-14)
     shift, precision = _random_factor(np.random.default_rng(5), 6, 40)
     shared = shared._replace(factor_shift=jnp.asarray(shift), factor_chol=jnp.linalg.cholesky(jnp.asarray(precision)))
-    ard = shared._replace(raw_lengthscales=jnp.full(2, shared.raw_lengthscales[0]))
+    raw = shared.kernel.lengthscales.raw
+    ard = shared._replace(kernel=shared.kernel.replace(lengthscales=Positive(jnp.full((1, 2), raw[0, 0]))))
     energy_and_grad = jax.jit(jax.value_and_grad(lambda p: model.energy(p, jnp.asarray(x), jnp.asarray(y))))
     (value, grad), (ard_value, ard_grad) = energy_and_grad(shared), energy_and_grad(ard)
     assert float(value) == pytest.approx(float(ard_value), rel=1e-13)
-    assert float(grad.raw_lengthscales[0]) == pytest.approx(float(jnp.sum(ard_grad.raw_lengthscales)), rel=1e-10)
+    assert float(grad.kernel.lengthscales.raw[0, 0]) == pytest.approx(float(jnp.sum(ard_grad.kernel.lengthscales.raw)),
+                                                                        rel=1e-10)
     predict = jax.jit(lambda p: model.predict_f(p, jnp.asarray(x)))
     for a, b in zip(predict(shared), predict(ard)):
         np.testing.assert_allclose(a, b, rtol=1e-12)
@@ -205,7 +208,6 @@ def test_exact_gaussian_site_updates_give_the_collapsed_posterior(regression, al
     """A full-batch, undamped site update sets the tied factor to the product of the exact Power-EP sites
     ``N(y_n; υ_nᵀu, σ² + αd_n)`` (Bui, Yan & Turner 2017, §3.1): ``q(u)`` is then the collapsed PEP-α
     posterior, and the predictions equal the collapsed model's at the same hyper-parameters."""
-    from pep_gp.core.kernels import ARDSquaredExponential
     from pep_gp.core.models.collapsed_regression import predict_f
 
     x, y, z = regression
@@ -219,7 +221,7 @@ def test_exact_gaussian_site_updates_give_the_collapsed_posterior(regression, al
         stats = model.site_stats(params, shared, jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool))
         updated, _, accepted = model.site_update(params, shared, stats, 40, 1.0)
         mean, var = model.predict_f(updated, jnp.asarray(x_new))
-        kernel = ARDSquaredExponential(jnp.asarray(LS), jnp.asarray(VAR))
+        kernel = SquaredExponential(LS, VAR).bank(1, len(LS))
         expected = predict_f(kernel, jnp.asarray(z), NOISE, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_new),
                              alpha, 0.0)
     assert bool(accepted)

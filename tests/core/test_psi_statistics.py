@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from pep_gp.core.bank import Bank
-from pep_gp.core.kernels import BatchedARDSquaredExponential
 from pep_gp.core.psi_statistics import pair_terms, psi1, psi2_traces
+from tests import oracles
 
 DIGITS = 50
 STEP = mpmath.mpf("1e-20")  # central differences: truncation ~1e-40, round-off ~1e-30
@@ -95,7 +95,7 @@ def test_psi2_traces_and_gradients_match_mpmath(case):
     ell, sf2, z, mean, var, weights, cotangent = _case(**CASES[case])
 
     def objective(ell, sf2, z, mean, var, weights):
-        kernel = BatchedARDSquaredExponential(ell, sf2)
+        kernel = oracles.se_bank(ell, sf2)
         traces = psi2_traces(kernel, z, pair_terms(Bank(kernel, z, jnp.zeros_like(sf2)), weights), mean, var)
         return jnp.sum(cotangent * traces)
 
@@ -120,7 +120,7 @@ def test_psi1_and_gradients_match_mpmath(case):
     cotangent = np.random.default_rng(7).uniform(0.5, 1.5, (2, 3, 4))
 
     def objective(ell, sf2, z, mean, var):
-        return jnp.sum(cotangent * psi1(BatchedARDSquaredExponential(ell, sf2), z, mean, var))
+        return jnp.sum(cotangent * psi1(oracles.se_bank(ell, sf2), z, mean, var))
 
     value, grads = jax.jit(jax.value_and_grad(objective, argnums=tuple(range(5))))(ell, sf2, z, mean, var)
     per_entry = {(g, b, m): cotangent[g, b, m] for g, b, m in np.ndindex(2, 3, 4)}

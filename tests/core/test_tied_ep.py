@@ -85,7 +85,7 @@ def test_a_row_far_from_every_inducing_input_leaves_the_other_sites_to_update(pr
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(10, 2)), jnp.asarray(rng.integers(0, 2, 10), float)
     params, _ = _random_state(model, 0)
-    lengthscales = jax.nn.softplus(params.raw_lengthscales)
+    lengthscales = params.kernel.lengthscales.value[0]
     far = x.copy()
     far[4] = np.asarray(params.inducing).max(axis=0) + 50.0 * np.asarray(lengthscales)
     shared = model.step_shared(params, 100)

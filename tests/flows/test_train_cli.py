@@ -115,7 +115,9 @@ def test_evaluate_without_a_run(tmp_path):
     (MODEL, "store", {}),
     pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, marks=pytest.mark.slow),  # QP's sites
     pytest.param("deep-gp-classifier", "store", {}, marks=pytest.mark.slow),
-    pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow)])
+    pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow),
+    pytest.param(MODEL, "store", {"kernel": "matern52"}, marks=pytest.mark.slow, id=f"{MODEL}-matern52"),
+    pytest.param("multiclass-sep", "store", {"kernel": "matern52"}, marks=pytest.mark.slow, id="multiclass-sep-matern52")])
 def test_sigkill_then_resume_ends_bit_identical(model, store_name, settings, tmp_path, request):
     store = request.getfixturevalue(store_name)
     epochs = 20  # 100 steps, a checkpoint every 4: killed after the one at step 20-29

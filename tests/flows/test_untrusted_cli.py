@@ -210,7 +210,7 @@ def _config(tmp_path, config) -> str:
 
 
 @pytest.mark.parametrize("received, entry, make, message", [
-    ("run", "params/0000/c/0", "zero", "a symlink to /dev/zero, outside"),
+    ("run", "params/0000/c/0/0", "zero", "a symlink to /dev/zero, outside"),  # the kernel's lengthscales, [1, 1]
     ("run", "manifest.json", "fifo", "manifest.json: a FIFO, not a regular file"),
     ("store", "train/X/c/1/0", "zero", "a symlink to /dev/zero, outside"),
     ("store", "zarr.json", "fifo", "zarr.json: a FIFO, not a regular file"),

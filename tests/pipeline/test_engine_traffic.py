@@ -31,7 +31,7 @@ def test_bytes_per_step_are_the_models(cluster, tmp_path):
     classes, inducing = params.inducing.shape[:2]
     stats_bytes = 8 * (classes * inducing + classes * inducing**2 + classes + 1)  # shift, precision, counts, rows
     cavity_bytes = nbytes(model.held(shared))
-    live_gradient = 8 + nbytes((params.raw_amplitude, params.raw_noise, params.raw_lengthscales, params.inducing,
+    live_gradient = 8 + nbytes((params.kernel, params.raw_noise, params.inducing,
                                 shared.prior.inverse))  # value; not the factor, chol(K) or the held cavity
     model_bytes = workers * (nbytes((params, shared)) + stats_bytes + cavity_bytes + live_gradient)
 

@@ -42,7 +42,7 @@ def test_collapsed_predict_f_with_inducing_at_the_inputs_is_the_exact_gp_posteri
     y = 5 * y + 3
     model = CollapsedGPRegressor(num_inducing=len(y), alpha=alpha, jitter=0.0, max_iter=0).fit(x, y)
     values = constrained(model.params_)
-    hypers = np.asarray(values["lengthscales"]), float(values["variance"])
+    hypers = np.asarray(model.params_.kernel.lengthscales.value[0]), float(model.params_.kernel.variance.value[0])
     xs, xn = (x - model.x_mean_) / model.x_std_, (x_new - model.x_mean_) / model.x_std_
     shift, scale = model.targets_.shift, model.targets_.scale
     gram = _rbf(xs, xs, *hypers) + float(values["noise_variance"]) * np.eye(len(y))

@@ -82,7 +82,7 @@ def test_a_run_of_another_parameterisation_is_refused_naming_both(tmp_path):
     path = model.save(tmp_path / "run")
     manifest = json.loads((path / "manifest.json").read_text())
     (path / "manifest.json").write_text(json.dumps({**manifest, "parameterisation": "1"}))
-    with pytest.raises(InputError, match="the run stores parameterisation '1'; this version of pep reads '2'"):
+    with pytest.raises(InputError, match="the run stores parameterisation '1'; this version of pep reads '3'"):
         load(tmp_path / "run")
     (path / "manifest.json").write_text(json.dumps({**manifest, "format": 2}))
     with pytest.raises(InputError, match="checkpoint format 2; this version of pep reads format 1"):

@@ -34,3 +34,19 @@ def test_check_estimator(name):
     failed = [(r["check_name"], str(r["exception"])[:300]) for r in results if r["status"] == "failed"]
     assert not failed
     assert len(results) > 40
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_check_estimator_with_a_kernel_object():
+    """A kernel object as a constructor argument passes the same checks (clone, get_params, set_params, pickling)."""
+    from pep_gp.kernels import Linear, Matern52
+
+    estimator = pep_gp.SparseGPRegressor(kernel=Matern52(variance=1.5) + Linear(0.1), num_inducing=5, max_iter=20,
+                                         learning_rate=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        results = check_estimator(estimator, on_skip=None, on_fail=None)
+    failed = [(r["check_name"], str(r["exception"])[:300]) for r in results if r["status"] == "failed"]
+    assert not failed
+    assert len(results) > 40

@@ -4,9 +4,9 @@ Power EP (Bui, Yan & Turner 2017) is one such GP (G = 1) with a likelihood per r
 Villacampa-Calvo & Hernández-Lobato 2017 is a bank of G = C GPs, one per class; a deep GP (Bui et al. 2016) is one bank per layer. A model adds
 only its per-row term (:mod:`pep_gp.core.likelihoods`, :mod:`pep_gp.core.models.multiclass_sites`).
 
-GP ``g`` has inducing inputs ``Z_g`` ``[M, D]``, an ARD squared-exponential kernel and a diagonal term
+GP ``g`` has inducing inputs ``Z_g`` ``[M, D]``, a kernel (:mod:`pep_gp.core.kernels`, one per GP) and a diagonal term
 ``d_g`` (the inducing-output noise σ₀ of Villacampa-Calvo & Hernández-Lobato's (2017) code, plus the jitter): its prior on the inducing outputs
-is ``p_g(u) = N(0, K_g)``, ``K_g = k_g(Z_g, Z_g) + d_g I``, and ``κ_g = σ_g + d_g``. All N tied factors
+is ``p_g(u) = N(0, K_g)``, ``K_g = k_g(Z_g, Z_g) + d_g I``, and ``κ_g(x) = k_g(x, x) + d_g``. All N tied factors
 of GP ``g`` are one Gaussian ``t_g(u) = exp(η_gᵀu − ½uᵀΛ_gu)`` stored in ``u`` coordinates — natural
 parameters moved by EP updates (:class:`NaturalFactor`) or a Cholesky factor ``Λ_g = L_gL_gᵀ`` moved by
 the optimiser (:class:`CholeskyFactor`). Every Gaussian a method needs is ``p_g·t_g^s``: ``q`` (``s = 1``)
@@ -24,9 +24,8 @@ from typing import NamedTuple, Union
 
 import jax.numpy as jnp
 
-from .kernels import BatchedARDSquaredExponential
+from .kernels import Kernel
 from .linalg import cholesky, cholesky_and_inverse, per_matrix, solve_lower
-from .parameters import constrained
 
 
 class NaturalFactor(NamedTuple):
@@ -49,7 +48,7 @@ Factor = Union[NaturalFactor, CholeskyFactor]
 class Bank(NamedTuple):
     """The constrained hyper-parameters of G sparse GPs."""
 
-    kernel: BatchedARDSquaredExponential  # σ_g [G], ℓ_g [G, D]
+    kernel: Kernel  # G covariance functions (hyper-parameters [G, ·])
     inducing: jnp.ndarray  # Z_g, [G, M, D]
     diagonal: jnp.ndarray  # d_g, [G]: added to K_g's diagonal and to κ_g; the floor of the FITC variance
 
@@ -70,7 +69,7 @@ class Gaussians(NamedTuple):
 
 
 class RowProjections(NamedTuple):
-    """Per GP and row: ``υ = K_g⁻¹k_g(x)`` and the FITC variance ``κ_g − k_gᵀK_g⁻¹k_g ≥ d_g`` (Villacampa-Calvo & Hernández-Lobato 2017 eqs. 4–5)."""
+    """Per GP and row: ``υ = K_g⁻¹k_g(x)`` and the FITC variance ``κ_g(x) − k_gᵀK_g⁻¹k_g ≥ d_g`` (Villacampa-Calvo & Hernández-Lobato 2017 eqs. 4–5)."""
 
     directions: jnp.ndarray  # [G, B, M]
     fitc_var: jnp.ndarray  # [G, B]
@@ -137,8 +136,8 @@ def gaussians_at(prior: PriorFactors, factor: Factor, scales: tuple) -> tuple[Ga
 def row_projections(bank: Bank, prior: PriorFactors, x) -> RowProjections:
     """``υ = K_g⁻¹k_g(x)`` and the FITC variance for the rows ``x`` ``[B, D]`` (batched over GPs)."""
     proj = prior.inverse @ bank.kernel.cross(bank.inducing, x)  # L⁻¹k, [G, M, B]
-    kappa = bank.kernel.variance + bank.diagonal
-    fitc = jnp.maximum(kappa[:, None] - jnp.sum(proj**2, axis=1), bank.diagonal[:, None])
+    kappa = bank.kernel.diag(x) + bank.diagonal[:, None]  # [G, B]
+    fitc = jnp.maximum(kappa - jnp.sum(proj**2, axis=1), bank.diagonal[:, None])
     return RowProjections(jnp.einsum("gmb,gmn->gbn", proj, prior.inverse), fitc)  # υ = L⁻ᵀL⁻¹k
 
 
@@ -184,10 +183,6 @@ def power_ep_global_term(q: Gaussians, cavity: Gaussians, counts, alpha: float):
 
 
 def one_gp_bank(params, jitter: float) -> Bank:
-    """A single squared-exponential sparse GP as a bank of one: ``params`` holds ``raw_lengthscales`` ([D], or
-    [1] for one lengthscale shared by the inputs), ``raw_variance`` and ``inducing`` (with
-    the bijections of its ``BIJECTIONS``); the jitter on ``K_uu`` is ``jitter·σ_f``."""
-    values = constrained(params)
-    lengthscales = jnp.broadcast_to(values["lengthscales"], params.inducing.shape[-1:])
-    kernel = BatchedARDSquaredExponential(lengthscales[None], values["variance"][None])
-    return Bank(kernel, params.inducing[None], (jitter * values["variance"])[None])
+    """A single sparse GP as a bank of one: ``params`` holds ``kernel`` (a kernel of one GP) and ``inducing``
+    ``[M, D]``; the jitter on ``K_uu`` is ``jitter`` times the kernel's amplitude (``σ_f²`` of a stationary one)."""
+    return Bank(params.kernel, params.inducing[None], jitter * params.kernel.amplitude())

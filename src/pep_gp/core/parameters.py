@@ -1,5 +1,9 @@
 """Constrained parameters are stored unconstrained; this is the one place the bijections live.
 
+A kernel's hyper-parameters are typed: each is a :class:`Positive`, stored as its logarithm (the one
+bijection of the type, applied only by :attr:`Positive.value` and :meth:`Positive.of`), so that a
+lengthscale or a variance means the same stored number in every model.
+
 Each parameter pytree (a NamedTuple) declares its table ``BIJECTIONS = {field: (name, bijection)}``
 once; :func:`constrained` and :func:`unconstrained` are the only places a model moves between the
 stored values and the ones the mathematics uses (GPJax's ``DEFAULT_BIJECTION``, STYLE principle 7).
@@ -18,6 +22,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def positive(raw):
@@ -63,3 +68,52 @@ def constrained(params: NamedTuple) -> dict[str, Any]:
 def unconstrained(cls: type, **values: Any) -> dict[str, Any]:
     """The stored fields of ``cls`` for constrained ``values`` given by name (its ``BIJECTIONS``)."""
     return {field: bijection.inverse(values[name]) for field, (name, bijection) in cls.BIJECTIONS.items()}
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class Positive:
+    """A positive hyper-parameter: its logarithm ``raw`` is the stored (optimised) leaf, :attr:`value` its
+    constrained value (:data:`LOG`, the one bijection of the type: an Adam step is a relative change).
+    ``fixed`` (static) marks a value the optimiser must not move.
+
+    Example:
+        >>> p = Positive.of(2.0)
+        >>> float(p.value)
+        2.0
+    """
+
+    __slots__ = ("raw", "fixed")
+
+    def __init__(self, raw, fixed: bool = False):
+        self.raw = raw
+        self.fixed = bool(fixed)
+
+    @classmethod
+    def of(cls, value, fixed: bool = False) -> "Positive":
+        """The parameter of constrained ``value`` (ValueError unless every entry is positive and finite)."""
+        array = np.asarray(value, dtype=float)
+        if not np.all(np.isfinite(array) & (array > 0)):
+            raise ValueError(f"a positive hyper-parameter must be positive and finite; got {value!r}")
+        return cls(LOG.inverse(array), fixed)
+
+    @property
+    def value(self):
+        """The constrained value."""
+        return LOG.forward(self.raw)
+
+    def tree_flatten_with_keys(self):
+        return ((jax.tree_util.GetAttrKey("raw"), self.raw),), self.fixed
+
+    @classmethod
+    def tree_unflatten(cls, fixed, children):
+        return cls(children[0], fixed)
+
+    def __repr__(self):
+        return f"Positive({self.value!r}{', fixed' if self.fixed else ''})"
+
+
+def fixed_leaves(tree: Any) -> Any:
+    """A pytree like ``tree`` of bools: True for the leaves of a :class:`Positive` marked ``fixed``."""
+    def mark(node):
+        return Positive(node.fixed, node.fixed) if isinstance(node, Positive) else False
+    return jax.tree_util.tree_map(mark, tree, is_leaf=lambda node: isinstance(node, Positive))

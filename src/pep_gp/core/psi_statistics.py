@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .bank import Bank, CholeskyFactor, Marginals, PriorFactors
-from .kernels import BatchedARDSquaredExponential, _centre
+from .kernels import SquaredExponential, _centre
 from .linalg import cholesky_and_inverse
 
 PSI2_CHUNK_ROWS = 32  # rows per chunk of the ψ₂ traces: [G, 32, M(M+1)/2] exponentials at a time
@@ -111,7 +111,7 @@ def fixed_input_marginals(bank: Bank, prior: PriorFactors, gaussian: Projected, 
     cross = bank.kernel.cross(bank.inducing, x)  # [G, M, B]
     num_inducing = cross.shape[1]
     projections = jnp.concatenate([prior.inverse, gaussian.spread], axis=1) @ cross  # [G, 2M, B]
-    kappa = bank.kernel.variance + bank.diagonal
+    kappa = bank.kernel.variance.value + bank.diagonal
     fitc = jnp.maximum(kappa[:, None] - jnp.sum(projections[:, :num_inducing] ** 2, axis=1), bank.diagonal[:, None])
     spread = jnp.sum(projections[:, num_inducing:] ** 2, axis=1)
     return Marginals(jnp.einsum("gmb,gm->bg", cross, gaussian.mean_weights), (fitc + spread).T)
@@ -140,13 +140,13 @@ def pair_terms(bank: Bank, weights) -> PairTerms:
     first, second = np.triu_indices(bank.inducing.shape[1])  # the pairs m ≤ m', static
     z = bank.inducing - _centre(bank.inducing)
     midpoint = 0.5 * (z[:, first] + z[:, second])  # [G, P, D]
-    ell2 = bank.kernel.lengthscales[:, None, :] ** 2
+    ell2 = bank.kernel.lengthscales.value[:, None, :] ** 2
     return PairTerms(weights[:, :, first, second] + jnp.where(first != second, weights[:, :, second, first], 0.0),
                      -_sum_over_inputs((z[:, first] - z[:, second]) ** 2 / (4.0 * ell2)),
                      jnp.concatenate([midpoint, midpoint**2], axis=-1))
 
 
-def psi1(kernel: BatchedARDSquaredExponential, inducing, mean, var):
+def psi1(kernel: SquaredExponential, inducing, mean, var):
     """``E[k(h, Z)]`` ``[G, B, M]`` under ``h ~ N(mean, diag(var))`` (Bui et al. 2016, App. D eq. 4).
 
     Args:
@@ -154,12 +154,12 @@ def psi1(kernel: BatchedARDSquaredExponential, inducing, mean, var):
         inducing: ``Z`` ``[G, M, D]``.
         mean, var: the input's mean and (non-negative) variance per row and dimension, ``[B, D]``.
     """
-    ell2 = kernel.lengthscales**2  # [G, D]
+    ell2 = kernel.lengthscales.value**2  # [G, D]
     spread = ell2[:, None, :] + var[None]  # [G, B, D]
     exponent = 0.5 * _sum_over_inputs(jnp.log(ell2[:, None, :]) - jnp.log(spread))[:, :, None]  # [G, B, 1]
     for j in range(inducing.shape[-1]):
         exponent = exponent - 0.5 * (mean[None, :, None, j] - inducing[:, None, :, j]) ** 2 / spread[:, :, None, j]
-    return kernel.variance[:, None, None] * jnp.exp(exponent)  # [G, B, M]
+    return kernel.variance.value[:, None, None] * jnp.exp(exponent)  # [G, B, M]
 
 
 def _sum_over_inputs(values):
@@ -172,7 +172,7 @@ def _sum_over_inputs(values):
     return total
 
 
-def psi2_traces(kernel: BatchedARDSquaredExponential, inducing, pairs: PairTerms, mean, var):
+def psi2_traces(kernel: SquaredExponential, inducing, pairs: PairTerms, mean, var):
     """``tr(W_{g,r} ψ₂) = Σ_{m≤m'} [ψ₂]_{g,b,m,m'} W_{g,r,(m,m')}`` ``[B, G, R]`` for the weights of ``pairs``,
     without forming ψ₂ (module docstring).
 
@@ -182,9 +182,9 @@ def psi2_traces(kernel: BatchedARDSquaredExponential, inducing, pairs: PairTerms
     """
     offset, basis, weights = pairs.offset, pairs.basis, pairs.weights
     mu = mean - _centre(inducing)
-    ell2 = kernel.lengthscales**2  # [G, D]
+    ell2 = kernel.lengthscales.value**2  # [G, D]
     precision = 1.0 / (ell2[:, None, :] + 2.0 * var[None])  # w, [G, B, D]
-    row = (2.0 * jnp.log(kernel.variance)[:, None] + _sum_over_inputs(0.5 * jnp.log(ell2[:, None, :] * precision)
+    row = (2.0 * jnp.log(kernel.variance.value)[:, None] + _sum_over_inputs(0.5 * jnp.log(ell2[:, None, :] * precision)
                                                                          - precision * mu**2))  # [G, B]
     coeff = jnp.concatenate([2.0 * precision * mu, -precision], axis=-1)  # [G, B, 2D]
 
@@ -211,7 +211,7 @@ def uncertain_input_marginals(bank: Bank, gaussian: Projected, pairs: PairTerms,
     :func:`fixed_input_marginals` at the rows ``mean``."""
     out_mean = jnp.einsum("gbm,gm->bg", psi1(bank.kernel, bank.inducing, mean, var), gaussian.mean_weights)
     traces = psi2_traces(bank.kernel, bank.inducing, pairs, mean, var)  # [B, G, 3]
-    kappa = bank.kernel.variance + bank.diagonal  # [G]
+    kappa = bank.kernel.variance.value + bank.diagonal  # [G]
     fitc = kappa - traces[..., 0]
     mean_spread = traces[..., 2] - out_mean**2
     out_var = jnp.maximum(fitc, bank.diagonal) + jnp.maximum(traces[..., 1], 0.0) + jnp.maximum(mean_spread, 0.0)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from ..gaussian import LOG_2PI
-from ..kernels import ARDSquaredExponential
+from ..kernels import Kernel, SquaredExponential
 from ..linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
 from ..parameters import SOFTPLUS, constrained
 
@@ -45,9 +45,9 @@ class _Factorisation(NamedTuple):
 
 def _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, mask) -> _Factorisation:
     """The factorisation of the rows with ``mask`` (the others are left out of every sum)."""
-    chol_uu = cholesky(kernel(inducing, inducing), jitter * kernel.variance)
-    projected = solve_lower(chol_uu, kernel(inducing, x))
-    residual = jnp.maximum(kernel.diag(x) - jnp.sum(projected**2, axis=0), 0.0)
+    chol_uu = cholesky(kernel.gram(inducing[None])[0], jitter * kernel.amplitude()[0])
+    projected = solve_lower(chol_uu, kernel.cross(inducing[None], x)[0])
+    residual = jnp.maximum(kernel.diag(x)[0] - jnp.sum(projected**2, axis=0), 0.0)
     site_variance = alpha * residual + noise_variance
     scaled = projected * (mask / jnp.sqrt(site_variance))
     inner = jnp.eye(inducing.shape[0], dtype=x.dtype) + scaled @ scaled.T
@@ -57,7 +57,7 @@ def _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, mask) -> _
 
 
 def log_marginal_likelihood(
-    kernel: ARDSquaredExponential,
+    kernel: Kernel,
     inducing,
     noise_variance,
     x,
@@ -69,7 +69,7 @@ def log_marginal_likelihood(
     """Approximate log marginal likelihood ``log Z_PEP(α)`` (Bui, Yan & Turner 2017, §3.6, the boxed formula after eq. 22; eq. 128).
 
     Args:
-        kernel: the GP prior covariance.
+        kernel: the GP prior covariance, a kernel of one GP (hyper-parameters ``[1, ·]``, :meth:`~pep_gp.core.kernels.Kernel.bank`).
         inducing: pseudo-inputs ``Z``, [M, D].
         noise_variance: ``σ_y²``.
         x: inputs, [N, D]; y: targets, [N].
@@ -81,7 +81,7 @@ def log_marginal_likelihood(
         Scalar ``log Z_PEP(α)``.
 
     Example:
-        >>> k = ARDSquaredExponential(jnp.ones(1), jnp.asarray(1.0))
+        >>> k = SquaredExponential(lengthscales=1.0, variance=1.0).bank(1, 1)
         >>> x = jnp.linspace(0, 1, 5)[:, None]
         >>> float(log_marginal_likelihood(k, x, 0.1, x, jnp.sin(x[:, 0]), alpha=1.0)) < 0
         True
@@ -104,7 +104,7 @@ def log_marginal_likelihood(
 
 
 def predict_f(
-    kernel: ARDSquaredExponential,
+    kernel: Kernel,
     inducing,
     noise_variance,
     x,
@@ -121,30 +121,24 @@ def predict_f(
     ``∫ p(f*|u) q(u) du`` with ``q(u)`` Gaussian; Titsias 2009, eq. 6).
     """
     f = _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, jnp.ones(x.shape[0], bool))
-    c = solve_lower(f.chol_uu, kernel(inducing, x_new))
+    c = solve_lower(f.chol_uu, kernel.cross(inducing[None], x_new)[0])
     mean = c.T @ solve_upper_from_lower(f.chol_inner, f.inner_target)
     reduced = solve_lower(f.chol_inner, c)
     if full_cov:
-        return mean, kernel(x_new, x_new) - c.T @ c + reduced.T @ reduced
-    var = kernel.diag(x_new) - jnp.sum(c**2, axis=0) + jnp.sum(reduced**2, axis=0)
+        return mean, kernel.gram(x_new[None])[0] - c.T @ c + reduced.T @ reduced
+    var = kernel.diag(x_new)[0] - jnp.sum(c**2, axis=0) + jnp.sum(reduced**2, axis=0)
     return mean, jnp.maximum(var, 0.0)
 
 
 class RegressionParams(NamedTuple):
-    """Trainable state of the collapsed model: unconstrained hyper-parameters and inducing inputs."""
+    """Trainable state of the collapsed model: the kernel (hyper-parameters ``[1, ·]``), the unconstrained noise
+    variance (softplus, as the Gaussian likelihood's) and the inducing inputs."""
 
-    raw_lengthscales: jnp.ndarray  # [D]
-    raw_variance: jnp.ndarray  # []
+    kernel: Kernel
     raw_noise_variance: jnp.ndarray  # []
     inducing: jnp.ndarray  # Z, [M, D]
 
-    BIJECTIONS = {"raw_lengthscales": ("lengthscales", SOFTPLUS), "raw_variance": ("variance", SOFTPLUS),
-                  "raw_noise_variance": ("noise_variance", SOFTPLUS)}
-
-    @property
-    def kernel(self) -> ARDSquaredExponential:
-        values = constrained(self)
-        return ARDSquaredExponential(values["lengthscales"], values["variance"])
+    BIJECTIONS = {"raw_noise_variance": ("noise_variance", SOFTPLUS)}
 
     @property
     def noise_variance(self):

@@ -33,10 +33,10 @@ import numpy as np
 
 from .. import bank
 from ..initialisation import kmeans_inducing, median_lengthscale
-from ..kernels import BatchedARDSquaredExponential
+from ..kernels import SquaredExponential
 from ..likelihoods import Gaussian, scaled_log_tilted
 from ..linalg import cholesky_and_inverse
-from ..parameters import LOG, constrained, unconstrained
+from ..parameters import Positive
 from ..rowsum import row_chunked_sum
 from ..psi_statistics import (Projected, cavities_and_posteriors, fixed_input_marginals, pair_terms,
                               projected_gaussians, trace_weights, uncertain_input_marginals)
@@ -51,14 +51,11 @@ class LayerParams(NamedTuple):
     """One layer: ``G`` sparse GPs (hyper-parameters ``[G, ·]``, or ``[1, ·]`` shared by the layer) and
     the noise of its outputs (a hidden layer's Gaussian noise, or the model's likelihood for the last)."""
 
-    raw_lengthscales: jnp.ndarray  # log ℓ, [G or 1, D_in]
-    raw_variance: jnp.ndarray  # log σ_f², [G or 1]
+    kernel: SquaredExponential  # ℓ [G or 1, D_in], σ_f² [G or 1] (the ψ-statistics' closed forms are the SE's)
     inducing: jnp.ndarray  # Z, [G, M, D_in]
     factor_shift: jnp.ndarray  # η = Nθ₁'s linear part, [G, M]
     factor_chol: jnp.ndarray  # L with Λ = LLᵀ: strict lower part as is, diagonal as log (authors' code), [G, M, M]
     likelihood: dict  # the outputs' noise: Gaussian params (hidden layers), the model's likelihood (last)
-
-    BIJECTIONS = {"raw_lengthscales": ("lengthscales", LOG), "raw_variance": ("variance", LOG)}
 
 
 class DeepGPParams(NamedTuple):
@@ -145,11 +142,12 @@ class DeepGP:
 
     def layer_bank(self, layer: LayerParams) -> bank.Bank:
         """The constrained GPs of one layer, shared hyper-parameters broadcast to every GP."""
-        values = constrained(layer)
         width, _, dims = layer.inducing.shape
-        variance = jnp.broadcast_to(values["variance"], (width,))
-        kernel = BatchedARDSquaredExponential(jnp.broadcast_to(values["lengthscales"], (width, dims)), variance)
-        return bank.Bank(kernel, layer.inducing, self.jitter * variance)
+        lengthscales, variance = layer.kernel.lengthscales, layer.kernel.variance
+        kernel = layer.kernel.replace(
+            lengthscales=Positive(jnp.broadcast_to(lengthscales.raw, (width, dims)), lengthscales.fixed),
+            variance=Positive(jnp.broadcast_to(variance.raw, (width,)), variance.fixed))
+        return bank.Bank(kernel, layer.inducing, self.jitter * kernel.variance.value)
 
     # ----------------------------------------------------------------------------------------------
     def init(self, x, hidden_dims: tuple = (), num_inducing: int = 100, *, likelihood_params: dict | None = None,
@@ -181,8 +179,8 @@ class DeepGP:
             noise = (self.likelihood.init_params() if likelihood_params is None else likelihood_params) if last \
                 else Gaussian.init_params(noise_variance)
             layers.append(LayerParams(
-                **unconstrained(LayerParams, lengthscales=np.exp(np.full((hypers, dims), log_ell)),
-                                variance=np.ones(hypers)),
+                kernel=SquaredExponential(lengthscales=np.exp(np.full((hypers, dims), log_ell)),
+                                          variance=np.ones(hypers)),
                 inducing=np.broadcast_to(z, (width, *z.shape)), factor_shift=shift, factor_chol=chol,
                 likelihood=noise,
             ))

@@ -1,9 +1,10 @@
 """Multi-class GP classification with stochastic EP (SEP): C latent sparse GPs, tied factors per class.
 
 Model (Villacampa-Calvo & Hernández-Lobato 2017, eqs. 1–8): class ``c`` has its own inducing inputs ``Z_c`` ``[M, D]`` and hyper-parameters
-(amplitude ``σ_c``, additive noise ``σ_{0,c}``, ARD lengthscales ``ℓ_c``); the prior on the inducing
-values is ``N(f̄^c; 0, K_c)`` with ``K_c = σ_c exp(−½Σ_d Δ_d²/ℓ_{c,d}²) + σ_{0,c}I`` (the noise is on the
-inducing diagonal too, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code) and ``κ_c = σ_c + σ_{0,c}``. The likelihood is approximated by
+(a kernel ``k_c``, by default the paper's ARD squared exponential ``σ_c exp(−½Σ_d Δ_d²/ℓ_{c,d}²)``, and an
+additive noise ``σ_{0,c}``); the prior on the inducing values is ``N(f̄^c; 0, K_c)`` with ``K_c = k_c(Z_c, Z_c) + σ_{0,c}I``
+(the noise is on the inducing diagonal too, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code) and
+``κ_c(x) = k_c(x, x) + σ_{0,c}``. The likelihood is approximated by
 ``Π_{k≠y_i} Φ(α_i^k)`` (eq. 6), whose EP factors are rank one per class (eq. 8,
 :mod:`pep_gp.core.models.multiclass_sites`).
 
@@ -49,23 +50,21 @@ import numpy as np
 from .. import bank, sep
 from ..bank import CholeskyFactor, NaturalFactor
 from ..initialisation import squared_median_lengthscale
-from ..kernels import BatchedARDSquaredExponential, ProductDtype, check_product_dtype
+from ..kernels import Kernel, ProductDtype, SquaredExponential, check_product_dtype
 from ..linalg import DEFAULT_JITTER, cholesky, per_matrix
 from . import multiclass_sites as sites
-from ..parameters import LOG, LOG_OF_SQUARE, constrained, unconstrained
+from ..parameters import LOG, constrained, unconstrained
 
 
 class MultiClassParams(NamedTuple):
     """The trainable state: per-class unconstrained hyper-parameters, inducing inputs and tied factor."""
 
-    raw_amplitude: jnp.ndarray  # log σ_c, [C] (logarithms as in the reference code, pep_gp.core.parameters)
+    kernel: Kernel  # C kernels (hyper-parameters [C, ·], logarithms as in the reference code, pep_gp.core.parameters)
     raw_noise: jnp.ndarray  # log σ_{0,c}, [C]
-    raw_lengthscales: jnp.ndarray  # log ℓ_c² (the reference code's log l, l the squared lengthscale), [C, D]
     inducing: jnp.ndarray  # Z_c, [C, M, D]
     factor: Union[NaturalFactor, CholeskyFactor]
 
-    BIJECTIONS = {"raw_amplitude": ("amplitude", LOG), "raw_noise": ("noise", LOG),
-                  "raw_lengthscales": ("lengthscales", LOG_OF_SQUARE)}
+    BIJECTIONS = {"raw_noise": ("noise", LOG)}
 
 
 class SiteStats(NamedTuple):
@@ -102,8 +101,8 @@ class MultiClassGP:
             variational bound ``−KL(q‖p) + Σ E_q[log Φ]`` with the likelihood of eq. (6).
         jitter: relative jitter on ``K_c`` (``jitter·σ_c`` is added to ``K_c`` and ``κ_c``).
         quadrature: the rule of the predictive integral (eq. 68).
-        kernel_products: dtype of the kernels' matrix products over the input dimension
-            (:class:`~pep_gp.core.kernels.BatchedARDSquaredExponential`); ``"float32"`` halves the time of
+        kernel_products: dtype of the stationary kernels' matrix products over the input dimension
+            (:class:`~pep_gp.core.kernels.Stationary`); ``"float32"`` halves the time of
             the O(C·M·D·(M + B)) part of a step at large D (images), the EP algebra stays float64.
 
     Example:
@@ -154,17 +153,17 @@ class MultiClassGP:
         num_inducing: int,
         *,
         inducing=None,
-        lengthscales=None,
-        amplitude: float = 1.0,
+        kernel: Kernel | None = None,
         noise: float = 1.0,
         factor: str = "natural",
         seed: int = 0,
     ) -> MultiClassParams:
         """Starting state (the defaults of Villacampa-Calvo & Hernández-Lobato's (2017) code).
 
-        Inducing inputs are an independent random sample of ``num_inducing`` rows per class; amplitude
-        and noise 1; ``ℓ² =`` the median distance of 1,000 random rows
-        (:func:`pep_gp.core.initialisation.squared_median_lengthscale`, the reference code's start).
+        Inducing inputs are an independent random sample of ``num_inducing`` rows per class unless
+        ``inducing``; ``kernel`` (default the ARD squared exponential of amplitude 1) for every class, a
+        lengthscale left unset ``ℓ² =`` the median distance of 1,000 random rows, one per input
+        (:func:`pep_gp.core.initialisation.squared_median_lengthscale`, the reference code's start); noise 1.
         ``factor="natural"`` starts the tied factor at zero (q = prior, Villacampa-Calvo & Hernández-Lobato 2017, App. B); ``"cholesky"`` (direct
         mode) at ``Λ̃_c = K_c⁻¹``, ``η̃ = 0``, away from the saddle at ``L = 0``.
         """
@@ -177,12 +176,10 @@ class MultiClassGP:
             rng = np.random.default_rng(seed)
             inducing = np.stack([x[rng.choice(n, num_inducing, replace=False)] for _ in range(num_classes)])
         inducing = np.broadcast_to(np.asarray(inducing, dtype=float), (num_classes, num_inducing, dim))
-        if lengthscales is None:
-            lengthscales = squared_median_lengthscale(x, seed)
-        lengthscales = np.broadcast_to(np.asarray(lengthscales, dtype=float), (num_classes, dim))
+        kernel = SquaredExponential() if kernel is None else kernel
         params = MultiClassParams(
-            **unconstrained(MultiClassParams, amplitude=jnp.full(num_classes, amplitude, float),
-                            noise=jnp.full(num_classes, noise, float), lengthscales=jnp.asarray(lengthscales)),
+            kernel=kernel.bank(num_classes, dim, np.full(dim, squared_median_lengthscale(x, seed))),
+            **unconstrained(MultiClassParams, noise=jnp.full(num_classes, noise, float)),
             inducing=jnp.asarray(inducing),
             factor=NaturalFactor(
                 jnp.zeros((num_classes, num_inducing)), jnp.zeros((num_classes, num_inducing, num_inducing))
@@ -198,11 +195,11 @@ class MultiClassGP:
 
     # ----------------------------------------------------------------------------------------------
     def sparse_gps(self, params: MultiClassParams) -> bank.Bank:
-        """The C constrained sparse GPs: ``σ_c``, ``ℓ_c`` and the diagonal ``σ_{0,c} + jitter·σ_c`` (on
-        ``K_c`` and ``κ_c``, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code)."""
-        values = constrained(params)
-        kernel = BatchedARDSquaredExponential(values["lengthscales"], values["amplitude"], self.kernel_products)
-        return bank.Bank(kernel, params.inducing, values["noise"] + self.jitter * values["amplitude"])
+        """The C sparse GPs: the kernels (products in ``kernel_products``) and the diagonal ``σ_{0,c} + jitter·σ_c``
+        (on ``K_c`` and ``κ_c``, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code; ``σ_c`` the
+        kernel's amplitude)."""
+        kernel = params.kernel.with_products(self.kernel_products)
+        return bank.Bank(kernel, params.inducing, constrained(params)["noise"] + self.jitter * kernel.amplitude())
 
     def prior_factors(self, params: MultiClassParams) -> bank.PriorFactors:
         """``chol(K_c)`` and its inverse, with the noise (and jitter) on the diagonal of ``K_c``."""

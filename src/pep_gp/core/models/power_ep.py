@@ -31,25 +31,25 @@ import numpy as np
 
 from .. import bank, sep
 from ..initialisation import initial_kernel_and_inducing
+from ..kernels import Kernel, SquaredExponential
 from ..likelihoods import scaled_log_tilted
 from ..linalg import DEFAULT_JITTER, cholesky
-from ..parameters import LOG, unconstrained
 
 
 class SparseGPParams(NamedTuple):
-    """The trainable state: unconstrained hyper-parameters, inducing inputs and the tied factor."""
+    """The trainable state: the kernel (its hyper-parameters stored as logarithms, :mod:`pep_gp.core.kernels`),
+    inducing inputs and the tied factor.
 
-    raw_lengthscales: jnp.ndarray  # log ℓ, [D] (ARD) or [1] (one lengthscale shared by the D inputs)
-    raw_variance: jnp.ndarray  # log σ_f², []
+    Logarithms, as every model's kernel: an Adam step is then a relative change. With softplus it is an
+    absolute one, and the amplitude of a nearly separable problem (σ_f² ≈ 50 on breast cancer, from 1)
+    took thousands of steps; the stopping rule ended fits on the way (docs/results/multiclass.md).
+    """
+
+    kernel: Kernel  # one GP's kernel (hyper-parameters [1, ·])
     inducing: jnp.ndarray  # Z, [M, D]
     likelihood: dict  # the likelihood's unconstrained parameters
     factor_shift: jnp.ndarray  # η = N θ₁, [M]
     factor_chol: jnp.ndarray  # lower-triangular L with Λ = N θ₂ = LLᵀ, [M, M]
-
-    # Logarithms, as the multi-class and deep-GP models: an Adam step is then a relative change. With
-    # softplus it is an absolute one, and the amplitude of a nearly separable problem (σ_f² ≈ 50 on
-    # breast cancer, from 1) took thousands of steps; the stopping rule ended fits on the way (docs/results/multiclass.md).
-    BIJECTIONS = {"raw_lengthscales": ("lengthscales", LOG), "raw_variance": ("variance", LOG)}
 
 
 class GaussianSites(NamedTuple):
@@ -114,24 +114,22 @@ class PowerEPSparseGP:
         num_inducing: int,
         *,
         inducing=None,
-        lengthscales=None,
-        variance: float = 1.0,
+        kernel: Kernel | None = None,
         likelihood_params: dict | None = None,
         seed: int = 0,
         ard: bool = True,
     ) -> SparseGPParams:
-        """Starting state: k-means inducing inputs, median-distance lengthscales, and a tied factor with
+        """Starting state: ``kernel`` (default a squared exponential of variance 1), its lengthscales left
+        unset the median distance, k-means inducing inputs unless ``inducing``, and a tied factor with
         ``Λ = K_uu⁻¹`` and ``η = 0`` (q(u) = N(0, K_uu/2): a non-zero start avoids the saddle at Λ = 0).
-        ``ard=False``: one lengthscale shared by the inputs (the geometric mean of ``lengthscales``)."""
-        lengthscales, variance, z = initial_kernel_and_inducing(
-            x, num_inducing, inducing=inducing, lengthscales=lengthscales, variance=variance, seed=seed
-        )
+        ``ard=False``: an unset lengthscale is one shared by the inputs."""
+        lengthscales, _, z = initial_kernel_and_inducing(x, num_inducing, inducing=inducing, seed=seed)
         if not ard:
             lengthscales = np.exp(np.mean(np.log(lengthscales), keepdims=True))
         lik = self.likelihood.init_params() if likelihood_params is None else likelihood_params
+        kernel = SquaredExponential() if kernel is None else kernel
         params = SparseGPParams(
-            **unconstrained(SparseGPParams, lengthscales=jnp.asarray(lengthscales),
-                            variance=jnp.asarray(float(variance))),
+            kernel=kernel.bank(1, z.shape[1], lengthscales),
             inducing=jnp.asarray(z),
             likelihood=lik,
             factor_shift=jnp.zeros(z.shape[0]),

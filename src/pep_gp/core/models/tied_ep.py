@@ -35,21 +35,18 @@ from .. import bank, sep
 from ..bank import NaturalFactor
 from ..initialisation import initial_kernel_and_inducing
 from ..likelihoods import Probit
+from ..kernels import Kernel, SquaredExponential
 from ..linalg import DEFAULT_JITTER
-from ..parameters import SOFTPLUS, unconstrained
 from ..projections import projection as named_projection
 
 
 class TiedEPParams(NamedTuple):
-    """The state: unconstrained kernel hyper-parameters, inducing inputs and the tied factor (``[1, M]``, ``[1, M, M]``)."""
+    """The state: the kernel (hyper-parameters ``[1, ·]``), inducing inputs and the tied factor (``[1, M]``,
+    ``[1, M, M]``)."""
 
-    raw_lengthscales: jnp.ndarray  # [D]
-    raw_variance: jnp.ndarray  # []
+    kernel: Kernel
     inducing: jnp.ndarray  # Z, [M, D]
     factor: NaturalFactor
-
-    # Softplus, as the airline QP results in docs/results/qp.md were measured with (PowerEPSparseGP moved to logs).
-    BIJECTIONS = {"raw_lengthscales": ("lengthscales", SOFTPLUS), "raw_variance": ("variance", SOFTPLUS)}
 
 
 class SiteStats(NamedTuple):
@@ -92,14 +89,15 @@ class TiedEPClassifier:
         """The constrained GP as a bank of one, with the jitter ``jitter·σ_f`` on ``K_uu``."""
         return bank.one_gp_bank(params, self.jitter)
 
-    def init(self, x, num_inducing: int, *, inducing=None, lengthscales=None, variance: float = 1.0,
+    def init(self, x, num_inducing: int, *, inducing=None, kernel: Kernel | None = None,
              seed: int = 0) -> TiedEPParams:
-        """k-means inducing inputs, median-distance lengthscales, and the tied factor 1 (``q`` = prior)."""
-        lengthscales, variance, z = initial_kernel_and_inducing(
-            x, num_inducing, inducing=inducing, lengthscales=lengthscales, variance=variance, seed=seed)
+        """``kernel`` (default a squared exponential of variance 1; lengthscales left unset the median
+        distance, one per input), k-means inducing inputs unless ``inducing``, and the tied factor 1
+        (``q`` = prior)."""
+        lengthscales, _, z = initial_kernel_and_inducing(x, num_inducing, inducing=inducing, seed=seed)
         size = z.shape[0]
-        return TiedEPParams(**unconstrained(TiedEPParams, lengthscales=jnp.asarray(lengthscales),
-                                            variance=jnp.asarray(float(variance))),
+        kernel = SquaredExponential() if kernel is None else kernel
+        return TiedEPParams(kernel=kernel.bank(1, z.shape[1], lengthscales),
                             inducing=jnp.asarray(z),
                             factor=NaturalFactor(jnp.zeros((1, size)), jnp.zeros((1, size, size))))
 

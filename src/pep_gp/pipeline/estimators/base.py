@@ -232,6 +232,13 @@ class FittedGP(BaseEstimator):
         """
         return self._draw_f(X, n_samples, np.random.default_rng(seed))
 
+    @property
+    def kernel_(self):
+        """The fitted kernel with its learned values (one per latent GP, in the standardised inputs' units),
+        printed readably; a deep GP's are each layer's ``params_.layers[l].kernel``."""
+        check_is_fitted(self)
+        return self.params_.kernel
+
     def log_marginal_likelihood(self) -> float:
         """The approximate log marginal likelihood of the training targets (in their own units) at the
         fitted parameters."""

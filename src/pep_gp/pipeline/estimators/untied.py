@@ -22,6 +22,7 @@ from ...core.models.ep import EP, site_data
 from ...core.models.multiclass import MultiClassGP
 from ...core.projections import projection as named_projection
 from ..models.multiclass import MultiClassSettings
+from ..models.protocol import settings_kernel
 from ..models.predictive import BinaryPredictive, Latent, MultiClassPredictive
 from ..training import exact_ep, multiclass_ep as untied_multiclass
 from .base import FIT_FIELDS, FittedGP, GPClassifierMixin, generated_init
@@ -133,7 +134,7 @@ class MultiClassEPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
         fitted = untied_multiclass.fit(self.model_, x, data.y.astype(np.int32), int(self.num_inducing),
                                        batch_size=self.batch_size, max_steps=int(self.max_iter), tol=float(self.tol),
                                        learning_rate=float(self.learning_rate), damping=settings.damping_schedule(),
-                                       seed=self.seed)
+                                       seed=self.seed, kernel=settings_kernel(settings))
         self.params_, self.ep_sites_ = fitted.params, fitted.sites
         self.energy_trace_, self.n_iter_, self.converged_ = fitted.energies, fitted.energies.size, fitted.converged
         self.n_rejected_steps_, self.n_skipped_rows_ = fitted.rejected_steps, fitted.skipped_rows

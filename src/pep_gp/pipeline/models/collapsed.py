@@ -15,10 +15,11 @@ import jax.numpy as jnp
 from pydantic import Field
 
 from ...core.initialisation import initial_kernel_and_inducing
+from ...core.kernels import Kernel, SquaredExponential
 from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
 from ...core.parameters import unconstrained
 from ..errors import InputError
-from .protocol import ModelSettings, SpecBase, check_task
+from .protocol import ModelSettings, SpecBase, check_task, settings_kernel
 from .sparse_gp import INITIAL_NOISE_VARIANCE, check_inducing
 
 
@@ -26,6 +27,8 @@ class CollapsedSettings(ModelSettings):
     """Settings of the collapsed regression objective."""
 
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC")
+    noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance, in "
+                                  "standardised target units (the training targets' variance is 1)")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class CollapsedRegressionSpec(SpecBase):
     """The spec of :class:`CollapsedRegression`."""
 
     Settings = CollapsedSettings
+    parameterisation = "3"  # 3: a kernel pytree (pep_gp.core.kernels); 1: softplus lengthscales and variance
 
     def check(self, data: Any, settings: CollapsedSettings, block_rows: int) -> None:
         check_task(self, data)
@@ -44,16 +48,16 @@ class CollapsedRegressionSpec(SpecBase):
         return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter)
 
     def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
-             lengthscales=None, variance: float = 1.0,
-             noise_variance: float = INITIAL_NOISE_VARIANCE) -> RegressionParams:
-        """k-means inducing inputs and median-distance lengthscales unless given (Bui et al. 2017, §7)."""
+             kernel: Kernel | None = None, noise_variance: float | None = None) -> RegressionParams:
+        """k-means inducing inputs unless given, and ``kernel`` (default a squared exponential of variance 1)
+        with the median distance for a lengthscale left unset, one per input (Bui et al. 2017, §7)."""
         if inducing is None:
             check_inducing(settings, x.shape[0])
-        lengthscales, variance, z = initial_kernel_and_inducing(
-            x, settings.num_inducing, inducing=inducing, lengthscales=lengthscales, variance=variance, seed=seed)
-        raw = unconstrained(RegressionParams, lengthscales=jnp.asarray(lengthscales), variance=jnp.asarray(variance),
-                            noise_variance=jnp.asarray(float(noise_variance)))
-        return RegressionParams(**raw, inducing=jnp.asarray(z))
+        lengthscales, _, z = initial_kernel_and_inducing(x, settings.num_inducing, inducing=inducing, seed=seed)
+        kernel = kernel or settings_kernel(settings) or SquaredExponential()
+        noise_variance = settings.noise_variance if noise_variance is None else noise_variance
+        raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
+        return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z))
 
     def predictive(self, model: CollapsedRegression, targets: Any) -> None:
         """None: predictions need the training rows (see the module docstring)."""

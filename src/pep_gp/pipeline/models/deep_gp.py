@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ...core.likelihoods import Gaussian, Probit
 from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams
@@ -32,13 +32,21 @@ class DeepGPSettings(ModelSettings):
                                   description="starting noise variance of every layer, in standardised units")
     jitter: float = Field(1e-6, ge=0.0, description="relative jitter on every K_uu (the authors' code: 1e-6)")
 
+    @field_validator("kernel")
+    @classmethod
+    def _squared_exponential_only(cls, value):
+        if value not in (None, {"name": "se"}):
+            raise ValueError("the deep GPs take only the squared exponential ('se', started from the data): their "
+                             "ψ-statistics are its closed forms (Bui et al. 2016, App. D)")
+        return value
+
 
 @dataclass(frozen=True)
 class DeepGPSpec(SparseGPSpec):
     """A deep GP bound to a task; the data checks, targets and predictive are the sparse GP's."""
 
     Settings = DeepGPSettings
-    parameterisation = "1"
+    parameterisation = "3"  # 3: each layer's kernel a pytree (pep_gp.core.kernels); 1: raw log ℓ and log σ_f²
     train_defaults = MappingProxyType({"learning_rate": 0.01, "max_steps": 1_000, "tol": 0.0})
     """A fixed number of Adam steps, as Bui et al. (2016, §8.1) and the authors' code train (no early
     stopping): on Boston and concrete the energy still rises by about 0.01–0.03 nats per row per 100 steps at

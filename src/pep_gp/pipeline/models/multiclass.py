@@ -26,7 +26,7 @@ from ...core.models.multiclass import MultiClassGP, MultiClassParams
 from ..data.blocks import TargetScaling
 from ..errors import InputError
 from .predictive import MultiClassPredictive
-from .protocol import SiteSettings, SpecBase, check_task
+from .protocol import SiteSettings, SpecBase, check_task, settings_kernel
 from .registry import register
 from .sparse_gp import check_inducing
 
@@ -56,6 +56,7 @@ class MultiClassSpec(SpecBase):
 
     factor: str = "natural"
     Settings = MultiClassSettings
+    parameterisation = "3"  # 3: a kernel pytree (pep_gp.core.kernels); 1: log ℓ² lengthscales
 
     @property
     def has_sites(self) -> bool:
@@ -81,10 +82,11 @@ class MultiClassSpec(SpecBase):
                             jitter=settings.jitter, kernel_products=settings.kernel_products)
 
     def init(self, model: MultiClassGP, x, settings: MultiClassSettings, seed: int) -> MultiClassParams:
-        """A random sample of ``M`` rows per class as inducing inputs; lengthscales from the median
-        distance; amplitude and noise 1 (the paper's §4 settings)."""
+        """A random sample of ``M`` rows per class as inducing inputs; the settings' kernel for every class
+        (default the ARD squared exponential of amplitude 1, lengthscales from the median distance); noise 1
+        (the paper's §4 settings)."""
         check_inducing(settings, x.shape[0])
-        return model.init(x, settings.num_inducing, factor=self.factor, seed=seed)
+        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), factor=self.factor, seed=seed)
 
     def predictive(self, model: MultiClassGP, targets: TargetScaling) -> Callable:
         return MultiClassPredictive(model)

@@ -24,12 +24,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
+from typing import Annotated, Any, Callable, ClassVar, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 import optax
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from ...core.kernels import Kernel, from_dict, parse
+from ...core.parameters import fixed_leaves
 
 from ..data.blocks import TargetScaling
 from ..errors import InputError
@@ -60,6 +63,25 @@ class SiteUpdates(Energy, Protocol):
         ``damping``, ``shared`` refreshed to it; a non-finite result is rejected (``accepted`` False)."""
 
 
+def kernel_description(value: Any) -> dict[str, Any] | None:
+    """A kernel setting as its JSON description (:meth:`~pep_gp.core.kernels.Kernel.to_dict`): from a kernel
+    object, a description table (``[model.kernel]``) or a spelling such as ``"matern52+linear"``
+    (:func:`~pep_gp.core.kernels.parse`); None is the model's default kernel."""
+    if value is None:
+        return None
+    kernel = parse(value) if isinstance(value, str) else from_dict(value)
+    return kernel.to_dict()
+
+
+KernelSetting = Annotated[dict[str, Any] | None, BeforeValidator(kernel_description)]
+"""The ``kernel`` field of a model's settings (:func:`kernel_description`)."""
+
+
+def settings_kernel(settings: "ModelSettings") -> Kernel | None:
+    """The kernel object of ``settings.kernel`` (None: the model's default)."""
+    return None if settings.kernel is None else from_dict(settings.kernel)
+
+
 class ModelSettings(BaseModel):
     """Settings every model section has (the ``[model]`` table of a training config); a model's own
     settings subclass it. Unknown keys and out-of-range values are refused."""
@@ -69,6 +91,12 @@ class ModelSettings(BaseModel):
     num_inducing: int = Field(50, ge=1, description="inducing points M (per latent GP); capped by the training rows")
     train_inducing: bool = Field(True, description="optimise the inducing inputs")
     jitter: float = Field(1.4901161193847656e-08, ge=0.0, description="relative jitter on K_uu")
+    kernel: KernelSetting = Field(None, description="the covariance function: a spelling such as 'matern52+linear', "
+                                  "a [model.kernel] table or a pep_gp.kernels object; none: the squared exponential")
+
+    def __hash__(self) -> int:
+        """Settings key compiled programs: hashed by their JSON (the kernel's description is a table)."""
+        return hash(self.model_dump_json())
 
 
 class SiteSettings(ModelSettings):
@@ -157,10 +185,12 @@ def uses_site_updates(spec: Any, settings: ModelSettings) -> bool:
 
 
 def leaves_named(params: Any, names: set[str]) -> Any:
-    """A pytree like ``params``: True for leaves under a field called one of ``names`` (at any depth)."""
+    """A pytree like ``params``: True for leaves under a field called one of ``names`` (at any depth), and for
+    the kernel's hyper-parameters marked fixed (:func:`~pep_gp.core.parameters.fixed_leaves`)."""
     def marked(path, _):
         return any(getattr(key, "name", getattr(key, "key", None)) in names for key in path)
-    return jax.tree_util.tree_map_with_path(marked, params)
+    return jax.tree_util.tree_map(lambda a, b: a or b, jax.tree_util.tree_map_with_path(marked, params),
+                                  fixed_leaves(params))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from ..errors import InputError
 from ..data.blocks import TargetScaling
 from .predictive import BinaryLikelihoodPredictive, LikelihoodPredictive
-from .protocol import ModelSettings, SiteSettings, SpecBase, leaves_named
+from .protocol import ModelSettings, SiteSettings, SpecBase, leaves_named, settings_kernel
 from .registry import register
 
 # Initial noise variance of the Gaussian likelihood in standardised target units: var(y)/100, as the
@@ -56,7 +56,7 @@ class SparseGPSpec(SpecBase):
     """A tied Power-EP sparse GP bound to a task, with the likelihood its settings name."""
 
     Settings = SparseGPClassificationSettings
-    parameterisation = "2"  # 2: log amplitude and lengthscales (1: softplus)
+    parameterisation = "3"  # 3: a kernel pytree (pep_gp.core.kernels); 2: log amplitude and lengthscales; 1: softplus
 
     @property
     def n_classes(self) -> int | None:
@@ -76,11 +76,12 @@ class SparseGPSpec(SpecBase):
         return super().predictive(model, targets)
 
     def init(self, model: PowerEPSparseGP, x, settings: SparseGPSettings, seed: int) -> SparseGPParams:
-        """k-means inducing inputs, median-distance lengthscales (``ard``: one per input), unit kernel variance,
-        and the likelihood's starting parameters (:meth:`likelihood_params`)."""
+        """k-means inducing inputs, the settings' kernel (default a squared exponential of unit variance, an
+        unset lengthscale the median distance, ``ard``: one per input) and the likelihood's starting parameters
+        (:meth:`likelihood_params`)."""
         check_inducing(settings, x.shape[0])
-        return model.init(x, settings.num_inducing, variance=1.0, likelihood_params=self.likelihood_params(settings),
-                          seed=seed, ard=settings.ard)
+        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings),
+                          likelihood_params=self.likelihood_params(settings), seed=seed, ard=settings.ard)
 
     def likelihood_params(self, settings: SparseGPSettings) -> dict:
         """The likelihood's starting parameters: those it starts from itself."""
@@ -88,8 +89,12 @@ class SparseGPSpec(SpecBase):
 
 
 class SparseGPRegressionSettings(SiteSettings, SparseGPSettings):
-    """Settings of the regressor: the sparse GP's, its likelihood, and the damping of its exact site updates
-    (Gaussian likelihood only)."""
+    """Settings of the regressor: the sparse GP's, its likelihood, the damping of its exact site updates
+    (Gaussian likelihood only) and the starting noise."""
+
+    noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance (gaussian; "
+                                  "student-t: its scale squared), in standardised target units (the training "
+                                  "targets' variance is 1)")
 
     likelihood: Literal["gaussian", "student-t", "poisson", "negative-binomial"] = Field(
         "gaussian", description="gaussian; student-t (robust to outliers); poisson or negative-binomial (counts, "
@@ -118,12 +123,12 @@ class SparseGPRegressorSpec(SparseGPSpec):
                                site_updates=self.site_updates(settings))
 
     def likelihood_params(self, settings: SparseGPRegressionSettings) -> dict:
-        """The Gaussian's noise variance starts at :data:`INITIAL_NOISE_VARIANCE`, the Student-t's scale at
-        its square root (standardised units) and ``ν`` at ``dof``."""
+        """The Gaussian's noise variance starts at ``noise_variance`` (default :data:`INITIAL_NOISE_VARIANCE`),
+        the Student-t's scale at its square root (standardised units) and ``ν`` at ``dof``."""
         if settings.likelihood == "gaussian":
-            return Gaussian.init_params(INITIAL_NOISE_VARIANCE)
+            return Gaussian.init_params(settings.noise_variance)
         if settings.likelihood == "student-t":
-            return StudentT.init_params(INITIAL_NOISE_VARIANCE ** 0.5, settings.dof)
+            return StudentT.init_params(settings.noise_variance ** 0.5, settings.dof)
         return super().likelihood_params(settings)
 
     def check(self, data, settings: SparseGPRegressionSettings, block_rows: int) -> None:

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from ...core.models.tied_ep import TiedEPClassifier, TiedEPParams
-from .protocol import SiteSettings, SpecBase
+from .protocol import SiteSettings, SpecBase, settings_kernel
 from .registry import register
 from .sparse_gp import check_inducing
 
@@ -29,14 +29,16 @@ class TiedEPSpec(SpecBase):
     Settings = TiedEPSettings
     has_sites = True
     n_classes = 2
+    parameterisation = "3"  # 3: a kernel pytree (pep_gp.core.kernels); 1: softplus lengthscales and variance
 
     def build(self, settings: TiedEPSettings, binding: dict) -> TiedEPClassifier:
         return TiedEPClassifier(settings.projection, jitter=settings.jitter)
 
     def init(self, model: TiedEPClassifier, x, settings: TiedEPSettings, seed: int) -> TiedEPParams:
-        """k-means inducing inputs, median-distance lengthscales, unit kernel variance, ``q`` = prior."""
+        """k-means inducing inputs, the settings' kernel (default a squared exponential of unit variance, an
+        unset lengthscale the median distance), ``q`` = prior."""
         check_inducing(settings, x.shape[0])
-        return model.init(x, settings.num_inducing, seed=seed)
+        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), seed=seed)
 
 
 TIED_EP = register(TiedEPSpec("tied-ep-classifier", "classification",

@@ -19,7 +19,8 @@ from scipy import optimize
 
 from ...core import float64
 from ...core.initialisation import median_lengthscale
-from ...core.kernels import ARDSquaredExponential
+from ...core.kernels import SquaredExponential
+from ...core.parameters import Positive
 from ...core.models.ep import EP, SiteData, Sites, gaussian_part, predict_latent, sweep_until, zero_sites
 
 JITTER = 1e-8  # relative, on the prior covariance's diagonal
@@ -38,13 +39,13 @@ class UntiedFit(NamedTuple):
     message: str  # L-BFGS-B's reason for stopping
 
 
-def _kernel(log_theta, dim):
-    return ARDSquaredExponential(jnp.exp(log_theta[0]) * jnp.ones(dim), jnp.exp(log_theta[1]))
+def _kernel(log_theta):
+    """The squared exponential of one GP with one shared lengthscale, from ``[log ℓ, log σ_f²]``."""
+    return SquaredExponential().replace(lengthscales=Positive(log_theta[None, :1]), variance=Positive(log_theta[1:2]))
 
 
 def _prior_cov(log_theta, x):
-    k = _kernel(log_theta, x.shape[1])
-    return k(x, x) + JITTER * jnp.exp(log_theta[1]) * jnp.eye(x.shape[0])
+    return _kernel(log_theta).gram(x[None])[0] + JITTER * jnp.exp(log_theta[1]) * jnp.eye(x.shape[0])
 
 
 @partial(jax.jit, static_argnums=0)
@@ -85,6 +86,7 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
 def predict(log_theta, sites: Sites, x_train, data: SiteData, x_test, full_cov: bool = False):
     """Latent mean and variance (``full_cov``: covariance ``[B, B]``) at ``x_test`` (jit-able: every argument
     but ``full_cov`` is an array or a pytree of them)."""
-    kernel = _kernel(log_theta, x_train.shape[1])
-    test_cov = kernel(x_test, x_test) if full_cov else kernel.diag(x_test)
-    return predict_latent(_prior_cov(log_theta, x_train), kernel(x_train, x_test), test_cov, data, sites)
+    kernel = _kernel(log_theta)
+    test_cov = kernel.gram(x_test[None])[0] if full_cov else kernel.diag(x_test)[0]
+    return predict_latent(_prior_cov(log_theta, x_train), kernel.cross(x_train[None], x_test)[0], test_cov, data,
+                          sites)

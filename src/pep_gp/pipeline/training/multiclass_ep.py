@@ -21,6 +21,7 @@ import numpy as np
 from ...core import float64
 from ...core.models import multiclass_ep as ep
 from ...core.models.multiclass import MultiClassGP, NaturalFactor
+from ...core.parameters import fixed_leaves
 from .optimiser import adam
 from .step import ascent_update
 from .stopping import StoppingRule
@@ -40,7 +41,7 @@ class UntiedFit(NamedTuple):
 def optimizer(learning_rate):
     """Adam on hyper-parameters and inducing inputs; the factors move only by EP updates."""
     return adam(learning_rate, frozen=lambda p: p._replace(
-        raw_amplitude=False, raw_noise=False, raw_lengthscales=False, inducing=False, factor=NaturalFactor(True, True)))
+        kernel=fixed_leaves(p.kernel), raw_noise=False, inducing=False, factor=NaturalFactor(True, True)))
 
 
 def _step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y, mask, n_total, damping, learning_rate):
@@ -86,13 +87,15 @@ def batches(n_rows: int, batch_size: int | None, num_steps: int, seed: int) -> t
 
 
 def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None, max_steps: int, tol: float,
-        learning_rate: float, damping, seed: int) -> UntiedFit:
+        learning_rate: float, damping, seed: int, kernel=None) -> UntiedFit:
     """Train from the model's initial state for at most ``max_steps`` steps, a window of steps per compiled
     call, until the stopping rule (:mod:`pep_gp.pipeline.training.stopping`) says converged.
 
     Args:
         model: the multi-class model; ``x`` ``[N, D]`` standardised rows, ``y`` ``[N]`` labels 0..C−1.
         damping: ``t ↦ ρ_t``, the factor update's step (a schedule of steps).
+        kernel: the kernel every class starts from (:meth:`~pep_gp.core.models.multiclass.MultiClassGP.init`;
+            None: the ARD squared exponential).
     """
     n = x.shape[0]
     rule = StoppingRule.for_run(tol, n, 1 if batch_size is None else -(-n // batch_size))
@@ -101,7 +104,7 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
     values, ok, skipped = np.zeros(0), np.zeros(0, bool), np.zeros(0, int)
     with float64():
         x, y = jnp.asarray(x), jnp.asarray(y)
-        params = model.init(x, num_inducing, seed=seed)
+        params = model.init(x, num_inducing, kernel=kernel, seed=seed)
         carry = (params, optimizer(learning_rate).init(params), ep.init_sites(n, params), jnp.asarray(0))
         while values.size < max_steps and not rule.converged(values):
             window = slice(values.size, min(max_steps, values.size + rule.window))

@@ -1,0 +1,114 @@
+"""Kernels as users give them: ``kernel=`` on the estimators (an object, a table, a spelling), fixed values that a
+fit leaves bit-identical, scikit-learn's ``clone``/``set_params``, the fitted ``kernel_``, a saved run that
+rebuilds its kernel, the deep GPs' refusal, and ``[model.kernel]``/``--set`` through the settings."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+
+from pep_gp import DeepGPRegressor, SparseGPClassifier, SparseGPRegressor, load
+from pep_gp.kernels import Linear, Matern52, SquaredExponential
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.models import get_model, model_settings
+from pep_gp.pipeline.training.config import load_config, parse_settings
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(38)
+    x = rng.normal(size=(30, 2))
+    return x, np.sin(2 * x[:, 0]) + 0.3 * x[:, 1] + 0.1 * rng.normal(size=30)
+
+
+def _fit(estimator, x, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return estimator.fit(x, y)
+
+
+def test_a_fixed_hyper_parameter_is_bit_identical_after_100_steps_and_the_others_move(data):
+    x, y = data
+    kernel = Matern52(lengthscales=0.7, variance=2.0, fixed=("lengthscales",)) + Linear(0.5)
+    model = _fit(SparseGPRegressor(kernel=kernel, num_inducing=5, max_iter=100, tol=0), x, y)
+    fitted = model.kernel_
+    assert model.n_iter_ == 100
+    assert fitted.left.lengthscales.value[0, 0] == 0.7  # stored as log 0.7 and read back: exactly the start
+    np.testing.assert_array_equal(fitted.left.lengthscales.raw, kernel.bank(1, 2).left.lengthscales.raw)
+    assert abs(float(fitted.left.variance.value[0]) - 2.0) > 1e-3 and abs(float(fitted.right.variance.value[0]) - 0.5) > 1e-3
+    assert repr(fitted).startswith("Matern52(lengthscales=0.7 (fixed), variance=")
+    assert model.get_params()["kernel"] is kernel  # the constructor argument is kept as given
+
+
+def test_kernels_clone_set_params_and_spellings_are_one_setting(data):
+    x, y = data
+    model = SparseGPClassifier(kernel="matern52+linear", num_inducing=4)
+    copy = clone(model.set_params(kernel=Matern52(0.5) * SquaredExponential(active_dims=[1])))
+    assert repr(copy.kernel) == "Matern52(lengthscales=0.5, variance=1) * SquaredExponential(variance=1, active_dims=[1])"
+    settings = SparseGPClassifier(kernel="matern52+linear")._settings()
+    assert settings["kernel"] == (Matern52() + Linear()).to_dict()
+    with pytest.raises(ValueError, match=r"kernel: .*unknown kernel 'matern25'.*did you mean 'matern52'"):
+        _fit(SparseGPRegressor(kernel="matern25"), x, y)
+    with pytest.raises(ValueError, match="the deep GPs take only the squared exponential"):
+        _fit(DeepGPRegressor(kernel=Matern52()), x, y)
+
+
+def test_a_saved_run_rebuilds_its_kernel_and_predicts_bit_identically(data, tmp_path):
+    x, y = data
+    model = _fit(SparseGPRegressor(kernel=Matern52(variance=1.5) + Linear(), num_inducing=5, max_iter=5), x, y)
+    model.save(tmp_path / "run")
+    loaded = load(tmp_path / "run")
+    assert repr(loaded.kernel_) == repr(model.kernel_)
+    np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
+
+
+def test_the_kernel_table_and_set_are_validated_by_the_model_settings():
+    spec = get_model("multiclass-sep")
+    config = load_config(None, settings=parse_settings(["model.kernel=matern32*periodic"]))
+    settings = model_settings(spec, config.model)
+    assert [term["name"] for term in settings.kernel["terms"]] == ["matern32", "periodic"]
+    table = {"kernel": {"name": "matern52", "lengthscales": 0.5, "fixed": ["lengthscales"]}}
+    assert model_settings(spec, table).kernel == Matern52(0.5, fixed="lengthscales").to_dict()
+    with pytest.raises(InputError, match=r"model.kernel: Value error, unknown kernel 'peroidic'.*did you mean 'periodic'"):
+        model_settings(spec, {"kernel": {"name": "peroidic"}})
+
+
+def test_max_iter_0_gives_the_objective_at_the_given_kernel_and_noise(data):
+    """``CollapsedGPRegressor(kernel=…, noise_variance=…, max_iter=0)`` with M = N (the inducing inputs are the
+    training inputs) returns the exact evidence at exactly those values: scikit-learn's
+    ``GaussianProcessRegressor`` with the same Matérn 5/2 + linear kernel and noise, on the standardised rows,
+    in the user's units of y. The sparse regressor starts from the same noise."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process import kernels as sk
+
+    from pep_gp import CollapsedGPRegressor
+    from pep_gp.core.parameters import constrained
+
+    x, y = data
+    kernel = Matern52(lengthscales=[0.8, 1.3], variance=1.7) + Linear(0.2)
+    model = CollapsedGPRegressor(kernel=kernel, noise_variance=0.05, num_inducing=len(y), jitter=0.0,
+                                 max_iter=0).fit(x, y)
+    xs, ys = (x - model.x_mean_) / model.x_std_, model.targets_(y)
+    reference = (sk.ConstantKernel(1.7) * sk.Matern([0.8, 1.3], nu=2.5) + sk.ConstantKernel(0.2) * sk.DotProduct(0.0)
+                 + sk.WhiteKernel(0.05))
+    gp = GaussianProcessRegressor(reference, optimizer=None).fit(xs, ys)
+    exact = gp.log_marginal_likelihood(gp.kernel_.theta) - len(y) * np.log(model.targets_.scale)
+    assert model.log_marginal_likelihood() == pytest.approx(exact, rel=1e-8)
+    sparse = SparseGPRegressor(noise_variance=0.05, num_inducing=4, max_iter=0).fit(x, y)
+    assert float(constrained(model.params_)["noise_variance"]) == pytest.approx(0.05, rel=1e-14)
+    assert float(sparse.model_.likelihood.noise_variance(sparse.params_.likelihood)) == pytest.approx(0.05, rel=1e-14)
+
+
+def test_the_untied_multi_class_classifier_starts_from_the_given_kernel():
+    from pep_gp import MultiClassEPClassifier
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(24, 2))
+    labels = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5).astype(int)
+    kernel = Matern52(lengthscales=0.9, variance=1.2, fixed=("lengthscales", "variance"))
+    model = _fit(MultiClassEPClassifier(kernel=kernel, num_inducing=3, max_iter=3), x, labels)
+    assert repr(model.kernel_) == "Matern52(lengthscales=0.9 (fixed), variance=1.2 (fixed))"
