@@ -110,14 +110,18 @@ class Processes:
 
     def stop_all(self) -> None:
         """SIGTERM every group (newest first), SIGKILL what is still there after 15 s, then every
-        process that still carries this module's token."""
+        process that still carries this module's token, and wait up to 10 s for those to be gone (a killed
+        process takes a moment to exit on a loaded machine)."""
         for name in reversed(list(self.started)):
             self.kill(name, signal.SIGTERM, timeout=15)
-        for pid in leftovers(self.token):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        deadline = time.monotonic() + 10
+        while (remaining := leftovers(self.token)) and time.monotonic() < deadline:
+            for pid in remaining:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
 
 
 def leftovers(token: str) -> list[int]:
