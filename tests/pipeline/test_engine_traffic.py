@@ -1,6 +1,7 @@
 """The bytes a training step moves on a real 2-worker LocalCluster: the payloads are those of the model —
-each worker receives the params and step-shared quantities once and then only the new cavity, and sends
-one partial sum per pass without the gradients that are zero by construction — and the bytes on the
+each worker receives the params and ``N`` (it computes the step-shared quantities itself) and then only
+the new cavity, and sends one partial sum per pass without the gradients that are zero by construction —
+and the bytes on the
 wire (the kernel's TCP counters of this process) are those payloads plus a few percent of messages."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def test_bytes_per_step_are_the_models(cluster, tmp_path):
     cavity_bytes = nbytes(model.held(shared))
     live_gradient = 8 + nbytes((params.raw_amplitude, params.raw_noise, params.raw_lengthscales, params.inducing,
                                 shared.prior.inverse))  # value; not the factor, chol(K) or the held cavity
-    model_bytes = workers * (nbytes((params, shared)) + stats_bytes + cavity_bytes + live_gradient)
+    model_bytes = workers * (nbytes(params) + 8 + stats_bytes + cavity_bytes + live_gradient)  # 8: N
 
     steps, traffic = 3, cluster.traffic
     sent, received, wire = traffic.sent, traffic.received, socket_bytes(os.getpid())

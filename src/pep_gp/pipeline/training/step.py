@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import optax
 
 from ...core import float64
+from ..engine.cache import Derived, compiled_program, derived
 from ..models.protocol import Energy, SiteUpdates
 
 
@@ -100,6 +101,32 @@ class StepParts(NamedTuple):
     ascend: Callable  # (params, opt_state, S, pullback, data value, data grads, scale, S's structure) -> params, opt_state, ok, F̂
     data_term: Callable  # the per-block data term: DataTerm, or RowDataTerm after a RowSiteTerm
     site_term: Callable | None  # the per-block site statistics: SiteTerm or RowSiteTerm (None without sites)
+
+
+@dataclass(frozen=True)
+class Prepare:
+    """``(S, pullback of S)`` with ``S = step_shared(θ, N)``: one compiled program, run by the coordinator
+    and by every process that computes a step's blocks on ``(θ, N)`` (:class:`WithShared`). Hashable, so
+    every process compiles it once."""
+
+    __name__ = "prepare"
+    model: Energy
+
+    def __call__(self, params, n_total):
+        return jax.vjp(lambda p: self.model.step_shared(p, n_total), params)
+
+
+@dataclass(frozen=True)
+class WithShared:
+    """A block function's inputs ``(θ, S)`` from the pass's ``(θ, N)``: ``S`` computed where the blocks
+    are, by :class:`Prepare`'s compiled program — the same bits as the coordinator's, so the
+    step-shared quantities (O(C·M²) numbers for multi-class SEP) never travel."""
+
+    prepare: Prepare
+
+    def __call__(self, inputs):
+        params, _ = inputs
+        return params, derived(self.prepare, inputs)[0]
 
 
 @dataclass(frozen=True)
@@ -237,8 +264,8 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
     site_term = (RowSiteTerm(model) if rows else SiteTerm(model)) if sites else None
     data_term = RowDataTerm(model) if rows else DataTerm(model)
 
-    def prepare(params, n_total):
-        return jax.vjp(lambda p: model.step_shared(p, n_total), params)
+    prepare = Prepare(model)
+    with_shared = WithShared(prepare)
 
     def site_update(params, shared, stats, count, n_total):
         return model.site_update(params, shared, stats, n_total, damping(count) if callable(damping) else damping)
@@ -249,7 +276,7 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
         params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
         return params, opt_state, ok, value
 
-    prepare, site_update, ascend = jax.jit(prepare), jax.jit(site_update), jax.jit(ascend, static_argnames="structure")
+    site_update, ascend = jax.jit(site_update), jax.jit(ascend, static_argnames="structure")
 
     def init(params) -> StepState:
         with float64():
@@ -260,19 +287,21 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
         with float64():
             params = state.params
             n_total = jnp.asarray(batch.n_total, jnp.float64)
-            shared, pullback = prepare(params, n_total)
+            shared, pullback = derived(prepare, (params, n_total))
             structure = jax.tree_util.tree_structure(shared)
             sites_ok = jnp.asarray(True)
             if sites:
-                stats = (batch.sum_keeping if rows else batch.sum)(site_term, (params, shared))
+                stats = (batch.sum_keeping if rows else batch.sum)(Derived(site_term, with_shared), (params, n_total))
                 params, shared, sites_ok = site_update(params, shared, stats, state.count, n_total)
-            value, grad = (batch.sum_kept(data_term, model.held(shared)) if rows
-                           else batch.sum(data_term, (params, shared)))
+                value, grad = (batch.sum_kept(data_term, model.held(shared)) if rows
+                               else batch.sum(data_term, (params, shared)))
+            else:
+                value, grad = batch.sum(Derived(data_term, with_shared), (params, n_total))
             params, opt_state, ok, energy = ascend(params, state.opt_state, shared, pullback, value, grad,
                                                    batch.scale, n_total, structure)
             return StepState(params, opt_state, state.count + 1), StepInfo(energy, ok, sites_ok)
 
-    return TrainStep(init, update, StepParts(prepare, site_update, ascend, data_term, site_term))
+    return TrainStep(init, update, StepParts(compiled_program(prepare), site_update, ascend, data_term, site_term))
 
 
 class TrainStep(NamedTuple):
