@@ -4,7 +4,9 @@ same trainer over in-memory arrays.
 
 Each ``update(state, batch)`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3):
 
-1. computes the step-shared quantities ``S = step_shared(θ, N)`` once, with their pullback;
+1. computes the step-shared quantities ``S = step_shared(θ, N)`` once, with their pullback
+   (:class:`Prepare`); a pass over the blocks sends ``(θ, N)``, and wherever blocks are computed ``S`` is
+   computed again by the same compiled program (:class:`WithShared`), so it never travels;
 2. for models with site updates, sums the site statistics over the minibatch and applies the damped
    tied-factor update (``ρ_t = ρ·decay^t``), refreshing ``S`` — the factor is refined first and the
    gradient taken with the new factor;
