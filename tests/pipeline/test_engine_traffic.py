@@ -1,6 +1,7 @@
 """The bytes a training step moves on a real 2-worker LocalCluster: the payloads are those of the model —
 each worker receives the params and ``N`` (it computes the step-shared quantities itself) and then only
-the new cavity, and sends one partial sum per pass without the gradients that are zero by construction —
+the new cavity, and sends one partial sum per pass without the gradients that are zero by construction
+and, in the second, the gradient w.r.t. the params only —
 and the bytes on the
 wire (the kernel's TCP counters of this process) are those payloads plus a few percent of messages."""
 
@@ -32,8 +33,8 @@ def test_bytes_per_step_are_the_models(cluster, tmp_path):
     classes, inducing = params.inducing.shape[:2]
     stats_bytes = 8 * (classes * inducing + classes * inducing**2 + classes + 1)  # shift, precision, counts, rows
     cavity_bytes = nbytes(model.held(shared))
-    live_gradient = 8 + nbytes((params.raw_amplitude, params.raw_noise, params.raw_lengthscales, params.inducing,
-                                shared.prior.inverse))  # value; not the factor, chol(K) or the held cavity
+    live_gradient = 8 + nbytes((params.raw_amplitude, params.raw_noise, params.raw_lengthscales, params.inducing))
+    # the value and ∂/∂θ: not the factor's (zero by construction), nor ∂/∂K⁻¹ (each block pulls it back)
     model_bytes = workers * (nbytes(params) + 8 + stats_bytes + cavity_bytes + live_gradient)  # 8: N
 
     steps, traffic = 3, cluster.traffic

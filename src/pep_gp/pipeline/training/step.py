@@ -125,10 +125,12 @@ class WithShared:
     step-shared quantities (O(C·M²) numbers for multi-class SEP) never travel."""
 
     prepare: Prepare
+    pullback: bool = False  # also the pullback of ``S``: inputs ``(θ, S, pullback)`` (:class:`RowSiteTerm`)
 
     def __call__(self, inputs):
         params, _ = inputs
-        return params, derived(self.prepare, inputs)[0]
+        shared, pullback = derived(self.prepare, inputs)
+        return (params, shared, pullback) if self.pullback else (params, shared)
 
 
 @dataclass(frozen=True)
@@ -158,30 +160,36 @@ class SiteTerm:
 
 @dataclass(frozen=True)
 class RowSiteTerm:
-    """Per-block site statistics of a :class:`RowSplit` model, keeping the rows' quantities and their
-    pullback (w.r.t. ``(params, shared)``) for :class:`RowDataTerm`; input ``(params, shared)``."""
+    """Per-block site statistics of a :class:`RowSplit` model, keeping the rows' quantities, their
+    pullback (w.r.t. ``(params, shared)``) and the step's pullback of ``shared`` for :class:`RowDataTerm`;
+    input ``(params, shared, pullback of shared)`` (:class:`Prepare`'s)."""
 
     __name__ = "row_site_term"
     model: RowSplit
 
     def __call__(self, inputs, x, y, mask):
-        params, shared = inputs
+        params, shared, shared_pullback = inputs
         rows, pullback = jax.vjp(lambda p, s: self.model.block_rows(p, s, x), params, shared)
-        return self.model.site_stats_at(rows, self.model.held(shared), y, mask), (rows, pullback)
+        return self.model.site_stats_at(rows, self.model.held(shared), y, mask), (rows, pullback, shared_pullback)
 
 
 @dataclass(frozen=True)
 class RowDataTerm:
-    """Per-block data term of a :class:`RowSplit` model and its gradient w.r.t. ``(params, shared)``, as
-    :class:`DataTerm`, from what :class:`RowSiteTerm` kept; input: the refreshed held part of ``shared``."""
+    """Per-block data term of a :class:`RowSplit` model and its gradient w.r.t. the params, the part
+    through ``shared`` pulled back by the block itself with the step's pullback (so a block sends
+    ``∂L/∂θ`` only: the C·M² entries of ``∂L/∂K⁻¹`` stay where the block was computed), from what
+    :class:`RowSiteTerm` kept; input: the refreshed held part of ``shared``. Returns
+    ``(value, (∂L/∂θ, None))``: no ``S`` part for :func:`minibatch_energy`."""
 
     __name__ = "row_data_term"
     model: RowSplit
 
     def __call__(self, held, kept, y, mask):
-        rows, pullback = kept
+        rows, pullback, shared_pullback = kept
         value, rows_grad = jax.value_and_grad(self.model.data_energy_at)(rows, held, y, mask)
-        return value, pullback(rows_grad)
+        grad_params, grad_shared = pullback(rows_grad)
+        (through_shared,) = shared_pullback(grad_shared)
+        return value, (jax.tree_util.tree_map(jnp.add, grad_params, through_shared), None)
 
 
 def strongly_typed(tree):
@@ -242,8 +250,13 @@ def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Call
 
     data_grad_params, data_grad_shared = data_grad
     if structure is not None:
-        global_shared_grad, data_grad_shared = cut_to(structure, global_shared_grad), cut_to(structure, data_grad_shared)
-    (through_shared,) = pullback(plus_scaled(global_shared_grad, data_grad_shared))
+        global_shared_grad = cut_to(structure, global_shared_grad)
+    if data_grad_shared is None:  # the blocks pulled their part back themselves (RowDataTerm)
+        (through_shared,) = pullback(global_shared_grad)
+    else:
+        if structure is not None:
+            data_grad_shared = cut_to(structure, data_grad_shared)
+        (through_shared,) = pullback(plus_scaled(global_shared_grad, data_grad_shared))
     grad = jax.tree_util.tree_map(jnp.add, plus_scaled(global_grad, data_grad_params), through_shared)
     return global_value + scale * data_value, grad
 
@@ -293,7 +306,8 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
             structure = jax.tree_util.tree_structure(shared)
             sites_ok = jnp.asarray(True)
             if sites:
-                stats = (batch.sum_keeping if rows else batch.sum)(Derived(site_term, with_shared), (params, n_total))
+                stats = (batch.sum_keeping(Derived(site_term, WithShared(prepare, pullback=True)), (params, n_total))
+                         if rows else batch.sum(Derived(site_term, with_shared), (params, n_total)))
                 params, shared, sites_ok = site_update(params, shared, stats, state.count, n_total)
                 value, grad = (batch.sum_kept(data_term, model.held(shared)) if rows
                                else batch.sum(data_term, (params, shared)))
