@@ -51,11 +51,17 @@ def test_structural_zeros_are_the_gradients_of_what_is_not_differentiated():
     zeros = structural_zeros(jax.jit(fn).trace(*args).jaxpr)
     assert zeros == [False, False, True, False]  # value, ∂a, ∂b (held: zero), ∂c (0·c: zero only in value)
 
+    def two_paths(a, b):  # ∂b is the sum of two held paths' zeros; ∂a of a zero and a live one
+        grads = [jax.grad(lambda a, b: jnp.sum(a * jax.lax.stop_gradient(b)), argnums=(0, 1))(a, b) for _ in range(2)]
+        return jax.tree_util.tree_map(jnp.add, *grads)
+
+    assert structural_zeros(jax.jit(two_paths).trace(*args[:2]).jaxpr) == [False, True]
+
 
 def test_the_two_passes_keep_the_rows_and_equal_the_plain_block_terms(three_class_store):
     """The first pass keeps each block's rows in this process; the second, from them, gives the data
-    term's value and gradient of DataTerm, to rounding (each block pulls its ∂L/∂S back to θ itself); without the kept rows (another process) they
-    are computed again, with the same bits."""
+    term's value and gradient of DataTerm to rounding (each block pulls its ∂L/∂S back to θ itself);
+    without the kept rows (another process) they are computed again, with the same bits."""
     backend = InProcess()
     trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), backend)
     params, model = trainer.fresh_state().params, trainer.model
