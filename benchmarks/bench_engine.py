@@ -6,6 +6,11 @@ Usage::
     .venv/bin/python -m benchmarks.bench_engine [--store airline-classes.zarr] [--steps 20] \
         [--old-src /path/to/previous/checkout/src]
 
+One backend of this tree's engine, one JSON row on stdout (nothing written; the bytes per worker and
+step do not depend on the machine's load, so this is how to check them quickly — here after 1 timed step)::
+
+    .venv/bin/python -m benchmarks.bench_engine --one airline-classes.zarr 200 local:2:pinned 1
+
 On the bundled airline flights with 3 classes (``pep ingest airline``; ingested into a temporary directory
 when ``--store`` is not given), ``multiclass-sep`` with 10,000-row steps in 1,000-row blocks at M = 50
 (``TrainConfig()``'s default) and M = 200 inducing points per class, each backend — in-process,
@@ -245,7 +250,9 @@ def main() -> None:
     parser.add_argument("--store", type=Path, help="airline store with 3 classes; ingested if absent")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--old-src", type=Path, help="the src/ directory of the engine to compare with")
-    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)  # STORE M BACKEND STEPS: one row, as JSON
+    parser.add_argument("--one", nargs=4, metavar=("STORE", "M", "BACKEND", "STEPS"),
+                        help="one backend (in-process, local:1, local:1:pinned, local:2:pinned, ...) of this tree's "
+                             "engine at M inducing points per class: its row as JSON on stdout")
     args = parser.parse_args()
     if args.one:
         store, inducing, cluster, steps = args.one

@@ -1,6 +1,8 @@
 """The bytes a training step moves on a real 2-worker LocalCluster: the payloads are those of the model —
-each worker receives the params and step-shared quantities once and then only the new cavity, and sends
-one partial sum per pass without the gradients that are zero by construction — and the bytes on the
+each worker receives the params and ``N`` (it computes the step-shared quantities itself) and then only
+the new cavity, and sends one partial sum per pass without the gradients that are zero by construction
+and, in the second, the gradient w.r.t. the params only —
+and the bytes on the
 wire (the kernel's TCP counters of this process) are those payloads plus a few percent of messages."""
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ def test_bytes_per_step_are_the_models(cluster, tmp_path):
     classes, inducing = params.inducing.shape[:2]
     stats_bytes = 8 * (classes * inducing + classes * inducing**2 + classes + 1)  # shift, precision, counts, rows
     cavity_bytes = nbytes(model.held(shared))
-    live_gradient = 8 + nbytes((params.kernel, params.raw_noise, params.inducing,
-                                shared.prior.inverse))  # value; not the factor, chol(K) or the held cavity
-    model_bytes = workers * (nbytes((params, shared)) + stats_bytes + cavity_bytes + live_gradient)
+    live_gradient = 8 + nbytes((params.kernel, params.raw_noise, params.inducing))
+    # the value and ∂/∂θ: not the factor's (zero by construction), nor ∂/∂K⁻¹ (each block pulls it back)
+    model_bytes = workers * (nbytes(params) + 8 + stats_bytes + cavity_bytes + live_gradient)  # 8: N
 
     steps, traffic = 3, cluster.traffic
     sent, received, wire = traffic.sent, traffic.received, socket_bytes(os.getpid())

@@ -9,11 +9,13 @@ import os
 import signal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from pep_gp.core import float64
 from pep_gp.pipeline.engine import Engine, InProcess, connect
-from pep_gp.pipeline.training.step import RowDataTerm, RowSiteTerm
+from pep_gp.pipeline.engine.cache import Derived
+from pep_gp.pipeline.training.step import Prepare, RowDataTerm, RowSiteTerm, WithShared
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from tests.trainstores import FAST, leaves_equal
 
@@ -42,11 +44,13 @@ def test_a_worker_lost_between_a_steps_two_passes_changes_nothing(three_class_st
     trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), InProcess())
     params, model = trainer.fresh_state().params, trainer.model
     with float64():
-        shared = jax.jit(model.step_shared)(params, trainer.n_total)
+        n_total = jnp.asarray(trainer.n_total, jnp.float64)
+        shared = jax.jit(model.step_shared)(params, n_total)
     blocks = list(range(trainer.train.source.n_blocks))
+    site_term = Derived(RowSiteTerm(model), WithShared(Prepare(model), pullback=True))  # the trainer's
 
     def two_passes(engine: Engine, between=lambda: None):
-        stats = engine.map_sum_keeping(RowSiteTerm(model), (params, shared), blocks)
+        stats = engine.map_sum_keeping(site_term, (params, n_total), blocks)
         between()
         return stats, engine.map_sum_kept(RowDataTerm(model), model.held(shared))
 

@@ -43,7 +43,7 @@ def test_the_trainers_sep_step_equals_the_plain_formulation(three_class_store, a
     # the trainer's path
     n = jnp.asarray(n_total, jnp.float64)
     shared, pullback = parts.prepare(params, n)
-    stats = batch.sum_keeping(parts.site_term, (params, shared))
+    stats = batch.sum_keeping(parts.site_term, (params, shared, pullback))
     refined, refreshed, ok = parts.site_update(params, shared, stats, jnp.int32(1), n)
     value, grad = batch.sum_kept(parts.data_term, model.held(refreshed))
     energy, gradient = minibatch_energy(model, n_total, refined, refreshed, pullback, value, grad, batch.scale,

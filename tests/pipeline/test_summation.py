@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from pep_gp.pipeline.engine import Engine, InProcess
 from pep_gp.pipeline.engine.summation import (Zero, inflate, join_subtrees, structural_zeros, subtrees, tree_sum,
                                              without_zeros)
-from pep_gp.pipeline.training.step import DataTerm, RowDataTerm, RowSiteTerm, ascent_update
+from pep_gp.pipeline.engine.cache import Derived
+from pep_gp.pipeline.training.step import DataTerm, Prepare, RowDataTerm, RowSiteTerm, WithShared, ascent_update
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 from tests.trainstores import FAST
 
@@ -50,20 +51,30 @@ def test_structural_zeros_are_the_gradients_of_what_is_not_differentiated():
     zeros = structural_zeros(jax.jit(fn).trace(*args).jaxpr)
     assert zeros == [False, False, True, False]  # value, ∂a, ∂b (held: zero), ∂c (0·c: zero only in value)
 
+    def two_paths(a, b):  # ∂b is the sum of two held paths' zeros; ∂a of a zero and a live one
+        grads = [jax.grad(lambda a, b: jnp.sum(a * jax.lax.stop_gradient(b)), argnums=(0, 1))(a, b) for _ in range(2)]
+        return jax.tree_util.tree_map(jnp.add, *grads)
+
+    assert structural_zeros(jax.jit(two_paths).trace(*args[:2]).jaxpr) == [False, True]
+
 
 def test_the_two_passes_keep_the_rows_and_equal_the_plain_block_terms(three_class_store):
     """The first pass keeps each block's rows in this process; the second, from them, gives the data
-    term's value and gradient of DataTerm, bit for bit; without the kept rows (another process) they
-    are computed again, with the same bits."""
+    term's value and gradient of DataTerm to rounding (each block pulls its ∂L/∂S back to θ itself);
+    without the kept rows (another process) they are computed again, with the same bits."""
     backend = InProcess()
     trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), backend)
     params, model = trainer.fresh_state().params, trainer.model
-    shared = jax.jit(model.step_shared)(params, trainer.n_total)
+    n_total = jnp.asarray(trainer.n_total, jnp.float64)
+    shared, pullback = jax.jit(Prepare(model))(params, n_total)
     engine, blocks = trainer.train, [0, 3, 5]
-    engine.map_sum_keeping(RowSiteTerm(model), (params, shared), blocks)
+    engine.map_sum_keeping(Derived(RowSiteTerm(model), WithShared(Prepare(model), pullback=True)), (params, n_total),
+                           blocks)
     assert sorted(backend.kept.parts) == blocks
     two_pass = engine.map_sum_kept(RowDataTerm(model), model.held(shared))
-    plain = engine.map_sum(DataTerm(model), (params, shared), blocks)
+    value, (grad_params, grad_shared) = engine.map_sum(DataTerm(model), (params, shared), blocks)
+    (through_shared,) = pullback(grad_shared)  # the blocks pull back their own part: equal up to rounding
+    plain = value, (jax.tree_util.tree_map(jnp.add, grad_params, through_shared), None)
     backend.kept.start("another pass", *backend.kept.first)  # nothing held: the parts are computed again
     again = engine.map_sum_kept(RowDataTerm(model), model.held(shared))
     for a, b, c in zip(jax.tree_util.tree_leaves(two_pass), jax.tree_util.tree_leaves(plain),

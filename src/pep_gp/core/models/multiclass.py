@@ -77,8 +77,8 @@ class SiteStats(NamedTuple):
 
 
 class StepShared(NamedTuple):
-    """The O(C·M³) quantities every block of a step needs, computed once per step by the trainer
-    (:meth:`MultiClassGP.step_shared`) and sent to the workers with the params."""
+    """The O(C·M³) quantities every block of a step needs (:meth:`MultiClassGP.step_shared`), computed
+    once per step by the trainer and by each worker from the params (the same compiled program)."""
 
     prior: bank.PriorFactors
     cavity: bank.Gaussians  # p(f̄^c)·t_c^(1 − α/n_c)

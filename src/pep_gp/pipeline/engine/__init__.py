@@ -20,8 +20,10 @@ Backends:
   reach the workers). A call carries the pass's inputs and, the first time only, the block function and
   the source; the worker sums a whole subtree of the step's summation tree
   (:mod:`pep_gp.pipeline.engine.summation`) over its blocks, in the tree's order, and answers one partial
-  sum without the results that are zero by construction. A step's second pass sends only what the site
-  update changed. A call that fails (a lost worker) is made again on the workers left; a second pass
+  sum without the results that are zero by construction. A
+  :class:`~pep_gp.pipeline.engine.cache.Derived` block function derives its inputs where the blocks are
+  (the step sends ``(θ, N)`` and each process computes the step-shared quantities with the coordinator's
+  compiled program), and a step's second pass sends only what the site update changed. A call that fails (a lost worker) is made again on the workers left; a second pass
   whose kept parts were lost has them computed again by a worker that took part in the first pass (it
   holds that pass's inputs) or from the inputs sent again (the same bits).
 

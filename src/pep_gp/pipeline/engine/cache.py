@@ -149,13 +149,42 @@ BLOCKS = BlockCache()
 
 
 @lru_cache(maxsize=32)
-def _compiled(fn: Callable) -> Callable:
+def compiled_program(fn: Callable) -> Callable:
     """``jax.jit(fn)``, kept per process so that equal functions compile once (static block shape)."""
     return jax.jit(fn)
 
 
 _ZEROS: dict[Any, list[bool]] = {}
 """Per block function and argument shapes: which of its results are zero by construction."""
+
+
+class Derived(NamedTuple):
+    """A block function whose inputs are derived from what the pass sends, where the blocks are computed:
+    ``fn(derive(inputs), *block)``, ``derive`` called once per pass and process (it runs compiled programs
+    through :func:`derived`, so every process derives the same bits, and none need travel)."""
+
+    fn: Callable
+    derive: Callable
+
+
+def resolve(fn: Callable, inputs: Any) -> tuple[Callable, Any]:
+    """``fn``'s block function and its inputs: those of a :class:`Derived` derived, else as given."""
+    return (fn.fn, fn.derive(inputs)) if isinstance(fn, Derived) else (fn, inputs)
+
+
+_DERIVED: list[tuple[Any, list, Any]] = []
+"""The latest :func:`derived` call: its key, its arguments' leaves (held so their ids stay theirs), its result."""
+
+
+def derived(program: Callable, args: tuple) -> Any:
+    """``jit(program)(*args)`` (compiled once per process), computed again only when the arguments are
+    other objects than at the latest call: the step's coordinator and the in-process backend's
+    :class:`Derived` block function share one evaluation of the step-shared quantities."""
+    leaves = jax.tree_util.tree_leaves(args)
+    key = (program, jax.tree_util.tree_structure(args), tuple(map(id, leaves)))
+    if not _DERIVED or _DERIVED[0][0] != key:
+        _DERIVED[:] = [(key, leaves, compiled_program(program)(*args))]
+    return _DERIVED[0][2]
 
 class NotHeld(LookupError):
     """A call refers to something this process was not sent (it was restarted, or is new): the caller
@@ -199,8 +228,8 @@ class Kept:
         first = first or (self.first if token == self.token else None)
         if first is None:
             raise NotHeld(f"the kept parts of pass {token} are not in this process")
-        fn, inputs = first
-        return _compiled(fn)(inputs, *block)[1]
+        fn, inputs = resolve(*first)
+        return compiled_program(fn)(inputs, *block)[1]
 
 
 def _result_zeros(fn: Callable, compiled: Callable, args: tuple) -> list[bool]:
@@ -215,12 +244,13 @@ def _result_zeros(fn: Callable, compiled: Callable, args: tuple) -> list[bool]:
 def sum_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], kept: Kept | None = None,
                token: str = "", to_host: bool = True) -> Any:
     """``Σ_b fn(inputs, *block_b)`` over ``blocks`` in :func:`~pep_gp.pipeline.engine.summation.tree_sum`'s
-    order. With ``kept``, ``fn`` returns ``(result, kept part)`` and each block's part stays in ``kept``
+    order (``fn`` may be :class:`Derived`). With ``kept``, ``fn`` returns ``(result, kept part)`` and each block's part stays in ``kept``
     under ``token`` for :func:`sum_kept_blocks`. ``to_host``: numpy arrays, with the results that
     are zero by construction as :class:`~pep_gp.pipeline.engine.summation.Zero` (what travels from a
     worker); else JAX arrays on the device (in-process)."""
     with float64(), compute_threads():
-        compiled = _compiled(fn)
+        fn, inputs = resolve(fn, inputs)
+        compiled = compiled_program(fn)
         if kept is not None:
             kept.start(token, fn, inputs)
         results = []
@@ -243,7 +273,7 @@ def sum_kept_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequ
     restarted) has it computed again from ``first``, the keeping pass's function and inputs, or the ones
     ``kept`` holds (:meth:`Kept.part`), which gives the same bits."""
     with float64(), compute_threads():
-        compiled = _compiled(fn)
+        compiled = compiled_program(fn)
         results = []
         for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
             part = kept.part(token, index, block, first)

@@ -25,6 +25,8 @@ from jax.extend.core import Literal
 
 PASS_THROUGH = frozenset({"broadcast_in_dim", "convert_element_type", "reshape", "copy", "copy_p"})
 """Primitives that keep a zero a zero (the forms JAX's autodiff gives an unused input's cotangent)."""
+SUMS = frozenset({"add", "add_any"})
+"""Primitives whose result is ``+0`` when every operand is (``+0 + +0``: a cotangent summed over two paths)."""
 
 
 class Zero(NamedTuple):
@@ -111,7 +113,11 @@ def structural_zeros(closed_jaxpr: Any) -> list[bool]:
             value = np.asarray(var.val)
             return bool(np.all(value == 0) and not np.any(np.signbit(value)))
         eqn = producers.get(var)
-        return eqn is not None and eqn.primitive.name in PASS_THROUGH and zero(eqn.invars[0])
+        if eqn is None:
+            return False
+        if eqn.primitive.name in SUMS:
+            return all(map(zero, eqn.invars))
+        return eqn.primitive.name in PASS_THROUGH and zero(eqn.invars[0])
 
     return [zero(var) for var in closed_jaxpr.jaxpr.outvars]
 

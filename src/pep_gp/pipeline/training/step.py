@@ -4,7 +4,9 @@ same trainer over in-memory arrays.
 
 Each ``update(state, batch)`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3):
 
-1. computes the step-shared quantities ``S = step_shared(θ, N)`` once, with their pullback;
+1. computes the step-shared quantities ``S = step_shared(θ, N)`` once, with their pullback
+   (:class:`Prepare`); a pass over the blocks sends ``(θ, N)``, and wherever blocks are computed ``S`` is
+   computed again by the same compiled program (:class:`WithShared`), so it never travels;
 2. for models with site updates, sums the site statistics over the minibatch and applies the damped
    tied-factor update (``ρ_t = ρ·decay^t``), refreshing ``S`` — the factor is refined first and the
    gradient taken with the new factor;
@@ -36,6 +38,7 @@ import jax.numpy as jnp
 import optax
 
 from ...core import float64
+from ..engine.cache import Derived, compiled_program, derived
 from ..models.protocol import Energy, SiteUpdates
 
 
@@ -103,6 +106,34 @@ class StepParts(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Prepare:
+    """``(S, pullback of S)`` with ``S = step_shared(θ, N)``: one compiled program, run by the coordinator
+    and by every process that computes a step's blocks on ``(θ, N)`` (:class:`WithShared`). Hashable, so
+    every process compiles it once."""
+
+    __name__ = "prepare"
+    model: Energy
+
+    def __call__(self, params, n_total):
+        return jax.vjp(lambda p: self.model.step_shared(p, n_total), params)
+
+
+@dataclass(frozen=True)
+class WithShared:
+    """A block function's inputs ``(θ, S)`` from the pass's ``(θ, N)``: ``S`` computed where the blocks
+    are, by :class:`Prepare`'s compiled program — the same bits as the coordinator's, so the
+    step-shared quantities (O(C·M²) numbers for multi-class SEP) never travel."""
+
+    prepare: Prepare
+    pullback: bool = False  # also the pullback of ``S``: inputs ``(θ, S, pullback)`` (:class:`RowSiteTerm`)
+
+    def __call__(self, inputs):
+        params, _ = inputs
+        shared, pullback = derived(self.prepare, inputs)
+        return (params, shared, pullback) if self.pullback else (params, shared)
+
+
+@dataclass(frozen=True)
 class DataTerm:
     """Per-block data term and its gradient w.r.t. the params and the step-shared quantities; input
     ``(params, shared)``. Hashable, so every process compiles it once."""
@@ -129,30 +160,36 @@ class SiteTerm:
 
 @dataclass(frozen=True)
 class RowSiteTerm:
-    """Per-block site statistics of a :class:`RowSplit` model, keeping the rows' quantities and their
-    pullback (w.r.t. ``(params, shared)``) for :class:`RowDataTerm`; input ``(params, shared)``."""
+    """Per-block site statistics of a :class:`RowSplit` model, keeping the rows' quantities, their
+    pullback (w.r.t. ``(params, shared)``) and the step's pullback of ``shared`` for :class:`RowDataTerm`;
+    input ``(params, shared, pullback of shared)`` (:class:`Prepare`'s)."""
 
     __name__ = "row_site_term"
     model: RowSplit
 
     def __call__(self, inputs, x, y, mask):
-        params, shared = inputs
+        params, shared, shared_pullback = inputs
         rows, pullback = jax.vjp(lambda p, s: self.model.block_rows(p, s, x), params, shared)
-        return self.model.site_stats_at(rows, self.model.held(shared), y, mask), (rows, pullback)
+        return self.model.site_stats_at(rows, self.model.held(shared), y, mask), (rows, pullback, shared_pullback)
 
 
 @dataclass(frozen=True)
 class RowDataTerm:
-    """Per-block data term of a :class:`RowSplit` model and its gradient w.r.t. ``(params, shared)``, as
-    :class:`DataTerm`, from what :class:`RowSiteTerm` kept; input: the refreshed held part of ``shared``."""
+    """Per-block data term of a :class:`RowSplit` model and its gradient w.r.t. the params, the part
+    through ``shared`` pulled back by the block itself with the step's pullback (so a block sends
+    ``∂L/∂θ`` only: the C·M² entries of ``∂L/∂K⁻¹`` stay where the block was computed), from what
+    :class:`RowSiteTerm` kept; input: the refreshed held part of ``shared``. Returns
+    ``(value, (∂L/∂θ, None))``: no ``S`` part for :func:`minibatch_energy`."""
 
     __name__ = "row_data_term"
     model: RowSplit
 
     def __call__(self, held, kept, y, mask):
-        rows, pullback = kept
+        rows, pullback, shared_pullback = kept
         value, rows_grad = jax.value_and_grad(self.model.data_energy_at)(rows, held, y, mask)
-        return value, pullback(rows_grad)
+        grad_params, grad_shared = pullback(rows_grad)
+        (through_shared,) = shared_pullback(grad_shared)
+        return value, (jax.tree_util.tree_map(jnp.add, grad_params, through_shared), None)
 
 
 def strongly_typed(tree):
@@ -213,8 +250,13 @@ def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Call
 
     data_grad_params, data_grad_shared = data_grad
     if structure is not None:
-        global_shared_grad, data_grad_shared = cut_to(structure, global_shared_grad), cut_to(structure, data_grad_shared)
-    (through_shared,) = pullback(plus_scaled(global_shared_grad, data_grad_shared))
+        global_shared_grad = cut_to(structure, global_shared_grad)
+    if data_grad_shared is None:  # the blocks pulled their part back themselves (RowDataTerm)
+        (through_shared,) = pullback(global_shared_grad)
+    else:
+        if structure is not None:
+            data_grad_shared = cut_to(structure, data_grad_shared)
+        (through_shared,) = pullback(plus_scaled(global_shared_grad, data_grad_shared))
     grad = jax.tree_util.tree_map(jnp.add, plus_scaled(global_grad, data_grad_params), through_shared)
     return global_value + scale * data_value, grad
 
@@ -237,8 +279,8 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
     site_term = (RowSiteTerm(model) if rows else SiteTerm(model)) if sites else None
     data_term = RowDataTerm(model) if rows else DataTerm(model)
 
-    def prepare(params, n_total):
-        return jax.vjp(lambda p: model.step_shared(p, n_total), params)
+    prepare = Prepare(model)
+    with_shared = WithShared(prepare)
 
     def site_update(params, shared, stats, count, n_total):
         return model.site_update(params, shared, stats, n_total, damping(count) if callable(damping) else damping)
@@ -249,7 +291,7 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
         params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
         return params, opt_state, ok, value
 
-    prepare, site_update, ascend = jax.jit(prepare), jax.jit(site_update), jax.jit(ascend, static_argnames="structure")
+    site_update, ascend = jax.jit(site_update), jax.jit(ascend, static_argnames="structure")
 
     def init(params) -> StepState:
         with float64():
@@ -260,19 +302,22 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
         with float64():
             params = state.params
             n_total = jnp.asarray(batch.n_total, jnp.float64)
-            shared, pullback = prepare(params, n_total)
+            shared, pullback = derived(prepare, (params, n_total))
             structure = jax.tree_util.tree_structure(shared)
             sites_ok = jnp.asarray(True)
             if sites:
-                stats = (batch.sum_keeping if rows else batch.sum)(site_term, (params, shared))
+                stats = (batch.sum_keeping(Derived(site_term, WithShared(prepare, pullback=True)), (params, n_total))
+                         if rows else batch.sum(Derived(site_term, with_shared), (params, n_total)))
                 params, shared, sites_ok = site_update(params, shared, stats, state.count, n_total)
-            value, grad = (batch.sum_kept(data_term, model.held(shared)) if rows
-                           else batch.sum(data_term, (params, shared)))
+                value, grad = (batch.sum_kept(data_term, model.held(shared)) if rows
+                               else batch.sum(data_term, (params, shared)))
+            else:
+                value, grad = batch.sum(Derived(data_term, with_shared), (params, n_total))
             params, opt_state, ok, energy = ascend(params, state.opt_state, shared, pullback, value, grad,
                                                    batch.scale, n_total, structure)
             return StepState(params, opt_state, state.count + 1), StepInfo(energy, ok, sites_ok)
 
-    return TrainStep(init, update, StepParts(prepare, site_update, ascend, data_term, site_term))
+    return TrainStep(init, update, StepParts(compiled_program(prepare), site_update, ascend, data_term, site_term))
 
 
 class TrainStep(NamedTuple):
