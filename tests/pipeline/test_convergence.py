@@ -93,7 +93,8 @@ def test_untied_ep_stops_in_windows_and_matches_one_uninterrupted_run(monkeypatc
 @pytest.mark.slow
 def test_damping_floor_keeps_full_batch_sep_at_the_fixed_point():
     """Wine, full-batch SEP at learning rate 0.05: with the paper's ρ_t = 0.5·0.99^t alone the factor
-    freezes and the energy collapses after ~550 steps; with the floor it keeps rising."""
+    freezes and the energy collapses after ~550 steps (by 17 nats with the lengthscales stored as log ℓ, by
+    more than 20 when they were log ℓ²); with the floor it keeps rising."""
     from sklearn.datasets import load_wine
 
     x, y = load_wine(return_X_y=True)
@@ -103,5 +104,5 @@ def test_damping_floor_keeps_full_batch_sep_at_the_fixed_point():
                                       max_iter=800, tol=0, learning_rate=0.05).fit(x, y).energy_trace_
 
     frozen, floored = trace(0.0), trace(0.05)
-    assert frozen[-50:].mean() < frozen[:500].max() - 20
+    assert frozen[-50:].mean() < frozen[:500].max() - 10
     assert floored[-50:].mean() > floored[:500].max() - 1

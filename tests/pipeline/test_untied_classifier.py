@@ -31,7 +31,7 @@ def test_predictions_match_the_dense_formulas():
     result = EP(Probit(), "wasserstein").run(cov, data)
     x_test = np.linspace(-2, 2, 7)[:, None] * np.ones(2)
     cross = kernel.cross(jnp.asarray(x)[None], jnp.asarray(x_test))[0]
-    mean, var = predict_latent(cov, cross, kernel.diag(jnp.asarray(x_test)), data, result.sites)
+    mean, var = predict_latent(cov, cross, kernel.diag(jnp.asarray(x_test))[0], data, result.sites)
     k, ks, q = np.asarray(cov), np.asarray(cross), result.posterior
     a = np.linalg.solve(k, ks)
     np.testing.assert_allclose(mean, a.T @ np.asarray(q.mean), rtol=1e-8, atol=1e-10)
