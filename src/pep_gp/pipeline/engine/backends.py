@@ -273,6 +273,15 @@ class DaskBackend:
                   if isinstance(reply, BaseException)]
         for worker, error in failed:
             self._forget(worker, lost=not isinstance(error, NotHeld))
+        # A worker without the engine answers None (Dask's "no handler"): one that joined a scheduler restarted
+        # at its address, which lost the plugins registered with it. Register the engine again and re-run.
+        unanswered = [worker for (worker, _), reply in zip(calls.values(), replies)
+                      if not isinstance(reply, (BaseException, tuple, list))]
+        for worker in unanswered:
+            self._forget(worker, lost=False)
+        if unanswered and not failed:
+            self.client.register_plugin(WorkerEngine())
+            raise OSError(f"worker {unanswered[0]} had no pep engine (it joined a restarted scheduler); registered again")
         if failed:
             raise failed[0][1]
         for worker, call in calls.values():
