@@ -126,13 +126,21 @@ def airline_scale_table() -> str:
     return table(result("bench_airline_scale"))
 
 
+def power_ep_table() -> str:
+    """``python -m benchmarks.bench_power_ep --table``'s tables of the committed run."""
+    from benchmarks.bench_power_ep import NAME, table
+
+    return table(result(NAME))
+
+
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
     tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
                                             "waits": waits_table, "bench_estimators_defaults": estimators_table,
-                                            "bench_engine": engine_table, "bench_airline_scale": airline_scale_table}
+                                            "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
+                                            "bench_power_ep": power_ep_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
     return tables

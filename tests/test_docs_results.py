@@ -41,6 +41,14 @@ def test_the_qp_page_holds_the_table_of_the_committed_qp_run():
     assert qp_table(QP) in page("qp.md")
 
 
+def test_the_power_ep_page_holds_the_tables_of_the_committed_alpha_study():
+    from benchmarks.bench_power_ep import NAME, table
+
+    study = results.result(NAME)
+    assert study["synthetic"] and study["classification"]
+    assert table(study) in page("power-ep.md") and NAME in results.marks(page("power-ep.md"))
+
+
 def test_the_deep_gp_page_holds_the_table_of_the_committed_deep_gp_runs():
     assert deep_gp_table(DEEP_GP) in page("deep-gp.md")
 
