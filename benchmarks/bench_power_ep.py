@@ -187,6 +187,14 @@ def _paired(rows: dict, base: dict, metric: str) -> str:
     return f"{np.mean(differences):+.3f} ({np.mean(differences) / se:+.1f})" if se > 0 else f"{np.mean(differences):+.3f}"
 
 
+def _cells(rows: dict, base: dict, alpha: float, metrics: tuple[str, ...]) -> str:
+    """Table cells: each metric's mean ± s.e. over ``rows``, then each one's paired difference from ``base``
+    (α = 0.5's runs; "—" on α = 0.5's own row)."""
+    values = list(rows.values())
+    return " | ".join([_cell([r[k] for r in values]) for k in metrics]
+                      + ["—" if alpha == 0.5 else _paired(rows, base, k) for k in metrics])
+
+
 def _label(alpha: float) -> str:
     return "0 (VFE)" if alpha == 0 else ("1 (EP)" if alpha == 1 else f"{alpha:g}")
 
@@ -200,23 +208,20 @@ def synthetic_table(runs: dict) -> str:
     full = {d: runs[f"{d}/full/None"] for d in draws if f"{d}/full/None" in runs}
     lines = [f"Draws: {len(draws)}; mean ± standard error over the draws, lower is better; in brackets a paired "
              "difference in its standard errors.", "",
-             "| M | α | SMSE | SMLL | NLML / N | SMSE − α = 0.5's | SMLL − α = 0.5's | NLML / N − full GP's |",
+             "| M | α | SMSE | SMLL | SMSE − α = 0.5's | SMLL − α = 0.5's | NLML / N | NLML / N − full GP's |",
              "|---|---|---|---|---|---|---|---|"]
     for m in ms:
         base = {d: runs[f"{d}/{m}/0.5"] for d in draws if f"{d}/{m}/0.5" in runs}
         for alpha in ALPHAS:
             rows = {d: runs[f"{d}/{m}/{alpha}"] for d in draws if f"{d}/{m}/{alpha}" in runs}
             if rows:
-                values = list(rows.values())
-                lines.append(f"| {m} | {_label(alpha)} | {_cell([r['smse'] for r in values])} "
-                             f"| {_cell([r['smll'] for r in values])} | {_cell([r['nlml_per_point'] for r in values])} "
-                             f"| {'—' if alpha == 0.5 else _paired(rows, base, 'smse')} "
-                             f"| {'—' if alpha == 0.5 else _paired(rows, base, 'smll')} "
+                nlml = _cell([r["nlml_per_point"] for r in rows.values()])
+                lines.append(f"| {m} | {_label(alpha)} | {_cells(rows, base, alpha, ('smse', 'smll'))} | {nlml} "
                              f"| {_paired(rows, full, 'nlml_per_point')} |")
     if full:
         values = list(full.values())
         lines.append(f"| full GP ({TRAIN}) | — | {_cell([r['smse'] for r in values])} | {_cell([r['smll'] for r in values])} "
-                     f"| {_cell([r['nlml_per_point'] for r in values])} | | | |")
+                     f"| | | {_cell([r['nlml_per_point'] for r in values])} | |")
     return "\n".join(lines)
 
 
@@ -233,10 +238,7 @@ def classification_table(runs: dict) -> str:
         for alpha in ALPHAS:
             rows = {s: runs[f"{name}/{m}/{alpha}/{s}"] for s in splits if f"{name}/{m}/{alpha}/{s}" in runs}
             if rows:
-                values = list(rows.values())
-                lines.append(f"| {name} | {m} | {len(rows)} | {_label(alpha)} | {_cell([r['error'] for r in values])} "
-                             f"| {_cell([r['nll'] for r in values])} | {'—' if alpha == 0.5 else _paired(rows, base, 'error')} "
-                             f"| {'—' if alpha == 0.5 else _paired(rows, base, 'nll')} |")
+                lines.append(f"| {name} | {m} | {len(rows)} | {_label(alpha)} | {_cells(rows, base, alpha, ('error', 'nll'))} |")
     return "\n".join(lines)
 
 
