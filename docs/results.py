@@ -52,11 +52,11 @@ def comparison_table(name: str) -> str:
     return markdown(result(name))
 
 
-def qp_table() -> str:
-    """``python -m benchmarks.bench_qp --summarise``'s table of the committed folds."""
+def qp_table(name: str) -> str:
+    """``python -m benchmarks.bench_qp --summarise``'s table of the committed folds of run ``name``."""
     from benchmarks.bench_qp import table
 
-    return table(result("bench_qp"))
+    return table(result(name))
 
 
 def deep_gp_readme_table() -> str:
@@ -135,7 +135,9 @@ def power_ep_table() -> str:
 
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
-    tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
+    tables: dict[str, Callable[[], str]] = {"bench_qp": lambda: qp_table("bench_qp"),
+                                            "bench_qp_table1": lambda: qp_table("bench_qp_table1"),
+                                            "bench_qp_glass_id": lambda: qp_table("bench_qp_glass_id"), "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
                                             "waits": waits_table, "bench_estimators_defaults": estimators_table,
