@@ -126,6 +126,13 @@ def airline_scale_table() -> str:
     return table(result("bench_airline_scale"))
 
 
+def scaling_table(name: str) -> str:
+    """``python -m benchmarks.bench_scaling``'s table of one committed run (``bench_scaling*.json``)."""
+    from benchmarks.bench_scaling import table
+
+    return table(result(name))
+
+
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
     tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
@@ -135,6 +142,8 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "bench_engine": engine_table, "bench_airline_scale": airline_scale_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
+    for path in sorted(RESULTS.glob("bench_scaling*.json")):
+        tables[path.stem] = lambda stem=path.stem: scaling_table(stem)
     return tables
 
 
