@@ -133,13 +133,21 @@ def scaling_table(name: str) -> str:
     return table(result(name))
 
 
+def weak_scaling_table() -> str:
+    """``python -m benchmarks.bench_weak_scaling``'s table of the committed run."""
+    from benchmarks.bench_weak_scaling import table
+
+    return table(result("bench_weak_scaling"))
+
+
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
     tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
                                             "waits": waits_table, "bench_estimators_defaults": estimators_table,
-                                            "bench_engine": engine_table, "bench_airline_scale": airline_scale_table}
+                                            "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
+                                            "bench_weak_scaling": weak_scaling_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
     for path in sorted(RESULTS.glob("bench_scaling*.json")):
