@@ -18,6 +18,7 @@ learning-rate schedule decays over a run's planned steps and cannot be extended,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
@@ -70,3 +71,15 @@ def grown_entry(log: list[dict[str, Any]], step: int, store: Any, checksum: str,
     rows_before = earlier_versions(store)[checksum]
     return {"step": step, "first_block": rows_before // block_rows if new_rows_only else 0,
             "checksum": store.checksum, "epoch": int(history[-1]["epoch"]) if history else 0}
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A run's frame as an estimator keeps it between ``partial_fit`` calls (and for ``warm_start``): the
+    fields of a :class:`~pep_gp.pipeline.training.manifest.RunManifest` the trainer keeps from it."""
+
+    x_mean: list[float]
+    x_std: list[float]
+    targets: Any  # shift, scale
+    model_binding: dict[str, Any]
+    model_settings: dict[str, Any]

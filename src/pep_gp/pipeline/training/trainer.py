@@ -142,23 +142,31 @@ class Trainer:
         backend: where blocks are computed.
         initial_params: starting params instead of the model's ``init`` (estimators given starting
             values); None for the model's.
+        frame: the frame to keep (``x_mean``, ``x_std``, ``targets``, ``model_binding``, ``model_settings``,
+            as a :class:`~pep_gp.pipeline.training.manifest.RunManifest` has them), instead of the data's
+            own: an estimator's ``partial_fit`` after its first; a run resumed on a grown store finds its own
+            (:mod:`pep_gp.pipeline.training.growth`).
+        rows_represented: the rows the energy's data term stands for (``partial_fit``: every row seen so far);
+            None for the training split's.
 
     Raises:
         InputError: the model does not fit the data, its settings are invalid, or
             ``$PEP_COMPILATION_CACHE`` is not usable (:mod:`pep_gp.pipeline.engine.compilation`).
     """
 
-    def __init__(self, job: TrainJob, backend: Backend, initial_params: Any = None):
+    def __init__(self, job: TrainJob, backend: Backend, initial_params: Any = None, *, frame: Any = None,
+                 rows_represented: int | None = None):
         release_compiled_programs_if_crowded()
         use_compilation_cache()
         self.job = job
         self.spec = spec = job.spec
         store, config = job.store, job.config
-        self.n_total = n_total = store.n_rows("train")
-        self.effective = config.for_rows(n_total)
-        frame = grown_frame(job.run_dir, store)  # a run that trained on an earlier version keeps its frame
+        self.n_rows = n_rows = store.n_rows("train")
+        self.n_total = n_total = rows_represented or n_rows
+        self.effective = config.for_rows(n_rows)
+        frame = frame or grown_frame(job.run_dir, store)  # a run that trained on an earlier version keeps its frame
         if frame is None:
-            self.settings, self.notes = capped_settings(model_settings(spec, config.model, "config"), n_total)
+            self.settings, self.notes = capped_settings(model_settings(spec, config.model, "config"), n_rows)
         else:
             check_growable(config)
             self.settings = model_settings(spec, frame.model_settings or config.model, "the run's checkpoint")
@@ -187,6 +195,19 @@ class Trainer:
         self._initial_params = initial_params
         self._start: StepState | None = None
         self._state: LoopState | None = None
+
+    @property
+    def state(self) -> LoopState | None:
+        """The loop's state after :meth:`run` (None before)."""
+        return self._state
+
+    def continue_from(self, params: Any, opt_state: Any, step: int, epochs: int) -> None:
+        """Start :meth:`run` from ``params`` and ``opt_state`` at ``step`` (``epochs`` completed before), with a
+        new schedule from there as a grown run's (:mod:`~pep_gp.pipeline.training.sampling`): what an
+        estimator's ``partial_fit`` continues from."""
+        self._follow([*self.data_log, {"step": step, "first_block": 0, "checksum": self.job.store.checksum,
+                                       "epoch": epochs}])
+        self._state = LoopState(params, opt_state, np.asarray(self.schedule.key_data, np.uint32), step=step)
 
     def _follow(self, log: list[dict[str, Any]]) -> None:
         """Take the run's ``data_log`` (:mod:`~pep_gp.pipeline.training.growth`): the schedule, the planned
@@ -393,12 +414,13 @@ class Trainer:
         return bool(accepted)
 
     def energy(self, params: Any) -> float:
-        """The energy ``F = G + Σ_blocks L`` of all training rows at ``params`` (one pass over the blocks)."""
+        """The energy ``F = G + Σ_blocks L`` of all training rows at ``params`` (one pass over the blocks; the
+        data term scaled to the rows represented when those are more, as a minibatch's is)."""
         with float64():
             n_total = jnp.asarray(self.n_total, jnp.float64)
             shared = _step_shared(self.model, params, n_total)
             data = self.train.map_sum(DataValue(self.model), (params, shared), range(self.train.source.n_blocks))
-            return float(_global_energy(self.model, params, shared, n_total) + data)
+            return float(_global_energy(self.model, params, shared, n_total) + data * (self.n_total / self.n_rows))
 
     def log_marginal_likelihood(self, params: Any) -> float:
         """The approximate log marginal likelihood of the training targets in their own units: the
