@@ -206,7 +206,7 @@ def _table_source(name: str, paths: Sequence[Path], header: Sequence[str], reque
         else:
             transforms = scan_table(lambda text: chunks(text, used), options, progress)
         columns = [*transforms.input_columns, transforms.target]
-        text = frozenset(transforms.text_columns) | ({transforms.target} if _text_labels(transforms) else frozenset())
+        text = frozenset(transforms.text_columns) | ({transforms.target} if text_labels(transforms) else frozenset())
         return Source(name, description, transforms.feature_names, transforms.target, transforms.task,
                       transforms.n_classes, "0.2", lambda: _transformed(chunks(text, columns), transforms, strict),
                       transforms=transforms)
@@ -253,7 +253,8 @@ def _refuse_unseen(chunk: TableChunk, transforms: Transforms, unseen: dict[str, 
                              "an append keeps the store's classes (ingest every row into a new store to add a class)")
 
 
-def _text_labels(transforms: Transforms) -> bool:
+def text_labels(transforms: Transforms) -> bool:
+    """Whether the class labels are text (the target column is then read as text)."""
     return transforms.labels is not None and label_kind(transforms.labels[0]) == "text"
 
 
