@@ -10,7 +10,8 @@ The bundled 2013 NYC flights (``pep ingest airline --target delayed``: 273,853 f
 classes) in file order, which is date order: the first half is January to about July, the second the rest
 of the year, so the appended rows are of months the first run never saw. The store of the first half takes
 10,000 test rows (the airline default), and the append gives the same fraction of the second half's rows to
-the test split; every NLL below is on the grown store's whole test split, rows neither run trained on.
+the test split; every run's NLL is on the grown store's whole test split, rows no run trained on
+(``before_append``: the first store's test split, before the append).
 Runs (``sparse-gp-classifier``, constant learning rate 0.05, ``tol = 0``):
 
 * ``grown``: ``steps`` steps on the first half, append, ``steps`` more steps over all rows (``--resume``);
