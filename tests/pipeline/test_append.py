@@ -8,9 +8,6 @@ import dataclasses
 import gzip
 import json
 import re
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,6 +21,7 @@ from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.stores import SPLITS, open_store
 from pep_gp.pipeline.errors import InputError
 from tests import datafiles
+from tests.trainstores import held_by_another_process
 
 
 def mnist_parts(directory, sizes):
@@ -151,18 +149,9 @@ def test_a_second_process_cannot_append_while_one_does(tmp_path):
     parts, _ = mnist_parts(tmp_path, [(30, 10), (10, 5)])
     out = tmp_path / "s.zarr"
     ingest(mnist(parts[0]), out, chunk_rows=16)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from pep_gp.pipeline.data.append import hold_store\n"
-        "with hold_store(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)"), str(out)],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(InputError, match=rf"in use by pep ingest --append \(pid {holder.pid}\)"):
+    with held_by_another_process(out, "pep_gp.pipeline.data.append.hold_store") as pid:
+        with pytest.raises(InputError, match=rf"in use by pep ingest --append \(pid {pid}\)"):
             append(mnist(parts[1]), out)
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
-        holder.stdout.close()
     append(mnist(parts[1]), out)  # the lock went with its holder
     assert open_store(out).n_rows("train") == 40 and lock_path(out).exists()
 
