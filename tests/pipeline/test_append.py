@@ -167,3 +167,4 @@ def test_ingest_append_on_the_command_line(city_store):
     refused = runner.invoke(app, ["ingest", "csv", "--input", str(new), "--target", "label", "--append", str(out),
                                   "--test-size", "0.5"])
     assert refused.exit_code != 0 and "--test-size: --append uses the store's own" in refused.output
+

@@ -129,15 +129,26 @@ def artifact_key(out: str) -> str:
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
-    """The summary as a markdown table (also used for the command line's table)."""
+    """The summary as a markdown table (the Prefect artifact's)."""
+    return "| | |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in summary_rows(summary))
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """The summary as aligned plain lines (the command line's)."""
+    rows = summary_rows(summary)
+    width = max(len(key) for key, _ in rows)
+    return "\n".join(f"{key:>{width}}  {value}" for key, value in rows)
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The summary's ``(name, value)`` rows, in the order shown."""
     rows = [("store", summary["store"]), ("source", summary["source"]), ("task", summary["task"]),
             ("rows (train / test)", f"{summary['rows_train']:,} / {summary['rows_test']:,}"),
             ("features", summary["n_features"]), ("classes", summary["n_classes"] or "—"),
             ("class counts (train)", (summary["class_counts"] or {}).get("train", "—")),
             ("rows dropped", summary["rows_dropped_total"])]
     rows += [(f"  dropped: {reason}", count) for reason, count in summary["rows_dropped"].items()]
-    rows += [("checksum", summary["checksum"]), ("seconds", summary["seconds"])]
-    return "| | |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in rows)
+    return rows + [("checksum", summary["checksum"]), ("seconds", summary["seconds"])]
 
 
 def ingest_command(
@@ -218,7 +229,7 @@ def ingest_command(
         rows = f"{summary['rows_train']:,} train and {summary['rows_test']:,} test rows"
         Console().print(f"appended to {summary['store']}, which now holds {rows} ({summary['seconds']:.1f} s)" if append
                         else f"ingested {rows} into {summary['store']} in {summary['seconds']:.1f} s")
-        Console().print(summary_markdown(summary), markup=False)
+        Console().print(summary_text(summary), markup=False, highlight=False)
 
 
 def _check_append_options(**given: Any) -> None:
