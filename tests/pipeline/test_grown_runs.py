@@ -83,6 +83,10 @@ def test_new_rows_only_takes_its_epochs_over_the_new_rows(grown, tmp_path):
     assert trainer.schedule.first_block == 240 // 48 == 5  # the blocks from the first holding new rows
     drawn = sorted({b for s in range(g, result.steps) for b in trainer.schedule.blocks(s)})
     assert drawn == [5, 6, 7, 8] and result.steps == g + 2  # 4 blocks, 2 a step
+    Trainer(TrainJob("sparse-gp-classifier", store, CONFIG, tmp_path / "fresh"), InProcess()).run(until_step=1)
+    with pytest.raises(InputError, match="--new-rows-only: .* has not grown since"):
+        Trainer(TrainJob("sparse-gp-classifier", store, CONFIG, tmp_path / "fresh", new_rows_only=True),
+                InProcess()).run(resume=True)
 
 
 def test_a_store_of_other_data_is_still_refused(grown, tmp_path):

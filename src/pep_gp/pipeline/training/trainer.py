@@ -344,6 +344,9 @@ class Trainer:
             return fresh, None
         state, manifest = restored_state(restored), RunManifest.of(restored.meta)
         log = data_log(manifest)
+        if self.job.new_rows_only and manifest.dataset_checksum == self.job.store.checksum and len(log) == 1:
+            raise InputError(f"--new-rows-only: {self.job.store.path} has not grown since {restored.path} (append rows "
+                             "with `pep ingest … --append` first)")
         if manifest.dataset_checksum != self.job.store.checksum:  # the store grew since this checkpoint
             log.append(grown_entry(log, restored.step, self.job.store, manifest.dataset_checksum,
                                    self.effective.block_rows, self.job.new_rows_only, state.history))
