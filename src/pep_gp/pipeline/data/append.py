@@ -141,6 +141,9 @@ def append(source: Source, out: str | Path, *, seed: int = 0, progress: Progress
     open_store(out)  # refuses a missing or damaged store before anything is locked or read
     with hold_store(out):
         store = open_store(out)  # read again under the lock: an append that held it has swapped in its store
+        if store.attrs.get("chunk_digests") is None:
+            raise InputError(f"--append {out}: the store was written before pep kept per-chunk digests; ingest it "
+                             "again (--overwrite) to append to it")
         fitted = like_store(source, store)
         history = versions(store)
         with staging_directory(out) as work:
