@@ -21,10 +21,9 @@ from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from pep_gp.pipeline.engine import InProcess
 from tests.trainstores import leaves_equal, make_store
 
-SLOW_SETTINGS = {name: {"num_inducing": 5, "hidden_dims": [2]} for name in ("deep-gp", "deep-gp-classifier",
-                                                                            "deep-gp-multiclass")}
-# the default run trains the multi-class deep GP without a hidden layer (its hidden layer: tests/core and the slow run)
-SETTINGS = {**SLOW_SETTINGS, "deep-gp-multiclass": {"num_inducing": 5, "hidden_dims": []}}
+# the multi-class deep GP without a hidden layer (its hidden layer: tests/core, test_distributed, test_train_cli)
+SETTINGS = {"deep-gp": {"num_inducing": 5, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 5, "hidden_dims": [2]},
+            "deep-gp-multiclass": {"num_inducing": 5, "hidden_dims": []}}
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +40,8 @@ def _store(stores, spec):
     return stores["binary"] if spec.n_classes == 2 else stores["multiclass"]
 
 
-def _config(name, settings=SETTINGS, **kw):
-    return TrainConfig(model=settings.get(name, {"num_inducing": 5}), batch_size=64, block_rows=32, learning_rate=0.05,
+def _config(name, **kw):
+    return TrainConfig(model=SETTINGS.get(name, {"num_inducing": 5}), batch_size=64, block_rows=32, learning_rate=0.05,
                        max_steps=6, tol=0, checkpoint_every=2, keep_checkpoints=2, **kw)
 
 
@@ -110,7 +109,7 @@ def test_every_registered_model_end_to_end_at_tiny_sizes(name, stores, tmp_path)
 def test_a_registered_model_steps_masks_checkpoints_and_resumes(name, stores, tmp_path):
     spec = MODELS[name]
     store = _store(stores, spec)
-    trainer = Trainer(TrainJob(name, store, _config(name, SLOW_SETTINGS), None), InProcess())
+    trainer = Trainer(TrainJob(name, store, _config(name), None), InProcess())
     start = trainer.fresh_state()
     assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(start.params))
     assert trainer.step(start) and np.isfinite(start.last_energy)
@@ -133,10 +132,10 @@ def test_a_registered_model_steps_masks_checkpoints_and_resumes(name, stores, tm
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
 
     # checkpoints round-trip, and a run cut at step 3 and resumed ends where an uninterrupted one does
-    whole = train(TrainJob(name, store, _config(name, SLOW_SETTINGS), tmp_path / "whole"))
+    whole = train(TrainJob(name, store, _config(name), tmp_path / "whole"))
     assert whole.steps == 6 and leaves_equal(load_run(tmp_path / "whole").trees["params"], whole.params)
-    train(TrainJob(name, store, _config(name, SLOW_SETTINGS), tmp_path / "cut"), until_step=3)
-    resumed = train(TrainJob(name, store, _config(name, SLOW_SETTINGS), tmp_path / "cut"), resume=True)
+    train(TrainJob(name, store, _config(name), tmp_path / "cut"), until_step=3)
+    resumed = train(TrainJob(name, store, _config(name), tmp_path / "cut"), resume=True)
     assert resumed.steps == 6 and leaves_equal(resumed.params, whole.params)
 
     # its estimator takes exactly the settings of the spec (and the fit fields)

@@ -121,7 +121,7 @@ def test_evaluate_without_a_run(tmp_path):
     pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, marks=pytest.mark.slow),  # QP's sites
     pytest.param("deep-gp-classifier", "store", {}, marks=pytest.mark.slow),
     pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow),
-    pytest.param("deep-gp-multiclass", "three_class_store", {}, marks=pytest.mark.slow),
+    pytest.param("deep-gp-multiclass", "three_class_store", {}, marks=pytest.mark.slow, id="deep-gp-multiclass"),
     pytest.param(MODEL, "store", {"kernel": "matern52"}, marks=pytest.mark.slow, id=f"{MODEL}-matern52"),
     pytest.param("multiclass-sep", "store", {"kernel": "matern52"}, marks=pytest.mark.slow, id="multiclass-sep-matern52")])
 def test_sigkill_then_resume_ends_bit_identical(model, store_name, settings, tmp_path, request):
