@@ -67,15 +67,25 @@ def summarise(runs: dict) -> dict:
             paired = min(len(gp), len(loglik))
             if model != "gp" and paired:
                 diff = np.asarray(loglik[:paired]) - np.asarray(gp[:paired])
-                row |= {"minus_gp": float(diff.mean()), "minus_gp_se": standard_error(diff),
-                        "beats_gp": bool(diff.mean() - 2 * standard_error(diff) > 0) if paired > 1 else None}
+                row |= {"minus_gp": float(diff.mean()), "minus_gp_se": standard_error(diff) if paired > 1 else None}
             summary[dataset][model] = row
     return summary
 
 
-def _pm(mean: float, se: float | None) -> str:
+def _pm(mean: float, se: float | None, sign: str = "") -> str:
     """``mean ± se`` (a single split has no standard error: its JSON holds null)."""
-    return f"{mean:+.3f} ± {se:.3f}" if se is not None else f"{mean:+.3f}"
+    return f"{mean:{sign}.3f} ± {se:.3f}" if se is not None else f"{mean:{sign}.3f}"
+
+
+def verdict(row: dict) -> str:
+    """The paired difference to the GP read at two standard errors."""
+    if row["minus_gp_se"] is None:
+        return "one split"
+    if row["minus_gp"] - 2 * row["minus_gp_se"] > 0:
+        return "beats the GP"
+    if row["minus_gp"] + 2 * row["minus_gp_se"] < 0:
+        return "worse than the GP"
+    return "no better than the GP (within 2 s.e.)"
 
 
 def table(result: dict) -> str:
@@ -88,8 +98,7 @@ def table(result: dict) -> str:
             if model == "gp":
                 versus = "–"
             else:
-                verdict = "beats the GP" if row["beats_gp"] else "does not beat the GP (within 2 s.e.)"
-                versus = f"{_pm(row['minus_gp'], row['minus_gp_se'])}: {verdict}"
+                versus = f"{_pm(row['minus_gp'], row['minus_gp_se'], '+')}: {verdict(row)}"
             rows.append(f"| {dataset} | {LABELS[model]} | {_pm(row['test_loglik'], row['test_loglik_se'])} | {versus} "
                         f"| {_pm(row['test_error'], row['test_error_se'])} | {row['median_seconds']:.1f} "
                         f"| {row['splits']} | {paper[0]:.2f} ± {paper[1]:.2f} |")
