@@ -16,6 +16,7 @@ from pep_gp.core.bank import CholeskyFactor
 from pep_gp.core.models.deep_gp import tied_factor
 from pep_gp.core.models.multiclass import MultiClassGP, MultiClassParams
 from pep_gp.core.models.multiclass_deep_gp import CLASS_NOISE, ClassPairs, MultiClassDeepGP
+from pep_gp.core.psi_statistics import uncertain_input_marginals
 from tests import oracles
 
 CLASSES = 3
@@ -121,6 +122,27 @@ def test_without_a_hidden_layer_it_is_the_direct_multiclass_gp():
     energy, expected = float(jax.jit(model.energy)(params, x, y)), float(jax.jit(reference.energy)(same, x, y))
     assert abs(energy - expected) <= 1e-12 * abs(expected)
     np.testing.assert_allclose(jax.jit(model.predict)(params, x), jax.jit(reference.predict)(same, x), rtol=1e-12)
+
+
+def test_an_identity_hidden_layer_without_noise_gives_the_one_layer_model():
+    """The output layer of a width-2 model fed the rows themselves as a Gaussian of zero variance (the ψ path:
+    a hidden layer fixed to the identity map, no hidden noise) gives the data term and the output GPs'
+    cavities of the one-layer model made of that output layer (whose energy is the multi-class GP's, above)."""
+    model, params, x, y = _problem((2,))
+
+    @jax.jit
+    def both(params):
+        n, one = x.shape[0], params._replace(layers=params.layers[1:])
+        output, alone = model.step_shared(params, n).layers[1], model.step_shared(one, n)
+        identity = uncertain_input_marginals(model.layer_bank(params.layers[1]), output.gaussian, output.pairs, x,
+                                             jnp.zeros_like(x))
+        return (jnp.sum(model.likelihood.log_tilted({}, y, identity.mean, identity.var)),
+                model.data_energy(one, alone, x, y, jnp.ones(n, bool)),
+                output.gaussian.log_normaliser, alone.layers[0].gaussian.log_normaliser)
+
+    through_identity, one_layer, identity_cavities, one_layer_cavities = both(params)
+    np.testing.assert_allclose(through_identity, one_layer, rtol=1e-10)
+    np.testing.assert_allclose(identity_cavities, one_layer_cavities, rtol=1e-12)
 
 
 @pytest.mark.slow  # the default run checks the predictive without a hidden layer (above)
