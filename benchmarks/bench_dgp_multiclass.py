@@ -42,7 +42,8 @@ NAME = "bench_dgp_multiclass"
 
 def fit_one(x, y, train, test, model, args) -> dict:
     clf = MultiClassDeepGPClassifier(hidden_dims=MODELS[model], num_inducing=min(args.inducing, train.size),
-                                     max_iter=args.steps, tol=0, learning_rate=args.learning_rate, seed=args.seed)
+                                     max_iter=args.steps, tol=0, learning_rate=args.learning_rate, seed=args.seed,
+                                     class_noise=args.class_noise)
     start = time.perf_counter()
     clf.fit(x[train], y[train])
     seconds = time.perf_counter() - start
@@ -113,6 +114,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--inducing", type=int, default=20)
     parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--class-noise", type=float, default=1.0, help="the starting latent noise σ_0,c")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--continue", dest="resume", action="store_true", help="keep the splits already in --name")
@@ -125,6 +127,7 @@ def main(argv=None) -> None:
     runs = json.loads(path.read_text())["runs"] if args.resume and path.exists() else {}
     protocol = {"splits": args.splits, "test_size": 0.1, "split_seed": 1, "steps": args.steps, "batch_size": "all rows",
                 "inducing": args.inducing, "learning_rate": args.learning_rate, "seed": args.seed,
+                "class_noise": args.class_noise,
                 "models": {m: list(MODELS[m]) for m in args.models}}
     for dataset in args.datasets:
         data = load(dataset)
