@@ -111,17 +111,21 @@ def test_energy_matches_an_independent_numpy_computation():
 
 
 # ------------------------------------------------------------------------------------------------ limits
-def test_without_a_hidden_layer_it_is_the_direct_multiclass_gp():
-    """No hidden layer (the identity map, no noise): the energy and the predictive are those of
-    :class:`~pep_gp.core.models.multiclass.MultiClassGP` with the same kernels, noises and tied factors."""
+def _without_a_hidden_layer():
+    """A model without a hidden layer and :class:`~pep_gp.core.models.multiclass.MultiClassGP` in direct mode with
+    the same kernels, noises and tied factors."""
     model, params, x, y = _problem(())
     (layer,) = params.layers
     same = MultiClassParams(kernel=layer.kernel, raw_noise=layer.likelihood[CLASS_NOISE], inducing=layer.inducing,
                             factor=CholeskyFactor(*tied_factor(layer)))
-    reference = MultiClassGP(model.class_frequencies, jitter=model.jitter)
+    return model, params, MultiClassGP(model.class_frequencies, jitter=model.jitter), same, x, y
+
+
+def test_without_a_hidden_layer_it_is_the_direct_multiclass_gp():
+    """No hidden layer (the identity map, no noise): the energy is the multi-class GP's."""
+    model, params, reference, same, x, y = _without_a_hidden_layer()
     energy, expected = float(jax.jit(model.energy)(params, x, y)), float(jax.jit(reference.energy)(same, x, y))
     assert abs(energy - expected) <= 1e-12 * abs(expected)
-    np.testing.assert_allclose(jax.jit(model.predict)(params, x), jax.jit(reference.predict)(same, x), rtol=1e-12)
 
 
 def test_an_identity_hidden_layer_without_noise_gives_the_one_layer_model():
@@ -145,8 +149,11 @@ def test_an_identity_hidden_layer_without_noise_gives_the_one_layer_model():
     np.testing.assert_allclose(identity_cavities, one_layer_cavities, rtol=1e-12)
 
 
-@pytest.mark.slow  # the default run checks the predictive without a hidden layer (above)
+@pytest.mark.slow
 def test_predictive_probabilities_are_eq_68_on_the_propagated_moments():
+    """Without a hidden layer, the multi-class GP's predictive; with one, eq. (68) by ``scipy.integrate.quad``."""
+    model, params, reference, same, x, _ = _without_a_hidden_layer()
+    np.testing.assert_allclose(jax.jit(model.predict)(params, x), jax.jit(reference.predict)(same, x), rtol=1e-12)
     model, params, x, _ = _problem((2,))
     log_proba = np.asarray(jax.jit(model.predict)(params, x[:3]))
     mean, var = (np.asarray(v) for v in jax.jit(model.predict_f)(params, x[:3]))
