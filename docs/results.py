@@ -73,6 +73,13 @@ def deep_gp_table() -> str:
     return table([result(name) for name in PAGE_RESULTS])
 
 
+def deep_gp_multiclass_table(name: str) -> str:
+    """``python -m benchmarks.bench_dgp_multiclass --table --name NAME``'s table of a committed run."""
+    from benchmarks.bench_dgp_multiclass import table
+
+    return table(result(name))
+
+
 def multiclass_table(name: str) -> str:
     """``python -m benchmarks.bench_multiclass_uci``'s table of one committed run."""
     from benchmarks.bench_multiclass_uci import table
@@ -143,6 +150,9 @@ def weak_scaling_table() -> str:
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
     tables: dict[str, Callable[[], str]] = {"bench_qp": qp_table, "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
+                                            "bench_dgp_multiclass": lambda: deep_gp_multiclass_table("bench_dgp_multiclass"),
+                                            "bench_dgp_multiclass_noise0.1":
+                                                lambda: deep_gp_multiclass_table("bench_dgp_multiclass_noise0.1"),
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
                                             "waits": waits_table, "bench_estimators_defaults": estimators_table,
