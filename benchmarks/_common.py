@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -42,9 +43,12 @@ def loglog_slope(sizes, seconds) -> float:
     return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])
 
 
-def socket_bytes(pid: int) -> int:
+def socket_bytes(pid: int) -> int | None:
     """Bytes sent plus bytes received so far over the open TCP connections of process ``pid`` (Linux,
-    from ``ss -tinp``: the kernel's counters, so every message and frame on the wire counts)."""
+    from ``ss -tinp``: the kernel's counters, so every message and frame on the wire counts); None where
+    ``ss`` is not installed."""
+    if shutil.which("ss") is None:
+        return None
     lines = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, check=True).stdout.splitlines()
     total, ours = 0, False
     for line in lines:

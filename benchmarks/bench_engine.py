@@ -105,8 +105,9 @@ def task_seconds(backend: Any, run: Any) -> tuple[Any, float, int]:
     return result, sum(max(stop - start for start, stop in group) for group in passes), len(passes)
 
 
-def measure(store_path: Path, inducing: int, cluster: str, steps: int) -> dict[str, Any]:
-    """One backend, one engine (whichever ``pep_gp`` this process imports): the row of the results."""
+def measure(store_path: Path, inducing: int, cluster: str, steps: int, block_rows: int | None = None) -> dict[str, Any]:
+    """One backend, one engine (whichever ``pep_gp`` this process imports): the row of the results.
+    ``block_rows``: rows per block of the 10,000-row step (unset: ``TrainConfig``'s 1,000)."""
     from pep_gp.core import float64
     from pep_gp.pipeline.data.stores import open_store
     from pep_gp.pipeline.engine import connect
@@ -114,7 +115,7 @@ def measure(store_path: Path, inducing: int, cluster: str, steps: int) -> dict[s
     from pep_gp.pipeline.training.config import TrainConfig
     from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
-    config = TrainConfig(model={"num_inducing": inducing})
+    config = TrainConfig(model={"num_inducing": inducing}, block_rows=block_rows)
     backend = connect("none" if cluster == "in-process" else cluster)
     try:
         trainer = Trainer(TrainJob(MODEL, open_store(store_path), config, None), backend)
@@ -151,7 +152,8 @@ def measure(store_path: Path, inducing: int, cluster: str, steps: int) -> dict[s
                 row.update({"workers": workers,
                             "payload_bytes_per_worker": (traffic.sent - sent + traffic.received - received)
                             // (TRAFFIC_STEPS * workers),
-                            "wire_bytes_per_worker": (socket_bytes(os.getpid()) - wire) // (TRAFFIC_STEPS * workers)})
+                            "wire_bytes_per_worker": None if wire is None else
+                            (socket_bytes(os.getpid()) - wire) // (TRAFFIC_STEPS * workers)})
             else:
                 for _ in range(TRAFFIC_STEPS):
                     trainer.step(state)
@@ -162,10 +164,15 @@ def measure(store_path: Path, inducing: int, cluster: str, steps: int) -> dict[s
     return row
 
 
-def run_one(store: Path, inducing: int, cluster: str, steps: int, src: Path) -> dict[str, Any]:
-    """:func:`measure` in a fresh process importing ``pep_gp`` from ``src``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
+def run_one(store: Path, inducing: int, cluster: str, steps: int, src: Path,
+            block_rows: int | None = None) -> dict[str, Any]:
+    """:func:`measure` in a fresh process importing ``pep_gp`` from ``src`` (before the caller's
+    ``PYTHONPATH``, which it keeps)."""
+    path = [str(src), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     command = [sys.executable, "-m", "benchmarks.bench_engine", "--one", str(store), str(inducing), cluster, str(steps)]
+    if block_rows is not None:
+        command += ["--block-rows", str(block_rows)]
     output = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
     if output.returncode:
         raise RuntimeError(f"{cluster}, M = {inducing}, {src}: {output.stderr[-2000:]}")
@@ -253,10 +260,11 @@ def main() -> None:
     parser.add_argument("--one", nargs=4, metavar=("STORE", "M", "BACKEND", "STEPS"),
                         help="one backend (in-process, local:1, local:1:pinned, local:2:pinned, ...) of this tree's "
                              "engine at M inducing points per class: its row as JSON on stdout")
+    parser.add_argument("--block-rows", type=int, help="with --one: rows per block (default 1,000)")
     args = parser.parse_args()
     if args.one:
         store, inducing, cluster, steps = args.one
-        print(json.dumps(measure(Path(store), int(inducing), cluster, int(steps))))
+        print(json.dumps(measure(Path(store), int(inducing), cluster, int(steps), args.block_rows)))
         return
     if args.old_src is None:
         parser.error("--old-src: the src/ directory of the engine to compare with is required")

@@ -32,6 +32,7 @@ FIT_FIELD_HELP = {
     "seed": "seed of the initialisation and of the minibatch order",
     "verbose": "a progress display on stderr",
     "cluster": '`"none"` (this process), `"local:N"`, a scheduler address or a `distributed.Client`',
+    "warm_start": "`fit` starts from the previous fit's parameters and keeps its frame (scikit-learn's `warm_start`)",
 }
 """What each of the estimators' fit fields (``pep_gp.pipeline.estimators.base.FIT_FIELDS``) does; a test
 checks that the names are exactly those fields."""

@@ -73,6 +73,13 @@ def deep_gp_table() -> str:
     return table([result(name) for name in PAGE_RESULTS])
 
 
+def deep_gp_multiclass_table(name: str) -> str:
+    """``python -m benchmarks.bench_dgp_multiclass --table --name NAME``'s table of a committed run."""
+    from benchmarks.bench_dgp_multiclass import table
+
+    return table(result(name))
+
+
 def multiclass_table(name: str) -> str:
     """``python -m benchmarks.bench_multiclass_uci``'s table of one committed run."""
     from benchmarks.bench_multiclass_uci import table
@@ -133,18 +140,38 @@ def power_ep_table() -> str:
     return table(result(NAME))
 
 
+def scaling_table(name: str) -> str:
+    """``python -m benchmarks.bench_scaling``'s table of one committed run (``bench_scaling*.json``)."""
+    from benchmarks.bench_scaling import table
+
+    return table(result(name))
+
+
+def weak_scaling_table() -> str:
+    """``python -m benchmarks.bench_weak_scaling``'s table of the committed run."""
+    from benchmarks.bench_weak_scaling import table
+
+    return table(result("bench_weak_scaling"))
+
+
 def generators() -> dict[str, Callable[[], str]]:
     """Each table a page may mark, by its mark's name."""
     tables: dict[str, Callable[[], str]] = {"bench_qp": lambda: qp_table("bench_qp"),
                                             "bench_qp_table1": lambda: qp_table("bench_qp_table1"),
-                                            "bench_qp_glass_id": lambda: qp_table("bench_qp_glass_id"), "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
+                                            "bench_qp_glass_id": lambda: qp_table("bench_qp_glass_id"),
+                                            "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
+                                            "bench_dgp_multiclass": lambda: deep_gp_multiclass_table("bench_dgp_multiclass"),
+                                            "bench_dgp_multiclass_noise0.1":
+                                                lambda: deep_gp_multiclass_table("bench_dgp_multiclass_noise0.1"),
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
                                             "waits": waits_table, "bench_estimators_defaults": estimators_table,
                                             "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
-                                            "bench_power_ep": power_ep_table}
+                                            "bench_weak_scaling": weak_scaling_table, "bench_power_ep": power_ep_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
+    for path in sorted(RESULTS.glob("bench_scaling*.json")):
+        tables[path.stem] = lambda stem=path.stem: scaling_table(stem)
     return tables
 
 

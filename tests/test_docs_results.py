@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks import bench_dgp_multiclass
 from benchmarks.bench_dgp import PAGE_RESULTS, paired, table as deep_gp_table
 from benchmarks.bench_qp import corrected_standard_error, summarise, table as qp_table
 from benchmarks.compare import markdown
@@ -84,6 +85,14 @@ def test_the_check_command_passes_on_the_committed_pages():
     done = subprocess.run([sys.executable, "-m", "docs.results", "--check"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_multiclass_deep_gp_summary_and_verdicts_are_those_of_its_splits():
+    run = results.result(bench_dgp_multiclass.NAME)
+    assert bench_dgp_multiclass.summarise(run["runs"]) == run["summary"]
+    assert bench_dgp_multiclass.table(run) in page("deep-gp.md")
+    glass = run["summary"]["glass"]["dgp1"]  # the page's claim: D-1-K is worse than the GP on glass
+    assert bench_dgp_multiclass.verdict(glass) == "worse than the GP" and glass["splits"] == 10
 
 
 def test_the_committed_qp_summaries_are_those_of_the_committed_folds():

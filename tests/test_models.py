@@ -21,7 +21,9 @@ from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from pep_gp.pipeline.engine import InProcess
 from tests.trainstores import leaves_equal, make_store
 
-SETTINGS = {"deep-gp": {"num_inducing": 5, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 5, "hidden_dims": [2]}}
+# the multi-class deep GP without a hidden layer (its hidden layer: tests/core, test_distributed, test_train_cli)
+SETTINGS = {"deep-gp": {"num_inducing": 5, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 5, "hidden_dims": [2]},
+            "deep-gp-multiclass": {"num_inducing": 5, "hidden_dims": []}}
 
 
 @pytest.fixture(scope="module")

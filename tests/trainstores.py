@@ -62,12 +62,13 @@ def leaves_equal(a, b) -> bool:
 
 
 @contextlib.contextmanager
-def held_by_another_process(run_dir: Path) -> Iterator[int]:
-    """A second process holding ``run_dir``'s lock (as a running ``pep train`` would) for the block; its pid.
-    SIGKILLed at the end: the kernel releases the lock."""
+def held_by_another_process(run_dir: Path, lock: str = "pep_gp.pipeline.training.lock.hold_run_dir") -> Iterator[int]:
+    """A second process holding ``run_dir``'s lock (as a running ``pep train`` would; or the lock named by
+    ``lock``, e.g. a store's append lock) for the block; its pid. SIGKILLed at the end: the kernel releases it."""
+    module, function = lock.rsplit(".", 1)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from pep_gp.pipeline.training.lock import hold_run_dir\n"
-        "with hold_run_dir(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)"), str(run_dir)],
+        f"import sys, time; from pathlib import Path; from {module} import {function}\n"
+        f"with {function}(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)"), str(run_dir)],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

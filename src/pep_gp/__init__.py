@@ -24,7 +24,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 _ESTIMATORS = ("SparseGPRegressor", "SparseGPClassifier", "MultiClassGPClassifier", "DirectMultiClassGPClassifier",
-               "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier")
+               "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier", "MultiClassDeepGPClassifier")
 _EXPORTS = {
     **{name: "pep_gp.pipeline.estimators.models" for name in _ESTIMATORS},
     "CollapsedGPRegressor": "pep_gp.pipeline.estimators.collapsed",

@@ -1,15 +1,18 @@
 """``pep evaluate --data OTHER.zarr`` in this process: another store's features are matched to the run's by
-name (issue 37, item 3), as ``pep predict`` matches them."""
+name (issue 37, item 3), as ``pep predict`` matches them; ``pep evaluate --input TABLE`` scores a labelled
+table with the run's transformation (issue 42, item 5)."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
+import numpy as np
 import pandas as pd
 from typer.testing import CliRunner
 
 from pep_gp.flows.cli import app
+from tests import datafiles
 
 
 def run(*args):
@@ -82,3 +85,34 @@ def test_evaluate_reports_a_regressors_crps_and_interval_coverage(messy_regresso
     assert {"rmse", "test_nll", "n_test", "crps", "coverage_50", "coverage_90", "coverage_95"} <= metrics.keys()
     assert metrics["crps"] > 0 and metrics["coverage_50"] <= metrics["coverage_90"] <= metrics["coverage_95"]
     assert not (run_dir / "reliability.png").exists()
+
+
+def test_a_labelled_table_is_scored_with_the_runs_transformation(messy_classifier, tmp_path):
+    run_dir = copy_of(messy_classifier.run_dir, tmp_path)
+    labelled = tmp_path / "labelled.csv"
+    datafiles.write_messy_csv(labelled, n_rows=50, seed=7)
+    with labelled.open("a") as file:
+        file.write("c9999;40;Nice;50.0;\n")  # no label: left out (so its city, never seen at ingest, is not counted)
+    result = run("evaluate", "--run-dir", run_dir, "--input", labelled, "--sep", ";", "--json")
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout)
+    # The oracle: pep predict's probabilities of the same rows, scored by hand.
+    assert run("predict", "--run-dir", run_dir, "--input", labelled, "--sep", ";", "--out", tmp_path / "p.csv",
+               "--quiet").exit_code == 0
+    predicted = pd.read_csv(tmp_path / "p.csv").iloc[:50]
+    truth = pd.read_csv(labelled, sep=";")["bought"].iloc[:50]
+    proba = np.where(truth == "yes", predicted["proba_yes"], predicted["proba_no"])
+    assert (metrics["n_test"], metrics["rows_dropped"], metrics["unseen"]) == (50, 1, {})
+    np.testing.assert_allclose(metrics["test_nll"], -np.mean(np.log(proba)), rtol=1e-9)
+    assert metrics["test_error"] == np.mean(predicted["label"] != truth)
+
+
+def test_a_labelled_table_with_a_new_label_or_no_such_column_is_refused(messy_classifier, tmp_path):
+    run_dir = copy_of(messy_classifier.run_dir, tmp_path)
+    labelled = tmp_path / "labelled.csv"
+    datafiles.write_messy_csv(labelled, n_rows=20, seed=7)
+    labelled.write_text(labelled.read_text().replace(";yes\n", ";maybe\n", 1))
+    refused = run("evaluate", "--run-dir", run_dir, "--input", labelled, "--sep", ";")
+    assert refused.exit_code != 0 and "expected one of the labels ['no', 'yes'], found 'maybe'" in refused.output
+    missing = run("evaluate", "--run-dir", run_dir, "--input", labelled, "--sep", ";", "--target", "label")
+    assert missing.exit_code != 0 and "no column 'label' (the --target column)" in missing.output

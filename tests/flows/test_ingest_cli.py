@@ -73,3 +73,12 @@ def test_errors_are_one_line_on_stderr(tmp_path, args, message):
     assert result.stderr.count("\n") == 1 and message in result.stderr
     assert "Traceback" not in result.stderr
     assert datafiles.listing(tmp_path) == {"t.csv"}
+
+
+def test_the_ingest_summary_is_plain_text(tmp_path):
+    """Aligned lines, no Markdown table (issue 42, item 7; the Prefect artifact keeps the table)."""
+    datafiles.write_table(tmp_path / "t.csv", n_rows=50)
+    result = run("csv", "--input", tmp_path / "t.csv", "--target", "label", "--out", tmp_path / "s.zarr")
+    assert result.exit_code == 0, result.output
+    assert "|" not in result.output
+    assert any(line.split() == ["rows", "(train", "/", "test)", "40", "/", "10"] for line in result.output.splitlines())

@@ -14,7 +14,8 @@ from pep_gp.pipeline.training.runs import load_run
 from tests.flows.test_train_cli import pep
 from tests.trainstores import leaves_equal, make_store
 
-SETTINGS = {"deep-gp": {"num_inducing": 6, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 6, "hidden_dims": [2]}}
+SETTINGS = {"deep-gp": {"num_inducing": 6, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 6, "hidden_dims": [2]},
+            "deep-gp-multiclass": {"num_inducing": 6, "hidden_dims": []}}
 
 
 @pytest.mark.slow

@@ -37,6 +37,11 @@ def regression_store(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def three_class_store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("cli-stores") / "three-class.zarr", n_classes=3)
+
+
+@pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli-config") / "fast.toml"
     path.write_text(config_toml(FAST))
@@ -116,6 +121,7 @@ def test_evaluate_without_a_run(tmp_path):
     pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, marks=pytest.mark.slow),  # QP's sites
     pytest.param("deep-gp-classifier", "store", {}, marks=pytest.mark.slow),
     pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow),
+    pytest.param("deep-gp-multiclass", "three_class_store", {}, marks=pytest.mark.slow, id="deep-gp-multiclass"),
     pytest.param(MODEL, "store", {"kernel": "matern52"}, marks=pytest.mark.slow, id=f"{MODEL}-matern52"),
     pytest.param("multiclass-sep", "store", {"kernel": "matern52"}, marks=pytest.mark.slow, id="multiclass-sep-matern52")])
 def test_sigkill_then_resume_ends_bit_identical(model, store_name, settings, tmp_path, request):

@@ -69,14 +69,15 @@ class Projected(NamedTuple):
 
 
 def _whitened(prior: PriorFactors, factor: CholeskyFactor, scales: tuple):
-    """For each ``s`` of ``scales`` (scalars): ``R = chol(I + s LᵀΛL)``, ``R⁻¹`` and ``c = R⁻¹ s Lᵀη`` per GP,
-    ``LᵀΛL`` formed once and all the factorisations run as one loop."""
+    """For each ``s`` of ``scales`` (a scalar, or one per GP ``[G]``): ``R = chol(I + s LᵀΛL)``, ``R⁻¹`` and
+    ``c = R⁻¹ s Lᵀη`` per GP, ``LᵀΛL`` formed once and all the factorisations run as one loop."""
     root = jnp.swapaxes(prior.chol, -1, -2) @ jnp.tril(factor.chol)  # LᵀL_Λ, [G, M, M]
     precision = root @ jnp.swapaxes(root, -1, -2)
     eye = jnp.eye(root.shape[-1], dtype=root.dtype)
-    chol, inverse = cholesky_and_inverse(jnp.concatenate([eye + s * precision for s in scales]))
+    per_gp = lambda s, trailing: s if jnp.ndim(s) == 0 else jnp.reshape(s, (-1,) + (1,) * trailing)
+    chol, inverse = cholesky_and_inverse(jnp.concatenate([eye + per_gp(s, 2) * precision for s in scales]))
     shift = jnp.einsum("gnm,gn->gm", prior.chol, factor.shift)  # Lᵀη
-    whitened = jnp.einsum("gmn,gn->gm", inverse, jnp.concatenate([s * shift for s in scales]))
+    whitened = jnp.einsum("gmn,gn->gm", inverse, jnp.concatenate([per_gp(s, 1) * shift for s in scales]))
     return [tuple(part[i * len(shift):(i + 1) * len(shift)] for part in (chol, inverse, whitened))
             for i in range(len(scales))]
 
@@ -98,7 +99,7 @@ def projected_gaussians(prior: PriorFactors, factor: CholeskyFactor, scale) -> P
 
 
 def cavities_and_posteriors(prior: PriorFactors, factor: CholeskyFactor, scale) -> tuple[Projected, jnp.ndarray]:
-    """The cavities ``p_g·t_g^s`` as :func:`projected_gaussians`, and ``φ(q_g) − φ(p_g)`` ``[G]`` of the
+    """The cavities ``p_g·t_g^s`` (``s`` a scalar or ``[G]``) as :func:`projected_gaussians`, and ``φ(q_g) − φ(p_g)`` ``[G]`` of the
     posteriors ``q_g = p_g·t_g``, from one loop of factorisations."""
     cavity, posterior = _whitened(prior, factor, (scale, 1.0))
     return _projected(prior, *cavity), _log_normaliser(posterior[0], posterior[2])

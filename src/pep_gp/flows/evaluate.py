@@ -1,5 +1,6 @@
 """The flow ``pep-evaluate`` and the ``pep evaluate`` command: held-out metrics of a run's newest
-checkpoint, on the store it was trained on or another one with the same features (matched by name)."""
+checkpoint, on the store it was trained on, another one with the same features (matched by name), or a
+labelled CSV or Parquet table read with the run's transformation (``--input … --target COLUMN``)."""
 
 from __future__ import annotations
 
@@ -15,30 +16,37 @@ from .options import (ClusterOption, JsonFlag, PrefectFlag, RunDirOption, TlsCaF
 from .reports import plot_reliability, publish_evaluation, write_metrics
 from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
 from .train import is_transient
+from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
 from ..pipeline.training.lock import hold_run_dir
 
 
-def evaluate_metrics(run_dir: str, data: str | None, cluster: str) -> dict[str, Any]:
-    """The held-out metrics of :func:`~pep_gp.pipeline.training.runs.evaluate` on a connected backend."""
+def evaluate_metrics(run_dir: str, data: str | None, cluster: str, table: str | None = None,
+                     target: str | None = None, sep: str | None = None) -> dict[str, Any]:
+    """The held-out metrics of :func:`~pep_gp.pipeline.training.runs.evaluate` (or with ``table``,
+    :func:`~pep_gp.pipeline.training.runs.evaluate_table`) on a connected backend."""
     from ..pipeline.engine import connect
-    from ..pipeline.training.runs import evaluate
+    from ..pipeline.training.runs import evaluate, evaluate_table
 
     backend = connect(cluster)
     try:
+        if table is not None:
+            return evaluate_table(Path(run_dir), table, target, sep, backend)
         return evaluate(Path(run_dir), data, backend)
     finally:
         backend.close()
 
 
-def evaluate_run(run_dir: str, data: str | None = None, cluster: str = "none") -> dict[str, Any]:
+def evaluate_run(run_dir: str, data: str | None = None, cluster: str = "none", table: str | None = None,
+                 target: str | None = None, sep: str | None = None) -> dict[str, Any]:
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (default:
-    the training store); written to ``run_dir/metrics.json``, with a classifier's reliability diagram in
-    ``run_dir/reliability.png`` (holding the run directory's lock: not while a training writes them), and
-    under Prefect published as ``evaluate-<run>``."""
+    the training store), or on the labelled ``table`` (its ``target`` column, default the run's); written
+    to ``run_dir/metrics.json``, with a classifier's reliability diagram in ``run_dir/reliability.png``
+    (holding the run directory's lock: not while a training writes them), and under Prefect published as
+    ``evaluate-<run>``."""
     compute = prefect_objects("evaluate_task") if in_prefect_run() else evaluate_metrics
     with hold_run_dir(Path(run_dir), "pep evaluate", create=False):
-        metrics = {"run_dir": run_dir, **compute(run_dir, data, cluster)}
+        metrics = {"run_dir": run_dir, **compute(run_dir, data, cluster, table, target, sep)}
         if "reliability" in metrics:
             metrics["reliability_plot"] = str(plot_reliability(Path(run_dir), metrics))
         write_metrics(Path(run_dir), metrics)
@@ -62,6 +70,12 @@ def evaluate_command(
     data: Annotated[str | None, typer.Option(help="Store to evaluate on: a path or fsspec URL (default: "
                                                   "the training store, if the run names a local path); its "
                                                   "features are matched to the run's by name.")] = None,
+    table: Annotated[Path | None, typer.Option(
+        "--input", help="A labelled CSV or Parquet table to evaluate on instead of a store: read with the run's "
+                        "transformation, its columns checked as `pep predict --input` checks them.")] = None,
+    target: Annotated[str | None, typer.Option(
+        help="With --input: the column of labels or targets (default: the run's target column).")] = None,
+    sep: Annotated[str | None, typer.Option(help="With --input: the CSV field separator (default ',').")] = None,
     cluster: ClusterOption = "none",
     json_output: JsonFlag = False,
     tls_ca_file: TlsCaFile = None,
@@ -74,6 +88,10 @@ def evaluate_command(
     Test error / RMSE and NLL, with the Brier score, the expected calibration error and a reliability diagram
     (classifiers) or the CRPS and the coverage of central intervals (regressors)."""
     with user_errors("pep evaluate"):
+        if table is not None and data is not None:
+            raise InputError("--input/--data: expected one of them (a labelled table, or a store)")
+        if table is None and (target is not None or sep is not None):
+            raise InputError(f"{'--target' if target is not None else '--sep'}: reads a table: pass --input too")
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         from ..pipeline.training.runs import Run  # JAX: after the cheap checks
 
@@ -82,12 +100,17 @@ def evaluate_command(
         if prefect_requested(prefect):
             prefect_quietly()
             run = prefect_objects("evaluate_flow")
-        metrics = run(str(run_dir), None if data is None else str(data), cluster)
+        metrics = run(str(run_dir), None if data is None else str(data), cluster,
+                      None if table is None else str(table), target, sep)
     if json_output:
         typer.echo(dumps(metrics))
     else:
         shown = {key: value for key, value in metrics.items() if not isinstance(value, dict)}  # bins: JSON, PNG
         Console().print("\n".join(f"{key:>16}  {value}" for key, value in shown.items()), markup=False)
+        if metrics.get("unseen"):
+            from ..pipeline.predict import unseen_warning
+
+            typer.echo(f"pep evaluate: warning: {unseen_warning(metrics['unseen'])}", err=True)
     broken = [name for name in ("test_error", "test_nll", "rmse") if not math.isfinite(metrics.get(name, 0.0))]
     if broken:  # reported above (null in JSON); a model that predicts nothing finite is no success
         typer.echo(f"pep evaluate: error: non-finite {', '.join(broken)} at step {metrics['step']} of "

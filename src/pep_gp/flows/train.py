@@ -68,7 +68,8 @@ def summarise(job: Any, cluster: str, result: Any) -> dict[str, Any]:
 
 
 def train_run(model: str, data: str, run_dir: str, config: dict[str, Any] | None = None,
-              cluster: str = "none", resume: bool = False, segment_epochs: int = 1) -> dict[str, Any]:
+              cluster: str = "none", resume: bool = False, segment_epochs: int = 1,
+              new_rows_only: bool = False) -> dict[str, Any]:
     """Train ``model`` on the store ``data`` into ``run_dir``.
 
     Args:
@@ -77,9 +78,11 @@ def train_run(model: str, data: str, run_dir: str, config: dict[str, Any] | None
         run_dir: run directory (checkpoints, plot, metrics).
         config: :class:`~pep_gp.pipeline.training.config.TrainConfig` fields; defaults for the rest.
         cluster: ``none``, ``local:N`` or ``tcp://HOST:PORT``.
-        resume: continue from the newest checkpoint of ``run_dir``.
+        resume: continue from the newest checkpoint of ``run_dir`` (also one trained on an earlier version
+            of a store grown by ``pep ingest --append``: :mod:`pep_gp.pipeline.training.growth`).
         segment_epochs: epochs per ``train-segment`` task, and at least ``checkpoint_every`` steps (on a
             store smaller than a batch every step is an epoch: a segment per step wrote a checkpoint per step).
+        new_rows_only: resumed on a grown store, take the epochs over the rows added since the checkpoint only.
 
     Returns:
         The summary (see :func:`summarise`).
@@ -87,7 +90,7 @@ def train_run(model: str, data: str, run_dir: str, config: dict[str, Any] | None
     from ..pipeline.engine import connect
     from ..pipeline.training.trainer import Trainer, TrainJob
 
-    job = TrainJob(model, open_store(data), TrainConfig(**(config or {})), Path(run_dir))
+    job = TrainJob(model, open_store(data), TrainConfig(**(config or {})), Path(run_dir), new_rows_only)
     reporter, log = progress_reporter.get(), _logger()
     segment_fn = prefect_objects("train_segment_task") if in_prefect_run() else train_segment
 
@@ -154,7 +157,12 @@ def train_command(
     set_: Annotated[list[str] | None, typer.Option("--set", help="A config setting KEY=VALUE, e.g. model.alpha=0.5 "
                                                               "(repeatable; validated like the config file).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the newest complete checkpoint of "
-                                              "--run-dir (its config unless --config is given).")] = False,
+                                              "--run-dir (its config unless --config is given); on a store "
+                                              "grown by `pep ingest --append` since, over the old and new rows, "
+                                              "--epochs/--max-steps counted from there.")] = False,
+    new_rows_only: Annotated[bool, typer.Option(
+        help="With --resume on a grown store: take the epochs over the rows added since the checkpoint only "
+             "(their energy scaled to all rows).")] = False,
     json_output: JsonFlag = False,
     quiet: QuietFlag = False,
     tls_ca_file: TlsCaFile = None,
@@ -167,6 +175,8 @@ def train_command(
 ) -> None:
     """Train a model on a store, with checkpoints; resumable with --resume."""
     with user_errors("pep train"):
+        if new_rows_only and not resume:
+            raise InputError("--new-rows-only: continues a run on a grown store; pass --resume too")
         store = open_store(data)
         overrides = {"epochs": epochs, "max_steps": max_steps, "batch_size": batch_size,
                      "learning_rate": learning_rate, "seed": seed}
@@ -186,7 +196,8 @@ def train_command(
             prefect_quietly()
             run = prefect_objects("train_flow")
         with training_display(enabled=not (quiet or json_output)):
-            summary = run(model, store.path, str(run_dir), settings.model_dump(), cluster, resume)
+            summary = run(model, store.path, str(run_dir), settings.model_dump(), cluster, resume,
+                          new_rows_only=new_rows_only)
     if json_output:
         typer.echo(dumps(summary))
     elif not quiet:

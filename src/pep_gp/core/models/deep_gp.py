@@ -149,6 +149,15 @@ class DeepGP:
             variance=Positive(jnp.broadcast_to(variance.raw, (width,)), variance.fixed))
         return bank.Bank(kernel, layer.inducing, self.jitter * kernel.variance.value)
 
+    @property
+    def output_width(self) -> int:
+        """GPs in the last layer: one (its likelihood's latent ``f_L``)."""
+        return 1
+
+    def factor_counts(self, params: DeepGPParams, n_total):
+        """The number of tied factors of each GP: the ``N`` rows' likelihoods, the same for every GP."""
+        return n_total
+
     # ----------------------------------------------------------------------------------------------
     def init(self, x, hidden_dims: tuple = (), num_inducing: int = 100, *, likelihood_params: dict | None = None,
              noise_variance: float = 0.01, share_hypers: bool = False, seed: int = 0) -> DeepGPParams:
@@ -167,7 +176,7 @@ class DeepGP:
             first_z = x[rng.choice(x.shape[0], num_inducing, replace=False)]
         else:
             first_z = kmeans_inducing(x, num_inducing, seed)
-        widths, inputs = (*hidden_dims, 1), (x.shape[1], *hidden_dims)
+        widths, inputs = (*hidden_dims, self.output_width), (x.shape[1], *hidden_dims)
         layers = []
         for index, (width, dims) in enumerate(zip(widths, inputs)):
             first = index == 0
@@ -217,14 +226,15 @@ class DeepGP:
         cavity, not ``q``, inside ``log Z̃``), and the posteriors' log-normalisers, from one loop of
         factorisations over all GPs."""
         prior, factor = self._stacked(params)
-        cavity, posterior = cavities_and_posteriors(prior, factor, 1.0 - self.alpha / n_total)
+        cavity, posterior = cavities_and_posteriors(prior, factor, 1.0 - self.alpha / self.factor_counts(params, n_total))
         return StepShared(self._split(params, prior, cavity), posterior)
 
     def global_energy(self, params: DeepGPParams, shared: StepShared, n_total):
-        """``Σ_{l,g} φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))``, the log-normaliser part of the boxed ``F``."""
+        """``Σ_{l,g} φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))``, the log-normaliser part of the boxed ``F`` (``N`` the
+        GP's :meth:`factor_counts`)."""
         posterior = shared.posterior_log_normaliser
         cavity = jnp.concatenate([inputs.gaussian.log_normaliser for inputs in shared.layers])
-        return jnp.sum(posterior + (n_total / self.alpha) * (cavity - posterior))
+        return jnp.sum(posterior + (self.factor_counts(params, n_total) / self.alpha) * (cavity - posterior))
 
     def data_energy(self, params: DeepGPParams, shared: StepShared, x, y, mask):
         """``Σ_n mask_n (1/α) log Z̃_n`` of one block, moments propagated under the cavities; rows with
@@ -247,7 +257,12 @@ class DeepGP:
 
     # ----------------------------------------------------------------------------------------------
     def propagate(self, params: DeepGPParams, inputs: tuple[LayerInputs, ...], x):
-        """Mean and variance ``[B]`` of the output GP's latent ``f_L`` at rows ``x``, each layer's ``u``
+        """Mean and variance ``[B]`` of the output GP's latent ``f_L`` at rows ``x`` (:meth:`output_marginals`)."""
+        marginals = self.output_marginals(params, inputs, x)
+        return marginals.mean[:, 0], marginals.var[:, 0]
+
+    def output_marginals(self, params: DeepGPParams, inputs: tuple[LayerInputs, ...], x) -> bank.Marginals:
+        """Mean and variance ``[B, G_L]`` of the last layer's GPs at rows ``x``, each layer's ``u``
         distributed as in ``inputs`` (cavities in training, ``q`` in prediction): one moment-matching
         pass (Bui et al. 2016, App. D eqs. 1–7); hidden outputs are diagonal Gaussians with their noise added."""
         first = inputs[0]
@@ -256,7 +271,7 @@ class DeepGP:
             var = marginals.var + Gaussian.noise_variance(previous.likelihood)
             marginals = uncertain_input_marginals(self.layer_bank(layer), layer_in.gaussian, layer_in.pairs,
                                                   marginals.mean, var)
-        return marginals.mean[:, 0], marginals.var[:, 0]
+        return marginals
 
     def posteriors(self, params: DeepGPParams) -> tuple[LayerInputs, ...]:
         """Every layer's :class:`LayerInputs` under ``q``."""

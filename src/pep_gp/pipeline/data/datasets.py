@@ -83,8 +83,11 @@ class ArrayData:
     def n_rows(self, split: str) -> int:
         return self.x.shape[0] if split == "train" else 0
 
-    def blocks(self, split: str, block_rows: int, targets: TargetScaling, standardize: bool = True) -> ArrayBlocks:
-        """The blocks of the training split (``split`` must be ``"train"``)."""
+    def blocks(self, split: str, block_rows: int, targets: TargetScaling, standardize: bool = True,
+               statistics: Any = None) -> ArrayBlocks:
+        """The blocks of the training split (``split`` must be ``"train"``), standardised with ``statistics``'
+        ``x_mean``/``x_std`` when given (an estimator's from its first ``partial_fit``), else the arrays' own."""
         if split != "train":
             raise ValueError(f"in-memory data has only a training split, not {split!r}")
-        return ArrayBlocks(self.x, self.y, block_rows, *input_statistics(self.attrs, standardize), targets)
+        frame = self.attrs if statistics is None else statistics
+        return ArrayBlocks(self.x, self.y, block_rows, *input_statistics(frame, standardize), targets)

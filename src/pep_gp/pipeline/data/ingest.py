@@ -292,10 +292,18 @@ def publish(staged: Staged, written: Written, source: Source, out: Path, overwri
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **({} if staged.transforms is None else {"transforms": staged.transforms}),
     }
+    attrs["versions"] = [first_version(attrs)]
     finish_store(staged.work, attrs)
     check_destination(out, overwrite)
     swap_into_place(staged.work, out)
     return attrs
+
+
+def first_version(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The record of a store's first version, as :func:`publish` writes it into attribute ``versions``
+    (:mod:`pep_gp.pipeline.data.append` adds one per append)."""
+    return {"version": 1, "created_at": attrs["created_at"], "source": dict(attrs["source"]),
+            "rows_added": {"train": attrs["n_train"], "test": attrs["n_test"]}, "checksum": attrs["checksum"]}
 
 
 def ingest(source: Source, out: str | Path, *, chunk_rows: int | None = None,

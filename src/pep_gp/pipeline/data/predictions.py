@@ -30,7 +30,7 @@ from ..errors import InputError
 from ..files import publish_new, sigterm_as_exit
 from .frames import TableChunk
 from .sources.base import require_file
-from .sources.tables import check_columns, csv_chunks, csv_header, parquet_chunks, parquet_header
+from .sources.tables import check_columns, csv_chunks, csv_header, parquet_chunks, parquet_header, text_labels
 from .stores import SPLITS, feature_order, open_store
 from .transforms import Transforms
 
@@ -77,14 +77,16 @@ def table_kind(path: Path) -> str | None:
     return TABLE_SUFFIXES.get(suffixes[-1]) if suffixes else None
 
 
-def open_input(path: Path, transforms: Transforms, sep: str | None = None, split: str = "all") -> PredictInput:
-    """The rows to predict, their columns checked against the run's.
+def open_input(path: Path, transforms: Transforms, sep: str | None = None, split: str = "all",
+               target: str | None = None) -> PredictInput:
+    """The rows to predict (or, with ``target``, to score), their columns checked against the run's.
 
     Args:
         path: a CSV or Parquet file, or a pep store (a directory).
         transforms: the run's transformation (feature and id columns).
         sep: the CSV field separator (default ``,``).
         split: a store's split to predict: ``all`` (train then test), ``train`` or ``test``.
+        target: a table's column of labels or targets, read too (``pep evaluate --input``); None for none.
 
     Raises:
         InputError: no such file, an unknown kind, a missing feature or id column (with the closest
@@ -97,6 +99,8 @@ def open_input(path: Path, transforms: Transforms, sep: str | None = None, split
     if path.is_dir():
         if sep is not None:
             raise InputError(f"--sep: {path} is a store, not a CSV file")
+        if target is not None:
+            raise InputError(f"--input {path}: a store holds its own labels; evaluate on it with --data")
         return _store_input(path, transforms, split)
     if split != "all":
         raise InputError(f"--split: {path} is a table, not a store")
@@ -104,8 +108,9 @@ def open_input(path: Path, transforms: Transforms, sep: str | None = None, split
     if kind is None:
         raise InputError(f"--input {path}: expected a .csv (or compressed .csv.gz, …), .parquet or a pep store "
                          "directory")
-    columns = [*transforms.id_columns, *transforms.input_columns]
-    text = frozenset([*transforms.text_columns, *transforms.id_columns])
+    labels = [] if target is None else [target]
+    columns = [*transforms.id_columns, *transforms.input_columns, *labels]
+    text = frozenset([*transforms.text_columns, *transforms.id_columns, *(labels if text_labels(transforms) else [])])
     if kind == "csv":
         header = csv_header(path, sep or ",")
         chunks = partial(csv_chunks, [path], columns, text, sep or ",")
@@ -115,7 +120,7 @@ def open_input(path: Path, transforms: Transforms, sep: str | None = None, split
         header = parquet_header(path)
         chunks = partial(parquet_chunks, [path], columns, text)
     check_columns(path, header, {"an --id column of the run's data": transforms.id_columns,
-                                 "a feature of the run": transforms.input_columns})
+                                 "a feature of the run": transforms.input_columns, "the --target column": labels})
     return PredictInput(str(path), kind, chunks, None)
 
 

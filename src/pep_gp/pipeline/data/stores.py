@@ -277,11 +277,12 @@ class Store:
         """Number of rows of ``split``."""
         return self._attrs["n_train" if split == "train" else "n_test"]
 
-    def blocks(self, split: str, block_rows: int, targets: Any, standardize: bool = True) -> Any:
-        """The fixed-size training blocks of ``split`` (:class:`~pep_gp.pipeline.data.blocks.BlockSource`)."""
+    def blocks(self, split: str, block_rows: int, targets: Any, standardize: bool = True, statistics: Any = None) -> Any:
+        """The fixed-size training blocks of ``split`` (:class:`~pep_gp.pipeline.data.blocks.BlockSource`),
+        standardised with ``statistics``' ``x_mean``/``x_std`` when given (a run's own), else the store's."""
         from .blocks import BlockSource  # JAX: not for ingest or --help
 
-        return BlockSource.of(self, split, block_rows, targets, standardize)
+        return BlockSource.of(self, split, block_rows, targets, standardize, statistics)
 
     def n_chunks(self, split: str) -> int:
         """Number of chunks of ``split``."""

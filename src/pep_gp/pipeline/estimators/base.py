@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,6 +30,7 @@ import numpy as np
 from pydantic import ValidationError
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ...core import float64
@@ -44,6 +46,7 @@ from ..engine import connected
 from ..training import checkpoint
 from ..training.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
 from ..training.display import both, progress_display
+from ..training.growth import Frame
 from ..training.trainer import Trainer, TrainJob, TrainResult
 
 FIT_FIELDS: dict[str, Any] = {
@@ -54,13 +57,15 @@ FIT_FIELDS: dict[str, Any] = {
     "seed": 0,
     "verbose": False,
     "cluster": "none",
+    "warm_start": False,
 }
 """The fit fields every estimator has besides its spec's settings, with the defaults of ``pep train``:
 ``max_iter`` (the most steps), ``tol`` (the stopping rule, :mod:`pep_gp.pipeline.training.stopping`; 0 runs
 all ``max_iter`` steps), ``learning_rate`` (Adam), ``batch_size`` (rows per step; None: all rows),
-``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr) and ``cluster``
-(``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``). A model's own training defaults
-replace these (:func:`fit_fields`)."""
+``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr), ``cluster``
+(``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``) and ``warm_start`` (scikit-learn's:
+``fit`` starts from the previous fit's parameters, in its frame, :meth:`GPEstimator.fit`). A model's own training
+defaults replace these (:func:`fit_fields`)."""
 
 CONFIG_NAMES = {"max_iter": "max_steps"}
 """The fit fields whose :class:`~pep_gp.pipeline.training.config.TrainConfig` field has another name."""
@@ -120,12 +125,21 @@ class FittedGP(BaseEstimator):
                                  for e in error.errors())
             raise ValueError(f"{type(self).__name__}: {problems}") from None
 
-    def _training_data(self, X, y) -> ArrayData:
-        """Validated training data (sets ``n_features_in_``, ``feature_names_in_``, ``classes_``)."""
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=not self._is_classifier)
-        if self._is_classifier:
+    def _training_data(self, X, y, classes: np.ndarray | None = None, reset: bool = True) -> ArrayData:
+        """Validated training data (sets ``n_features_in_``, ``feature_names_in_`` when ``reset``, else checks
+        them; sets ``classes_``: ``y``'s labels, or ``classes`` when given, which every label must be among)."""
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=not self._is_classifier, reset=reset)
+        if self._is_classifier and classes is None:
             self.classes_, labels = check_class_labels(y, binary=self._binary)
             return ArrayData(X, labels, "classification", int(self.classes_.size))
+        if self._is_classifier:
+            labels = np.searchsorted(classes, y)
+            unknown = np.unique(y[(labels >= classes.size) | (classes[np.minimum(labels, classes.size - 1)] != y)])
+            if unknown.size:
+                raise ValueError(f"{type(self).__name__}: y has labels {unknown.tolist()} not among classes "
+                                 f"{classes.tolist()}")
+            self.classes_ = classes
+            return ArrayData(X, labels.astype(np.int64), "classification", int(classes.size))
         return ArrayData(X, np.asarray(y, dtype=np.float64), "regression")
 
     def _predictive(self):
@@ -294,29 +308,103 @@ class GPEstimator(FittedGP):
                                  for e in error.errors())
             raise ValueError(f"{type(self).__name__}: {problems}") from None
 
+    _streams: ClassVar[bool] = True  # trained in minibatches over its rows: partial_fit is offered
+
     def fit(self, X, y):
         """Fit the model by maximising its energy (the approximate log marginal likelihood) with the trainer:
         until the stopping rule says converged or ``max_iter`` steps (a ``ConvergenceWarning`` then). A fit
         that collapsed far below its best energy keeps its best parameters, warns (``ConvergenceWarning``)
-        and has ``converged_`` False (:mod:`pep_gp.pipeline.training.stopping`)."""
-        data = self._training_data(X, y)
+        and has ``converged_`` False (:mod:`pep_gp.pipeline.training.stopping`).
+
+        With ``warm_start=True`` on a fitted estimator, the fit starts from its parameters (a new Adam state,
+        steps counted from 0) and keeps its frame: the inputs' standardisation, the targets' scaling, the
+        model's settings and classes of the first fit (new data is standardised as the old was, so the
+        parameters keep their meaning; a label outside ``classes_`` is refused)."""
+        warm = bool(self.warm_start) and hasattr(self, "params_")
+        data = self._training_data(X, y, classes=self.classes_ if warm and self._is_classifier else None,
+                                   reset=not warm)
         config = self._config(data.n_rows("train"))
+        with self._trainer(data, config, warm_from=self if warm else None) as (trainer, progress, energies):
+            result = trainer.run(progress=progress)
+            self._set_fitted(trainer, result, np.asarray(energies))
+        self.n_rows_seen_, self._stream_epochs = data.n_rows("train"), 0
+        self._fitted_on(data)
+        return self
+
+    @available_if(lambda self: self._streams)
+    def partial_fit(self, X, y, classes=None):
+        """One pass (epoch) of training steps over the rows ``X, y``, continuing from the previous
+        ``partial_fit``: stochastic EP over a stream (Li, Hernández-Lobato & Turner 2015), as ``pep train
+        --resume --new-rows-only`` takes on a grown store.
+
+        The first call fixes the frame (the inputs' standardisation and the targets' scaling of its rows, the
+        model's settings, and for a classifier ``classes``, required on the first call as in scikit-learn's
+        ``SGDClassifier``); each call's steps (``ceil(rows / batch_size)``) continue the step count and the
+        Adam state, its minibatch order drawn as a grown run's (:mod:`pep_gp.pipeline.training.sampling`), and
+        its energy's data term is scaled to every row seen so far (the tied factor stands for them all).
+        One call on fresh data takes exactly the steps of ``fit`` with ``max_iter`` one epoch and ``tol=0``; a
+        call after ``fit`` continues from its parameters, in its frame, counting the rows it was fitted on.
+
+        Args:
+            X: inputs [n, D].
+            y: labels (within ``classes``) or targets [n].
+            classes: classifiers: every label the stream may hold, on the first call (later: None or the same).
+
+        Raises:
+            ValueError: no ``classes`` on a classifier's first call, other ``classes`` later, a label outside
+                them, or inputs of another width than the first call's.
+        """
+        first = not hasattr(self, "n_rows_seen_")
+        if self._is_classifier:
+            classes = self._stream_classes(classes, first)
+        data = self._training_data(X, y, classes=classes, reset=first)
+        config = self._config(data.n_rows("train")).model_copy(update={"epochs": 1, "max_steps": None})
+        seen = data.n_rows("train") + (0 if first else self.n_rows_seen_)
+        with self._trainer(data, config, stream_from=None if first else self, rows_represented=seen) as (
+                trainer, progress, energies):
+            result = trainer.run(progress=progress)
+            before = np.zeros(0) if first else self.energy_trace_
+            self._set_fitted(trainer, result, np.concatenate([before, energies]), warn=False)
+        self.n_rows_seen_ = seen
+        self._stream_epochs = 1 if first else self._stream_epochs + 1
+        self._fitted_on(data)
+        return self
+
+    def _stream_classes(self, classes, first: bool) -> np.ndarray:
+        """``partial_fit``'s classes: required (and checked) on the first call, the same ones later."""
+        if first and classes is None:
+            raise ValueError(f"{type(self).__name__}: classes must be passed on the first call to partial_fit "
+                             "(every label the stream may hold)")
+        if first:
+            return check_class_labels(np.asarray(classes), binary=self._binary)[0]
+        if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+            raise ValueError(f"{type(self).__name__}: classes={np.unique(classes).tolist()} is not the same as on the "
+                             f"first call to partial_fit ({self.classes_.tolist()})")
+        return self.classes_
+
+    @contextmanager
+    def _trainer(self, data: ArrayData, config: TrainConfig, *, warm_from: "GPEstimator | None" = None,
+                 stream_from: "GPEstimator | None" = None, rows_represented: int | None = None):
+        """The trainer of a fit (``warm_from``: starting at a fitted estimator's parameters, in its frame;
+        ``stream_from``: continuing its ``partial_fit``), its progress callback and the step energies."""
         energies: list[float] = []
 
         def record(event: str, **info: Any) -> None:
             if event == "step":
                 energies.append(info["energy"])
 
+        previous = warm_from or stream_from
         with connected(self.cluster) as backend, progress_display(bool(self.verbose), type(self).__name__) as show:
-            progress = both(record, show)
             try:
-                trainer = Trainer(TrainJob(self.spec, data, config, None), backend)
+                trainer = Trainer(TrainJob(self.spec, data, config, None), backend,
+                                  None if warm_from is None else warm_from.params_,
+                                  frame=None if previous is None else previous._frame, rows_represented=rows_represented)
             except InputError as error:
                 raise ValueError(f"{type(self).__name__}: {error}") from None
-            result = trainer.run(progress=progress)
-            self._set_fitted(trainer, result, np.asarray(energies))
-        self._fitted_on(data)
-        return self
+            if stream_from is not None:
+                trainer.continue_from(stream_from.params_, stream_from._opt_state, int(stream_from.n_iter_),
+                                      stream_from._stream_epochs)
+            yield trainer, both(record, show), energies
 
     def _fitted_on(self, data: ArrayData) -> None:
         """What a subclass keeps of its training data (nothing: the model's state is in ``params_``)."""
@@ -360,9 +448,12 @@ class GPEstimator(FittedGP):
         return Transforms(features=tuple(NumericFeature(column=name) for name in names), labels=labels, na="fail",
                           target="y", task="classification" if self._is_classifier else "regression")
 
-    def _set_fitted(self, trainer: Trainer, result: TrainResult, energies: np.ndarray) -> None:
+    def _set_fitted(self, trainer: Trainer, result: TrainResult, energies: np.ndarray, warn: bool = True) -> None:
         source = trainer.train.source
         self.params_ = jax.tree_util.tree_map(np.asarray, jax.device_get(result.params))
+        self._opt_state = jax.tree_util.tree_map(np.asarray, jax.device_get(trainer.state.opt_state))
+        self._frame = Frame(list(source.x_mean), list(source.x_std), trainer.targets, trainer.binding,
+                            trainer.settings.model_dump())
         self.model_ = trainer.model
         self.x_mean_, self.x_std_ = np.asarray(source.x_mean), np.asarray(source.x_std)
         self.targets_ = trainer.targets
@@ -374,7 +465,7 @@ class GPEstimator(FittedGP):
         self.binding_ = trainer.binding
         self.data_checksum_ = trainer.job.store.checksum
         self.log_marginal_likelihood_value_ = trainer.log_marginal_likelihood(result.params)
-        if self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None:
+        if warn and self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None:
             gain = (f"the energy still rose by {result.gain_per_row:.2g} nats per row over the last "
                     f"{trainer.stopping.window} steps" if np.isfinite(result.gain_per_row) else
                     f"fewer than two {trainer.stopping.window}-step windows to compare")

@@ -43,6 +43,7 @@ class CollapsedGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
     ignored (every step uses all rows)."""
 
     spec = COLLAPSED
+    _streams = False  # conditions on all its training rows: no partial_fit
 
     def _config(self, n_rows: int) -> TrainConfig:
         rows = bucket(n_rows)

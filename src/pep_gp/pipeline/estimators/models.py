@@ -68,9 +68,17 @@ class DeepGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     spec = deep_gp.CLASSIFIER
 
 
+class MultiClassDeepGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
+    """Deep GP multi-class classification trained with approximate EP (Bui et al. 2016): one output GP per
+    class with the multi-class factors of Villacampa-Calvo & Hernández-Lobato (2017). ``pep train --model
+    deep-gp-multiclass``."""
+
+    spec = deep_gp.MULTICLASS
+
+
 ESTIMATORS = {cls.spec.name: cls for cls in (SparseGPRegressor, SparseGPClassifier, MultiClassGPClassifier,
                                              DirectMultiClassGPClassifier, TiedEPClassifier, DeepGPRegressor,
-                                             DeepGPClassifier)}
+                                             DeepGPClassifier, MultiClassDeepGPClassifier)}
 """The estimator of each registered model, by ``--model`` name."""
 
 

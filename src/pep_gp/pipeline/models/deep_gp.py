@@ -1,5 +1,8 @@
-"""``deep-gp`` and ``deep-gp-classifier``: deep GPs trained with approximate EP (Bui et al. 2016,
-:class:`pep_gp.core.models.deep_gp.DeepGP`) with a Gaussian or probit output."""
+"""``deep-gp``, ``deep-gp-classifier`` and ``deep-gp-multiclass``: deep GPs trained with approximate EP (Bui et
+al. 2016, :class:`pep_gp.core.models.deep_gp.DeepGP`) with a Gaussian or probit output, or one output GP per
+class with the multi-class factors of Villacampa-Calvo & Hernández-Lobato (2017)
+(:class:`pep_gp.core.models.multiclass_deep_gp.MultiClassDeepGP`; the binding holds the training class
+counts, as ``multiclass-sep``'s)."""
 
 from __future__ import annotations
 
@@ -7,12 +10,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated
 
+import numpy as np
+
 from pydantic import Field, field_validator
 
 from ...core.likelihoods import Gaussian, Probit
 from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams
+from ...core.models.multiclass_deep_gp import ClassPairs, MultiClassDeepGP
 from ..data.blocks import TargetScaling
-from .predictive import MixturePredictive
+from .multiclass import MultiClassSpec
+from .predictive import MixturePredictive, MultiClassPredictive
 from .protocol import ModelSettings
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
@@ -60,11 +67,13 @@ class DeepGPSpec(SparseGPSpec):
     def init(self, model: DeepGP, x, settings: DeepGPSettings, seed: int) -> DeepGPParams:
         """The authors' starting values (:meth:`pep_gp.core.models.deep_gp.DeepGP.init`)."""
         check_inducing(settings, x.shape[0])
-        likelihood = (Gaussian.init_params(settings.noise_variance) if self.task == "regression"
-                      else Probit.init_params())
-        return model.init(x, settings.hidden_dims, settings.num_inducing, likelihood_params=likelihood,
+        return model.init(x, settings.hidden_dims, settings.num_inducing,
+                          likelihood_params=self.output_params(model, settings),
                           noise_variance=settings.noise_variance, share_hypers=settings.share_hypers, seed=seed)
 
+    def output_params(self, model: DeepGP, settings: DeepGPSettings) -> dict:
+        """The starting parameters of the last layer's likelihood: the Gaussian's noise, the probit's none."""
+        return Gaussian.init_params(settings.noise_variance) if self.task == "regression" else Probit.init_params()
 
     def predictive(self, model: DeepGP, targets: TargetScaling):
         """The sparse GP's, but a regressor's quantiles are those of the mixture predictive
@@ -72,7 +81,45 @@ class DeepGPSpec(SparseGPSpec):
         return MixturePredictive(model, targets) if self.task == "regression" else super().predictive(model, targets)
 
 
+class MultiClassDeepGPSettings(DeepGPSettings):
+    """Settings of the multi-class deep GP: the deep GPs', at α = 1, and the classes' starting latent noise."""
+
+    alpha: float = Field(1.0, ge=1.0, le=1.0, description="Power-EP power: 1 only (the output factors are steps, "
+                                                          "Θ^α = Θ; see MultiClassDeepGP)")
+    class_noise: float = Field(1.0, gt=0.0, description="starting latent noise variance σ_0,c of every class's output "
+                               "GP (Villacampa-Calvo & Hernández-Lobato 2017: 1)")
+
+
+@dataclass(frozen=True)
+class MultiClassDeepGPSpec(DeepGPSpec):
+    """A multi-class deep GP bound to a classification dataset: the class checks and binding of
+    ``multiclass-sep``, the deep GP's starting state with one output GP per class, and the predictive
+    probabilities of eq. (68) (Villacampa-Calvo & Hernández-Lobato 2017)."""
+
+    Settings = MultiClassDeepGPSettings
+    parameterisation = "1"  # 1: DeepGPParams with C GPs in the last layer, log σ_0,c in its likelihood
+    n_classes = None  # any number of classes, 2 included
+    check = MultiClassSpec.check
+    binding = MultiClassSpec.binding
+
+    def build(self, settings: MultiClassDeepGPSettings, binding: dict) -> MultiClassDeepGP:
+        counts = np.asarray(binding["class_counts"], dtype=float)
+        return MultiClassDeepGP(ClassPairs(len(counts)), alpha=settings.alpha, jitter=settings.jitter,
+                                class_frequencies=tuple(float(f) for f in counts / counts.sum()))
+
+    def output_params(self, model: MultiClassDeepGP, settings: MultiClassDeepGPSettings) -> dict:
+        """``σ_{0,c} = class_noise`` for every class."""
+        return model.likelihood.init_params(settings.class_noise)
+
+    def predictive(self, model: MultiClassDeepGP, targets: TargetScaling):
+        return MultiClassPredictive(model)
+
+
 REGRESSOR = register(DeepGPSpec("deep-gp", "regression",
                                 "deep GP regression with approximate EP (Bui et al. 2016; Gaussian output)"))
 CLASSIFIER = register(DeepGPSpec("deep-gp-classifier", "classification",
                                  "deep GP binary classification with approximate EP (Bui et al. 2016; probit output)"))
+MULTICLASS = register(MultiClassDeepGPSpec("deep-gp-multiclass", "classification",
+                                           "deep GP multi-class classification with approximate EP (Bui et al. "
+                                           "2016; one output GP per class, Villacampa-Calvo & Hernández-Lobato "
+                                           "2017's factors)"))

@@ -188,6 +188,51 @@ def training_store(run_dir: Path, manifest: RunManifest) -> Store:
     return store
 
 
+def evaluate_table(run_dir: Path, table: str | Path, target: str | None = None, sep: str | None = None,
+                   backend: Backend | None = None) -> dict[str, Any]:
+    """Held-out metrics of the newest checkpoint of ``run_dir`` on a labelled CSV or Parquet table: its
+    columns checked and read as ``pep predict --input`` reads them
+    (:func:`~pep_gp.pipeline.data.predictions.open_input`), made into features by the run's transformation,
+    its ``target`` column (default: the run's) encoded with the run's labels, and scored block by block as
+    :func:`evaluate` scores a store's test split. A row without a target value is left out and counted
+    (``rows_dropped``); a text value never seen at ingest gets all-zero one-hot columns, as in ``pep predict``,
+    and is counted (``unseen``).
+
+    Raises:
+        InputError: a missing column, a label that is not one of the run's classes (naming it), a run without
+            a ``transforms`` record or without a held-out evaluation.
+    """
+    from ..data.datasets import ArrayBlocks
+    from ..data.predictions import open_input
+    from ..data.table_scan import rows_to_keep
+
+    run = Run.open(run_dir)
+    predictive = run.spec.predictive(run.model, run.targets)
+    if predictive is None or run.transforms is None:
+        raise InputError(f"{run_dir}: --model {run.spec.name} has no held-out evaluation" if predictive is None else
+                         f"{run.restored.path}: manifest has no 'transforms' (written by an older pep); train the run again")
+    target = target or run.transforms.target
+    labelled = run.transforms.model_copy(update={"target": target})
+    rows = open_input(Path(table), run.transforms, sep, target=target)
+    engine_backend, held_out = backend or InProcess(), HeldOut(predictive, run.targets, calibration=True)
+    block_rows, x_mean, x_std = run.manifest.config.rows_per_block, run.manifest.x_mean, run.manifest.x_std
+    total, dropped, unseen = None, 0, {}
+    for chunk in rows.chunks():
+        keep, _ = rows_to_keep(chunk, [target], "drop")
+        dropped += int((~keep).sum())
+        kept = chunk.subset(keep)
+        if not len(kept.frame):
+            continue
+        x, y = run.transforms.apply(kept, unseen), labelled.encode_labels(kept)
+        source = ArrayBlocks(x, y, block_rows, tuple(x_mean), tuple(x_std), run.targets)
+        sums = Engine(engine_backend, source).map_sum(held_out, run.params, range(source.n_blocks))
+        total = sums if total is None else jax.tree_util.tree_map(np.add, total, sums)
+    if total is None:
+        raise InputError(f"{table}: no row with a value in column {target!r} to evaluate on")
+    return {**finish(total), "rows_dropped": dropped, "unseen": {c: dict(n.most_common()) for c, n in unseen.items()},
+            "step": run.restored.step, "checkpoint": str(run.restored.path)}
+
+
 def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (by
     default the store it was trained on, :func:`training_store`), its features matched to the run's by

@@ -6,6 +6,14 @@ epoch) and takes the next ``blocks_per_step`` blocks of that permutation (the la
 may take fewer). The step number and the key therefore fix the sampling position, so a resumed run
 draws exactly the minibatches an uninterrupted one would. With ``blocks_per_step ≥ n_blocks`` every
 step is a full batch.
+
+A run that continues on a grown store (:mod:`pep_gp.pipeline.data.append`) starts a new schedule at the
+step ``g`` it resumed from (``start_step``): step ``s ≥ g`` is position ``(s − g) mod S'`` of epoch
+``(s − g) div S'`` over the grown store's blocks (``S'`` its steps per epoch), each epoch's permutation drawn
+from ``fold_in(fold_in(key, g), epoch)``; with ``--new-rows-only`` the epochs cover only the blocks from
+``first_block`` on (those holding the rows added since the checkpoint). The checkpoints record every such
+``(g, first_block)``, so a grown run resumed again, or run again from the same checkpoint on the same
+store, draws the same minibatches.
 """
 
 from __future__ import annotations
@@ -20,38 +28,48 @@ import numpy as np
 
 @dataclass(frozen=True)
 class MinibatchSchedule:
-    """Attributes: ``n_blocks`` in the training split, ``blocks_per_step``, and ``key_data``, the raw
-    (uint32) data of the JAX key the permutations are drawn from."""
+    """Attributes: ``n_blocks`` in the training split, ``blocks_per_step``, ``key_data``, the raw (uint32)
+    data of the JAX key the permutations are drawn from, and for a run continued on a grown store
+    ``start_step`` and ``first_block`` (see the module docstring; 0 and 0 otherwise)."""
 
     n_blocks: int
     blocks_per_step: int
     key_data: tuple[int, ...]
+    start_step: int = 0
+    first_block: int = 0
 
     @property
     def steps_per_epoch(self) -> int:
-        return math.ceil(self.n_blocks / self.blocks_per_step)
+        return math.ceil(self.epoch_blocks / self.blocks_per_step)
+
+    @property
+    def epoch_blocks(self) -> int:
+        """The blocks an epoch visits (from ``first_block`` on)."""
+        return self.n_blocks - self.first_block
 
     @property
     def full_batch(self) -> bool:
-        return self.blocks_per_step >= self.n_blocks
+        return self.blocks_per_step >= self.epoch_blocks
 
     def epoch_of(self, step: int) -> int:
-        """The epoch (from 0) that ``step`` (from 0) belongs to."""
-        return step // self.steps_per_epoch
+        """The epoch (from 0, counted from ``start_step``) that ``step`` (from 0) belongs to."""
+        return (step - self.start_step) // self.steps_per_epoch
 
     def ends_epoch(self, step: int) -> bool:
         """True when ``step`` is the last step of its epoch."""
-        return (step + 1) % self.steps_per_epoch == 0
+        return (step - self.start_step + 1) % self.steps_per_epoch == 0
 
     def blocks(self, step: int) -> list[int]:
         """The blocks of ``step``, sorted (the order in which their results are summed)."""
         if self.full_batch:
-            return list(range(self.n_blocks))
-        epoch, position = divmod(step, self.steps_per_epoch)
+            return list(range(self.first_block, self.n_blocks))
+        epoch, position = divmod(step - self.start_step, self.steps_per_epoch)
         order = self._permutation(epoch)
-        return sorted(order[position * self.blocks_per_step:(position + 1) * self.blocks_per_step])
+        return sorted(self.first_block + b for b in order[position * self.blocks_per_step:(position + 1) * self.blocks_per_step])
 
     @lru_cache(maxsize=2)
     def _permutation(self, epoch: int) -> list[int]:
         key = jax.random.wrap_key_data(np.asarray(self.key_data, dtype=np.uint32))
-        return np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), self.n_blocks)).tolist()
+        if self.start_step:
+            key = jax.random.fold_in(key, self.start_step)
+        return np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), self.epoch_blocks)).tolist()

@@ -4,6 +4,7 @@ writes and reads the files)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,10 +65,11 @@ def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: 
 
 
 def refuse_another_run(manifest: RunManifest, run_dir: Path, model: str, checksum: str, path: str,
-                       config: TrainConfig) -> None:
-    """InputError unless ``manifest`` is of the same model and data, with a config that resumes to the
-    same trajectory."""
-    if manifest.dataset_checksum != checksum:
+                       config: TrainConfig, earlier: Collection[str] = ()) -> None:
+    """InputError unless ``manifest`` is of the same model and data (or of an ``earlier`` version of the
+    data: a store grown by appends, :mod:`pep_gp.pipeline.training.growth`), with a config that resumes to
+    the same trajectory."""
+    if manifest.dataset_checksum != checksum and manifest.dataset_checksum not in earlier:
         raise InputError(f"{run_dir}: this run was trained on {manifest.data} (checksum "
                          f"{manifest.dataset_checksum}), not on {path} (checksum "
                          f"{checksum}); resume with the same data or use a new --run-dir")

@@ -17,6 +17,7 @@ its last and reports :attr:`TrainResult.collapse` and ``converged`` false. The e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...core import float64
+from ..data.blocks import TargetScaling
 from ..data.transforms import transforms_of
 from ..engine import Backend, Engine, InProcess
 from ..engine.compilation import release_compiled_programs_if_crowded, use_compilation_cache
@@ -39,6 +41,7 @@ from ..metrics import finish
 from ..models import HeldOut, ModelSpec, get_model, model_settings
 from . import checkpoint
 from .config import TrainConfig
+from .growth import check_growable, data_log, earlier_versions, grown_entry, grown_frame
 from .lock import hold_run_dir
 from .manifest import RunManifest
 from .optimiser import compiled_step
@@ -63,12 +66,15 @@ def no_progress(event: str, **info: Any) -> None:
 class TrainJob:
     """What to train: a model (a registered name, or a spec) on a store (or in-memory data,
     :class:`~pep_gp.pipeline.data.datasets.ArrayData`), with a config, into a run directory (None: no checkpoints).
-    The fields the config was not given take the model's own defaults (``spec.train_defaults``)."""
+    The fields the config was not given take the model's own defaults (``spec.train_defaults``).
+    ``new_rows_only``: a run resumed on a grown store takes its epochs over the new rows' blocks only
+    (:mod:`pep_gp.pipeline.training.growth`)."""
 
     model: str | ModelSpec
     store: Any
     config: TrainConfig
     run_dir: Path | None
+    new_rows_only: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", self.config.with_defaults(self.spec.train_defaults))
@@ -136,46 +142,85 @@ class Trainer:
         backend: where blocks are computed.
         initial_params: starting params instead of the model's ``init`` (estimators given starting
             values); None for the model's.
+        frame: the frame to keep (``x_mean``, ``x_std``, ``targets``, ``model_binding``, ``model_settings``,
+            as a :class:`~pep_gp.pipeline.training.manifest.RunManifest` has them), instead of the data's
+            own: an estimator's ``partial_fit`` after its first; a run resumed on a grown store finds its own
+            (:mod:`pep_gp.pipeline.training.growth`).
+        rows_represented: the rows the energy's data term stands for (``partial_fit``: every row seen so far);
+            None for the training split's.
 
     Raises:
         InputError: the model does not fit the data, its settings are invalid, or
             ``$PEP_COMPILATION_CACHE`` is not usable (:mod:`pep_gp.pipeline.engine.compilation`).
     """
 
-    def __init__(self, job: TrainJob, backend: Backend, initial_params: Any = None):
+    def __init__(self, job: TrainJob, backend: Backend, initial_params: Any = None, *, frame: Any = None,
+                 rows_represented: int | None = None):
         release_compiled_programs_if_crowded()
         use_compilation_cache()
         self.job = job
         self.spec = spec = job.spec
         store, config = job.store, job.config
-        self.n_total = n_total = store.n_rows("train")
-        self.effective = config.for_rows(n_total)
-        self.settings, self.notes = capped_settings(model_settings(spec, config.model, "config"), n_total)
+        self.n_rows = n_rows = store.n_rows("train")
+        self.n_total = n_total = rows_represented or n_rows
+        self.effective = config.for_rows(n_rows)
+        frame = frame or grown_frame(job.run_dir, store)  # a run that trained on an earlier version keeps its frame
+        if frame is None:
+            self.settings, self.notes = capped_settings(model_settings(spec, config.model, "config"), n_rows)
+        else:
+            check_growable(config)
+            self.settings = model_settings(spec, frame.model_settings or config.model, "the run's checkpoint")
+            self.notes = ()
         spec.check(store, self.settings, self.effective.block_rows)
-        self.binding = spec.binding(store)
+        self.binding = spec.binding(store) if frame is None else frame.model_binding
         self.transforms = transforms_of(store).to_json()  # copied into every checkpoint: runs predict alone
         self.model = spec.build(self.settings, self.binding)
-        self.targets = spec.targets(store, self.settings)
+        self.targets = (spec.targets(store, self.settings) if frame is None
+                        else TargetScaling(frame.targets.shift, frame.targets.scale))
+        statistics = None if frame is None else {"x_mean": frame.x_mean, "x_std": frame.x_std}
         block_rows = self.effective.block_rows
-        self.train = Engine(backend, store.blocks("train", block_rows, self.targets, config.standardize))
+        blocks = partial(store.blocks, block_rows=block_rows, targets=self.targets, standardize=config.standardize,
+                         statistics=statistics)
+        self.train = Engine(backend, blocks("train"))
         predictive = spec.predictive(self.model, self.targets)
         self.held_out = None if predictive is None else HeldOut(predictive, self.targets)
         has_test = store.n_rows("test") > 0 and self.held_out is not None
-        self.test = (Engine(backend, store.blocks("test", block_rows, self.targets, config.standardize))
-                     if has_test else None)
+        self.test = Engine(backend, blocks("test")) if has_test else None
         with float64():
             key_data = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
         self.schedule = MinibatchSchedule(self.train.source.n_blocks,
                                           math.ceil(self.effective.batch_size / block_rows),
                                           tuple(int(k) for k in key_data))
-        self.total_steps = config.total_steps(self.schedule.steps_per_epoch)
-        self.stopping = StoppingRule.for_run(config.tol, n_total, self.schedule.steps_per_epoch)
-        self.step_fn = compiled_step(spec, self.settings, self.model, config.trajectory().model_dump_json(),
-                                     self.schedule.steps_per_epoch,
-                                     self.total_steps if config.lr_schedule == "cosine" else 0)
+        self._follow([{"step": 0, "first_block": 0, "checksum": store.checksum, "epoch": 0}])
         self._initial_params = initial_params
         self._start: StepState | None = None
         self._state: LoopState | None = None
+
+    @property
+    def state(self) -> LoopState | None:
+        """The loop's state after :meth:`run` (None before)."""
+        return self._state
+
+    def continue_from(self, params: Any, opt_state: Any, step: int, epochs: int) -> None:
+        """Start :meth:`run` from ``params`` and ``opt_state`` at ``step`` (``epochs`` completed before), with a
+        new schedule from there as a grown run's (:mod:`~pep_gp.pipeline.training.sampling`): what an
+        estimator's ``partial_fit`` continues from."""
+        self._follow([*self.data_log, {"step": step, "first_block": 0, "checksum": self.job.store.checksum,
+                                       "epoch": epochs}])
+        self._state = LoopState(params, opt_state, np.asarray(self.schedule.key_data, np.uint32), step=step)
+
+    def _follow(self, log: list[dict[str, Any]]) -> None:
+        """Take the run's ``data_log`` (:mod:`~pep_gp.pipeline.training.growth`): the schedule, the planned
+        steps, the stopping rule and the compiled step of its newest store version."""
+        config, last = self.job.config, log[-1]
+        self.data_log = log
+        self.schedule = dataclasses.replace(self.schedule, start_step=last["step"], first_block=last["first_block"])
+        self.epoch_offset = last["epoch"]
+        self.total_steps = last["step"] + config.total_steps(self.schedule.steps_per_epoch)
+        self.stopping = StoppingRule.for_run(config.tol, self.n_total, self.schedule.steps_per_epoch)
+        self.step_fn = compiled_step(self.spec, self.settings, self.model, config.trajectory().model_dump_json(),
+                                     self.schedule.steps_per_epoch,
+                                     self.total_steps if config.lr_schedule == "cosine" else 0)
 
     # ---------------------------------------------------------------------------------------------
     def run(self, *, resume: bool = False, until_step: int | None = None, segment_steps: int | None = None,
@@ -297,7 +342,18 @@ class Trainer:
         restored = checkpoint.restore(run_dir, lambda manifest: self._templates(manifest, fresh)) if resume else None
         if restored is None:
             return fresh, None
-        return restored_state(restored), restored.path
+        state, manifest = restored_state(restored), RunManifest.of(restored.meta)
+        log = data_log(manifest)
+        if self.job.new_rows_only and manifest.dataset_checksum == self.job.store.checksum and len(log) == 1:
+            raise InputError(f"--new-rows-only: {self.job.store.path} has not grown since {restored.path} (append rows "
+                             "with `pep ingest … --append` first)")
+        if manifest.dataset_checksum != self.job.store.checksum:  # the store grew since this checkpoint
+            log.append(grown_entry(log, restored.step, self.job.store, manifest.dataset_checksum,
+                                   self.effective.block_rows, self.job.new_rows_only, state.history))
+            state.energies, state.epoch_energy = [], (0.0, 0)
+            state.best_params, state.best_energy, state.best_step, state.best_mean = None, float("-inf"), -1, float("-inf")
+        self._follow(log)
+        return state, restored.path
 
     def _templates(self, manifest: dict[str, Any], fresh: LoopState) -> dict[str, Any]:
         """The pytrees to restore, after refusing another run's checkpoint (InputError; ValueError for an
@@ -306,7 +362,7 @@ class Trainer:
         manifest = RunManifest.of(manifest)
         check_parameterisation(manifest, self.spec)
         refuse_another_run(manifest, self.job.run_dir, self.job.model_name, store.checksum, store.path,
-                                 self.job.config)
+                           self.job.config, earlier_versions(store))
         best = {"best_params": fresh.params} if manifest.best_step >= 0 else {}
         return {"params": fresh.params, "opt_state": fresh.opt_state, "key": fresh.key_data, **best}
 
@@ -328,7 +384,8 @@ class Trainer:
                     "targets": {"shift": self.targets.shift, "scale": self.targets.scale},
                     "transforms": self.transforms,
                     "total_steps": self.total_steps, "steps_per_epoch": self.schedule.steps_per_epoch,
-                    "converged": self.stopping.converged(loop.energies)}  # the rule's verdict, for pep_gp.load
+                    "converged": self.stopping.converged(loop.energies),  # the rule's verdict, for pep_gp.load
+                    "data_log": self.data_log}
         if final:
             evidence = self.log_marginal_likelihood(loop.params)
             run_meta["log_marginal_likelihood"] = evidence if math.isfinite(evidence) else None
@@ -360,12 +417,13 @@ class Trainer:
         return bool(accepted)
 
     def energy(self, params: Any) -> float:
-        """The energy ``F = G + Σ_blocks L`` of all training rows at ``params`` (one pass over the blocks)."""
+        """The energy ``F = G + Σ_blocks L`` of all training rows at ``params`` (one pass over the blocks; the
+        data term scaled to the rows represented when those are more, as a minibatch's is)."""
         with float64():
             n_total = jnp.asarray(self.n_total, jnp.float64)
             shared = _step_shared(self.model, params, n_total)
             data = self.train.map_sum(DataValue(self.model), (params, shared), range(self.train.source.n_blocks))
-            return float(_global_energy(self.model, params, shared, n_total) + data)
+            return float(_global_energy(self.model, params, shared, n_total) + data * (self.n_total / self.n_rows))
 
     def log_marginal_likelihood(self, params: Any) -> float:
         """The approximate log marginal likelihood of the training targets in their own units: the
@@ -382,7 +440,7 @@ class Trainer:
         """The record of the epoch that ``state``'s last step ended (or cut short, when the run ends)."""
         total, count = state.epoch_energy
         energy = total / count if count else float("nan")
-        record = {"epoch": self.schedule.epoch_of(state.step - 1) + 1, "step": state.step,
+        record = {"epoch": self.epoch_offset + self.schedule.epoch_of(state.step - 1) + 1, "step": state.step,
                   "energy": energy, "energy_per_row": energy / self.n_total,
                   **self.evaluate(state.params), "rejected_steps": state.rejected,
                   "rejected_site_updates": state.rejected_sites, "seconds": round(state.seconds, 3)}

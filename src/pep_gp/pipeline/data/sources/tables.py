@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from ...errors import InputError, did_you_mean
 from ..frames import TableChunk
 from ..table_scan import TableOptions, rows_to_keep, scan_table
-from ..transforms import Transforms, label_kind
+from ..transforms import Transforms, label_kind, label_value
 from .base import (
     BLOCK_ROWS,
     RowBlock,
@@ -197,29 +197,64 @@ def _table_source(name: str, paths: Sequence[Path], header: Sequence[str], reque
                            frozenset(request.categorical), request.max_categories)
     used = [*features, target]
 
-    def fit(progress: Callable[[int], None] = lambda rows: None) -> Source:
-        transforms = scan_table(lambda text: chunks(text, used), options, progress)
-        text = frozenset(transforms.text_columns) | ({target} if _text_labels(transforms) else frozenset())
-        return Source(name, description, transforms.feature_names, target, transforms.task,
-                      transforms.n_classes, "0.2", lambda: _transformed(chunks(text, used), transforms),
+    def fit(progress: Callable[[int], None] = lambda rows: None, transforms: Transforms | None = None) -> Source:
+        """Learn the table's transformation, or with ``transforms`` (an append: the store's) apply that one,
+        refusing values it has never seen (:func:`_transformed`)."""
+        strict = transforms is not None
+        if strict:
+            check_columns(paths[0], header, {"a column of the store": [*transforms.input_columns, transforms.target]})
+        else:
+            transforms = scan_table(lambda text: chunks(text, used), options, progress)
+        columns = [*transforms.input_columns, transforms.target]
+        text = frozenset(transforms.text_columns) | ({transforms.target} if text_labels(transforms) else frozenset())
+        return Source(name, description, transforms.feature_names, transforms.target, transforms.task,
+                      transforms.n_classes, "0.2", lambda: _transformed(chunks(text, columns), transforms, strict),
                       transforms=transforms)
 
     return Source(name, description, tuple(features), target, None if request.task == "auto" else request.task,
                   None, "0.2", lambda: fit().read(), fit=fit)
 
 
-def _transformed(chunks: Iterator[TableChunk], transforms: Transforms) -> Iterator[RowBlock]:
+def _transformed(chunks: Iterator[TableChunk], transforms: Transforms, strict: bool = False) -> Iterator[RowBlock]:
     """The row blocks of a table's chunks: rows with a missing value dropped (under ``--na mean`` only
-    those with a missing target), then features and labels transformed."""
+    those with a missing target), then features and labels transformed.
+
+    With ``strict`` (rows appended to a store, whose features and classes are fixed), a text value or a
+    class label the transformation has never seen is refused, naming every such value of the block.
+    """
     used = [*transforms.input_columns, transforms.target]
     for chunk in chunks:
         keep, dropped = rows_to_keep(chunk, used, transforms.na)
         kept = chunk.subset(keep)
-        yield RowBlock(transforms.apply(kept), transforms.encode_labels(kept), chunk.origin, kept.rows,
-                       chunk.row_label, None, dropped)
+        unseen: dict[str, Counter] | None = {} if strict else None
+        X = transforms.apply(kept, unseen)
+        if strict:
+            _refuse_unseen(kept, transforms, unseen)
+        yield RowBlock(X, transforms.encode_labels(kept), chunk.origin, kept.rows, chunk.row_label, None, dropped)
 
 
-def _text_labels(transforms: Transforms) -> bool:
+def _refuse_unseen(chunk: TableChunk, transforms: Transforms, unseen: dict[str, Counter]) -> None:
+    """InputError naming the categories and class labels of ``chunk`` that ``transforms`` lacks."""
+    for column, counts in unseen.items():
+        if counts:
+            known = [f.value for f in transforms.features if f.column == column]
+            values = ", ".join(f"{value!r} ({count} row{'s' * (count > 1)})" for value, count in sorted(counts.items()))
+            raise InputError(f"{chunk.origin}, column {column!r}: new categor{'ies' if len(counts) > 1 else 'y'} "
+                             f"{values}, not among the store's {known}; an append keeps the store's features "
+                             "(ingest every row into a new store to add a category)")
+    if transforms.labels is not None:
+        labels = set(transforms.labels)
+        new = Counter(v for v in map(label_value, chunk.frame[transforms.target]) if v not in labels)
+        if new:
+            values = ", ".join(f"{value!r} ({count} row{'s' * (count > 1)})"
+                               for value, count in sorted(new.items(), key=lambda item: str(item[0])))
+            raise InputError(f"{chunk.origin}, column {transforms.target!r}: new class label"
+                             f"{'s' * (len(new) > 1)} {values}, not among the store's {list(transforms.labels)}; "
+                             "an append keeps the store's classes (ingest every row into a new store to add a class)")
+
+
+def text_labels(transforms: Transforms) -> bool:
+    """Whether the class labels are text (the target column is then read as text)."""
     return transforms.labels is not None and label_kind(transforms.labels[0]) == "text"
 
 

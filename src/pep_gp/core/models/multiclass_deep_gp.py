@@ -1,0 +1,147 @@
+"""Multi-class deep GPs with approximate EP: the deep GP of Bui et al. (2016) with ``C`` output GPs and the
+multi-class factors of Villacampa-Calvo & Hernández-Lobato (2017).
+
+The last layer has one GP per class, each with a latent noise ``σ_{0,c}`` on the diagonal of its ``K_uu``
+and on ``κ`` (Villacampa-Calvo & Hernández-Lobato 2017, eqs. 1–3, as :class:`pep_gp.core.models.multiclass.MultiClassGP`),
+and the likelihood of a row is ``Π_{k≠y} Θ(f^y − f^k)`` with each pair ``(n, k)`` its own EP factor
+(eq. 6). Moment propagation (:meth:`pep_gp.core.models.deep_gp.DeepGP.output_marginals`) gives every
+class's output at row ``n`` as an independent Gaussian ``N(m_c, v_c)`` under the cavities, so the tilted
+normaliser of a pair is the probit difference
+
+    log Z_{n,k} = log P(f^y > f^k) = log Φ((m_y − m_k)/√(v_y + v_k))          (eq. 34 at α = 1),
+
+and the energy is the deep GP's boxed ``F`` (Bui et al. 2016, §4.2) with these factors:
+
+    F = Σ_g [φ(q_g) − φ(p_g) + n_g(φ(cav_g) − φ(q_g))] + Σ_n Σ_{k≠y_n} log Z_{n,k},
+
+where GP ``g`` is touched by ``n_g`` factors and its cavity is ``p·t^{1 − 1/n_g}``: an output GP of class
+``c`` by ``n_c = N + (C − 2)N_c`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1), a hidden GP by all
+``N(C − 1)``. With no hidden layer this is exactly the direct-mode energy of
+:class:`~pep_gp.core.models.multiclass.MultiClassGP` at ``α = 1``. Only ``α = 1`` is offered: ``Θ^α = Θ``,
+and the multi-class model's power acts on a factor with the FITC variance integrated out, which a layer
+with uncertain inputs has no counterpart of. Prediction is eq. (68) on the propagated moments under ``q``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..parameters import LOG
+from . import multiclass_sites as sites
+from .deep_gp import DeepGP, DeepGPParams, LayerParams
+from .multiclass import label_side
+
+CLASS_NOISE = "raw_class_noise"
+"""The key of the output layer's parameters holding ``log σ_{0,c}`` ``[C]``."""
+
+
+@dataclass(frozen=True)
+class ClassPairs:
+    """The multi-class output ``Π_{k≠y} Θ(f^y − f^k)`` of ``num_classes`` noisy latent GPs, one EP factor per
+    pair (Villacampa-Calvo & Hernández-Lobato 2017, eq. 6); its parameters are the latent noises ``σ_{0,c}``,
+    which the deep GP adds to its output GPs' diagonals (:meth:`MultiClassDeepGP.layer_bank`).
+
+    Example:
+        >>> pairs = ClassPairs(3)
+        >>> mean, var = jnp.array([[1.0, 0.0, -1.0]]), jnp.ones((1, 3))
+        >>> bool(jnp.allclose(jnp.exp(pairs.predict({}, mean, var)).sum(), 1.0))
+        True
+    """
+
+    num_classes: int
+    quadrature: sites.PredictiveQuadrature = sites.PredictiveQuadrature()
+    name: str = field(default="class-pairs", init=False)
+
+    def init_params(self, noise: float = 1.0) -> dict:
+        """``σ_{0,c} = noise`` for every class (1: Villacampa-Calvo & Hernández-Lobato 2017, §4)."""
+        return {CLASS_NOISE: LOG.inverse(jnp.full(self.num_classes, noise, dtype=float))}
+
+    @staticmethod
+    def class_noise(params: dict):
+        """``σ_{0,c}`` ``[C]``."""
+        return LOG.forward(params[CLASS_NOISE])
+
+    def log_tilted(self, params: dict, y, mean, var, alpha: float = 1.0):
+        """``Σ_{k≠y} log Φ((m_y − m_k)/√(v_y + v_k))`` per row ``[B]`` for labels ``y`` ``[B]`` (floats holding
+        integers) and the classes' moments ``mean``, ``var`` ``[B, C]`` (Villacampa-Calvo & Hernández-Lobato
+        2017, eq. 34 with the FITC variance and the noise inside ``v``); ``Θ^α = Θ``, so ``α`` changes nothing."""
+        y = y.astype(jnp.int32)
+        label = sites.Projections(label_side(mean, y), label_side(var, y))
+        terms = sites.log_partition(label, sites.Projections(mean, var), 0.0, 0.0)
+        others = jnp.arange(self.num_classes)[None, :] != y[:, None]
+        return jnp.sum(jnp.where(others, terms, 0.0), axis=1)
+
+    def predict(self, params: dict, mean, var):
+        """``log p(y = c | x)`` ``[B, C]`` of eq. (68) from the classes' predictive moments."""
+        return sites.predictive_log_probs(mean, var, self.quadrature)
+
+
+@dataclass(frozen=True)
+class MultiClassDeepGP(DeepGP):
+    """Multi-class deep GP trained with approximate EP (module docstring); the state is
+    :class:`~pep_gp.core.models.deep_gp.DeepGPParams` with ``C`` GPs in the last layer.
+
+    Args:
+        likelihood: a :class:`ClassPairs` of ``C`` classes.
+        alpha: 1 (the only power offered, module docstring).
+        jitter: relative jitter on every ``K_uu``.
+        class_frequencies: ``N_c/N`` per class, for the factor counts ``n_c``.
+
+    Example:
+        >>> x = jax.random.normal(jax.random.key(0), (30, 2)); y = jnp.argmax(x @ jnp.ones((2, 3)), 1)
+        >>> model = MultiClassDeepGP(ClassPairs(3), class_frequencies=(0.3, 0.3, 0.4))
+        >>> params = model.init(x, hidden_dims=(2,), num_inducing=5)
+        >>> model.predict(params, x).shape
+        (30, 3)
+    """
+
+    class_frequencies: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        if self.alpha != 1.0:
+            raise ValueError(f"a multi-class deep GP takes alpha = 1 only (Θ^α = Θ); got {self.alpha}")
+        freq = np.asarray(self.class_frequencies, dtype=float)
+        if not isinstance(self.likelihood, ClassPairs) or freq.shape != (self.likelihood.num_classes,):
+            raise ValueError(f"likelihood must be ClassPairs with one class frequency per class; got "
+                             f"{self.likelihood!r} and class_frequencies {self.class_frequencies}")
+        if self.likelihood.num_classes < 2 or np.any(freq < 0) or abs(freq.sum() - 1.0) > 1e-6:
+            raise ValueError(f"class_frequencies must be at least 2 non-negative values summing to 1; got "
+                             f"{self.class_frequencies}")
+
+    @property
+    def output_width(self) -> int:
+        return self.likelihood.num_classes
+
+    def factor_counts(self, params: DeepGPParams, n_total):
+        """``[Σ_l G_l]``: ``N(C − 1)`` for every hidden GP (every pair factor touches it), then
+        ``n_c = N + (C − 2)N_c`` per class (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1)."""
+        classes = self.likelihood.num_classes
+        hidden = sum(layer.inducing.shape[0] for layer in params.layers[:-1])
+        output = n_total * (1.0 + (classes - 2) * jnp.asarray(self.class_frequencies))
+        return jnp.concatenate([jnp.full(hidden, n_total * (classes - 1.0), dtype=output.dtype), output])
+
+    def layer_bank(self, layer: LayerParams):
+        """The deep GP's, with ``σ_{0,c}`` added to the output GPs' diagonals (``K_uu`` and ``κ``)."""
+        gps = super().layer_bank(layer)
+        if CLASS_NOISE not in layer.likelihood:
+            return gps
+        return gps._replace(diagonal=gps.diagonal + ClassPairs.class_noise(layer.likelihood))
+
+    def propagate(self, params: DeepGPParams, inputs, x):
+        """Every class's mean and variance ``[B, C]`` at rows ``x`` (:meth:`output_marginals`)."""
+        return tuple(self.output_marginals(params, inputs, x))
+
+    def predict(self, params: DeepGPParams, x):
+        """``log p(y = c | x)`` ``[B, C]``: eq. (68) on the moments of one forward pass under ``q``."""
+        return self.predict_y(params, x)
+
+    def predict_mixture(self, params, x, key, samples, common_draws=False):
+        raise NotImplementedError("the Monte Carlo mixture predictive is for one output GP; a multi-class deep "
+                                  "GP predicts with predict (eq. 68 on the propagated moments)")
+
+
+jax.tree_util.register_static(MultiClassDeepGP)
