@@ -15,7 +15,7 @@ from __future__ import annotations
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..models import deep_gp, multiclass, sparse_gp, tied_ep
-from .base import GPClassifierMixin, GPEstimator, GPRegressorMixin
+from .base import ESTIMATORS, GPClassifierMixin, GPEstimator, GPRegressorMixin
 
 
 class SparseGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
@@ -68,16 +68,11 @@ class DeepGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     spec = deep_gp.CLASSIFIER
 
 
-ESTIMATORS = {cls.spec.name: cls for cls in (SparseGPRegressor, SparseGPClassifier, MultiClassGPClassifier,
-                                             DirectMultiClassGPClassifier, TiedEPClassifier, DeepGPRegressor,
-                                             DeepGPClassifier)}
-"""The estimator of each registered model, by ``--model`` name."""
-
-
 def model_table() -> str:
     """Every registered model with its estimator, as a markdown table (the docs' model reference)."""
     rows = [f"| `{name}` | `{cls.__name__}` | {cls.spec.task} | {'site updates' if cls.spec.has_sites else 'gradient'} "
-            f"| {cls.spec.description} | {own_defaults(cls.spec)} |" for name, cls in sorted(ESTIMATORS.items())]
+            f"| {cls.spec.description} | {own_defaults(cls.spec)} |" for name, cls in sorted(ESTIMATORS.items())
+            if cls.__module__ == __name__]
     return "\n".join(["| `--model` | estimator | task | tied factor moves by | what it is | training defaults of its own |",
                       "|---|---|---|---|---|---|", *rows])
 

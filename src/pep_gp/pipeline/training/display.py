@@ -1,5 +1,5 @@
-"""The training progress display on stderr (rich): a step bar with the latest energy, and one line per epoch
-with the held-out metrics. ``pep train`` and the estimators (``verbose=True``) show the same display."""
+"""The training progress display on stderr (rich): a line saying that the step compiles (5–9 s the first time,
+silent before), a step bar with the latest energy, and one line per epoch with the held-out metrics. ``pep train`` and the estimators (``verbose=True``) show the same display."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def progress_display(enabled: bool, title: str = "training") -> Iterator[Progres
 
         def report(event: str, **info: Any) -> None:
             if event == "start":
-                display.update(bar, total=info["total_steps"], completed=info["step"])
+                display.update(bar, total=info["total_steps"], completed=info["step"], energy="compiling …")
+                console.print("compiling the training step (seconds for a new model or shape, cached after) …")
                 for line in ([f"resumed from {info['resumed_from']}"] if info.get("resumed_from") else []) + list(info.get("notes", ())):
                     console.print(line)
             elif event == "step":
