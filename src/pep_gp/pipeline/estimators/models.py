@@ -68,11 +68,16 @@ class DeepGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     spec = deep_gp.CLASSIFIER
 
 
+def built_in() -> dict[str, type[GPEstimator]]:
+    """The estimators of pep's own models (this module's), by ``--model`` name: :data:`ESTIMATORS` without
+    those of plugin or test models, and without ``CollapsedGPRegressor`` (not a ``pep train`` model)."""
+    return {name: cls for name, cls in sorted(ESTIMATORS.items()) if cls.__module__ == __name__}
+
+
 def model_table() -> str:
     """Every registered model with its estimator, as a markdown table (the docs' model reference)."""
     rows = [f"| `{name}` | `{cls.__name__}` | {cls.spec.task} | {'site updates' if cls.spec.has_sites else 'gradient'} "
-            f"| {cls.spec.description} | {own_defaults(cls.spec)} |" for name, cls in sorted(ESTIMATORS.items())
-            if cls.__module__ == __name__]
+            f"| {cls.spec.description} | {own_defaults(cls.spec)} |" for name, cls in built_in().items()]
     return "\n".join(["| `--model` | estimator | task | tied factor moves by | what it is | training defaults of its own |",
                       "|---|---|---|---|---|---|", *rows])
 
