@@ -172,10 +172,10 @@ def config_page() -> str:
 def estimator_classes() -> list[type]:
     """Every estimator ``pep_gp`` exports: one per registered model, then the untied and collapsed ones."""
     import pep_gp
-    from pep_gp.pipeline.estimators.models import ESTIMATORS
+    from pep_gp.pipeline.estimators.models import built_in
 
     extra = [getattr(pep_gp, name) for name in ("CollapsedGPRegressor", "ExactGPClassifier", "MultiClassEPClassifier")]
-    return [ESTIMATORS[name] for name in sorted(ESTIMATORS)] + extra
+    return list(built_in().values()) + extra
 
 
 def argument_help(cls: type) -> dict[str, str]:

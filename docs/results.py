@@ -88,11 +88,11 @@ def multiclass_table(name: str) -> str:
     return f"{rows}\n\n{note}"  # the note under the table is a paragraph of its own, not a row
 
 
-def estimators_table() -> str:
-    """``python -m benchmarks.bench_estimators``'s table of the estimators at their defaults."""
+def estimators_table(name: str) -> str:
+    """``python -m benchmarks.bench_estimators``'s table of the estimators at their defaults (one committed run)."""
     from benchmarks.bench_estimators import table
 
-    return table(result("bench_estimators_defaults"))
+    return table(result(name))
 
 
 def waits_table() -> str:
@@ -165,7 +165,9 @@ def generators() -> dict[str, Callable[[], str]]:
                                                 lambda: deep_gp_multiclass_table("bench_dgp_multiclass_noise0.1"),
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
-                                            "waits": waits_table, "bench_estimators_defaults": estimators_table,
+                                            "waits": waits_table,
+                                            "bench_estimators_defaults": lambda: estimators_table("bench_estimators_defaults"),
+                                            "bench_defaults_vs_lr": lambda: estimators_table("bench_defaults_vs_lr"),
                                             "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
                                             "bench_weak_scaling": weak_scaling_table, "bench_power_ep": power_ep_table}
     for path in sorted(RESULTS.glob("compare*.json")):

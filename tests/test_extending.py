@@ -112,6 +112,36 @@ def test_a_model_defined_here_trains_resumes_and_evaluates(linear_model, tmp_pat
     assert metrics["rmse"] == whole.history[-1]["rmse"]
 
 
+def test_pep_gp_load_gives_a_fitted_estimator_of_a_model_defined_here(linear_model, tmp_path):
+    """Issue 37, item 8: the estimator registry is open. ``pep_gp.load`` of a run of a model registered
+    outside pep (with no estimator class of its own) gives an estimator, made for the spec, that predicts
+    the model's predictive; a plugin's own ``GPEstimator`` subclass is the one ``load`` uses."""
+    from sklearn.base import RegressorMixin
+
+    from pep_gp import load
+    from pep_gp.pipeline.data.transforms import transforms_of
+    from pep_gp.pipeline.estimators.base import ESTIMATORS, GPEstimator, GPRegressorMixin
+
+    store = make_store(tmp_path / "regression.zarr", task="regression")
+    config = CONFIG.model_copy(update={"epochs": 2})
+    result = train(TrainJob("map-linear", store, config, tmp_path / "run"))
+    try:
+        loaded = load(tmp_path / "run")
+        assert loaded.spec is linear_model and isinstance(loaded, RegressorMixin) and loaded.n_iter_ == result.steps
+        stored = store.arrays("test")[0][:].astype(np.float64)
+        mean, std = loaded.predict(stored + transforms_of(store).offsets, return_std=True)  # the table's values
+        z = (stored - np.asarray(store.attrs["x_mean"])) / np.asarray(store.attrs["x_std"])
+        np.testing.assert_allclose(mean, z @ np.asarray(result.params["w"]) + float(result.params["b"]), rtol=1e-12)
+        np.testing.assert_allclose(std, 0.5, rtol=1e-12)  # the model's σ, frozen at its setting
+
+        class LinearEstimator(GPRegressorMixin, RegressorMixin, GPEstimator):
+            spec = linear_model
+
+        assert type(load(tmp_path / "run")) is LinearEstimator
+    finally:
+        ESTIMATORS.pop("map-linear", None)
+
+
 PLUGIN = LinearSpec(name="map-linear-plugin")
 
 

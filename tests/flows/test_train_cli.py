@@ -221,3 +221,13 @@ def test_pep_train_at_its_defaults_converges_like_the_estimator(tmp_path):
     nll = -np.mean(np.log(proba[np.arange(len(y_test)), y_test]))
     assert summary["test_nll"] == pytest.approx(nll, rel=0.1)
     assert estimator.n_iter_ == summary["steps"]
+
+
+def test_the_display_says_that_the_step_compiles_before_the_first_step(capsys):
+    """Issue 37, item 8: a first fit compiled for 5–9 s with no message; ``pep train`` (and ``verbose=True``)
+    now say so when the run starts."""
+    from pep_gp.pipeline.training.display import progress_display
+
+    with progress_display(True) as report:
+        report("start", step=0, total_steps=5, steps_per_epoch=1)
+        assert "compiling the training step" in capsys.readouterr().err

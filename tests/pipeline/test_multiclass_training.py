@@ -134,3 +134,27 @@ def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradien
     assert float(value) == pytest.approx(float(expected_value), rel=1e-10)
     for a, b in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(expected_grad)):
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-9 * np.abs(b).max())
+
+
+def test_the_site_step_decays_per_epoch_and_a_per_step_run_is_not_resumed(three_class_store, tmp_path):
+    """Issue 37, item 7: ``damping_decay`` is the decay per pass over the training rows, so a full-batch fit
+    (1 step an epoch) and a minibatch fit (300) decay alike per epoch (0.99 per step froze the factor of
+    the paper's minibatch Fashion-MNIST run, ρ = 0.05 after 300 steps). A run written when the decay was
+    per step loads (``load_run``) but is not resumed into the other schedule."""
+    import json
+
+    from pep_gp.pipeline.models.multiclass import MultiClassSettings
+
+    for per_epoch in (1, 300):
+        rho = MultiClassSettings().damping_schedule(per_epoch)
+        assert [float(rho(k * per_epoch)) for k in (0, 1, 4)] == pytest.approx([1.0, 0.99, 0.99**4], rel=1e-12)
+    trainer = Trainer(job(three_class_store, tmp_path / "run"), InProcess())
+    assert trainer.schedule.steps_per_epoch > 1
+    fresh = trainer.fresh_state()
+    newest = trainer.save(fresh) / "manifest.json"
+    old = json.loads(newest.read_text())
+    assert old.pop("damping_per_epoch") is True
+    newest.write_text(json.dumps(old))  # as a pep before the decay per epoch wrote it
+    assert leaves_equal(load_run(tmp_path / "run").trees["params"], fresh.params)
+    with pytest.raises(InputError, match="decayed by damping_decay = 0.99 per step.*cannot resume"):
+        train(job(three_class_store, tmp_path / "run"), resume=True)

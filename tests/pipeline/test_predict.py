@@ -132,6 +132,26 @@ def test_unseen_text_values_get_zero_one_hot_columns_and_are_counted(classifier,
     np.testing.assert_allclose(out["proba_yes"], np.exp(oracle(classifier, table)["log_proba"][:, 1]), rtol=1e-12)
 
 
+def test_na_drop_leaves_out_and_na_fail_refuses_rows_with_a_missing_value(classifier, tmp_path):
+    """Issue 37, item 8: ``pep predict --na`` decides what a missing value does, whatever the ingest's
+    policy was (this run's data were ingested with ``--na mean``, so mean is the default)."""
+    table = pd.read_csv(classifier.parent / "new.csv", sep=";")
+    table.loc[[3, 8], "age"] = np.nan
+    table.loc[11, "city"] = np.nan
+    table.to_csv(tmp_path / "new.csv", sep=";", index=False)
+    filled = predict(classifier, tmp_path / "new.csv", tmp_path / "mean.csv", sep=";")
+    assert filled.rows == 50 and filled.dropped == 0
+    summary = predict(classifier, tmp_path / "new.csv", tmp_path / "drop.csv", sep=";", na="drop")
+    kept = ~table.index.isin([3, 8, 11])
+    assert summary.rows == 47 and summary.dropped == 3
+    out, everything = pd.read_csv(tmp_path / "drop.csv"), pd.read_csv(tmp_path / "mean.csv")
+    assert out["id"].tolist() == table["id"][kept].tolist()
+    np.testing.assert_array_equal(out["proba_yes"], everything["proba_yes"][kept])
+    with pytest.raises(InputError, match=r"new.csv: line 5, column 'age': missing value \(--na fail"):
+        predict(classifier, tmp_path / "new.csv", tmp_path / "fail.csv", sep=";", na="fail")
+    assert not (tmp_path / "fail.csv").exists()
+
+
 def test_a_bad_value_after_the_first_chunk_leaves_no_output(classifier, tmp_path):
     table = pd.read_csv(classifier.parent / "new.csv", sep=";")
     table = pd.concat([table] * (BLOCK_ROWS // len(table) + 2), ignore_index=True)

@@ -52,7 +52,7 @@ def test_the_trainers_sep_step_equals_the_plain_formulation(three_class_store, a
     # the plain formulation on all of the minibatch's rows at once
     plain_stats = model.site_stats(params, model.step_shared(params, n_total), x, y, mask)
     _close(stats, plain_stats)
-    rho = MultiClassSettings(**config.model).damping_schedule()(1)  # the step the trainer took at count 1
+    rho = MultiClassSettings(**config.model).damping_schedule(trainer.schedule.steps_per_epoch)(1)  # the trainer's at count 1
     plain_refined, _, plain_ok = model.site_update(params, model.step_shared(params, n_total), plain_stats, n_total,
                                                    damping=rho)
     assert bool(ok) and bool(plain_ok)

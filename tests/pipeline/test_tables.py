@@ -167,9 +167,20 @@ def test_apply_on_new_rows_unseen_values_missing_values_and_bad_numbers():
     np.testing.assert_array_equal(x, [[30, 0, 1], [40, 0, 0]])
     assert unseen == {"city": {"Rome": 1}}
     frame = pd.DataFrame({"age": [30.0, np.nan], "city": ["Paris", "Lyon"]})
-    with pytest.raises(InputError, match=r"new.csv: line 3, column 'age': missing value \(the model's data were "
-                                         r"ingested with --na drop; fill it in, or ingest with --na mean\)"):
+    with pytest.raises(InputError, match=r"new.csv: line 3, column 'age': missing value \(--na drop; fill it in, "
+                                         r"or pass --na mean \(the training mean\) or --na drop to pep predict\)"):
         record.apply(TableChunk(frame, frame.isna(), "new.csv", np.array([2, 3]), "line"))
+    # issue 37, item 8: pep predict --na fills in the training means (x_mean: a one-hot value's frequency)
+    frame = pd.DataFrame({"age": [np.nan, 40.0, 50.0], "city": ["Paris", None, "Lyon"]})
+    chunk = TableChunk(frame, frame.isna(), "new.csv", np.array([2, 3, 4]), "line")
+    filled = record.for_new_rows("mean", np.array([35.0, 0.25, 0.75])).apply(chunk)
+    np.testing.assert_array_equal(filled, [[35, 0, 1], [40, 0.25, 0.75], [50, 1, 0]])
+    np.testing.assert_array_equal(record.complete(chunk), [False, False, True])
+    assert record.for_new_rows("drop", np.zeros(3)).apply(chunk.subset(record.complete(chunk))).tolist() == [[50, 1, 0]]
+    with pytest.raises(InputError, match=r"line 2, column 'age': missing value \(--na fail"):
+        record.for_new_rows("fail", np.zeros(3)).apply(chunk)
+    with pytest.raises(InputError, match=r"--na: expected one of drop, fail, mean, found 'zero'"):
+        record.for_new_rows("zero", np.zeros(3))
     frame = pd.DataFrame({"age": ["30", "forty"], "city": ["Paris", "Lyon"]})
     with pytest.raises(InputError, match=r"new.csv: line 3, column 'age': expected a number, found 'forty'"):
         record.apply(TableChunk(frame, frame.isna(), "new.csv", np.array([2, 3]), "line"))

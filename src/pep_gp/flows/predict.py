@@ -35,7 +35,7 @@ progress_reporter: ContextVar[Callable[[int], None]] = ContextVar("predict_progr
 
 def predict_on(run_dir: str, input: str, out: str, sep: str | None, intervals: list[float] | None, split: str,
                cluster: str, overwrite: bool, latent: bool = False, quantiles: list[float] | None = None,
-               samples: int = 0, seed: int = 0) -> dict[str, Any]:
+               samples: int = 0, seed: int = 0, na: str | None = None) -> dict[str, Any]:
     """:func:`~pep_gp.pipeline.predict.predict` on the backend of ``cluster``; the summary as a dict."""
     from ..pipeline.engine import connect
     from ..pipeline.predict import predict
@@ -44,14 +44,15 @@ def predict_on(run_dir: str, input: str, out: str, sep: str | None, intervals: l
     try:
         return asdict(predict(run_dir, input, out, sep=sep, intervals=intervals or (), split=split,
                               overwrite=overwrite, backend=backend, progress=progress_reporter.get(), latent=latent,
-                              quantiles=quantiles or (), samples=samples, seed=seed))
+                              quantiles=quantiles or (), samples=samples, seed=seed, na=na))
     finally:
         backend.close()
 
 
 def predict_run(run_dir: str, input: str, out: str, sep: str | None = None, intervals: list[float] | None = None,
                 split: str = "all", cluster: str = "none", overwrite: bool = False, latent: bool = False,
-                quantiles: list[float] | None = None, samples: int = 0, seed: int = 0) -> dict[str, Any]:
+                quantiles: list[float] | None = None, samples: int = 0, seed: int = 0,
+                na: str | None = None) -> dict[str, Any]:
     """Predict every row of ``input`` with the newest checkpoint of ``run_dir`` into ``out``.
 
     Args:
@@ -68,12 +69,15 @@ def predict_run(run_dir: str, input: str, out: str, sep: str | None = None, inte
         quantiles: regression: levels of the predictive quantiles to add (``q_<p>``).
         samples: draws of ``y`` per row to add (``sample_<i>``), from ``seed``.
         seed: the draws' seed.
+        na: a row with a missing value: ``fail``, ``drop`` or ``mean`` (the training mean); None: ``mean``
+            for data ingested with ``--na mean``, else ``fail``.
 
     Returns:
         The summary (:class:`pep_gp.pipeline.predict.PredictSummary`) as a dict.
     """
     compute = prefect_objects("predict_task") if in_prefect_run() else predict_on
-    summary = compute(run_dir, input, out, sep, intervals, split, cluster, overwrite, latent, quantiles, samples, seed)
+    summary = compute(run_dir, input, out, sep, intervals, split, cluster, overwrite, latent, quantiles, samples, seed,
+                      na)
     if in_prefect_run():
         from prefect.artifacts import create_markdown_artifact
 
@@ -115,6 +119,10 @@ def predict_command(
     seed: Annotated[int, typer.Option(help="The seed of --samples (row r's draws depend on the seed and r "
                                            "only).")] = 0,
     split: Annotated[str, typer.Option(help=f"A store's rows to predict: {', '.join(SPLIT_CHOICES)}.")] = "all",
+    na: Annotated[str | None, typer.Option(
+        help="A row with a missing value: fail (refuse it), drop (leave it out of the output) or mean (fill in "
+             "the training mean of the feature). Default: mean if the data were ingested with --na mean, else "
+             "fail.")] = None,
     cluster: ClusterOption = "none",
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output (atomically). Without it an "
                                                  "output that exists, or that another run writes first, is "
@@ -133,7 +141,7 @@ def predict_command(
         levels = parse_levels(quantiles)
         from ..pipeline.predict import Outputs, check_outputs, load_predictor, unseen_warning  # JAX: after the cheap checks
 
-        predictor = load_predictor(run_dir)  # fail fast, before a cluster (or a Prefect server) starts
+        predictor = load_predictor(run_dir, na)  # fail fast, before a cluster (or a Prefect server) starts
         check_outputs(Outputs(tuple(interval or ()), latent, levels, samples, seed), predictor.task)
         open_input(input, predictor.transforms, sep, split)
         run = predict_run
@@ -142,10 +150,13 @@ def predict_command(
             run = prefect_objects("predict_flow")
         with _progress_display(enabled=not (quiet or json_output)):
             summary = run(str(run_dir), str(input), str(out), sep, interval, split, cluster, overwrite, latent,
-                          list(levels), samples, seed)
+                          list(levels), samples, seed, na)
     warning = unseen_warning(summary["unseen"])
     if warning:
         typer.echo(f"pep predict: warning: {warning}", err=True)
+    if summary["dropped"]:
+        typer.echo(f"pep predict: warning: {summary['dropped']:,} rows with a missing value left out (--na drop)",
+                   err=True)
     if json_output:
         typer.echo(dumps(summary))
     elif not quiet:

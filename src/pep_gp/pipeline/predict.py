@@ -146,12 +146,17 @@ class RunPredictor:
         return predict_in_blocks(Quantiles(self.predictive), self.params, x, self.block_rows, levels)["quantiles"]
 
 
-def load_predictor(run_dir: Path) -> RunPredictor:
+def load_predictor(run_dir: Path, na: str | None = None) -> RunPredictor:
     """The predictor of a run's newest intact checkpoint (:class:`~pep_gp.pipeline.training.runs.Run`).
+
+    ``na`` is what a missing value in a row to predict does (``pep predict --na``): ``fail`` refuses it,
+    ``drop`` leaves its row out, ``mean`` fills in the training mean
+    (:meth:`~pep_gp.pipeline.data.transforms.Transforms.for_new_rows`); None: ``mean`` for data ingested
+    with ``--na mean``, else ``fail``.
 
     Raises:
         InputError: no checkpoint, a model without a predictive distribution of new rows, a manifest
-            without a valid ``transforms`` record, or params that hold a NaN or an infinity.
+            without a valid ``transforms`` record, params that hold a NaN or an infinity, or a bad ``na``.
     """
     run = Run.open(run_dir)
     predictive = run.spec.predictive(run.model, run.targets)
@@ -163,6 +168,7 @@ def load_predictor(run_dir: Path) -> RunPredictor:
         raise InputError(f"{run.restored.path}: manifest has no 'transforms' (written by an older pep); "
                          "train the run again")
     x_mean, x_std = (np.asarray(values, dtype=np.float64) for values in (run.manifest.x_mean, run.manifest.x_std))
+    transforms = transforms.for_new_rows(na or ("mean" if transforms.na == "mean" else "fail"), x_mean)
     return RunPredictor(run.spec.name, run.spec.task, predictive, jax.device_get(run.finite_params()), x_mean, x_std,
                         transforms, run.manifest.config.rows_per_block, Latent(run.model), run.targets,
                         run.spec.task == "classification" and run.spec.n_classes != 2)
@@ -175,17 +181,20 @@ class ChunkPredictor:
     predictor: RunPredictor
     outputs: Outputs = Outputs()
 
-    def __call__(self, chunk: TableChunk | StoreRows) -> tuple[pd.DataFrame, dict[str, Counter]]:
-        """The prediction frame of a chunk (ids first), and the text values it held that were never
-        seen at ingest, by column."""
-        transforms, unseen = self.predictor.transforms, {}
+    def __call__(self, chunk: TableChunk | StoreRows) -> tuple[pd.DataFrame, dict[str, Counter], int]:
+        """The prediction frame of a chunk (ids first), the text values it held that were never seen at
+        ingest, by column, and the number of its rows left out for a missing value (``--na drop``)."""
+        transforms, unseen, dropped = self.predictor.transforms, {}, 0
         if isinstance(chunk, StoreRows):
             x, ids = chunk.read(), pd.DataFrame()
             rows = chunk.first_row + np.arange(x.shape[0])
         else:
+            if transforms.na == "drop":
+                complete = transforms.complete(chunk)
+                chunk, dropped = chunk.subset(complete), int(np.count_nonzero(~complete))
             x, ids, rows = transforms.apply(chunk, unseen), chunk_ids(chunk, transforms.id_columns), chunk.rows
         out = self.predictor(x, self.outputs, rows)
-        return prediction_frame(out, transforms, self.outputs, ids, self.predictor.latent_per_class), unseen
+        return prediction_frame(out, transforms, self.outputs, ids, self.predictor.latent_per_class), unseen, dropped
 
 
 def prediction_columns(transforms: Transforms, outputs: Outputs = Outputs(), latent_per_class: bool = False) -> list[str]:
@@ -257,12 +266,14 @@ class PredictSummary:
     columns: list[str]
     unseen: dict[str, dict[str, int]]  # text values never seen at ingest: column → value → rows
     seconds: float
+    dropped: int = 0  # rows left out for a missing value (--na drop)
 
 
 def predict(run_dir: str | Path, input: str | Path, out: str | Path, *, sep: str | None = None,
             intervals: Sequence[float] = (), split: str = "all", overwrite: bool = False,
             backend: Backend | None = None, progress: Callable[[int], None] = lambda rows: None,
-            latent: bool = False, quantiles: Sequence[float] = (), samples: int = 0, seed: int = 0) -> PredictSummary:
+            latent: bool = False, quantiles: Sequence[float] = (), samples: int = 0, seed: int = 0,
+            na: str | None = None) -> PredictSummary:
     """Predict every row of ``input`` with the run in ``run_dir`` and write the predictions to ``out``.
 
     Args:
@@ -276,12 +287,14 @@ def predict(run_dir: str | Path, input: str | Path, out: str | Path, *, sep: str
         backend: where chunks are predicted (default: this process).
         progress: called with the rows written so far.
         latent, quantiles, samples, seed: the further columns of :class:`Outputs`.
+        na: a row with a missing value: ``fail``, ``drop`` (left out, counted in ``dropped``) or ``mean``
+            (:func:`load_predictor`).
 
     Raises:
         InputError: bad options or input (nothing is written).
     """
     began = time.perf_counter()
-    predictor = load_predictor(Path(run_dir))
+    predictor = load_predictor(Path(run_dir), na)
     job = ChunkPredictor(predictor, check_outputs(Outputs(tuple(intervals), latent, tuple(quantiles), samples, seed),
                                                   predictor.task))
     source = open_input(Path(input), predictor.transforms, sep, split)
@@ -293,17 +306,19 @@ def predict(run_dir: str | Path, input: str | Path, out: str | Path, *, sep: str
     backend = backend or InProcess()
     unseen: dict[str, Counter] = {}
     columns: list[str] = []
+    dropped = 0
     with open_output(Path(out), overwrite) as writer:
         window = CHUNKS_PER_WORKER * backend.n_workers
-        for frame, chunk_unseen in backend.map_ordered(job, source.chunks(), window):
+        for frame, chunk_unseen, chunk_dropped in backend.map_ordered(job, source.chunks(), window):
             writer.write(frame)
+            dropped += chunk_dropped
             columns = columns or list(frame.columns)
             for column, counts in chunk_unseen.items():
                 unseen.setdefault(column, Counter()).update(counts)
             progress(writer.rows)
     return PredictSummary(str(run_dir), predictor.model, source.description, str(out), writer.rows, columns,
                           {column: dict(counts.most_common()) for column, counts in unseen.items()},
-                          round(time.perf_counter() - began, 3))
+                          round(time.perf_counter() - began, 3), dropped)
 
 
 def unseen_warning(unseen: dict[str, dict[str, int]], shown: int = 3) -> str | None:

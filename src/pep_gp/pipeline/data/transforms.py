@@ -201,6 +201,30 @@ class Transforms(BaseModel):
                              f"{list(self.feature_names)}")
         return np.array([theirs[name] for name in self.feature_names], dtype=np.float64) - self.offsets
 
+    def for_new_rows(self, na: str | None, means: np.ndarray) -> "Transforms":
+        """This record with the missing-value policy ``na`` for rows to predict (``pep predict --na``): None
+        keeps the ingest's, ``fail`` and ``drop`` give no fills (a missing value is refused by
+        :meth:`apply`; ``drop`` rows are removed before it, :meth:`complete`), ``mean`` fills a missing
+        value with the ingest's fill or, for data ingested without one, the training split's mean of
+        the feature (``means``, ``(D,)``: the manifest's ``x_mean``, of the stored values less their
+        offsets; a one-hot feature's is its value's frequency).
+
+        Raises:
+            InputError: ``na`` is not one of ``drop``, ``fail``, ``mean``.
+        """
+        if na is None:
+            return self
+        if na not in ("drop", "fail", "mean"):
+            raise InputError(f"--na: expected one of drop, fail, mean, found {na!r}")
+        fills = [(f.fill if f.fill is not None else float(m) + f.offset) if na == "mean" else None
+                 for f, m in zip(self.features, np.asarray(means, dtype=np.float64), strict=True)]
+        return Transforms(**{**self.model_dump(), "na": na,
+                             "features": [{**f.model_dump(), "fill": fill} for f, fill in zip(self.features, fills)]})
+
+    def complete(self, chunk: TableChunk) -> np.ndarray:
+        """``(n,)`` bool: the chunk's rows with a value in every :attr:`input_columns` column."""
+        return ~chunk.missing[list(self.input_columns)].to_numpy().any(axis=1)
+
     def to_json(self) -> dict[str, Any]:
         """The record as the JSON object stored in a store's and a manifest's ``transforms``."""
         return self.model_dump(mode="json")
@@ -228,8 +252,8 @@ class Transforms(BaseModel):
             missing = chunk.missing[column].to_numpy()
             if missing.any() and self.na != "mean":
                 i = int(np.argmax(missing))
-                raise InputError(f"{chunk.where(i)}, column {column!r}: missing value (the model's data were "
-                                 f"ingested with --na {self.na}; fill it in, or ingest with --na mean)")
+                raise InputError(f"{chunk.where(i)}, column {column!r}: missing value (--na {self.na}; fill it in, "
+                                 "or pass --na mean (the training mean) or --na drop to pep predict)")
             features = [self.features[j] for j in positions]
             if isinstance(features[0], NumericFeature):
                 out[:, positions[0]] = finite_numbers(chunk, column)

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from pydantic import ValidationError
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -66,6 +66,11 @@ all ``max_iter`` steps), ``learning_rate`` (Adam), ``batch_size`` (rows per step
 (``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``) and ``warm_start`` (scikit-learn's:
 ``fit`` starts from the previous fit's parameters, in its frame, :meth:`GPEstimator.fit`). A model's own training
 defaults replace these (:func:`fit_fields`)."""
+
+ESTIMATORS: dict[str, type["GPEstimator"]] = {}
+"""The estimator of each model, by ``--model`` name: every :class:`GPEstimator` subclass that sets ``spec``
+adds itself when it is defined (the built-in ones in :mod:`pep_gp.pipeline.estimators.models`, a plugin
+model's wherever it is written); :func:`estimator_for` makes one for a registered model without."""
 
 CONFIG_NAMES = {"max_iter": "max_steps"}
 """The fit fields whose :class:`~pep_gp.pipeline.training.config.TrainConfig` field has another name."""
@@ -293,6 +298,7 @@ class GPEstimator(FittedGP):
             cls._binary = cls.spec.n_classes == 2
             cls.Settings = cls.spec.Settings
             cls.__init__ = generated_init(cls.spec.Settings, fit_fields(cls.spec), f"--model {cls.spec.name}")
+            ESTIMATORS[cls.spec.name] = cls
 
 
     def _config(self, n_rows: int) -> TrainConfig:
@@ -582,4 +588,17 @@ class GPRegressorMixin:
         return f + np.sqrt(noise_var) * rng.standard_normal(f.shape)
 
 
-__all__ = ["FIT_FIELDS", "MAX_FULL_COV_ROWS", "fit_fields", "GPClassifierMixin", "GPEstimator", "GPRegressorMixin"]
+def estimator_for(spec: ModelSpec) -> type[GPEstimator]:
+    """The estimator class of ``spec``: the one defined for its name (:data:`ESTIMATORS`), else a new
+    :class:`GPEstimator` with scikit-learn's mixins of its task, e.g. for a plugin model that defines none
+    (``pep_gp.load`` of its runs; such a generated class is not importable, so its instances do not pickle)."""
+    if spec.name not in ESTIMATORS:
+        mixins = ((GPClassifierMixin, ClassifierMixin) if spec.task == "classification"
+                  else (GPRegressorMixin, RegressorMixin))
+        name = "".join(part.title() for part in spec.name.replace("_", "-").split("-")) + "Estimator"
+        type(name, (*mixins, GPEstimator), {"spec": spec, "__module__": __name__,
+                                            "__doc__": f"The estimator of ``--model {spec.name}``: {spec.description}"})
+    return ESTIMATORS[spec.name]
+
+
+__all__ = ["ESTIMATORS", "estimator_for", "FIT_FIELDS", "MAX_FULL_COV_ROWS", "fit_fields", "GPClassifierMixin", "GPEstimator", "GPRegressorMixin"]

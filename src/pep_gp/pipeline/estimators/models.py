@@ -15,7 +15,7 @@ from __future__ import annotations
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..models import deep_gp, multiclass, sparse_gp, tied_ep
-from .base import GPClassifierMixin, GPEstimator, GPRegressorMixin
+from .base import ESTIMATORS, GPClassifierMixin, GPEstimator, GPRegressorMixin
 
 
 class SparseGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
@@ -76,16 +76,16 @@ class MultiClassDeepGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator
     spec = deep_gp.MULTICLASS
 
 
-ESTIMATORS = {cls.spec.name: cls for cls in (SparseGPRegressor, SparseGPClassifier, MultiClassGPClassifier,
-                                             DirectMultiClassGPClassifier, TiedEPClassifier, DeepGPRegressor,
-                                             DeepGPClassifier, MultiClassDeepGPClassifier)}
-"""The estimator of each registered model, by ``--model`` name."""
+def built_in() -> dict[str, type[GPEstimator]]:
+    """The estimators of pep's own models (this module's), by ``--model`` name: :data:`ESTIMATORS` without
+    those of plugin or test models, and without ``CollapsedGPRegressor`` (not a ``pep train`` model)."""
+    return {name: cls for name, cls in sorted(ESTIMATORS.items()) if cls.__module__ == __name__}
 
 
 def model_table() -> str:
     """Every registered model with its estimator, as a markdown table (the docs' model reference)."""
     rows = [f"| `{name}` | `{cls.__name__}` | {cls.spec.task} | {'site updates' if cls.spec.has_sites else 'gradient'} "
-            f"| {cls.spec.description} | {own_defaults(cls.spec)} |" for name, cls in sorted(ESTIMATORS.items())]
+            f"| {cls.spec.description} | {own_defaults(cls.spec)} |" for name, cls in built_in().items()]
     return "\n".join(["| `--model` | estimator | task | tied factor moves by | what it is | training defaults of its own |",
                       "|---|---|---|---|---|---|", *rows])
 

@@ -18,26 +18,26 @@ import numpy as np
 
 from ..errors import InputError
 from ..training.runs import Run
-from .base import GPEstimator
-from .models import ESTIMATORS
+from . import models  # noqa: F401  (defines the built-in estimators, which add themselves to ESTIMATORS)
+from .base import GPEstimator, estimator_for
 
 
 def load(run_dir: str | Path) -> GPEstimator:
-    """The fitted estimator of a run directory's newest intact checkpoint (``pep train`` or ``save``).
+    """The fitted estimator of a run directory's newest intact checkpoint (``pep train`` or ``save``), of the
+    class :func:`~pep_gp.pipeline.estimators.base.estimator_for` gives its model (a plugin model's own, or
+    one made for it).
 
     ``log_marginal_likelihood_value_`` is the one the run's manifest records: that of the checkpoint which
     ended a ``pep train`` run, or of ``save``; NaN for a run cut short or written by an older pep.
 
     Raises:
-        InputError: no complete checkpoint, an unknown model, or a run of another format version or
+        InputError: no complete checkpoint, an unregistered model, or a run of another format version or
             parameterisation (the message names what was found and what this pep reads).
     """
     run = Run.open(run_dir)
     restored, manifest, spec, settings, model = run.restored, run.manifest, run.spec, run.settings, run.model
-    if spec.name not in ESTIMATORS:
-        raise InputError(f"{run_dir}: --model {spec.name} has no estimator in this pep")
     config = manifest.config
-    estimator = ESTIMATORS[spec.name](**settings.model_dump(), learning_rate=config.learning_rate,
+    estimator = estimator_for(spec)(**settings.model_dump(), learning_rate=config.learning_rate,
                                       batch_size=config.batch_size, seed=config.seed, tol=config.tol,
                                       max_iter=config.max_steps if config.max_steps is not None else manifest.total_steps)
     fitted: dict[str, Any] = {

@@ -29,10 +29,10 @@ from .base import FIT_FIELDS, FittedGP, GPClassifierMixin, generated_init
 
 class UntiedMultiClassSettings(MultiClassSettings):
     """The multi-class settings with the full-batch damping schedule of the paper's UCI experiments
-    (ρ_0 = 0.5, decaying by 0.99 per step), which untied EP needs to settle."""
+    (ρ_0 = 0.5, decaying by 0.99 per epoch: per step at full batch), which untied EP needs to settle."""
 
     damping: float = Field(0.5, gt=0.0, le=1.0, description="EP step ρ_0 of the factor updates")
-    damping_decay: float = Field(0.99, gt=0.0, le=1.0, description="ρ_t = ρ_0·decay^t down to the floor")
+    damping_decay: float = Field(0.99, gt=0.0, le=1.0, description="ρ_t = ρ_0·decay^(t/steps per epoch) down to the floor")
 
 
 UNTIED_FIT_FIELDS = {name: FIT_FIELDS[name] for name in ("max_iter", "tol", "learning_rate", "seed")} | {"batch_size": None}
@@ -107,8 +107,8 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
 class MultiClassEPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
     """The multi-class GP classifier of Villacampa-Calvo & Hernández-Lobato (2017) with one EP factor per
     training row and class (memory O(N·C·M); for N up to ~10⁴): each step updates the factors of its rows
-    in parallel, damped by ``ρ_t = max(damping·0.99^t, min(damping, 0.05))`` (halved for the rest of the run
-    whenever a row's cavity is improper), then takes an Adam step on the hyper-parameters and inducing
+    in parallel, damped by ``ρ_t = max(damping·0.99^(t/E), min(damping, 0.05))`` at ``E`` steps per epoch
+    (halved for the rest of the run whenever a row's cavity is improper), then takes an Adam step on the hyper-parameters and inducing
     inputs. Settings as :class:`~pep_gp.MultiClassGPClassifier` but for the damping schedule
     (:class:`UntiedMultiClassSettings`); ``batch_size`` None trains full batch.
     """
@@ -133,7 +133,8 @@ class MultiClassEPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
                                                    jitter=settings.jitter, kernel_products=settings.kernel_products)
         fitted = untied_multiclass.fit(self.model_, x, data.y.astype(np.int32), int(self.num_inducing),
                                        batch_size=self.batch_size, max_steps=int(self.max_iter), tol=float(self.tol),
-                                       learning_rate=float(self.learning_rate), damping=settings.damping_schedule(),
+                                       learning_rate=float(self.learning_rate),
+                                       damping=settings.damping_schedule(1 if self.batch_size is None else -(-n // self.batch_size)),
                                        seed=self.seed, kernel=settings_kernel(settings))
         self.params_, self.ep_sites_ = fitted.params, fitted.sites
         self.energy_trace_, self.n_iter_, self.converged_ = fitted.energies, fitted.energies.size, fitted.converged

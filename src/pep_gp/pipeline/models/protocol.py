@@ -104,16 +104,21 @@ class SiteSettings(ModelSettings):
     update (Villacampa-Calvo & Hernández-Lobato 2017, §2.3)."""
 
     damping: float = Field(1.0, gt=0.0, le=1.0, description="SEP step ρ of the tied-factor update (1 with minibatches)")
-    damping_decay: float = Field(1.0, gt=0.0, le=1.0, description="ρ_t = ρ·decay^t (0.99: the full-batch schedule)")
+    damping_decay: float = Field(1.0, gt=0.0, le=1.0, description="ρ_t = ρ·decay^(t/steps per epoch): the decay per "
+                                 "epoch (pass over the training rows)")
     damping_floor: float = Field(0.05, ge=0.0, le=1.0, description="ρ_t never falls below min(ρ, floor)")
 
-    def damping_schedule(self) -> optax.Schedule:
-        """``ρ_t = max(ρ·decay^t, min(ρ, floor))``. The floor keeps the factor tracking the hyper-parameters:
+    def damping_schedule(self, steps_per_epoch: int) -> optax.Schedule:
+        """``ρ_t = max(ρ·decay^(t/E), min(ρ, floor))`` at step ``t`` of ``E = steps_per_epoch``: the step decays
+        by the fraction of the training rows seen, so a full-batch fit (``E = 1``) and a minibatch fit of
+        the same data decay alike per pass over it (a decay per step froze the factor of a 300-step epoch
+        after one epoch). The floor keeps the factor tracking the hyper-parameters:
         their steps use the gradient as if EP had converged, and with a factor frozen by the decay
         (ρ_t → 0) they drift from its fixed point — full-batch wine collapsed after ~550 steps at
         learning rate 0.05 (tests/pipeline/test_convergence.py)."""
         floor = min(self.damping, self.damping_floor)
-        return lambda count: jnp.maximum(self.damping * self.damping_decay ** count, floor)
+        per_step = self.damping_decay ** (1.0 / steps_per_epoch)
+        return lambda count: jnp.maximum(self.damping * per_step ** count, floor)
 
 
 @runtime_checkable

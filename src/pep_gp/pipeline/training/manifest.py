@@ -60,6 +60,7 @@ class RunManifest(BaseModel):
     classes: list[Any] | None = None  # an estimator's labels in the user's values (estimator.save)
     feature_names: list[str] | None = None
     transforms: dict[str, Any] | None = None  # a table's rows → model features (pipeline.data.transforms)
+    damping_per_epoch: bool = False  # the site step decays per epoch (False: written when it decayed per step)
 
     @model_validator(mode="after")
     def _statistics_agree(self) -> "RunManifest":

@@ -46,4 +46,4 @@ def compiled_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, s
                      lambda params: spec.frozen(settings, params))
     if not uses_site_updates(spec, settings):
         return training_step(model, optimizer)
-    return training_step(model, optimizer, sites=True, damping=settings.damping_schedule())
+    return training_step(model, optimizer, sites=True, damping=settings.damping_schedule(steps_per_epoch))
