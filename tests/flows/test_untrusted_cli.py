@@ -32,7 +32,8 @@ def pep(*args):
 
 
 def one_line_error(result, code: int, message: str) -> bool:
-    lines = [line for line in result.stderr.splitlines() if line.strip()]  # (a progress display leaves a blank)
+    # the training display's own lines (a blank in a terminal, "training: …" summaries without one) aside
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("training: ")]
     return result.exit_code == code and len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
 
 

@@ -17,7 +17,7 @@ import typer
 from ..pipeline.errors import did_you_mean
 
 COMMANDS = {  # name: (module, attribute, summary)
-    "ingest": ("pep_gp.flows.ingest", "ingest_command", "Ingest a data source into a chunked Zarr store for training."),
+    "ingest": ("pep_gp.flows.ingest", "ingest_command", "Ingest a data source into a chunked Zarr store for training, or append its rows to one."),
     "train": ("pep_gp.flows.train", "train_command",
               "Train a model on a store, with checkpoints; resumable with --resume."),
     "evaluate": ("pep_gp.flows.evaluate", "evaluate_command",
