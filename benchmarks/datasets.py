@@ -322,6 +322,7 @@ def _regression(package: str, item: str, target: str) -> Callable[..., Parts]:
         inputs = table.drop(columns=[target])
         return _numeric(inputs), table[target].to_numpy(np.float64), tuple(inputs.columns), (), source, f"target {target}"
 
+    read.regression = True  # known before the files are read: load() checks its options first
     return read
 
 
@@ -401,6 +402,8 @@ def load(name: str, *, classes=None, **options) -> Dataset:
     """
     if name not in READERS:
         raise ValueError(f"unknown data set {name!r}; known: {', '.join(NAMES)}")
+    if classes is not None and getattr(READERS[name], "regression", False):
+        raise ValueError(f"{name} is a regression set: classes={classes!r} does not apply")
     try:
         x, target, features, levels, source, notes = READERS[name](name, **options)
     except TypeError as error:
@@ -408,8 +411,6 @@ def load(name: str, *, classes=None, **options) -> Dataset:
             raise
         raise ValueError(f"{name}: unknown option in {sorted(options)} ({error})") from None
     if not levels:
-        if classes is not None:
-            raise ValueError(f"{name} is a regression set: classes={classes!r} does not apply")
         return Dataset(name, x, target, "regression", tuple(features), (), source, notes)
     keep, y, kept, note = _select(np.asarray(target), levels, classes)
     notes = "; ".join(part for part in (notes, note) if part)
