@@ -17,7 +17,7 @@ Usage::
 
     .venv/bin/python -m benchmarks.bench_weak_scaling [--store airline-classes.zarr] [--target 0.90] [--epochs 6]
 
-Writes ``benchmarks/results/bench_weak_scaling.json`` and prints the table of docs/how-to/clusters.md.
+Writes ``benchmarks/results/bench_weak_scaling.json`` and prints the table of docs/results/benchmarks.md.
 """
 
 from __future__ import annotations
