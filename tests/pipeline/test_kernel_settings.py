@@ -167,8 +167,24 @@ def test_bad_inducing_points_are_refused_in_one_line_naming_them(data, z, messag
 
 def test_inducing_points_in_the_model_table_set_num_inducing():
     spec = get_model("sparse-gp-classifier")
-    settings = model_settings(spec, {"inducing_points": [[0.0, 1.0], [2.0, 3.0]]})
+    config = load_config(None, settings=parse_settings(["model.inducing_points=[[0.0, 1.0], [2.0, 3.0]]"]))
+    settings = model_settings(spec, config.model)
     assert settings.num_inducing == 2 and settings.in_model_units([1.0, 1.0], [2.0, 4.0]).inducing_points == [
         [-0.5, 0.0], [0.5, 0.5]]
     with pytest.raises(InputError, match=r"model.inducing_points: .*2 rows, but num_inducing = 5"):
         model_settings(spec, {"inducing_points": [[0.0, 1.0], [2.0, 3.0]], "num_inducing": 5})
+
+
+@pytest.mark.slow  # a compile of its own: 17 s at load 7 on 2 cores (the estimator test covers the same trainer path)
+def test_a_store_run_places_the_configs_inducing_points_with_the_stores_statistics(regression_store, tmp_path):
+    """``pep train``'s path: ``[model] inducing_points`` in the store's units become ``(Z − x_mean)/x_std`` of the
+    store's training split, kept by ``train_inducing = false``; the manifest keeps them as given."""
+    from pep_gp.pipeline.training.trainer import TrainJob, train
+    from tests.trainstores import FAST
+
+    z = [[0.1, -0.2, 0.3], [1.0, 0.5, -1.0], [-0.7, 0.0, 0.4]]
+    config = FAST.model_copy(update={"model": {"inducing_points": z, "train_inducing": False}, "epochs": 1})
+    result = train(TrainJob("sparse-gp-regressor", regression_store, config, tmp_path / "run"))
+    mean, std = (np.asarray(regression_store.attrs[k]) for k in ("x_mean", "x_std"))
+    np.testing.assert_array_equal(result.params.inducing, (np.asarray(z) - mean) / std)
+    assert load(tmp_path / "run").get_params()["inducing_points"] == z
