@@ -103,6 +103,19 @@ def test_every_registered_model_end_to_end_at_tiny_sizes(name, stores, tmp_path)
     else:
         assert np.all(np.isfinite(fitted.predict(x[:10].astype(float))))
 
+    # its latent moments are those of its own joint draws (a deep GP's moment-matched pass has no joint
+    # Gaussian to draw from, and refuses: predict_f's docstring)
+    rows = x[:3].astype(float)
+    if "deep" in spec.name:
+        with pytest.raises(ValueError, match="no full covariance or joint draws"):
+            fitted.sample_f(rows)
+        return
+    mean, var = fitted.predict_f(rows)
+    draws = fitted.sample_f(rows, n_samples=100_000, seed=0)
+    assert draws.shape == (100_000, *mean.shape)
+    assert np.all(np.abs(draws.mean(0) - mean) < 5 * np.sqrt(var / len(draws)))  # 5 Monte Carlo standard errors
+    assert np.all(np.abs(draws.var(0) - var) < 5 * var * np.sqrt(2 / len(draws)))
+
 
 @pytest.mark.slow  # ~45 s per model on the 2-core machine, most of it compiling
 @pytest.mark.parametrize("name", sorted(MODELS))
