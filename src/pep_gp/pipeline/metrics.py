@@ -1,8 +1,9 @@
 """Held-out metrics as per-block sums (so they reduce over blocks like gradients) and their finish.
 
 Classification: ``test_error`` (fraction misclassified) and ``test_nll`` (mean −log p(y|x)).
-Regression: ``rmse`` and ``test_nll`` (mean Gaussian predictive −log p(y|x)), both in the store's
-target units. Every result also holds ``n_test``.
+Regression: ``rmse`` and ``test_nll`` (mean −log p(y|x) of the model's own predictive: the Gaussian's, or
+for a Student-t or count likelihood ``−log ∫ p(y|f) N(f; m, v) df``, a probability mass for counts), both in
+the store's target units. Every result also holds ``n_test``.
 
 Calibration (``pep evaluate``, :func:`calibration`, :func:`regression_calibration`) adds sums of the same
 kind, so Dask workers and one process give the same report: for classification the Brier score and the
@@ -36,12 +37,17 @@ def classification_sums(log_prob_true, correct, mask) -> dict:
             "nll": -jnp.sum(jnp.where(mask, log_prob_true, 0.0))}
 
 
-def regression_sums(mean, var, y, mask) -> dict:
-    """Per-block sums of squared errors and Gaussian −log N(y; mean, var) over the rows with ``mask``."""
+def gaussian_log_density(y, mean, var):
+    """``log N(y; mean, var)``."""
+    return -0.5 * (LOG_2PI + jnp.log(var) + (y - mean) ** 2 / var)
+
+
+def regression_sums(mean, log_density, y, mask) -> dict:
+    """Per-block sums of squared errors ``(y − mean)²`` and of ``−log p(y|x)`` (``log_density``: the
+    predictive's, per row) over the rows with ``mask``."""
     residual2 = (y - mean) ** 2
-    nll = 0.5 * (LOG_2PI + jnp.log(var) + residual2 / var)
     return {"n": jnp.sum(mask), "squared_error": jnp.sum(jnp.where(mask, residual2, 0.0)),
-            "nll": jnp.sum(jnp.where(mask, nll, 0.0))}
+            "nll": -jnp.sum(jnp.where(mask, log_density, 0.0))}
 
 
 def classification_calibration_sums(proba, labels, mask) -> dict:
@@ -145,10 +151,12 @@ def calibration(y, proba) -> dict[str, float | int]:
         return finish(jax.device_get(sums))
 
 
-def regression_calibration(y, mean, std) -> dict[str, float | int]:
-    """The held-out report of ``pep evaluate`` for an in-memory Gaussian predictive ``N(mean, std²)``
-    (noise included, as ``predict(X, return_std=True)`` gives it): ``n_test``, ``test_nll``, ``rmse``,
-    ``crps`` and ``coverage_50``/``_90``/``_95`` (see :func:`finish`), from the same sums.
+def regression_calibration(y, mean, std, log_density=None) -> dict[str, float | int]:
+    """The held-out report of ``pep evaluate`` for an in-memory predictive of mean ``mean`` and standard
+    deviation ``std`` (noise included, as ``predict(X, return_std=True)`` gives it): ``n_test``, ``test_nll``,
+    ``rmse``, ``crps`` and ``coverage_50``/``_90``/``_95`` (see :func:`finish`), from the same sums. The NLL
+    is ``−mean(log_density)`` where given (the predictive's ``log p(y|x)`` per row), else that of the
+    Gaussian ``N(mean, std²)``; the CRPS and the intervals are the Gaussian's.
 
     Example:
         >>> report = regression_calibration([0.0, 1.0], [0.0, 0.0], [1.0, 1.0])
@@ -157,9 +165,11 @@ def regression_calibration(y, mean, std) -> dict[str, float | int]:
     """
     with float64():
         y, mean, std = (jnp.asarray(a, dtype=jnp.float64) for a in (y, mean, std))
-        _check_rows(y, mean, std)
+        log_density = (gaussian_log_density(y, mean, std**2) if log_density is None
+                       else jnp.asarray(log_density, dtype=jnp.float64))
+        _check_rows(y, mean, std, log_density)
         mask = jnp.ones(y.shape, dtype=bool)
-        sums = {**regression_sums(mean, std**2, y, mask), **regression_calibration_sums(mean, std**2, y, mask)}
+        sums = {**regression_sums(mean, log_density, y, mask), **regression_calibration_sums(mean, std**2, y, mask)}
         return finish(jax.device_get(sums))
 
 
