@@ -1,7 +1,8 @@
 """The held-out NLL of a non-Gaussian regressor is that of its own predictive density (issue 39, item 1):
 ``−log ∫ p(y|f) N(f; m, v) df`` (a probability mass for counts), the same in the trainer's metrics, ``pep
-evaluate`` and an estimator's ``calibration_report``, checked against an independent ``scipy.integrate.quad``.
-With a Student-t of ν ≤ 2 (infinite predictive variance) the Gaussian NLL of the moments was infinite."""
+evaluate`` and an estimator's ``calibration_report``, checked against an independent ``scipy.integrate.quad``;
+and the report's interval coverage is that of ``predict_quantiles``' intervals. With a Student-t of ν ≤ 2
+(infinite predictive variance) the Gaussian of the moments gave an infinite NLL and covered every row."""
 
 from __future__ import annotations
 
@@ -60,8 +61,14 @@ def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(r
     trained = result.history[-1]
     assert trained["n_test"] == len(y) == 100
     assert trained["test_nll"] == pytest.approx(expected, rel=1e-8)
-    assert evaluate(tmp_path / "run")["test_nll"] == pytest.approx(expected, rel=1e-8)
-    assert loaded.calibration_report(x, y)["test_nll"] == pytest.approx(expected, rel=1e-8)
+    evaluated, report = evaluate(tmp_path / "run"), loaded.calibration_report(x, y)
+    assert evaluated["test_nll"] == pytest.approx(expected, rel=1e-8)
+    assert report["test_nll"] == pytest.approx(expected, rel=1e-8)
+    for level in (50, 90, 95):  # the rows inside predict_quantiles' central interval (the Gaussian's: all)
+        low, high = loaded.predict_quantiles(x, (0.5 - level / 200, 0.5 + level / 200)).T
+        inside = np.mean((y >= low) & (y <= high))
+        assert evaluated[f"coverage_{level}"] == report[f"coverage_{level}"] == inside
+    assert report["coverage_50"] < 0.9
 
 
 def fit(estimator, x, y):
@@ -90,5 +97,8 @@ def test_a_count_regressors_report_gives_its_predictive_probability_mass(likelih
     report = model.calibration_report(rows, y)
     assert report["n_test"] == 5
     assert report["test_nll"] == pytest.approx(-np.mean(expected), rel=1e-8)
+    held_out = model.calibration_report(x, counts)  # coverage: the rows inside predict_quantiles' interval
+    low, high = model.predict_quantiles(x, (0.05, 0.95)).T
+    assert held_out["coverage_90"] == np.mean((counts >= low) & (counts <= high))
     with pytest.raises(ValueError, match=r"expected one value per row of X \(5\), got 4"):
         model.calibration_report(rows, y[:4])

@@ -9,12 +9,11 @@ Calibration (``pep evaluate``, :func:`calibration`, :func:`regression_calibratio
 kind, so Dask workers and one process give the same report: for classification the Brier score and the
 expected calibration error over ``ECE_BINS`` equal-width bins of the top-class probability (per-bin
 counts, confidence sums and accuracy sums), for regression the coverage of the central 50/90/95 %
-intervals and the CRPS of the Gaussian predictive.
+intervals (of the model's own predictive) and the CRPS of the Gaussian predictive.
 """
 
 from __future__ import annotations
 
-from statistics import NormalDist
 from typing import Mapping
 
 import jax
@@ -28,7 +27,6 @@ from ..core.gaussian import LOG_2PI
 ECE_BINS = 15
 ECE_BINNING = f"{ECE_BINS} equal-width bins of the top-class probability: ((b-1)/{ECE_BINS}, b/{ECE_BINS}]"
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
-_HALF_WIDTHS = tuple(NormalDist().inv_cdf(0.5 + level / 2) for level in COVERAGE_LEVELS)  # z_{(1+p)/2}
 
 
 def classification_sums(log_prob_true, correct, mask) -> dict:
@@ -81,11 +79,20 @@ def gaussian_crps(mean, std, y):
     return std * (z * (2 * ndtr(z) - 1) + 2 * density - 1 / jnp.sqrt(jnp.pi))
 
 
-def regression_calibration_sums(mean, var, y, mask) -> dict:
+def regression_calibration_sums(mean, var, y, mask, cdf=None) -> dict:
     """Per-block sums of the Gaussian CRPS (:func:`gaussian_crps`) and of the rows inside each central
-    interval ``mean ± z_{(1+p)/2} σ`` for ``p`` in ``COVERAGE_LEVELS``, over the rows with ``mask``."""
+    interval of level ``p`` in ``COVERAGE_LEVELS`` (between the predictive's ``(1 − p)/2`` and ``(1 + p)/2``
+    quantiles), over the rows with ``mask``. A row is inside when ``P(Y ≤ y) ≥ (1 − p)/2`` and
+    ``P(Y < y) ≤ (1 + p)/2``, from ``cdf = (P(Y < y), P(Y ≤ y))`` where the predictive is not the Gaussian
+    (:meth:`~pep_gp.core.likelihoods.QuadratureLikelihood.predictive_cdf`), else ``Φ((y − mean)/σ)``: the
+    interval ``mean ± z_{(1+p)/2} σ``."""
     std = jnp.sqrt(var)
-    inside = jnp.abs(y - mean)[:, None] <= jnp.asarray(_HALF_WIDTHS, dtype=std.dtype) * std[:, None]
+    if cdf is None:
+        at = ndtr((y - mean) / std)
+        cdf = (at, at)
+    below, at = cdf
+    levels = jnp.asarray(COVERAGE_LEVELS, dtype=std.dtype)
+    inside = (at[:, None] >= (1 - levels) / 2) & (below[:, None] <= (1 + levels) / 2)
     return {"crps": jnp.sum(jnp.where(mask, gaussian_crps(mean, std, y), 0.0)),
             "covered": jnp.sum(inside & mask[:, None], axis=0)}
 
@@ -151,12 +158,13 @@ def calibration(y, proba) -> dict[str, float | int]:
         return finish(jax.device_get(sums))
 
 
-def regression_calibration(y, mean, std, log_density=None) -> dict[str, float | int]:
+def regression_calibration(y, mean, std, log_density=None, cdf=None) -> dict[str, float | int]:
     """The held-out report of ``pep evaluate`` for an in-memory predictive of mean ``mean`` and standard
     deviation ``std`` (noise included, as ``predict(X, return_std=True)`` gives it): ``n_test``, ``test_nll``,
     ``rmse``, ``crps`` and ``coverage_50``/``_90``/``_95`` (see :func:`finish`), from the same sums. The NLL
     is ``−mean(log_density)`` where given (the predictive's ``log p(y|x)`` per row), else that of the
-    Gaussian ``N(mean, std²)``; the CRPS and the intervals are the Gaussian's.
+    Gaussian ``N(mean, std²)``; the coverage is from ``cdf = (P(Y < y), P(Y ≤ y))`` per row where given (see
+    :func:`regression_calibration_sums`), else the Gaussian's; the CRPS is the Gaussian's.
 
     Example:
         >>> report = regression_calibration([0.0, 1.0], [0.0, 0.0], [1.0, 1.0])
@@ -167,9 +175,10 @@ def regression_calibration(y, mean, std, log_density=None) -> dict[str, float | 
         y, mean, std = (jnp.asarray(a, dtype=jnp.float64) for a in (y, mean, std))
         log_density = (gaussian_log_density(y, mean, std**2) if log_density is None
                        else jnp.asarray(log_density, dtype=jnp.float64))
-        _check_rows(y, mean, std, log_density)
+        cdf = None if cdf is None else tuple(jnp.asarray(c, dtype=jnp.float64) for c in cdf)
+        _check_rows(y, mean, std, log_density, *(cdf or ()))
         mask = jnp.ones(y.shape, dtype=bool)
-        sums = {**regression_sums(mean, log_density, y, mask), **regression_calibration_sums(mean, std**2, y, mask)}
+        sums = {**regression_sums(mean, log_density, y, mask), **regression_calibration_sums(mean, std**2, y, mask, cdf)}
         return finish(jax.device_get(sums))
 
 

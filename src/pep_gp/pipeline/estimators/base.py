@@ -551,13 +551,14 @@ class GPRegressorMixin:
     def calibration_report(self, X, y) -> dict[str, Any]:
         """``pep evaluate``'s report on ``(X, y)``: NLL (of the model's own predictive density, as in training's
         held-out metrics: :func:`~pep_gp.pipeline.models.predictive.log_density`), RMSE, CRPS and the coverage
-        of the central 50/90/95 % intervals of the predictive
-        (:func:`pep_gp.pipeline.metrics.regression_calibration`)."""
+        of the central 50/90/95 % intervals of the model's own predictive (``predict_quantiles``'s, by
+        :func:`~pep_gp.pipeline.models.predictive.interval_cdf`) (:func:`pep_gp.pipeline.metrics.regression_calibration`)."""
         y = np.asarray(y, dtype=np.float64)
         if y.ndim != 1:
             raise ValueError(f"expected y of one target per row, got shape {y.shape}")
         out = self._predict_outputs(X, Scored(self._predictive()), per_row=(y,))
-        return regression_calibration(y, out["mean"], np.sqrt(out["var"]), out["log_density"])
+        cdf = (out["cdf_below"], out["cdf"]) if "cdf" in out else None
+        return regression_calibration(y, out["mean"], np.sqrt(out["var"]), out["log_density"], cdf)
 
     def _latent_units(self) -> tuple[float, float]:
         return self.targets_.shift, self.targets_.scale

@@ -120,6 +120,13 @@ class LikelihoodPredictive(GaussianPredictive):
         return (self.model.likelihood.log_tilted(params.likelihood, y, mean, var, 1.0)
                 - jnp.log(jnp.asarray(self.targets.scale, dtype=mean.dtype)))
 
+    def cdf(self, params, x, y):
+        """``(P(Y < y), P(Y ≤ y))`` per row (``y`` in target units) under ``∫ p(y|f) N(f; m, v) df``
+        (:meth:`~pep_gp.core.likelihoods.QuadratureLikelihood.predictive_cdf`)."""
+        mean, var = self.model.predict_f(params, x)
+        y = (y - self.targets.shift) / self.targets.scale
+        return self.model.likelihood.predictive_cdf(params.likelihood, y, mean, var)
+
 
 def log_density(predictive: Callable, params, x, y, out: dict):
     """``log p(y|x)`` ``[B]`` of a regression predictive at the targets ``y`` ``[B]`` (target units), given its
@@ -130,16 +137,27 @@ def log_density(predictive: Callable, params, x, y, out: dict):
     return own(params, x, y) if own is not None else gaussian_log_density(y, out["mean"], out["var"])
 
 
+def interval_cdf(predictive: Callable, params, x, y):
+    """A regression predictive's ``(P(Y < y), P(Y ≤ y))`` ``[B]`` each at the targets ``y`` (target units), by
+    which the calibration report counts the rows inside its central intervals: its own ``cdf`` where it has
+    one (a non-Gaussian likelihood), else None (the Gaussian's, :func:`~pep_gp.pipeline.metrics.regression_calibration_sums`)."""
+    own = getattr(predictive, "cdf", None)
+    return None if own is None else own(params, x, y)
+
+
 @dataclass(frozen=True)
 class Scored:
-    """A regression predictive's outputs and ``{"log_density": [B]}`` at per-row targets ``y``, as a predictive
-    of ``(params, x, y)`` (:func:`log_density`)."""
+    """A regression predictive's outputs, ``{"log_density": [B]}`` at per-row targets ``y`` and, where the
+    predictive has its own, ``{"cdf_below", "cdf"}`` (``P(Y < y)``, ``P(Y ≤ y)``), as a predictive of
+    ``(params, x, y)`` (:func:`log_density`, :func:`interval_cdf`)."""
 
     predictive: Any
 
     def __call__(self, params, x, y) -> dict:
         out = self.predictive(params, x)
-        return out | {"log_density": log_density(self.predictive, params, x, y, out)}
+        cdf = interval_cdf(self.predictive, params, x, y)
+        return out | {"log_density": log_density(self.predictive, params, x, y, out)} | (
+            {} if cdf is None else {"cdf_below": cdf[0], "cdf": cdf[1]})
 
 
 @dataclass(frozen=True)
@@ -204,7 +222,8 @@ class HeldOut:
         y = y * self.targets.scale + self.targets.shift
         sums = regression_sums(out["mean"], log_density(self.predictive, params, x, y, out), y, mask)
         if self.calibration:
-            sums |= regression_calibration_sums(out["mean"], out["var"], y, mask)
+            sums |= regression_calibration_sums(out["mean"], out["var"], y, mask,
+                                                interval_cdf(self.predictive, params, x, y))
         return sums
 
 
