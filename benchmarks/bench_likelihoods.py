@@ -191,7 +191,8 @@ def table(result: dict) -> str:
             rows.append(("outliers (injected)", f"Boston, {part['outliers_per_split']} training targets ±5 sd",
                          f"sparse GP, {model}", _cell(stats_[model]["test_nll"]),
                          "baseline" if model == "gaussian" else _cell(paired(part["runs"], model, "gaussian")),
-                         f"RMSE {_cell(stats_[model]['rmse'], 2)}", f"{stats_[model]['seconds']['mean']:.0f}"))
+                         f"RMSE {_cell(stats_[model]['rmse'], 2)}; 90 % coverage {_cell(stats_[model]['coverage_90'])}",
+                         f"{stats_[model]['seconds']['mean']:.0f}"))
     if "counts" in result:
         part = result["counts"]
         stats_ = summary(part["runs"])
