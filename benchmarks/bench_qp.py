@@ -93,7 +93,7 @@ def classification(name, repeat, max_iter, rows, save):
                                   max_iter=max_iter)
             start = fitted.log_theta  # QP starts from EP's hyper-parameters (the authors' code)
             with pep_gp.core.float64():
-                latent_mean, latent_var = exact_ep.predict(fitted.log_theta, fitted.sites, x_train, data, x_test)
+                latent_mean, latent_var = exact_ep.predict(fitted.kernel, fitted.sites, x_train, data, x_test)
             p_one = norm.cdf(np.asarray(latent_mean) / np.sqrt(1.0 + np.asarray(latent_var)))
             prob = np.clip(np.where(y[test] == 1, p_one, 1.0 - p_one), 1e-300, 1)
             row[method] = {"nll": float(-np.mean(np.log(prob))), "error": float(np.mean(prob < 0.5)),
@@ -213,7 +213,7 @@ def poisson(repeats, max_iter, save, start="median"):
             begin = (first, None) if fitted is None else (fitted.log_theta, fitted.sites)
             fitted = exact_ep.fit(EP(PoissonSquare(), projection), x[train], data, *begin, max_iter=max_iter)
             with pep_gp.core.float64():
-                mean, var = (np.asarray(a) for a in exact_ep.predict(fitted.log_theta, fitted.sites, x[train], data,
+                mean, var = (np.asarray(a) for a in exact_ep.predict(fitted.kernel, fitted.sites, x[train], data,
                                                                       x[test]))
             shape, scale = PoissonSquare.predict(mean + 1.0, var)  # + the prior mean
             mode = np.where(shape > 1, np.floor(scale * (shape - 1)), 0.0)

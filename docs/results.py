@@ -147,6 +147,13 @@ def likelihoods_table() -> str:
     return table(result(NAME))
 
 
+def kernels_table() -> str:
+    """``python -m benchmarks.bench_kernels --table``'s table of the committed run."""
+    from benchmarks.bench_kernels import NAME, table
+
+    return table(result(NAME))
+
+
 def scaling_table(name: str) -> str:
     """``python -m benchmarks.bench_scaling``'s table of one committed run (``bench_scaling*.json``)."""
     from benchmarks.bench_scaling import table
@@ -177,7 +184,8 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "bench_defaults_vs_lr": lambda: estimators_table("bench_defaults_vs_lr"),
                                             "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
                                             "bench_weak_scaling": weak_scaling_table, "bench_power_ep": power_ep_table,
-                                            "bench_likelihoods": likelihoods_table}
+                                            "bench_likelihoods": likelihoods_table,
+                                            "bench_kernels": kernels_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
     for path in sorted(RESULTS.glob("bench_scaling*.json")):

@@ -56,6 +56,37 @@ def titsias_bound(x, y, z, lengthscales, variance, noise):
     return gaussian_log_evidence(y, qff + noise * np.eye(len(y))) - np.sum(d) / (2 * noise)
 
 
+def pep_alpha_evidence(kuu, kuf, kff_diag, y, noise, alpha):
+    """The collapsed PEP-α objective ``log N(y; 0, Q_ff + α diag(D) + σ²I) − (1−α)/(2α) Σ log(1 + αD_nn/σ²)``,
+    ``D = diag(K_ff − Q_ff)`` (Bui, Yan & Turner 2017, §3.6, eq. 128), dense from any kernel's matrices."""
+    qff = kuf.T @ np.linalg.solve(kuu, kuf)
+    d = kff_diag - np.diag(qff)
+    cov = qff + np.diag(alpha * d + noise)
+    return gaussian_log_evidence(y, cov) - (1 - alpha) / (2 * alpha) * np.sum(np.log1p(alpha * d / noise))
+
+
+def tied_power_ep_energy(kuu, kuf, kff_diag, y, noise, shift, precision, alpha):
+    """The tied-factor Power-EP energy of a Gaussian likelihood at the factor ``t(u) = exp(ηᵀu − ½uᵀΛu)`` (the
+    product of the N tied sites): ``φ(q) − φ(p) + (N/α)(φ(cav) − φ(q)) + (1/α) Σ_n log ∫ N(f; μ_n, v_n)
+    N(y_n; f, σ²)^α df`` with ``q ∝ p·t``, ``cav ∝ p·t^(1 − α/N)`` (Bui, Yan & Turner 2017, eq. 110), dense;
+    the integral in closed form, ``(2πσ²)^((1−α)/2) α^(−½) N(y_n; μ_n, v_n + σ²/α)``."""
+    n, kinv = len(y), np.linalg.inv(kuu)
+
+    def phi(h, lam):
+        return 0.5 * h @ np.linalg.solve(lam, h) - 0.5 * np.linalg.slogdet(lam)[1]
+
+    s = 1 - alpha / n
+    phi_q, phi_cav = phi(shift, kinv + precision), phi(s * shift, kinv + s * precision)
+    global_term = phi_q + 0.5 * np.linalg.slogdet(kinv)[1] + n / alpha * (phi_cav - phi_q)
+    cav_cov = np.linalg.inv(kinv + s * precision)
+    w = np.linalg.solve(kuu, kuf)
+    mean = w.T @ (cav_cov @ (s * shift))
+    var = kff_diag - np.sum(kuf * w, 0) + np.sum(w * (cav_cov @ w), 0)
+    log_z = (0.5 * (1 - alpha) * np.log(2 * np.pi * noise) - 0.5 * np.log(alpha)
+             + norm.logpdf(y, mean, np.sqrt(var + noise / alpha)))
+    return global_term + np.sum(log_z) / alpha
+
+
 def titsias_optimal_q(x, y, z, lengthscales, variance, noise):
     """Natural parameters (η, Λ) of the total likelihood factor at the VFE optimum:
     ``Λ = σ⁻² K_uu⁻¹K_uf K_fu K_uu⁻¹``, ``η = σ⁻² K_uu⁻¹K_uf y``."""

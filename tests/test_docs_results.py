@@ -59,6 +59,15 @@ def test_the_likelihoods_page_holds_the_table_of_the_committed_run():
     assert table(run) in page("likelihoods.md") and NAME in results.marks(page("likelihoods.md"))
 
 
+def test_the_kernels_page_holds_the_table_of_the_committed_kernel_comparison():
+    from benchmarks.bench_kernels import CLASSIFICATION, NAME, REGRESSION, table
+
+    runs = results.result(NAME)["runs"]
+    assert {key.split("/")[0] for key in runs} == set(REGRESSION + CLASSIFICATION)  # five real tables
+    assert {key.split("/")[1] for key in runs} == {"pep", "sklearn", "warm-up"}
+    assert table(results.result(NAME)) in page("kernels.md") and NAME in results.marks(page("kernels.md"))
+
+
 def test_the_deep_gp_page_holds_the_table_of_the_committed_deep_gp_runs():
     assert deep_gp_table(DEEP_GP) in page("deep-gp.md")
 

@@ -15,5 +15,12 @@ def prefect_harness():
 
     # 300 s, not 120: in one run at load 13 on the 2-core machine every flow test errored in setup (the
     # server's start-up limit the likely cause); a generous limit costs nothing when the start is quick.
+    from prefect.logging.configuration import setup_logging
+
     with prefect_test_harness(server_startup_timeout=300):
+        # Prefect configures logging once per process with dictConfig, which closes every handler made before;
+        # absl's (imported with jax) then closes its stream, pytest's capture file, unless that stream is
+        # sys.stderr at the time, which it is not inside a CliRunner invocation (streams swapped): pytest then
+        # dies with "lost sys.stderr". So Prefect's logging is configured here, outside any runner.
+        setup_logging()
         yield

@@ -70,6 +70,12 @@ def test_each_program_of_a_step_compiles_once(model, store, tmp_path, request):
     assert {name: first[name] for name in coordinator} == dict.fromkeys(coordinator, 1), dict(first)
     assert all(first[name] <= 1 for name in blocks), dict(first)  # (another test may have compiled them)
     assert not later, f"steps 2-4 compiled again: {dict(later)}"
+    reseeded = Trainer(TrainJob(model, request.getfixturevalue(store), config.model_copy(update={"seed": 7}), None),
+                       InProcess())  # another seed: other initial values and minibatch order, the same step
+    other = reseeded.fresh_state()
+    with compiled_programs() as again:
+        reseeded.step(other)
+    assert reseeded.step_fn is trainer.step_fn and not again, f"a new seed compiled again: {dict(again)}"
 
 
 CHILD = """

@@ -112,3 +112,79 @@ def test_the_untied_multi_class_classifier_starts_from_the_given_kernel():
     kernel = Matern52(lengthscales=0.9, variance=1.2, fixed=("lengthscales", "variance"))
     model = _fit(MultiClassEPClassifier(kernel=kernel, num_inducing=3, max_iter=3), x, labels)
     assert repr(model.kernel_) == "Matern52(lengthscales=0.9 (fixed), variance=1.2 (fixed))"
+
+
+def _matern52(a, b, lengthscales, variance):
+    from sklearn.gaussian_process import kernels as sk
+
+    return variance * sk.Matern(lengthscales, nu=2.5)(a, b)
+
+
+def test_given_inducing_points_give_the_pep_alpha_objective_at_exactly_those_values(data):
+    """``inducing_points=Z`` (the inputs' units), ``train_inducing=False``, a fixed Matérn 5/2 and the starting noise:
+    at ``max_iter=0`` the sparse regressor's objective is the tied Power-EP energy at its starting factor
+    (``Λ = K_uu⁻¹``, ``η = 0``) and the collapsed regressor's the PEP-α objective (Bui, Yan & Turner 2017, eqs.
+    110 and 128), both computed here with scikit-learn's Matérn on ``(Z − mean)/std``; ``Z`` is the model's
+    inducing inputs bit for bit and stays so through 100 steps while the rest moves."""
+    from pep_gp import CollapsedGPRegressor
+    from tests import oracles
+
+    x, y = data
+    x = 3.0 * x + 10.0  # the user's units are not the standardised ones
+    z = np.array([[7.0, 8.5], [10.0, 10.0], [12.5, 9.0], [9.0, 13.0]])
+    ls, var, s2, alpha = np.array([0.8, 1.3]), 1.7, 0.05, 0.5
+    settings = dict(kernel=Matern52(ls, var, fixed=("lengthscales", "variance")), inducing_points=z,
+                    train_inducing=False, noise_variance=s2, alpha=alpha, jitter=0.0)
+    start = SparseGPRegressor(**settings, max_iter=0).fit(x, y)
+    zs, xs, ys = (z - start.x_mean_) / start.x_std_, (x - start.x_mean_) / start.x_std_, start.targets_(y)
+    np.testing.assert_array_equal(start.params_.inducing, zs)
+    kuu, kuf, kff = _matern52(zs, zs, ls, var), _matern52(zs, xs, ls, var), np.full(len(y), var)
+    jacobian = len(y) * np.log(start.targets_.scale)
+    energy = oracles.tied_power_ep_energy(kuu, kuf, kff, ys, s2, np.zeros(len(z)), np.linalg.inv(kuu), alpha)
+    assert start.log_marginal_likelihood() == pytest.approx(energy - jacobian, rel=1e-9)
+    collapsed = CollapsedGPRegressor(**settings, max_iter=0).fit(x, y)
+    assert collapsed.log_marginal_likelihood() == pytest.approx(
+        oracles.pep_alpha_evidence(kuu, kuf, kff, ys, s2, alpha) - jacobian, rel=1e-9)
+
+    fitted = _fit(SparseGPRegressor(**settings, max_iter=100, tol=0), x, y)
+    assert fitted.n_iter_ == 100 and fitted.get_params()["inducing_points"] is z
+    np.testing.assert_array_equal(fitted.params_.inducing, start.params_.inducing)
+    assert float(fitted.model_.likelihood.noise_variance(fitted.params_.likelihood)) != pytest.approx(s2, rel=1e-3)
+
+
+@pytest.mark.parametrize("z, message", [
+    (np.zeros((3, 1)), "inducing_points has 1 columns; the inputs have 2"),
+    (np.array([[0.0, 1.0], [np.nan, 0.0]]), r"inducing_points: .*NaN or Inf at row 1, column 0"),
+    (np.zeros((31, 2)), "inducing_points has 31 rows, more than the 30 training rows"),
+    (np.zeros(2), r"inducing_points: .*must be a 2-D array .*got shape \(2,\)"),
+], ids=["width", "nan", "rows", "1-d"])
+def test_bad_inducing_points_are_refused_in_one_line_naming_them(data, z, message):
+    x, y = data
+    with pytest.raises(ValueError, match=message) as error:
+        SparseGPRegressor(inducing_points=z, max_iter=0).fit(x, y)
+    assert "\n" not in str(error.value)
+
+
+def test_inducing_points_in_the_model_table_set_num_inducing():
+    spec = get_model("sparse-gp-classifier")
+    config = load_config(None, settings=parse_settings(["model.inducing_points=[[0.0, 1.0], [2.0, 3.0]]"]))
+    settings = model_settings(spec, config.model)
+    assert settings.num_inducing == 2 and settings.in_model_units([1.0, 1.0], [2.0, 4.0]).inducing_points == [
+        [-0.5, 0.0], [0.5, 0.5]]
+    with pytest.raises(InputError, match=r"model.inducing_points: .*2 rows, but num_inducing = 5"):
+        model_settings(spec, {"inducing_points": [[0.0, 1.0], [2.0, 3.0]], "num_inducing": 5})
+
+
+@pytest.mark.slow  # a compile of its own: 17 s at load 7 on 2 cores (the estimator test covers the same trainer path)
+def test_a_store_run_places_the_configs_inducing_points_with_the_stores_statistics(regression_store, tmp_path):
+    """``pep train``'s path: ``[model] inducing_points`` in the store's units become ``(Z − x_mean)/x_std`` of the
+    store's training split, kept by ``train_inducing = false``; the manifest keeps them as given."""
+    from pep_gp.pipeline.training.trainer import TrainJob, train
+    from tests.trainstores import FAST
+
+    z = [[0.1, -0.2, 0.3], [1.0, 0.5, -1.0], [-0.7, 0.0, 0.4]]
+    config = FAST.model_copy(update={"model": {"inducing_points": z, "train_inducing": False}, "epochs": 1})
+    result = train(TrainJob("sparse-gp-regressor", regression_store, config, tmp_path / "run"))
+    mean, std = (np.asarray(regression_store.attrs[k]) for k in ("x_mean", "x_std"))
+    np.testing.assert_array_equal(result.params.inducing, (np.asarray(z) - mean) / std)
+    assert load(tmp_path / "run").get_params()["inducing_points"] == z

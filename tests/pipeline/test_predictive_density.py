@@ -36,7 +36,8 @@ def log_predictive_by_quad(log_likelihood, y, mean, var, marks=()) -> float:
 def student_t_log_predictive(y, mean, var, scale, dof) -> np.ndarray:
     """Per row, with the Student-t log density written out (as ``scipy.stats.t(dof, f, scale).logpdf``, faster)."""
     constant = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi) - math.log(scale)
-    assert constant - 0.5 * (dof + 1) * math.log1p(0.25 / dof) == pytest.approx(stats.t(dof, 0.0, scale).logpdf(0.5 * scale), rel=1e-14)
+    at_half_scale = constant - 0.5 * (dof + 1) * math.log1p(0.25 / dof)
+    assert at_half_scale == pytest.approx(stats.t(dof, 0.0, scale).logpdf(0.5 * scale), rel=1e-14)
 
     def log_t(y_, f):
         return constant - 0.5 * (dof + 1) * math.log1p(((y_ - f) / scale) ** 2 / dof)

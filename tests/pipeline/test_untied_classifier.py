@@ -51,7 +51,7 @@ def test_untied_ep_and_qp_fit_and_agree_on_labels():
     assert np.array_equal(ep.predict(x), qp.predict(x))
     assert ep.score(x, y) > 0.85
     with float64():
-        cov = _prior_cov(jnp.asarray(ep.params_), jnp.asarray(ep.x_train_))
+        cov = _prior_cov(ep.params_, jnp.asarray(ep.x_train_))
         variances = {name: np.diag(np.asarray(EP(Probit(), name, damping=0.5, schedule="parallel").run(
             cov, ep.site_data_).posterior.cov)) for name in ("kl", "wasserstein")}
     assert np.all(variances["wasserstein"] <= variances["kl"] * (1 + 1e-9))
@@ -81,3 +81,31 @@ def test_untied_fit_reports_its_iterations_and_warns_when_max_iter_cuts_it_short
         full = ExactGPClassifier().fit(x, y)
     assert full.converged_ and 2 < full.n_iter_ < full.max_iter
     assert full.log_marginal_likelihood() > short.log_marginal_likelihood()
+
+
+def test_the_exact_gp_classifier_takes_a_kernel_and_keeps_its_fixed_values():
+    """``kernel=`` a Matérn 5/2 with its lengthscale fixed: a fit keeps the lengthscale bit for bit and moves the
+    amplitude; with every value fixed, ``max_iter=0`` gives ``log Z_EP`` of EP run on scikit-learn's Matérn
+    Gram matrix of the standardised rows (plus the relative jitter); an unknown spelling is refused."""
+    from sklearn.gaussian_process import kernels as sk
+
+    from pep_gp.kernels import Matern52
+    from pep_gp.pipeline.training.exact_ep import JITTER
+
+    x, y = _data()
+    kernel = Matern52(lengthscales=0.8, variance=1.5, fixed=("lengthscales",))
+    model = ExactGPClassifier(kernel=kernel, max_iter=4).fit(x, y)
+    np.testing.assert_array_equal(model.kernel_.lengthscales.raw, kernel.bank(1, 2).lengthscales.raw)
+    assert abs(float(model.kernel_.variance.value[0]) - 1.5) > 1e-3
+    assert repr(model.kernel_).startswith("Matern52(lengthscales=0.8 (fixed), variance=")
+    start = ExactGPClassifier(kernel=Matern52(0.8, 1.5, fixed=("lengthscales", "variance")), max_iter=0).fit(x, y)
+    xs = (x - start.x_mean_) / start.x_std_
+    cov = 1.5 * sk.Matern(0.8, nu=2.5)(xs) + JITTER * 1.5 * np.eye(len(y))
+    with float64():
+        data = site_data(np.arange(len(y)), y)
+        ep = EP(Probit(), "kl", 1.0, damping=0.5, schedule="parallel")
+        evidence = float(ep.log_evidence(jnp.asarray(cov), data, ep.run(jnp.asarray(cov), data).sites))
+    assert start.log_marginal_likelihood() == pytest.approx(evidence, rel=1e-7)
+    assert model.log_marginal_likelihood() > start.log_marginal_likelihood()
+    with pytest.raises(ValueError, match=r"ExactGPClassifier: kernel: .*unknown kernel 'matern25'.*did you mean"):
+        ExactGPClassifier(kernel="matern25").fit(x, y)

@@ -83,6 +83,7 @@ def cholesky_and_inverse(matrices):
     return _factorise(matrices)
 
 
+@jax.jit  # one compiled loop per shape when called outside a jit (a model's init), not one per call
 def _factorise(matrices):
     def one(matrix):
         lower = cholesky(matrix)

@@ -35,3 +35,9 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     by_lower = {choice.lower(): choice for choice in choices}
     close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1)
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+def brief(value: object, width: int = 60) -> str:
+    """``repr(value)`` on one line, cut to about ``width`` characters (an array given as a setting)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= width else text[:width - 1] + "…"

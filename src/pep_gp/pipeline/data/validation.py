@@ -46,7 +46,9 @@ def check_targets(y, n_rows: int, name: str = "y") -> np.ndarray:
 def check_num_inducing(num_inducing: int, inducing_points, n_rows: int, n_features: int) -> None:
     """Inducing inputs: either a positive count ≤ n_rows, or an explicit [M, n_features] array."""
     if inducing_points is not None:
-        z = check_features(inducing_points, "inducing_points", n_features)
+        z = check_features(inducing_points, "inducing_points")
+        if z.shape[1] != n_features:
+            raise ValueError(f"inducing_points has {z.shape[1]} columns; the inputs have {n_features}")
         if z.shape[0] > n_rows:
             raise ValueError(f"inducing_points has {z.shape[0]} rows, more than the {n_rows} training rows")
         return

@@ -38,7 +38,7 @@ from ..data.datasets import ArrayData
 from ..data.frames import TableChunk
 from ..data.transforms import NumericFeature, Transforms, label_value
 from ..data.validation import check_class_labels
-from ..errors import InputError
+from ..errors import InputError, brief
 from ..metrics import calibration, regression_calibration
 from ..models import ModelSettings, ModelSpec
 from ..models.predictive import (Latent, Quantiles, Scored, apply, check_quantiles, class_probabilities,
@@ -127,7 +127,7 @@ class FittedGP(BaseEstimator):
         try:
             return self.Settings(**values).model_dump()
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})"
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {brief(e['input'])})"
                                  for e in error.errors())
             raise ValueError(f"{type(self).__name__}: {problems}") from None
 

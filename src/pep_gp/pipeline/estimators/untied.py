@@ -9,20 +9,23 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from pydantic import Field
 from sklearn.base import ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted
 
 from ...core import float64
+from ...core.kernels import from_dict
 from ...core.likelihoods import Probit
 from ...core.models import multiclass_ep
 from ...core.models.ep import EP, site_data
 from ...core.models.multiclass import MultiClassGP
 from ...core.projections import projection as named_projection
 from ..models.multiclass import MultiClassSettings
-from ..models.protocol import settings_kernel
+from ..models.protocol import kernel_description, settings_kernel
 from ..models.predictive import BinaryPredictive, Latent, MultiClassPredictive
 from ..training import exact_ep, multiclass_ep as untied_multiclass
 from .base import FIT_FIELDS, FittedGP, GPClassifierMixin, generated_init
@@ -40,7 +43,7 @@ UNTIED_FIT_FIELDS = {name: FIT_FIELDS[name] for name in ("max_iter", "tol", "lea
 
 @dataclass(frozen=True)
 class ExactGP:
-    """The exact-GP EP/QP posterior in the model interface of the predictives, ``params = (log θ, sites,
+    """The exact-GP EP/QP posterior in the model interface of the predictives, ``params = (kernel, sites,
     x_train, site data)``: ``p(y = 1 | x) = Φ(m/√(1 + v))`` is :class:`BinaryPredictive` of it."""
 
     def predict_f(self, params, x, full_cov: bool = False):
@@ -50,8 +53,10 @@ class ExactGP:
 class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
     """Binary probit classification on the exact GP with one EP (``projection="kl"``) or Quantile Propagation
     (``"wasserstein"``: same mean, the L2-Wasserstein variance; Zhang et al. 2020) site per training row, in
-    parallel sweeps damped by ½; the amplitude and one shared lengthscale maximise ``log Z_EP`` (Zhang et al.
-    2020, eq. 4) by L-BFGS-B, at most ``max_iter`` iterations. O(N³): for N up to a few thousand.
+    parallel sweeps damped by ½; the kernel's hyper-parameters — by default the amplitude and one shared
+    lengthscale of a squared exponential; ``kernel=`` any :mod:`pep_gp.kernels` kernel, table or spelling, its
+    fixed values kept — maximise ``log Z_EP`` (Zhang et al. 2020, eq. 4) by L-BFGS-B, at most ``max_iter``
+    iterations. O(N³): for N up to a few thousand.
 
     Example:
         >>> from sklearn.datasets import load_breast_cancer
@@ -64,9 +69,10 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
     _is_classifier = True
     _binary = True
 
-    def __init__(self, *, projection: str = "kl", alpha: float = 1.0, max_iter: int = 100, seed: int = 0):
+    def __init__(self, *, projection: str = "kl", alpha: float = 1.0, kernel=None, max_iter: int = 100, seed: int = 0):
         self.projection = projection
         self.alpha = alpha
+        self.kernel = kernel
         self.max_iter = max_iter
         self.seed = seed
 
@@ -77,14 +83,22 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha!r}")
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
             raise ValueError(f"max_iter must be a non-negative integer; got {self.max_iter!r}")
+        try:
+            kernel = None if self.kernel is None else from_dict(kernel_description(self.kernel))
+        except ValueError as error:
+            raise ValueError(f"ExactGPClassifier: kernel: {error}") from None
         data = self._training_data(X, y)
         self.x_mean_, self.x_std_ = (np.asarray(a) for a in (data.attrs["x_mean"], data.attrs["x_std"]))
         self.x_train_ = (data.x - self.x_mean_) / self.x_std_
         with float64():
             self.site_data_ = site_data(np.arange(data.x.shape[0]), data.y)
         ep = EP(Probit(), self.projection, float(self.alpha), damping=0.5, schedule="parallel")
-        fitted = exact_ep.fit(ep, self.x_train_, self.site_data_, max_iter=int(self.max_iter), seed=self.seed)
-        self.params_ = np.asarray(fitted.log_theta)
+        try:
+            fitted = exact_ep.fit(ep, self.x_train_, self.site_data_, max_iter=int(self.max_iter), seed=self.seed,
+                                  kernel=kernel)
+        except ValueError as error:  # a kernel that does not fit the columns (active_dims, lengthscales)
+            raise ValueError(f"ExactGPClassifier: kernel: {error}") from None
+        self.params_ = jax.tree_util.tree_map(np.asarray, fitted.kernel)
         self.sites_ = fitted.sites
         self.log_marginal_likelihood_value_ = fitted.log_evidence
         self.n_iter_, self.converged_ = fitted.iterations, fitted.converged
@@ -93,6 +107,12 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
                           f"(max_iter={self.max_iter}) before converging: {fitted.message}", ConvergenceWarning,
                           stacklevel=2)
         return self
+
+    @property
+    def kernel_(self):
+        """The fitted kernel with its learned values (in the standardised inputs' units)."""
+        check_is_fitted(self)
+        return self.params_
 
     def _predictive(self):
         return BinaryPredictive(ExactGP())

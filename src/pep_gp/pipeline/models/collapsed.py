@@ -19,12 +19,12 @@ from ...core.kernels import Kernel, SquaredExponential
 from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
 from ...core.parameters import unconstrained
 from ..errors import InputError
-from .protocol import ModelSettings, SpecBase, check_task, settings_kernel
-from .sparse_gp import INITIAL_NOISE_VARIANCE, check_inducing
+from .protocol import InducingSettings, SpecBase, check_task, settings_kernel
+from .sparse_gp import INITIAL_NOISE_VARIANCE, check_given_inducing, check_inducing
 
 
-class CollapsedSettings(ModelSettings):
-    """Settings of the collapsed regression objective."""
+class CollapsedSettings(InducingSettings):
+    """Settings of the collapsed regression objective (``inducing_points``: where the inducing inputs start)."""
 
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC")
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance, in "
@@ -43,14 +43,16 @@ class CollapsedRegressionSpec(SpecBase):
         if block_rows < data.n_rows("train"):
             raise InputError(f"{data.path}: --model {self.name} needs the whole training split in one block; "
                              f"block_rows is {block_rows} for {data.n_rows('train')} rows")
+        check_given_inducing(data, settings)
 
     def build(self, settings: CollapsedSettings, binding: dict) -> CollapsedRegression:
         return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter)
 
     def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
              kernel: Kernel | None = None, noise_variance: float | None = None) -> RegressionParams:
-        """k-means inducing inputs unless given, and ``kernel`` (default a squared exponential of variance 1)
+        """k-means inducing inputs unless given (``inducing``, else ``inducing_points``), and ``kernel`` (default a squared exponential of variance 1)
         with the median distance for a lengthscale left unset, one per input (Bui et al. 2017, §7)."""
+        inducing = settings.inducing_points if inducing is None else inducing
         if inducing is None:
             check_inducing(settings, x.shape[0])
         lengthscales, _, z = initial_kernel_and_inducing(x, settings.num_inducing, inducing=inducing, seed=seed)

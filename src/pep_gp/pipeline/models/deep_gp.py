@@ -20,7 +20,7 @@ from ...core.models.multiclass_deep_gp import ClassPairs, MultiClassDeepGP
 from ..data.blocks import TargetScaling
 from .multiclass import MultiClassSpec
 from .predictive import MixturePredictive, MultiClassPredictive
-from .protocol import ModelSettings
+from .protocol import ModelSettings, SpecBase
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
 
@@ -50,7 +50,8 @@ class DeepGPSettings(ModelSettings):
 
 @dataclass(frozen=True)
 class DeepGPSpec(SparseGPSpec):
-    """A deep GP bound to a task; the data checks, targets and predictive are the sparse GP's."""
+    """A deep GP bound to a task; the targets and predictive are the sparse GP's, the data checks the task's
+    only (its settings place no inducing inputs)."""
 
     Settings = DeepGPSettings
     parameterisation = "3"  # 3: each layer's kernel a pytree (pep_gp.core.kernels); 1: raw log ℓ and log σ_f²
@@ -59,6 +60,8 @@ class DeepGPSpec(SparseGPSpec):
     stopping): on Boston and concrete the energy still rises by about 0.01–0.03 nats per row per 100 steps at
     step 1,000, so pep's stopping rule would either never stop or, at 0.05, stop early on a worse optimum;
     1,000 steps at 0.01 reach the paper's test log-likelihoods (docs/results/deep-gp.md)."""
+
+    check = SpecBase.check
 
     def build(self, settings: DeepGPSettings, binding: dict) -> DeepGP:
         likelihood = Gaussian() if self.task == "regression" else Probit()

@@ -140,7 +140,8 @@ def log_density(predictive: Callable, params, x, y, out: dict):
 def interval_cdf(predictive: Callable, params, x, y):
     """A regression predictive's ``(P(Y < y), P(Y ≤ y))`` ``[B]`` each at the targets ``y`` (target units), by
     which the calibration report counts the rows inside its central intervals: its own ``cdf`` where it has
-    one (a non-Gaussian likelihood), else None (the Gaussian's, :func:`~pep_gp.pipeline.metrics.regression_calibration_sums`)."""
+    one (a non-Gaussian likelihood), else None (the Gaussian's:
+    :func:`~pep_gp.pipeline.metrics.regression_calibration_sums`)."""
     own = getattr(predictive, "cdf", None)
     return None if own is None else own(params, x, y)
 

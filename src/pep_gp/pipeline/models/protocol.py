@@ -28,13 +28,15 @@ from typing import Annotated, Any, Callable, ClassVar, Protocol, runtime_checkab
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ...core.kernels import Kernel, from_dict, parse
 from ...core.parameters import fixed_leaves
 
 from ..data.blocks import TargetScaling
+from ..data.validation import check_features
 from ..errors import InputError
 from .predictive import BinaryPredictive, GaussianPredictive
 
@@ -97,6 +99,55 @@ class ModelSettings(BaseModel):
     def __hash__(self) -> int:
         """Settings key compiled programs: hashed by their JSON (the kernel's description is a table)."""
         return hash(self.model_dump_json())
+
+    def in_model_units(self, x_mean: Any, x_std: Any) -> "ModelSettings":
+        """These settings as the spec's ``init`` takes them, where the inputs are standardised with ``x_mean``
+        and ``x_std``: the same, unless a setting is in the inputs' units (:class:`InducingSettings`)."""
+        return self
+
+
+def inducing_table(value: Any) -> list[list[float]] | None:
+    """``inducing_points`` as a JSON table (``M`` rows of ``D`` numbers): refused unless a 2-D array of finite
+    numbers (:func:`~pep_gp.pipeline.data.validation.check_features`)."""
+    return None if value is None else check_features(value, "inducing_points").tolist()
+
+
+InducingPoints = Annotated[list[list[float]] | None, BeforeValidator(inducing_table)]
+"""The ``inducing_points`` field of a model's settings (:func:`inducing_table`)."""
+
+
+class InducingSettings(ModelSettings):
+    """Settings of a model with one set of inducing inputs, which a user may place: ``inducing_points``
+    (``[M, D]``, in the inputs' own units; the trainer standardises them like the inputs,
+    :meth:`in_model_units`). Given, they set ``M``: ``num_inducing`` is then their number (left at its
+    default it is replaced; another value is refused), and they are not capped by the training rows but
+    refused when more (:func:`~pep_gp.pipeline.data.validation.check_num_inducing`)."""
+
+    inducing_points: InducingPoints = Field(None, description="starting inducing inputs [M, D] in the inputs' own "
+                                            "units (standardised like them); M is then num_inducing; none: k-means")
+
+    @field_validator("inducing_points")
+    @classmethod
+    def _as_many_as_num_inducing(cls, value: list[list[float]] | None, info: ValidationInfo):
+        count = info.data.get("num_inducing")
+        if value is not None and count not in (len(value), cls.model_fields["num_inducing"].default):
+            raise ValueError(f"{len(value)} rows, but num_inducing = {count} (leave num_inducing out: it is "
+                             "their number)")
+        return value
+
+    @model_validator(mode="after")
+    def _count_given_inducing_points(self) -> "InducingSettings":
+        if self.inducing_points is not None:
+            object.__setattr__(self, "num_inducing", len(self.inducing_points))  # frozen: set while validating
+        return self
+
+    def in_model_units(self, x_mean: Any, x_std: Any) -> "InducingSettings":
+        """These settings with ``inducing_points`` standardised as the inputs are, ``(Z − x_mean)/x_std``:
+        what the spec's ``init`` places (it sees standardised inputs only)."""
+        if self.inducing_points is None:
+            return self
+        z = (np.asarray(self.inducing_points) - np.asarray(x_mean)) / np.asarray(x_std)
+        return self.model_copy(update={"inducing_points": z.tolist()})
 
 
 class SiteSettings(ModelSettings):

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InputError, did_you_mean
+from ..errors import InputError, brief, did_you_mean
 from .protocol import ModelSettings, ModelSpec
 
 ENTRY_POINTS = "pep_gp.models"
@@ -65,7 +65,7 @@ def model_settings(spec: ModelSpec, values: dict[str, Any], source: str = "confi
     try:
         return spec.Settings(**values)
     except ValidationError as error:
-        problems = "; ".join(f"model.{'.'.join(map(str, e['loc']))}: {e['msg']} (found {e['input']!r})"
+        problems = "; ".join(f"model.{'.'.join(map(str, e['loc']))}: {e['msg']} (found {brief(e['input'])})"
                              + (did_you_mean(str(e["loc"][0]), spec.Settings.model_fields)
                                 if e["type"] == "extra_forbidden" else "")
                              for e in error.errors())

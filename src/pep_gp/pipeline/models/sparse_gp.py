@@ -23,7 +23,8 @@ from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from ..errors import InputError
 from ..data.blocks import TargetScaling
 from .predictive import BinaryLikelihoodPredictive, LikelihoodPredictive
-from .protocol import ModelSettings, SiteSettings, SpecBase, leaves_named, settings_kernel
+from ..data.validation import check_num_inducing
+from .protocol import InducingSettings, ModelSettings, SiteSettings, SpecBase, leaves_named, settings_kernel
 from .registry import register
 
 # Initial noise variance of the Gaussian likelihood in standardised target units: var(y)/100, as the
@@ -31,8 +32,8 @@ from .registry import register
 INITIAL_NOISE_VARIANCE = 0.01
 
 
-class SparseGPSettings(ModelSettings):
-    """Settings of the tied Power-EP sparse GPs."""
+class SparseGPSettings(InducingSettings):
+    """Settings of the tied Power-EP sparse GPs (``inducing_points``: where the inducing inputs start)."""
 
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="Power-EP power: 0 VFE limit, 1 EP (Bui et al. 2017 recommend 0.5)")
     ard: bool = Field(False, description="one lengthscale per input (ARD); false: one shared by the standardised inputs")
@@ -51,6 +52,17 @@ def check_inducing(settings: ModelSettings, rows: int) -> None:
                          "to place inducing inputs")
 
 
+def check_given_inducing(data, settings: InducingSettings) -> None:
+    """InputError unless ``inducing_points`` (when given) has the inputs' width and at most as many rows as
+    the training split (:func:`~pep_gp.pipeline.data.validation.check_num_inducing`)."""
+    if settings.inducing_points is not None:
+        try:
+            check_num_inducing(settings.num_inducing, settings.inducing_points, data.n_rows("train"),
+                               len(data.attrs["x_mean"]))
+        except ValueError as error:
+            raise InputError(str(error)) from None
+
+
 @dataclass(frozen=True)
 class SparseGPSpec(SpecBase):
     """A tied Power-EP sparse GP bound to a task, with the likelihood its settings name."""
@@ -65,6 +77,12 @@ class SparseGPSpec(SpecBase):
     def build(self, settings: SparseGPSettings, binding: dict) -> PowerEPSparseGP:
         return PowerEPSparseGP(LIKELIHOODS[settings.likelihood](), alpha=settings.alpha, jitter=settings.jitter)
 
+    def check(self, data, settings: SparseGPSettings, block_rows: int) -> None:
+        """The task, and ``inducing_points`` (when given) of the inputs' width and at most as many as the
+        training rows (:func:`check_given_inducing`)."""
+        super().check(data, settings, block_rows)
+        check_given_inducing(data, settings)
+
     def predictive(self, model: PowerEPSparseGP, targets: TargetScaling):
         """A probit classifier's closed form and a Gaussian regressor's moments; else the likelihood's own
         ``log Z̃`` (:class:`~pep_gp.pipeline.models.predictive.BinaryLikelihoodPredictive`) or quantiles
@@ -76,12 +94,14 @@ class SparseGPSpec(SpecBase):
         return super().predictive(model, targets)
 
     def init(self, model: PowerEPSparseGP, x, settings: SparseGPSettings, seed: int) -> SparseGPParams:
-        """k-means inducing inputs, the settings' kernel (default a squared exponential of unit variance, an
-        unset lengthscale the median distance, ``ard``: one per input) and the likelihood's starting parameters
-        (:meth:`likelihood_params`)."""
-        check_inducing(settings, x.shape[0])
-        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings),
-                          likelihood_params=self.likelihood_params(settings), seed=seed, ard=settings.ard)
+        """k-means inducing inputs unless ``inducing_points`` (standardised by the trainer), the settings'
+        kernel (default a squared exponential of unit variance, an unset lengthscale the median distance,
+        ``ard``: one per input) and the likelihood's starting parameters (:meth:`likelihood_params`)."""
+        if settings.inducing_points is None:
+            check_inducing(settings, x.shape[0])
+        return model.init(x, settings.num_inducing, inducing=settings.inducing_points,
+                          kernel=settings_kernel(settings), likelihood_params=self.likelihood_params(settings),
+                          seed=seed, ard=settings.ard)
 
     def likelihood_params(self, settings: SparseGPSettings) -> dict:
         """The likelihood's starting parameters: those it starts from itself."""

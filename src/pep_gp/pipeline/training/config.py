@@ -134,10 +134,11 @@ class TrainConfig(BaseModel):
                                        "batch_size": min(self.batch_size, block * math.ceil(n_rows / block))})
 
     def trajectory(self) -> "TrainConfig":
-        """This config with the fields that never change the optimiser's updates at their defaults
-        (a cache key: equal trajectories share one compiled step)."""
+        """This config with the fields that never change the compiled step's updates at their defaults (a cache
+        key: equal trajectories share one compiled step). The seed is among them: it draws the initial values
+        and orders the minibatches, outside the step, so fits that differ only in their seed compile once."""
         return self.model_copy(update={name: type(self).model_fields[name].get_default(call_default_factory=True)
-                                       for name in RESUMABLE_FIELDS})
+                                       for name in RESUMABLE_FIELDS | {"seed"}})
 
     def incompatibilities(self, other: "TrainConfig") -> list[str]:
         """``field: old → new`` for every field that would change the trajectory of a resumed run

@@ -133,8 +133,8 @@ def capped_settings(settings: Any, n_rows: int) -> tuple[Any, tuple[str, ...]]:
     hyper-parameters overfit (Bauer, van der Wilk & Rasmussen 2016): ``SparseGPRegressor()`` on 10–80 rows
     put 34–80 % of held-out points in its 90 % intervals with them trained, 65–87 % with them fixed
     (scikit-learn's exact GP: 75–93 %; tests/pipeline/test_estimators.py)."""
-    if settings.num_inducing <= n_rows:
-        return settings, ()
+    if settings.num_inducing <= n_rows or getattr(settings, "inducing_points", None) is not None:
+        return settings, ()  # given inducing inputs are never capped: more than the rows are refused
     note = (f"num_inducing = {settings.num_inducing} capped at the {n_rows} training rows"
             + (", which are the inducing inputs, kept fixed" if settings.train_inducing else ""))
     return settings.model_copy(update={"num_inducing": n_rows, "train_inducing": False}), (note,)
@@ -328,7 +328,10 @@ class Trainer:
             with float64():
                 params = self._initial_params
                 if params is None:
-                    params = self.spec.init(self.model, self._init_sample(), self.settings, self.job.config.seed)
+                    source = self.train.source
+                    params = self.spec.init(self.model, self._init_sample(),
+                                            self.settings.in_model_units(source.x_mean, source.x_std),
+                                            self.job.config.seed)
                 self._start = self.step_fn.init(params)
         return LoopState(self._start.params, self._start.opt_state, np.asarray(self.schedule.key_data, np.uint32))
 
