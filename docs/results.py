@@ -140,6 +140,13 @@ def power_ep_table() -> str:
     return table(result(NAME))
 
 
+def likelihoods_table() -> str:
+    """``python -m benchmarks.bench_likelihoods --table``'s table of the committed run."""
+    from benchmarks.bench_likelihoods import NAME, table
+
+    return table(result(NAME))
+
+
 def kernels_table() -> str:
     """``python -m benchmarks.bench_kernels --table``'s table of the committed run."""
     from benchmarks.bench_kernels import NAME, table
@@ -177,6 +184,7 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "bench_defaults_vs_lr": lambda: estimators_table("bench_defaults_vs_lr"),
                                             "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
                                             "bench_weak_scaling": weak_scaling_table, "bench_power_ep": power_ep_table,
+                                            "bench_likelihoods": likelihoods_table,
                                             "bench_kernels": kernels_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)

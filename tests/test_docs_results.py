@@ -51,6 +51,14 @@ def test_the_power_ep_page_holds_the_tables_of_the_committed_alpha_study():
     assert table(study) in page("power-ep.md") and NAME in results.marks(page("power-ep.md"))
 
 
+def test_the_likelihoods_page_holds_the_table_of_the_committed_run():
+    from benchmarks.bench_likelihoods import NAME, SECTIONS, table
+
+    run = results.result(NAME)
+    assert set(SECTIONS) <= set(run) and set(run["coverage"]) == {"boston", "concrete"}
+    assert table(run) in page("likelihoods.md") and NAME in results.marks(page("likelihoods.md"))
+
+
 def test_the_kernels_page_holds_the_table_of_the_committed_kernel_comparison():
     from benchmarks.bench_kernels import CLASSIFICATION, NAME, REGRESSION, table
 

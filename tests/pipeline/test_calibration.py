@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from scipy import integrate, stats
 
 from pep_gp.core import float64
+from pep_gp.pipeline.data.blocks import TargetScaling
+from pep_gp.pipeline.models.predictive import GaussianPredictive
 from pep_gp.pipeline.metrics import (calibration, classification_calibration_sums, classification_sums, finish,
                                      gaussian_crps, regression_calibration)
 
@@ -115,7 +117,11 @@ def test_an_estimators_report_maps_its_labels_to_the_columns_of_predict_proba():
     assert same
     with pytest.raises(ValueError, match=r"fitted classes \['no', 'yes'\], got \['maybe'\]"):
         classifier.calibration_report(None, ["no", "maybe", "yes"])
-    regressor = type("Stub", (GPRegressorMixin,), {"_predict_outputs": lambda self, X: {
-        "mean": np.zeros(3), "var": np.full(3, 4.0)}})()
-    assert regressor.calibration_report(None, [0.1, -3.0, 2.0]) == regression_calibration([0.1, -3.0, 2.0],
-                                                                                           np.zeros(3), np.full(3, 2.0))
+    # a regressor's predictive without its own log_density (a Gaussian): N(0, 4) at every row
+    moments = type("Moments", (), {"predict_y": lambda self, params, x: (jnp.zeros(len(x)), jnp.full(len(x), 4.0))})()
+    regressor = type("Stub", (GPRegressorMixin,), {
+        "_predictive": lambda self: GaussianPredictive(moments, TargetScaling()),
+        "_predict_outputs": lambda self, X, predictive, per_row: predictive(None, np.zeros((3, 1)), *per_row)})()
+    with float64():
+        report = regressor.calibration_report(None, [0.1, -3.0, 2.0])
+    assert report == regression_calibration([0.1, -3.0, 2.0], np.zeros(3), np.full(3, 2.0))

@@ -1,5 +1,6 @@
 """The sparse GP's likelihoods as estimator arguments (issue 39, item 3): a Student-t regressor ignores an
-outlier the Gaussian one follows, a Poisson regressor recovers a synthetic rate from counts, a logistic
+outlier the Gaussian one follows, a Poisson regressor recovers a synthetic rate from counts, a negative-binomial
+one the rate of over-dispersed counts (and beats the Poisson one on them in test NLL), a logistic
 classifier fits and predicts its own probabilities, and each records its likelihood in the run it saves."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy import stats
 from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
@@ -69,6 +71,27 @@ def test_a_poisson_fit_recovers_the_rate_of_counts(curve):
     assert 0.8 <= np.mean((counts >= quantiles[:, 0]) & (counts <= quantiles[:, 2])) <= 1.0
     with pytest.raises(ValueError, match="likelihood 'poisson' needs counts"):
         fit(SparseGPRegressor(likelihood="poisson", max_iter=1), x, counts - 0.5)
+
+
+def test_a_negative_binomial_fit_recovers_the_rate_and_beats_poisson_on_over_dispersed_counts():
+    """80 counts drawn from NB(rate e^{1.5 + sin x}, dispersion r = 1) (variance μ + μ²): the fitted
+    log-rate within 0.4 (RMS) of the truth at the training rows and r within a factor 2 of 1; on 400
+    held-out rows its test NLL (its own predictive mass, ``calibration_report``) within 0.06 nats of the
+    true model's and at least 0.05 below the Poisson GP's, which has only the latent variance for the
+    extra spread (measured: RMS 0.18, r = 1.24, NLL 2.633 against 2.613 true and 2.732 Poisson)."""
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-3, 3, (480, 1))
+    log_rate, dispersion = 1.5 + np.sin(x[:, 0]), 1.0
+    counts = rng.negative_binomial(dispersion, dispersion / (dispersion + np.exp(log_rate)))
+    settings = dict(num_inducing=8, max_iter=150, learning_rate=0.05)
+    nb = fit(SparseGPRegressor(likelihood="negative-binomial", **settings), x[:80], counts[:80])
+    poisson = fit(SparseGPRegressor(likelihood="poisson", **settings), x[:80], counts[:80])
+    assert np.sqrt(np.mean((nb.predict_f(x[:80])[0] - log_rate[:80]) ** 2)) < 0.4
+    assert 0.5 < float(nb.model_.likelihood.dispersion(nb.params_.likelihood)) < 2.0
+    true_nll = -np.mean(stats.nbinom.logpmf(counts[80:], dispersion, dispersion / (dispersion + np.exp(log_rate[80:]))))
+    nb_nll, poisson_nll = (model.calibration_report(x[80:], counts[80:])["test_nll"] for model in (nb, poisson))
+    assert true_nll <= nb_nll + 0.01 and nb_nll < true_nll + 0.06
+    assert nb_nll < poisson_nll - 0.05
 
 
 def test_a_logistic_classifier_predicts_its_sigmoid_integral(curve):

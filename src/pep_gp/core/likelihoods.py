@@ -231,6 +231,17 @@ class QuadratureLikelihood:
         low, high = self.quantile_bracket(params, mean, var, spread)
         return bisect_quantiles(cdf, low[:, None], high[:, None], levels, integer=self.counts)
 
+    def predictive_cdf(self, params, y, mean, var):
+        """``(P(Y < y), P(Y ≤ y))`` ``[B]`` each under ``y``'s predictive ``∫ p(y|f) N(f; m, v) df`` at ``y`` ``[B]``:
+        ``Σ_i w_i F(y | f_i)`` over the Gauss–Hermite nodes, as :meth:`quantiles`; the two differ for a count
+        (``P(Y < y) = P(Y ≤ y − 1)``) only. ``y`` lies in the central interval of level ``p`` (between the
+        ``(1 − p)/2`` and ``(1 + p)/2`` quantiles) exactly when ``P(Y ≤ y) ≥ (1 − p)/2`` and ``P(Y < y) ≤ (1 + p)/2``."""
+        points, log_w = self.quadrature.nodes(mean, var)  # [B, K], [K]
+        below = y - 1.0 if self.counts else y
+        both = jnp.stack([below, y], axis=-1)  # [B, 2]
+        values = jnp.sum(jnp.exp(log_w) * self.cdf(params, both[..., None], points[:, None, :]), axis=-1)
+        return values[:, 0], values[:, 1]
+
     counts = False
 
     def quantile_bracket(self, params, mean, var, spread):

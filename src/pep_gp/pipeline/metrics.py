@@ -1,19 +1,19 @@
 """Held-out metrics as per-block sums (so they reduce over blocks like gradients) and their finish.
 
 Classification: ``test_error`` (fraction misclassified) and ``test_nll`` (mean −log p(y|x)).
-Regression: ``rmse`` and ``test_nll`` (mean Gaussian predictive −log p(y|x)), both in the store's
-target units. Every result also holds ``n_test``.
+Regression: ``rmse`` and ``test_nll`` (mean −log p(y|x) of the model's own predictive: the Gaussian's, or
+for a Student-t or count likelihood ``−log ∫ p(y|f) N(f; m, v) df``, a probability mass for counts), both in
+the store's target units. Every result also holds ``n_test``.
 
 Calibration (``pep evaluate``, :func:`calibration`, :func:`regression_calibration`) adds sums of the same
 kind, so Dask workers and one process give the same report: for classification the Brier score and the
 expected calibration error over ``ECE_BINS`` equal-width bins of the top-class probability (per-bin
 counts, confidence sums and accuracy sums), for regression the coverage of the central 50/90/95 %
-intervals and the CRPS of the Gaussian predictive.
+intervals (of the model's own predictive) and the CRPS of the Gaussian predictive.
 """
 
 from __future__ import annotations
 
-from statistics import NormalDist
 from typing import Mapping
 
 import jax
@@ -27,7 +27,6 @@ from ..core.gaussian import LOG_2PI
 ECE_BINS = 15
 ECE_BINNING = f"{ECE_BINS} equal-width bins of the top-class probability: ((b-1)/{ECE_BINS}, b/{ECE_BINS}]"
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
-_HALF_WIDTHS = tuple(NormalDist().inv_cdf(0.5 + level / 2) for level in COVERAGE_LEVELS)  # z_{(1+p)/2}
 
 
 def classification_sums(log_prob_true, correct, mask) -> dict:
@@ -36,12 +35,17 @@ def classification_sums(log_prob_true, correct, mask) -> dict:
             "nll": -jnp.sum(jnp.where(mask, log_prob_true, 0.0))}
 
 
-def regression_sums(mean, var, y, mask) -> dict:
-    """Per-block sums of squared errors and Gaussian −log N(y; mean, var) over the rows with ``mask``."""
+def gaussian_log_density(y, mean, var):
+    """``log N(y; mean, var)``."""
+    return -0.5 * (LOG_2PI + jnp.log(var) + (y - mean) ** 2 / var)
+
+
+def regression_sums(mean, log_density, y, mask) -> dict:
+    """Per-block sums of squared errors ``(y − mean)²`` and of ``−log p(y|x)`` (``log_density``: the
+    predictive's, per row) over the rows with ``mask``."""
     residual2 = (y - mean) ** 2
-    nll = 0.5 * (LOG_2PI + jnp.log(var) + residual2 / var)
     return {"n": jnp.sum(mask), "squared_error": jnp.sum(jnp.where(mask, residual2, 0.0)),
-            "nll": jnp.sum(jnp.where(mask, nll, 0.0))}
+            "nll": -jnp.sum(jnp.where(mask, log_density, 0.0))}
 
 
 def classification_calibration_sums(proba, labels, mask) -> dict:
@@ -75,11 +79,20 @@ def gaussian_crps(mean, std, y):
     return std * (z * (2 * ndtr(z) - 1) + 2 * density - 1 / jnp.sqrt(jnp.pi))
 
 
-def regression_calibration_sums(mean, var, y, mask) -> dict:
+def regression_calibration_sums(mean, var, y, mask, cdf=None) -> dict:
     """Per-block sums of the Gaussian CRPS (:func:`gaussian_crps`) and of the rows inside each central
-    interval ``mean ± z_{(1+p)/2} σ`` for ``p`` in ``COVERAGE_LEVELS``, over the rows with ``mask``."""
+    interval of level ``p`` in ``COVERAGE_LEVELS`` (between the predictive's ``(1 − p)/2`` and ``(1 + p)/2``
+    quantiles), over the rows with ``mask``. A row is inside when ``P(Y ≤ y) ≥ (1 − p)/2`` and
+    ``P(Y < y) ≤ (1 + p)/2``, from ``cdf = (P(Y < y), P(Y ≤ y))`` where the predictive is not the Gaussian
+    (:meth:`~pep_gp.core.likelihoods.QuadratureLikelihood.predictive_cdf`), else ``Φ((y − mean)/σ)``: the
+    interval ``mean ± z_{(1+p)/2} σ``."""
     std = jnp.sqrt(var)
-    inside = jnp.abs(y - mean)[:, None] <= jnp.asarray(_HALF_WIDTHS, dtype=std.dtype) * std[:, None]
+    if cdf is None:
+        at = ndtr((y - mean) / std)
+        cdf = (at, at)
+    below, at = cdf
+    levels = jnp.asarray(COVERAGE_LEVELS, dtype=std.dtype)
+    inside = (at[:, None] >= (1 - levels) / 2) & (below[:, None] <= (1 + levels) / 2)
     return {"crps": jnp.sum(jnp.where(mask, gaussian_crps(mean, std, y), 0.0)),
             "covered": jnp.sum(inside & mask[:, None], axis=0)}
 
@@ -145,10 +158,13 @@ def calibration(y, proba) -> dict[str, float | int]:
         return finish(jax.device_get(sums))
 
 
-def regression_calibration(y, mean, std) -> dict[str, float | int]:
-    """The held-out report of ``pep evaluate`` for an in-memory Gaussian predictive ``N(mean, std²)``
-    (noise included, as ``predict(X, return_std=True)`` gives it): ``n_test``, ``test_nll``, ``rmse``,
-    ``crps`` and ``coverage_50``/``_90``/``_95`` (see :func:`finish`), from the same sums.
+def regression_calibration(y, mean, std, log_density=None, cdf=None) -> dict[str, float | int]:
+    """The held-out report of ``pep evaluate`` for an in-memory predictive of mean ``mean`` and standard
+    deviation ``std`` (noise included, as ``predict(X, return_std=True)`` gives it): ``n_test``, ``test_nll``,
+    ``rmse``, ``crps`` and ``coverage_50``/``_90``/``_95`` (see :func:`finish`), from the same sums. The NLL
+    is ``−mean(log_density)`` where given (the predictive's ``log p(y|x)`` per row), else that of the
+    Gaussian ``N(mean, std²)``; the coverage is from ``cdf = (P(Y < y), P(Y ≤ y))`` per row where given (see
+    :func:`regression_calibration_sums`), else the Gaussian's; the CRPS is the Gaussian's.
 
     Example:
         >>> report = regression_calibration([0.0, 1.0], [0.0, 0.0], [1.0, 1.0])
@@ -157,9 +173,12 @@ def regression_calibration(y, mean, std) -> dict[str, float | int]:
     """
     with float64():
         y, mean, std = (jnp.asarray(a, dtype=jnp.float64) for a in (y, mean, std))
-        _check_rows(y, mean, std)
+        log_density = (gaussian_log_density(y, mean, std**2) if log_density is None
+                       else jnp.asarray(log_density, dtype=jnp.float64))
+        cdf = None if cdf is None else tuple(jnp.asarray(c, dtype=jnp.float64) for c in cdf)
+        _check_rows(y, mean, std, log_density, *(cdf or ()))
         mask = jnp.ones(y.shape, dtype=bool)
-        sums = {**regression_sums(mean, std**2, y, mask), **regression_calibration_sums(mean, std**2, y, mask)}
+        sums = {**regression_sums(mean, log_density, y, mask), **regression_calibration_sums(mean, std**2, y, mask, cdf)}
         return finish(jax.device_get(sums))
 
 

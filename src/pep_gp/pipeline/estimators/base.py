@@ -41,7 +41,8 @@ from ..data.validation import check_class_labels
 from ..errors import InputError, brief
 from ..metrics import calibration, regression_calibration
 from ..models import ModelSettings, ModelSpec
-from ..models.predictive import Latent, Quantiles, apply, check_quantiles, class_probabilities, predict_in_blocks
+from ..models.predictive import (Latent, Quantiles, Scored, apply, check_quantiles, class_probabilities,
+                                 predict_in_blocks)
 from ..engine import connected
 from ..training import checkpoint
 from ..training.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
@@ -166,14 +167,18 @@ class FittedGP(BaseEstimator):
                                  dtype=np.float64, reset=False)
         return validate_data(self, X, dtype=np.float64, reset=False) - transforms.offsets
 
-    def _predict_outputs(self, X, predictive: Callable | None = None,
-                         every_row: tuple[np.ndarray, ...] = ()) -> dict[str, np.ndarray]:
+    def _predict_outputs(self, X, predictive: Callable | None = None, every_row: tuple[np.ndarray, ...] = (),
+                         per_row: tuple[np.ndarray, ...] = ()) -> dict[str, np.ndarray]:
         """The outputs of ``predictive`` (the model's predictive by default) for the rows of ``X``, in blocks
         of one size (``pep predict``'s); ``every_row``: inputs the predictive takes per row, the same for
-        every row."""
+        every row; ``per_row``: inputs of one value per row of ``X``, after those."""
         check_is_fitted(self)
         x = (self._model_rows(X) - self.x_mean_) / self.x_std_
         row_inputs = [np.broadcast_to(a, (x.shape[0], *np.shape(a))) for a in every_row]
+        for a in per_row:
+            if len(a) != x.shape[0]:
+                raise ValueError(f"expected one value per row of X ({x.shape[0]}), got {len(a)}")
+            row_inputs.append(a)
         with float64():
             params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
             return predict_in_blocks(predictive or self._predictive(), params, x,
@@ -544,10 +549,16 @@ class GPRegressorMixin:
         return (out["mean"], np.sqrt(out["var"])) if return_std else out["mean"]
 
     def calibration_report(self, X, y) -> dict[str, Any]:
-        """``pep evaluate``'s report on ``(X, y)``: NLL, RMSE, CRPS and the coverage of the central 50/90/95 %
-        intervals of the predictive (:func:`pep_gp.pipeline.metrics.regression_calibration`)."""
-        mean, std = self.predict(X, return_std=True)
-        return regression_calibration(y, mean, std)
+        """``pep evaluate``'s report on ``(X, y)``: NLL (of the model's own predictive density, as in training's
+        held-out metrics: :func:`~pep_gp.pipeline.models.predictive.log_density`), RMSE, CRPS and the coverage
+        of the central 50/90/95 % intervals of the model's own predictive (``predict_quantiles``'s, by
+        :func:`~pep_gp.pipeline.models.predictive.interval_cdf`) (:func:`pep_gp.pipeline.metrics.regression_calibration`)."""
+        y = np.asarray(y, dtype=np.float64)
+        if y.ndim != 1:
+            raise ValueError(f"expected y of one target per row, got shape {y.shape}")
+        out = self._predict_outputs(X, Scored(self._predictive()), per_row=(y,))
+        cdf = (out["cdf_below"], out["cdf"]) if "cdf" in out else None
+        return regression_calibration(y, out["mean"], np.sqrt(out["var"]), out["log_density"], cdf)
 
     def _latent_units(self) -> tuple[float, float]:
         return self.targets_.shift, self.targets_.scale

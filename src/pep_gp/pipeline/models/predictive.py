@@ -3,7 +3,9 @@ and the held-out metrics all compute from one function per model (:meth:`ModelSp
 
 A predictive maps ``(params, x)`` (rows standardised as in training) to a dict of arrays:
 ``{"log_proba": [B, C]}`` for classification, ``{"mean": [B], "var": [B]}`` in target units (noise
-included) for regression. :class:`HeldOut` turns one into the per-block sums of the held-out metrics
+included) for regression. A regression predictive whose distribution is not the Gaussian of that mean and
+variance also has ``log_density(params, x, y)``: ``log p(y|x)`` per row, ``y`` in target units
+(:func:`log_density`). :class:`HeldOut` turns one into the per-block sums of the held-out metrics
 (:mod:`pep_gp.pipeline.metrics`), so that they reduce over blocks like gradients. Predictives are pytrees
 (the model static, the target scaling an argument): :func:`apply` compiles once per model and shape.
 """
@@ -21,8 +23,8 @@ from jax.scipy.special import log_ndtr, ndtri
 from ...core.gaussian import mixture_quantiles
 from ..data.blocks import TargetScaling
 from ..errors import InputError
-from ..metrics import (classification_calibration_sums, classification_sums, regression_calibration_sums,
-                       regression_sums)
+from ..metrics import (classification_calibration_sums, classification_sums, gaussian_log_density,
+                       regression_calibration_sums, regression_sums)
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,55 @@ class LikelihoodPredictive(GaussianPredictive):
         values = self.model.likelihood.quantiles(params.likelihood, mean, var, levels)
         return values * self.targets.scale + self.targets.shift
 
+    def log_density(self, params, x, y):
+        """``log p(y|x) = log ∫ p(y|f) N(f; m, v) df − log scale`` per row (``y`` in target units): the
+        likelihood's ``log Z̃`` at α = 1 (Bui, Yan & Turner 2017 eq. 118; by its quadrature), in the model's
+        units less the log of the targets' scale (1 for counts, whose predictive is a probability mass)."""
+        mean, var = self.model.predict_f(params, x)
+        y = (y - self.targets.shift) / self.targets.scale
+        return (self.model.likelihood.log_tilted(params.likelihood, y, mean, var, 1.0)
+                - jnp.log(jnp.asarray(self.targets.scale, dtype=mean.dtype)))
+
+    def cdf(self, params, x, y):
+        """``(P(Y < y), P(Y ≤ y))`` per row (``y`` in target units) under ``∫ p(y|f) N(f; m, v) df``
+        (:meth:`~pep_gp.core.likelihoods.QuadratureLikelihood.predictive_cdf`)."""
+        mean, var = self.model.predict_f(params, x)
+        y = (y - self.targets.shift) / self.targets.scale
+        return self.model.likelihood.predictive_cdf(params.likelihood, y, mean, var)
+
+
+def log_density(predictive: Callable, params, x, y, out: dict):
+    """``log p(y|x)`` ``[B]`` of a regression predictive at the targets ``y`` ``[B]`` (target units), given its
+    outputs ``out = predictive(params, x)``: its own ``log_density`` where it has one (a non-Gaussian
+    likelihood), else the Gaussian's ``log N(y; mean, var)``. The held-out NLL of training, ``pep evaluate``
+    and the estimators' ``calibration_report`` all come from here."""
+    own = getattr(predictive, "log_density", None)
+    return own(params, x, y) if own is not None else gaussian_log_density(y, out["mean"], out["var"])
+
+
+def interval_cdf(predictive: Callable, params, x, y):
+    """A regression predictive's ``(P(Y < y), P(Y ≤ y))`` ``[B]`` each at the targets ``y`` (target units), by
+    which the calibration report counts the rows inside its central intervals: its own ``cdf`` where it has
+    one (a non-Gaussian likelihood), else None (the Gaussian's:
+    :func:`~pep_gp.pipeline.metrics.regression_calibration_sums`)."""
+    own = getattr(predictive, "cdf", None)
+    return None if own is None else own(params, x, y)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A regression predictive's outputs, ``{"log_density": [B]}`` at per-row targets ``y`` and, where the
+    predictive has its own, ``{"cdf_below", "cdf"}`` (``P(Y < y)``, ``P(Y ≤ y)``), as a predictive of
+    ``(params, x, y)`` (:func:`log_density`, :func:`interval_cdf`)."""
+
+    predictive: Any
+
+    def __call__(self, params, x, y) -> dict:
+        out = self.predictive(params, x)
+        cdf = interval_cdf(self.predictive, params, x, y)
+        return out | {"log_density": log_density(self.predictive, params, x, y, out)} | (
+            {} if cdf is None else {"cdf_below": cdf[0], "cdf": cdf[1]})
+
 
 @dataclass(frozen=True)
 class Quantiles:
@@ -138,7 +189,8 @@ for _cls, _data in ((BinaryPredictive, []), (BinaryLikelihoodPredictive, []), (M
                     (MixturePredictive, ["targets"]), (LikelihoodPredictive, ["targets"])):
     jax.tree_util.register_dataclass(_cls, data_fields=_data, meta_fields=["model"])
 jax.tree_util.register_dataclass(Latent, data_fields=[], meta_fields=["model", "full_cov"])
-jax.tree_util.register_dataclass(Quantiles, data_fields=["predictive"], meta_fields=[])
+for _wrapper in (Quantiles, Scored):
+    jax.tree_util.register_dataclass(_wrapper, data_fields=["predictive"], meta_fields=[])
 
 
 @jax.jit
@@ -151,9 +203,9 @@ def apply(predictive: Callable, params, x, *rows) -> dict:
 @dataclass(frozen=True)
 class HeldOut:
     """Per-block held-out sums of a predictive on labelled rows (``y`` in model units, as in blocks):
-    −log p(y|x) and errors (classification), squared errors and Gaussian −log p(y|x) (regression); with
-    ``calibration``, also those of the calibration report (``pep evaluate``): Brier score and reliability
-    bins, or CRPS and interval coverage."""
+    −log p(y|x) and errors (classification), squared errors and −log p(y|x) of the predictive's own density
+    (regression, :func:`log_density`); with ``calibration``, also those of the calibration report (``pep
+    evaluate``): Brier score and reliability bins, or CRPS and interval coverage."""
 
     predictive: Callable
     targets: TargetScaling
@@ -169,9 +221,10 @@ class HeldOut:
                 sums |= classification_calibration_sums(jax.nn.softmax(out["log_proba"], axis=1), labels, mask)
             return sums
         y = y * self.targets.scale + self.targets.shift
-        sums = regression_sums(out["mean"], out["var"], y, mask)
+        sums = regression_sums(out["mean"], log_density(self.predictive, params, x, y, out), y, mask)
         if self.calibration:
-            sums |= regression_calibration_sums(out["mean"], out["var"], y, mask)
+            sums |= regression_calibration_sums(out["mean"], out["var"], y, mask,
+                                                interval_cdf(self.predictive, params, x, y))
         return sums
 
 
