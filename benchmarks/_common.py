@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -57,6 +58,12 @@ def socket_bytes(pid: int) -> int | None:
         elif ours:
             total += sum(int(n) for n in re.findall(r"\bbytes_(?:sent|received):(\d+)", line))
     return total
+
+
+def read_results(name: str) -> dict:
+    """The committed ``benchmarks/results/<name>.json`` (:func:`write_results`'), or ``{}`` when there is none."""
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def write_results(name: str, payload: dict) -> Path:

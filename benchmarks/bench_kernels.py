@@ -22,7 +22,6 @@ writes ``benchmarks/results/bench_kernels.json``; ``--table`` prints the results
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import warnings
 
@@ -30,7 +29,7 @@ import numpy as np
 from scipy.stats import norm
 
 from benchmarks import datasets
-from benchmarks._common import RESULTS, standard_error, write_results
+from benchmarks._common import read_results, standard_error, write_results
 
 NAME = "bench_kernels"
 REGRESSION = ("boston", "concrete")
@@ -166,8 +165,7 @@ def main() -> None:
                         choices=REGRESSION + CLASSIFICATION)
     parser.add_argument("--table", action="store_true", help="print the results page's table of the committed JSON")
     args = parser.parse_args()
-    path = RESULTS / f"{NAME}.json"
-    old = json.loads(path.read_text()) if path.exists() else {}
+    old = read_results(NAME)
     if args.table:
         print(table(old))
         return

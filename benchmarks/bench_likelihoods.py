@@ -46,7 +46,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from benchmarks import datasets
-from benchmarks._common import RESULTS, standard_error, write_results
+from benchmarks._common import read_results, standard_error, write_results
 
 NAME = "bench_likelihoods"
 SECTIONS = ("outliers", "counts", "binary", "coverage")
@@ -233,7 +233,7 @@ def main() -> None:
     if args.smoke:
         STEPS = CLASSIFIER_STEPS = DEEP_STEPS = 20
     if args.table:
-        print(table(json.loads((RESULTS / f"{NAME}.json").read_text())))
+        print(table(read_results(NAME)))
         return
     sections = {"outliers": outliers, "counts": counts, "binary": binary, "coverage": coverage}
     start = time.perf_counter()

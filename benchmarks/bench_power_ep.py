@@ -33,16 +33,14 @@ page's tables from it.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import numpy as np
 from scipy import optimize
 from scipy.stats import norm
 
 from benchmarks import datasets
-from benchmarks._common import RESULTS, standard_error, write_results
+from benchmarks._common import read_results, standard_error, write_results
 
 ALPHAS = (0.0, 0.1, 0.2, 0.5, 0.8, 1.0)
 CLASSIFICATION = ("breast-cancer", "crabs", "ionosphere", "pima", "sonar")
@@ -265,8 +263,7 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=list(CLASSIFICATION), choices=CLASSIFICATION)
     parser.add_argument("--table", action="store_true", help="print the results page's tables of the committed JSON")
     args = parser.parse_args()
-    path = RESULTS / f"{NAME}.json"
-    old = json.loads(path.read_text()) if path.exists() else {}
+    old = read_results(NAME)
     if args.table:
         print(table(old))
         return
