@@ -22,26 +22,21 @@ from pep_gp.pipeline.training.runs import evaluate
 from pep_gp.pipeline.training.trainer import TrainJob, train
 
 
-def log_predictive_by_quad(log_likelihood, y, mean, var, marks=()) -> float:
-    """``log ∫ p(y|f) N(f; m, v) df`` by adaptive quadrature over ``m ± 30√v``, split at ``m`` and ``marks``
-    (where ``p(y|f)`` peaks)."""
+def gaussian_expectation_by_quad(g, mean, var, marks=(), epsabs=0.0, epsrel=1e-13) -> float:
+    """``∫ g(f) N(f; m, v) df`` by adaptive quadrature over ``m ± 30√v``, split at ``m`` and ``marks`` (where
+    ``g`` peaks or steps)."""
     sd = math.sqrt(var)
     low, high = mean - 30 * sd, mean + 30 * sd
     points = sorted({mean, *(p for p in marks if low < p < high)})
     pdf = stats.norm(mean, sd)
-    value, _ = integrate.quad(lambda f: math.exp(log_likelihood(y, f)) * pdf.pdf(f), low, high, points=points,
-                              epsabs=0.0, epsrel=1e-13, limit=1000)
-    return math.log(value)
-
-
-def predictive_cdf_by_quad(cdf, y, mean, var) -> float:
-    """``∫ F(y|f) N(f; m, v) df`` by adaptive quadrature over ``m ± 30√v``, split at ``m`` and ``y``."""
-    sd = math.sqrt(var)
-    low, high = mean - 30 * sd, mean + 30 * sd
-    pdf = stats.norm(mean, sd)
-    value, _ = integrate.quad(lambda f: cdf(y, f) * pdf.pdf(f), low, high, points=sorted({mean, min(max(y, low), high)}),
-                              epsabs=1e-13, epsrel=1e-12, limit=1000)
+    value, _ = integrate.quad(lambda f: g(f) * pdf.pdf(f), low, high, points=points, epsabs=epsabs, epsrel=epsrel,
+                              limit=1000)
     return value
+
+
+def log_predictive_by_quad(log_likelihood, y, mean, var, marks=()) -> float:
+    """``log ∫ p(y|f) N(f; m, v) df`` (``marks``: where ``p(y|f)`` peaks)."""
+    return math.log(gaussian_expectation_by_quad(lambda f: math.exp(log_likelihood(y, f)), mean, var, marks))
 
 
 def student_t_log_predictive(y, mean, var, scale, dof) -> np.ndarray:
@@ -79,8 +74,8 @@ def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(r
     # the rows inside the central interval: P(Y ≤ y) between (1 − p)/2 and (1 + p)/2, here by quadrature of the
     # Student-t CDF (the Gaussian's interval held every row)
     t_scale = scale * loaded.targets_.scale
-    below = np.array([predictive_cdf_by_quad(lambda y_, f: special.stdtr(dof, (y_ - f) / t_scale), *row)
-                      for row in zip(y, mean, var)])
+    below = np.array([gaussian_expectation_by_quad(lambda f: special.stdtr(dof, (y_ - f) / t_scale), m, v, marks=[y_],
+                                                   epsabs=1e-13, epsrel=1e-12) for y_, m, v in zip(y, mean, var)])
     for level in (50, 90, 95):
         inside = np.mean((below >= 0.5 - level / 200) & (below <= 0.5 + level / 200))
         assert evaluated[f"coverage_{level}"] == report[f"coverage_{level}"] == inside
