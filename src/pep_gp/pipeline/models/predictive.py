@@ -115,17 +115,20 @@ class LikelihoodPredictive(GaussianPredictive):
         """``log p(y|x) = log ∫ p(y|f) N(f; m, v) df − log scale`` per row (``y`` in target units): the
         likelihood's ``log Z̃`` at α = 1 (Bui, Yan & Turner 2017 eq. 118; by its quadrature), in the model's
         units less the log of the targets' scale (1 for counts, whose predictive is a probability mass)."""
-        mean, var = self.model.predict_f(params, x)
-        y = (y - self.targets.shift) / self.targets.scale
+        mean, var, y = self._in_model_units(params, x, y)
         return (self.model.likelihood.log_tilted(params.likelihood, y, mean, var, 1.0)
                 - jnp.log(jnp.asarray(self.targets.scale, dtype=mean.dtype)))
 
     def cdf(self, params, x, y):
         """``(P(Y < y), P(Y ≤ y))`` per row (``y`` in target units) under ``∫ p(y|f) N(f; m, v) df``
         (:meth:`~pep_gp.core.likelihoods.QuadratureLikelihood.predictive_cdf`)."""
-        mean, var = self.model.predict_f(params, x)
-        y = (y - self.targets.shift) / self.targets.scale
+        mean, var, y = self._in_model_units(params, x, y)
         return self.model.likelihood.predictive_cdf(params.likelihood, y, mean, var)
+
+    def _in_model_units(self, params, x, y):
+        """The latent mean and variance at ``x`` and the targets ``y`` (target units) in the model's units."""
+        mean, var = self.model.predict_f(params, x)
+        return mean, var, (y - self.targets.shift) / self.targets.scale
 
 
 def log_density(predictive: Callable, params, x, y, out: dict):
