@@ -11,12 +11,14 @@ import math
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import integrate, special, stats
 from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
 from pep_gp import SparseGPRegressor
+from pep_gp.pipeline.predict import predict
 from pep_gp.pipeline.training.config import TrainConfig
 from pep_gp.pipeline.training.runs import evaluate
 from pep_gp.pipeline.training.trainer import TrainJob, train
@@ -80,6 +82,15 @@ def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(r
         inside = np.mean((below >= 0.5 - level / 200) & (below <= 0.5 + level / 200))
         assert evaluated[f"coverage_{level}"] == report[f"coverage_{level}"] == inside
     assert report["coverage_50"] < 0.9
+    # pep predict --interval 0.9: the predictive's own 5 % and 95 % quantiles (the Gaussian's were ±∞ here), at
+    # the first ten test rows: P(Y ≤ lower) = 0.05 and P(Y ≤ upper) = 0.95 by adaptive quadrature, to the
+    # precision of the model's CDF (Gauss–Hermite over f: within 7e-4 here)
+    predict(tmp_path / "run", regression_store.path, tmp_path / "p.parquet", intervals=(0.9,), split="test")
+    ends = pd.read_parquet(tmp_path / "p.parquet")[["lower_0.9", "upper_0.9"]].to_numpy()[:10]
+    cdf = [[gaussian_expectation_by_quad(lambda f: special.stdtr(dof, (end - f) / t_scale), m, v, marks=[end],
+                                         epsabs=1e-13, epsrel=1e-12) for end in row]
+           for row, m, v in zip(ends, mean, var)]
+    np.testing.assert_allclose(cdf, np.broadcast_to([0.05, 0.95], (10, 2)), rtol=0, atol=2e-3)
 
 
 def fit(estimator, x, y):

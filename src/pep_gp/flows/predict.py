@@ -61,7 +61,7 @@ def predict_run(run_dir: str, input: str, out: str, sep: str | None = None, inte
             needed), or a pep store of the same features.
         out: the output file: ``.csv``, ``.parquet`` or ``.zarr``.
         sep: the CSV input's field separator (default ``,``).
-        intervals: regression: levels of the Gaussian predictive intervals to add (e.g. ``[0.9]``).
+        intervals: regression: levels of the central predictive intervals to add (e.g. ``[0.9]``).
         split: a store input's rows: ``all`` (train then test), ``train`` or ``test``.
         cluster: ``none``, ``local:N`` or ``tcp://HOST:PORT`` (as ``pep train``).
         overwrite: replace an existing output.
@@ -105,7 +105,7 @@ def predict_command(
     out: Annotated[Path, typer.Option(help="Output file: .csv, .parquet or .zarr.")],
     sep: Annotated[str | None, typer.Option(help="The CSV input's field separator (default ',').")] = None,
     interval: Annotated[list[float] | None, typer.Option(
-        help="Regression: add lower_P and upper_P, the Gaussian predictive interval of level P (repeat "
+        help="Regression: add lower_P and upper_P, the central predictive interval of level P (the predictive's own quantiles) (repeat "
              "for several, e.g. --interval 0.9).")] = None,
     latent: Annotated[bool, typer.Option(
         "--latent", help="Add the latent function's posterior mean and variance: f_mean and f_var (a multi-class "

@@ -11,11 +11,13 @@ predicted with the model's :meth:`~pep_gp.pipeline.models.ModelSpec.predictive`:
   (the multi-class predictive integrates by quadrature, whose sum may differ from 1 in the last digits);
   the label is the most probable class, in the user's values (the first such class on a tie);
 * regression: the predictive mean and standard deviation of ``y`` (noise included), and for each
-  requested level ``p`` the Gaussian interval ``mean ± Φ⁻¹((1 + p)/2)·std``.
+  requested level ``p`` the central interval of the model's own predictive, its quantiles of levels
+  ``(1 − p)/2`` and ``(1 + p)/2`` (``mean ± Φ⁻¹((1 + p)/2)·std`` for a Gaussian predictive; a Student-t's,
+  a count model's or a deep GP's by its quadrature or mixture, as ``predict_quantiles``).
 
 On request (:class:`Outputs`, ``pep predict --latent/--quantiles/--samples``) also the latent function's
 mean and variance (``predict_f``), the quantiles of ``y``'s predictive (``predict_quantiles``: Gaussian,
-or the deep GP's mixture) and draws of ``y`` (a class label, or a value) from each row's predictive. The
+the likelihood's by quadrature, or the deep GP's mixture) and draws of ``y`` (a class label, or a value) from each row's predictive. The
 draws of row ``r`` use the uniforms of ``fold_in(key(seed), r)`` (``r``: the row's line of a CSV file, its
 row of a Parquet file, its position in a store's split order), so they are the same whatever the backend
 or the chunking; a value is the predictive's quantile at such a uniform (inverse-CDF sampling), a label
@@ -35,7 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 import jax
@@ -62,7 +63,7 @@ class Outputs:
     """What a prediction holds besides the predictive's columns (``pep predict``'s options).
 
     Attributes:
-        intervals: regression: levels ``p`` of the Gaussian intervals ``lower_<p>``/``upper_<p>``.
+        intervals: regression: levels ``p`` of the central predictive intervals ``lower_<p>``/``upper_<p>``.
         latent: the latent function's mean and variance ``f_mean``/``f_var`` (per class:
             ``f_mean_<label>``/``f_var_<label>`` for a multi-class model), as ``predict_f``.
         quantiles: regression: levels ``p`` of the predictive quantiles ``q_<p>`` (as ``predict_quantiles``).
@@ -131,6 +132,9 @@ class RunPredictor:
                 latent = predict_in_blocks(self.latent, self.params, x, self.block_rows)
                 result["f_mean"] = latent["mean"] * self.targets.scale + self.targets.shift
                 result["f_var"] = latent["var"] * self.targets.scale**2
+            if outputs.intervals:
+                ends = [end for level in outputs.intervals for end in ((1 - level) / 2, (1 + level) / 2)]
+                result["intervals"] = self._quantiles(x, np.broadcast_to(np.asarray(ends), (n, len(ends))))
             if outputs.quantiles:
                 levels = np.broadcast_to(np.asarray(outputs.quantiles), (n, len(outputs.quantiles)))
                 result["quantiles"] = self._quantiles(x, levels)
@@ -219,8 +223,7 @@ def prediction_frame(out: dict[str, np.ndarray], transforms: Transforms, outputs
     if "proba" in out:
         values = [transforms.decode_labels(np.argmax(out["proba"], axis=1)), *out["proba"].T]
     else:
-        z = [NormalDist().inv_cdf((1 + level) / 2) for level in outputs.intervals]
-        values = [out["mean"], out["std"], *(out["mean"] + sign * q * out["std"] for q in z for sign in (-1, 1))]
+        values = [out["mean"], out["std"], *(out["intervals"].T if outputs.intervals else ())]
     if outputs.latent:
         values += [*out["f_mean"].T, *out["f_var"].T] if latent_per_class else [out["f_mean"], out["f_var"]]
     values += [*out["quantiles"].T] if outputs.quantiles else []
