@@ -98,3 +98,20 @@ def test_the_wheel_ships_the_deployments_and_every_cluster_recipe(wheel):
     with zipfile.ZipFile(wheel) as archive:
         for name, inside in shipped.items():
             assert archive.read(inside) == (ROOT / name).read_bytes(), name
+
+
+def test_the_lowest_stage_pins_every_requirement_to_a_version_it_allows():
+    """``.ci/run``'s ``lowest`` stage installs each direct dependency at the lower bound ``.ci/lowest.py`` reads
+    from pyproject.toml: every requirement has one, and it is a version its own specifier accepts."""
+    from packaging.requirements import Requirement
+
+    extras = ("test", "infra", "docs")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [Requirement(r) for r in
+                    project["dependencies"] + [r for e in extras for r in project["optional-dependencies"][e]]]
+    out = subprocess.run([sys.executable, str(ROOT / ".ci" / "lowest.py"), *extras], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    pins = dict(line.split("==") for line in out)
+    assert set(pins) == {r.name for r in requirements}
+    for requirement in requirements:
+        assert requirement.specifier.contains(pins[requirement.name], prereleases=False), (requirement, pins)
