@@ -35,6 +35,8 @@ def test_a_run_without_new_files_or_a_store_does_nothing_and_bad_options_fail_fi
                 model="sparse-gp-classifier", model_dir=str(tmp_path / "m"))
     assert refresh_run(**args) == {"new_files": [], "ingest": None, "train": None, "evaluate": None,
                                    "live_evaluate": None, "version": None, "predict": None, "live": None}
+    with pytest.raises(InputError, match=r"tolerance: expected a finite number >= 0 .* found nan"):
+        refresh_run(**args, tolerance=float("nan"))
     with pytest.raises(InputError, match="predict_input/predict_out: give both"):
         refresh_run(**args, predict_input=str(tmp_path / "x.csv"))
     with pytest.raises(InputError, match=r"--out .*/nowhere/p\.csv: directory .*/nowhere does not exist"):

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.training.versions import becomes_live, live_version, publish, published
 
 DATA = {"store": "s.zarr", "checksum": "sha256:0"}
@@ -53,7 +54,7 @@ def test_the_rule_compares_the_nll_with_the_tolerance_and_never_promotes_a_non_f
     assert becomes_live({"test_nll": 0.51}, {"test_nll": 0.5}, 0.01)
     assert not becomes_live({"test_nll": 0.5101}, {"test_nll": 0.5}, 0.01)
     assert not becomes_live({"test_nll": float("nan")}, None, 0.01)
-    with pytest.raises(ValueError, match=r"tolerance: expected a finite number >= 0 .* found -0\.1"):
+    with pytest.raises(InputError, match=r"tolerance: expected a finite number >= 0 .* found -0\.1"):
         becomes_live({"test_nll": 0.5}, None, -0.1)
 
 

@@ -32,7 +32,7 @@ from ..pipeline.errors import InputError
 from ..pipeline.files import absolute
 from ..pipeline.jsonio import dumps
 from ..pipeline.training.lock import hold_run_dir
-from ..pipeline.training.versions import live_version, publish, published, train_dir
+from ..pipeline.training.versions import check_tolerance, live_version, publish, published, train_dir
 
 LEDGER = "incoming.json"
 
@@ -113,6 +113,7 @@ def refresh_run(source: str, incoming: str, store: str, model: str, model_dir: s
         raise InputError("predict_input/predict_out: give both (predict with the live version) or neither")
     if predict_out is not None:
         output_kind(Path(absolute(predict_out)), overwrite=True)  # a bad output fails now, not after training
+    check_tolerance(tolerance)
     store_path, model_path, inbox = Path(absolute(store)), Path(absolute(model_dir)), Path(absolute(incoming))
     prefect = in_prefect_run()
     run_ingest = ingest.prefect_objects("ingest_flow") if prefect else ingest.ingest_run
@@ -151,12 +152,12 @@ def refresh_run(source: str, incoming: str, store: str, model: str, model_dir: s
                                   done["live_evaluate"], tolerance, {"store": str(store_path), "checksum": checksum})
         live = live_version(model_path)
         log.info("%s", decision(done["version"]))
-        if predict_input is not None:
+        if predict_input is not None and live is not None:  # none live: the first version's NLL was not finite
             done["predict"] = run_predict(str(live), absolute(predict_input), absolute(predict_out), cluster=cluster,
                                           overwrite=True)
     if prefect:
         _publish_artifact(model_path, done["version"])
-    return {"new_files": [path.name for path in arrived], **done, "live": int(live.name)}
+    return {"new_files": [path.name for path in arrived], **done, "live": None if live is None else int(live.name)}
 
 
 def decision(record: dict[str, Any]) -> str:
@@ -164,6 +165,8 @@ def decision(record: dict[str, Any]) -> str:
     published_as = f"published version {record['version']} (test NLL {record['metrics'].get('test_nll')})"
     if record["live"]:
         return f"{published_as}; it is live"
+    if record["previous_live"] is None:
+        return f"{published_as}; not live, its test NLL is not finite, and no version is live"
     live_nll = (record["previous_live_metrics"] or {}).get("test_nll")
     return (f"{published_as}; version {record['previous_live']} stays live (test NLL {live_nll} on the same rows, "
             f"tolerance {record['tolerance']})")

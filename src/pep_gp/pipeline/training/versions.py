@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..files import fsync, fsync_tree
 from ..jsonio import dumps
 from .lock import hold_run_dir
@@ -56,16 +57,21 @@ def published(model_dir: Path) -> list[dict[str, Any]]:
     return [json.loads((root / str(number) / RECORD).read_text()) for number in numbers]
 
 
+def check_tolerance(tolerance: float) -> None:
+    """InputError for a tolerance that is negative or not finite."""
+    if not (math.isfinite(tolerance) and tolerance >= 0):
+        raise InputError(f"tolerance: expected a finite number >= 0 (mean nats per test row), found {tolerance!r}")
+
+
 def becomes_live(candidate: dict[str, Any], live: dict[str, Any] | None, tolerance: float) -> bool:
-    """Whether a candidate replaces the live version: always when there is none; never with a non-finite
-    held-out NLL; else unless ``candidate["test_nll"] > live["test_nll"] + tolerance``, the two metrics
-    computed on the same test rows.
+    """Whether a candidate replaces the live version: never with a non-finite held-out NLL; else always when
+    there is none, and otherwise unless ``candidate["test_nll"] > live["test_nll"] + tolerance``, the two
+    metrics computed on the same test rows.
 
     Raises:
-        ValueError: a negative or non-finite ``tolerance``.
+        InputError: a negative or non-finite ``tolerance``.
     """
-    if not (math.isfinite(tolerance) and tolerance >= 0):
-        raise ValueError(f"tolerance: expected a finite number >= 0 (mean nats per test row), found {tolerance!r}")
+    check_tolerance(tolerance)
     nll = candidate.get("test_nll")
     if nll is None or not math.isfinite(nll):
         return False
