@@ -91,7 +91,7 @@ def train_run(model: str, data: str, run_dir: str, config: dict[str, Any] | None
     from ..pipeline.training.trainer import Trainer, TrainJob
 
     job = TrainJob(model, open_store(data), TrainConfig(**(config or {})), Path(run_dir), new_rows_only)
-    reporter, log = progress_reporter.get(), _logger()
+    reporter, log = progress_reporter.get(), run_logger()
     segment_fn = prefect_objects("train_segment_task") if in_prefect_run() else train_segment
 
     def progress(event: str, **info: Any) -> None:
@@ -120,7 +120,7 @@ def train_run(model: str, data: str, run_dir: str, config: dict[str, Any] | None
     return summary
 
 
-def _logger() -> logging.Logger | Any:
+def run_logger() -> logging.Logger | Any:
     """The flow run's logger under Prefect, else this module's."""
     if in_prefect_run():
         from prefect.logging import get_run_logger
