@@ -4,26 +4,20 @@ the MLflow and TensorBoard loggers read back from what they wrote, and validatio
 
 from __future__ import annotations
 
+import pickle
 import sys
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.model_selection import train_test_split
 
 from pep_gp import Callback, InputError, SparseGPClassifier, StopTraining
 from pep_gp.pipeline.data.datasets import ArrayData
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from tests.pipeline.test_partial_fit import SETTINGS, rows  # noqa: F401 (a fixture): the step compiled once
 from tests.trainstores import leaves_equal
-
-SETTINGS = dict(num_inducing=6, batch_size=48, tol=0.0)  # tests/pipeline/test_partial_fit.py's: compiled once
-
-
-@pytest.fixture(scope="module")
-def rows():
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(192, 3))
-    return X, (X[:, 0] + X[:, 1] ** 2 > 0.5).astype(int)
 
 
 class Recorder(Callback):
@@ -137,6 +131,8 @@ def test_a_fit_logs_its_parameters_energies_and_final_metrics_to_mlflow(rows, tm
     assert [m.step for m in client.get_metric_history(logger.run_id, "epoch/energy_per_row")] == [4, 6]
     assert run.data.metrics["final/log_marginal_likelihood"] == model.log_marginal_likelihood_value_
     assert run.data.metrics["final/n_iter"] == 6
+    again = clone(model).fit(X, y)  # a clone logs its own run; a fitted estimator with its logger pickles
+    assert again.callbacks[0].run_id not in (None, logger.run_id) and pickle.loads(pickle.dumps(model)).callbacks
 
 
 def test_a_fit_logs_its_parameters_energies_and_final_metrics_to_tensorboard(rows, tmp_path):

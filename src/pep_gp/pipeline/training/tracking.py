@@ -135,25 +135,24 @@ class MLflowLogger(MetricsLogger):
 
     def __init__(self, tracking_uri: str | None = None, experiment: str = "pep", run_name: str | None = None):
         super().__init__()
-        self._tracking = _module("mlflow.tracking", "MLflowLogger")
-        self._entities = _module("mlflow.entities", "MLflowLogger")
+        _module("mlflow.tracking", "MLflowLogger")  # refused now, not when the fit starts
         self.tracking_uri, self.experiment, self.run_name = tracking_uri, experiment, run_name
         self.run_id: str | None = None
-        self._client: Any = None
+        self._client: Any = None  # only while a fit runs: a fitted estimator holding the logger pickles and clones
         self._pending: list[Any] = []
 
     def _params(self, params: dict[str, str]) -> None:
-        self._client = self._tracking.MlflowClient(self.tracking_uri)
+        self._client = _module("mlflow.tracking", "MLflowLogger").MlflowClient(self.tracking_uri)
         found = self._client.get_experiment_by_name(self.experiment)
         experiment = found.experiment_id if found is not None else self._client.create_experiment(self.experiment)
         self.run_id = self._client.create_run(experiment, run_name=self.run_name).info.run_id
-        entries = [self._entities.Param(key, value) for key, value in params.items()]
+        entries = [_module("mlflow.entities", "MLflowLogger").Param(key, value) for key, value in params.items()]
         for start in range(0, len(entries), 100):  # MLflow's most parameters per request
             self._client.log_batch(self.run_id, params=entries[start:start + 100])
 
     def _metrics(self, values: dict[str, float], step: int) -> None:
-        stamp = int(time.time() * 1000)
-        self._pending += [self._entities.Metric(key, value, stamp, step) for key, value in values.items()]
+        stamp, metric = int(time.time() * 1000), _module("mlflow.entities", "MLflowLogger").Metric
+        self._pending += [metric(key, value, stamp, step) for key, value in values.items()]
         if set(values) != {"energy"} or len(self._pending) >= METRICS_PER_BATCH:  # an evaluation, or a full batch
             self._flush()
 
@@ -167,6 +166,7 @@ class MLflowLogger(MetricsLogger):
             return
         self._flush()
         self._client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
+        self._client = None
 
 
 class TensorBoardLogger(MetricsLogger):
@@ -182,12 +182,12 @@ class TensorBoardLogger(MetricsLogger):
 
     def __init__(self, log_dir: str | Path):
         super().__init__()
-        self._writer_class = _module("tensorboardX", "TensorBoardLogger").SummaryWriter
+        _module("tensorboardX", "TensorBoardLogger")  # refused now, not when the fit starts
         self.log_dir = Path(log_dir)
-        self._writer: Any = None
+        self._writer: Any = None  # only while a fit runs (as MLflowLogger's client)
 
     def _params(self, params: dict[str, str]) -> None:
-        self._writer = self._writer_class(str(self.log_dir))
+        self._writer = _module("tensorboardX", "TensorBoardLogger").SummaryWriter(str(self.log_dir))
         cells = {key: value.replace("|", "\\|") for key, value in params.items()}  # a | would end the cell
         table = "\n".join(["| parameter | value |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in cells.items())])
         self._writer.add_text("params", table, self._step)
@@ -199,6 +199,7 @@ class TensorBoardLogger(MetricsLogger):
     def _close(self, failed: bool) -> None:
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
 
 
 def loggers(targets: list[str] | None) -> list[MetricsLogger]:
