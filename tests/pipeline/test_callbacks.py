@@ -12,12 +12,13 @@ import pytest
 from sklearn.base import clone
 from sklearn.model_selection import train_test_split
 
-from pep_gp import Callback, InputError, SparseGPClassifier, StopTraining
+from pep_gp import Callback, CollapsedGPRegressor, InputError, SparseGPClassifier, StopTraining
 from pep_gp.pipeline.data.datasets import ArrayData
 from pep_gp.pipeline.engine import InProcess
-from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from tests.pipeline.test_partial_fit import SETTINGS, rows  # noqa: F401 (a fixture): the step compiled once
-from tests.trainstores import leaves_equal
+from tests.trainstores import FAST, leaves_equal
 
 
 class Recorder(Callback):
@@ -67,6 +68,21 @@ def test_a_callback_that_raises_stops_the_fit_with_its_own_error(rows):
         SparseGPClassifier(callbacks=[print]).fit(X, y)
 
 
+def test_a_run_stopped_by_a_progress_callback_ends_saved_at_that_step(binary_store, tmp_path):
+    """The trainer's side, as ``pep train`` runs it: the stopped run's final checkpoint is written at the step
+    it stopped (4 steps a checkpoint otherwise), with its evidence, and the run is finished, not converged."""
+    def stop_at_3(event, **info):
+        if event == "step" and info["step"] == 3:
+            raise StopTraining("enough")
+
+    result = train(TrainJob("sparse-gp-classifier", binary_store, FAST, tmp_path / "run"), progress=stop_at_3)
+    assert (result.steps, result.stopped, result.finished, result.reported_converged) == (3, "enough", True, False)
+    assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").iterdir())] == ["step-00000003"]
+    run = load_run(tmp_path / "run")
+    assert leaves_equal(run.trees["params"], result.params) and run.meta["log_marginal_likelihood"] is not None
+    assert [record["step"] for record in result.history] == [3]  # the cut-short epoch is recorded
+
+
 def test_without_early_stopping_a_fit_with_callbacks_is_bit_identical_to_the_trainer_s(rows):
     """The callbacks and the early-stopping fields leave the default path as it was: the estimator's energies
     and parameters are those of the trainer run directly on the same rows."""
@@ -105,6 +121,14 @@ def test_early_stopping_refuses_bad_settings_by_name(rows, settings, message):
     X, y = rows
     with pytest.raises(ValueError, match=f"SparseGPClassifier: {message}"):
         SparseGPClassifier(**SETTINGS, early_stopping=True, **settings).fit(X, y)
+
+
+def test_early_stopping_needs_a_model_that_scores_held_out_rows(rows):
+    """The collapsed regressor predicts from all its training rows: the trainer has no per-block predictive."""
+    X, y = rows
+    with pytest.raises(ValueError, match="CollapsedGPRegressor: early_stopping scores the validation rows by the "
+                                         "model's predictive density, which collapsed-regressor does not have"):
+        CollapsedGPRegressor(early_stopping=True).fit(X, y.astype(float))
 
 
 def test_a_fit_logs_its_parameters_energies_and_final_metrics_to_mlflow(rows, tmp_path, monkeypatch):
