@@ -93,7 +93,7 @@ def test_without_early_stopping_a_fit_with_callbacks_is_bit_identical_to_the_tra
                       InProcess())
     result = trainer.run(progress=lambda event, **info: energies.append(info["energy"]) if event == "step" else None)
     assert energies == model.energy_trace_.tolist() and leaves_equal(result.params, model.params_)
-    assert not hasattr(model, "validation_scores_")
+    assert model.validation_scores_ is None and model.best_validation_score_ is None
 
 
 def test_early_stopping_ends_at_the_best_validation_score_before_max_iter(rows):

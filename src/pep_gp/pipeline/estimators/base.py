@@ -313,10 +313,10 @@ class GPEstimator(FittedGP):
     ``classes_`` (classifiers), ``n_features_in_``, ``feature_names_in_`` (DataFrames), ``n_iter_``,
     ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``n_rejected_steps_``,
     ``n_rejected_site_updates_``, ``log_marginal_likelihood_value_``, ``notes_`` (settings the trainer
-    changed, e.g. M capped by the rows), ``stop_reason_`` (why a callback stopped the fit, else None); with
-    ``early_stopping``, ``validation_scores_`` (the validation NLL of every evaluation, nats per row: lower is
-    better, unlike scikit-learn's MLP scores) and ``best_validation_score_`` (the lowest, whose parameters
-    ``params_`` are).
+    changed, e.g. M capped by the rows), ``stop_reason_`` (why a callback stopped the fit, else None),
+    ``validation_scores_`` (with ``early_stopping``, the validation NLL of every evaluation, nats per row: lower
+    is better, unlike scikit-learn's MLP scores; else None) and ``best_validation_score_`` (the lowest, whose
+    parameters ``params_`` are; else None).
     """
 
     spec: ClassVar[ModelSpec]
@@ -376,8 +376,8 @@ class GPEstimator(FittedGP):
                                  f"density, which {self.spec.name} does not have")
             result = trainer.run(progress=progress)
             self._set_fitted(trainer, result if monitor is None else monitor.ended(result), np.asarray(energies))
-            if monitor is not None:
-                self.validation_scores_, self.best_validation_score_ = list(monitor.scores), monitor.best_score
+            self.validation_scores_, self.best_validation_score_ = (  # None without early stopping, as scikit-learn's
+                (None, None) if monitor is None else (list(monitor.scores), monitor.best_score))
             progress("end", summary=self._final_metrics())
         self.n_rows_seen_, self._stream_epochs = data.n_rows("train"), 0
         self._fitted_on(data)
@@ -550,7 +550,7 @@ class GPEstimator(FittedGP):
                    "log_marginal_likelihood": float(self.log_marginal_likelihood_value_)}
         if self.energy_trace_.size:
             summary["energy"] = float(self.energy_trace_[-1])
-        if self.early_stopping and hasattr(self, "best_validation_score_"):
+        if getattr(self, "best_validation_score_", None) is not None:
             summary["best_validation_score"] = float(self.best_validation_score_)
         return summary
 
