@@ -155,6 +155,10 @@ def test_a_fit_logs_its_parameters_energies_and_final_metrics_to_mlflow(rows, tm
     assert [m.step for m in client.get_metric_history(logger.run_id, "epoch/energy_per_row")] == [4, 6]
     assert run.data.metrics["final/log_marginal_likelihood"] == model.log_marginal_likelihood_value_
     assert run.data.metrics["final/n_iter"] == 6
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    with pytest.raises(InputError, match=r"^MLflowLogger: tracking URI 'file:.*': The filesystem tracking backend"):
+        SparseGPClassifier(**SETTINGS, max_iter=1, callbacks=[MLflowLogger((tmp_path / "other").as_uri())]).fit(X, y)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     again = clone(model).fit(X, y)  # a clone logs its own run; a fitted estimator with its logger pickles
     assert again.callbacks[0].run_id not in (None, logger.run_id) and pickle.loads(pickle.dumps(model)).callbacks
 

@@ -121,8 +121,8 @@ class MLflowLogger(MetricsLogger):
 
     Args:
         tracking_uri: where runs go, e.g. ``"sqlite:///mlflow.db"`` or ``"http://host:5000"``; None for
-            MLflow's default (``MLFLOW_TRACKING_URI``, else its local default). MLflow 3 refuses a ``file:``
-            directory unless ``MLFLOW_ALLOW_FILE_STORE=true``.
+            MLflow's default (``MLFLOW_TRACKING_URI``, else MLflow 3's ``sqlite:///mlflow.db`` in the working
+            directory). MLflow 3 refuses a ``file:`` directory unless ``MLFLOW_ALLOW_FILE_STORE=true``.
         experiment: the experiment's name.
         run_name: the run's name (None: MLflow's).
 
@@ -130,7 +130,8 @@ class MLflowLogger(MetricsLogger):
         run_id: the MLflow run's id (None before the fit starts).
 
     Raises:
-        InputError: mlflow is not installed (``pip install "pep-gp[tracking]"``).
+        InputError: mlflow is not installed (``pip install "pep-gp[tracking]"``); when the fit starts, a
+            tracking URI that MLflow refuses.
     """
 
     def __init__(self, tracking_uri: str | None = None, experiment: str = "pep", run_name: str | None = None):
@@ -142,10 +143,18 @@ class MLflowLogger(MetricsLogger):
         self._pending: list[Any] = []
 
     def _params(self, params: dict[str, str]) -> None:
-        self._client = _module("mlflow.tracking", "MLflowLogger").MlflowClient(self.tracking_uri)
-        found = self._client.get_experiment_by_name(self.experiment)
-        experiment = found.experiment_id if found is not None else self._client.create_experiment(self.experiment)
-        self.run_id = self._client.create_run(experiment, run_name=self.run_name).info.run_id
+        from mlflow.exceptions import MlflowException
+
+        tracking = _module("mlflow.tracking", "MLflowLogger")
+        try:
+            client = tracking.MlflowClient(self.tracking_uri)
+            found = client.get_experiment_by_name(self.experiment)
+            experiment = found.experiment_id if found is not None else client.create_experiment(self.experiment)
+        except MlflowException as error:  # e.g. MLflow 3 refusing a file: directory
+            uri = self.tracking_uri or tracking.get_tracking_uri()
+            raise InputError(f"MLflowLogger: tracking URI {uri!r}: {str(error).splitlines()[0]}") from None
+        self._client = client
+        self.run_id = client.create_run(experiment, run_name=self.run_name).info.run_id
         entries = [_module("mlflow.entities", "MLflowLogger").Param(key, value) for key, value in params.items()]
         for start in range(0, len(entries), 100):  # MLflow's most parameters per request
             self._client.log_batch(self.run_id, params=entries[start:start + 100])
