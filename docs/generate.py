@@ -33,6 +33,12 @@ FIT_FIELD_HELP = {
     "verbose": "a progress display on stderr",
     "cluster": '`"none"` (this process), `"local:N"`, a scheduler address or a `distributed.Client`',
     "warm_start": "`fit` starts from the previous fit's parameters and keeps its frame (scikit-learn's `warm_start`)",
+    "callbacks": "a list of `pep_gp.Callback` (e.g. `MLflowLogger`, `TensorBoardLogger`) told of every step's energy "
+                 "and every evaluation; one raising `pep_gp.StopTraining` ends the fit",
+    "early_stopping": "hold out `validation_fraction` of the rows and stop when their NLL has not improved by more "
+                      "than `tol` for more than `n_iter_no_change` evaluations; ends at the best (scikit-learn's MLP)",
+    "validation_fraction": "the share of the training rows held out with `early_stopping` (stratified for classifiers)",
+    "n_iter_no_change": "evaluations (one per epoch) without an improvement before `early_stopping` stops the fit",
 }
 """What each of the estimators' fit fields (``pep_gp.pipeline.estimators.base.FIT_FIELDS``) does; a test
 checks that the names are exactly those fields."""

@@ -36,6 +36,10 @@ _EXPORTS = {
     "TrainConfig": "pep_gp.pipeline.training.config",
     "train": "pep_gp.pipeline.training.trainer",
     "evaluate": "pep_gp.pipeline.training.runs",
+    "Callback": "pep_gp.pipeline.training.callbacks",
+    "StopTraining": "pep_gp.pipeline.training.callbacks",
+    "MLflowLogger": "pep_gp.pipeline.training.tracking",
+    "TensorBoardLogger": "pep_gp.pipeline.training.tracking",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -98,6 +98,8 @@ def train_in_process(*args: str):
      "TLS ca file no-ca.pem: no such file"),
     (["--tls-cert", "client.pem"], "--tls-ca-file/--tls-cert/--tls-key: only for a tls:// --cluster"),
     (["--cluster", "slurm:0"], "--cluster: expected local:N"),
+    (["--log-to", "wandb"], "--log-to: expected mlflow, mlflow:URI or tensorboard:DIR, found 'wandb'"),
+    (["--log-to", "tensorboard"], "--log-to: expected mlflow, mlflow:URI or tensorboard:DIR, found 'tensorboard'"),
 ])
 def test_bad_input_fails_cleanly(store, tmp_path, args, message):
     """Each is found before anything heavy starts, so it runs in this process (the console script's own exit
@@ -188,6 +190,34 @@ def test_settings_from_the_command_line_are_validated_like_the_config_file(store
     assert "not converged after 3 steps" in done.stderr
     config = load_run(tmp_path / "run").meta["config"]
     assert (config["learning_rate"], config["seed"], config["max_steps"]) == (0.03, 5, 3)
+
+
+def test_log_to_writes_the_run_to_mlflow_and_tensorboard(store, tmp_path):
+    """``--log-to`` repeated and comma-separated: the run's settings, its 3 steps' energies, its epochs' metrics
+    and the summary's numbers, the same in both."""
+    pytest.importorskip("mlflow")
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = train_in_process("--model", MODEL, "--data", store.path, "--run-dir", str(tmp_path / "run"), "--cluster",
+                            "none", "--batch-size", "96", "--max-steps", "3", "--learning-rate", "0.03", "--seed", "5",
+                            "--set", "model.num_inducing=4", "--set=model.alpha=0.25", "--json",
+                            "--log-to", f"mlflow:{uri}", "--log-to", f"tensorboard:{tmp_path / 'tb'},")
+    summary = json.loads(done.stdout)
+    client = MlflowClient(uri)
+    [run] = client.search_runs([client.get_experiment_by_name("pep").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert (run.data.params["model"], run.data.params["model_settings.alpha"], run.data.params["config.seed"]) == (
+        MODEL, "0.25", "5")
+    energies = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "energy")]
+    assert [step for step, _ in energies] == [1, 2, 3]
+    assert run.data.metrics["final/test_nll"] == summary["test_nll"] and run.data.metrics["final/steps"] == 3
+    assert run.data.metrics["epoch/test_nll"] == summary["test_nll"]  # the last epoch's record is the summary's
+    events = accumulator.EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("energy")] == [(s, np.float32(v)) for s, v in energies]
+    assert events.Scalars("final/test_nll")[0].value == np.float32(summary["test_nll"])
 
 
 def test_a_deep_gp_run_takes_the_model_s_own_defaults_where_nothing_was_given(regression_store, tmp_path):

@@ -32,9 +32,11 @@ from .runtime import (in_prefect_run, lazy_prefect, prefect_flow, prefect_quietl
 from ..pipeline.data.stores import open_store
 from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
+from ..pipeline.training.callbacks import Callback, callback_progress
 from ..pipeline.training.config import TrainConfig, load_config, parse_settings
-from ..pipeline.training.display import progress_display
+from ..pipeline.training.display import both, progress_display
 from ..pipeline.training.lock import hold_run_dir
+from ..pipeline.training.tracking import LOG_TO_HELP, loggers
 
 
 progress_reporter: ContextVar[Callable[..., None]] = ContextVar("train_progress", default=lambda event, **info: None)
@@ -163,6 +165,7 @@ def train_command(
     new_rows_only: Annotated[bool, typer.Option(
         help="With --resume on a grown store: take the epochs over the rows added since the checkpoint only "
              "(their energy scaled to all rows).")] = False,
+    log_to: Annotated[list[str] | None, typer.Option("--log-to", help=LOG_TO_HELP)] = None,
     json_output: JsonFlag = False,
     quiet: QuietFlag = False,
     tls_ca_file: TlsCaFile = None,
@@ -182,6 +185,7 @@ def train_command(
                      "learning_rate": learning_rate, "seed": seed}
         sets = parse_settings(set_ or [])
         settings = load_config(config, None, sets, **overrides) if config or not resume else None
+        trackers = loggers(log_to)
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         from ..pipeline.models import get_model, model_settings  # JAX: after the cheap checks
         from ..pipeline.training.runs import resumed_config
@@ -195,9 +199,10 @@ def train_command(
         if prefect_requested(prefect):
             prefect_quietly()
             run = prefect_objects("train_flow")
-        with training_display(enabled=not (quiet or json_output)):
+        with training_display(enabled=not (quiet or json_output), callbacks=trackers) as tell:
             summary = run(model, store.path, str(run_dir), settings.model_dump(), cluster, resume,
                           new_rows_only=new_rows_only)
+            tell("end", summary=summary)
     if json_output:
         typer.echo(dumps(summary))
     elif not quiet:
@@ -215,12 +220,18 @@ def train_command(
 
 
 @contextmanager
-def training_display(enabled: bool) -> Iterator[None]:
-    """The progress display on stderr (:func:`~pep_gp.pipeline.training.display.progress_display`) while
-    the flow runs (when ``enabled``)."""
+def training_display(enabled: bool, callbacks: list[Callback] | None = None) -> Iterator[Callable[..., None]]:
+    """The progress display on stderr (:func:`~pep_gp.pipeline.training.display.progress_display`, when
+    ``enabled``) and the ``callbacks`` (``--log-to``'s loggers) while the flow runs; yields the callbacks'
+    progress, to send them the run's ``end`` (an ``end`` without a summary is sent for them when the block
+    raises)."""
+    tell = callback_progress(callbacks)
     with progress_display(enabled) as report:
-        token = progress_reporter.set(report)
+        token = progress_reporter.set(both(report, tell))
         try:
-            yield
+            yield tell
+        except BaseException:
+            tell("end", summary=None)
+            raise
         finally:
             progress_reporter.reset(token)

@@ -42,7 +42,7 @@ class ArrayBlocks(FixedBlocks):
 
 
 class ArrayData:
-    """A training split held in memory, seen as a store with an empty test split.
+    """A training split held in memory, seen as a store whose test split is empty or ``held_out``.
 
     Args:
         x: inputs [N, D] (validated by the caller).
@@ -51,15 +51,19 @@ class ArrayData:
         n_classes: C for classification.
         target_statistics: regression: record the targets' mean and deviation (the trainer then
             standardises them, as for a store); False keeps them as they are (mean 0, scale 1).
+        held_out: ``(x, y)`` of rows seen as the test split (an estimator's validation rows, for
+            ``early_stopping``): the trainer scores them at every epoch; None for none. They take no part
+            in the statistics or the checksum.
     """
 
     path = "the in-memory training data"
 
     def __init__(self, x: np.ndarray, y: np.ndarray, task: str, n_classes: int | None = None,
-                 target_statistics: bool = True):
+                 target_statistics: bool = True, held_out: tuple[np.ndarray, np.ndarray] | None = None):
         from .ingest import default_chunk_rows
 
         self.x, self.y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        self.held_out = None if held_out is None else tuple(np.asarray(a, dtype=np.float64) for a in held_out)
         self.task, self.n_classes = task, n_classes
         chunk_rows = default_chunk_rows(self.x.shape[1])  # statistics merged as pep ingest merges a store's
         x_moments = Moments.of_chunks(self.x, chunk_rows)
@@ -70,7 +74,9 @@ class ArrayData:
             attrs.update(y_mean=float(y_moments.mean[0]), y_std=float(y_moments.std()[0]))
         elif task == "classification":
             counts = np.bincount(self.y.astype(np.int64), minlength=n_classes)
-            attrs["class_counts"] = {"train": counts.tolist(), "test": [0] * len(counts)}
+            held_out = np.zeros(0) if self.held_out is None else self.held_out[1]
+            attrs["class_counts"] = {"train": counts.tolist(),
+                                     "test": np.bincount(held_out.astype(np.int64), minlength=n_classes).tolist()}
         self.attrs = attrs
         digest = hashlib.sha256(self.x.tobytes())
         digest.update(self.y.tobytes())
@@ -81,13 +87,17 @@ class ArrayData:
         return tuple(f"x{i}" for i in range(self.x.shape[1]))
 
     def n_rows(self, split: str) -> int:
-        return self.x.shape[0] if split == "train" else 0
+        if split == "train":
+            return self.x.shape[0]
+        return 0 if self.held_out is None else self.held_out[0].shape[0]
 
     def blocks(self, split: str, block_rows: int, targets: TargetScaling, standardize: bool = True,
                statistics: Any = None) -> ArrayBlocks:
-        """The blocks of the training split (``split`` must be ``"train"``), standardised with ``statistics``'
-        ``x_mean``/``x_std`` when given (an estimator's from its first ``partial_fit``), else the arrays' own."""
-        if split != "train":
-            raise ValueError(f"in-memory data has only a training split, not {split!r}")
+        """The blocks of the training split or of the ``held_out`` rows (``"test"``), both standardised with
+        ``statistics``' ``x_mean``/``x_std`` when given (an estimator's from its first ``partial_fit``), else the
+        training rows' own."""
+        if split not in ("train", "test") or (split == "test" and self.held_out is None):
+            raise ValueError(f"this in-memory data has no {split!r} split")
         frame = self.attrs if statistics is None else statistics
-        return ArrayBlocks(self.x, self.y, block_rows, *input_statistics(frame, standardize), targets)
+        x, y = (self.x, self.y) if split == "train" else self.held_out
+        return ArrayBlocks(x, y, block_rows, *input_statistics(frame, standardize), targets)

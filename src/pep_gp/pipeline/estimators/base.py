@@ -21,6 +21,7 @@ import inspect
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
+from functools import reduce
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -46,9 +47,11 @@ from ..models.predictive import (Latent, Quantiles, Scored, apply, check_quantil
 from ..engine import connected
 from ..training import checkpoint
 from ..training.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
+from ..training.callbacks import callback_progress
 from ..training.display import both, progress_display
 from ..training.growth import Frame
 from ..training.trainer import Trainer, TrainJob, TrainResult
+from .validation import ValidationStopping, validation_split
 
 FIT_FIELDS: dict[str, Any] = {
     "max_iter": DEFAULT_MAX_STEPS,
@@ -59,14 +62,22 @@ FIT_FIELDS: dict[str, Any] = {
     "verbose": False,
     "cluster": "none",
     "warm_start": False,
+    "callbacks": None,
+    "early_stopping": False,
+    "validation_fraction": 0.1,
+    "n_iter_no_change": 10,
 }
 """The fit fields every estimator has besides its spec's settings, with the defaults of ``pep train``:
 ``max_iter`` (the most steps), ``tol`` (the stopping rule, :mod:`pep_gp.pipeline.training.stopping`; 0 runs
 all ``max_iter`` steps), ``learning_rate`` (Adam), ``batch_size`` (rows per step; None: all rows),
 ``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr), ``cluster``
-(``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``) and ``warm_start`` (scikit-learn's:
-``fit`` starts from the previous fit's parameters, in its frame, :meth:`GPEstimator.fit`). A model's own training
-defaults replace these (:func:`fit_fields`)."""
+(``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``), ``warm_start`` (scikit-learn's:
+``fit`` starts from the previous fit's parameters, in its frame, :meth:`GPEstimator.fit`), ``callbacks`` (a list
+of :class:`~pep_gp.pipeline.training.callbacks.Callback`, e.g. the MLflow and TensorBoard loggers of
+:mod:`pep_gp.pipeline.training.tracking`) and scikit-learn's MLP early stopping, ``early_stopping``,
+``validation_fraction`` and ``n_iter_no_change`` (evaluations, one per epoch; improvements by more than ``tol``
+nats per row: :mod:`pep_gp.pipeline.estimators.validation`). A model's own training defaults replace these
+(:func:`fit_fields`)."""
 
 ESTIMATORS: dict[str, type["GPEstimator"]] = {}
 """The estimator of each model, by ``--model`` name: every :class:`GPEstimator` subclass that sets ``spec``
@@ -131,22 +142,33 @@ class FittedGP(BaseEstimator):
                                  for e in error.errors())
             raise ValueError(f"{type(self).__name__}: {problems}") from None
 
-    def _training_data(self, X, y, classes: np.ndarray | None = None, reset: bool = True) -> ArrayData:
+    def _training_data(self, X, y, classes: np.ndarray | None = None, reset: bool = True,
+                       validation: bool = False) -> ArrayData:
         """Validated training data (sets ``n_features_in_``, ``feature_names_in_`` when ``reset``, else checks
-        them; sets ``classes_``: ``y``'s labels, or ``classes`` when given, which every label must be among)."""
+        them; sets ``classes_``: ``y``'s labels, or ``classes`` when given, which every label must be among);
+        with ``validation``, ``validation_fraction`` of the rows held out as its test split
+        (:func:`~pep_gp.pipeline.estimators.validation.validation_split`)."""
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=not self._is_classifier, reset=reset)
-        if self._is_classifier and classes is None:
+        if not self._is_classifier:
+            return self._array_data(X, np.asarray(y, dtype=np.float64), "regression", validation)
+        if classes is None:
             self.classes_, labels = check_class_labels(y, binary=self._binary)
-            return ArrayData(X, labels, "classification", int(self.classes_.size))
-        if self._is_classifier:
-            labels = np.searchsorted(classes, y)
-            unknown = np.unique(y[(labels >= classes.size) | (classes[np.minimum(labels, classes.size - 1)] != y)])
-            if unknown.size:
-                raise ValueError(f"{type(self).__name__}: y has labels {unknown.tolist()} not among classes "
-                                 f"{classes.tolist()}")
-            self.classes_ = classes
-            return ArrayData(X, labels.astype(np.int64), "classification", int(classes.size))
-        return ArrayData(X, np.asarray(y, dtype=np.float64), "regression")
+            return self._array_data(X, labels, "classification", validation)
+        labels = np.searchsorted(classes, y)
+        unknown = np.unique(y[(labels >= classes.size) | (classes[np.minimum(labels, classes.size - 1)] != y)])
+        if unknown.size:
+            raise ValueError(f"{type(self).__name__}: y has labels {unknown.tolist()} not among classes "
+                             f"{classes.tolist()}")
+        self.classes_ = classes
+        return self._array_data(X, labels.astype(np.int64), "classification", validation)
+
+    def _array_data(self, X: np.ndarray, y: np.ndarray, task: str, validation: bool) -> ArrayData:
+        n_classes = int(self.classes_.size) if task == "classification" else None
+        if not validation:
+            return ArrayData(X, y, task, n_classes)
+        x_fit, y_fit, x_validation, y_validation = validation_split(
+            type(self).__name__, X, y, self.validation_fraction, self.seed, stratify=task == "classification")
+        return ArrayData(x_fit, y_fit, task, n_classes, held_out=(x_validation, y_validation))
 
     def _predictive(self):
         raise NotImplementedError
@@ -291,7 +313,10 @@ class GPEstimator(FittedGP):
     ``classes_`` (classifiers), ``n_features_in_``, ``feature_names_in_`` (DataFrames), ``n_iter_``,
     ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``n_rejected_steps_``,
     ``n_rejected_site_updates_``, ``log_marginal_likelihood_value_``, ``notes_`` (settings the trainer
-    changed, e.g. M capped by the rows).
+    changed, e.g. M capped by the rows), ``stop_reason_`` (why a callback stopped the fit, else None),
+    ``validation_scores_`` (with ``early_stopping``, the validation NLL of every evaluation, nats per row: lower
+    is better, unlike scikit-learn's MLP scores; else None) and ``best_validation_score_`` (the lowest, whose
+    parameters ``params_`` are; else None).
     """
 
     spec: ClassVar[ModelSpec]
@@ -327,17 +352,33 @@ class GPEstimator(FittedGP):
         that collapsed far below its best energy keeps its best parameters, warns (``ConvergenceWarning``)
         and has ``converged_`` False (:mod:`pep_gp.pipeline.training.stopping`).
 
+        ``callbacks`` are told of every step and evaluation (:mod:`pep_gp.pipeline.training.callbacks`); one
+        that raises ``StopTraining`` ends the fit after that step (``converged_`` False, ``stop_reason_`` its
+        message), any other error it raises propagates. With ``early_stopping=True`` the fit trains on all but
+        ``validation_fraction`` of the rows, stops when the held-out NLL has not improved by more than ``tol``
+        for more than ``n_iter_no_change`` evaluations (``converged_`` True), and ends at the parameters of the
+        best (:mod:`pep_gp.pipeline.estimators.validation`).
+
         With ``warm_start=True`` on a fitted estimator, the fit starts from its parameters (a new Adam state,
         steps counted from 0) and keeps its frame: the inputs' standardisation, the targets' scaling, the
         model's settings and classes of the first fit (new data is standardised as the old was, so the
         parameters keep their meaning; a label outside ``classes_`` is refused)."""
         warm = bool(self.warm_start) and hasattr(self, "params_")
+        name = type(self).__name__
+        monitor = ValidationStopping.of(name, self.n_iter_no_change, self.tol) if self.early_stopping else None
         data = self._training_data(X, y, classes=self.classes_ if warm and self._is_classifier else None,
-                                   reset=not warm)
+                                   reset=not warm, validation=monitor is not None)
         config = self._config(data.n_rows("train"))
-        with self._trainer(data, config, warm_from=self if warm else None) as (trainer, progress, energies):
+        with self._trainer(data, config, warm_from=self if warm else None, monitor=monitor) as (
+                trainer, progress, energies):
+            if monitor is not None and trainer.test is None:
+                raise ValueError(f"{name}: early_stopping scores the validation rows by the model's predictive "
+                                 f"density, which {self.spec.name} does not have")
             result = trainer.run(progress=progress)
-            self._set_fitted(trainer, result, np.asarray(energies))
+            self._set_fitted(trainer, result if monitor is None else monitor.ended(result), np.asarray(energies))
+            self.validation_scores_, self.best_validation_score_ = (  # None without early stopping, as scikit-learn's
+                (None, None) if monitor is None else (list(monitor.scores), monitor.best_score))
+            progress("end", summary=self._final_metrics())
         self.n_rows_seen_, self._stream_epochs = data.n_rows("train"), 0
         self._fitted_on(data)
         return self
@@ -376,6 +417,7 @@ class GPEstimator(FittedGP):
             result = trainer.run(progress=progress)
             before = np.zeros(0) if first else self.energy_trace_
             self._set_fitted(trainer, result, np.concatenate([before, energies]), warn=False)
+            progress("end", summary=self._final_metrics())
         self.n_rows_seen_ = seen
         self._stream_epochs = 1 if first else self._stream_epochs + 1
         self._fitted_on(data)
@@ -395,15 +437,22 @@ class GPEstimator(FittedGP):
 
     @contextmanager
     def _trainer(self, data: ArrayData, config: TrainConfig, *, warm_from: "GPEstimator | None" = None,
-                 stream_from: "GPEstimator | None" = None, rows_represented: int | None = None):
+                 stream_from: "GPEstimator | None" = None, rows_represented: int | None = None,
+                 monitor: Callable[..., None] | None = None):
         """The trainer of a fit (``warm_from``: starting at a fitted estimator's parameters, in its frame;
-        ``stream_from``: continuing its ``partial_fit``), its progress callback and the step energies."""
+        ``stream_from``: continuing its ``partial_fit``), its progress callback (the step energies' record, the
+        display, the ``callbacks`` and the early-stopping ``monitor``) and the step energies. A fit that raises
+        tells the callbacks so (``end`` with no summary)."""
         energies: list[float] = []
 
         def record(event: str, **info: Any) -> None:
             if event == "step":
                 energies.append(info["energy"])
 
+        try:
+            told = callback_progress(self.callbacks)
+        except ValueError as error:
+            raise ValueError(f"{type(self).__name__}: {error}") from None
         previous = warm_from or stream_from
         with connected(self.cluster) as backend, progress_display(bool(self.verbose), type(self).__name__) as show:
             try:
@@ -415,7 +464,12 @@ class GPEstimator(FittedGP):
             if stream_from is not None:
                 trainer.continue_from(stream_from.params_, stream_from._opt_state, int(stream_from.n_iter_),
                                       stream_from._stream_epochs)
-            yield trainer, both(record, show), energies
+            progress = reduce(both, [record, show, told, *([monitor] if monitor is not None else [])])
+            try:
+                yield trainer, progress, energies
+            except BaseException:
+                told("end", summary=None)
+                raise
 
     def _fitted_on(self, data: ArrayData) -> None:
         """What a subclass keeps of its training data (nothing: the model's state is in ``params_``)."""
@@ -473,10 +527,12 @@ class GPEstimator(FittedGP):
         self.n_rejected_steps_ = result.rejected_steps
         self.n_rejected_site_updates_ = result.rejected_site_updates
         self.notes_ = list(result.notes)
+        self.stop_reason_ = result.stopped
         self.binding_ = trainer.binding
         self.data_checksum_ = trainer.job.store.checksum
         self.log_marginal_likelihood_value_ = trainer.log_marginal_likelihood(result.params)
-        if warn and self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None:
+        if (warn and self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None
+                and result.stopped is None):
             gain = (f"the energy still rose by {result.gain_per_row:.2g} nats per row over the last "
                     f"{trainer.stopping.window} steps" if np.isfinite(result.gain_per_row) else
                     f"fewer than two {trainer.stopping.window}-step windows to compare")
@@ -486,6 +542,17 @@ class GPEstimator(FittedGP):
         if result.collapse is not None:
             warnings.warn(f"{type(self).__name__}: the fit collapsed: {result.collapse}; its predictions may be "
                           "poor: try another seed or a lower learning_rate", ConvergenceWarning, stacklevel=3)
+
+    def _final_metrics(self) -> dict[str, Any]:
+        """What the callbacks' ``on_end`` receives: the fit's final energy, evidence, steps and verdict (and
+        the best validation NLL with ``early_stopping``)."""
+        summary = {"n_iter": int(self.n_iter_), "converged": bool(self.converged_),
+                   "log_marginal_likelihood": float(self.log_marginal_likelihood_value_)}
+        if self.energy_trace_.size:
+            summary["energy"] = float(self.energy_trace_[-1])
+        if getattr(self, "best_validation_score_", None) is not None:
+            summary["best_validation_score"] = float(self.best_validation_score_)
+        return summary
 
     def _predictive(self):
         return self.spec.predictive(self.model_, self.targets_)

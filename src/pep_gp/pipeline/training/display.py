@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .callbacks import StopTraining
 from .trainer import Progress as ProgressCallback
 from .trainer import no_progress
 
@@ -107,8 +108,13 @@ def _start_lines(info: dict[str, Any]) -> list[str]:
 
 
 def both(first: Callable[..., None], second: Callable[..., None]) -> Callable[..., None]:
-    """A progress callback that calls ``first`` then ``second``."""
+    """A progress callback that calls ``first`` then ``second``; ``second`` sees the event also when ``first``
+    asked to stop (:class:`~pep_gp.pipeline.training.callbacks.StopTraining`, raised after it)."""
     def report(event: str, **info: Any) -> None:
-        first(event, **info)
+        try:
+            first(event, **info)
+        except StopTraining:
+            second(event, **info)
+            raise
         second(event, **info)
     return report

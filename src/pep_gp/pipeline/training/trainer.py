@@ -41,6 +41,7 @@ from ..metrics import finish
 from ..models import HeldOut, ModelSpec, get_model, model_settings
 from ..models.protocol import uses_site_updates
 from . import checkpoint
+from .callbacks import StopTraining
 from .config import TrainConfig
 from .growth import check_growable, data_log, earlier_versions, grown_entry, grown_frame
 from .lock import hold_run_dir
@@ -55,8 +56,12 @@ from .stopping import StoppingRule
 INIT_ROWS = 5_000  # training rows sampled to place the inducing inputs (k-means) and lengthscales
 
 Progress = Callable[..., None]
-"""``progress(event, **info)``; events: ``start`` (step, total_steps, steps_per_epoch), ``step``
-(step, energy, accepted), ``epoch`` (record), ``checkpoint`` (path)."""
+"""``progress(event, **info)``; events: ``start`` (step, total_steps, steps_per_epoch, resumed_from, notes,
+model, model_settings, config), ``step`` (step, energy, accepted), ``epoch`` (record, params), ``checkpoint``
+(path); and ``end`` (summary), which the caller of :meth:`Trainer.run` sends once the run is over (the
+estimators' ``fit``, ``pep train``). A progress callback that raises
+:class:`~pep_gp.pipeline.training.callbacks.StopTraining` for a ``start``, ``step`` or ``epoch`` event ends the
+run after that step (:attr:`TrainResult.stopped`); any other exception propagates."""
 
 
 def no_progress(event: str, **info: Any) -> None:
@@ -107,15 +112,16 @@ class TrainResult:
     stops_early: bool  # the run ends when it converges (no epochs asked for)
     notes: tuple[str, ...] = ()  # what the trainer changed of the settings, e.g. M capped by the rows
     collapse: str | None = None  # how a finished run fell below its best (then params are the best's)
+    stopped: str | None = None  # why a progress callback stopped the run (StopTraining's message)
 
     @property
     def reported_converged(self) -> bool:
-        """What the run reports as converged: the stopping rule's verdict, and not collapsed."""
-        return self.converged and self.collapse is None
+        """What the run reports as converged: the stopping rule's verdict, not collapsed and not stopped."""
+        return self.converged and self.collapse is None and self.stopped is None
 
     @property
     def finished(self) -> bool:
-        return self.steps >= self.total_steps or (self.stops_early and self.converged)
+        return self.steps >= self.total_steps or (self.stops_early and self.converged) or self.stopped is not None
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -259,19 +265,26 @@ class Trainer:
             state = self._state
             end = min(self.total_steps, self.total_steps if until_step is None else until_step,
                       (state.step // segment_steps + 1) * segment_steps if segment_steps else self.total_steps)
-            progress("start", step=state.step, total_steps=self.total_steps,
-                     steps_per_epoch=self.schedule.steps_per_epoch, resumed_from=path, notes=self.notes)
+            stopped = _told(progress, "start", step=state.step, total_steps=self.total_steps,
+                            steps_per_epoch=self.schedule.steps_per_epoch, resumed_from=path, notes=self.notes,
+                            model=self.job.model_name, model_settings=self.settings.model_dump(mode="json"),
+                            config=self.job.config.model_dump(mode="json", exclude={"model"}))
             started = time.perf_counter() - state.seconds
             stops_early = self.job.config.stops_early
-            while state.step < end and not (stops_early and self.stopping.converged(state.energies)):
+            while (state.step < end and stopped is None
+                   and not (stops_early and self.stopping.converged(state.energies))):
                 accepted = self.step(state)
                 state.seconds = time.perf_counter() - started
-                progress("step", step=state.step, energy=state.last_energy, accepted=accepted)
-                ended = state.step == self.total_steps or (stops_early and self.stopping.converged(state.energies))
+                stopped = _told(progress, "step", step=state.step, energy=state.last_energy, accepted=accepted)
+                ended = (state.step == self.total_steps or stopped is not None
+                         or (stops_early and self.stopping.converged(state.energies)))
                 if ended:
                     self._end_at_best_if_collapsed(state)
                 if self.schedule.ends_epoch(state.step - 1) or ended:
-                    progress("epoch", record=self.end_epoch(state))
+                    asked = _told(progress, "epoch", record=self.end_epoch(state), params=state.params)
+                    if asked is not None and not ended:  # stopped at the epoch's record: the run ends here
+                        stopped, ended = asked, True
+                        self._end_at_best_if_collapsed(state)
                 if state.rejected_in_a_row >= self.job.config.max_rejected_in_a_row:
                     self.save(state)
                     raise TrainingFailed(self._idling(state))
@@ -279,14 +292,14 @@ class Trainer:
                     path = self.save(state, final=ended) or path
                     progress("checkpoint", path=path)
             if path is None:  # nothing was left to train and nothing was saved: still leave one
-                path = self.save(state, final=state.step >= self.total_steps
+                path = self.save(state, final=state.step >= self.total_steps or stopped is not None
                                  or (stops_early and self.stopping.converged(state.energies)))
             if state.step >= self.total_steps:
                 self._refuse_non_finite_end(state)
         return TrainResult(state.params, state.step, self.total_steps, len(state.history), state.seconds, path,
                            state.history, state.rejected, state.rejected_sites,
                            self.stopping.converged(state.energies), self.stopping.gain_per_row(state.energies),
-                           stops_early, self.notes, self._collapse(state))
+                           stops_early, self.notes, self._collapse(state), stopped)
 
     def _collapse(self, state: LoopState) -> str | None:
         """How the run fell from its best (None unless it collapsed)."""
@@ -471,6 +484,15 @@ class Trainer:
         state.history.append(record)
         state.epoch_energy = (0.0, 0)
         return record
+
+
+def _told(progress: Progress, event: str, **info: Any) -> str | None:
+    """Send ``event`` to ``progress``: None, or why it asked the run to stop (:class:`StopTraining`)."""
+    try:
+        progress(event, **info)
+    except StopTraining as stop:
+        return str(stop) or f"a callback stopped the run at its {event} event"
+    return None
 
 
 @dataclass(frozen=True)
