@@ -112,7 +112,7 @@ def test_inducing_inputs_capped_at_the_rows_are_the_rows_and_stay_there():
     assert model.n_iter_ == 5 and "kept fixed" in model.notes_[0]
 
 
-@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The optimal value found:sklearn.exceptions.ConvergenceWarning")  # a restart at the noise's bound
 def test_on_tiny_data_the_regressor_is_the_exact_gp_and_its_intervals_cover():
     """Issue 37, item 7: on 30 rows of a 2-D function (3 draws) the inducing inputs are the rows and the
     energy is the VFE bound (``alpha = 0`` there), the exact GP's log marginal likelihood: the fitted
