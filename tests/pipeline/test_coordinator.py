@@ -76,7 +76,8 @@ def test_model_must_fit_the_store(binary_store, regression_store, tmp_path):
         train(job(binary_store, tmp_path, model="gp"))
     capped = train(job(regression_store, tmp_path / "capped", model="sparse-gp-regressor", epochs=1,
                        settings={"num_inducing": 500}))
-    assert capped.notes == ("num_inducing = 500 capped at the 400 training rows, which are the inducing inputs, kept fixed",)
+    assert capped.notes == ("num_inducing = 500 capped at the 400 training rows, which are the inducing inputs, kept fixed; "
+                            "alpha = 0 there (was 0.5)",)
     with pytest.raises(InputError, match=r"invalid settings of --model sparse-gp-classifier: model.alpha"):
         train(job(binary_store, tmp_path, settings={"alpha": 2.0}))
 

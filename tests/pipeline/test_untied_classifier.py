@@ -109,3 +109,20 @@ def test_the_exact_gp_classifier_takes_a_kernel_and_keeps_its_fixed_values():
     assert model.log_marginal_likelihood() > start.log_marginal_likelihood()
     with pytest.raises(ValueError, match=r"ExactGPClassifier: kernel: .*unknown kernel 'matern25'.*did you mean"):
         ExactGPClassifier(kernel="matern25").fit(x, y)
+
+
+def test_repeated_rows_give_the_fit_of_the_distinct_rows():
+    """Each row repeated 2–5 times (and one input given both labels): the fit, hyper-parameters and
+    probabilities are those of the distinct rows, with a warning counting the left-out copies. Before, the
+    evidence of the repeated rows was highest at a lengthscale of ~1e-3 and every probability away from the
+    training inputs was ½."""
+    x, y = _data()
+    x, y = np.vstack([x, x[:1]]), np.append(y, 1 - y[0])  # an input seen with both labels keeps both rows
+    copies = np.random.default_rng(0).integers(2, 6, len(y))
+    x_test = np.random.default_rng(1).normal(size=(200, 2))
+    distinct = ExactGPClassifier().fit(x, y)
+    with pytest.warns(UserWarning, match=f"{copies.sum() - len(y)} of {copies.sum()} training rows repeat"):
+        repeated = ExactGPClassifier().fit(np.repeat(x, copies, axis=0), np.repeat(y, copies))
+    assert distinct.n_repeated_rows_ == 0 and repeated.n_repeated_rows_ == copies.sum() - len(y)
+    np.testing.assert_allclose(repeated.predict_proba(x_test), distinct.predict_proba(x_test), atol=1e-6)
+    assert np.ptp(repeated.predict_proba(x_test)[:, 1]) > 0.9

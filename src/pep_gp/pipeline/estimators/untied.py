@@ -26,6 +26,7 @@ from ...core.models.multiclass import MultiClassGP
 from ...core.projections import projection as named_projection
 from ..models.multiclass import MultiClassSettings
 from ..models.protocol import kernel_description, settings_kernel
+from ..data.datasets import ArrayData
 from ..models.predictive import BinaryPredictive, Latent, MultiClassPredictive
 from ..training import exact_ep, multiclass_ep as untied_multiclass
 from .base import FIT_FIELDS, FittedGP, GPClassifierMixin, generated_init
@@ -58,6 +59,13 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
     fixed values kept — maximise ``log Z_EP`` (Zhang et al. 2020, eq. 4) by L-BFGS-B, at most ``max_iter``
     iterations. O(N³): for N up to a few thousand.
 
+    A training row that repeats an earlier row's input and label is left out, with a warning (``n_repeated_rows_``
+    counts them): the probit likelihood ``Φ(y f(x))`` has no label noise, so ``r`` copies of a row are ``r``
+    independent observations of the sign of one latent value, ``∫ Φ(f)^r N(f; 0, σ²) df → ½`` as ``σ² → ∞``,
+    and the evidence of rows repeated 2–5 times is highest for a fit that memorises each input (lengthscale
+    → 0, amplitude → ∞: probability ½ everywhere else). The fit is then the fit of the distinct rows; an input
+    seen with both labels keeps one row of each.
+
     Example:
         >>> from sklearn.datasets import load_breast_cancer
         >>> x, y = load_breast_cancer(return_X_y=True)
@@ -87,7 +95,14 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
             kernel = None if self.kernel is None else from_dict(kernel_description(self.kernel))
         except ValueError as error:
             raise ValueError(f"ExactGPClassifier: kernel: {error}") from None
-        data = self._training_data(X, y)
+        given = self._training_data(X, y)
+        data = _distinct_rows(given)
+        self.n_repeated_rows_ = given.x.shape[0] - data.x.shape[0]
+        if self.n_repeated_rows_:
+            warnings.warn(f"ExactGPClassifier: {self.n_repeated_rows_} of {given.x.shape[0]} training rows repeat an earlier "
+                          "row's input and label and are left out (the probit likelihood would count each copy as "
+                          "an independent observation, and the evidence then prefers a fit that memorises the "
+                          "rows); the fit is that of the distinct rows", UserWarning, stacklevel=2)
         self.x_mean_, self.x_std_ = (np.asarray(a) for a in (data.attrs["x_mean"], data.attrs["x_std"]))
         self.x_train_ = (data.x - self.x_mean_) / self.x_std_
         with float64():
@@ -122,6 +137,16 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
 
     def _predict_params(self):
         return self.params_, self.sites_, self.x_train_, self.site_data_
+
+
+def _distinct_rows(data: ArrayData) -> ArrayData:
+    """``data`` without the rows whose input and label repeat an earlier row's (the first copy kept, rows in
+    their order; the input statistics recomputed), or ``data`` itself when no row repeats."""
+    _, first = np.unique(np.column_stack([data.x, data.y]), axis=0, return_index=True)
+    if first.size == data.x.shape[0]:
+        return data
+    keep = np.sort(first)
+    return ArrayData(data.x[keep], data.y[keep], data.task, data.n_classes)
 
 
 class MultiClassEPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):

@@ -96,6 +96,10 @@ class ModelSettings(BaseModel):
     kernel: KernelSetting = Field(None, description="the covariance function: a spelling such as 'matern52+linear', "
                                   "a [model.kernel] table or a pep_gp.kernels object; none: the squared exponential")
 
+    at_the_rows: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    """Settings the trainer imposes when the inducing inputs are the training inputs (``num_inducing`` capped
+    by the rows, :func:`~pep_gp.pipeline.training.trainer.capped_settings`): none by default."""
+
     def __hash__(self) -> int:
         """Settings key compiled programs: hashed by their JSON (the kernel's description is a table)."""
         return hash(self.model_dump_json())

@@ -138,12 +138,15 @@ def capped_settings(settings: Any, n_rows: int) -> tuple[Any, tuple[str, ...]]:
     sparse model is then the exact GP's (Bui, Yan & Turner 2017, §3), and moving them only lets the
     hyper-parameters overfit (Bauer, van der Wilk & Rasmussen 2016): ``SparseGPRegressor()`` on 10–80 rows
     put 34–80 % of held-out points in its 90 % intervals with them trained, 65–87 % with them fixed
-    (scikit-learn's exact GP: 75–93 %; tests/pipeline/test_estimators.py)."""
+    (scikit-learn's exact GP: 75–93 %; tests/pipeline/test_estimators.py). The settings' ``at_the_rows`` are
+    imposed there too (the sparse GPs': ``alpha = 0``, :class:`~pep_gp.pipeline.models.sparse_gp.SparseGPSettings`)."""
     if settings.num_inducing <= n_rows or getattr(settings, "inducing_points", None) is not None:
         return settings, ()  # given inducing inputs are never capped: more than the rows are refused
+    imposed = {name: value for name, value in settings.at_the_rows.items() if getattr(settings, name) != value}
     note = (f"num_inducing = {settings.num_inducing} capped at the {n_rows} training rows"
-            + (", which are the inducing inputs, kept fixed" if settings.train_inducing else ""))
-    return settings.model_copy(update={"num_inducing": n_rows, "train_inducing": False}), (note,)
+            + (", which are the inducing inputs, kept fixed" if settings.train_inducing else "")
+            + "".join(f"; {name} = {value:g} there (was {getattr(settings, name):g})" for name, value in imposed.items()))
+    return settings.model_copy(update={"num_inducing": n_rows, "train_inducing": False, **imposed}), (note,)
 
 
 class Trainer:
