@@ -132,12 +132,11 @@ class RunPredictor:
                 latent = predict_in_blocks(self.latent, self.params, x, self.block_rows)
                 result["f_mean"] = latent["mean"] * self.targets.scale + self.targets.shift
                 result["f_var"] = latent["var"] * self.targets.scale**2
-            if outputs.intervals:
-                ends = [end for level in outputs.intervals for end in ((1 - level) / 2, (1 + level) / 2)]
-                result["intervals"] = self._quantiles(x, np.broadcast_to(np.asarray(ends), (n, len(ends))))
-            if outputs.quantiles:
-                levels = np.broadcast_to(np.asarray(outputs.quantiles), (n, len(outputs.quantiles)))
-                result["quantiles"] = self._quantiles(x, levels)
+            ends = [end for level in outputs.intervals for end in ((1 - level) / 2, (1 + level) / 2)]
+            if ends or outputs.quantiles:  # the intervals' ends and the quantiles: one program, one pass
+                levels = np.asarray([*ends, *outputs.quantiles])
+                values = self._quantiles(x, np.broadcast_to(levels, (n, levels.size)))
+                result["intervals"], result["quantiles"] = values[:, :len(ends)], values[:, len(ends):]
             if outputs.samples:
                 rows = np.arange(n) if rows is None else np.asarray(rows)
                 uniforms = np.asarray(row_uniforms(outputs.seed, rows.astype(np.uint32), outputs.samples))
