@@ -26,7 +26,7 @@ Usage::
 
     .venv/bin/python -m benchmarks.compare [--data fashion-mnist] [--epochs 4] [--batch-sizes 200 2000]
         [--max-train-rows N] [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none]
-        [--torch-device cpu] [--kernel-products float64] [--name compare]
+        [--torch-device cpu] [--kernel-products float64] [--name compare] [--no-baselines]
     .venv/bin/python -m benchmarks.compare --data airline --epochs 3 --batch-sizes 10000 --name compare_airline
 
 Needs the ``bench`` extra (torch CPU, gpytorch). Writes ``benchmarks/results/NAME.json`` and
@@ -239,6 +239,7 @@ def main() -> None:
     parser.add_argument("--kernel-products", choices=PRODUCT_DTYPES, default="float64",
                         help="pep's kernel_products setting (multiclass-sep; the EP algebra stays float64)")
     parser.add_argument("--name", default="compare", help="results/NAME.json and NAME.png")
+    parser.add_argument("--no-baselines", action="store_true", help="skip logistic regression and the frequencies")
     args = parser.parse_args()
     dataset = DATASETS[args.data]
     num_inducing = dataset.settings.model["num_inducing"]
@@ -246,7 +247,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pep-compare-") as work:
         store = (fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows) if args.data == "fashion-mnist"
                  else open_store(airline_classes(Path(work))))
-        reference = baselines(store)
+        reference = None if args.no_baselines else baselines(store)
         arrays = _arrays(store, dataset.settings.standardize)
         for batch in args.batch_sizes:
             pep = run_sep(store, _config(dataset, args.epochs, batch, args.kernel_products), args.cluster)
