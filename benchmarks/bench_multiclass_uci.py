@@ -44,8 +44,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import log_loss
@@ -274,6 +276,13 @@ class Running:
     process: subprocess.Popen
     started: float
     slot: int
+    out: Any  # the child's stdout and stderr, in files (a pipe left unread would block a chatty child)
+    err: Any
+
+    def output(self) -> tuple[str, str]:
+        self.out.seek(0)
+        self.err.seek(0)
+        return self.out.read(), self.err.read()
 
 
 def _start(unit: Unit, slot: int, args) -> Running:
@@ -282,9 +291,10 @@ def _start(unit: Unit, slot: int, args) -> Running:
     cores = sorted(os.sched_getaffinity(0))
     if shutil.which("taskset"):
         command = ["taskset", "-c", str(cores[slot % len(cores)])] + command
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=_child_env(unit.gpu), start_new_session=True)
-    return Running(unit, process, time.monotonic(), slot)
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    process = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=_child_env(unit.gpu),
+                               start_new_session=True)
+    return Running(unit, process, time.monotonic(), slot, out, err)
 
 
 def _kill(running: Running) -> None:
@@ -292,7 +302,7 @@ def _kill(running: Running) -> None:
         os.killpg(running.process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    running.process.communicate()
+    running.process.wait()
 
 
 def run_units(units: list[Unit], args, on_done) -> list[Unit]:
@@ -302,6 +312,14 @@ def run_units(units: list[Unit], args, on_done) -> list[Unit]:
     deadline = time.monotonic() + args.time_budget if args.time_budget else float("inf")
     queues = {False: [u for u in units if not u.gpu], True: [u for u in units if u.gpu]}
     running: list[Running] = []
+    try:
+        return _loop(queues, running, deadline, args, on_done)
+    finally:  # an error or an interrupt leaves no child behind
+        for job in running:
+            _kill(job)
+
+
+def _loop(queues, running: list[Running], deadline: float, args, on_done) -> list[Unit]:
     while queues[False] or queues[True] or running:
         if time.monotonic() > deadline:
             for job in running:
@@ -337,7 +355,7 @@ def run_units(units: list[Unit], args, on_done) -> list[Unit]:
                     raise RuntimeError(f"{unit.setting}: {args.attempts} attempts overran {args.setting_timeout} s")
                 queues[unit.gpu].insert(0, unit)
                 continue
-            out, err = job.process.communicate()
+            out, err = job.output()
             if code != 0:
                 if unit.gpu:  # the GPU could not run it: the CPU children run it and the GPU's other units
                     print(f"  {unit.setting} on the GPU failed ({err.strip().splitlines()[-1:]}); its units move "
@@ -414,7 +432,10 @@ def main(argv=None) -> dict:
 
     start = time.monotonic()
     settings = {k: v for k, v in vars(args).items() if k not in ("child", "name", "merge")}
-    summaries, runs = _merged(args.name, settings) if args.merge else ([], [])
+    try:
+        summaries, runs = _merged(args.name, settings) if args.merge else ([], [])
+    except ValueError as error:
+        parser.error(str(error))
     chosen = {(n, f, m) for n in args.datasets for f in FRACTIONS for m in METHODS}
     summaries = [s for s in summaries if (s["dataset"], s["fraction"], s["method"]) not in chosen]
     runs = [r for r in runs if (r["dataset"], r["fraction"], r["method"]) not in chosen]
