@@ -235,7 +235,8 @@ def plan(args, shapes: dict[str, tuple[int, int]]) -> list[Unit]:
     units = []
     for name, fraction, method in settings:
         count = splits[name]
-        chunk = args.chunk or max(1, int(target // fit_seconds(name, fraction, shapes[name])))
+        pieces = -(-count // (args.chunk or max(1, int(target // fit_seconds(name, fraction, shapes[name])))))
+        chunk = -(-count // pieces)  # even chunks: 20 splits at most 17 a unit make 10 + 10, not 17 + 3
         units += [Unit(name, fraction, method, first, min(first + chunk, count), name in args.gpu)
                   for first in range(0, count, chunk)]
     units.sort(key=lambda u: -(u.stop - u.first) * fit_seconds(u.name, u.fraction, shapes[u.name]))
