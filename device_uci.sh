@@ -19,7 +19,10 @@ export PEP_DATA_DIR=.devdata
 UCI_ARGS=${UCI_ARGS:---splits 20 --splits-of satellite=10 --ep-learning-rate 0.01 --jobs 15 --gpu satellite --time-budget 400}
 NAME=${UCI_NAME:-multiclass_uci}
 # The results file is written after every finished setting straight into $OUT (through a link in place of
-# this copy's committed file), so a run killed at the call's limit still returns what it finished.
+# this copy's committed file), so a run killed at the call's limit still returns what it finished. With
+# --merge (a second call for the settings the first left unfinished: commit the first call's JSON, then
+# UCI_ARGS="... --merge --datasets SETS") the committed file is its starting point.
+if [[ " $UCI_ARGS " == *" --merge "* ]]; then cp "benchmarks/results/$NAME.json" "$OUT/$NAME.json"; fi
 rm -f "benchmarks/results/$NAME.json"
 ln -s "$(cd "$OUT" && pwd)/$NAME.json" "benchmarks/results/$NAME.json"
 { nproc; uptime; } > "$OUT/machine.txt"

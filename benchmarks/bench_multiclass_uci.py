@@ -216,12 +216,13 @@ class Unit:
 
 def fit_seconds(name: str, fraction: float, shape: tuple[int, int]) -> float:
     """Rough seconds of one 250-iteration fit on one core of a set with ``shape`` = (rows, classes):
-    ``2 + 1.7e-5 · N_train · C · M · (1 + M/100)``, fitted to single fits measured on a loaded 2-core
-    machine (niced; vehicle at M = 38 and 152, satellite at 64, vowel at 97: within a factor 1.5). It orders
-    the units, longest first, and sizes them."""
+    ``2 + 1.4e-5 · N_train · C · M · (1 + M/50)``, fitted to single fits measured on a loaded 2-core
+    machine (niced, load 2.5–3.5): satellite SEP at M = 64, 129 and 257 (29, 46 and 178 s; the model 18,
+    53 and 178), vehicle at 38 and 152 (2–3 and 18–22 s; the model 5 and 29), vowel at 97 (9–12 s; 14).
+    It orders the units, longest first, and sizes them."""
     train = shape[0] * (1 - DATASETS[name].test_size)
     m = max(1, round(fraction * train))
-    return 2 + 1.7e-5 * train * shape[1] * m * (1 + m / 100)
+    return 2 + 1.4e-5 * train * shape[1] * m * (1 + m / 50)
 
 
 def plan(args, shapes: dict[str, tuple[int, int]]) -> list[Unit]:
