@@ -360,8 +360,9 @@ def _loop(queues, running: list[Running], deadline: float, args, on_done) -> lis
             out, err = job.output()
             if code != 0:
                 if unit.gpu:  # the GPU could not run it: the CPU children run it and the GPU's other units
-                    print(f"  {unit.setting} on the GPU failed ({err.strip().splitlines()[-1:]}); its units move "
-                          "to the CPU", flush=True)
+                    lines = err.strip().splitlines() or ["no message"]
+                    reason = next((line for line in reversed(lines) if "Error" in line), lines[-1])
+                    print(f"  {unit.setting} on the GPU failed ({reason.strip()}); its units move to the CPU", flush=True)
                     for moved in [unit] + queues[True]:
                         moved.gpu = False
                     queues[False][:0] = [unit] + queues[True]
