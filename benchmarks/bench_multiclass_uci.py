@@ -266,7 +266,7 @@ def _child_env(gpu: bool) -> dict[str, str]:
     if gpu:
         env.update(JAX_PLATFORMS="cuda", XLA_PYTHON_CLIENT_PREALLOCATE="false")
         return env
-    flags = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    flags = "--xla_cpu_multi_thread_eigen=false"  # XLA sizes its thread pool by the cores taskset allows
     env.update(JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                XLA_FLAGS=f"{env.get('XLA_FLAGS', '')} {flags}".strip())
     return env
