@@ -66,9 +66,9 @@ def read_results(name: str) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def write_results(name: str, payload: dict) -> Path:
+def write_results(name: str, payload: dict, echo: bool = True) -> Path:
     """Write ``payload`` (plus machine facts: versions, devices, cores and the load average when written,
-    the machine being shared) to ``benchmarks/results/<name>.json`` and print it."""
+    the machine being shared) to ``benchmarks/results/<name>.json`` and print it (unless ``echo`` is False)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"machine": {"python": platform.python_version(), "jax": jax.__version__,
                            "devices": [str(d) for d in jax.devices()], "cpus": os.cpu_count(),
@@ -76,5 +76,6 @@ def write_results(name: str, payload: dict) -> Path:
     path = RESULTS / f"{name}.json"
     text = dumps(payload, indent=2)  # strict JSON: a non-finite number (one split's s.e.) is null
     path.write_text(text)
-    print(text)
+    if echo:
+        print(text)
     return path

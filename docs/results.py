@@ -85,7 +85,7 @@ def multiclass_table(name: str) -> str:
     from benchmarks.bench_multiclass_uci import table
 
     rows, _, note = table(result(name)["summary"]).rpartition("\n")
-    return f"{rows}\n\n{note}"  # the note under the table is a paragraph of its own, not a row
+    return f"{rows}\n\n{note}"  # the note under the table (what ran) is a paragraph of its own, not a row
 
 
 def estimators_table(name: str) -> str:
@@ -179,6 +179,7 @@ def generators() -> dict[str, Callable[[], str]]:
                                                 lambda: deep_gp_multiclass_table("bench_dgp_multiclass_noise0.1"),
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
+                                            "multiclass_uci_wine_iris": lambda: multiclass_table("multiclass_uci_wine_iris"),
                                             "waits": waits_table,
                                             "bench_estimators_defaults": lambda: estimators_table("bench_estimators_defaults"),
                                             "bench_defaults_vs_lr": lambda: estimators_table("bench_defaults_vs_lr"),

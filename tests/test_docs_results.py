@@ -139,14 +139,64 @@ def test_the_committed_paired_differences_are_those_of_the_stored_splits(index):
     assert paired(DEEP_GP[index]["rows"]) == DEEP_GP[index]["paired"]
 
 
-@pytest.mark.parametrize("name", ["multiclass_uci", "multiclass_uci_converged"])
+@pytest.mark.parametrize("name", ["multiclass_uci", "multiclass_uci_converged", "multiclass_uci_wine_iris"])
 def test_the_multiclass_tables_are_those_the_runs_printed_and_stored(name):
     from benchmarks.bench_multiclass_uci import table
 
     stored = results.result(name)
     assert table(stored["summary"]) == stored["table"]
-    assert results.multiclass_table(name) == table(stored["summary"]).replace("\nR code", "\n\nR code")
+    assert results.multiclass_table(name) == table(stored["summary"]).replace("\nRan: ", "\n\nRan: ")
     assert results.multiclass_table(name) in page("multiclass.md")
+
+
+def test_the_multiclass_paper_table_has_every_ep_and_sep_cell_of_tables_2_and_3():
+    from benchmarks.bench_multiclass_uci import FRACTIONS, METHODS, PAPER, PAPER_SETS
+
+    assert set(PAPER) == {(n, f, m) for n in PAPER_SETS for f in FRACTIONS for m in METHODS}
+    # spot checks against the paper's printed rows (NLL, ±, error, ±)
+    assert PAPER["vowel", 0.20, "ep"] == (0.16, 0.01, 0.03, 0.0)
+    assert PAPER["satellite", 0.20, "sep"] == (0.36, 0.0, 0.12, 0.0)
+    assert PAPER["glass", 0.10, "sep"] == (0.79, 0.07, 0.30, 0.02)
+    assert PAPER["waveform", 0.05, "ep"] == (0.36, 0.0, 0.15, 0.0)
+
+
+def test_the_multiclass_difference_is_in_standard_errors_and_marks_means_outside_the_paper_s_bar():
+    from benchmarks.bench_multiclass_uci import difference
+
+    assert difference((0.10, 0.01), (0.07, 0.01)) == "+2.1 †"  # 0.03 / √(0.01² + 0.01²)
+    assert difference((0.075, 0.01), (0.07, 0.01)) == "+0.4"  # inside ± 0.01
+    assert difference((0.304, 0.002), (0.30, 0.0)) == "+2.0"  # a printed ± 0.00 is ± 0.005
+    assert difference((0.31, 0.002), (0.30, 0.0)) == "+5.0 †"
+    assert difference((0.30, float("nan")), (0.30, 0.0)) == "—"  # one split, a bar of 0: no scale
+
+
+def test_the_multiclass_units_cover_each_setting_s_splits_once_and_split_i_does_not_depend_on_the_count():
+    import argparse
+
+    from benchmarks.bench_multiclass_uci import _splits, plan
+
+    shapes = {"satellite": (6435, 6), "wine": (178, 3)}
+    for jobs, chunk in ((1, None), (15, None), (2, 3)):
+        args = argparse.Namespace(datasets=["satellite", "wine"], splits=7, splits_of={"satellite": 4}, jobs=jobs,
+                                  gpu=["satellite"], chunk=chunk)
+        covered = {}
+        for unit in plan(args, shapes):
+            covered.setdefault(unit.setting, []).extend(range(unit.first, unit.stop))
+            assert unit.gpu == (unit.name == "satellite")
+        assert len(covered) == 12
+        assert all(sorted(split) == list(range(4 if n == "satellite" else 7)) for (n, _, _), split in covered.items())
+    few, more = (_splits("wine", argparse.Namespace(splits=k, seed=0))[2] for k in (2, 5))
+    assert all((a == b).all() for pair_few, pair_more in zip(few, more) for a, b in zip(pair_few, pair_more))
+
+
+def test_the_committed_multiclass_run_says_what_ran():
+    stored = results.result("multiclass_uci")
+    for row in stored["summary"]:
+        runs = [r for r in stored["runs"] if (r["dataset"], r["fraction"], r["method"]) ==
+                (row["dataset"], row["fraction"], row["method"])]
+        assert sorted(r["split"] for r in runs) == list(range(row["splits"]))
+        assert {r["steps"] for r in runs} == {row["iterations"]}
+    assert stored["table"].splitlines()[-1].startswith("Ran: ")
 
 
 def test_the_mean_steps_on_the_multiclass_page_are_those_of_the_converged_runs():
