@@ -24,9 +24,9 @@ is the ``i``-th split of the same seeded generator whatever ``--splits``, ``--ch
 (``--splits-of satellite=10`` gives one set fewer),
 and every fit is deterministic, so the numbers do not depend on the layout (a GPU's rounding aside: each
 row records its device). ``--time-budget`` stops the run in time: children still running when it ends are
-killed and the file keeps the settings that finished. ``--merge`` keeps the other settings already in
-``results/NAME.json`` (run with the same iterations, learning rate, tolerance and seed), so a partial run
-and a later one make one table.
+killed and the file keeps the settings that finished. ``--merge`` keeps the settings already in
+``results/NAME.json`` (run with the same iterations, learning rate, tolerance and seed) and runs only the
+others, so a partial run and a later one make one table.
 
 A unit that overruns ``--setting-timeout`` is killed and retried: on a loaded 2-core machine XLA CPU
 intermittently wedges inside a compiled call (all threads idle, the caller blocked in
@@ -225,11 +225,11 @@ def fit_seconds(name: str, fraction: float, shape: tuple[int, int]) -> float:
     return 2 + 1.4e-5 * train * shape[1] * m * (1 + m / 50)
 
 
-def plan(args, shapes: dict[str, tuple[int, int]]) -> list[Unit]:
-    """The units of work, longest first: each setting's splits cut into chunks of ``--chunk`` splits, or by
-    default into chunks of at most an eighth of the estimated total per worker (each unit pays a process
-    start and a compilation, about 10 s: small sets stay whole)."""
-    settings = [(n, f, m) for n in args.datasets for f in FRACTIONS for m in METHODS]
+def plan(args, shapes: dict[str, tuple[int, int]], done: frozenset = frozenset()) -> list[Unit]:
+    """The units of work, longest first: each setting's splits (but those of the settings in ``done``) cut
+    into chunks of ``--chunk`` splits, or by default into chunks of at most an eighth of the estimated total
+    per worker (each unit pays a process start and a compilation, about 10 s: small sets stay whole)."""
+    settings = [(n, f, m) for n in args.datasets for f in FRACTIONS for m in METHODS if (n, f, m) not in done]
     splits = {n: splits_of(n, args) for n in args.datasets}
     total = sum(splits[n] * fit_seconds(n, f, shapes[n]) for n, f, _ in settings)
     target = total / (8 * (args.jobs + bool(args.gpu)))
@@ -415,7 +415,8 @@ def main(argv=None) -> dict:
                         help="data sets whose units run one at a time on the GPU (JAX_PLATFORMS=cuda)")
     parser.add_argument("--time-budget", type=float, default=0.0,
                         help="seconds; units still running then are killed (0: no limit)")
-    parser.add_argument("--merge", action="store_true", help="keep the other settings already in results/NAME.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the settings already in results/NAME.json and run only the others")
     parser.add_argument("--name", default="multiclass_uci", help="results file benchmarks/results/NAME.json")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--setting-timeout", type=float, default=600.0, help="seconds before a unit is retried")
@@ -439,12 +440,10 @@ def main(argv=None) -> dict:
         summaries, runs = _merged(args.name, settings) if args.merge else ([], [])
     except ValueError as error:
         parser.error(str(error))
-    chosen = {(n, f, m) for n in args.datasets for f in FRACTIONS for m in METHODS}
-    summaries = [s for s in summaries if (s["dataset"], s["fraction"], s["method"]) not in chosen]
-    runs = [r for r in runs if (r["dataset"], r["fraction"], r["method"]) not in chosen]
+    done = frozenset((s["dataset"], s["fraction"], s["method"]) for s in summaries)
     labels = {name: datasets.load(name, **DATASETS[name].options).y for name in args.datasets}
     shapes = {name: (y.size, int(y.max()) + 1) for name, y in labels.items()}
-    units = plan(args, shapes)
+    units = plan(args, shapes, done)
     estimate = sum((u.stop - u.first) * fit_seconds(u.name, u.fraction, shapes[u.name]) + 10 for u in units)
     print(f"{len(units)} units, about {estimate:.0f} core-seconds by fit_seconds' model", flush=True)
     pieces: dict[tuple[str, float, str], list[dict]] = {}

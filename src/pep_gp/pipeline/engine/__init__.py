@@ -101,8 +101,9 @@ class Engine:
         return self.backend.sum(fn, inputs, self.source, list(blocks), keep=self.keeping.token)
 
     def map_sum_kept(self, fn: Callable, inputs: Any) -> Any:
-        """``Σ_b fn(inputs, kept_b, y_b, mask_b)`` over the blocks of the latest :meth:`map_sum_keeping`,
-        with what it kept; only ``inputs`` travel."""
+        """``Σ_b fn(inputs, shared, kept_b, y_b, mask_b)`` over the blocks of the latest
+        :meth:`map_sum_keeping`, with what it kept and ``shared``, that pass's block inputs (held once per
+        process, not per block); only ``inputs`` travel."""
         if self.keeping is None:
             raise RuntimeError("map_sum_kept needs a map_sum_keeping call first")
         return self.backend.sum_kept(fn, inputs, self.source, self.keeping)

@@ -43,7 +43,7 @@ class Backend(Protocol):
         token, each block's kept part stays where the block was computed)."""
 
     def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
-        """``Σ_b fn(inputs, part_b, y_b, mask_b)`` over the blocks of the keeping pass ``keeping``
+        """``Σ_b fn(inputs, shared, part_b, y_b, mask_b)`` over the blocks of the keeping pass ``keeping``
         (:func:`~pep_gp.pipeline.engine.cache.sum_kept_blocks`)."""
 
     def map_ordered(self, fn: Callable, items: Iterable, window: int) -> Iterator:

@@ -225,11 +225,19 @@ class Kept:
         """
         if token == self.token and index in self.parts:
             return self.parts[index]
+        fn, inputs = resolve(*self._first(token, first))
+        return compiled_program(fn)(inputs, *block)[1]
+
+    def shared(self, token: str, first: tuple[Callable, Any] | None) -> Any:
+        """The block inputs of the keeping pass ``token`` (derived where its function is :class:`Derived`:
+        the same evaluation as that pass's, see :func:`derived`), from ``first`` or the ones held here."""
+        return resolve(*self._first(token, first))[1]
+
+    def _first(self, token: str, first: tuple[Callable, Any] | None) -> tuple[Callable, Any]:
         first = first or (self.first if token == self.token else None)
         if first is None:
             raise NotHeld(f"the kept parts of pass {token} are not in this process")
-        fn, inputs = resolve(*first)
-        return compiled_program(fn)(inputs, *block)[1]
+        return first
 
 
 def _result_zeros(fn: Callable, compiled: Callable, args: tuple) -> list[bool]:
@@ -268,19 +276,25 @@ def sum_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[
 
 def sum_kept_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], kept: Kept, token: str,
                     first: tuple[Callable, Any] | None = None, to_host: bool = True) -> Any:
-    """``Σ_b fn(inputs, part_b, y_b, mask_b)`` as :func:`sum_blocks`, from the parts the keeping pass
-    ``token`` left in ``kept``; a block whose part is not there (this process did not compute it, or was
-    restarted) has it computed again from ``first``, the keeping pass's function and inputs, or the ones
-    ``kept`` holds (:meth:`Kept.part`), which gives the same bits."""
+    """``Σ_b fn(inputs, shared, part_b, y_b, mask_b)`` as :func:`sum_blocks`, from the parts the keeping
+    pass ``token`` left in ``kept``, with ``shared`` that pass's block inputs (a :class:`Derived` function's
+    derived ones), held once per process rather than copied into every block's part. A block whose part is
+    not there (this process did not compute it, or was restarted) has it computed again from ``first``, the
+    keeping pass's function and inputs, or the ones ``kept`` holds (:meth:`Kept.part`), which gives the
+    same bits.
+
+    Raises:
+        NotHeld: neither ``first`` nor the keeping pass's function and inputs are here."""
     with float64(), compute_threads():
         compiled = compiled_program(fn)
+        shared = kept.shared(token, first)
         results = []
         for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
             part = kept.part(token, index, block, first)
-            results.append(compiled(inputs, part, block.y, block.mask))
+            results.append(compiled(inputs, shared, part, block.y, block.mask))
         if not to_host:
             return _device_sum(results)
-        zeros = _result_zeros(fn, compiled, (inputs, part, block.y, block.mask))
+        zeros = _result_zeros(fn, compiled, (inputs, shared, part, block.y, block.mask))
         return tree_sum([without_zeros(part, zeros) for part in jax.device_get(results)])
 
 

@@ -72,7 +72,8 @@ class Minibatch(Protocol):
         stays where the block was computed, for :meth:`sum_kept`."""
 
     def sum_kept(self, fn: Callable, inputs: Any) -> Any:
-        """``Σ_blocks fn(inputs, kept, y, mask)`` with what the latest :meth:`sum_keeping` kept."""
+        """``Σ_blocks fn(inputs, keeping_inputs, kept, y, mask)`` with what the latest :meth:`sum_keeping`
+        kept and the block inputs it ran with."""
 
 
 @runtime_checkable
@@ -160,17 +161,17 @@ class SiteTerm:
 
 @dataclass(frozen=True)
 class RowSiteTerm:
-    """Per-block site statistics of a :class:`RowSplit` model, keeping the rows' quantities, their
-    pullback (w.r.t. ``(params, shared)``) and the step's pullback of ``shared`` for :class:`RowDataTerm`;
-    input ``(params, shared, pullback of shared)`` (:class:`Prepare`'s)."""
+    """Per-block site statistics of a :class:`RowSplit` model, keeping the rows' quantities and their
+    pullback (w.r.t. ``(params, shared)``) for :class:`RowDataTerm`; input ``(params, shared, pullback of
+    shared)`` (:class:`Prepare`'s), which the engine holds once per process for the second pass."""
 
     __name__ = "row_site_term"
     model: RowSplit
 
     def __call__(self, inputs, x, y, mask):
-        params, shared, shared_pullback = inputs
+        params, shared, _ = inputs
         rows, pullback = jax.vjp(lambda p, s: self.model.block_rows(p, s, x), params, shared)
-        return self.model.site_stats_at(rows, self.model.held(shared), y, mask), (rows, pullback, shared_pullback)
+        return self.model.site_stats_at(rows, self.model.held(shared), y, mask), (rows, pullback)
 
 
 @dataclass(frozen=True)
@@ -178,14 +179,16 @@ class RowDataTerm:
     """Per-block data term of a :class:`RowSplit` model and its gradient w.r.t. the params, the part
     through ``shared`` pulled back by the block itself with the step's pullback (so a block sends
     ``∂L/∂θ`` only: the C·M² entries of ``∂L/∂K⁻¹`` stay where the block was computed), from what
-    :class:`RowSiteTerm` kept; input: the refreshed held part of ``shared``. Returns
-    ``(value, (∂L/∂θ, None))``: no ``S`` part for :func:`minibatch_energy`."""
+    :class:`RowSiteTerm` kept and its inputs (the step's pullback of ``shared`` among them, one per
+    process); input: the refreshed held part of ``shared``. Returns ``(value, (∂L/∂θ, None))``: no ``S``
+    part for :func:`minibatch_energy`."""
 
     __name__ = "row_data_term"
     model: RowSplit
 
-    def __call__(self, held, kept, y, mask):
-        rows, pullback, shared_pullback = kept
+    def __call__(self, held, site_inputs, kept, y, mask):
+        _, _, shared_pullback = site_inputs
+        rows, pullback = kept
         value, rows_grad = jax.value_and_grad(self.model.data_energy_at)(rows, held, y, mask)
         grad_params, grad_shared = pullback(rows_grad)
         (through_shared,) = shared_pullback(grad_shared)
