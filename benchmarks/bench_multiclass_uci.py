@@ -440,10 +440,10 @@ def main(argv=None) -> dict:
         summaries, runs = _merged(args.name, settings) if args.merge else ([], [])
     except ValueError as error:
         parser.error(str(error))
-    done = frozenset((s["dataset"], s["fraction"], s["method"]) for s in summaries)
+    merged = frozenset((s["dataset"], s["fraction"], s["method"]) for s in summaries)
     labels = {name: datasets.load(name, **DATASETS[name].options).y for name in args.datasets}
     shapes = {name: (y.size, int(y.max()) + 1) for name, y in labels.items()}
-    units = plan(args, shapes, done)
+    units = plan(args, shapes, merged)
     estimate = sum((u.stop - u.first) * fit_seconds(u.name, u.fraction, shapes[u.name]) + 10 for u in units)
     print(f"{len(units)} units, about {estimate:.0f} core-seconds by fit_seconds' model", flush=True)
     pieces: dict[tuple[str, float, str], list[dict]] = {}

@@ -185,6 +185,8 @@ def test_the_multiclass_units_cover_each_setting_s_splits_once_and_split_i_does_
             assert unit.gpu == (unit.name == "satellite")
         assert len(covered) == 12
         assert all(sorted(split) == list(range(4 if n == "satellite" else 7)) for (n, _, _), split in covered.items())
+    merged = frozenset({("wine", 0.05, "ep"), ("satellite", 0.2, "sep")})  # --merge: settings already in the file
+    assert {unit.setting for unit in plan(args, shapes, merged)} == set(covered) - merged
     few, more = (_splits("wine", argparse.Namespace(splits=k, seed=0))[2] for k in (2, 5))
     assert all((a == b).all() for pair_few, pair_more in zip(few, more) for a, b in zip(pair_few, pair_more))
 

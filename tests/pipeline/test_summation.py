@@ -60,9 +60,9 @@ def test_structural_zeros_are_the_gradients_of_what_is_not_differentiated():
 
 def test_the_two_passes_keep_the_rows_and_equal_the_plain_block_terms(three_class_store):
     """The first pass keeps each block's rows in this process (and the step's pullback once, not per
-    block); the second, from them, gives the data
-    term's value and gradient of DataTerm to rounding (each block pulls its ∂L/∂S back to θ itself);
-    without the kept rows (another process) they are computed again, with the same bits."""
+    block); the second, from them, gives the data term's value and gradient of DataTerm to rounding (each
+    block pulls its ∂L/∂S back to θ itself); without the kept rows (another process) they are computed
+    again, with the same bits."""
     backend = InProcess()
     trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), backend)
     params, model = trainer.fresh_state().params, trainer.model
