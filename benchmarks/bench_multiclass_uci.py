@@ -288,14 +288,16 @@ class Running:
 
 
 def _start(unit: Unit, slot: int, args) -> Running:
-    """Start ``unit`` in a child pinned to core ``slot`` (where ``taskset`` exists), in its own process group."""
+    """Start ``unit`` in a child pinned to core ``slot`` (where ``taskset`` exists), in its own process group
+    but this process's session: on Linux with autogroup scheduling a new session is a new scheduling group at
+    nice 0, so a run started with ``nice`` would compete at full weight through its children."""
     command = _child_command(unit, args)
     cores = sorted(os.sched_getaffinity(0))
     if shutil.which("taskset"):
         command = ["taskset", "-c", str(cores[slot % len(cores)])] + command
     out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     process = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=_child_env(unit.gpu),
-                               start_new_session=True)
+                               process_group=0)
     return Running(unit, process, time.monotonic(), slot, out, err)
 
 
