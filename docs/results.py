@@ -88,11 +88,12 @@ def multiclass_table(name: str) -> str:
     return f"{rows}\n\n{note}"  # the note under the table (what ran) is a paragraph of its own, not a row
 
 
-def estimators_table(name: str) -> str:
-    """``python -m benchmarks.bench_estimators``'s table of the estimators at their defaults (one committed run)."""
+def estimators_table(*names: str) -> str:
+    """``python -m benchmarks.bench_estimators``'s table of committed runs (their rows under one header)."""
     from benchmarks.bench_estimators import table
 
-    return table(result(name))
+    first, *more = (table(result(name)).splitlines() for name in names)
+    return "\n".join(first + [row for lines in more for row in lines[2:]])
 
 
 def waits_table() -> str:
@@ -183,6 +184,8 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "waits": waits_table,
                                             "bench_estimators_defaults": lambda: estimators_table("bench_estimators_defaults"),
                                             "bench_defaults_vs_lr": lambda: estimators_table("bench_defaults_vs_lr"),
+                                            "bench_chile": lambda: estimators_table(
+                                                "bench_chile_defaults", "bench_chile_linear", "bench_chile_early_stopping"),
                                             "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
                                             "bench_weak_scaling": weak_scaling_table, "bench_power_ep": power_ep_table,
                                             "bench_likelihoods": likelihoods_table,

@@ -60,7 +60,7 @@ class Stack:
     def wait_for_dask_workers(self, n: int) -> None:
         from distributed import Client
 
-        with Client(self.scheduler, timeout=30) as client:
+        with Client(self.scheduler, timeout=120) as client:  # the stack's start loads two cores for minutes
             client.wait_for_workers(n, timeout=120)
 
     # -- Prefect ----------------------------------------------------------------------------------

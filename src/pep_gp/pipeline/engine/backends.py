@@ -176,6 +176,10 @@ class OneCorePerWorker(WorkerPlugin):
                     pass
 
 
+class EngineMissing(OSError):
+    """A worker answered without the pep engine: it joined a scheduler restarted at its address."""
+
+
 class DaskBackend:
     """Computes blocks on the workers of a Dask cluster (see the module docstring): each pass is one
     direct call per worker (:class:`WorkerEngine`), made in parallel, over TLS where the cluster uses it.
@@ -199,7 +203,8 @@ class DaskBackend:
         self._listed: tuple[float, list[str]] = (-math.inf, [])
         self._lost: set[str] = set()  # workers whose call failed (not planned on again)
         self._keeping: tuple[str, set[str]] | None = None  # the latest keeping pass and its workers
-        client.register_plugin(WorkerEngine())
+        self._engine_scheduler: str | None = None  # the id of the scheduler the engine was registered with
+        self._register_engine()
 
     def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: str | None = None) -> Any:
         """Each worker sums a whole subtree of the step's tree over its blocks and sends one partial sum
@@ -280,8 +285,9 @@ class DaskBackend:
         for worker in unanswered:
             self._forget(worker, lost=False)
         if unanswered and not failed:
-            self.client.register_plugin(WorkerEngine())
-            raise OSError(f"worker {unanswered[0]} had no pep engine (it joined a restarted scheduler); registered again")
+            self._register_engine()
+            raise EngineMissing(f"worker {unanswered[0]} had no pep engine (it joined a restarted scheduler); "
+                                "registered again")
         if failed:
             raise failed[0][1]
         for worker, call in calls.values():
@@ -305,21 +311,34 @@ class DaskBackend:
         """The sum of ``count`` parts from ``once(plan)``'s partial sums, re-run on the workers left when
         a call fails (a lost worker, or a lost scheduler: the client reconnects, or a new one connects once
         it answers again) up to :data:`STEP_ATTEMPTS` times, then OSError in one line (a flow retries it
-        from the newest checkpoint)."""
+        from the newest checkpoint). A worker that joined a scheduler restarted at its address has no engine:
+        it is registered again and the step re-run without counting an attempt."""
         from distributed.comm import CommClosedError
 
-        for attempt in range(1, STEP_ATTEMPTS + 1):
+        attempt, registered = 1, False
+        while True:
             try:
                 self._reconnect_if_closed()
-                return inflate(join_subtrees(count, once(self._plan(count, fresh=attempt > 1))))
+                return inflate(join_subtrees(count, once(self._plan(count, fresh=attempt > 1 or registered))))
+            except EngineMissing as error:  # registered again: re-run once without counting an attempt
+                if not registered:
+                    registered = True
+                    log.warning("%s; re-running the step", error)
+                    continue
+                failure = error
             except (CommClosedError, OSError, TimeoutError, NotHeld) as error:
-                if attempt == STEP_ATTEMPTS:
-                    raise OSError(f"--cluster {self.description}: a step failed {STEP_ATTEMPTS} times, the last with "
-                                  f"{type(error).__name__}: {error} (the scheduler or every worker lost); start them "
-                                  "again and continue with `pep train ... --resume` (from the newest checkpoint)") from None
-                log.warning("blocks lost with a worker or the scheduler (%s); re-running the step (attempt %d of %d)",
-                            error, attempt + 1, STEP_ATTEMPTS)
-        raise AssertionError("unreachable")
+                failure = error
+            except RuntimeError as error:  # Dask's "ConnectionPool is closed": the client gave up on the scheduler
+                if self.client.status not in ("closing", "closed"):
+                    raise
+                failure = error
+            if attempt == STEP_ATTEMPTS:
+                raise OSError(f"--cluster {self.description}: a step failed {STEP_ATTEMPTS} times, the last with "
+                              f"{type(failure).__name__}: {failure} (the scheduler or every worker lost); start them "
+                              "again and continue with `pep train ... --resume` (from the newest checkpoint)") from None
+            log.warning("blocks lost with a worker or the scheduler (%s); re-running the step (attempt %d of %d)",
+                        failure, attempt + 1, STEP_ATTEMPTS)
+            attempt, registered = attempt + 1, False
 
     def _reconnect_if_closed(self) -> None:
         """Replace a client that gave up on a lost scheduler (after Dask's reconnection window) by a new
@@ -333,8 +352,18 @@ class DaskBackend:
             client.wait_for_workers(1, timeout=120)
         except (OSError, TimeoutError) as error:
             raise OSError(f"no scheduler at {self._address} ({error})") from None
-        client.register_plugin(WorkerEngine())
         self.client = client
+        self._register_engine()
+
+    def _register_engine(self) -> None:
+        """Register :class:`WorkerEngine` with the scheduler, which installs it on its workers, present and
+        future; a scheduler restarted at its address has lost it."""
+        self.client.register_plugin(WorkerEngine())
+        self._engine_scheduler = self._scheduler_id()
+
+    def _scheduler_id(self) -> str | None:
+        """The scheduler's id, None while the client is not connected to one."""
+        return self.client.scheduler_info(n_workers=0).get("id")
 
     def _workers(self, fresh: bool) -> list[str]:
         """The workers to plan on: the scheduler's (asked at most every :data:`WORKERS_EVERY_S` seconds,
@@ -353,7 +382,10 @@ class DaskBackend:
         return workers
 
     def _plan(self, count: int, fresh: bool = False) -> dict[range, str]:
-        """Subtrees of the pass's summation tree over its ``count`` blocks, one per worker."""
+        """Subtrees of the pass's summation tree over its ``count`` blocks, one per worker (after a failed
+        pass, the engine is first registered again if the scheduler is a new one)."""
+        if fresh and (current := self._scheduler_id()) is not None and current != self._engine_scheduler:
+            self._register_engine()
         return dict(zip(subtrees(count, len(self._workers(fresh))), self._workers(False)))
 
     @property
