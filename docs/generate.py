@@ -39,6 +39,8 @@ FIT_FIELD_HELP = {
                       "than `tol` for more than `n_iter_no_change` evaluations; ends at the best (scikit-learn's MLP)",
     "validation_fraction": "the share of the training rows held out with `early_stopping` (stratified for classifiers)",
     "n_iter_no_change": "evaluations (one per epoch) without an improvement before `early_stopping` stops the fit",
+    "num_data": "the rows the energy's data term stands for (GPflow's SVGP `num_data`); none: the rows trained on, "
+                "for `partial_fit` every row seen so far",
 }
 """What each of the estimators' fit fields (``pep_gp.pipeline.estimators.base.FIT_FIELDS``) does; a test
 checks that the names are exactly those fields."""

@@ -3,10 +3,13 @@ calls continue the steps, the Adam state and the frame, and the conventions (``c
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
 from pep_gp import CollapsedGPRegressor, SparseGPClassifier, SparseGPRegressor
+from pep_gp.kernels import SquaredExponential
+from pep_gp.pipeline.training.sampling import MinibatchSchedule
 from tests.trainstores import leaves_equal
 
 SETTINGS = dict(num_inducing=6, batch_size=48, tol=0.0)  # the blocks of tests.trainstores.FAST: compiled once
@@ -37,6 +40,38 @@ def test_partial_fit_over_halves_continues_steps_state_and_frame(rows):
     assert not leaves_equal(model.params_, first[0]) and not leaves_equal(model._opt_state, first[2])
     # the second half's energies are of 192 rows (the data term scaled to every row seen), the first's of 96
     assert model.energy_trace_[2:].mean() < 1.5 * model.energy_trace_[:2].mean()
+
+
+def test_partial_fit_over_halves_given_num_data_is_fit_on_the_whole():
+    """The stream's size given (``num_data``) and nothing else drawn from the data (the inducing inputs and the
+    kernel's values given; two halves with the same column statistics, so the same standardisation),
+    ``partial_fit`` over the halves in the order ``fit`` draws them as minibatches is ``fit`` on the whole, bit
+    for bit."""
+    rng = np.random.default_rng(1)
+    quarter = rng.integers(-16, 17, size=(48, 3)) / 8.0
+    half = np.vstack([quarter, -quarter])  # dyadic, each column's mean exactly 0: exact statistics in any order
+    other = half[rng.permutation(96)] * np.array([-1.0, 1.0, 1.0])  # other rows, other labels, the same statistics
+    halves = [(half, _labels(half)), (other, _labels(other))]
+    settings = dict(num_inducing=6, batch_size=96, tol=0.0, inducing_points=half[:6],
+                    kernel=SquaredExponential(lengthscales=1.0, variance=1.0))
+    whole = SparseGPClassifier(**settings, max_iter=2).fit(np.vstack([h[0] for h in halves]),
+                                                           np.concatenate([h[1] for h in halves]))
+    key_data = tuple(int(k) for k in jax.random.key_data(jax.random.key(0)))
+    order = [MinibatchSchedule(2, 1, key_data).blocks(step)[0] for step in (0, 1)]  # fit's minibatch of each step
+    streamed = SparseGPClassifier(**settings, num_data=192)
+    for index in order:
+        streamed.partial_fit(*halves[index], classes=[0, 1])
+    np.testing.assert_array_equal(streamed.x_mean_, whole.x_mean_)
+    np.testing.assert_array_equal(streamed.x_std_, whole.x_std_)
+    assert leaves_equal(streamed.params_, whole.params_) and streamed.n_iter_ == whole.n_iter_ == 2
+    np.testing.assert_array_equal(streamed.energy_trace_, whole.energy_trace_)
+    with pytest.raises(ValueError, match=r"num_data must be None or an integer of at least the rows trained on so "
+                                         r"far \(192\); got 100"):
+        SparseGPClassifier(**settings, num_data=100).fit(*halves[0]).partial_fit(*halves[1])
+
+
+def _labels(x):
+    return (x[:, 0] + x[:, 1] ** 2 > 0.5).astype(int)
 
 
 def test_partial_fit_follows_scikit_learns_conventions(rows):

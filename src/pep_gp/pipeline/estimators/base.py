@@ -66,6 +66,7 @@ FIT_FIELDS: dict[str, Any] = {
     "early_stopping": False,
     "validation_fraction": 0.1,
     "n_iter_no_change": 10,
+    "num_data": None,
 }
 """The fit fields every estimator has besides its spec's settings, with the defaults of ``pep train``:
 ``max_iter`` (the most steps), ``tol`` (the stopping rule, :mod:`pep_gp.pipeline.training.stopping`; 0 runs
@@ -76,8 +77,9 @@ all ``max_iter`` steps), ``learning_rate`` (Adam), ``batch_size`` (rows per step
 of :class:`~pep_gp.pipeline.training.callbacks.Callback`, e.g. the MLflow and TensorBoard loggers of
 :mod:`pep_gp.pipeline.training.tracking`) and scikit-learn's MLP early stopping, ``early_stopping``,
 ``validation_fraction`` and ``n_iter_no_change`` (evaluations, one per epoch; improvements by more than ``tol``
-nats per row: :mod:`pep_gp.pipeline.estimators.validation`). A model's own training defaults replace these
-(:func:`fit_fields`)."""
+nats per row: :mod:`pep_gp.pipeline.estimators.validation`), and ``num_data`` (as GPflow's SVGP spells it: the
+rows the energy's data term stands for, when a stream's size is known in advance; None: the rows trained on,
+for ``partial_fit`` every row seen so far). A model's own training defaults replace these (:func:`fit_fields`)."""
 
 ESTIMATORS: dict[str, type["GPEstimator"]] = {}
 """The estimator of each model, by ``--model`` name: every :class:`GPEstimator` subclass that sets ``spec``
@@ -369,7 +371,8 @@ class GPEstimator(FittedGP):
         data = self._training_data(X, y, classes=self.classes_ if warm and self._is_classifier else None,
                                    reset=not warm, validation=monitor is not None)
         config = self._config(data.n_rows("train"))
-        with self._trainer(data, config, warm_from=self if warm else None, monitor=monitor) as (
+        with self._trainer(data, config, warm_from=self if warm else None, monitor=monitor,
+                           rows_represented=self._rows_represented(data.n_rows("train"))) as (
                 trainer, progress, energies):
             if monitor is not None and trainer.test is None:
                 raise ValueError(f"{name}: early_stopping scores the validation rows by the model's predictive "
@@ -393,7 +396,9 @@ class GPEstimator(FittedGP):
         model's settings, and for a classifier ``classes``, required on the first call as in scikit-learn's
         ``SGDClassifier``); each call's steps (``ceil(rows / batch_size)``) continue the step count and the
         Adam state, its minibatch order drawn as a grown run's (:mod:`pep_gp.pipeline.training.sampling`), and
-        its energy's data term is scaled to every row seen so far (the tied factor stands for them all).
+        its energy's data term is scaled to every row seen so far (the tied factor stands for them all), or to
+        ``num_data`` rows when the stream's size is known: then ``partial_fit`` over its parts, in the order
+        ``fit`` draws its minibatches, takes exactly ``fit``'s steps on the whole.
         One call on fresh data takes exactly the steps of ``fit`` with ``max_iter`` one epoch and ``tol=0``; a
         call after ``fit`` continues from its parameters, in its frame, counting the rows it was fitted on.
 
@@ -412,7 +417,8 @@ class GPEstimator(FittedGP):
         data = self._training_data(X, y, classes=classes, reset=first)
         config = self._config(data.n_rows("train")).model_copy(update={"epochs": 1, "max_steps": None})
         seen = data.n_rows("train") + (0 if first else self.n_rows_seen_)
-        with self._trainer(data, config, stream_from=None if first else self, rows_represented=seen) as (
+        with self._trainer(data, config, stream_from=None if first else self,
+                           rows_represented=self._rows_represented(seen)) as (
                 trainer, progress, energies):
             result = trainer.run(progress=progress)
             before = np.zeros(0) if first else self.energy_trace_
@@ -422,6 +428,16 @@ class GPEstimator(FittedGP):
         self._stream_epochs = 1 if first else self._stream_epochs + 1
         self._fitted_on(data)
         return self
+
+    def _rows_represented(self, seen: int) -> int:
+        """The rows the energy's data term stands for: ``num_data``, or the ``seen`` rows when None."""
+        if self.num_data is None:
+            return seen
+        if not (isinstance(self.num_data, (int, np.integer)) and not isinstance(self.num_data, bool)
+                and self.num_data >= seen):
+            raise ValueError(f"{type(self).__name__}: num_data must be None or an integer of at least the rows "
+                             f"trained on so far ({seen}); got {self.num_data!r}")
+        return int(self.num_data)
 
     def _stream_classes(self, classes, first: bool) -> np.ndarray:
         """``partial_fit``'s classes: required (and checked) on the first call, the same ones later."""
