@@ -4,6 +4,8 @@ reference code's lengthscale (Villacampa-Calvo & Hernández-Lobato 2017, §4.4).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.cluster.vq import kmeans2
 from scipy.spatial.distance import pdist
@@ -39,7 +41,11 @@ def kmeans_inducing(x: np.ndarray, num_inducing: int, seed: int = 0) -> np.ndarr
         raise ValueError(f"num_inducing={num_inducing} exceeds the number of rows ({sample.shape[0]})")
     if num_inducing == sample.shape[0]:
         return sample.copy()
-    centres, _ = kmeans2(sample, num_inducing, minit="points", seed=np.random.default_rng(seed))
+    with warnings.catch_warnings():
+        # A cluster left empty (rows with few distinct values: one-hot columns, repeated rows) keeps its
+        # starting point, one of the rows: a valid inducing input, so scipy's advice to re-run does not apply.
+        warnings.filterwarnings("ignore", message="One of the clusters is empty", category=UserWarning)
+        centres, _ = kmeans2(sample, num_inducing, minit="points", seed=np.random.default_rng(seed))
     return centres
 
 
