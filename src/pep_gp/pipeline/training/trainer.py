@@ -163,8 +163,8 @@ class Trainer:
             as a :class:`~pep_gp.pipeline.training.manifest.RunManifest` has them), instead of the data's
             own: an estimator's ``partial_fit`` after its first; a run resumed on a grown store finds its own
             (:mod:`pep_gp.pipeline.training.growth`).
-        rows_represented: the rows the energy's data term stands for (``partial_fit``: every row seen so far);
-            None for the training split's.
+        rows_represented: the rows the energy's data term stands for (an estimator's ``num_data``, or for
+            ``partial_fit`` every row seen so far); None for the training split's.
 
     Raises:
         InputError: the model does not fit the data, its settings are invalid, or
