@@ -155,6 +155,13 @@ def kernels_table() -> str:
     return table(result(NAME))
 
 
+def quantiles_table() -> str:
+    """``python -m benchmarks.bench_quantiles --table``'s table of the committed run."""
+    from benchmarks.bench_quantiles import NAME, table
+
+    return table(result(NAME))
+
+
 def scaling_table(name: str) -> str:
     """``python -m benchmarks.bench_scaling``'s table of one committed run (``bench_scaling*.json``)."""
     from benchmarks.bench_scaling import table
@@ -189,7 +196,7 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
                                             "bench_weak_scaling": weak_scaling_table, "bench_power_ep": power_ep_table,
                                             "bench_likelihoods": likelihoods_table,
-                                            "bench_kernels": kernels_table}
+                                            "bench_kernels": kernels_table, "bench_quantiles": quantiles_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
     for path in sorted(RESULTS.glob("bench_scaling*.json")):

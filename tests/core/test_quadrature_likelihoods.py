@@ -182,3 +182,29 @@ def test_predictive_quantiles_are_those_of_draws(likelihood, values):
     else:
         assert np.array_equal(got, np.round(got)) and np.abs(got - expected).max() <= 1
         assert np.mean(got == expected) >= 0.8
+
+
+@pytest.mark.parametrize("likelihood, values", [(Poisson(), ()), (NegativeBinomial(), (2.5,)),
+                                                (StudentT(), (0.5, 2.5)), (StudentT(), (0.5, 1.5))],
+                         ids=lambda c: getattr(c, "name", str(c)))
+def test_predictive_quantiles_solve_the_predictive_cdf_row_by_row(likelihood, values):
+    """At each returned quantile ``q`` of level ``p`` the predictive CDF (``predictive_cdf``, the same
+    quadrature) gives ``p`` to 1e-12 for a Student-t (ν = 1.5 has no variance to start Newton from), and
+    ``P(Y < q) < p ≤ P(Y ≤ q)`` for a count; a row's quantiles alone and among other rows are the same integers,
+    and agree to 1e-13 for a Student-t (XLA's incomplete beta function iterates until every entry of its batch
+    has converged, so its last bits depend on the batch)."""
+    params = likelihood.init_params(*values)
+    m, v = jnp.array([0.7, 2.0, -3.0, 0.0]), jnp.array([0.3, 0.05, 4.0, 1e-6])
+    levels = jnp.tile(jnp.array([0.001, 0.05, 0.5, 0.95, 0.999]), (4, 1))
+    quantiles = jax.jit(lambda p, a, b, q: likelihood.quantiles(p, a, b, q))
+    got = np.asarray(quantiles(params, m, v, levels))
+    for column in range(levels.shape[1]):
+        below, at_most = (np.asarray(c) for c in likelihood.predictive_cdf(params, jnp.asarray(got[:, column]), m, v))
+        p = np.asarray(levels[:, column])
+        if likelihood.counts:
+            assert np.all(below < p) and np.all(p <= at_most)
+        else:
+            np.testing.assert_allclose(at_most, p, rtol=0, atol=1e-12)
+    for row in range(4):
+        alone = np.asarray(quantiles(params, m[row:row + 1], v[row:row + 1], levels[row:row + 1]))
+        np.testing.assert_allclose(alone[0], got[row], rtol=1e-13, atol=0 if likelihood.counts else 1e-13)

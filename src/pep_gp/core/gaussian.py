@@ -4,10 +4,11 @@ Gaussian mixtures (the deep GP's predictive)."""
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import ndtr
+from jax.scipy.special import ndtr, ndtri
 
 from .linalg import cholesky, logdet_from_cholesky, solve_lower
 
@@ -23,37 +24,106 @@ def log_density(x, mean, covariance):
 
 def bisect_quantiles(cdf, lower, upper, levels, steps: int = 64, integer: bool = False):
     """The ``y`` with ``cdf(y) = p`` for each level ``p`` ``[B, Q]`` of an increasing ``cdf`` (``[B, Q] → [B, Q]``)
-    bracketed by ``cdf(lower) < p ≤ cdf(upper)``: ``steps`` bisection halvings (64: the last bit of
+    bracketed by ``cdf(lower) < p ≤ cdf(upper)``: at most ``steps`` bisection halvings (64: the last bit of
     float64). ``integer``: a count's quantile, the least integer ``k`` with ``cdf(k) ≥ p`` (``lower``,
-    ``upper`` integers)."""
+    ``upper`` integers).
 
-    def halve(_, bracket):
-        low, high = bracket
-        middle = jnp.floor(0.5 * (low + high)) if integer else 0.5 * (low + high)
+    The halvings stop once no bracket can shrink further (its midpoint is one of its ends, as for an integer
+    bracket of width 1): a halving after that leaves every bracket as it is, so the result is that of all
+    ``steps`` halvings, computed with as few evaluations of ``cdf`` as the widest bracket needs."""
+
+    def middle_of(low, high):
+        return jnp.floor(0.5 * (low + high)) if integer else 0.5 * (low + high)
+
+    def unfinished(state):
+        step, low, high = state
+        middle = middle_of(low, high)
+        return (step < steps) & jnp.any((middle != low) & (middle != high))
+
+    def halve(state):
+        step, low, high = state
+        middle = middle_of(low, high)
         below = cdf(middle) < levels
-        return jnp.where(below, middle, low), jnp.where(below, high, middle)
+        return step + 1, jnp.where(below, middle, low), jnp.where(below, high, middle)
 
-    low, high = jax.lax.fori_loop(0, steps, halve, (lower + jnp.zeros_like(levels), upper + jnp.zeros_like(levels)))
+    _, low, high = jax.lax.while_loop(unfinished, halve, (0, lower + jnp.zeros_like(levels),
+                                                          upper + jnp.zeros_like(levels)))
     return high if integer else 0.5 * (low + high)
 
 
-def mixture_quantiles(means, stds, levels, steps: int = 64):
-    """Quantiles of equally weighted Gaussian mixtures: per row ``b`` the ``y`` with
-    ``(1/S) Σ_s Φ((y − μ_sb)/σ_sb) = p`` for each level ``p`` of row ``b``.
+class QuantileProblem(NamedTuple):
+    """``cdf(y) = p`` for each level ``p`` ``[B, Q]`` of a continuous increasing ``cdf`` with derivative ``density``
+    (both ``[B, Q] → [B, Q]``), bracketed by ``cdf(lower) < p ≤ cdf(upper)`` (``[B, 1]`` each); ``start``
+    ``[B, Q]``: a first guess; ``scale`` ``[B, 1]``: the distribution's spread."""
 
-    The mixture's CDF is increasing, so bisection (:func:`bisect_quantiles`) on
-    ``[min_s(μ − 9σ), max_s(μ + 9σ)]`` (where it is below ``Φ(−9) ≈ 1e-19`` and above ``1 − 1e-19``) brackets
-    each quantile to the bracket's width times ``2^−steps``. One component (``S = 1``) is the Gaussian's own
-    quantile ``μ + σΦ⁻¹(p)`` up to that rounding.
+    cdf: Callable
+    density: Callable
+    lower: jnp.ndarray
+    upper: jnp.ndarray
+    start: jnp.ndarray
+    levels: jnp.ndarray
+    scale: jnp.ndarray
+
+
+def newton_quantiles(problem: QuantileProblem, steps: int = 100, tol: float = 1e-10):
+    """The solutions ``y`` ``[B, Q]`` of a :class:`QuantileProblem`: Newton's method from ``start``, kept inside the shrinking bracket — a Newton step that would leave it is a
+    bisection instead (``rtsafe`` of Press et al., *Numerical Recipes*, 3rd ed., §9.4). Newton's quadratic
+    convergence needs a few evaluations of ``cdf`` where bisection needs one per bit of the bracket.
+
+    A quantile takes its last Newton step once that step is at most ``tol·(|y| + scale)`` (the step after it
+    would be about its square), or stops after ``steps`` steps;
+    whether a quantile stops depends on its own steps only, not on those of the others computed with it."""
+    cdf, density, lower, upper, start, levels, scale = problem
+    levels = jnp.asarray(levels)
+    low, high = lower + jnp.zeros_like(levels), upper + jnp.zeros_like(levels)
+    start = jnp.clip(start + jnp.zeros_like(levels), low, high)
+
+    def unfinished(state):
+        step, *_, done = state
+        return (step < steps) & ~jnp.all(done)
+
+    def newton(state):
+        step, low, high, y, done = state
+        excess = cdf(y) - levels
+        low, high = jnp.where(excess < 0, y, low), jnp.where(excess < 0, high, y)
+        guess = y - excess / density(y)
+        settled = done | (jnp.abs(guess - y) <= tol * (jnp.abs(y) + scale))
+        inside = (guess > low) & (guess < high)
+        after = jnp.where(settled | inside, jnp.clip(guess, low, high), 0.5 * (low + high))
+        return (step + 1, *(jnp.where(done, old, new) for old, new in ((state[1], low), (state[2], high), (y, after))),
+                settled)  # a settled quantile keeps its values
+
+    return jax.lax.while_loop(unfinished, newton, (0, low, high, start, jnp.zeros(levels.shape, bool)))[3]
+
+
+def mixture_problem(means, stds, levels) -> QuantileProblem:
+    """The quantiles of equally weighted Gaussian mixtures as a :class:`QuantileProblem`: per row ``b`` the
+    ``y`` with ``(1/S) Σ_s Φ((y − μ_sb)/σ_sb) = p`` for each level ``p`` of row ``b``, bracketed by
+    ``[min_s(μ − 9σ), max_s(μ + 9σ)]`` (where the CDF is below ``Φ(−9) ≈ 1e-19`` and above ``1 − 1e-19``), from
+    the Gaussian of the mixture's mean and variance.
 
     Args:
         means, stds: the components, ``[S, B]`` each (``σ > 0``).
         levels: ``[B, Q]`` in ``(0, 1)``.
-        steps: bisection steps.
-
-    Returns:
-        ``[B, Q]``.
     """
-    return bisect_quantiles(lambda y: jnp.mean(ndtr((y[None] - means[..., None]) / stds[..., None]), axis=0),
-                            jnp.min(means - 9.0 * stds, axis=0)[:, None], jnp.max(means + 9.0 * stds, axis=0)[:, None],
-                            levels, steps)
+
+    def standardised(y):  # [S, B, Q]
+        return (y[None] - means[..., None]) / stds[..., None]
+
+    def cdf(y):
+        return jnp.mean(ndtr(standardised(y)), axis=0)
+
+    def density(y):
+        return jnp.mean(jnp.exp(-0.5 * standardised(y) ** 2) / stds[..., None], axis=0) / math.sqrt(2.0 * math.pi)
+
+    mean = jnp.mean(means, axis=0)
+    std = jnp.sqrt(jnp.mean(stds**2 + means**2, axis=0) - mean**2)
+    return QuantileProblem(cdf, density, jnp.min(means - 9.0 * stds, axis=0)[:, None],
+                           jnp.max(means + 9.0 * stds, axis=0)[:, None], mean[:, None] + std[:, None] * ndtri(levels),
+                           levels, std[:, None])
+
+
+def mixture_quantiles(means, stds, levels):
+    """The quantiles ``[B, Q]`` of :func:`mixture_problem` by Newton's method (:func:`newton_quantiles`); one
+    component (``S = 1``) gives the Gaussian's own quantile ``μ + σΦ⁻¹(p)`` to rounding."""
+    return newton_quantiles(mixture_problem(means, stds, levels))

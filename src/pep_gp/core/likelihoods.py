@@ -30,10 +30,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.nn import logsumexp
 from jax.nn import softplus
-from jax.scipy.special import betainc, gammaincc, gammaln, log_ndtr, ndtr, xlogy
+from jax.scipy.special import betainc, gammaincc, gammaln, log_ndtr, ndtr, ndtri, xlogy
 from jax.scipy.stats import norm
 
-from .gaussian import LOG_2PI, bisect_quantiles
+from .gaussian import LOG_2PI, QuantileProblem, bisect_quantiles, newton_quantiles
 from .parameters import positive, unconstrain_positive
 from .quadrature import (GaussHermite, ProbitPowerQuadrature, TiltedQuadrature, log_ndtr_and_mills_ratio,
                          log_probit_power, probit_power_moments, tilted_moments_by_quadrature)
@@ -220,16 +220,36 @@ class QuadratureLikelihood:
 
     def quantiles(self, params, mean, var, levels):
         """Quantiles ``[B, Q]`` at the levels ``[B, Q]`` of ``y``'s predictive ``∫ p(y|f) N(f; m, v) df``, ``[B]``
-        each: bisection (:func:`~pep_gp.core.gaussian.bisect_quantiles`) of its CDF ``Σ_i w_i F(y | f_i)``
-        over the Gauss–Hermite nodes ``f_i`` (``F``: the likelihood's ``cdf``); a count's is an integer."""
+        each, whose CDF is ``Σ_i w_i F(y | f_i)`` over the Gauss–Hermite nodes ``f_i`` (``F``: the likelihood's
+        ``cdf``): a count's, an integer, by bisection (:func:`~pep_gp.core.gaussian.bisect_quantiles`); a
+        continuous ``y``'s by Newton's method (:meth:`quantile_problem`, :func:`~pep_gp.core.gaussian.newton_quantiles`)."""
+        if not self.counts:
+            return newton_quantiles(self.quantile_problem(params, mean, var, levels))
+        points, log_w = self.quadrature.nodes(mean, var)
+        low, high = self.quantile_bracket(params, mean, var, jnp.sqrt(self.predict(params, mean, var)[1]))
+        return bisect_quantiles(lambda y: self._mixed(self.cdf(params, y[..., None], points[:, None, :]), log_w),
+                                low[:, None], high[:, None], levels, integer=True)
+
+    @staticmethod
+    def _mixed(values, log_w):
+        """``Σ_i w_i values_i`` over the Gauss–Hermite nodes (the last axis)."""
+        return jnp.sum(jnp.exp(log_w) * values, axis=-1)
+
+    def quantile_problem(self, params, mean, var, levels) -> QuantileProblem:
+        """A continuous ``y``'s predictive quantiles as a :class:`~pep_gp.core.gaussian.QuantileProblem`: the CDF
+        ``Σ_i w_i F(y | f_i)`` and density ``Σ_i w_i p(y | f_i)`` over the Gauss–Hermite nodes ``f_i`` of
+        ``N(f; m, v)``, the likelihood's bracket, starting from the Gaussian of the predictive's mean and
+        variance (from its mean where it has no variance: a Student-t of ν ≤ 2)."""
         points, log_w = self.quadrature.nodes(mean, var)  # [B, K], [K]
-
-        def cdf(y):  # [B, Q]
-            return jnp.sum(jnp.exp(log_w) * self.cdf(params, y[..., None], points[:, None, :]), axis=-1)
-
-        spread = jnp.sqrt(self.predict(params, mean, var)[1])
+        centre, spread = self.predict(params, mean, var)
+        spread = jnp.sqrt(spread)
         low, high = self.quantile_bracket(params, mean, var, spread)
-        return bisect_quantiles(cdf, low[:, None], high[:, None], levels, integer=self.counts)
+        finite = jnp.isfinite(spread)[:, None]
+        return QuantileProblem(
+            lambda y: self._mixed(self.cdf(params, y[..., None], points[:, None, :]), log_w),
+            lambda y: self._mixed(jnp.exp(self.log_prob(y[..., None], points[:, None, :], params)), log_w),
+            low[:, None], high[:, None], centre[:, None] + jnp.where(finite, spread[:, None], 0.0) * ndtri(levels),
+            levels, jnp.where(finite, spread[:, None], jnp.sqrt(var)[:, None]))
 
     def predictive_cdf(self, params, y, mean, var):
         """``(P(Y < y), P(Y ≤ y))`` ``[B]`` each under ``y``'s predictive ``∫ p(y|f) N(f; m, v) df`` at ``y`` ``[B]``:
@@ -239,7 +259,7 @@ class QuadratureLikelihood:
         points, log_w = self.quadrature.nodes(mean, var)  # [B, K], [K]
         below = y - 1.0 if self.counts else y
         both = jnp.stack([below, y], axis=-1)  # [B, 2]
-        values = jnp.sum(jnp.exp(log_w) * self.cdf(params, both[..., None], points[:, None, :]), axis=-1)
+        values = self._mixed(self.cdf(params, both[..., None], points[:, None, :]), log_w)
         return values[:, 0], values[:, 1]
 
     counts = False
@@ -317,7 +337,8 @@ class StudentT(QuadratureLikelihood):
         return jnp.where(t > 0, 1.0 - tail, tail)
 
     def quantile_bracket(self, params, mean, var, spread):
-        """``m ± (9√v + 10⁹σ)``: a Student-t tail ``∝ |t|^{−ν}`` for small ``ν``; bisection halves it in 64 steps."""
+        """``m ± (9√v + 10⁹σ)``: a Student-t tail ``∝ |t|^{−ν}`` for small ``ν`` (Newton's method keeps its
+        steps inside it, :func:`~pep_gp.core.gaussian.newton_quantiles`)."""
         scale, _ = self.scale_and_dof(params)
         reach = 9.0 * jnp.sqrt(var) + 1e9 * scale
         return mean - reach, mean + reach

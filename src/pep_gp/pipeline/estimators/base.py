@@ -649,8 +649,9 @@ class GPRegressorMixin:
     def predict_quantiles(self, X, quantiles=(0.025, 0.975)) -> np.ndarray:
         """Quantiles of the predictive distribution of ``y`` (observation noise included) at the rows of
         ``X``: ``mean + std·Φ⁻¹(p)`` for a Gaussian predictive; for a deep GP those of its non-Gaussian
-        mixture predictive (:class:`~pep_gp.pipeline.models.predictive.MixturePredictive`, by bisection of
-        the mixture's CDF), so its intervals may be skewed. ``pep predict --quantiles`` writes the same values.
+        mixture predictive (:class:`~pep_gp.pipeline.models.predictive.MixturePredictive`, by Newton's method
+        on the mixture's CDF), so its intervals may be skewed; for a Student-t or count likelihood those of
+        ``∫ p(y|f) q(f) df``. ``pep predict --quantiles`` writes the same values.
 
         Args:
             X: rows, as for ``predict``.

@@ -104,7 +104,7 @@ class MixturePredictive(GaussianPredictive):
 class LikelihoodPredictive(GaussianPredictive):
     """A regressor of a non-Gaussian likelihood (Student-t, counts): the moments of ``predict_y`` as
     :class:`GaussianPredictive`, and the quantiles of ``∫ p(y|f) N(f; m, v) df`` by the likelihood's own
-    ``quantiles`` (quadrature over ``f`` and bisection of the CDF; integers for counts)."""
+    ``quantiles`` (quadrature over ``f`` and Newton's method on the CDF; bisection to integers for counts)."""
 
     def quantiles(self, params, x, levels):
         mean, var = self.model.predict_f(params, x)
