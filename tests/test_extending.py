@@ -82,6 +82,7 @@ CONFIG = TrainConfig(model={"sigma": 0.5, "prior_precision": 2.0}, learning_rate
                      block_rows=100, checkpoint_every=40, keep_checkpoints=2)
 
 
+@pytest.mark.heavy
 def test_a_model_defined_here_trains_resumes_and_evaluates(linear_model, tmp_path):
     regression_store = make_store(tmp_path / "regression.zarr", task="regression")
     assert get_model("map-linear") is linear_model

@@ -59,6 +59,7 @@ def _block_term(trainer):
     return at
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_registered_model_end_to_end_at_tiny_sizes(name, stores, tmp_path):
     spec = MODELS[name]

@@ -29,6 +29,7 @@ def _lml(x, y, z, alpha, noise=NOISE, jitter=1e-6):
     return float(log_marginal_likelihood(kernel, jnp.asarray(z), noise, jnp.asarray(x), jnp.asarray(y), alpha, jitter))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.01])
 def test_inducing_at_training_inputs_gives_exact_gp_evidence(data, alpha):
     """At zero jitter, like the dense oracle (cond K_uu ≈ 1e11 here; measured 5e-15 relative)."""

@@ -86,6 +86,7 @@ def _monte_carlo_moments(layers, row, rng):
     return mean[0], var[0]
 
 
+@pytest.mark.heavy
 def test_psi_statistics_match_monte_carlo():
     """ψ₁ and the ψ₂ traces ``Σ W_mm' [ψ₂]_mm'`` of random symmetric ``W`` against 10⁶ draws of the input."""
     rng = np.random.default_rng(0)
@@ -105,6 +106,7 @@ def test_psi_statistics_match_monte_carlo():
             np.testing.assert_allclose(traces[b, c], np.sum(weights[c] * psi2, axis=(-1, -2)), atol=1e-2)
 
 
+@pytest.mark.heavy
 def test_fixed_input_marginals_are_the_bank_projection():
     """``[L⁻¹; P]`` applied to the rows equals :func:`pep_gp.core.bank.latent_marginals` with the bank's
     triangular-solve Gaussians, and ``a``, ``PᵀP`` are ``K⁻¹m̂`` and ``K⁻¹V̂K⁻¹``."""
@@ -140,6 +142,7 @@ def test_uncertain_input_at_zero_variance_is_the_fixed_row_projection():
     np.testing.assert_allclose(uncertain.var, fixed.var, rtol=1e-8)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("hidden", [(), (2,), (3, 2)])
 def test_propagated_moments_match_monte_carlo(hidden):
     model, params, x, _ = _model_and_params(hidden)
@@ -231,6 +234,7 @@ def test_masked_rows_add_nothing():
     np.testing.assert_allclose(ravel_pytree(grad)[0], ravel_pytree(ref_grad)[0], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.heavy
 def test_the_data_term_in_row_chunks_equals_one_pass(monkeypatch):
     """Chunks of 6 rows (20 rows: the last chunk padded) give the value and gradient of one pass over all rows."""
     model, params, x, y = _model_and_params((2,))
@@ -266,6 +270,7 @@ def _hidden_quadrature(model, params, x, nodes=48):
     return np.outer(w, w).reshape(-1) / np.pi, out.mean.reshape(hidden.shape[:2]), out.var.reshape(hidden.shape[:2])
 
 
+@pytest.mark.heavy
 def test_two_layer_mixture_matches_quadrature_over_the_hidden_layer():
     """Hidden width 2: the Monte Carlo mixture (20,000 paths) against Gauss–Hermite quadrature of the same
     integral — log density of y within 4 Monte Carlo standard errors; and its mean and variance are the

@@ -96,6 +96,7 @@ def _cov(x, log_theta):
     return kernel.gram(x[None])[0] + 1e-8 * jnp.eye(x.shape[0])
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("projection", ["kl", "wasserstein"])
 def test_parallel_damped_reaches_the_sequential_fixed_point(projection):
     x, data = _classification()
@@ -107,6 +108,7 @@ def test_parallel_damped_reaches_the_sequential_fixed_point(projection):
     np.testing.assert_allclose(parallel.posterior.mean, sequential.posterior.mean, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.heavy
 def test_evidence_gradient_is_the_gaussian_parts_at_the_fixed_point():
     """R&W §5.5.2: d log Z_EP/dθ = ∂/∂θ of the Gaussian part with the sites fixed (central differences of
     the converged evidence, 1e-5 relative)."""
@@ -133,6 +135,7 @@ def test_bad_settings_are_refused():
         EP(Probit(), schedule="random").check()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("projection", ["kl", "wasserstein"])
 def test_small_powers_converge_down_to_the_floor_and_below_it_are_refused(projection):
     """Issue 27: at α ≤ 1e-6 untied EP/QP stopped converging. On a 20-row probit problem both converge at the

@@ -104,6 +104,7 @@ def test_probit_tilted_gradient_is_finite_and_exact_at_zero_cavity_variance(alph
             np.testing.assert_allclose(np.array(grad), [(2 * y - 1) * slope, 0.5 * curvature], rtol=1e-12)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("lik, y", LIKELIHOODS)
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.1])
 def test_tilted_normaliser_matches_quadrature(lik, y, alpha):

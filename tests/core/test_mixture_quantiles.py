@@ -3,6 +3,7 @@ intervals: against Monte Carlo draws of the mixture and, for one component, agai
 
 import jax
 import numpy as np
+import pytest
 from scipy.stats import norm
 
 from pep_gp.core.gaussian import mixture_quantiles
@@ -34,6 +35,7 @@ def test_a_skewed_mixture_matches_a_million_of_its_draws():
     assert not np.allclose(got[:, 2] - got[:, 0], got[:, 4] - got[:, 2], atol=0.1)  # skewed: not mean ± z·std
 
 
+@pytest.mark.heavy
 def test_the_deep_gps_mixture_quantiles_match_monte_carlo_and_do_not_depend_on_the_other_rows():
     """Two layers: the quantiles of ``predict_y_mixture`` (2,000 components with common draws) against the
     quantiles of 10⁵ draws from the same components; a row's common-draw mixture is the same alone and

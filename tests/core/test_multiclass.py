@@ -168,6 +168,7 @@ def _run_ep(model, params, x, y, iterations, damping, state=None):
     return params, state, trace
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_sep_with_one_binary_data_point_equals_ep_at_every_iteration(alpha):
     model, params, x, y = _problem(n=2, num_classes=2)
@@ -184,6 +185,7 @@ def test_sep_with_one_binary_data_point_equals_ep_at_every_iteration(alpha):
     )
 
 
+@pytest.mark.heavy
 def test_sep_with_one_data_point_equals_ep_for_three_classes():
     """One point, C = 3: its two factors share the label class. With symmetric other classes EP's two
     label sites coincide, so SEP's averaged removal (n_{y} = C − 1 = 2) is exact and the fixed points agree."""
@@ -266,6 +268,7 @@ def _padded_chunks(x, y, size):
         yield jnp.concatenate([xc, 100.0 * jnp.ones((pad, x.shape[1]))]), jnp.concatenate([yc, jnp.zeros(pad, int)]), mask
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("factor", ["natural", "cholesky"])
 def test_chunked_masked_terms_sum_to_the_whole(factor):
     model, params, x, y = _problem()  # 24 rows: chunks of 10, 10 and 4 + 6 padding
@@ -289,6 +292,7 @@ def test_chunked_masked_terms_sum_to_the_whole(factor):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.heavy
 def test_direct_mode_gradient_matches_finite_differences():
     model, _, x, y = _problem(n=15)
     params = model.init(np.asarray(x), 3, noise=0.3, factor="cholesky")
@@ -313,6 +317,7 @@ def test_direct_mode_gradient_matches_finite_differences():
         assert float(g[flat_index]) == pytest.approx(fd, rel=1e-5, abs=1e-6), i
 
 
+@pytest.mark.heavy
 def test_paper_mode_holds_the_factor_and_agrees_in_value_with_direct_mode():
     model, params, x, y = _problem()
     params, _ = _run_sep(model, params, x, y, 5, 0.5)
@@ -355,6 +360,7 @@ def _variational_bound(model, params, x, y):
     return total
 
 
+@pytest.mark.heavy
 def test_small_power_approaches_the_variational_bound():
     model, params, x, y = _problem(n=12)
     params, _ = _run_sep(model, params, x, y, 10, 0.5)
@@ -399,6 +405,7 @@ def test_refreshed_shared_quantities_equal_fresh_ones_after_a_site_update():
     assert not np.allclose(refreshed.cavity.mean, shared.cavity.mean)  # the factor did move
 
 
+@pytest.mark.heavy
 def test_a_one_class_minibatch_at_small_n_keeps_a_valid_factor():
     """Eight rows of class 0 hold 16 factors of class 0, more than the n_0 = 13.3 of N = 10 rows: the
     step shrinks to ρ_0 = n_0/n_{B,0}, so the old factor is dropped (kept fraction exactly 0, not the
@@ -442,6 +449,7 @@ def test_minibatch_updates_of_one_batch_reach_the_fixed_point_of_its_copies():
     assert not np.allclose(alone.factor.precision, minibatch.factor.precision, rtol=0.1)
 
 
+@pytest.mark.heavy
 def test_untied_ep_skips_and_counts_rows_whose_refined_sites_are_not_finite(monkeypatch):
     """Untied EP is guarded like SEP: a row whose refinement is not finite keeps its old sites and is
     counted in ``skipped``; the per-class sums stay finite and the other rows are refined."""
@@ -462,6 +470,7 @@ def test_untied_ep_skips_and_counts_rows_whose_refined_sites_are_not_finite(monk
     assert np.count_nonzero(np.asarray(new_state.scalars.other_precision)) > 0  # the other rows moved
 
 
+@pytest.mark.heavy
 def test_float32_kernel_products_keep_energy_gradient_and_site_statistics():
     """``MultiClassGP(kernel_products="float32")`` on 60-dimensional inputs after a few SEP updates: the
     energy within 1e-7 relative of the float64 model's, its gradient and the site statistics within

@@ -88,6 +88,7 @@ def test_identical_sites_give_the_exact_evidence(alpha):
     assert float(energy) == pytest.approx(exact, rel=1e-10)
 
 
+@pytest.mark.heavy
 def test_alpha_zero_at_the_vfe_optimum_is_the_titsias_bound(regression):
     x, y, z = regression
     shift, precision = oracles.titsias_optimal_q(x, y, z, LS, VAR, NOISE)
@@ -143,6 +144,7 @@ def test_padding_and_chunking_do_not_change_the_data_term(regression, likelihood
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("likelihood, alpha", [(Gaussian(), 1.0), (Gaussian(), 0.5), (Probit(), 0.5), (Probit(), 1.0), (Probit(), 0.0)])
 def test_energy_gradient_matches_central_differences(regression, likelihood, alpha):
     x, y, z = regression
@@ -173,6 +175,7 @@ def test_predictions_match_dense_posterior(regression):
     np.testing.assert_allclose(model.predict_y(params, jnp.asarray(x)), stats.norm.cdf(np.asarray(mean) / np.sqrt(1 + np.asarray(var))), rtol=1e-10)
 
 
+@pytest.mark.heavy
 def test_one_shared_lengthscale_is_the_ard_kernel_with_equal_lengthscales(regression):
     """``ard=False`` starts from the geometric mean of the lengthscales and stores one; the energy, its
     gradient (the sum of the ARD gradients in log ℓ) and the predictions are the ARD model's with that

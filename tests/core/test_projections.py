@@ -29,6 +29,7 @@ def _project(likelihood, y, mu, sigma):
     return [np.asarray(v) for v in kl(*args)], [np.asarray(v) for v in wasserstein(*args)]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mu, sigma, y, z, mean, sd_ep, sd_qp", PROBIT)
 def test_probit_projections_match_the_spec_table(mu, sigma, y, z, mean, sd_ep, sd_qp):
     (log_z, m_ep, v_ep), (_, m_qp, v_qp) = _project(Probit(), (y + 1) / 2, mu, sigma)

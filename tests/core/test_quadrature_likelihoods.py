@@ -78,6 +78,7 @@ def test_tilted_normaliser_and_moments_match_adaptive_quadrature(likelihood, val
             assert abs(var[i] - expected[2]) < 1e-8 * v[i], (y[i], m[i], v[i], alpha)
 
 
+@pytest.mark.heavy
 def test_the_rule_gives_the_probits_closed_form_and_monte_carlo():
     """The composite rule on ``log Φ(sf)`` (centre 0, unit scale) against the probit's closed-form tilted
     moments at α = 1 (Rasmussen & Williams 2006, eq. 3.58) to 1e-10, and against 10⁶ importance-weighted
@@ -104,6 +105,7 @@ def test_the_rule_gives_the_probits_closed_form_and_monte_carlo():
                                                 (NegativeBinomial(), (1.5,)),
                                                 (Poisson(), ()), (BernoulliLogistic(), ())],
                          ids=lambda c: getattr(c, "name", ""))
+@pytest.mark.heavy
 def test_log_z_gradients_match_central_differences(likelihood, values):
     """``∂log Z̃/∂m``, ``∂/∂v`` and ``∂/∂`` (the likelihood's parameters) through the held nodes, α = 0.5."""
     params = likelihood.init_params(*values)

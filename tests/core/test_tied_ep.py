@@ -76,6 +76,7 @@ def test_quantile_sites_keep_the_mean_and_shrink_the_variance(seed):
     assert bool(jnp.all(qp_var <= ep_var * (1 + 1e-12))) and float(jnp.mean(qp_var < ep_var * (1 - 1e-9))) > 0.5
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("projection", ["kl", "wasserstein"])
 def test_a_row_far_from_every_inducing_input_leaves_the_other_sites_to_update(projection):
     """Issue 27: a row ~30 lengthscales from every inducing input gave a 0/0 site and the whole minibatch's

@@ -17,6 +17,7 @@ def run(*args):
     return CliRunner().invoke(app, ["ingest", *map(str, args)])
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(("target", "n_classes"), [(None, 3), ("delayed", 2), ("delay", None)])
 def test_airline_bundled_flights_json(tmp_path, target, n_classes):
     out = tmp_path / "A.zarr"

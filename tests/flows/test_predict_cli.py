@@ -23,6 +23,7 @@ from tests import datafiles
 from tests.messy_runs import pep
 
 
+@pytest.mark.heavy
 def test_a_messy_csv_from_ingest_to_predictions_of_yes_and_no(messy_classifier, tmp_path):
     out = tmp_path / "predictions.csv"
     summary = json.loads(pep("predict", "--run-dir", messy_classifier.run_dir, "--input", messy_classifier.new_csv,

@@ -112,6 +112,7 @@ def test_bad_input_fails_cleanly(store, tmp_path, args, message):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.heavy
 def test_evaluate_without_a_run(tmp_path):
     done = pep("evaluate", "--run-dir", str(tmp_path / "run"), check=False)
     assert done.returncode == 2 and "no complete checkpoint (train first with `pep train`)" in done.stderr
@@ -179,6 +180,7 @@ def test_training_on_a_real_scheduler_and_two_workers(store, config_file, tmp_pa
             process.wait(timeout=30)
 
 
+@pytest.mark.heavy
 def test_settings_from_the_command_line_are_validated_like_the_config_file(store, tmp_path):
     """``--set``, ``--seed``, ``--learning-rate`` and ``--max-steps`` reach the run's config; a run cut short
     by ``--max-steps`` says it did not converge (``converged: false``, a warning on stderr)."""
@@ -192,6 +194,7 @@ def test_settings_from_the_command_line_are_validated_like_the_config_file(store
     assert (config["learning_rate"], config["seed"], config["max_steps"]) == (0.03, 5, 3)
 
 
+@pytest.mark.heavy
 def test_log_to_writes_the_run_to_mlflow_and_tensorboard(store, tmp_path):
     """``--log-to`` repeated and comma-separated: the run's settings, its 3 steps' energies, its epochs' metrics
     and the summary's numbers, the same in both."""
@@ -220,6 +223,7 @@ def test_log_to_writes_the_run_to_mlflow_and_tensorboard(store, tmp_path):
     assert events.Scalars("final/test_nll")[0].value == np.float32(summary["test_nll"])
 
 
+@pytest.mark.heavy
 def test_a_deep_gp_run_takes_the_model_s_own_defaults_where_nothing_was_given(regression_store, tmp_path):
     """``pep train --model deep-gp``: Adam at 0.01 without early stopping (the model's ``train_defaults``)
     where the command line says nothing, the given ``--max-steps`` over the model's 1,000; a run of fixed

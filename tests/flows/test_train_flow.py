@@ -48,6 +48,7 @@ def test_train_flow_publishes_artifacts_and_files(store, tmp_path):
     assert metrics["test_error"] == summary["test_error"] and artifacts("evaluate-flow-run")
 
 
+@pytest.mark.heavy
 def test_a_full_batch_run_checkpoints_every_checkpoint_every_steps_not_every_epoch(store, tmp_path):
     """On a store smaller than a batch every step is an epoch; segments still span ``checkpoint_every``
     steps, so the run does not write a checkpoint per step (it did: 100 full-batch steps on digits took
@@ -60,6 +61,7 @@ def test_a_full_batch_run_checkpoints_every_checkpoint_every_steps_not_every_epo
         "step-00000005", "step-00000010", "step-00000012"]
 
 
+@pytest.mark.heavy
 def test_a_retried_segment_resumes_from_the_newest_checkpoint(store, tmp_path):
     reference = train(TrainJob(MODEL, store, FAST, tmp_path / "reference"))
     failed = []
@@ -78,6 +80,7 @@ def test_a_retried_segment_resumes_from_the_newest_checkpoint(store, tmp_path):
     assert leaves_equal(load_run(tmp_path / "retried").trees["params"], reference.params)
 
 
+@pytest.mark.heavy
 def test_pipeline_flow_ingests_trains_and_evaluates(tmp_path):
     rng = np.random.default_rng(3)
     x = rng.normal(size=(300, 2))

@@ -49,6 +49,7 @@ def compiled_programs():
                                           ("multiclass-direct", "three_class_store"),
                                           ("sparse-gp-classifier", "binary_store"),
                                           pytest.param("deep-gp", "regression_store", marks=pytest.mark.slow)])
+@pytest.mark.heavy
 def test_each_program_of_a_step_compiles_once(model, store, tmp_path, request):
     """The first step compiles each of its programs once (the coordinator's calls and the block
     functions; ``prepare``, which the blocks run too, at most once per process), the next steps (same shapes) compile nothing:
@@ -108,6 +109,7 @@ def _leaves(path: Path) -> list[bytes]:
         return [saved[key].tobytes() for key in sorted(saved.files, key=lambda k: int(k.split("_")[1]))]
 
 
+@pytest.mark.heavy
 def test_a_run_from_the_persistent_cache_is_bit_identical(three_class_store, tmp_path):
     """Two processes train the same 3 steps: the first compiles every program and fills the cache, the
     second loads them (cache hits) and ends with bit-identical parameters. (That ``off`` uses no cache is
@@ -140,6 +142,7 @@ def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
     use_compilation_cache()  # the test run's own cache again (tests/conftest.py), for the next tests here
 
 
+@pytest.mark.heavy
 def test_compiled_programs_are_released_before_the_mappings_run_out(monkeypatch):
     """Past a fraction of ``vm.max_map_count`` every compiled program is released (a process that had
     compiled thousands segfaulted in its next compilation); below it nothing is."""

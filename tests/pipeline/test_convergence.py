@@ -93,8 +93,9 @@ def test_untied_ep_stops_in_windows_and_matches_one_uninterrupted_run(monkeypatc
 @pytest.mark.slow
 def test_damping_floor_keeps_full_batch_sep_at_the_fixed_point():
     """Wine, full-batch SEP at learning rate 0.05: with the paper's ρ_t = 0.5·0.99^t alone the factor
-    freezes and the energy collapses after ~550 steps (by 17 nats with the lengthscales stored as log ℓ, by
-    more than 20 when they were log ℓ²); with the floor it keeps rising."""
+    freezes and the energy falls from its peak (at step ~400–550; by 17 nats on the machine this was first
+    measured on, by 4.7 on an AVX-512 EPYC: the size of the fall follows the CPU's rounding over 800 steps,
+    its sign does not); with the floor it keeps rising and ends above the frozen run."""
     from sklearn.datasets import load_wine
 
     x, y = load_wine(return_X_y=True)
@@ -104,5 +105,6 @@ def test_damping_floor_keeps_full_batch_sep_at_the_fixed_point():
                                       max_iter=800, tol=0, learning_rate=0.05).fit(x, y).energy_trace_
 
     frozen, floored = trace(0.0), trace(0.05)
-    assert frozen[-50:].mean() < frozen[:500].max() - 10
+    assert frozen[-50:].mean() < frozen[:500].max() - 3
     assert floored[-50:].mean() > floored[:500].max() - 1
+    assert floored[-50:].mean() > frozen[-50:].mean() + 3

@@ -41,6 +41,7 @@ def test_classifier_learns_and_leaves_checkpoints(binary_store, tmp_path):
     assert {"brier", "ece", "ece_binning", "reliability"} <= set(evaluation)
 
 
+@pytest.mark.heavy
 def test_segments_and_resume_are_bit_identical(binary_store, tmp_path):
     whole = train(job(binary_store, tmp_path / "whole"))
     first = train(job(binary_store, tmp_path / "parts"), until_step=7)
@@ -69,6 +70,7 @@ def test_resume_refusals(binary_store, tmp_path):
         train(job(other, tmp_path), resume=True)
 
 
+@pytest.mark.heavy
 def test_model_must_fit_the_store(binary_store, regression_store, tmp_path):
     with pytest.raises(InputError, match="needs a regression store; this store holds a classification task"):
         train(job(binary_store, tmp_path, model="sparse-gp-regressor"))

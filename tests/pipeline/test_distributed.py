@@ -27,6 +27,7 @@ def without_seconds(history):
                  id="sparse-gp-classifier-matern52"),
     pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52"}, marks=pytest.mark.slow,
                  id="multiclass-sep-matern52")])
+@pytest.mark.heavy
 def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings, cluster, tmp_path, request):
     config = FAST.model_copy(update={"model": {**FAST.model, **settings}})
     job = lambda name: TrainJob(model, request.getfixturevalue(store), config, tmp_path / name)

@@ -11,6 +11,7 @@ import os
 
 import jax
 import numpy as np
+import pytest
 
 from benchmarks._common import socket_bytes
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
@@ -21,6 +22,7 @@ def nbytes(tree) -> int:
     return sum(np.asarray(leaf).nbytes for leaf in jax.tree_util.tree_leaves(tree))
 
 
+@pytest.mark.heavy
 def test_bytes_per_step_are_the_models(cluster, tmp_path):
     store = make_store(tmp_path / "wide.zarr", n_rows=600, n_features=300, n_classes=3)
     config = FAST.model_copy(update={"model": {"num_inducing": 40}, "batch_size": 192, "block_rows": 48})

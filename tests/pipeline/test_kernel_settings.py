@@ -31,6 +31,7 @@ def _fit(estimator, x, y):
         return estimator.fit(x, y)
 
 
+@pytest.mark.heavy
 def test_a_fixed_hyper_parameter_is_bit_identical_after_100_steps_and_the_others_move(data):
     x, y = data
     kernel = Matern52(lengthscales=0.7, variance=2.0, fixed=("lengthscales",)) + Linear(0.5)
@@ -103,6 +104,7 @@ def test_max_iter_0_gives_the_objective_at_the_given_kernel_and_noise(data):
     assert float(sparse.model_.likelihood.noise_variance(sparse.params_.likelihood)) == pytest.approx(0.05, rel=1e-14)
 
 
+@pytest.mark.heavy
 def test_the_untied_multi_class_classifier_starts_from_the_given_kernel():
     from pep_gp import MultiClassEPClassifier
 
@@ -120,6 +122,7 @@ def _matern52(a, b, lengthscales, variance):
     return variance * sk.Matern(lengthscales, nu=2.5)(a, b)
 
 
+@pytest.mark.heavy
 def test_given_inducing_points_give_the_pep_alpha_objective_at_exactly_those_values(data):
     """``inducing_points=Z`` (the inputs' units), ``train_inducing=False``, a fixed Matérn 5/2 and the starting noise:
     at ``max_iter=0`` the sparse regressor's objective is the tied Power-EP energy at its starting factor

@@ -37,6 +37,7 @@ def curve():
     return x, f, y, outlier
 
 
+@pytest.mark.heavy
 def test_a_student_t_fit_ignores_the_outlier_the_gaussian_follows(curve, tmp_path):
     x, f, y, outlier = curve
     settings = dict(num_inducing=12, max_iter=150, learning_rate=0.05)
@@ -55,6 +56,7 @@ def test_a_student_t_fit_ignores_the_outlier_the_gaussian_follows(curve, tmp_pat
     np.testing.assert_allclose(loaded.predict(x), robust.predict(x), rtol=1e-12)
 
 
+@pytest.mark.heavy
 def test_a_poisson_fit_recovers_the_rate_of_counts(curve):
     """Counts of rate exp(1 + sin x): the fitted log-rate within 0.3 (RMS) of the truth, the counts kept
     as they are (no standardisation), and predict's mean E[e^f] = e^{m + v/2}."""
@@ -73,6 +75,7 @@ def test_a_poisson_fit_recovers_the_rate_of_counts(curve):
         fit(SparseGPRegressor(likelihood="poisson", max_iter=1), x, counts - 0.5)
 
 
+@pytest.mark.heavy
 def test_a_negative_binomial_fit_recovers_the_rate_and_beats_poisson_on_over_dispersed_counts():
     """80 counts drawn from NB(rate e^{1.5 + sin x}, dispersion r = 1) (variance μ + μ²): the fitted
     log-rate within 0.4 (RMS) of the truth at the training rows and r within a factor 2 of 1; on 400
@@ -94,6 +97,7 @@ def test_a_negative_binomial_fit_recovers_the_rate_and_beats_poisson_on_over_dis
     assert nb_nll < poisson_nll - 0.05
 
 
+@pytest.mark.heavy
 def test_a_logistic_classifier_predicts_its_sigmoid_integral(curve):
     x, _, y, _ = curve
     labels = np.where(y > 0, "up", "down")
@@ -115,6 +119,7 @@ def test_an_unknown_likelihood_is_refused_naming_the_choices():
         SparseGPRegressor(likelihood="cauchy").fit(np.zeros((4, 1)), np.zeros(4))
 
 
+@pytest.mark.heavy
 def test_pep_train_takes_the_likelihood_from_the_model_section_and_records_it(regression_store, tmp_path):
     """``[model] likelihood = "student-t"`` (``--set model.likelihood=student-t``) on a store: the run's
     manifest records it, and the run loads as a Student-t regressor that ``pep predict`` reads."""

@@ -68,6 +68,7 @@ def test_float32_kernel_products_give_the_float64_fit(iris, method):
     assert not np.array_equal(fast.energy_trace_, exact.energy_trace_)
 
 
+@pytest.mark.heavy
 def test_string_labels_and_sklearn_clone(iris):
     x, y = iris
     names = np.array(["setosa", "versicolor", "virginica"])[y]

@@ -61,6 +61,7 @@ def test_joblib_files_predict_bit_identically_in_a_fresh_process(tmp_path):
         assert loaded.dtype == np.float64 and loaded.tobytes() == expected.tobytes(), name
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["SparseGPClassifier", "MultiClassGPClassifier", "SparseGPRegressor"])
 def test_a_saved_estimator_loads_as_itself(name, tmp_path):
     model = _fitted(name)
@@ -75,6 +76,7 @@ def test_a_saved_estimator_loads_as_itself(name, tmp_path):
         model.save(tmp_path / "run")
 
 
+@pytest.mark.heavy
 def test_a_run_of_another_parameterisation_is_refused_naming_both(tmp_path):
     import json
 

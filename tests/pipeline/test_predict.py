@@ -61,6 +61,7 @@ def oracle(run_dir: Path, table: pd.DataFrame) -> dict:
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+@pytest.mark.heavy
 def test_classifier_predictions_are_the_models_in_the_users_labels(classifier, tmp_path):
     new = classifier.parent / "new.csv"
     summary = predict(classifier, new, tmp_path / "p.csv", sep=";")
@@ -219,6 +220,7 @@ def test_a_run_loads_as_an_estimator_of_the_tables_own_columns(classifier, tmp_p
                                   pd.read_parquet(tmp_path / "store.parquet")[["proba_no", "proba_yes"]].to_numpy())
 
 
+@pytest.mark.heavy
 def test_an_estimator_saved_predicts_through_pep_predict_bit_identically(tmp_path):
     """``estimator.save`` → ``pep predict`` gives the estimator's own probabilities, in its labels."""
     from pep_gp import SparseGPClassifier
@@ -281,6 +283,7 @@ def test_a_full_disk_leaves_no_temporary_file(classifier, tmp_path, monkeypatch)
     assert datafiles.listing(tmp_path) == set()
 
 
+@pytest.mark.heavy
 def test_sigterm_mid_predict_removes_the_temporary_output(classifier, tmp_path):
     """Issue 37, item 4: SIGTERM after the first rows are written (the process signals itself): exit status
     143 and nothing left in the output's directory."""

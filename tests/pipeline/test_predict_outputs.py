@@ -44,6 +44,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return {"sparse": directory / "sparse", "deep": directory / "deep", "new": directory / "new.csv"}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("model", ["sparse", "deep"])
 def test_latent_and_quantile_columns_are_the_loaded_runs_predict_f_and_predict_quantiles(runs, model, tmp_path):
     out = tmp_path / "p.csv"
@@ -101,6 +102,7 @@ def test_label_draws_follow_the_probabilities(messy_classifier, tmp_path):
     np.testing.assert_allclose(p, np.vectorize(NormalDist().cdf)(f), rtol=1e-10)
 
 
+@pytest.mark.heavy
 def test_a_cluster_of_two_workers_writes_the_same_outputs(runs, messy_classifier, cluster, tmp_path):
     jobs = [(runs["deep"], runs["new"], None, dict(latent=True, quantiles=LEVELS, samples=3, seed=1)),
             (messy_classifier.run_dir, messy_classifier.store, None, dict(samples=2, seed=5))]

@@ -54,6 +54,7 @@ def student_t_log_predictive(y, mean, var, scale, dof) -> np.ndarray:
                      for row in zip(y, mean, var)])
 
 
+@pytest.mark.heavy
 def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(regression_store, tmp_path):
     """ν = 1.5, held: the held-out NLL of the trainer's last evaluation and of ``pep evaluate`` equal the mean
     of the quadrature over the store's 100 test rows to 1e-8; the moments' Gaussian gives ∞ here."""
@@ -99,6 +100,7 @@ def fit(estimator, x, y):
         return estimator.fit(x, y)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("likelihood", ["poisson", "negative-binomial"])
 def test_a_count_regressors_report_gives_its_predictive_probability_mass(likelihood):
     """At five rows with counts 0 to 20, ``calibration_report``'s NLL is the mean of ``−log ∫ p(y|f) N(f; m, v)

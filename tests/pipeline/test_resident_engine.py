@@ -11,6 +11,7 @@ import signal
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pep_gp.core import float64
 from pep_gp.pipeline.engine import Engine, InProcess, connect
@@ -20,6 +21,7 @@ from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from tests.trainstores import FAST, leaves_equal
 
 
+@pytest.mark.heavy
 def test_pinned_workers_give_the_in_process_bits(binary_store, three_class_store, tmp_path):
     def column_sum() -> bytes:  # XLA:CPU splits this reduction by its thread pool's size
         with float64():
@@ -38,6 +40,7 @@ def test_pinned_workers_give_the_in_process_bits(binary_store, three_class_store
         backend.close()
 
 
+@pytest.mark.heavy
 def test_a_worker_lost_between_a_steps_two_passes_changes_nothing(three_class_store, cluster):
     """The second pass finds one worker gone: the other computes the lost blocks' kept rows again from
     the first pass's inputs it holds, and the sums have the in-process bits."""

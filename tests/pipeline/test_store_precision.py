@@ -59,6 +59,7 @@ def runs(tmp_path_factory) -> dict:
     return out
 
 
+@pytest.mark.heavy
 def test_a_far_from_zero_column_and_times_train_to_the_error_of_the_centred_column(runs):
     """Each form stores the centred signal (to float32) and its fit predicts raw rows of a new table
     (through ``pep_gp.load``) with the centred column's test error."""
@@ -72,6 +73,7 @@ def test_a_far_from_zero_column_and_times_train_to_the_error_of_the_centred_colu
     assert errors["x"] < 0.15 and all(abs(error - errors["x"]) <= 0.01 for error in errors.values()), errors
 
 
+@pytest.mark.heavy
 def test_another_store_of_the_table_is_moved_to_the_runs_offsets(runs, tmp_path):
     """``pep predict`` of a store with its own offset gives the probabilities of the same rows as a CSV, and
     ``pep evaluate --data`` the metrics of those rows as raw numbers (a loaded run's array path)."""

@@ -58,6 +58,7 @@ def test_structural_zeros_are_the_gradients_of_what_is_not_differentiated():
     assert structural_zeros(jax.jit(two_paths).trace(*args[:2]).jaxpr) == [False, True]
 
 
+@pytest.mark.heavy
 def test_the_two_passes_keep_the_rows_and_equal_the_plain_block_terms(three_class_store):
     """The first pass keeps each block's rows in this process (and the step's pullback once, not per
     block); the second, from them, gives the data term's value and gradient of DataTerm to rounding (each

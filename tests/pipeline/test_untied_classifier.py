@@ -83,6 +83,7 @@ def test_untied_fit_reports_its_iterations_and_warns_when_max_iter_cuts_it_short
     assert full.log_marginal_likelihood() > short.log_marginal_likelihood()
 
 
+@pytest.mark.heavy
 def test_the_exact_gp_classifier_takes_a_kernel_and_keeps_its_fixed_values():
     """``kernel=`` a Matérn 5/2 with its lengthscale fixed: a fit keeps the lengthscale bit for bit and moves the
     amplitude; with every value fixed, ``max_iter=0`` gives ``log Z_EP`` of EP run on scikit-learn's Matérn
@@ -111,6 +112,7 @@ def test_the_exact_gp_classifier_takes_a_kernel_and_keeps_its_fixed_values():
         ExactGPClassifier(kernel="matern25").fit(x, y)
 
 
+@pytest.mark.heavy
 def test_repeated_rows_give_the_fit_of_the_distinct_rows():
     """Each row repeated 2–5 times (and one input given both labels): the fit, hyper-parameters and
     probabilities are those of the distinct rows, with a warning counting the left-out copies. Before, the
