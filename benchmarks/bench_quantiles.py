@@ -11,7 +11,8 @@ two methods' quantiles, and the largest ``|CDF(q) − p|`` of each.
 
     python -m benchmarks.bench_quantiles
 
-writes ``benchmarks/results/bench_quantiles.json``; ``--table`` prints the results page's table from it
+writes ``benchmarks/results/bench_quantiles.json`` (``bench_quantiles_gpu*.json``: the same command on an H100,
+``--rows 1000`` and ``--rows 100000 --repeats 3``, copied under those names); ``--table`` prints the results page's table from it
 (docs/results/likelihoods.md, ``python -m docs.results``).
 """
 
@@ -85,8 +86,8 @@ def table(result: dict) -> str:
                      f"{case['speed_up']:.1f}× | {case['max_difference']:.1e} | {case['newton_cdf_error']:.1e} / "
                      f"{case['bisection_cdf_error']:.1e} |")
     machine = result["machine"]
-    lines.append(f"\n{machine['cpus']} cores, JAX {machine['jax']}, load average {machine['load_avg'][0]}; best of "
-                 f"{result['settings']['repeats']} warm calls each.")
+    lines.append(f"\n{', '.join(machine['devices'])} ({machine['cpus']} cores), JAX {machine['jax']}, load average "
+                 f"{machine['load_avg'][0]}; best of {result['settings']['repeats']} warm calls each.")
     return "\n".join(lines)
 
 

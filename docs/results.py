@@ -155,11 +155,11 @@ def kernels_table() -> str:
     return table(result(NAME))
 
 
-def quantiles_table() -> str:
-    """``python -m benchmarks.bench_quantiles --table``'s table of the committed run."""
-    from benchmarks.bench_quantiles import NAME, table
+def quantiles_table(name: str) -> str:
+    """``python -m benchmarks.bench_quantiles``'s table of one committed run (``bench_quantiles*.json``)."""
+    from benchmarks.bench_quantiles import table
 
-    return table(result(NAME))
+    return table(result(name))
 
 
 def scaling_table(name: str) -> str:
@@ -196,11 +196,13 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
                                             "bench_weak_scaling": weak_scaling_table, "bench_power_ep": power_ep_table,
                                             "bench_likelihoods": likelihoods_table,
-                                            "bench_kernels": kernels_table, "bench_quantiles": quantiles_table}
+                                            "bench_kernels": kernels_table}
     for path in sorted(RESULTS.glob("compare*.json")):
         tables[path.stem] = lambda stem=path.stem: comparison_table(stem)
     for path in sorted(RESULTS.glob("bench_scaling*.json")):
         tables[path.stem] = lambda stem=path.stem: scaling_table(stem)
+    for path in sorted(RESULTS.glob("bench_quantiles*.json")):
+        tables[path.stem] = lambda stem=path.stem: quantiles_table(stem)
     return tables
 
 
