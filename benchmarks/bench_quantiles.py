@@ -11,9 +11,9 @@ two methods' quantiles, and the largest ``|CDF(q) − p|`` of each.
 
     python -m benchmarks.bench_quantiles
 
-writes ``benchmarks/results/bench_quantiles.json`` (``bench_quantiles_gpu*.json``: the same command on an H100,
-``--rows 1000`` and ``--rows 100000 --repeats 3``, copied under those names); ``--table`` prints the results page's table from it
-(docs/results/likelihoods.md, ``python -m docs.results``).
+writes ``benchmarks/results/bench_quantiles.json`` (``bench_quantiles_gpu*.json``: the same command on an
+H100, ``--rows 1000`` and ``--rows 100000 --repeats 3``, copied under those names); ``--table`` prints the
+results page's table from it (docs/results/likelihoods.md, ``python -m docs.results``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def student_t_case(dof: float, rows: int):
     rng = np.random.default_rng(0)
     mean, var = jnp.asarray(rng.normal(0, 2, rows)), jnp.asarray(rng.uniform(0.01, 1.0, rows))
     likelihood = StudentT()
-    return likelihood.quantile_problem(likelihood.init_params(0.5, dof), mean, var, jnp.tile(jnp.asarray(LEVELS), (rows, 1)))
+    levels = jnp.tile(jnp.asarray(LEVELS), (rows, 1))
+    return likelihood.quantile_problem(likelihood.init_params(0.5, dof), mean, var, levels)
 
 
 def mixture_case(rows: int):
@@ -52,19 +53,20 @@ def mixture_case(rows: int):
 
 
 def measure(case, repeats: int) -> dict:
-    """Both methods on one :class:`~pep_gp.core.gaussian.QuantileProblem`: best warm seconds, their agreement and how well each solves ``CDF(q) = p``."""
+    """Both methods on one :class:`~pep_gp.core.gaussian.QuantileProblem`: best warm seconds, their agreement
+    and how well each solves ``CDF(q) = p``."""
     from pep_gp.core.gaussian import bisect_quantiles, newton_quantiles
 
-    cdf, levels = case.cdf, case.levels
-    newton = jax.jit(lambda: newton_quantiles(case))
-    bisection = jax.jit(lambda: bisect_quantiles(cdf, case.lower, case.upper, levels))
-    seconds = {name: best_time(fn, repeats) for name, fn in (("newton", newton), ("bisection", bisection))}
-    got = {name: np.asarray(fn()) for name, fn in (("newton", newton), ("bisection", bisection))}
-    return {"newton_seconds": seconds["newton"], "bisection_seconds": seconds["bisection"],
-            "speed_up": seconds["bisection"] / seconds["newton"],
-            "max_difference": float(np.max(np.abs(got["newton"] - got["bisection"]))),
-            "newton_cdf_error": float(np.max(np.abs(np.asarray(cdf(jnp.asarray(got["newton"]))) - np.asarray(levels)))),
-            "bisection_cdf_error": float(np.max(np.abs(np.asarray(cdf(jnp.asarray(got["bisection"]))) - np.asarray(levels))))}
+    methods = {"newton": jax.jit(lambda: newton_quantiles(case)),
+               "bisection": jax.jit(lambda: bisect_quantiles(case.cdf, case.lower, case.upper, case.levels))}
+    seconds = {name: best_time(fn, repeats) for name, fn in methods.items()}
+    got = {name: fn() for name, fn in methods.items()}
+    out = {f"{name}_seconds": value for name, value in seconds.items()}
+    out["speed_up"] = seconds["bisection"] / seconds["newton"]
+    out["max_difference"] = float(jnp.max(jnp.abs(got["newton"] - got["bisection"])))
+    for name, quantiles in got.items():
+        out[f"{name}_cdf_error"] = float(jnp.max(jnp.abs(case.cdf(quantiles) - case.levels)))
+    return out
 
 
 def run(rows: int, repeats: int) -> dict:

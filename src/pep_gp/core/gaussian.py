@@ -66,8 +66,8 @@ class QuantileProblem(NamedTuple):
 
 
 def newton_quantiles(problem: QuantileProblem, steps: int = 100, tol: float = 1e-10):
-    """The solutions ``y`` ``[B, Q]`` of a :class:`QuantileProblem`: Newton's method from ``start``, kept inside the shrinking bracket — a Newton step that would leave it is a
-    bisection instead (``rtsafe`` of Press et al., *Numerical Recipes*, 3rd ed., §9.4). Newton's quadratic
+    """The solutions ``y`` ``[B, Q]`` of a :class:`QuantileProblem`: Newton's method from ``start``, kept inside
+    the shrinking bracket — a Newton step that would leave it is a bisection instead (``rtsafe`` of Press et al., *Numerical Recipes*, 3rd ed., §9.4). Newton's quadratic
     convergence needs a few evaluations of ``cdf`` where bisection needs one per bit of the bracket.
 
     A quantile takes its last Newton step once that step is at most ``tol·(|y| + scale)`` (the step after it
@@ -83,15 +83,16 @@ def newton_quantiles(problem: QuantileProblem, steps: int = 100, tol: float = 1e
         return (step < steps) & ~jnp.all(done)
 
     def newton(state):
-        step, low, high, y, done = state
+        step, old_low, old_high, y, done = state
         excess = cdf(y) - levels
-        low, high = jnp.where(excess < 0, y, low), jnp.where(excess < 0, high, y)
+        low, high = jnp.where(excess < 0, y, old_low), jnp.where(excess < 0, old_high, y)
         guess = y - excess / density(y)
         settled = done | (jnp.abs(guess - y) <= tol * (jnp.abs(y) + scale))
         inside = (guess > low) & (guess < high)
         after = jnp.where(settled | inside, jnp.clip(guess, low, high), 0.5 * (low + high))
-        return (step + 1, *(jnp.where(done, old, new) for old, new in ((state[1], low), (state[2], high), (y, after))),
-                settled)  # a settled quantile keeps its values
+        # a quantile settled before this step keeps its values
+        return (step + 1, jnp.where(done, old_low, low), jnp.where(done, old_high, high), jnp.where(done, y, after),
+                settled)
 
     return jax.lax.while_loop(unfinished, newton, (0, low, high, start, jnp.zeros(levels.shape, bool)))[3]
 
@@ -99,8 +100,8 @@ def newton_quantiles(problem: QuantileProblem, steps: int = 100, tol: float = 1e
 def mixture_problem(means, stds, levels) -> QuantileProblem:
     """The quantiles of equally weighted Gaussian mixtures as a :class:`QuantileProblem`: per row ``b`` the
     ``y`` with ``(1/S) Σ_s Φ((y − μ_sb)/σ_sb) = p`` for each level ``p`` of row ``b``, bracketed by
-    ``[min_s(μ − 9σ), max_s(μ + 9σ)]`` (where the CDF is below ``Φ(−9) ≈ 1e-19`` and above ``1 − 1e-19``), from
-    the Gaussian of the mixture's mean and variance.
+    ``[min_s(μ − 9σ), max_s(μ + 9σ)]`` (where the CDF is below ``Φ(−9) ≈ 1e-19`` and above
+    ``1 − 1e-19``), from the Gaussian of the mixture's mean and variance.
 
     Args:
         means, stds: the components, ``[S, B]`` each (``σ > 0``).

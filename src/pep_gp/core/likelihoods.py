@@ -220,15 +220,13 @@ class QuadratureLikelihood:
 
     def quantiles(self, params, mean, var, levels):
         """Quantiles ``[B, Q]`` at the levels ``[B, Q]`` of ``y``'s predictive ``∫ p(y|f) N(f; m, v) df``, ``[B]``
-        each, whose CDF is ``Σ_i w_i F(y | f_i)`` over the Gauss–Hermite nodes ``f_i`` (``F``: the likelihood's
-        ``cdf``): a count's, an integer, by bisection (:func:`~pep_gp.core.gaussian.bisect_quantiles`); a
-        continuous ``y``'s by Newton's method (:meth:`quantile_problem`, :func:`~pep_gp.core.gaussian.newton_quantiles`)."""
-        if not self.counts:
-            return newton_quantiles(self.quantile_problem(params, mean, var, levels))
-        points, log_w = self.quadrature.nodes(mean, var)
-        low, high = self.quantile_bracket(params, mean, var, jnp.sqrt(self.predict(params, mean, var)[1]))
-        return bisect_quantiles(lambda y: self._mixed(self.cdf(params, y[..., None], points[:, None, :]), log_w),
-                                low[:, None], high[:, None], levels, integer=True)
+        each (:meth:`quantile_problem`): a count's, an integer, by bisection of its CDF
+        (:func:`~pep_gp.core.gaussian.bisect_quantiles`); a continuous ``y``'s by Newton's method
+        (:func:`~pep_gp.core.gaussian.newton_quantiles`)."""
+        problem = self.quantile_problem(params, mean, var, levels)
+        if self.counts:
+            return bisect_quantiles(problem.cdf, problem.lower, problem.upper, levels, integer=True)
+        return newton_quantiles(problem)
 
     @staticmethod
     def _mixed(values, log_w):
@@ -236,10 +234,11 @@ class QuadratureLikelihood:
         return jnp.sum(jnp.exp(log_w) * values, axis=-1)
 
     def quantile_problem(self, params, mean, var, levels) -> QuantileProblem:
-        """A continuous ``y``'s predictive quantiles as a :class:`~pep_gp.core.gaussian.QuantileProblem`: the CDF
+        """``y``'s predictive quantiles as a :class:`~pep_gp.core.gaussian.QuantileProblem`: the CDF
         ``Σ_i w_i F(y | f_i)`` and density ``Σ_i w_i p(y | f_i)`` over the Gauss–Hermite nodes ``f_i`` of
-        ``N(f; m, v)``, the likelihood's bracket, starting from the Gaussian of the predictive's mean and
-        variance (from its mean where it has no variance: a Student-t of ν ≤ 2)."""
+        ``N(f; m, v)`` (``F``: the likelihood's ``cdf``), the likelihood's bracket, starting from the Gaussian
+        of the predictive's mean and variance (from its mean where it has no variance: a Student-t of
+        ν ≤ 2). A count's quantiles use its CDF and bracket only."""
         points, log_w = self.quadrature.nodes(mean, var)  # [B, K], [K]
         centre, spread = self.predict(params, mean, var)
         spread = jnp.sqrt(spread)
