@@ -35,3 +35,14 @@ def test_in_a_terminal_the_run_is_one_line_updated_in_place():
         feed(report, 760)
     text = out.getvalue()
     assert COMPILING in text and text.count("\n") <= 3 and text.count("energy/row") <= 10  # no line per epoch
+
+
+def test_a_run_in_segments_says_compiling_once():
+    """A flow trains in segments, each a new start of the same process's compiled step: "compiling" once."""
+    out = io.StringIO()
+    with progress_display(True, "training", Console(file=out, force_terminal=False, width=200)) as report:
+        for start in range(0, 30, 10):
+            report("start", step=start, total_steps=30, steps_per_epoch=10, resumed_from=None, notes=())
+            for step in range(start + 1, start + 11):
+                report("step", step=step, energy=-1.0, accepted=True)
+    assert out.getvalue().count(COMPILING) == 1

@@ -8,7 +8,9 @@ same display.
   line per epoch.
 
 Both say ``compiling the training step …`` from the start until the first step is done: the first step of a
-process compiles the step (seconds to minutes on a large model), and nothing else moves meanwhile.
+process compiles the step (seconds to minutes on a large model), and nothing else moves meanwhile. A run in
+segments (a flow's training tasks) starts again at each segment; the later starts find the step compiled,
+and the display says nothing new.
 """
 
 from __future__ import annotations
@@ -64,13 +66,13 @@ def _terminal_line(console: Console, title: str) -> Iterator[ProgressCallback]:
     columns = (TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                TextColumn("{task.fields[energy]}"), TextColumn("{task.fields[epoch]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as display:
-        bar = display.add_task("train", total=None, energy="", epoch="")
+        bar = display.add_task("train", total=None, energy=COMPILING, epoch="")
 
         def report(event: str, **info: Any) -> None:
             if event == "start":
                 for line in _start_lines(info):
                     console.print(line)
-                display.update(bar, total=info["total_steps"], completed=info["step"], energy=COMPILING)
+                display.update(bar, total=info["total_steps"], completed=info["step"])
                 display.refresh()  # drawn now: the first step blocks while it compiles
             elif event == "step":
                 display.update(bar, completed=info["step"], energy=f"energy {info['energy']:.6g}")
@@ -82,15 +84,16 @@ def _terminal_line(console: Console, title: str) -> Iterator[ProgressCallback]:
 
 def _summary_lines(console: Console, title: str) -> ProgressCallback:
     """A line at the start (compiling), then one every :func:`summary_every` steps, and one at the last."""
-    state: dict[str, Any] = {"every": 1, "total": 0, "epoch": ""}
+    state: dict[str, Any] = {"every": 1, "total": 0, "epoch": "", "started": False}
 
     def report(event: str, **info: Any) -> None:
         if event == "start":
             state.update(every=summary_every(info["total_steps"]), total=info["total_steps"])
             for line in _start_lines(info):
                 console.print(line, soft_wrap=True)
-            if info["step"] < info["total_steps"]:
+            if info["step"] < info["total_steps"] and not state["started"]:
                 console.print(f"{title}: {COMPILING}", soft_wrap=True)
+            state["started"] = True
         elif event == "epoch":
             state["epoch"] = epoch_text(info["record"])
             if info["record"]["step"] == state["total"]:  # the last step's line, with its epoch's metrics
