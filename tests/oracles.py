@@ -139,9 +139,17 @@ def probit_power_moments(mean, var, alpha):
             expect(lambda u: alpha * lam(u) * ((alpha - 1) * lam(u) - u)) / z)
 
 
-def multiclass_predictive_probabilities(mean, var):
+def _log_pair_factor(u, label_noise):
+    """``log Φ(u)``, or with label noise ``ε`` ``log(ε + (1 − ε)Φ(u))``, evaluated directly."""
+    if label_noise == 0.0:
+        return special.log_ndtr(u)
+    return np.log(label_noise + (1.0 - label_noise) * special.ndtr(u))
+
+
+def multiclass_predictive_probabilities(mean, var, label_noise=0.0):
     """``p(y = c) = ∫ N(f; m_c, v_c) Π_{k≠c} Φ((f − m_k)/√v_k) df`` (Villacampa-Calvo & Hernández-Lobato 2017 eq. 68) for one row, by
-    ``scipy.integrate.quad`` on panels cut at ``m_k + t√v_k``, ``t ∈ {−10, −5, …, 10}``, of every class."""
+    ``scipy.integrate.quad`` on panels cut at ``m_k + t√v_k``, ``t ∈ {−10, −5, …, 10}``, of every class.
+    With ``label_noise`` ``ε``, ``Φ`` becomes ``ε + (1 − ε)Φ`` and the result is divided by ``Σ_{r<C} ε^r``."""
     sd = np.sqrt(var)
     edges = np.unique(np.concatenate([m + s * np.arange(-10.0, 10.5, 5.0) for m, s in zip(mean, sd)]))
     probs = []
@@ -149,24 +157,27 @@ def multiclass_predictive_probabilities(mean, var):
         others = np.arange(len(mean)) != c
 
         def integrand(f):
-            return np.exp(norm.logpdf(f, mean[c], sd[c]) + np.sum(special.log_ndtr((f - mean[others]) / sd[others])))
+            return np.exp(norm.logpdf(f, mean[c], sd[c])
+                          + np.sum(_log_pair_factor((f - mean[others]) / sd[others], label_noise)))
 
         lo, hi = mean[c] - 12 * sd[c], mean[c] + 12 * sd[c]
         cuts = np.concatenate([[lo], edges[(edges > lo) & (edges < hi)], [hi]])
         probs.append(sum(integrate.quad(integrand, a, b, epsabs=1e-15, epsrel=1e-12, limit=200)[0]
                          for a, b in zip(cuts[:-1], cuts[1:])))
-    return np.array(probs)
+    return np.array(probs) / np.sum(label_noise ** np.arange(len(mean)))
 
 
-def probit_tilted_moments_2d(a_y, w_y, a_k, w_k, fitc, alpha):
+def probit_tilted_moments_2d(a_y, w_y, a_k, w_k, fitc, alpha, label_noise=0.0):
     """``Z``, ``(E[t_y], Var[t_y])``, ``(E[t_k], Var[t_k])`` of ``Φ((t_y − t_k)/√fitc)^α N(t_y; a_y, w_y)
-    N(t_k; a_k, w_k)`` (Villacampa-Calvo & Hernández-Lobato 2017 eq. 34) by nested ``scipy.integrate.quad_vec`` over ±12 cavity sds."""
+    N(t_k; a_k, w_k)`` (Villacampa-Calvo & Hernández-Lobato 2017 eq. 34) by nested ``scipy.integrate.quad_vec`` over ±12 cavity sds;
+    with ``label_noise`` ``ε`` the factor is ``ε + (1 − ε)Φ``."""
     def inner(zy):
         ty = a_y + np.sqrt(w_y) * zy
 
         def integrand(zk):
             tk = a_k + np.sqrt(w_k) * zk
-            weight = np.exp(alpha * special.log_ndtr((ty - tk) / np.sqrt(fitc)) - 0.5 * (zy * zy + zk * zk)) / (2 * np.pi)
+            log_factor = _log_pair_factor((ty - tk) / np.sqrt(fitc), label_noise)
+            weight = np.exp(alpha * log_factor - 0.5 * (zy * zy + zk * zk)) / (2 * np.pi)
             return weight * np.array([1.0, ty, tk, ty * ty, tk * tk])
 
         return integrate.quad_vec(integrand, -12, 12, epsabs=1e-15, epsrel=1e-12, norm="max")[0]

@@ -56,6 +56,20 @@ def test_power_ep_option_trains(iris):
     assert clf.score(x, y) > 0.85
 
 
+@pytest.mark.heavy
+@pytest.mark.parametrize("method", ["sep", "ep"])
+def test_label_noise_option_reaches_the_model_and_its_predictive(iris, method):
+    """``label_noise`` reaches the tied (SEP) and the untied (EP) model: it trains without rejected steps, and
+    the predictive is the label-noise one (sums to 1, no class below ε^(C−1)/Z_C(ε))."""
+    x, y = iris
+    clf = _fit(iris, method, label_noise=0.1, max_iter=10)
+    assert clf.model_.label_noise == 0.1 and clf.n_rejected_steps_ == 0
+    proba = clf.predict_proba(x)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-8)
+    assert proba.min() >= 0.1**2 / (1 + 0.1 + 0.1**2) * (1 - 1e-8)
+    assert clf.score(x, y) > 0.8
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["sep", "ep"])
 def test_float32_kernel_products_give_the_float64_fit(iris, method):

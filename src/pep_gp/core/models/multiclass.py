@@ -6,7 +6,8 @@ additive noise ``σ_{0,c}``); the prior on the inducing values is ``N(f̄^c; 0, 
 (the noise is on the inducing diagonal too, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code) and
 ``κ_c(x) = k_c(x, x) + σ_{0,c}``. The likelihood is approximated by
 ``Π_{k≠y_i} Φ(α_i^k)`` (eq. 6), whose EP factors are rank one per class (eq. 8,
-:mod:`pep_gp.core.models.multiclass_sites`).
+:mod:`pep_gp.core.models.multiclass_sites`); with ``label_noise = ε`` by ``Π_{k≠y_i} (ε + (1 − ε)Φ(α_i^k))``, a
+normalised label-noise likelihood (:func:`~pep_gp.core.models.multiclass_sites.robust_log_factor`).
 
 SEP ties all factors touching class ``c`` into one Gaussian factor ``t_c(f̄^c) = exp(η̃_cᵀf̄ − ½f̄ᵀΛ̃_cf̄)``,
 stored in ``f̄`` coordinates (so it stays fixed while hyper-parameters move, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code). With the
@@ -100,6 +101,10 @@ class MultiClassGP:
         alpha: Power-EP power of the factors in (0, 1]; 1 is the paper's EP/SEP, α → 0 approaches the
             variational bound ``−KL(q‖p) + Σ E_q[log Φ]`` with the likelihood of eq. (6).
         jitter: relative jitter on ``K_c`` (``jitter·σ_c`` is added to ``K_c`` and ``κ_c``).
+        label_noise: ``ε`` in [0, 1): each factor is ``ε + (1 − ε)Φ(α_i^k)`` instead of ``Φ(α_i^k)``, the
+            label-noise likelihood ``p(y | f) = ε^{r_y(f)}/Z_C(ε)`` (``r_y`` the classes ranked above ``y``,
+            :func:`~pep_gp.core.models.multiclass_sites.robust_log_factor`), in training and in the predictive;
+            0 is the paper's likelihood. ``ε > 0`` needs ``alpha = 1``.
         quadrature: the rule of the predictive integral (eq. 68).
         kernel_products: dtype of the stationary kernels' matrix products over the input dimension
             (:class:`~pep_gp.core.kernels.Stationary`); ``"float32"`` halves the time of
@@ -116,6 +121,7 @@ class MultiClassGP:
     class_frequencies: tuple[float, ...]
     alpha: float = 1.0
     jitter: float = DEFAULT_JITTER
+    label_noise: float = 0.0
     quadrature: sites.PredictiveQuadrature = sites.PredictiveQuadrature()
     kernel_products: ProductDtype = "float64"
 
@@ -127,6 +133,9 @@ class MultiClassGP:
             raise ValueError(f"class_frequencies must be non-negative and sum to 1; got {self.class_frequencies}")
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha}")
+        if not 0.0 <= self.label_noise < 1.0:
+            raise ValueError(f"label_noise must lie in [0, 1); got {self.label_noise}")
+        sites.check_label_noise(self.alpha, self.label_noise)
         check_product_dtype(self.kernel_products, "kernel_products")
 
     @classmethod
@@ -267,8 +276,10 @@ class MultiClassGP:
         """:meth:`data_energy` from the rows' projections and the cavities."""
         y = y.astype(jnp.int32)
         label, other, label_fitc, other_fitc = self._pair_cavities(rows, cavity, y)
-        terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha) / self.alpha
-        return jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
+        terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha,
+                                    label_noise=self.label_noise) / self.alpha
+        energy = jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
+        return sites.normalise_energy(energy, self.label_noise, self.num_classes, mask)
 
     def data_energy(self, params: MultiClassParams, shared: StepShared, x, y, mask):
         """``L = (1/α) Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one block (eq. 34).
@@ -291,7 +302,7 @@ class MultiClassGP:
         """:meth:`site_stats` from the rows' projections and the cavities."""
         y = y.astype(jnp.int32)
         label, other, label_fitc, other_fitc = self._pair_cavities(rows, cavity, y)
-        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha)
+        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha, label_noise=self.label_noise)
         shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
         count = sites.factor_counts(y, mask, self.num_classes)
         return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
@@ -344,7 +355,7 @@ class MultiClassGP:
     def predict(self, params: MultiClassParams, x):
         """Predictive log-probabilities ``log p(y* = c | x*)``, ``[B, C]`` (eq. 11/68)."""
         mean, var = self.predict_latent(params, x)
-        return sites.predictive_log_probs(mean, var, self.quadrature)
+        return sites.predictive_log_probs(mean, var, self.quadrature, self.label_noise)
 
 
 jax.tree_util.register_static(MultiClassGP)

@@ -96,7 +96,8 @@ def update(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, 
     num_classes = model.num_classes
     cav = _pair_cavities(model, params, state, x, y, hold=False)
     factors = sites.factor_mask(y, mask, num_classes)
-    refined = sites.refine(cav.label, cav.other, cav.label_fitc, cav.other_fitc, model.alpha)
+    refined = sites.refine(cav.label, cav.other, cav.label_fitc, cav.other_fitc, model.alpha,
+                           label_noise=model.label_noise)
     finite = jnp.all(jnp.stack([jnp.isfinite(leaf) for leaf in refined]), axis=0)
     valid = (cav.label_removal > 0) & (cav.other_removal > 0) & finite
     refresh = mask & jnp.all(valid | ~factors, axis=1)  # rows refined this time
@@ -134,9 +135,11 @@ def local_energy(model: MultiClassGP, params: MultiClassParams, state: EPSites, 
     (eqs. 56–61, scalar form of Villacampa-Calvo & Hernández-Lobato 2017, eq. 9, App. F; Power EP as Bui, Yan & Turner 2017 eq. 110). Gradient: ``(1/α)∂log Z_{i,k}/∂ξ``
     with the cavity fixed (eq. 10)."""
     cav = _pair_cavities(model, params, state, x, y, hold=True)
-    log_z = sites.log_partition(cav.label, cav.other, cav.label_fitc, cav.other_fitc, model.alpha)
+    log_z = sites.log_partition(cav.label, cav.other, cav.label_fitc, cav.other_fitc, model.alpha,
+                                label_noise=model.label_noise)
     terms = (log_z + jax.lax.stop_gradient(cav.label_change + cav.other_change)) / model.alpha
-    return jnp.sum(jnp.where(sites.factor_mask(y, mask, model.num_classes), terms, 0.0))
+    energy = jnp.sum(jnp.where(sites.factor_mask(y, mask, model.num_classes), terms, 0.0))
+    return sites.normalise_energy(energy, model.label_noise, model.num_classes, mask)
 
 
 def log_evidence(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y):

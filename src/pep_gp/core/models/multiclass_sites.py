@@ -10,6 +10,9 @@ approximation is rank one in each class (eqs. 20–23) and every EP operation re
   Sherman–Morrison step of Villacampa-Calvo & Hernández-Lobato 2017, App. C;
 * ``g(θ^∖) − g(θ)`` of eq. (61) has the scalar closed form of Villacampa-Calvo & Hernández-Lobato 2017, eq. 9, App. F.
 
+With label noise ``ε`` (:func:`robust_log_factor`) the factor is ``ε + (1 − ε)Φ(·)``: still a function of
+``m_i^{y_i} − m_i^k`` only, so its sites stay rank one in each class and the same algebra carries them.
+
 Arrays are laid out per (row i, other class k) as ``[B, C]``; the entry ``k = y_i`` is not a factor and
 is masked by the callers. "label" quantities live on class ``y_i``, "other" ones on class ``k``.
 
@@ -47,8 +50,44 @@ class Projections(NamedTuple):
     var: jnp.ndarray
 
 
+def robust_log_factor(z, label_noise: float):
+    """``log(ε + (1 − ε)Φ(z))``, the log of the label-noise factor, stable for very negative ``z``.
+
+    With noise-free latents the per-pair factors multiply to ``Π_{k≠y}(ε + (1 − ε)Θ(f_y − f_k)) = ε^{r_y(f)}``,
+    ``r_y`` the number of classes ranked above ``y``; summed over the labels this is ``Z_C(ε) = Σ_{r<C} ε^r``
+    whatever ``f``, so ``p(y | f) = ε^{r_y(f)}/Z_C(ε)`` is a normalised label-noise model (the observed label is
+    the latent argmax with probability ``1/Z_C``, the runner-up with ``ε/Z_C``, …). Where the robust likelihood
+    of Hernández-Lobato, Hernández-Lobato & Dupont (2011; Villacampa-Calvo & Hernández-Lobato 2017, eq. 13)
+    mixes the whole likelihood with uniform label noise ``ε/C``, this floors each pair's probit, which keeps
+    the per-pair factors of Villacampa-Calvo & Hernández-Lobato (2017, eq. 6) and their rank-one sites.
+    ``ε = 0`` is ``log Φ(z)``.
+    """
+    return jnp.logaddexp(jnp.log(label_noise), jnp.log1p(-label_noise) + log_ndtr(z))
+
+
+def log_label_noise_normaliser(label_noise: float, num_classes: int) -> float:
+    """``log Z_C(ε) = log Σ_{r=0}^{C−1} ε^r``: the constant that normalises the label-noise likelihood
+    (:func:`robust_log_factor`) over the ``C`` labels."""
+    return float(np.log(np.sum(float(label_noise) ** np.arange(num_classes))))
+
+
+def normalise_energy(energy, label_noise: float, num_classes: int, mask):
+    """A data term of unnormalised factors as the log-likelihood of ``ε^{r_y}/Z_C(ε)``: ``energy`` less
+    ``log Z_C(ε)`` per unmasked row (nothing to subtract at ``ε = 0``, where ``energy`` is returned as is)."""
+    if label_noise == 0.0:
+        return energy
+    return energy - log_label_noise_normaliser(label_noise, num_classes) * jnp.sum(mask.astype(energy.dtype))
+
+
+def check_label_noise(alpha: float, label_noise: float) -> None:
+    """Refuse ``label_noise > 0`` with ``alpha ≠ 1`` (the label-noise moments are EP's, α = 1)."""
+    if label_noise != 0.0 and alpha != 1.0:
+        raise ValueError(f"label_noise > 0 (got {label_noise}) needs alpha = 1 (got {alpha}): the robust factor's "
+                         "tilted moments are implemented in closed form only at α = 1")
+
+
 def log_partition(label: Projections, other: Projections, label_fitc, other_fitc, alpha: float = 1.0,
-                  quadrature: ProbitPowerQuadrature = TILTED_QUADRATURE):
+                  quadrature: ProbitPowerQuadrature = TILTED_QUADRATURE, label_noise: float = 0.0):
     """``log Z_{i,k} = log ∫ φ_i^k(f̄)^α q^∖(f̄) df̄`` (eq. 34; Power EP with power α).
 
     The factor depends on ``d = t^{y_i} − t^k ~ N(a^{y_i} − a^k, w^{y_i} + w^k)`` only, through
@@ -56,15 +95,37 @@ def log_partition(label: Projections, other: Projections, label_fitc, other_fitc
     ``b = S + w^{y_i} + w^k``; otherwise ``log E[Φ(u)^α]`` for ``u = d/√S ~ N(mean/√S, var/S)`` by the
     composite rule of :class:`~pep_gp.core.quadrature.ProbitPowerQuadrature` (Bui, Yan & Turner 2017, §3.8, App. G.2), whose gradient is
     finite also where the cavity variance along ``υ`` underflows to 0 (rows far from every inducing input).
+
+    With ``label_noise = ε > 0`` (α = 1 only) the factor is ``ε + (1 − ε)Φ(d/√S)`` and
+    ``Z = ε + (1 − ε)Φ(α̂)`` (:func:`robust_log_factor`).
     """
+    check_label_noise(alpha, label_noise)
     mean, var, fitc = label.mean - other.mean, label.var + other.var, label_fitc + other_fitc
+    if label_noise != 0.0:
+        return robust_log_factor(mean / jnp.sqrt(fitc + var), label_noise)
     if alpha == 1.0:
         return log_ndtr(mean / jnp.sqrt(fitc + var))
     return log_probit_power(mean / jnp.sqrt(fitc), var / fitc, alpha, quadrature)
 
 
-def _slope_and_curvature(label: Projections, other: Projections, label_fitc, other_fitc, alpha, quadrature):
-    """``g = ∂log Z/∂a^{y_i}`` and ``ν = g² − 2∂log Z/∂w`` (eqs. 39–42: ``∂/∂a^k = −g``, ``∂/∂w^k = ∂/∂w^{y_i}``)."""
+def _slope_and_curvature(label: Projections, other: Projections, label_fitc, other_fitc, alpha, quadrature,
+                         label_noise=0.0):
+    """``g = ∂log Z/∂a^{y_i}`` and ``ν = g² − 2∂log Z/∂w`` (eqs. 39–42: ``∂/∂a^k = −g``, ``∂/∂w^k = ∂/∂w^{y_i}``).
+
+    With label noise ``ε`` (α = 1), ``Z = ε + (1 − ε)Φ(α̂)`` gives the same forms with
+    ``β = (1 − ε)N(α̂)/Z``: ``g = β/√b`` and, from ``∂α̂/∂w = −α̂/(2b)``, ``ν = β(β + α̂)/b``. The factor is not
+    log-concave, so ``ν`` is negative where ``α̂ < −β`` (a label far on the wrong side: the tilted
+    distribution is wider than the cavity); it is clipped at 0 — the site keeps the mean step and adds no
+    precision, as EP implementations do with negative site precisions (Minka 2001; Vanhatalo et al.
+    2013, GPstuff) — which keeps every site precision ``C¹ ≥ 0`` and so the tied update positive
+    semi-definite. ``ν ≤ 1/b`` holds exactly (the tilted variance ``w − w²ν`` of a mixture of the cavity and a
+    probit-tilted cavity is positive for every ``w ≤ b``); the upper clip is against round-off only.
+    """
+    if label_noise != 0.0:
+        b = label_fitc + label.var + other_fitc + other.var
+        ahat = (label.mean - other.mean) / jnp.sqrt(b)
+        beta = jnp.exp(jnp.log1p(-label_noise) + norm.logpdf(ahat) - robust_log_factor(ahat, label_noise))
+        return beta / jnp.sqrt(b), jnp.clip(beta * (beta + ahat), 0.0, 1.0) / b
     if alpha == 1.0:  # closed form, with β = N(α̂)/Φ(α̂) (eqs. 39–46)
         b = label_fitc + label.var + other_fitc + other.var
         ahat = (label.mean - other.mean) / jnp.sqrt(b)
@@ -78,7 +139,7 @@ def _slope_and_curvature(label: Projections, other: Projections, label_fitc, oth
 
 
 def refine(label: Projections, other: Projections, label_fitc, other_fitc, alpha: float = 1.0,
-           quadrature: ProbitPowerQuadrature = TILTED_QUADRATURE) -> SiteScalars:
+           quadrature: ProbitPowerQuadrature = TILTED_QUADRATURE, label_noise: float = 0.0) -> SiteScalars:
     """Moment-matched site scalars from the (power-α) cavity projections (eqs. 43–55, Villacampa-Calvo & Hernández-Lobato 2017, App. D).
 
     With ``g = ∂log Z/∂a^{y_i}`` and ``ν = g² − 2∂log Z/∂w`` (at ``α = 1``: ``g = β/√b``,
@@ -89,9 +150,12 @@ def refine(label: Projections, other: Projections, label_fitc, other_fitc, alpha
 
     which at ``α = 1`` is eqs. (48)/(49) and (52)/(53) rearranged; (53) carries the sign fix (the text's
     sign is a typo; the authors' code has the fixed one). Since ``Φ^α`` is log-concave, ``0 ≤ ν < 1/b`` and ``w < b``, so ``C¹ ≥ 0`` (Villacampa-Calvo & Hernández-Lobato 2017, App. D); at
-    ``α = 1`` ``β(β + α̂)`` is clipped to ``[0, 1]`` against round-off for very negative ``α̂``.
+    ``α = 1`` ``β(β + α̂)`` is clipped to ``[0, 1]`` against round-off for very negative ``α̂``. With
+    ``label_noise = ε > 0`` (α = 1 only) the factor is ``ε + (1 − ε)Φ`` and a negative ``ν`` is clipped to 0
+    (:func:`_slope_and_curvature`), so ``C¹ ≥ 0`` still.
     """
-    slope, nu = _slope_and_curvature(label, other, label_fitc, other_fitc, alpha, quadrature)
+    check_label_noise(alpha, label_noise)
+    slope, nu = _slope_and_curvature(label, other, label_fitc, other_fitc, alpha, quadrature, label_noise)
 
     def site(proj: Projections, sign):
         denominator = alpha * (1.0 - nu * proj.var)
@@ -199,7 +263,7 @@ class PredictiveQuadrature(NamedTuple):
         return points, jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
 
 
-def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = PredictiveQuadrature()):
+def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = PredictiveQuadrature(), label_noise: float = 0.0):
     """``log p(y* = c | x*)`` of eq. (68) with the exact (Heaviside) likelihood, by 1-D quadrature.
 
         p(y* = c) = ∫ N(f; m_c, v_c) Π_{k≠c} Φ((f − m_k)/√v_k) df,
@@ -209,6 +273,11 @@ def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = Predictiv
     ``O(K·C)``, not ``O(K·C²)``. Measured accuracy: see
     ``tests/core/test_multiclass.py::test_predictive_quadrature_matches_scipy_quad``.
 
+    With ``label_noise = ε > 0`` it is the predictive of the label-noise likelihood the model trains on
+    (:func:`robust_log_factor`): ``p(y* = c) = E[ε^{r_c(f)}]/Z_C(ε)``, and since the classes are independent
+    given ``f_c``, ``E[ε^{r_c(f)}] = ∫ N(f; m_c, v_c) Π_{k≠c}(ε + (1 − ε)Φ((f − m_k)/√v_k)) df`` — the same
+    quadrature with ``log Φ`` replaced by :func:`robust_log_factor`; the probabilities sum to 1 exactly.
+
     Args:
         mean, var: latent predictive moments ``m*``, ``v*`` per class, ``[B, C]``.
 
@@ -216,7 +285,11 @@ def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = Predictiv
         ``[B, C]`` log-probabilities.
     """
     points, log_w = quadrature.nodes(mean, var)  # [B, K]
-    log_cdf = log_ndtr((points[:, :, None] - mean[:, None, :]) / jnp.sqrt(var)[:, None, :])  # [B, K, C]
+    z = (points[:, :, None] - mean[:, None, :]) / jnp.sqrt(var)[:, None, :]  # [B, K, C]
+    log_cdf = log_ndtr(z) if label_noise == 0.0 else robust_log_factor(z, label_noise)
     log_density = norm.logpdf(points[:, :, None], mean[:, None, :], jnp.sqrt(var)[:, None, :])
     log_integrand = log_density + jnp.sum(log_cdf, axis=-1, keepdims=True) - log_cdf
-    return logsumexp(log_w[:, :, None] + log_integrand, axis=1)
+    log_probs = logsumexp(log_w[:, :, None] + log_integrand, axis=1)
+    if label_noise == 0.0:
+        return log_probs
+    return log_probs - log_label_noise_normaliser(label_noise, mean.shape[-1])

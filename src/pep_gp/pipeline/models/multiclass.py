@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ...core.kernels import ProductDtype
 from ...core.models.multiclass import MultiClassGP, MultiClassParams
@@ -46,11 +46,20 @@ class MultiClassSettings(SiteSettings):
     """
 
     alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power of the factors (1: the paper's EP)")
+    label_noise: float = Field(0.0, ge=0.0, lt=1.0, description="ε of the label-noise factors ε + (1 − ε)Φ "
+                               "(robust to mislabelled rows; 0: the paper's likelihood; > 0 needs alpha = 1)")
     damping_decay: float = Field(0.99, gt=0.0, le=1.0, description="ρ_t = ρ·decay^(t/steps per epoch), never "
                                  "below the floor: the decay per pass over the training rows")
     kernel_products: ProductDtype = Field(
         "float64", description="dtype of the kernel's matrix products over the inputs; float32 halves that part "
         "of a step at large D (images), the EP algebra stays float64")
+
+    @model_validator(mode="after")
+    def _label_noise_needs_ep(self) -> "MultiClassSettings":
+        if self.label_noise != 0.0 and self.alpha != 1.0:
+            raise ValueError(f"label_noise = {self.label_noise} needs alpha = 1 (got alpha = {self.alpha}): the "
+                             "label-noise factors' moments are implemented for EP only")
+        return self
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,8 @@ class MultiClassSpec(SpecBase):
     def build(self, settings: MultiClassSettings, binding: dict[str, Any]) -> MultiClassGP:
         counts = np.asarray(binding["class_counts"], dtype=float)
         return MultiClassGP(tuple(float(f) for f in counts / counts.sum()), alpha=settings.alpha,
-                            jitter=settings.jitter, kernel_products=settings.kernel_products)
+                            jitter=settings.jitter, label_noise=settings.label_noise,
+                            kernel_products=settings.kernel_products)
 
     def init(self, model: MultiClassGP, x, settings: MultiClassSettings, seed: int) -> MultiClassParams:
         """A random sample of ``M`` rows per class as inducing inputs; the settings' kernel for every class
