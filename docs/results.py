@@ -193,6 +193,11 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "bench_defaults_vs_lr": lambda: estimators_table("bench_defaults_vs_lr"),
                                             "bench_chile": lambda: estimators_table(
                                                 "bench_chile_defaults", "bench_chile_linear", "bench_chile_early_stopping"),
+                                            "bench_chile_label_noise": lambda: estimators_table(
+                                                "bench_chile_label_noise_0.01", "bench_chile_label_noise_0.1",
+                                                "bench_chile_label_noise_0.3"),
+                                            "bench_defaults_vs_lr_label_noise_0.3":
+                                                lambda: estimators_table("bench_defaults_vs_lr_label_noise_0.3"),
                                             "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
                                             "bench_weak_scaling": weak_scaling_table, "bench_power_ep": power_ep_table,
                                             "bench_likelihoods": likelihoods_table,
