@@ -107,3 +107,12 @@ def test_a_model_s_own_defaults_fill_only_the_fields_a_config_leaves_out():
     assert TrainConfig(batch_size=64).with_defaults(get_model("sparse-gp-classifier").train_defaults) == TrainConfig(batch_size=64)
     resumed = TrainConfig(**TrainConfig().model_dump())  # a run's stored config: every field given
     assert resumed.with_defaults(deep) == TrainConfig()
+
+
+def test_label_noise_is_a_multiclass_setting_refused_out_of_range_or_beside_another_power():
+    spec = get_model("multiclass-sep")
+    assert model_settings(spec, {"label_noise": 0.1}).label_noise == 0.1
+    with pytest.raises(InputError, match=r"model\.label_noise: Input should be less than 1 \(found 1\.0\)"):
+        model_settings(spec, {"label_noise": 1.0}, "--set")
+    with pytest.raises(InputError, match=r"model\.label_noise: Value error, label_noise = 0\.1 needs alpha = 1"):
+        model_settings(spec, {"alpha": 0.5, "label_noise": 0.1}, "--set")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from ...core.kernels import ProductDtype
 from ...core.models.multiclass import MultiClassGP, MultiClassParams
@@ -54,12 +54,14 @@ class MultiClassSettings(SiteSettings):
         "float64", description="dtype of the kernel's matrix products over the inputs; float32 halves that part "
         "of a step at large D (images), the EP algebra stays float64")
 
-    @model_validator(mode="after")
-    def _label_noise_needs_ep(self) -> "MultiClassSettings":
-        if self.label_noise != 0.0 and self.alpha != 1.0:
-            raise ValueError(f"label_noise = {self.label_noise} needs alpha = 1 (got alpha = {self.alpha}): the "
-                             "label-noise factors' moments are implemented for EP only")
-        return self
+    @field_validator("label_noise")
+    @classmethod
+    def _label_noise_needs_ep(cls, value: float, info: ValidationInfo) -> float:
+        alpha = info.data.get("alpha", 1.0)
+        if value != 0.0 and alpha != 1.0:
+            raise ValueError(f"label_noise = {value} needs alpha = 1 (got alpha = {alpha}): the label-noise "
+                             "factors' moments are implemented for EP only")
+        return value
 
 
 @dataclass(frozen=True)
