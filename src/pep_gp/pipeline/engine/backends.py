@@ -348,7 +348,7 @@ class DaskBackend:
         from distributed import Client
 
         try:
-            client = Client(self._address, security=self._security, timeout=30)
+            client = Client(self._address, security=self._security)  # Dask's connect timeout (30 s by default)
             client.wait_for_workers(1, timeout=120)
         except (OSError, TimeoutError) as error:
             raise OSError(f"no scheduler at {self._address} ({error})") from None

@@ -147,7 +147,7 @@ def _existing_cluster(address: str) -> DaskBackend:
 
     security = client_security(address)
     try:
-        client = Client(address, timeout=30, security=security)
+        client = Client(address, security=security)  # waits Dask's connect timeout (30 s by default), as it reconnects
         client.wait_for_workers(1, timeout=120)
     except (OSError, TimeoutError) as error:
         raise OSError(f"--cluster {address}: cannot use the scheduler ({error})") from None
