@@ -2,7 +2,9 @@
 traceback (``ConnectionPool is closed``). Now a scheduler that comes back at its address (restarted by a
 supervisor) is reconnected to and the step re-run, like a lost worker's; one that does not ends the run
 with one line (exit 1) pointing at ``--resume``, which on a new scheduler ends bit-identical to an
-undisturbed run. Dask's connect timeout is 5 s here (30 s by default) to keep the test short."""
+undisturbed run. Dask's connect timeout is 10 s here (30 s by default) to keep the test short: a step waits
+it three times before a scheduler lost for good ends the run, and a restarted one has that long to come
+back."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.infra
 
 MODEL = "sparse-gp-classifier"
 CONFIG = FAST.model_copy(update={"epochs": 40})  # 200 steps, a checkpoint every 4
-QUICK_TIMEOUTS = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}
+QUICK_TIMEOUTS = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "10s"}
 
 
 @pytest.fixture(scope="module")
