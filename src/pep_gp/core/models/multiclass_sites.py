@@ -60,8 +60,10 @@ def robust_log_factor(z, label_noise: float):
     of Hernández-Lobato, Hernández-Lobato & Dupont (2011; Villacampa-Calvo & Hernández-Lobato 2017, eq. 13)
     mixes the whole likelihood with uniform label noise ``ε/C``, this floors each pair's probit, which keeps
     the per-pair factors of Villacampa-Calvo & Hernández-Lobato (2017, eq. 6) and their rank-one sites.
-    ``ε = 0`` is ``log Φ(z)``.
+    ``ε = 0`` is ``log Φ(z)``, computed as such.
     """
+    if label_noise == 0.0:
+        return log_ndtr(z)
     return jnp.logaddexp(jnp.log(label_noise), jnp.log1p(-label_noise) + log_ndtr(z))
 
 
@@ -101,10 +103,8 @@ def log_partition(label: Projections, other: Projections, label_fitc, other_fitc
     """
     check_label_noise(alpha, label_noise)
     mean, var, fitc = label.mean - other.mean, label.var + other.var, label_fitc + other_fitc
-    if label_noise != 0.0:
-        return robust_log_factor(mean / jnp.sqrt(fitc + var), label_noise)
     if alpha == 1.0:
-        return log_ndtr(mean / jnp.sqrt(fitc + var))
+        return robust_log_factor(mean / jnp.sqrt(fitc + var), label_noise)
     return log_probit_power(mean / jnp.sqrt(fitc), var / fitc, alpha, quadrature)
 
 
@@ -121,15 +121,11 @@ def _slope_and_curvature(label: Projections, other: Projections, label_fitc, oth
     semi-definite. ``ν ≤ 1/b`` holds exactly (the tilted variance ``w − w²ν`` of a mixture of the cavity and a
     probit-tilted cavity is positive for every ``w ≤ b``); the upper clip is against round-off only.
     """
-    if label_noise != 0.0:
+    if alpha == 1.0:  # closed form, with β = (1 − ε)N(α̂)/Z, at ε = 0 N(α̂)/Φ(α̂) (eqs. 39–46)
         b = label_fitc + label.var + other_fitc + other.var
         ahat = (label.mean - other.mean) / jnp.sqrt(b)
-        beta = jnp.exp(jnp.log1p(-label_noise) + norm.logpdf(ahat) - robust_log_factor(ahat, label_noise))
-        return beta / jnp.sqrt(b), jnp.clip(beta * (beta + ahat), 0.0, 1.0) / b
-    if alpha == 1.0:  # closed form, with β = N(α̂)/Φ(α̂) (eqs. 39–46)
-        b = label_fitc + label.var + other_fitc + other.var
-        ahat = (label.mean - other.mean) / jnp.sqrt(b)
-        beta = jnp.exp(norm.logpdf(ahat) - log_ndtr(ahat))
+        log_beta = norm.logpdf(ahat) - robust_log_factor(ahat, label_noise)
+        beta = jnp.exp(log_beta if label_noise == 0.0 else jnp.log1p(-label_noise) + log_beta)
         return beta / jnp.sqrt(b), jnp.clip(beta * (beta + ahat), 0.0, 1.0) / b
     # In u = d/√S: ∂log Z/∂a = G/√S and 2∂log Z/∂w = H/S (quadrature sums, Price's theorem), no autodiff.
     fitc = label_fitc + other_fitc
@@ -286,7 +282,7 @@ def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = Predictiv
     """
     points, log_w = quadrature.nodes(mean, var)  # [B, K]
     z = (points[:, :, None] - mean[:, None, :]) / jnp.sqrt(var)[:, None, :]  # [B, K, C]
-    log_cdf = log_ndtr(z) if label_noise == 0.0 else robust_log_factor(z, label_noise)
+    log_cdf = robust_log_factor(z, label_noise)
     log_density = norm.logpdf(points[:, :, None], mean[:, None, :], jnp.sqrt(var)[:, None, :])
     log_integrand = log_density + jnp.sum(log_cdf, axis=-1, keepdims=True) - log_cdf
     log_probs = logsumexp(log_w[:, :, None] + log_integrand, axis=1)
