@@ -84,8 +84,8 @@ def normalise_energy(energy, label_noise: float, num_classes: int, mask):
 def check_label_noise(alpha: float, label_noise: float) -> None:
     """Refuse ``label_noise > 0`` with ``alpha ≠ 1`` (the label-noise moments are EP's, α = 1)."""
     if label_noise != 0.0 and alpha != 1.0:
-        raise ValueError(f"label_noise > 0 (got {label_noise}) needs alpha = 1 (got {alpha}): the robust factor's "
-                         "tilted moments are implemented in closed form only at α = 1")
+        raise ValueError(f"label_noise = {label_noise} needs alpha = 1 (got alpha = {alpha}): the label-noise "
+                         "factors' tilted moments are implemented in closed form for EP (α = 1) only")
 
 
 def log_partition(label: Projections, other: Projections, label_fitc, other_fitc, alpha: float = 1.0,

@@ -23,6 +23,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ...core.kernels import ProductDtype
 from ...core.models.multiclass import MultiClassGP, MultiClassParams
+from ...core.models.multiclass_sites import check_label_noise
 from ..data.blocks import TargetScaling
 from ..errors import InputError
 from .predictive import MultiClassPredictive
@@ -57,10 +58,7 @@ class MultiClassSettings(SiteSettings):
     @field_validator("label_noise")
     @classmethod
     def _label_noise_needs_ep(cls, value: float, info: ValidationInfo) -> float:
-        alpha = info.data.get("alpha", 1.0)
-        if value != 0.0 and alpha != 1.0:
-            raise ValueError(f"label_noise = {value} needs alpha = 1 (got alpha = {alpha}): the label-noise "
-                             "factors' moments are implemented for EP only")
+        check_label_noise(info.data.get("alpha", 1.0), value)
         return value
 
 
