@@ -65,28 +65,28 @@ def profile(store: Store, steps: int, batch_size: int, kernel_products: str = "f
             blocks = trainer.schedule.blocks(state.step)
             scale = trainer.n_total / train.rows(blocks)
             params = state.params
-            batch = EngineBatch(train, blocks, scale, trainer.n_total)
+            batch = EngineBatch(train, blocks, scale, trainer.data_size)
             with pep_gp.core.float64():
-                n_total = jnp.asarray(trainer.n_total, jnp.float64)
+                size = jnp.asarray(trainer.data_size, jnp.float64)
                 shared, pullback = timed(times, "step-shared quantities + pullback",
-                                         lambda: compiled.prepare(params, n_total))
+                                         lambda: compiled.prepare(params, size))
                 structure = jax.tree_util.tree_structure(shared)
                 stats = timed(times, "site statistics (engine)",
                               lambda: batch.sum_keeping(compiled.site_term, (params, shared)))
                 params, shared, _ = timed(times, "tied-factor update + cavities",
-                                          lambda: compiled.site_update(params, shared, stats, state.step, n_total))
+                                          lambda: compiled.site_update(params, shared, stats, state.step, size))
                 value, grad = timed(times, "data term + gradient (engine)",
                                     lambda: batch.sum_kept(compiled.data_term, trainer.model.held(shared)))
                 state.params, state.opt_state, *_ = timed(
                     times, "global term + chain rule + Adam",
-                    lambda: compiled.ascend(params, state.opt_state, shared, pullback, value, grad, scale, n_total,
+                    lambda: compiled.ascend(params, state.opt_state, shared, pullback, value, grad, scale, size,
                                             structure))
             state.step += 1
         block = BLOCKS.get(train.source, 0)
         with pep_gp.core.float64():
             x, y, mask = block  # the cache's arrays, already on the device
             site_term, data_term = jax.jit(compiled.site_term), jax.jit(compiled.data_term)
-            shared = compiled.prepare(state.params, jnp.asarray(trainer.n_total, jnp.float64))[0]
+            shared = compiled.prepare(state.params, jnp.asarray(trainer.data_size, jnp.float64))[0]
             inputs = (state.params, shared)
             kept = site_term(inputs, x, y, mask)[1]  # the block's rows, as the site-statistics pass keeps them
             held = trainer.model.held(shared)

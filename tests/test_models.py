@@ -49,7 +49,7 @@ def _block_term(trainer, rows: slice = slice(None)):
     the first block's ``rows``."""
     with float64():
         params = trainer.fresh_state().params
-        shared = trainer.model.step_shared(params, trainer.n_total)
+        shared = trainer.model.step_shared(params, trainer.data_size)
     y = jnp.asarray(trainer.train.source.read(0).y[rows])
     term = jax.jit(jax.value_and_grad(trainer.model.data_energy, argnums=(0, 1)))
 

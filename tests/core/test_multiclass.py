@@ -23,7 +23,7 @@ def _problem(n=24, num_classes=3, num_inducing=4, seed=0):
     x = rng.normal(size=(n, 2))
     y = np.arange(n) % num_classes
     x[:, 0] += y  # separable-ish classes
-    model = MultiClassGP.from_labels(y, num_classes)
+    model = MultiClassGP(num_classes)
     inducing = rng.normal(size=(num_classes, num_inducing, 2))
     params = model.init(x, num_inducing, inducing=inducing, noise=0.3, seed=seed)
     return model, params, jnp.asarray(x), jnp.asarray(y)
@@ -133,10 +133,10 @@ def test_site_removal_and_normaliser_change_match_dense_algebra():
 
 
 def _sep_update(model, params, x, y, damping):
-    n = x.shape[0]
-    shared = model.step_shared(params, n)
-    stats = model.site_stats(params, shared, x, y, jnp.ones(n, bool))
-    return model.site_update(params, shared, stats, n, damping)
+    size = model.data_size(y)
+    shared = model.step_shared(params, size)
+    stats = model.site_stats(params, shared, x, y, jnp.ones(x.shape[0], bool))
+    return model.site_update(params, shared, stats, size, damping)
 
 
 @jax.jit
@@ -172,7 +172,7 @@ def _run_ep(model, params, x, y, iterations, damping, state=None):
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_sep_with_one_binary_data_point_equals_ep_at_every_iteration(alpha):
     model, params, x, y = _problem(n=2, num_classes=2)
-    model = MultiClassGP(model.class_frequencies, alpha=alpha)
+    model = MultiClassGP(model.num_classes, alpha=alpha)
     x, y = x[:1], y[:1]
     _, sep_trace = _run_sep(model, params, x, y, 15, 0.6)
     ep_params, state, ep_trace = _run_ep(model, params, x, y, 15, 0.6)
@@ -191,7 +191,7 @@ def test_sep_with_one_data_point_equals_ep_for_three_classes():
     label sites coincide, so SEP's averaged removal (n_{y} = C − 1 = 2) is exact and the fixed points agree."""
     _, params, x, y = _problem(n=3, num_classes=3)
     x, y = x[:1], y[:1]  # label 0
-    model = MultiClassGP((1.0, 0.0, 0.0))  # n_c = (2, 1, 1)
+    model = MultiClassGP(3)  # N_c = (1, 0, 0): n_c = (2, 1, 1)
     params = params._replace(
         kernel=jax.tree_util.tree_map(lambda a: a.at[2].set(a[1]), params.kernel),
         inducing=params.inducing.at[2].set(params.inducing[1]),
@@ -218,7 +218,7 @@ def test_ep_incremental_sums_equal_the_site_sums():
 def test_eq10_matches_finite_differences_of_log_zq_at_ep_convergence(alpha):
     """Also at the fixed point of Power EP (α = 0.5), where the same cavity-held gradient is exact."""
     model, params, x, y = _problem(n=18)
-    model = MultiClassGP(model.class_frequencies, alpha=alpha)
+    model = MultiClassGP(model.num_classes, alpha=alpha)
     params, state, _ = _run_ep(model, params, x, y, 200, 0.7)
     evidence = lambda p, s: _ep_evidence(model, p, s, x, y)
     grad = jax.jit(jax.grad(ep.log_evidence, argnums=1), static_argnums=0)(model, params, state, x, y)
@@ -246,11 +246,11 @@ def test_sep_batch_converges_to_a_fixed_point():
 
 def test_non_finite_site_statistics_are_rejected():
     model, params, x, y = _problem()
-    n = x.shape[0]
-    shared = model.step_shared(params, n)
+    n, size = x.shape[0], model.data_size(y)
+    shared = model.step_shared(params, size)
     stats = jax.jit(lambda p: model.site_stats(p, shared, x, y, jnp.ones(n, bool)))(params)
     bad = stats._replace(shift=stats.shift.at[0, 0].set(jnp.nan))
-    kept, _, accepted = jax.jit(model.site_update)(params, shared, bad, n, 1.0)
+    kept, _, accepted = jax.jit(model.site_update)(params, shared, bad, size, 1.0)
     assert not bool(accepted)
     np.testing.assert_array_equal(kept.factor.shift, params.factor.shift)
     np.testing.assert_array_equal(kept.factor.precision, params.factor.precision)
@@ -276,8 +276,9 @@ def test_chunked_masked_terms_sum_to_the_whole(factor):
         params, _ = _run_sep(model, params, x, y, 3, 0.5)
     else:
         params = model.init(np.asarray(x), 4, noise=0.3, factor="cholesky")
-    n = x.shape[0]
-    value_and_grad = jax.jit(jax.value_and_grad(lambda p, *rows: model.data_energy(p, model.step_shared(p, n), *rows)))
+    n, size = x.shape[0], model.data_size(y)
+    value_and_grad = jax.jit(jax.value_and_grad(lambda p, *rows: model.data_energy(p, model.step_shared(p, size),
+                                                                                     *rows)))
     whole = value_and_grad(params, x, y, jnp.ones(n, bool))
     parts = [value_and_grad(params, *chunk) for chunk in _padded_chunks(x, y, 10)]
     assert float(sum(v for v, _ in parts)) == pytest.approx(float(whole[0]), rel=1e-12)
@@ -285,7 +286,7 @@ def test_chunked_masked_terms_sum_to_the_whole(factor):
     for a, b in zip(jax.tree_util.tree_leaves(summed), jax.tree_util.tree_leaves(whole[1])):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
     if factor == "natural":
-        site_stats = jax.jit(lambda p, *rows: model.site_stats(p, model.step_shared(p, n), *rows))
+        site_stats = jax.jit(lambda p, *rows: model.site_stats(p, model.step_shared(p, size), *rows))
         stats = [site_stats(params, *chunk) for chunk in _padded_chunks(x, y, 10)]
         total = site_stats(params, x, y, jnp.ones(n, bool))
         for a, b in zip(jax.tree_util.tree_map(lambda *s: sum(s), *stats), total):
@@ -365,7 +366,7 @@ def test_small_power_approaches_the_variational_bound():
     model, params, x, y = _problem(n=12)
     params, _ = _run_sep(model, params, x, y, 10, 0.5)
     bound = _variational_bound(model, params, x, y)
-    gaps = [abs(float(_energy(MultiClassGP(model.class_frequencies, alpha=a), params, x, y)) - bound) for a in (1e-2, 1e-3)]
+    gaps = [abs(float(_energy(MultiClassGP(model.num_classes, alpha=a), params, x, y)) - bound) for a in (1e-2, 1e-3)]
     assert gaps[1] < 2e-3 * abs(bound)
     assert gaps[1] == pytest.approx(gaps[0] / 10, rel=0.1)  # the gap shrinks linearly in α
 
@@ -396,10 +397,9 @@ def test_refreshed_shared_quantities_equal_fresh_ones_after_a_site_update():
     """After an EP update (only the factor moves) site_update keeps the prior factors and recomputes
     the cavities: the result equals step_shared of the updated params."""
     model, params, x, y = _problem()
-    n = x.shape[0]
-    shared = model.step_shared(params, n)
+    shared = model.step_shared(params, model.data_size(y))
     updated, refreshed, _ = _sep_update(model, params, x, y, 0.5)
-    fresh = model.step_shared(updated, n)
+    fresh = model.step_shared(updated, model.data_size(y))
     for a, b in zip(jax.tree_util.tree_leaves(refreshed), jax.tree_util.tree_leaves(fresh)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
     assert not np.allclose(refreshed.cavity.mean, shared.cavity.mean)  # the factor did move
@@ -413,11 +413,11 @@ def test_a_one_class_minibatch_at_small_n_keeps_a_valid_factor():
     classes keep 1 − 8/13.3 of theirs."""
     model, params, x, y = _problem()
     params, _ = _run_sep(model, params, x, y, 5, 0.5)  # a non-zero factor to keep or drop
-    rows, n_total = np.flatnonzero(np.asarray(y) == 0)[:8], 10.0
-    shared = model.step_shared(params, n_total)
+    rows, size = np.flatnonzero(np.asarray(y) == 0)[:8], 10.0 * model.data_size(y) / y.shape[0]  # N = 10
+    shared = model.step_shared(params, size)
     stats = model.site_stats(params, shared, x[rows], y[rows], jnp.ones(8, bool))
-    updated, _, accepted = model.site_update(params, shared, stats, n_total, 1.0)
-    counts = np.asarray(model.factor_counts(n_total))
+    updated, _, accepted = model.site_update(params, shared, stats, size, 1.0)
+    counts = np.asarray(model.factor_counts(size))
     assert bool(accepted) and float(stats.count[0]) == 16.0 > counts[0]
     np.testing.assert_allclose(updated.factor.precision[0], counts[0] / 16.0 * stats.precision[0], rtol=1e-12)
     keep = 1.0 - 8.0 / counts[1:]
@@ -431,15 +431,14 @@ def test_minibatch_updates_of_one_batch_reach_the_fixed_point_of_its_copies():
     """SEP with scale N/|B| = 3: updating on one batch as if it were a third of N = 3|B| rows reaches the
     same tied factor as full-batch SEP on the batch repeated three times (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1)."""
     model, params, x, y = _problem()
-    repeated = MultiClassGP.from_labels(np.tile(np.asarray(y), 3), 3)
-    assert repeated == model  # same class frequencies, so the same n_c for any N
-    n = x.shape[0]
+    n, size = x.shape[0], 3.0 * model.data_size(y)  # the rows of each class in the three copies
+    np.testing.assert_array_equal(size, model.data_size(jnp.tile(y, 3)))
 
     @jax.jit
     def minibatch_step(p):
-        shared = model.step_shared(p, 3.0 * n)
+        shared = model.step_shared(p, size)
         stats = model.site_stats(p, shared, x, y, jnp.ones(n, bool))
-        return model.site_update(p, shared, stats, 3.0 * n, 0.5)[0]
+        return model.site_update(p, shared, stats, size, 0.5)[0]
 
     minibatch, _ = jax.lax.scan(lambda p, _: (minibatch_step(p), None), params, None, length=3000)
     full, _ = _run_sep(model, params, jnp.tile(x, (3, 1)), jnp.tile(y, 3), 600, 0.5)  # steps of ρ/3 vs ρ
@@ -479,8 +478,8 @@ def test_float32_kernel_products_keep_energy_gradient_and_site_statistics():
     x = rng.uniform(size=(40, 60))
     y = np.arange(40) % 3
     x[:, :3] += np.eye(3)[y]
-    exact = MultiClassGP.from_labels(y, 3)
-    fast = MultiClassGP.from_labels(y, 3, kernel_products="float32")
+    exact = MultiClassGP(3)
+    fast = MultiClassGP(3, kernel_products="float32")
     params, _ = _run_sep(exact, exact.init(x, 6, noise=0.3), jnp.asarray(x), jnp.asarray(y), 3, 0.5)
     x, y, mask = jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool)
     energies = [jax.jit(jax.value_and_grad(m.energy))(params, x, y) for m in (exact, fast)]
@@ -489,8 +488,9 @@ def test_float32_kernel_products_keep_energy_gradient_and_site_statistics():
     assert float(fast_value) != float(value)  # the products did run in float32
     for a, b in zip(jax.tree_util.tree_leaves(fast_grad), jax.tree_util.tree_leaves(grad)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(jnp.max(jnp.abs(b))))
-    stats = [jax.jit(lambda p, m=m: m.site_stats(p, m.step_shared(p, 40), x, y, mask))(params) for m in (fast, exact)]
+    stats = [jax.jit(lambda p, m=m: m.site_stats(p, m.step_shared(p, m.data_size(y)), x, y, mask))(params)
+             for m in (fast, exact)]
     for a, b in zip(*stats):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(jnp.max(jnp.abs(b))))
     with pytest.raises(ValueError, match="kernel_products must be one of .*'half'"):
-        MultiClassGP.from_labels(y, 3, kernel_products="half")
+        MultiClassGP(3, kernel_products="half")

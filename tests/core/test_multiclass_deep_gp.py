@@ -28,8 +28,7 @@ def _problem(hidden, n=12, num_inducing=4, seed=0):
     x = rng.normal(size=(n, 2))
     y = np.argmax(x @ rng.normal(size=(2, CLASSES)) + 0.5 * rng.normal(size=(n, CLASSES)), axis=1)
     y[:CLASSES] = np.arange(CLASSES)  # every class present
-    counts = np.bincount(y, minlength=CLASSES)
-    model = MultiClassDeepGP(ClassPairs(CLASSES), class_frequencies=tuple(counts / n))
+    model = MultiClassDeepGP(ClassPairs(CLASSES))
     params = model.init(x, hidden_dims=hidden, num_inducing=num_inducing, seed=seed,
                         likelihood_params=ClassPairs(CLASSES).init_params(0.3))
     flat, unravel = ravel_pytree(params)
@@ -71,7 +70,7 @@ def numpy_energy(model, params, x, y, nodes=40):
     the hidden layer's diagonal Gaussian integrated by a tensor Gauss–Hermite grid (law of total variance),
     and each factor ``∫ N(f; m_y, v_y) Φ((f − m_k)/√v_k) df`` by Gauss–Hermite."""
     x, y = np.asarray(x), np.asarray(y).astype(int)
-    n, freq = len(y), np.asarray(model.class_frequencies)
+    n, freq = len(y), np.bincount(y, minlength=CLASSES) / len(y)
     hidden_layer, output_layer = params.layers
     hidden = _numpy_gps(hidden_layer, model.jitter, last=False)
     output = _numpy_gps(output_layer, model.jitter, last=True)
@@ -118,7 +117,7 @@ def _without_a_hidden_layer():
     (layer,) = params.layers
     same = MultiClassParams(kernel=layer.kernel, raw_noise=layer.likelihood[CLASS_NOISE], inducing=layer.inducing,
                             factor=CholeskyFactor(*tied_factor(layer)))
-    return model, params, MultiClassGP(model.class_frequencies, jitter=model.jitter), same, x, y
+    return model, params, MultiClassGP(CLASSES, jitter=model.jitter), same, x, y
 
 
 def test_without_a_hidden_layer_it_is_the_direct_multiclass_gp():
@@ -137,7 +136,8 @@ def test_an_identity_hidden_layer_without_noise_gives_the_one_layer_model():
     @jax.jit
     def both(params):
         n, one = x.shape[0], params._replace(layers=params.layers[1:])
-        output, alone = model.step_shared(params, n).layers[1], model.step_shared(one, n)
+        size = model.data_size(y)
+        output, alone = model.step_shared(params, size).layers[1], model.step_shared(one, size)
         identity = uncertain_input_marginals(model.layer_bank(params.layers[1]), output.gaussian, output.pairs, x,
                                              jnp.zeros_like(x))
         return (jnp.sum(model.likelihood.log_tilted({}, y, identity.mean, identity.var)),
@@ -170,10 +170,9 @@ def test_energy_gradient_matches_central_differences():
     oracles.assert_gradient_matches_central_differences(energy, jax.grad(energy), flat, eps=1e-6)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"alpha": 0.5}, "alpha = 1 only"),
-    ({"class_frequencies": (0.5, 0.5)}, "one class frequency per class"),
-    ({"class_frequencies": (0.5, 0.5, 0.5)}, "summing to 1")])
-def test_bad_settings_are_refused(kwargs, message):
+@pytest.mark.parametrize("classes, kwargs, message", [
+    (3, {"alpha": 0.5}, "alpha = 1 only"),
+    (1, {}, "ClassPairs of at least 2 classes")])
+def test_bad_settings_are_refused(classes, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        MultiClassDeepGP(ClassPairs(3), **{"class_frequencies": (0.2, 0.3, 0.5), **kwargs})
+        MultiClassDeepGP(ClassPairs(classes), **kwargs)

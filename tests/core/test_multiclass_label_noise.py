@@ -121,13 +121,14 @@ def _three_site_updates(label_noise):
     x = rng.normal(size=(n, 2))
     y = np.arange(n) % num_classes
     x[:, 0] += y
-    model = MultiClassGP.from_labels(y, num_classes, label_noise=label_noise)
+    model = MultiClassGP(num_classes, label_noise=label_noise)
     params = model.init(x, m, inducing=rng.normal(size=(num_classes, m, 2)), noise=0.3, seed=0)
     x, y, mask = jnp.asarray(x), jnp.asarray(y), jnp.ones(n, bool)
-    shared = model.step_shared(params, n)
+    size = model.data_size(y)
+    shared = model.step_shared(params, size)
     for _ in range(3):
         stats = model.site_stats(params, shared, x, y, mask)
-        params, shared, ok = model.site_update(params, shared, stats, n, 0.5)
+        params, shared, ok = model.site_update(params, shared, stats, size, 0.5)
         assert bool(ok)
     return model, params, x, y, stats
 
@@ -167,11 +168,12 @@ def test_label_noise_sep_keeps_site_precisions_non_negative_with_flipped_labels(
     y = np.arange(n) % num_classes
     x[:, 0] += 3.0 * y
     y[::4] = (y[::4] + 1) % num_classes
-    model = MultiClassGP.from_labels(y, num_classes, label_noise=0.2)
+    model = MultiClassGP(num_classes, label_noise=0.2)
     inducing = x[rng.choice(n, num_classes * m, replace=False)].reshape(num_classes, m, 2)
     params = model.init(x, m, inducing=inducing, noise=0.3, seed=0)
     x, y, mask = jnp.asarray(x), jnp.asarray(y), jnp.ones(n, bool)
-    shared = model.step_shared(params, n)
+    size = model.data_size(y)
+    shared = model.step_shared(params, size)
     for _ in range(3):
         rows = model.block_rows(params, shared, x)
         label, other, label_fitc, other_fitc = model._pair_cavities(rows, shared.cavity, y)
@@ -179,7 +181,8 @@ def test_label_noise_sep_keeps_site_precisions_non_negative_with_flipped_labels(
         factors = np.asarray(sites.factor_mask(y, mask, num_classes))
         precisions = np.stack([np.asarray(refined.label_precision)[factors], np.asarray(refined.other_precision)[factors]])
         assert np.all(precisions >= 0.0)
-        params, shared, ok = model.site_update(params, shared, model.site_stats(params, shared, x, y, mask), n, 0.5)
+        params, shared, ok = model.site_update(params, shared, model.site_stats(params, shared, x, y, mask), size,
+                                               0.5)
         assert bool(ok)
     assert np.any(precisions == 0.0)
     tied = np.asarray(params.factor.precision)
@@ -191,7 +194,7 @@ def test_label_noise_sep_keeps_site_precisions_non_negative_with_flipped_labels(
 @pytest.mark.parametrize("label_noise", [-0.1, 1.0, 1.5])
 def test_label_noise_outside_zero_to_one_is_refused_naming_the_setting(label_noise):
     with pytest.raises(ValueError, match="label_noise"):
-        MultiClassGP((0.5, 0.5), label_noise=label_noise)
+        MultiClassGP(2, label_noise=label_noise)
     with pytest.raises(ValueError, match="label_noise: Input should be"):
         MultiClassGPClassifier(num_inducing=2, label_noise=label_noise).fit(np.eye(4), [0, 1, 2, 0])
 
@@ -200,7 +203,7 @@ def test_label_noise_needs_alpha_one():
     with pytest.raises(ValueError, match="label_noise = 0.1 needs alpha = 1"):
         MultiClassSettings(alpha=0.5, label_noise=0.1)
     with pytest.raises(ValueError, match="needs alpha = 1"):
-        MultiClassGP((0.5, 0.5), alpha=0.5, label_noise=0.1)
+        MultiClassGP(2, alpha=0.5, label_noise=0.1)
     label, other, fitc_y, fitc_k = _pair(0.0, np.random.default_rng(0))
     with pytest.raises(ValueError, match="needs alpha = 1"):
         sites.refine(label, other, fitc_y, fitc_k, alpha=0.5, label_noise=0.1)

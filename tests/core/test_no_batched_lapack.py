@@ -62,7 +62,7 @@ def test_power_ep_energy(data, likelihood):
 @pytest.mark.parametrize("factor", ["natural", "cholesky"])
 def test_multiclass_energy_and_prediction(data, factor):
     x, _, classes = data
-    model = MultiClassGP.from_labels(classes, 3)
+    model = MultiClassGP(3)
     params = model.init(x, 4, noise=0.3, factor=factor)
     xj, yj = jnp.asarray(x), jnp.asarray(classes)
     _assert_unbatched(lambda p: model.energy(p, xj, yj), params)

@@ -31,13 +31,13 @@ def test_bytes_per_step_are_the_models(cluster, tmp_path):
     trainer.step(state)  # compiles on the workers, fills their block caches
     model, workers = trainer.model, len(cluster.client.nthreads())
     params = state.params
-    shared = jax.jit(model.step_shared)(params, trainer.n_total)
+    shared = jax.jit(model.step_shared)(params, trainer.data_size)
     classes, inducing = params.inducing.shape[:2]
     stats_bytes = 8 * (classes * inducing + classes * inducing**2 + classes + 1)  # shift, precision, counts, rows
     cavity_bytes = nbytes(model.held(shared))
     live_gradient = 8 + nbytes((params.kernel, params.raw_noise, params.inducing))
     # the value and ∂/∂θ: not the factor's (zero by construction), nor ∂/∂K⁻¹ (each block pulls it back)
-    model_bytes = workers * (nbytes(params) + 8 + stats_bytes + cavity_bytes + live_gradient)  # 8: N
+    model_bytes = workers * (nbytes(params) + nbytes(trainer.data_size) + stats_bytes + cavity_bytes + live_gradient)
 
     steps, traffic = 3, cluster.traffic
     sent, received, wire = traffic.sent, traffic.received, socket_bytes(os.getpid())

@@ -119,15 +119,15 @@ def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradien
     blocks = trainer.schedule.blocks(1)
     rows = [trainer.train.source.read(b) for b in blocks]
     x, y, mask = (np.concatenate([getattr(r, f) for r in rows]) for f in ("x", "y", "mask"))
-    scale, n_total, model = trainer.n_total / mask.sum(), trainer.n_total, trainer.model
+    scale, size, model = trainer.n_total / mask.sum(), trainer.data_size, trainer.model
     with pep_gp.core.float64():
-        shared, pullback = jax.vjp(lambda p: model.step_shared(p, n_total), state.params)
+        shared, pullback = jax.vjp(lambda p: model.step_shared(p, size), state.params)
         data_value, data_grad = trainer.train.map_sum(DataTerm(model), (state.params, shared), blocks)
-        value, grad = minibatch_energy(model, n_total, state.params, shared, pullback, data_value, data_grad, scale)
+        value, grad = minibatch_energy(model, size, state.params, shared, pullback, data_value, data_grad, scale)
 
         def plain(p):
-            again = model.step_shared(p, n_total)
-            return (model.global_energy(p, again, n_total)
+            again = model.step_shared(p, size)
+            return (model.global_energy(p, again, size)
                     + scale * model.data_energy(p, again, jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask)))
 
         expected_value, expected_grad = jax.value_and_grad(plain)(state.params)

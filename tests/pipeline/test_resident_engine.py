@@ -47,7 +47,7 @@ def test_a_worker_lost_between_a_steps_two_passes_changes_nothing(three_class_st
     trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), InProcess())
     params, model = trainer.fresh_state().params, trainer.model
     with float64():
-        n_total = jnp.asarray(trainer.n_total, jnp.float64)
+        n_total = jnp.asarray(trainer.data_size, jnp.float64)
         shared = jax.jit(model.step_shared)(params, n_total)
     blocks = list(range(trainer.train.source.n_blocks))
     site_term = Derived(RowSiteTerm(model), WithShared(Prepare(model), pullback=True))  # the trainer's

@@ -33,28 +33,28 @@ def test_the_trainers_sep_step_equals_the_plain_formulation(three_class_store, a
     trainer = Trainer(TrainJob("multiclass-sep", three_class_store, config, None), InProcess())
     state = trainer.fresh_state()
     trainer.step(state)  # a refined factor and moved hyper-parameters, away from the initial state
-    parts, model, n_total = trainer.step_fn.parts, trainer.model, trainer.n_total
+    parts, model, size = trainer.step_fn.parts, trainer.model, trainer.data_size
     assert isinstance(parts.site_term, RowSiteTerm) and isinstance(parts.data_term, RowDataTerm)
     blocks = trainer.schedule.blocks(1)
-    batch = EngineBatch(trainer.train, blocks, n_total / trainer.train.rows(blocks), n_total)
+    batch = EngineBatch(trainer.train, blocks, trainer.n_total / trainer.train.rows(blocks), size)
     rows = [trainer.train.source.read(b) for b in blocks]
     x, y, mask = (jnp.asarray(np.concatenate([getattr(r, f) for r in rows])) for f in ("x", "y", "mask"))
     params = state.params
 
     # the trainer's path
-    n = jnp.asarray(n_total, jnp.float64)
+    n = jnp.asarray(size, jnp.float64)
     shared, pullback = parts.prepare(params, n)
     stats = batch.sum_keeping(parts.site_term, (params, shared, pullback))
     refined, refreshed, ok = parts.site_update(params, shared, stats, jnp.int32(1), n)
     value, grad = batch.sum_kept(parts.data_term, model.held(refreshed))
-    energy, gradient = minibatch_energy(model, n_total, refined, refreshed, pullback, value, grad, batch.scale,
+    energy, gradient = minibatch_energy(model, size, refined, refreshed, pullback, value, grad, batch.scale,
                                         jax.tree_util.tree_structure(shared))
 
     # the plain formulation on all of the minibatch's rows at once
-    plain_stats = model.site_stats(params, model.step_shared(params, n_total), x, y, mask)
+    plain_stats = model.site_stats(params, model.step_shared(params, size), x, y, mask)
     _close(stats, plain_stats)
     rho = MultiClassSettings(**config.model).damping_schedule(trainer.schedule.steps_per_epoch)(1)  # the trainer's at count 1
-    plain_refined, _, plain_ok = model.site_update(params, model.step_shared(params, n_total), plain_stats, n_total,
+    plain_refined, _, plain_ok = model.site_update(params, model.step_shared(params, size), plain_stats, size,
                                                    damping=rho)
     assert bool(ok) and bool(plain_ok)
     _close(refined, plain_refined)
@@ -62,8 +62,8 @@ def test_the_trainers_sep_step_equals_the_plain_formulation(three_class_store, a
     _close(refreshed.q, q)  # q from the cavity's LᵀΛL
 
     def plain(p):
-        again = model.step_shared(p, n_total)
-        return model.global_energy(p, again, n_total) + batch.scale * model.data_energy(p, again, x, y, mask)
+        again = model.step_shared(p, size)
+        return model.global_energy(p, again, size) + batch.scale * model.data_energy(p, again, x, y, mask)
 
     expected_energy, expected_gradient = jax.jit(jax.value_and_grad(plain))(refined)
     assert float(energy) == pytest.approx(float(expected_energy), rel=REL)

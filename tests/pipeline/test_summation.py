@@ -67,7 +67,7 @@ def test_the_two_passes_keep_the_rows_and_equal_the_plain_block_terms(three_clas
     backend = InProcess()
     trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), backend)
     params, model = trainer.fresh_state().params, trainer.model
-    n_total = jnp.asarray(trainer.n_total, jnp.float64)
+    n_total = jnp.asarray(trainer.data_size, jnp.float64)
     shared, pullback = jax.jit(Prepare(model))(params, n_total)
     engine, blocks = trainer.train, [0, 3, 5]
     engine.map_sum_keeping(Derived(RowSiteTerm(model), WithShared(Prepare(model), pullback=True)), (params, n_total),

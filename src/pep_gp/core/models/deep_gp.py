@@ -154,6 +154,10 @@ class DeepGP:
         """GPs in the last layer: one (its likelihood's latent ``f_L``)."""
         return 1
 
+    def data_size(self, y):
+        """The data's size as :meth:`step_shared` and :meth:`global_energy` take it: ``N``, the rows of ``y``."""
+        return y.shape[0]
+
     def factor_counts(self, params: DeepGPParams, n_total):
         """The number of tied factors of each GP: the ``N`` rows' likelihoods, the same for every GP."""
         return n_total
@@ -251,9 +255,10 @@ class DeepGP:
 
     def energy(self, params: DeepGPParams, x, y):
         """The whole energy ``F = G + L`` on in-memory data (all rows, no minibatching)."""
-        n = x.shape[0]
-        shared = self.step_shared(params, n)
-        return self.global_energy(params, shared, n) + self.data_energy(params, shared, x, y, jnp.ones(n, bool))
+        size = self.data_size(y)
+        shared = self.step_shared(params, size)
+        return self.global_energy(params, shared, size) + self.data_energy(params, shared, x, y,
+                                                                         jnp.ones(x.shape[0], bool))
 
     # ----------------------------------------------------------------------------------------------
     def propagate(self, params: DeepGPParams, inputs: tuple[LayerInputs, ...], x):

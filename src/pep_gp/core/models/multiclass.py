@@ -95,9 +95,14 @@ def label_side(values, y):
 class MultiClassGP:
     """Multi-class sparse GP classifier with tied (SEP) factors; the state is :class:`MultiClassParams`.
 
+    The per-class factor counts ``n_c = N + (C − 2)N_c`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1)
+    depend on the rows of each class, ``N_c``: the methods that need them take them as data, ``class_rows``
+    ``[C]`` (:meth:`data_size`; the trainer's :meth:`~pep_gp.pipeline.models.multiclass.MultiClassSpec.data_size`),
+    not as a constant of the model, so that data of one shape and another class balance (the folds of a
+    cross-validation) share the compiled programs.
+
     Args:
-        class_frequencies: ``N_c/N`` per class; gives the per-class factor counts
-            ``n_c = N(1 + (C − 2)N_c/N)`` of Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1 for any total ``N``.
+        num_classes: C, at least 2.
         alpha: Power-EP power of the factors in (0, 1]; 1 is the paper's EP/SEP, α → 0 approaches the
             variational bound ``−KL(q‖p) + Σ E_q[log Φ]`` with the likelihood of eq. (6).
         jitter: relative jitter on ``K_c`` (``jitter·σ_c`` is added to ``K_c`` and ``κ_c``).
@@ -112,13 +117,13 @@ class MultiClassGP:
 
     Example:
         >>> x = jax.random.normal(jax.random.key(0), (30, 2)); y = jnp.argmax(x @ jnp.ones((2, 3)), 1)
-        >>> model = MultiClassGP.from_labels(y, 3)
+        >>> model = MultiClassGP(3)
         >>> params = model.init(x, num_inducing=4)
         >>> model.predict(params, x).shape
         (30, 3)
     """
 
-    class_frequencies: tuple[float, ...]
+    num_classes: int
     alpha: float = 1.0
     jitter: float = DEFAULT_JITTER
     label_noise: float = 0.0
@@ -126,11 +131,8 @@ class MultiClassGP:
     kernel_products: ProductDtype = "float64"
 
     def __post_init__(self):
-        freq = np.asarray(self.class_frequencies, dtype=float)
-        if freq.ndim != 1 or freq.size < 2:
-            raise ValueError(f"class_frequencies needs one entry per class (at least 2); got {self.class_frequencies}")
-        if np.any(freq < 0) or abs(freq.sum() - 1.0) > 1e-6:
-            raise ValueError(f"class_frequencies must be non-negative and sum to 1; got {self.class_frequencies}")
+        if not isinstance(self.num_classes, (int, np.integer)) or self.num_classes < 2:
+            raise ValueError(f"num_classes must be an integer of at least 2; got {self.num_classes!r}")
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha}")
         if not 0.0 <= self.label_noise < 1.0:
@@ -138,22 +140,15 @@ class MultiClassGP:
         sites.check_label_noise(self.alpha, self.label_noise)
         check_product_dtype(self.kernel_products, "kernel_products")
 
-    @classmethod
-    def from_labels(cls, y, num_classes: int, **kwargs) -> "MultiClassGP":
-        """The model for integer labels ``y`` in ``0..num_classes − 1`` (every class must occur)."""
-        counts = np.bincount(np.asarray(y, dtype=int), minlength=num_classes)
-        if counts.size != num_classes or np.any(counts == 0):
-            raise ValueError(f"labels must cover 0..{num_classes - 1}; class counts are {counts.tolist()}")
-        return cls(tuple(float(c) for c in counts / counts.sum()), **kwargs)
+    def data_size(self, y):
+        """``N_c``, the rows of each class among the integer labels ``y`` ``[N]``, float64 ``[C]``: the data's
+        size as the methods below take it (``class_rows``)."""
+        return jnp.bincount(jnp.asarray(y, jnp.int32), length=self.num_classes).astype(jnp.float64)
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_frequencies)
-
-    def factor_counts(self, n_total):
-        """``n_c = N + (C − 2)N_c`` factors touch class ``c`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1), ``[C]``."""
-        freq = jnp.asarray(self.class_frequencies)
-        return n_total * (1.0 + (self.num_classes - 2) * freq)
+    def factor_counts(self, class_rows):
+        """``n_c = N + (C − 2)N_c`` factors touch class ``c`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1),
+        ``[C]``, from the rows of each class ``N_c`` (``class_rows`` ``[C]``, ``N = Σ_c N_c``)."""
+        return jnp.sum(class_rows) + (self.num_classes - 2) * class_rows
 
     # ----------------------------------------------------------------------------------------------
     def init(
@@ -217,11 +212,11 @@ class MultiClassGP:
     def _holds_cavity(self, params: MultiClassParams) -> bool:
         return isinstance(params.factor, NaturalFactor)
 
-    def _cavity_scale(self, n_total):
+    def _cavity_scale(self, class_rows):
         """``1 − α/n_c``: the cavity removes the power α of one of the ``n_c`` tied factors."""
-        return 1.0 - self.alpha / self.factor_counts(n_total)
+        return 1.0 - self.alpha / self.factor_counts(class_rows)
 
-    def step_shared(self, params: MultiClassParams, n_total) -> StepShared:
+    def step_shared(self, params: MultiClassParams, class_rows) -> StepShared:
         """``chol(K_c)`` and its inverse, and the cavities ``p·t^(1 − α/n_c)``: what every block of a step
         needs, O(C·M³).
 
@@ -235,20 +230,20 @@ class MultiClassGP:
         prior = self.prior_factors(params)
         if self._holds_cavity(params):
             prior = prior._replace(chol=jax.lax.stop_gradient(prior.chol))
-            cavity = bank.gaussians(prior, params.factor, self._cavity_scale(n_total))
+            cavity = bank.gaussians(prior, params.factor, self._cavity_scale(class_rows))
             return StepShared(prior, jax.lax.stop_gradient(cavity))
-        cavity, q = bank.gaussians_at(prior, params.factor, (self._cavity_scale(n_total), 1.0))
+        cavity, q = bank.gaussians_at(prior, params.factor, (self._cavity_scale(class_rows), 1.0))
         return StepShared(prior, cavity, q)
 
     # ----------------------------------------------------------------------------------------------
-    def global_energy(self, params: MultiClassParams, shared: StepShared, n_total):
+    def global_energy(self, params: MultiClassParams, shared: StepShared, class_rows):
         """``G = Σ_c [g(q_c) − g(p_c) + (n_c/α)(g(cav_c) − g(q_c))]`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1, eq. 9); O(C·M³), independent of N.
 
         With a :class:`NaturalFactor` the gradient is the prior term of eq. (10) only (see the module
         docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``. ``q`` is the
         shared one when :meth:`step_shared` or :meth:`site_update` computed it.
         """
-        counts = self.factor_counts(n_total)
+        counts = self.factor_counts(class_rows)
         if self._holds_cavity(params):
             return sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha, shared.q)
         q = bank.gaussians(shared.prior, params.factor, 1.0) if shared.q is None else shared.q
@@ -293,9 +288,10 @@ class MultiClassGP:
 
     def energy(self, params: MultiClassParams, x, y):
         """The whole ``log Z_q`` estimate ``G + L`` on in-memory data (all rows)."""
-        n = x.shape[0]
-        shared = self.step_shared(params, n)
-        return self.global_energy(params, shared, n) + self.data_energy(params, shared, x, y, jnp.ones(n, bool))
+        class_rows = self.data_size(y)
+        shared = self.step_shared(params, class_rows)
+        return (self.global_energy(params, shared, class_rows)
+                + self.data_energy(params, shared, x, y, jnp.ones(x.shape[0], bool)))
 
     # ----------------------------------------------------------------------------------------------
     def site_stats_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask) -> SiteStats:
@@ -316,12 +312,12 @@ class MultiClassGP:
         """
         return self.site_stats_at(self.block_rows(params, shared, x), jax.lax.stop_gradient(shared.cavity), y, mask)
 
-    def site_update(self, params: MultiClassParams, shared: StepShared, stats: SiteStats, n_total, damping=1.0):
+    def site_update(self, params: MultiClassParams, shared: StepShared, stats: SiteStats, class_rows, damping=1.0):
         """Damped SEP update of the tied factors from summed site statistics (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1):
 
             Λ̃_c ← (1 − ρ_c n_{B,c}/n_c) Λ̃_c + ρ_c Σ_{B} Δ_i^c υ_i^cυ_i^cᵀ,   and likewise for η̃_c,
 
-        with ``n_c`` for ``N = n_total`` rows (a full batch has ``n_{B,c} = n_c``). ``ρ = 1`` is undamped (the stochastic code). The step of a class is shrunk to
+        with ``n_c`` for the rows of each class ``class_rows`` (a full batch has ``n_{B,c} = n_c``). ``ρ = 1`` is undamped (the stochastic code). The step of a class is shrunk to
         ``ρ_c = min(ρ, n_c/n_{B,c})`` so the kept fraction of the old factor never goes negative (a
         minibatch that holds more of a class's factors than ``n_c/ρ``, e.g. one class only at small
         ``N/|B|``): the new precision is then a non-negative combination of positive semi-definite terms
@@ -337,8 +333,8 @@ class MultiClassGP:
         if not self._holds_cavity(params):
             raise TypeError("site_update needs a NaturalFactor; a CholeskyFactor is trained by gradient")
         factor, ok = sep.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
-                                             self.factor_counts(n_total), damping)
-        cavity, q = bank.gaussians_at(shared.prior, factor, (self._cavity_scale(n_total), 1.0))
+                                             self.factor_counts(class_rows), damping)
+        cavity, q = bank.gaussians_at(shared.prior, factor, (self._cavity_scale(class_rows), 1.0))
         refreshed = shared._replace(cavity=jax.lax.stop_gradient(cavity), q=jax.lax.stop_gradient(q))
         return params._replace(factor=factor), refreshed, ok
 

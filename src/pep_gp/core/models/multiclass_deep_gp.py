@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ..parameters import LOG
 from . import multiclass_sites as sites
@@ -89,39 +88,41 @@ class MultiClassDeepGP(DeepGP):
         likelihood: a :class:`ClassPairs` of ``C`` classes.
         alpha: 1 (the only power offered, module docstring).
         jitter: relative jitter on every ``K_uu``.
-        class_frequencies: ``N_c/N`` per class, for the factor counts ``n_c``.
+
+    The factor counts ``n_c`` need the rows of each class, which the methods take as data (``class_rows``
+    ``[C]``, :meth:`data_size`), as :class:`~pep_gp.core.models.multiclass.MultiClassGP`'s do.
 
     Example:
         >>> x = jax.random.normal(jax.random.key(0), (30, 2)); y = jnp.argmax(x @ jnp.ones((2, 3)), 1)
-        >>> model = MultiClassDeepGP(ClassPairs(3), class_frequencies=(0.3, 0.3, 0.4))
+        >>> model = MultiClassDeepGP(ClassPairs(3))
         >>> params = model.init(x, hidden_dims=(2,), num_inducing=5)
         >>> model.predict(params, x).shape
         (30, 3)
     """
 
-    class_frequencies: tuple[float, ...] = ()
-
     def __post_init__(self):
         if self.alpha != 1.0:
             raise ValueError(f"a multi-class deep GP takes alpha = 1 only (Θ^α = Θ); got {self.alpha}")
-        freq = np.asarray(self.class_frequencies, dtype=float)
-        if not isinstance(self.likelihood, ClassPairs) or freq.shape != (self.likelihood.num_classes,):
-            raise ValueError(f"likelihood must be ClassPairs with one class frequency per class; got "
-                             f"{self.likelihood!r} and class_frequencies {self.class_frequencies}")
-        if self.likelihood.num_classes < 2 or np.any(freq < 0) or abs(freq.sum() - 1.0) > 1e-6:
-            raise ValueError(f"class_frequencies must be at least 2 non-negative values summing to 1; got "
-                             f"{self.class_frequencies}")
+        if not isinstance(self.likelihood, ClassPairs) or self.likelihood.num_classes < 2:
+            raise ValueError(f"likelihood must be ClassPairs of at least 2 classes; got {self.likelihood!r}")
 
     @property
     def output_width(self) -> int:
         return self.likelihood.num_classes
 
-    def factor_counts(self, params: DeepGPParams, n_total):
+    def data_size(self, y):
+        """``N_c``, the rows of each class among the integer labels ``y`` ``[N]``, float64 ``[C]``: the data's
+        size as :meth:`factor_counts` takes it."""
+        return jnp.bincount(jnp.asarray(y, jnp.int32), length=self.likelihood.num_classes).astype(jnp.float64)
+
+    def factor_counts(self, params: DeepGPParams, class_rows):
         """``[Σ_l G_l]``: ``N(C − 1)`` for every hidden GP (every pair factor touches it), then
-        ``n_c = N + (C − 2)N_c`` per class (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1)."""
+        ``n_c = N + (C − 2)N_c`` per class (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1), from the rows
+        of each class ``N_c`` (``class_rows`` ``[C]``, ``N = Σ_c N_c``)."""
         classes = self.likelihood.num_classes
         hidden = sum(layer.inducing.shape[0] for layer in params.layers[:-1])
-        output = n_total * (1.0 + (classes - 2) * jnp.asarray(self.class_frequencies))
+        n_total = jnp.sum(class_rows)
+        output = n_total + (classes - 2) * class_rows
         return jnp.concatenate([jnp.full(hidden, n_total * (classes - 1.0), dtype=output.dtype), output])
 
     def layer_bank(self, layer: LayerParams):

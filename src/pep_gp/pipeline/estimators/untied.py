@@ -174,9 +174,8 @@ class MultiClassEPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
         self.x_mean_, self.x_std_ = (np.asarray(a) for a in (data.attrs["x_mean"], data.attrs["x_std"]))
         x = (data.x - self.x_mean_) / self.x_std_
         with float64():
-            self.model_ = MultiClassGP.from_labels(data.y.astype(int), self.classes_.size, alpha=settings.alpha,
-                                                   jitter=settings.jitter, label_noise=settings.label_noise,
-                                                   kernel_products=settings.kernel_products)
+            self.model_ = MultiClassGP(int(self.classes_.size), alpha=settings.alpha, jitter=settings.jitter,
+                                       label_noise=settings.label_noise, kernel_products=settings.kernel_products)
         fitted = untied_multiclass.fit(self.model_, x, data.y.astype(np.int32), int(self.num_inducing),
                                        batch_size=self.batch_size, max_steps=int(self.max_iter), tol=float(self.tol),
                                        learning_rate=float(self.learning_rate),

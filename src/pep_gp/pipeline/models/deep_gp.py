@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated
 
-import numpy as np
-
 from pydantic import Field, field_validator
 
 from ...core.likelihoods import Gaussian, Probit
@@ -104,11 +102,11 @@ class MultiClassDeepGPSpec(DeepGPSpec):
     n_classes = None  # any number of classes, 2 included
     check = MultiClassSpec.check
     binding = MultiClassSpec.binding
+    data_size = MultiClassSpec.data_size
 
     def build(self, settings: MultiClassDeepGPSettings, binding: dict) -> MultiClassDeepGP:
-        counts = np.asarray(binding["class_counts"], dtype=float)
-        return MultiClassDeepGP(ClassPairs(len(counts)), alpha=settings.alpha, jitter=settings.jitter,
-                                class_frequencies=tuple(float(f) for f in counts / counts.sum()))
+        return MultiClassDeepGP(ClassPairs(len(binding["class_counts"])), alpha=settings.alpha,
+                                jitter=settings.jitter)
 
     def output_params(self, model: MultiClassDeepGP, settings: MultiClassDeepGPSettings) -> dict:
         """``σ_{0,c} = class_noise`` for every class."""

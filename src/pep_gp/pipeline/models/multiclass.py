@@ -90,10 +90,14 @@ class MultiClassSpec(SpecBase):
         return {"class_counts": [int(n) for n in data.attrs["class_counts"]["train"]]}
 
     def build(self, settings: MultiClassSettings, binding: dict[str, Any]) -> MultiClassGP:
-        counts = np.asarray(binding["class_counts"], dtype=float)
-        return MultiClassGP(tuple(float(f) for f in counts / counts.sum()), alpha=settings.alpha,
-                            jitter=settings.jitter, label_noise=settings.label_noise,
-                            kernel_products=settings.kernel_products)
+        return MultiClassGP(len(binding["class_counts"]), alpha=settings.alpha, jitter=settings.jitter,
+                            label_noise=settings.label_noise, kernel_products=settings.kernel_products)
+
+    def data_size(self, binding: dict[str, Any], n_total: int) -> np.ndarray:
+        """``N_c``, the rows of each class ``[C]`` for ``n_total`` rows in the training split's class
+        proportions (the factor counts' data, Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1)."""
+        counts = np.asarray(binding["class_counts"], dtype=np.float64)
+        return n_total * (counts / counts.sum())
 
     def init(self, model: MultiClassGP, x, settings: MultiClassSettings, seed: int) -> MultiClassParams:
         """A random sample of ``M`` rows per class as inducing inputs; the settings' kernel for every class

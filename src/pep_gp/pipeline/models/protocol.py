@@ -42,7 +42,9 @@ from .predictive import BinaryPredictive, GaussianPredictive
 
 
 class Energy(Protocol):
-    """The energy contract (pure JAX, float64; ``x`` ``[B, D]``, ``y`` ``[B]`` float, ``mask`` ``[B]``)."""
+    """The energy contract (pure JAX, float64; ``x`` ``[B, D]``, ``y`` ``[B]`` float, ``mask`` ``[B]``;
+    ``n_total`` the training data's size as the model counts it, :meth:`ModelSpec.data_size`: ``N``, or the
+    rows of each class ``[C]`` for the multi-class models)."""
 
     def step_shared(self, params: Any, n_total: Any) -> Any:
         """``S``: the quantities every block of a step needs (``()`` for none)."""
@@ -212,6 +214,11 @@ class ModelSpec(Protocol):
     def build(self, settings: ModelSettings, binding: dict[str, Any]) -> Energy:
         """The static (hashable) model object."""
 
+    def data_size(self, binding: dict[str, Any], n_total: int) -> Any:
+        """The data's size as the model's energy takes it (its ``n_total`` argument) for ``n_total``
+        training rows: an argument of the compiled programs, never a constant of them, so that data of one
+        shape share them."""
+
     def init(self, model: Energy, x: Any, settings: ModelSettings, seed: int) -> Any:
         """Starting params from a sample ``x`` of (standardised) training inputs."""
 
@@ -274,6 +281,10 @@ class SpecBase:
 
     def binding(self, data: Any) -> dict[str, Any]:
         return {}
+
+    def data_size(self, binding: dict[str, Any], n_total: int) -> Any:
+        """``N``, the training rows, as a float64 scalar."""
+        return np.float64(n_total)
 
     def targets(self, data: Any, settings: ModelSettings | None = None) -> TargetScaling:
         """Standardised regression targets (the training split's mean and deviation); labels as they are."""

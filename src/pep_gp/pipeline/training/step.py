@@ -5,7 +5,8 @@ same trainer over in-memory arrays.
 Each ``update(state, batch)`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3):
 
 1. computes the step-shared quantities ``S = step_shared(θ, N)`` once, with their pullback
-   (:class:`Prepare`); a pass over the blocks sends ``(θ, N)``, and wherever blocks are computed ``S`` is
+   (:class:`Prepare`; ``N`` the data's size as the model takes it, ``batch.data_size``); a pass over the
+   blocks sends ``(θ, N)``, and wherever blocks are computed ``S`` is
    computed again by the same compiled program (:class:`WithShared`), so it never travels;
 2. for models with site updates, sums the site statistics over the minibatch and applies the damped
    tied-factor update (``ρ_t = ρ·decay^t``), refreshing ``S`` — the factor is refined first and the
@@ -62,7 +63,7 @@ class Minibatch(Protocol):
     """The rows of one step, as the step sees them."""
 
     scale: float  # N / |B|
-    n_total: int  # N, the training rows
+    data_size: Any  # the training data's size as the model's energy takes it (ModelSpec.data_size): N, or N_c
 
     def sum(self, fn: Callable, inputs: Any) -> Any:
         """``Σ_blocks fn(inputs, x, y, mask)`` over the minibatch, in a fixed order."""
@@ -115,8 +116,8 @@ class Prepare:
     __name__ = "prepare"
     model: Energy
 
-    def __call__(self, params, n_total):
-        return jax.vjp(lambda p: self.model.step_shared(p, n_total), params)
+    def __call__(self, params, size):
+        return jax.vjp(lambda p: self.model.step_shared(p, size), params)
 
 
 @dataclass(frozen=True)
@@ -239,14 +240,14 @@ def cut_to(structure, tree):
                                   is_leaf=lambda node: node is None)
 
 
-def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Callable, data_value, data_grad,
+def minibatch_energy(model: Energy, size: Any, params, shared, pullback: Callable, data_value, data_grad,
                      scale, structure=None) -> tuple[Any, Any]:
     """``F̂ = G(θ, S) + scale·Σ_B L`` and its gradient from the summed block results (the value, and the
     gradients w.r.t. ``θ`` and ``S``): ``∂G/∂θ + scale·Σ∂L/∂θ + pullback(∂G/∂S + scale·Σ∂L/∂S)``, the
     chain rule through ``S = step_shared(θ)`` whose ``pullback`` is its VJP; ``structure``: that of
     ``step_shared``'s output when ``shared`` has more (:func:`cut_to`)."""
     global_value, (global_grad, global_shared_grad) = jax.value_and_grad(
-        model.global_energy, argnums=(0, 1))(params, shared, n_total)
+        model.global_energy, argnums=(0, 1))(params, shared, size)
 
     def plus_scaled(total, part):
         return jax.tree_util.tree_map(lambda a, b: a + scale * b, total, part)
@@ -266,9 +267,10 @@ def minibatch_energy(model: Energy, n_total: int, params, shared, pullback: Call
 
 def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sites: bool = False,
                   damping: optax.ScalarOrSchedule = 1.0) -> TrainStep:
-    """The step of ``model`` (see the module docstring). The training rows ``N`` come with each minibatch
-    (``batch.n_total``) as an argument of the compiled programs, so splits of different sizes with blocks of
-    the same shape (cross-validation folds) share one compilation.
+    """The step of ``model`` (see the module docstring). The training data's size (``N``, or for the
+    multi-class models the rows of each class) comes with each minibatch (``batch.data_size``) as an argument
+    of the compiled programs, so splits of other sizes or class balances with blocks of the same shape
+    (cross-validation folds) share one compilation.
 
     Args:
         model: the energy (a :class:`~pep_gp.pipeline.models.protocol.SiteUpdates` when ``sites``; a
@@ -285,11 +287,11 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
     prepare = Prepare(model)
     with_shared = WithShared(prepare)
 
-    def site_update(params, shared, stats, count, n_total):
-        return model.site_update(params, shared, stats, n_total, damping(count) if callable(damping) else damping)
+    def site_update(params, shared, stats, count, size):
+        return model.site_update(params, shared, stats, size, damping(count) if callable(damping) else damping)
 
-    def ascend(params, opt_state, shared, pullback, data_value, data_grad, scale, n_total, structure):
-        value, grad = minibatch_energy(model, n_total, params, shared, pullback, data_value, data_grad, scale,
+    def ascend(params, opt_state, shared, pullback, data_value, data_grad, scale, size, structure):
+        value, grad = minibatch_energy(model, size, params, shared, pullback, data_value, data_grad, scale,
                                        structure)
         params, opt_state, ok = ascent_update(optimizer, params, opt_state, value, grad)
         return params, opt_state, ok, value
@@ -304,20 +306,20 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
     def update(state: StepState, batch: Minibatch) -> tuple[StepState, StepInfo]:
         with float64():
             params = state.params
-            n_total = jnp.asarray(batch.n_total, jnp.float64)
-            shared, pullback = derived(prepare, (params, n_total))
+            size = jnp.asarray(batch.data_size, jnp.float64)
+            shared, pullback = derived(prepare, (params, size))
             structure = jax.tree_util.tree_structure(shared)
             sites_ok = jnp.asarray(True)
             if sites:
-                stats = (batch.sum_keeping(Derived(site_term, WithShared(prepare, pullback=True)), (params, n_total))
-                         if rows else batch.sum(Derived(site_term, with_shared), (params, n_total)))
-                params, shared, sites_ok = site_update(params, shared, stats, state.count, n_total)
+                stats = (batch.sum_keeping(Derived(site_term, WithShared(prepare, pullback=True)), (params, size))
+                         if rows else batch.sum(Derived(site_term, with_shared), (params, size)))
+                params, shared, sites_ok = site_update(params, shared, stats, state.count, size)
                 value, grad = (batch.sum_kept(data_term, model.held(shared)) if rows
                                else batch.sum(data_term, (params, shared)))
             else:
-                value, grad = batch.sum(Derived(data_term, with_shared), (params, n_total))
+                value, grad = batch.sum(Derived(data_term, with_shared), (params, size))
             params, opt_state, ok, energy = ascend(params, state.opt_state, shared, pullback, value, grad,
-                                                   batch.scale, n_total, structure)
+                                                   batch.scale, size, structure)
             return StepState(params, opt_state, state.count + 1), StepInfo(energy, ok, sites_ok)
 
     return TrainStep(init, update, StepParts(compiled_program(prepare), site_update, ascend, data_term, site_term))

@@ -192,6 +192,7 @@ class Trainer:
         self.binding = spec.binding(store) if frame is None else frame.model_binding
         self.transforms = transforms_of(store).to_json()  # copied into every checkpoint: runs predict alone
         self.model = spec.build(self.settings, self.binding)
+        self.data_size = spec.data_size(self.binding, n_total)
         self.targets = (spec.targets(store, self.settings) if frame is None
                         else TargetScaling(frame.targets.shift, frame.targets.scale))
         statistics = None if frame is None else {"x_mean": frame.x_mean, "x_std": frame.x_std}
@@ -438,7 +439,7 @@ class Trainer:
         of them with the tied factor moved by the step's site update)."""
         start = state.params
         blocks = self.schedule.blocks(state.step)
-        batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks), self.n_total)
+        batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks), self.data_size)
         step_state = StepState(state.params, state.opt_state, np.int32(state.step))
         new, info = self.step_fn.update(step_state, batch)
         energy, accepted, sites_accepted = jax.device_get(tuple(info))  # the step's one read from the device
@@ -460,10 +461,10 @@ class Trainer:
         """The energy ``F = G + Σ_blocks L`` of all training rows at ``params`` (one pass over the blocks; the
         data term scaled to the rows represented when those are more, as a minibatch's is)."""
         with float64():
-            n_total = jnp.asarray(self.n_total, jnp.float64)
-            shared = _step_shared(self.model, params, n_total)
+            size = jnp.asarray(self.data_size, jnp.float64)
+            shared = _step_shared(self.model, params, size)
             data = self.train.map_sum(DataValue(self.model), (params, shared), range(self.train.source.n_blocks))
-            return float(_global_energy(self.model, params, shared, n_total) + data * (self.n_total / self.n_rows))
+            return float(_global_energy(self.model, params, shared, size) + data * (self.n_total / self.n_rows))
 
     def log_marginal_likelihood(self, params: Any) -> float:
         """The approximate log marginal likelihood of the training targets in their own units: the
@@ -510,13 +511,13 @@ class DataValue:
 
 
 @partial(jax.jit, static_argnums=0)
-def _step_shared(model, params, n_total):
-    return model.step_shared(params, n_total)
+def _step_shared(model, params, size):
+    return model.step_shared(params, size)
 
 
 @partial(jax.jit, static_argnums=0)
-def _global_energy(model, params, shared, n_total):
-    return model.global_energy(params, shared, n_total)
+def _global_energy(model, params, shared, size):
+    return model.global_energy(params, shared, size)
 
 
 @dataclass(frozen=True)
@@ -526,7 +527,7 @@ class EngineBatch:
     engine: Engine
     blocks: list[int]
     scale: float
-    n_total: int
+    data_size: Any  # the model's spec's data_size: N, or the rows of each class
 
     def sum(self, fn: Callable, inputs: Any) -> Any:
         return self.engine.map_sum(fn, inputs, self.blocks)
