@@ -79,7 +79,6 @@ def test_each_program_of_a_step_compiles_once(model, store, tmp_path, request):
     assert reseeded.step_fn is trainer.step_fn and not again, f"a new seed compiled again: {dict(again)}"
 
 
-
 @pytest.mark.heavy
 @pytest.mark.parametrize("name", ["MultiClassGPClassifier", "MultiClassEPClassifier"])
 def test_folds_of_another_class_balance_share_the_compiled_programs(name):
@@ -96,6 +95,7 @@ def test_folds_of_another_class_balance_share_the_compiled_programs(name):
     with compiled_programs() as second:
         estimator(**settings).fit(x, skewed)
     assert not second, f"another class balance compiled again: {dict(second)}"
+
 
 CHILD = """
 import json, sys

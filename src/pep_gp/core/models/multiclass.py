@@ -86,6 +86,17 @@ class StepShared(NamedTuple):
     q: bank.Gaussians | None = None  # p(f̄^c)·t_c, computed with the cavity (direct mode, or after a site update)
 
 
+def rows_per_class(y, num_classes: int):
+    """``N_c``, the rows of each class among the integer labels ``y`` ``[N]``, float64 ``[C]``."""
+    return jnp.bincount(jnp.asarray(y, jnp.int32), length=num_classes).astype(jnp.float64)
+
+
+def class_factor_counts(rows):
+    """``n_c = N + (C − 2)N_c`` pair factors touch class ``c`` (Villacampa-Calvo & Hernández-Lobato 2017,
+    §2.3.1), ``[C]``, from the rows of each class ``N_c`` (``rows`` ``[C]``, ``N = Σ_c N_c``)."""
+    return jnp.sum(rows) + (rows.shape[-1] - 2) * rows
+
+
 def label_side(values, y):
     """The label-class column of ``[B, C]`` values, as ``[B, 1]`` (broadcasts over the other class k)."""
     return jnp.take_along_axis(values, y[:, None], axis=1)
@@ -141,14 +152,12 @@ class MultiClassGP:
         check_product_dtype(self.kernel_products, "kernel_products")
 
     def data_size(self, y):
-        """``N_c``, the rows of each class among the integer labels ``y`` ``[N]``, float64 ``[C]``: the data's
-        size as the methods below take it (``class_rows``)."""
-        return jnp.bincount(jnp.asarray(y, jnp.int32), length=self.num_classes).astype(jnp.float64)
+        """:func:`rows_per_class` of the labels ``y``: the data's size as the methods below take it."""
+        return rows_per_class(y, self.num_classes)
 
     def factor_counts(self, class_rows):
-        """``n_c = N + (C − 2)N_c`` factors touch class ``c`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1),
-        ``[C]``, from the rows of each class ``N_c`` (``class_rows`` ``[C]``, ``N = Σ_c N_c``)."""
-        return jnp.sum(class_rows) + (self.num_classes - 2) * class_rows
+        """:func:`class_factor_counts`: ``n_c = N + (C − 2)N_c``, ``[C]``."""
+        return class_factor_counts(class_rows)
 
     # ----------------------------------------------------------------------------------------------
     def init(

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from ..parameters import LOG
 from . import multiclass_sites as sites
 from .deep_gp import DeepGP, DeepGPParams, LayerParams
-from .multiclass import label_side
+from .multiclass import class_factor_counts, label_side, rows_per_class
 
 CLASS_NOISE = "raw_class_noise"
 """The key of the output layer's parameters holding ``log σ_{0,c}`` ``[C]``."""
@@ -111,9 +111,9 @@ class MultiClassDeepGP(DeepGP):
         return self.likelihood.num_classes
 
     def data_size(self, y):
-        """``N_c``, the rows of each class among the integer labels ``y`` ``[N]``, float64 ``[C]``: the data's
-        size as :meth:`factor_counts` takes it."""
-        return jnp.bincount(jnp.asarray(y, jnp.int32), length=self.likelihood.num_classes).astype(jnp.float64)
+        """:func:`~pep_gp.core.models.multiclass.rows_per_class` of the labels ``y``: the data's size as
+        :meth:`factor_counts` takes it."""
+        return rows_per_class(y, self.likelihood.num_classes)
 
     def factor_counts(self, params: DeepGPParams, class_rows):
         """``[Σ_l G_l]``: ``N(C − 1)`` for every hidden GP (every pair factor touches it), then
@@ -121,9 +121,8 @@ class MultiClassDeepGP(DeepGP):
         of each class ``N_c`` (``class_rows`` ``[C]``, ``N = Σ_c N_c``)."""
         classes = self.likelihood.num_classes
         hidden = sum(layer.inducing.shape[0] for layer in params.layers[:-1])
-        n_total = jnp.sum(class_rows)
-        output = n_total + (classes - 2) * class_rows
-        return jnp.concatenate([jnp.full(hidden, n_total * (classes - 1.0), dtype=output.dtype), output])
+        output = class_factor_counts(class_rows)
+        return jnp.concatenate([jnp.full(hidden, jnp.sum(class_rows) * (classes - 1.0), dtype=output.dtype), output])
 
     def layer_bank(self, layer: LayerParams):
         """The deep GP's, with ``σ_{0,c}`` added to the output GPs' diagonals (``K_uu`` and ``κ``)."""
