@@ -124,8 +124,8 @@ def _slope_and_curvature(label: Projections, other: Projections, label_fitc, oth
     if alpha == 1.0:  # closed form, with β = (1 − ε)N(α̂)/Z, at ε = 0 N(α̂)/Φ(α̂) (eqs. 39–46)
         b = label_fitc + label.var + other_fitc + other.var
         ahat = (label.mean - other.mean) / jnp.sqrt(b)
-        log_beta = norm.logpdf(ahat) - robust_log_factor(ahat, label_noise)
-        beta = jnp.exp(log_beta if label_noise == 0.0 else jnp.log1p(-label_noise) + log_beta)
+        # at ε = 0, log1p(−ε) adds an exact zero: the paper's β to the last bit (the pinned tests)
+        beta = jnp.exp(jnp.log1p(-label_noise) + (norm.logpdf(ahat) - robust_log_factor(ahat, label_noise)))
         return beta / jnp.sqrt(b), jnp.clip(beta * (beta + ahat), 0.0, 1.0) / b
     # In u = d/√S: ∂log Z/∂a = G/√S and 2∂log Z/∂w = H/S (quadrature sums, Price's theorem), no autodiff.
     fitc = label_fitc + other_fitc
