@@ -9,6 +9,7 @@ import json
 import re
 import secrets
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,23 @@ def server_settings(auth: str) -> dict[str, str]:
             "PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS": "http://127.0.0.1:4200"}
 
 
+class BusyServerRetries(httpx.HTTPTransport):
+    """Sends a request again when the server answers 503, as Prefect's own client does (429, 502 and 503,
+    with backoff, ``prefect.client.base``): Prefect's server says 503 while its database is busy, which a
+    loaded 2-core machine sees (a run's pause request was refused so once, after both runs had passed)."""
+
+    ATTEMPTS = 5
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        for attempt in range(self.ATTEMPTS - 1):
+            response = super().handle_request(request)
+            if response.status_code != 503:
+                return response
+            response.close()
+            time.sleep(2**attempt)
+        return super().handle_request(request)
+
+
 class Stack:
     """The running loopback stack and what the tests do with it."""
 
@@ -36,7 +54,7 @@ class Stack:
         self.processes, self.api_url, self.scheduler = processes, api_url, scheduler
         self.home, self.workers_dir = home, workers_dir  # PEP_HOME, and where the Dask workers start
         self.dask_workers = 0
-        self.http = httpx.Client(auth=tuple(AUTH.split(":", 1)), timeout=30)
+        self.http = httpx.Client(auth=tuple(AUTH.split(":", 1)), timeout=30, transport=BusyServerRetries())
 
     def with_csrf_token(self) -> None:
         """Send a CSRF token with every request from now on (the server refuses writes without one)."""
