@@ -10,7 +10,6 @@ import warnings
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from pydantic import Field
 from sklearn.base import ClassifierMixin
@@ -20,7 +19,6 @@ from sklearn.utils.validation import check_is_fitted
 from ...core import float64
 from ...core.kernels import from_dict
 from ...core.likelihoods import Probit
-from ...core.models import multiclass_ep
 from ...core.models.ep import EP, site_data
 from ...core.models.multiclass import MultiClassGP
 from ...core.projections import projection as named_projection
@@ -184,9 +182,7 @@ class MultiClassEPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
         self.params_, self.ep_sites_ = fitted.params, fitted.sites
         self.energy_trace_, self.n_iter_, self.converged_ = fitted.energies, fitted.energies.size, fitted.converged
         self.n_rejected_steps_, self.n_skipped_rows_ = fitted.rejected_steps, fitted.skipped_rows
-        with float64():
-            self.log_marginal_likelihood_value_ = float(multiclass_ep.log_evidence(
-                self.model_, fitted.params, fitted.sites, jnp.asarray(x), jnp.asarray(data.y.astype(np.int32))))
+        self.log_marginal_likelihood_value_ = fitted.log_evidence
         if self.tol > 0 and self.max_iter > 0 and not self.converged_:
             warnings.warn(f"MultiClassEPClassifier: the energy still rose when max_iter={self.max_iter} was "
                           f"reached (tol={self.tol:g}); increase max_iter (or the learning rate)", ConvergenceWarning,

@@ -1,6 +1,8 @@
 """A training path beside the trainer: the multi-class GP classifier of Villacampa-Calvo & Hernández-Lobato
 (2017) with *untied* factors (one per training row and class, memory O(N·C·M); for N up to ~10⁴), trained
-in this process as one compiled ``lax.scan`` per window of steps.
+in this process as one compiled ``lax.scan`` per window of steps. The rows are padded to a few sizes
+(:func:`~pep_gp.pipeline.training.sizes.bucket`; masked rows, no factors), so the folds of a cross-validation
+and other refits on nearby row counts share the compiled steps.
 
 Each step (§2.3): the parallel EP update of the factors of the step's rows (:func:`pep_gp.core.models.
 multiclass_ep.update`, damped by ``ρ_t``, halved for the rest of the run whenever a row had to be skipped
@@ -23,6 +25,7 @@ from ...core.models import multiclass_ep as ep
 from ...core.models.multiclass import MultiClassGP, NaturalFactor
 from ...core.parameters import fixed_leaves
 from .optimiser import adam
+from .sizes import bucket
 from .step import ascent_update
 from .stopping import StoppingRule
 
@@ -33,6 +36,7 @@ class UntiedFit(NamedTuple):
     params: Any
     sites: ep.EPSites
     energies: np.ndarray  # the log Z_q estimate of every step
+    log_evidence: float  # log Z_q (eq. 9) on all rows at the end
     rejected_steps: int  # non-finite Adam steps skipped
     skipped_rows: int  # row updates skipped for an improper cavity
     converged: bool
@@ -57,17 +61,16 @@ def _step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y
 
 
 @partial(jax.jit, static_argnames="model")
-def _steps(model: MultiClassGP, carry, x, y, index, mask, damping, learning_rate):
+def _steps(model: MultiClassGP, carry, x, y, num_rows, index, mask, damping, learning_rate):
     """Steps as one ``lax.scan`` over the per-step row indices ``[T, S]``, masks and base damping ``[T]``,
-    from and to ``carry = (params, opt_state, sites, halvings)``."""
-    n_total = x.shape[0]
+    from and to ``carry = (params, opt_state, sites, halvings)``; ``x, y`` are the ``num_rows`` training rows
+    and padding."""
 
     def step(carry, inputs):
         params, opt_state, state, halvings = carry
         rows, rows_mask, rho = inputs
-        safe = jnp.minimum(rows, n_total - 1)
         params, opt_state, ok, value, skipped, state = _step(
-            model, params, opt_state, state, rows, x[safe], y[safe], rows_mask, float(n_total),
+            model, params, opt_state, state, rows, x[rows], y[rows], rows_mask, num_rows,
             rho * 0.5**halvings, learning_rate)
         return (params, opt_state, state, halvings + (skipped > 0)), (value, ok, skipped)
 
@@ -75,9 +78,11 @@ def _steps(model: MultiClassGP, carry, x, y, index, mask, damping, learning_rate
 
 
 def batches(n_rows: int, batch_size: int | None, num_steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices ``[T, S]`` (padded with ``n_rows``) and masks ``[T, S]``; every epoch a new permutation."""
+    """Row indices ``[T, S]`` and masks ``[T, S]``, every epoch a new permutation; a minibatch is padded with the
+    index ``n_rows``, the full batch (``S = bucket(n_rows)``) with the padding rows' own indices."""
     if batch_size is None or batch_size >= n_rows:
-        return np.tile(np.arange(n_rows), (num_steps, 1)), np.ones((num_steps, n_rows), bool)
+        index = np.tile(np.arange(bucket(n_rows)), (num_steps, 1))
+        return index, index < n_rows
     rng = np.random.default_rng(seed)
     per_epoch = -(-n_rows // batch_size)
     orders = [rng.permutation(n_rows) for _ in range(max(1, -(-num_steps // per_epoch)))]
@@ -102,14 +107,18 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
     index, mask = batches(n, batch_size, max_steps, seed)
     rho = np.asarray(damping(np.arange(max_steps)), np.float64)
     values, ok, skipped = np.zeros(0), np.zeros(0, bool), np.zeros(0, int)
+    padding = bucket(n) + 1 - n  # at least one row: the minibatches' padding index n
     with float64():
-        x, y = jnp.asarray(x), jnp.asarray(y)
         params = model.init(x, num_inducing, kernel=kernel, seed=seed)
-        carry = (params, optimizer(learning_rate).init(params), ep.init_sites(n, params), jnp.asarray(0))
+        x = jnp.asarray(np.concatenate([x, np.zeros((padding, x.shape[1]), x.dtype)]))
+        y = jnp.asarray(np.concatenate([y, np.zeros(padding, y.dtype)]))
+        carry = (params, optimizer(learning_rate).init(params), ep.init_sites(x.shape[0], params), jnp.asarray(0))
         while values.size < max_steps and not rule.converged(values):
             window = slice(values.size, min(max_steps, values.size + rule.window))
-            carry, out = _steps(model, carry, x, y, jnp.asarray(index[window]), jnp.asarray(mask[window]),
-                                jnp.asarray(rho[window]), float(learning_rate))
+            carry, out = _steps(model, carry, x, y, jnp.asarray(float(n)), jnp.asarray(index[window]),
+                                jnp.asarray(mask[window]), jnp.asarray(rho[window]), float(learning_rate))
             values, ok, skipped = (np.concatenate([a, np.asarray(b)]) for a, b in zip((values, ok, skipped), out))
-    params, _, sites, _ = carry
-    return UntiedFit(params, sites, values, int(np.sum(~ok)), int(np.sum(skipped)), rule.converged(values))
+        params, _, sites, _ = carry
+        evidence = float(ep.log_evidence(model, params, sites, x, y, jnp.arange(x.shape[0]) < n))
+    sites = jax.tree_util.tree_map(lambda a: np.asarray(a)[:n], sites)  # numpy: no program per n
+    return UntiedFit(params, sites, values, evidence, int(np.sum(~ok)), int(np.sum(skipped)), rule.converged(values))
