@@ -25,6 +25,7 @@ checkpoints are kept (a damaged one is never counted, so it never displaces a go
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -40,6 +41,7 @@ from typing import Annotated, Any
 import jax
 import numpy as np
 import zarr
+from zarr.core.sync import sync as zarr_sync  # Zarr's own event loop (also where one already runs: a notebook)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import InputError
@@ -133,15 +135,16 @@ def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, 
     if path.exists():
         shutil.rmtree(path)  # an interrupted write of this step (a complete one is never rewritten)
     root.mkdir(parents=True, exist_ok=True)
-    group = zarr.open_group(str(path), mode="w", zarr_format=3)
     leaves: dict[str, list[dict[str, Any]]] = {}
+    arrays: dict[str, list[np.ndarray]] = {}
     for name, tree in trees.items():
-        entries = leaves[name] = []
-        for index, (key_path, leaf) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
+        leaves[name], arrays[name] = [], []
+        for key_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
             array = np.asarray(jax.device_get(leaf))
-            group.create_array(f"{name}/{index:04d}", data=array)
-            entries.append({"path": jax.tree_util.keystr(key_path), "shape": list(array.shape),
+            arrays[name].append(array)
+            leaves[name].append({"path": jax.tree_util.keystr(key_path), "shape": list(array.shape),
                             "dtype": array.dtype.str, "sha256": _digest(array)})
+    zarr_sync(_write_arrays(path, arrays))
     fsync_tree(path)
     manifest = {"format": FORMAT, "step": step, "leaves": leaves, **meta}
     temporary = path / f".{MANIFEST}.tmp"
@@ -154,6 +157,15 @@ def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, 
     fsync(root)
     prune(run_dir, keep, path)
     return path
+
+
+async def _write_arrays(path: Path, arrays: Mapping[str, list[np.ndarray]]) -> None:
+    """The Zarr group at ``path``: a group per tree, an array per leaf (``name/0000``, …), all written at
+    once — one round trip to Zarr's event loop, not a few per array (the latency of a checkpoint of small leaves)."""
+    group = await zarr.api.asynchronous.open_group(str(path), mode="w", zarr_format=3)
+    trees = [await group.create_group(name) for name in arrays]
+    await asyncio.gather(*(tree.create_array(f"{index:04d}", data=array)
+                           for tree, leaves in zip(trees, arrays.values()) for index, array in enumerate(leaves)))
 
 
 def _steps(run_dir: Path) -> list[tuple[int, Path]]:
@@ -183,7 +195,9 @@ def prune(run_dir: Path, keep: int, newest: Path) -> None:
     reference = read_manifest(newest)["leaves"]
     intact = 0
     for _, path in _steps(run_dir):
-        if path == newest or _is_intact(path, reference):
+        if intact >= keep:  # older than the newest `keep` intact ones: removed, intact or not (nothing to read)
+            shutil.rmtree(path)
+        elif path == newest or _is_intact(path, reference):
             intact += 1
             if intact > keep:
                 shutil.rmtree(path)
