@@ -130,7 +130,7 @@ def test_evaluate_without_a_run(tmp_path):
     pytest.param("multiclass-sep", "store", {"kernel": "matern52"}, id="multiclass-sep-matern52")])
 def test_sigkill_then_resume_ends_bit_identical(model, store_name, settings, tmp_path, request):
     store = request.getfixturevalue(store_name)
-    epochs = 20  # 100 steps, a checkpoint every 4: killed after the one at step 20-29
+    epochs = 10  # 50 steps, a checkpoint every 4: killed after the one at step 20-29
     config = FAST.model_copy(update={"model": {**FAST.model, **settings}})
     config_file = tmp_path / "config.toml"
     config_file.write_text(config_toml(config))
