@@ -12,8 +12,9 @@ it, came in a process that had compiled programs for 40 minutes, most likely out
 :func:`release_compiled_programs_if_crowded`);
 ``on``, the per-user cache directory (``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); any
 other value, that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or
-``jax.config``) is kept when the variable is unset. The trainer (so the CLI and the estimators) and the
-Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.WorkerEngine`) call it; each process reads
+``jax.config``) is kept when the variable is unset. The trainer (so the CLI and the estimators), the
+predictions (:func:`~pep_gp.pipeline.models.predictive.predict_in_blocks`: ``pep predict`` and a loaded model)
+and the Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.WorkerEngine`) call it; each process reads
 its own environment (a ``LocalCluster``'s workers inherit the coordinator's).
 
 JAX treats the cache as trusted code: the directory is created readable by its owner only, and a shared

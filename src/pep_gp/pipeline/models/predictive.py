@@ -22,6 +22,7 @@ from jax.scipy.special import log_ndtr, ndtri
 
 from ...core.gaussian import mixture_quantiles
 from ..data.blocks import TargetScaling
+from ..engine.compilation import use_compilation_cache
 from ..errors import InputError
 from ..metrics import (classification_calibration_sums, classification_sums, gaussian_log_density,
                        regression_calibration_sums, regression_sums)
@@ -259,7 +260,10 @@ def predict_in_blocks(predictive: Callable, params, x: np.ndarray, block_rows: i
     """The predictive's outputs for the standardised rows ``x`` ``[n, D]`` (and the per-row inputs
     ``row_inputs``, ``[n, …]`` each, e.g. quantile levels): blocks of ``block_rows`` rows, the last padded
     (with zeros; a row input with its first row), so every call compiles one shape, and a row's outputs do
-    not depend on how many rows came with it (``pep predict`` and the estimators give the same bits)."""
+    not depend on how many rows came with it (``pep predict`` and the estimators give the same bits). A
+    process that only predicts (``pep predict``, a loaded model) loads the program from the persistent
+    compilation cache when one is configured (:mod:`pep_gp.pipeline.engine.compilation`)."""
+    use_compilation_cache()
     parts = []
     for start in range(0, x.shape[0], block_rows):
         rows = x[start:start + block_rows]
