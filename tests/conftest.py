@@ -27,6 +27,12 @@ def pytest_configure(config):
     use_compilation_cache()
 
 
+def pytest_collection_modifyitems(items):
+    """The tests marked ``long`` first, the rest in their order: pytest-xdist's workers then take the short
+    ones as they free up (``--dist worksteal``) and end together, not one waiting on a long test collected last."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 def pytest_unconfigure(config):
     if getattr(config, "_pep_compilation_cache", None):
         shutil.rmtree(config._pep_compilation_cache, ignore_errors=True)

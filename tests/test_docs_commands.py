@@ -80,6 +80,7 @@ def test_every_page_has_commands_and_only_listed_ones_are_not_run():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_readme_and_quick_start_commands_run_verbatim(tmp_path):
     """The README's blocks, then the quick start's in the same directory: a block the two pages share is the
     same text (checked here), so it runs once for both."""
@@ -104,6 +105,7 @@ def check_quick_start(directory: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_main_job_command_runs_on_a_fresh_copy(tmp_path):
     """The README's main job, verbatim, in a copy of the repository's tracked files (a new virtual
     environment and ``pip install -e .``, then ``pep demo``)."""

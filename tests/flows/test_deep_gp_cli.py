@@ -13,6 +13,7 @@ from tests.trainstores import FAST, config_toml, make_store
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_deep_gp_train_and_evaluate_json(tmp_path):
     store = make_store(tmp_path / "regression.zarr", task="regression")
     config = tmp_path / "deep.toml"

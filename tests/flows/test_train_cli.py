@@ -123,6 +123,7 @@ def test_evaluate_without_a_run(tmp_path):
 # cut run is bit-identical in-process (tests/test_models.py); what a SIGKILL adds is the checkpoint writer's and
 # the CLI's part, the same code for every model.
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("model, store_name, settings", [
     (MODEL, "store", {}),
     pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, id="tied-ep-classifier-qp"),

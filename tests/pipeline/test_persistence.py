@@ -39,6 +39,7 @@ def _outputs(model, x):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(1800)  # ten fits, and a fresh process that compiles ten predictives
 def test_joblib_files_predict_bit_identically_in_a_fresh_process(tmp_path):
     x = np.random.default_rng(5).normal(size=(17, 3))

@@ -21,6 +21,7 @@ NAMES = ["SparseGPRegressor", "SparseGPClassifier", "MultiClassGPClassifier", "D
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("name", NAMES)
 def test_check_estimator(name):
