@@ -144,7 +144,9 @@ def local_energy(model: MultiClassGP, params: MultiClassParams, state: EPSites, 
 
 
 @partial(jax.jit, static_argnums=0)
-def log_evidence(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, mask):
-    """``log Z_q`` (eq. 9) on the rows ``mask`` selects; differentiating it gives eq. (10). One compiled program
-    (run eagerly, its few hundred array operations each compiled for the rows' shape: seconds on a first fit)."""
+def log_evidence(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, mask=None):
+    """``log Z_q`` (eq. 9) on the rows ``mask`` selects (None: all); differentiating it gives eq. (10). One
+    compiled program (run eagerly, its few hundred array operations each compiled for the rows' shape: seconds
+    on a first fit)."""
+    mask = jnp.ones(y.shape[0], bool) if mask is None else mask
     return global_energy(model, params) + local_energy(model, params, state, x, y, mask)
