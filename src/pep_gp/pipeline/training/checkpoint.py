@@ -143,7 +143,7 @@ def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, 
             array = np.asarray(jax.device_get(leaf))
             arrays[name].append(array)
             leaves[name].append({"path": jax.tree_util.keystr(key_path), "shape": list(array.shape),
-                            "dtype": array.dtype.str, "sha256": _digest(array)})
+                                 "dtype": array.dtype.str, "sha256": _digest(array)})
     zarr_sync(_write_arrays(path, arrays))
     fsync_tree(path)
     manifest = {"format": FORMAT, "step": step, "leaves": leaves, **meta}

@@ -119,6 +119,6 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
                                 jnp.asarray(mask[window]), jnp.asarray(rho[window]), float(learning_rate))
             values, ok, skipped = (np.concatenate([a, np.asarray(b)]) for a, b in zip((values, ok, skipped), out))
         params, _, sites, _ = carry
-        evidence = float(ep.log_evidence(model, params, sites, x, y, jnp.arange(x.shape[0]) < n))
+        evidence = float(ep.log_evidence(model, params, sites, x, y, jnp.asarray(np.arange(x.shape[0]) < n)))
     sites = jax.tree_util.tree_map(lambda a: np.asarray(a)[:n], sites)  # numpy: no program per n
     return UntiedFit(params, sites, values, evidence, int(np.sum(~ok)), int(np.sum(skipped)), rule.converged(values))
