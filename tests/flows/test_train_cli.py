@@ -121,13 +121,14 @@ def test_evaluate_without_a_run(tmp_path):
 # One model of each kind of training state (a tied factor; QP's sites; the deep GP's layers; C tied factors, with a
 # kernel setting, which the resumed run rebuilds from the run's config). Every registered model's resume from a
 # cut run is bit-identical in-process (tests/test_models.py); what a SIGKILL adds is the checkpoint writer's and
-# the CLI's part, the same code for every model.
+# the CLI's part, the same code for every model: .ci/run kills two (-m exhaustive, all four).
 @pytest.mark.slow
 @pytest.mark.long
 @pytest.mark.parametrize("model, store_name, settings", [
     (MODEL, "store", {}),
-    pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, id="tied-ep-classifier-qp"),
-    pytest.param("deep-gp-multiclass", "three_class_store", {}, id="deep-gp-multiclass"),
+    pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, id="tied-ep-classifier-qp",
+                 marks=pytest.mark.exhaustive),
+    pytest.param("deep-gp-multiclass", "three_class_store", {}, id="deep-gp-multiclass", marks=pytest.mark.exhaustive),
     pytest.param("multiclass-sep", "store", {"kernel": "matern52"}, id="multiclass-sep-matern52")])
 def test_sigkill_then_resume_ends_bit_identical(model, store_name, settings, tmp_path, request):
     store = request.getfixturevalue(store_name)
