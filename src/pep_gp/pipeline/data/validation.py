@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
 
 def _first_bad(a: np.ndarray) -> str:
@@ -64,6 +63,8 @@ def check_class_labels(y, binary: bool = False) -> tuple[np.ndarray, np.ndarray]
     Requires discrete labels (scikit-learn's ``type_of_target``: a continuous ``y`` is refused) of at least
     two classes, or exactly two when ``binary``.
     """
+    from sklearn.utils.multiclass import check_classification_targets, type_of_target  # 0.6 s to import: when used
+
     check_classification_targets(y)
     classes, encoded = np.unique(y, return_inverse=True)
     listed = ", ".join(map(str, classes[:10])) + (", ..." if classes.size > 10 else "")
