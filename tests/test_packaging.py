@@ -4,6 +4,7 @@ import side by side."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -115,3 +116,63 @@ def test_the_lowest_stage_pins_every_requirement_to_a_version_it_allows():
     assert set(pins) == {r.name for r in requirements}
     for requirement in requirements:
         assert requirement.specifier.contains(pins[requirement.name], prereleases=False), (requirement, pins)
+
+
+def core_distributions() -> set[str]:
+    """The distributions ``pip install -e .`` installs: pep-gp's requirements without extras, and theirs, with the
+    extras they name (normalised names; one whose marker excludes this platform is not installed, nor followed)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen, todo = set(), [("pep-gp", "")]
+    while todo:
+        name, extra = todo.pop()
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
+        try:
+            requires = distribution(name).requires or []
+        except PackageNotFoundError:
+            continue
+        for requirement in map(Requirement, requires):
+            if requirement.marker is None or requirement.marker.evaluate({"extra": extra}):
+                child = canonicalize_name(requirement.name)
+                todo += [(child, ""), *((child, wanted) for wanted in requirement.extras)]
+    return {name for name, _ in seen}
+
+
+def imported_at_import_time(tree: ast.AST) -> set[str]:
+    """The top-level names a module imports when it is imported: not inside a function, nor under
+    ``if TYPE_CHECKING:``, nor in a ``try`` that catches ``ImportError`` (an optional import)."""
+    names = set()
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Try) and any("ImportError" in ast.unparse(h.type or ast.Name("")) for h in node.handlers):
+            continue
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.split(".")[0])
+        names |= imported_at_import_time(node)
+    return names
+
+
+def test_every_module_imports_only_what_the_plain_install_brings():
+    """What ``pip install -e .`` installs (the README's main job) is all that any module of pep imports when it is
+    imported; a package of an extra (tracking, infra, bench) is imported inside the function that needs it. (The
+    main job itself runs verbatim in a fresh environment with ``-m exhaustive``, tests/test_docs_commands.py.)"""
+    from importlib.metadata import packages_distributions
+    from packaging.utils import canonicalize_name
+
+    core, providers = core_distributions(), packages_distributions()
+    assert {"jax", "zarr", "prefect", "scikit-learn", "matplotlib"} <= core and "mlflow" not in core
+    outside = {}
+    for path in PACKAGE.rglob("*.py"):
+        for name in imported_at_import_time(ast.parse(path.read_text())) - set(sys.stdlib_module_names) - {"pep_gp"}:
+            if not any(canonicalize_name(d) in core for d in providers.get(name, ())):
+                outside.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    assert not outside, outside

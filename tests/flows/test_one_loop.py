@@ -18,8 +18,15 @@ SETTINGS = {"deep-gp": {"num_inducing": 6, "hidden_dims": [2]}, "deep-gp-classif
             "deep-gp-multiclass": {"num_inducing": 6, "hidden_dims": []}}
 
 
+# One model of each way through the trainer in .ci/run (no site updates, a regression target's scaling, multi-class
+# SEP's sites, a deep GP's layers); the others' settings reach their estimators as the registry test checks
+# (tests/test_models.py), and take this loop with -m exhaustive.
+SHARING = {"deep-gp-classifier", "deep-gp-multiclass", "multiclass-direct", "tied-ep-classifier"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.exhaustive) if name in SHARING else name
+                                  for name in sorted(MODELS)])
 def test_estimator_fit_equals_pep_train(tmp_path, name):
     spec = MODELS[name]
     multiclass = spec.task == "classification" and spec.n_classes is None

@@ -23,8 +23,8 @@ def without_seconds(history):
                  marks=pytest.mark.slow),
     pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow),
     pytest.param("deep-gp-multiclass", "three_class_store", {}, marks=pytest.mark.slow, id="deep-gp-multiclass"),
-    pytest.param("sparse-gp-classifier", "binary_store", {"kernel": "matern52"}, marks=pytest.mark.slow,
-                 id="sparse-gp-classifier-matern52"),
+    pytest.param("sparse-gp-classifier", "binary_store", {"kernel": "matern52"},  # the first's path, another kernel
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-classifier-matern52"),
     pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52"}, marks=pytest.mark.slow,
                  id="multiclass-sep-matern52")])
 @pytest.mark.heavy
