@@ -62,6 +62,31 @@ def test_killing_a_worker_mid_run_changes_nothing(binary_store, cluster, tmp_pat
     assert without_seconds(result.history) == without_seconds(reference.history)
 
 
+def test_a_client_that_gave_up_on_its_scheduler_mid_step_reconnects_and_changes_nothing(binary_store, tmp_path):
+    """Dask's client closes itself when its scheduler stays away past the reconnection window, at any moment,
+    also between the engine's check for a closed client and the step's calls: those calls fail in ways of
+    their own (no scheduler handle, a closed connection pool). The step is re-run on a new client, as after a
+    scheduler restarted at its address (tests/infra/test_scheduler_loss.py). Here the scheduler stays up
+    and the client is closed right after that check, at the sixth pass."""
+    reference = train(TrainJob("sparse-gp-classifier", binary_store, FAST, tmp_path / "reference"))
+    backend = connect("local:1")
+    checked, passes = backend._reconnect_if_closed, []
+
+    def then_closed() -> None:
+        checked()
+        passes.append(backend.client)
+        if len(passes) == 6:
+            backend.client.close()
+
+    backend._reconnect_if_closed = then_closed
+    try:
+        result = train(TrainJob("sparse-gp-classifier", binary_store, FAST, tmp_path / "closed"), backend)
+    finally:
+        backend.close()
+    assert passes[5].status == "closed" and backend.client is not passes[5]  # a new client took over
+    assert result.steps == result.total_steps and leaves_equal(result.params, reference.params)
+
+
 @pytest.mark.slow
 def test_pinned_clusters_agree_with_each_other(binary_store, tmp_path):
     """``local:N:pinned`` workers see one core each: 1 and 2 pinned workers give identical results."""

@@ -328,7 +328,8 @@ class DaskBackend:
                 failure = error
             except (CommClosedError, OSError, TimeoutError, NotHeld) as error:
                 failure = error
-            except RuntimeError as error:  # Dask's "ConnectionPool is closed": the client gave up on the scheduler
+            except Exception as error:  # a client that gave up on its scheduler (at any moment) fails its calls in
+                # ways of its own: Dask's "ConnectionPool is closed", its scheduler handle already None
                 if self.client.status not in ("closing", "closed"):
                     raise
                 failure = error
@@ -352,7 +353,9 @@ class DaskBackend:
             client.wait_for_workers(1, timeout=120)
         except (OSError, TimeoutError) as error:
             raise OSError(f"no scheduler at {self._address} ({error})") from None
-        self.client = client
+        # The old client's calls failed because it had closed, not because its workers were lost: the new one
+        # plans on the workers the scheduler lists now, and sends each what it needs again.
+        self.client, self._lost, self._sent, self._listed = client, set(), {}, (-math.inf, [])
         self._register_engine()
 
     def _register_engine(self) -> None:
