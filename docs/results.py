@@ -169,6 +169,13 @@ def scaling_table(name: str) -> str:
     return table(result(name))
 
 
+def chile_probit_table() -> str:
+    """``python -m benchmarks.bench_chile_probit``'s table of the committed run."""
+    from benchmarks.bench_chile_probit import NAME, table
+
+    return table(result(NAME))
+
+
 def weak_scaling_table() -> str:
     """``python -m benchmarks.bench_weak_scaling``'s table of the committed run."""
     from benchmarks.bench_weak_scaling import table
@@ -189,6 +196,7 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
                                             "multiclass_uci_wine_iris": lambda: multiclass_table("multiclass_uci_wine_iris"),
                                             "waits": waits_table,
+                                            "bench_chile_probit": chile_probit_table,
                                             "bench_estimators_defaults": lambda: estimators_table("bench_estimators_defaults"),
                                             "bench_defaults_vs_lr": lambda: estimators_table("bench_defaults_vs_lr"),
                                             "bench_chile": lambda: estimators_table(

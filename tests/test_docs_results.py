@@ -134,6 +134,15 @@ def test_the_deep_gp_table_states_both_rules_for_both_libraries():
             assert np.isfinite(row["test_ll"]) and np.isfinite(row["test_ll_mixture"])
 
 
+def test_the_chile_probit_summary_is_that_of_its_splits_and_on_the_multiclass_page():
+    from benchmarks.bench_chile_probit import NAME, table
+
+    run = results.result(NAME)
+    for fit, values in run["test_nll"].items():
+        assert len(values) == run["splits"] == 3 and run["summary"][fit]["test_nll"] == pytest.approx(np.mean(values), abs=1e-15)
+    assert table(run) in page("multiclass.md")
+
+
 @pytest.mark.parametrize("index", range(len(PAGE_RESULTS)))
 def test_the_committed_paired_differences_are_those_of_the_stored_splits(index):
     assert paired(DEEP_GP[index]["rows"]) == DEEP_GP[index]["paired"]
