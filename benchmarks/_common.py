@@ -39,6 +39,11 @@ def standard_error(values) -> float:
     return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
 
 
+def two_se_sign(difference: float, se: float) -> int:
+    """+1 (−1) where ``difference`` lies more than two standard errors above (below) zero, 0 within."""
+    return 1 if difference > 2 * se else -1 if difference < -2 * se else 0
+
+
 def loglog_slope(sizes, seconds) -> float:
     """Least-squares exponent ``p`` in ``seconds ∝ size^p``."""
     return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])

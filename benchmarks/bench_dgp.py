@@ -4,7 +4,7 @@ For each dataset: 20 random 90/10 splits made as the PBP protocol (``numpy.rando
 permutation per split, ``round(0.9 n)`` training rows, indices int64); inputs and targets standardised
 with the training rows' statistics; test log-likelihood and RMSE in the original units, mean ± standard
 error over the splits; seconds per fit. pep's models are :class:`pep_gp.DeepGPRegressor` with
-``hidden_dims`` ``()`` (the GP), ``(2,)`` (DGP width 2) and ``(2, 2)``, trained with the protocol's fixed steps
+``hidden_dims`` ``()`` (the GP), ``(1,)``, ``(2,)``, ``(3,)`` (the paper's DGP-1/2/3) and ``(2, 2)``, trained with the protocol's fixed steps
 and learning rate, ``dgp2-defaults``: width 2 at the estimator's own defaults (what a user who does not
 copy the protocol gets), and ``dgp2-lr0.05``: width 2 at the defaults it had before (Adam at 0.05, the
 stopping rule, at most 2,000 steps); GPyTorch's is the architecture of
@@ -36,7 +36,9 @@ splits it did not reach. ``--table NAME ...`` prints the results page's table of
         --skip 50:dgp2-lr0.05 100:dgp2 100:gp 100:gpytorch --name bench_dgp_grid
     OPENBLAS_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
         --splits 20 --models dgp2-defaults --name bench_dgp_defaults
-    .venv/bin/python -m benchmarks.bench_dgp --table     # the results page's table, from all three
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_dgp --jobs 2 \\
+        --splits 20 --inducing 50 100 --models dgp1 dgp3 --name bench_dgp_widths
+    .venv/bin/python -m benchmarks.bench_dgp --table     # the results page's table, from all four
 """
 
 from __future__ import annotations
@@ -55,20 +57,21 @@ from scipy.special import logsumexp
 from scipy.stats import norm
 
 from benchmarks import datasets
-from benchmarks._common import RESULTS, standard_error, write_results
+from benchmarks._common import RESULTS, standard_error, two_se_sign, write_results
 
 DATASETS = ("boston", "concrete")  # benchmarks.datasets: MASS Boston (target medv), modeldata concrete
-PEP_MODELS = {"gp": (), "dgp2": (2,), "dgp2+2": (2, 2), "dgp2-defaults": (2,), "dgp2-lr0.05": (2,)}
+PEP_MODELS = {"gp": (), "dgp1": (1,), "dgp2": (2,), "dgp3": (3,), "dgp2+2": (2, 2), "dgp2-defaults": (2,), "dgp2-lr0.05": (2,)}
 OWN_FITS = {"dgp2-defaults": {}, "dgp2-lr0.05": {"learning_rate": 0.05, "max_iter": 2000, "tol": 1e-4}}
 """pep models fitted with other settings than the protocol's: ``DeepGPRegressor``'s defaults, and its
 defaults before issue 28 (Adam at 0.05, the stopping rule, at most 2,000 steps)."""
 GPYTORCH_MODELS = {"gpytorch": (2,), "gpytorch2+2": (2, 2)}
-LABELS = {"gp": "pep GP (L = 1)", "dgp2": "pep DGP, hidden width 2", "dgp2+2": "pep DGP, hidden widths 2+2",
+LABELS = {"gp": "pep GP (L = 1)", "dgp1": "pep DGP, hidden width 1", "dgp2": "pep DGP, hidden width 2",
+          "dgp3": "pep DGP, hidden width 3", "dgp2+2": "pep DGP, hidden widths 2+2",
           "dgp2-defaults": "pep DGP, width 2, estimator defaults",
           "dgp2-lr0.05": "pep DGP, width 2, Adam 0.05 + stopping rule",
           "gpytorch": "GPyTorch DeepGP, width 2", "gpytorch2+2": "GPyTorch DeepGP, widths 2+2"}
 METRICS = ("test_ll", "test_ll_mixture", "rmse", "seconds")
-PAGE_RESULTS = ("bench_dgp_fullbatch", "bench_dgp_grid", "bench_dgp_defaults")  # the runs of docs/results/deep-gp.md's table
+PAGE_RESULTS = ("bench_dgp_fullbatch", "bench_dgp_grid", "bench_dgp_defaults", "bench_dgp_widths")  # the runs of docs/results/deep-gp.md's table
 WINDOW = 25  # steps per mean of the energy trace kept per pep fit (the estimators' stopping-rule window)
 
 
@@ -216,8 +219,8 @@ def summary(runs: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-PAIRS = {"dgp2": ("gp", "gpytorch"), "dgp2+2": ("gp", "dgp2", "gpytorch2+2"), "dgp2-defaults": ("dgp2",),
-         "dgp2-lr0.05": ("dgp2",)}
+PAIRS = {"dgp1": ("gp",), "dgp2": ("gp", "dgp1", "gpytorch"), "dgp3": ("gp", "dgp1"),
+         "dgp2+2": ("gp", "dgp2", "gpytorch2+2"), "dgp2-defaults": ("dgp2",), "dgp2-lr0.05": ("dgp2",)}
 """What each pep deep GP is paired with: the one-layer GP, GPyTorch's model of the same widths, and (at
 other fit settings, :data:`OWN_FITS`) the protocol's fit of the same model."""
 
@@ -237,11 +240,7 @@ def paired(rows: list[dict]) -> list[dict]:
                 continue
             runs, base = row["splits"], baseline["splits"]
             count = min(len(runs), len(base))
-            pair = {"dataset": name, "M": m, "model": model, "versus": other, "splits": count}
-            for key in ("test_ll", "test_ll_mixture", "rmse"):
-                differences = [a[key] - b[key] for a, b in zip(runs[:count], base[:count])]
-                pair[key] = float(np.mean(differences))
-                pair[f"{key}_se"] = standard_error(differences)
+            pair = {"dataset": name, "M": m, "model": model, "versus": other, **differences(runs, base)}
             if all("steps" in split for split in runs[:count] + base[:count]):
                 pair["steps_ratio"] = float(np.mean([a["steps"] / b["steps"] for a, b in zip(runs[:count], base[:count])]))
             if row.get("run") == baseline.get("run"):
@@ -249,6 +248,69 @@ def paired(rows: list[dict]) -> list[dict]:
                 pair["seconds_ratio"], pair["seconds_ratio_se"] = float(np.mean(ratios)), standard_error(ratios)
             out.append(pair)
     return out
+
+
+def differences(runs: list[dict], base: list[dict]) -> dict:
+    """Split-by-split differences ``runs − base`` over the splits both have (the first k PBP splits are the
+    same in every run): mean and standard error of both test log-likelihoods and of the RMSE."""
+    count = min(len(runs), len(base))
+    out: dict = {"splits": count}
+    for key in ("test_ll", "test_ll_mixture", "rmse"):
+        values = [a[key] - b[key] for a, b in zip(runs[:count], base[:count])]
+        out[key], out[f"{key}_se"] = float(np.mean(values)), standard_error(values)
+    return out
+
+
+CLAIMS = (("a DGP beats the GP at equal M", [(f"dgp{w}", m, "gp", m) for m in (50, 100) for w in (1, 2, 3)]),
+          ("DGP-2 and DGP-3 beat DGP-1", [(f"dgp{w}", m, "dgp1", m) for m in (50, 100) for w in (2, 3)]),
+          ("M = 100 beats M = 50", [(model, 100, model, 50) for model in ("gp", "dgp1", "dgp2", "dgp3")]))
+"""Bui et al. (2016, §8.2)'s three relative claims on the UCI regression grid, each as the comparisons
+``(model, M, baseline, M)`` that test it (DGP-w: one hidden layer of width w)."""
+
+
+PAPER = {  # Bui et al. 2016, Table 3: test log-likelihood (nats) of the GP and DGP-1/2/3 at M = 50 and 100
+    "boston": {50: {"gp": -2.22, "dgp1": -2.33, "dgp2": -2.17, "dgp3": -2.09},
+               100: {"gp": -2.16, "dgp1": -2.37, "dgp2": -2.09, "dgp3": -2.13}},
+    "concrete": {50: {"gp": -2.85, "dgp1": -3.13, "dgp2": -2.61, "dgp3": -2.63},
+                 100: {"gp": -2.65, "dgp1": -2.92, "dgp2": -2.43, "dgp3": -2.44}},
+}
+
+
+def verdict(difference: float, se: float) -> str:
+    """A claim that the difference is positive: confirmed beyond two standard errors, contradicted beyond
+    two the other way, otherwise not shown at this many splits."""
+    return {1: "confirmed", -1: "contradicted", 0: "not shown (within 2 s.e.)"}[two_se_sign(difference, se)]
+
+
+def claims(rows: list[dict]) -> list[dict]:
+    """Every comparison of :data:`CLAIMS` that ``rows`` (:func:`tagged_rows` of several runs) hold, per data
+    set: the paired differences of :func:`differences`, the :func:`verdict` of the Gaussian rule's (the
+    paper's predictive, moment-matched) and the paper's own difference of means (:data:`PAPER`; its
+    standard errors are of unpaired means, so none is given for the difference)."""
+    index = {(r["dataset"], r["M"], r["model"]): r["splits"] for r in rows}
+    out = []
+    for claim, comparisons in CLAIMS:
+        for name in DATASETS:
+            for model, m, base, base_m in comparisons:
+                if (name, m, model) in index and (name, base_m, base) in index:
+                    pair = differences(index[name, m, model], index[name, base_m, base])
+                    out.append({"claim": claim, "dataset": name, "model": model, "M": m, "versus": base,
+                                "versus_M": base_m, **pair, "verdict": verdict(pair["test_ll"], pair["test_ll_se"]),
+                                "paper": round(PAPER[name][m][model] - PAPER[name][base_m][base], 2)})
+    return out
+
+
+def claims_table(results: list[dict]) -> str:
+    """The results page's table of :func:`claims` over the committed runs."""
+    lines = ["| claim | data | model | against | test log-lik. difference, Gaussian | difference, mixture | "
+             "RMSE difference | splits | verdict (Gaussian rule) | the paper's difference |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in claims(tagged_rows(results)):
+        lines.append(f"| {r['claim']} | {r['dataset']} | {LABELS[r['model']]}, M = {r['M']} | {LABELS[r['versus']]}, "
+                     f"M = {r['versus_M']} | {r['test_ll']:+.3f} ± {r['test_ll_se']:.3f} | {r['test_ll_mixture']:+.3f} ± "
+                     f"{r['test_ll_mixture_se']:.3f} | {r['rmse']:+.2f} ± {r['rmse_se']:.2f} | {r['splits']} | {r['verdict']} "
+                     f"| {r['paper']:+.2f} |")
+    return "\n".join(lines)
 
 
 def tagged_rows(results: list[dict]) -> list[dict]:

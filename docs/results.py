@@ -73,6 +73,13 @@ def deep_gp_table() -> str:
     return table([result(name) for name in PAGE_RESULTS])
 
 
+def deep_gp_claims_table() -> str:
+    """``bench_dgp.claims_table``: Bui et al. (2016)'s three relative claims, tested on the committed runs."""
+    from benchmarks.bench_dgp import PAGE_RESULTS, claims_table
+
+    return claims_table([result(name) for name in PAGE_RESULTS])
+
+
 def deep_gp_multiclass_table(name: str) -> str:
     """``python -m benchmarks.bench_dgp_multiclass --table --name NAME``'s table of a committed run."""
     from benchmarks.bench_dgp_multiclass import table
@@ -189,7 +196,9 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "bench_qp_table1": lambda: qp_table("bench_qp_table1"),
                                             "bench_qp_glass_id": lambda: qp_table("bench_qp_glass_id"),
                                             "bench_dgp": deep_gp_table, "bench_dgp_readme": deep_gp_readme_table,
+                                            "bench_dgp_claims": deep_gp_claims_table,
                                             "bench_dgp_multiclass": lambda: deep_gp_multiclass_table("bench_dgp_multiclass"),
+                                            "bench_dgp_binary": lambda: deep_gp_multiclass_table("bench_dgp_binary"),
                                             "bench_dgp_multiclass_noise0.1":
                                                 lambda: deep_gp_multiclass_table("bench_dgp_multiclass_noise0.1"),
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from benchmarks import bench_dgp_multiclass
-from benchmarks.bench_dgp import PAGE_RESULTS, paired, table as deep_gp_table
+from benchmarks.bench_dgp import CLAIMS, PAGE_RESULTS, claims, claims_table, paired, table as deep_gp_table, tagged_rows, verdict
 from benchmarks.bench_qp import corrected_standard_error, summarise, table as qp_table
 from benchmarks.compare import markdown
 from docs import results
@@ -134,6 +134,15 @@ def test_the_deep_gp_table_states_both_rules_for_both_libraries():
             assert np.isfinite(row["test_ll"]) and np.isfinite(row["test_ll_mixture"])
 
 
+def test_the_deep_gp_page_reads_each_of_the_paper_s_three_claims_on_all_twenty_splits():
+    """Bui et al. (2016)'s relative claims on Boston and concrete: DGP-1/2/3 against the GP at M = 50 and 100 (12
+    comparisons), DGP-2/3 against DGP-1 (8), every model at M = 100 against M = 50 (8), each paired over 20 splits."""
+    rows = claims(tagged_rows(DEEP_GP))
+    assert [sum(r["claim"] == claim for r in rows) for claim, _ in CLAIMS] == [12, 8, 8]
+    assert {r["splits"] for r in rows} == {20}
+    assert claims_table(DEEP_GP) in page("deep-gp.md")
+
+
 def test_the_chile_probit_summary_is_that_of_its_splits_and_on_the_multiclass_page():
     from benchmarks.bench_chile_probit import NAME, table
 
@@ -141,6 +150,18 @@ def test_the_chile_probit_summary_is_that_of_its_splits_and_on_the_multiclass_pa
     for fit, values in run["test_nll"].items():
         assert len(values) == run["splits"] == 3 and run["summary"][fit]["test_nll"] == pytest.approx(np.mean(values), abs=1e-15)
     assert table(run) in page("multiclass.md")
+
+
+def test_a_claim_is_confirmed_or_contradicted_only_beyond_two_standard_errors():
+    assert [verdict(d, 0.1) for d in (0.21, 0.19, -0.19, -0.21)] == [
+        "confirmed", "not shown (within 2 s.e.)", "not shown (within 2 s.e.)", "contradicted"]
+
+
+def test_the_binary_deep_gp_summary_is_that_of_its_splits_on_every_set_of_the_paper_s_table_1():
+    run = results.result("bench_dgp_binary")
+    assert bench_dgp_multiclass.summarise(run["runs"]) == run["summary"]
+    assert set(run["summary"]) == set(bench_dgp_multiclass.BINARY)
+    assert bench_dgp_multiclass.table(run) in page("deep-gp.md")
 
 
 @pytest.mark.parametrize("index", range(len(PAGE_RESULTS)))
