@@ -160,10 +160,11 @@ PAPER = {  # Zhang et al. 2020 Table 1: test error % (EP's and QP's are equal th
 def table(result: dict) -> str:
     """The results page's table of the classification results of one ``bench_qp`` JSON (a test checks that
     docs/results/qp.md holds it): per data set the folds, test error and NLL of EP and QP, the paired NLL difference
-    with its plain and corrected standard errors, the fraction of folds where QP is lower, the paper's NLL."""
+    with its plain and corrected standard errors, the fraction of folds where QP is lower, the paper's NLL and
+    pep's difference to it (:func:`versus_paper`)."""
     lines = ["| data (rows × features) | folds | test error % EP / QP | test NLL EP / QP | NLL QP − EP ± s.e. "
-             "| corrected s.e. (difference in it) | QP lower | paper NLL EP / QP |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| corrected s.e. (difference in it) | QP lower | paper NLL EP / QP | pep − paper NLL, EP / QP (in s.e.) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, data in result["classification"].items():
         nll, error = data["summary"]["nll"], data["summary"]["error"]
         paper_error, (paper_ep, paper_qp), note = PAPER[name]
@@ -172,8 +173,23 @@ def table(result: dict) -> str:
                      f"| {100 * error['ep']:.2f} / {100 * error['qp']:.2f} (paper {paper_error}) "
                      f"| {nll['ep']:.4f} / {nll['qp']:.4f} | {nll['qp_minus_ep']:+.1e} ± {nll['qp_minus_ep_se']:.1e} "
                      f"| {corrected:.1e} ({nll['qp_minus_ep'] / corrected:+.2f}) | {nll['qp_better_fraction']:.0%} "
-                     f"| {paper_ep:.4f} / {paper_qp:.4f}{note} |")
+                     f"| {paper_ep:.4f} / {paper_qp:.4f}{note} | {versus_paper(nll, paper_ep, paper_qp)} |")
     return "\n".join(lines)
+
+
+def versus_paper(nll: dict, paper_ep: float, paper_qp: float) -> str:
+    """pep's mean test NLL minus the paper's, for EP and QP, each in standard errors of pep's mean over the
+    repeats (their averages' standard deviation / √repeats: the spread of the partitions, as the paper's ±),
+    marked † beyond two; a dash for a single repeat."""
+    repeats = nll.get("over_repeats")
+    if repeats is None:
+        return "–"
+    cells = []
+    for method, paper in (("ep", paper_ep), ("qp", paper_qp)):
+        difference = repeats[f"{method}_mean"] - paper
+        z = difference / (repeats[f"{method}_std"] / np.sqrt(repeats["repeats"]))
+        cells.append(f"{difference:+.4f} ({z:+.1f}{' †' if abs(z) > 2 else ''})")
+    return " / ".join(cells)
 
 
 def resummarise(path: Path) -> None:
