@@ -239,8 +239,8 @@ def paired(rows: list[dict]) -> list[dict]:
             if baseline is None:
                 continue
             runs, base = row["splits"], baseline["splits"]
-            count = min(len(runs), len(base))
             pair = {"dataset": name, "M": m, "model": model, "versus": other, **differences(runs, base)}
+            count = pair["splits"]
             if all("steps" in split for split in runs[:count] + base[:count]):
                 pair["steps_ratio"] = float(np.mean([a["steps"] / b["steps"] for a, b in zip(runs[:count], base[:count])]))
             if row.get("run") == baseline.get("run"):

@@ -46,6 +46,7 @@ from scipy.stats import nbinom, norm
 from sklearn.model_selection import KFold
 
 from benchmarks import datasets
+from benchmarks._common import two_se_sign
 import pep_gp.core
 from pep_gp.core.likelihoods import PoissonSquare, Probit
 from pep_gp.core.models.ep import EP, site_data
@@ -187,8 +188,8 @@ def versus_paper(nll: dict, paper_ep: float, paper_qp: float) -> str:
     cells = []
     for method, paper in (("ep", paper_ep), ("qp", paper_qp)):
         difference = repeats[f"{method}_mean"] - paper
-        z = difference / (repeats[f"{method}_std"] / np.sqrt(repeats["repeats"]))
-        cells.append(f"{difference:+.4f} ({z:+.1f}{' †' if abs(z) > 2 else ''})")
+        se = repeats[f"{method}_std"] / np.sqrt(repeats["repeats"])
+        cells.append(f"{difference:+.4f} ({difference / se:+.1f}{' †' if two_se_sign(difference, se) else ''})")
     return " / ".join(cells)
 
 
