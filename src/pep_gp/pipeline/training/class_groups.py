@@ -20,7 +20,7 @@ optimiser moments and what a step keeps; a step is (:meth:`ClassParallelStep.upd
    gradient (eq. 9); the coordinator forms ``F̂ = Σ_c G_c + (N/|B|)L`` (the sum in class order) and the
    ascent guard (all of ``F̂`` and every gradient finite);
 6. ``ascend``: each group takes its optimiser step (an elementwise optimiser such as Adam: a class's
-   moments are its own).
+   moments are its own), with the next step's first call (or when the state is asked for).
 
 Every per-class computation is one compiled program over one class, so a class's numbers do not depend on
 the group that holds it: the parameters after any number of steps are the same bits for every grouping, in
@@ -144,9 +144,12 @@ class ClassGroup:
     def programs(self) -> ClassPrograms:
         return class_programs(self.model, self.optimizer, self.damping)
 
-    def prepare(self, x, counts) -> tuple:
+    def prepare(self, x, counts, pending=None) -> tuple:
         """Phase 1: the classes' marginals ``(mean, var, fitc)``, ``[B, C_g]`` each, at the rows ``x`` (an
-        array ``[B, D]``, or :class:`StoreRows`)."""
+        array ``[B, D]``, or :class:`StoreRows`); first the previous step's phase 6 (:meth:`ascend`) where
+        its guard ``pending`` is given (one call per step fewer)."""
+        if pending is not None:
+            self.ascend(pending)
         x = x.inputs() if isinstance(x, StoreRows) else x
         self.kept, columns = [], []
         for j, params in enumerate(self.params):
@@ -196,8 +199,11 @@ class ClassGroup:
                                                                       kept["grad"])
         self.kept = []
 
-    def state(self) -> tuple[list, list]:
-        """The classes' parameters and optimiser states."""
+    def state(self, pending=None) -> tuple[list, list]:
+        """The classes' parameters and optimiser states (after the latest step's :meth:`ascend` where its
+        guard ``pending`` is given)."""
+        if pending is not None:
+            self.ascend(pending)
         return self.params, self.opt_states
 
 
@@ -224,6 +230,7 @@ class Groups(Protocol):
     :class:`~pep_gp.pipeline.engine.residents.Residents` (one group per Dask worker)."""
 
     sizes: list[int]  # the number of classes of each group, in class order
+    pending: Any  # the latest step's guard while its optimiser steps are still to be taken, else None
 
     def each(self, method: str, args: list[tuple]) -> list:
         """``group.method(*args[g])`` on every group ``g``, the results in group order."""
@@ -235,7 +242,7 @@ class InProcessGroups:
     Python's lock, so groups can share the cores of one process)."""
 
     def __init__(self, groups: list[ClassGroup], threads: bool = False):
-        self.groups, self.sizes = groups, [len(group.params) for group in groups]
+        self.groups, self.sizes, self.pending = groups, [len(group.params) for group in groups], None
         self.threads = ThreadPoolExecutor(len(groups), thread_name_prefix="pep-class-group") if threads else None
 
     def each(self, method: str, args: list[tuple]) -> list:
@@ -257,7 +264,8 @@ class WorkerGroups:
     its columns of the ``[B, C]`` numbers, and receives its classes' columns and scalars."""
 
     def __init__(self, client: Any, groups: list[ClassGroup]):
-        self.residents, self.sizes = Residents(client, groups), [len(group.params) for group in groups]
+        self.residents, self.pending = Residents(client, groups), None
+        self.sizes = [len(group.params) for group in groups]
 
     def each(self, method: str, args: list[tuple]) -> list:
         return self.residents.each(method, args)
@@ -294,7 +302,8 @@ class ClassParallelStep:
 
     def state(self, groups: Groups) -> tuple[Any, Any]:
         """The parameters and optimiser state of all classes."""
-        params, opt_states = zip(*groups.each("state", [()] * len(groups.sizes)))
+        params, opt_states = zip(*groups.each("state", [(groups.pending,)] * len(groups.sizes)))
+        groups.pending = None
         with float64():
             return joined([p for part in params for p in part]), joined([s for part in opt_states for s in part])
 
@@ -306,7 +315,8 @@ class ClassParallelStep:
             counts = self.model.factor_counts(jnp.asarray(class_rows, jnp.float64))
             y, mask, scale = jnp.asarray(y), jnp.asarray(mask), jnp.asarray(scale, jnp.float64)
             step = jnp.asarray(step, jnp.int32)
-            marginals = _gathered(groups.each("prepare", [(x, part) for part in _split(counts, sizes)]))
+            pending, groups.pending = groups.pending, None
+            marginals = _gathered(groups.each("prepare", [(x, part, pending) for part in _split(counts, sizes)]))
             delta, mu, count = rows.sites(*marginals, y, mask)
             finite = groups.each("sites", [(d, m, c, step) for d, m, c in
                                            zip(_split(delta, sizes, 1), _split(mu, sizes, 1), _split(count, sizes))])
@@ -315,9 +325,8 @@ class ClassParallelStep:
             value, cotangents = rows.data(*marginals, y, mask)
             parts = groups.each("gradient", [(tuple(c[:, s] for c in cotangents), scale) for s in _slices(sizes)])
             values, finite = (jnp.concatenate(p) for p in zip(*parts))
-            energy, ok = rows.guard(values, value, finite, scale)
-            groups.each("ascend", [(ok,)] * len(sizes))
-            return StepInfo(energy, ok, sites_ok)
+            energy, groups.pending = rows.guard(values, value, finite, scale)  # ascend with the next call
+            return StepInfo(energy, groups.pending, sites_ok)
 
 
 class RowPrograms(NamedTuple):
