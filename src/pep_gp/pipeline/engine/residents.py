@@ -19,6 +19,7 @@ from distributed.protocol import to_serialize
 
 from ...core import float64
 from .compilation import use_compilation_cache
+from .summation import payload_bytes
 from .threads import hold_compute_threads, pin_compute_threads
 
 
@@ -73,12 +74,17 @@ class Residents:
         if not all(client.run(_hosting).values()):  # registered again, a plugin starts empty: only once
             client.register_plugin(ResidentHost())
         self.client, self.workers, self.key = client, workers[:len(objects)], uuid.uuid4().hex
+        self.sent = self.received = 0  # array bytes of the method calls' arguments and results (payloads)
         self._calls(None, [(thing,) for thing in objects])
 
     def each(self, method: str, args: list[tuple]) -> list:
         """``objects[i].method(*args[i])`` on each worker at once; the results in order. The arguments travel
         as host arrays (a device array unpickled on a worker outside its float64 context would be float32)."""
-        return self._calls(method, jax.device_get(args))
+        host = jax.device_get(args)
+        results = self._calls(method, host)
+        self.sent += payload_bytes(host)
+        self.received += payload_bytes(results)
+        return results
 
     def close(self) -> None:
         """Release the objects on the workers."""

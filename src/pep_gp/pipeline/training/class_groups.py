@@ -302,9 +302,9 @@ class ClassParallelStep:
 
     def state(self, groups: Groups) -> tuple[Any, Any]:
         """The parameters and optimiser state of all classes."""
-        params, opt_states = zip(*groups.each("state", [(groups.pending,)] * len(groups.sizes)))
-        groups.pending = None
         with float64():
+            params, opt_states = zip(*groups.each("state", [(groups.pending,)] * len(groups.sizes)))
+            groups.pending = None
             return joined([p for part in params for p in part]), joined([s for part in opt_states for s in part])
 
     def update(self, groups: Groups, step: int, x, y, mask, scale: float, class_rows) -> StepInfo:
