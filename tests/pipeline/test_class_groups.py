@@ -87,6 +87,23 @@ def test_every_grouping_gives_the_same_bits_and_the_step_of_all_classes(problem)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(float(np.max(np.abs(want))), 1e-300))
 
 
+def test_a_step_from_the_gathered_state_in_other_groups_continues_with_the_same_bits(problem):
+    """What a checkpoint holds (the state of all classes, as the step of all classes has it) starts groups
+    of any size that continue the run bit for bit."""
+    step, params, x, y, class_rows = problem
+    straight, _ = trained(step, InProcessGroups(step.init(params, 2)), x, y, class_rows)
+    groups = InProcessGroups(step.init(params, 2))
+    *first, last = minibatches(x, y)
+    for s, xb, yb, mask, scale in first:
+        step.update(groups, s, xb, yb, mask, scale, class_rows)
+    resumed = InProcessGroups(step.groups(*step.state(groups), 5))
+    s, xb, yb, mask, scale = last
+    step.update(resumed, s, xb, yb, mask, scale, class_rows)
+    for got, want in zip(jax.tree_util.tree_leaves(step.state(resumed)), jax.tree_util.tree_leaves(straight),
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_more_groups_than_classes_is_refused(problem):
     step, params, *_ = problem
     with pytest.raises(ValueError, match="1..10"):
