@@ -25,12 +25,29 @@ def damped_site_update(factor: NaturalFactor, shift, precision, count, counts, d
     the ``n_g`` tied factors. The step is shrunk to ``ρ_g = min(ρ, n_g/n_{B,g})`` so the kept fraction of
     the old factor never goes negative. Returns the new factor, or the old one where the result is not
     finite, and whether the new one was taken."""
+    new = damped_factor(factor, shift, precision, count, counts, damping)
+    ok = factor_finite(new)
+    return chosen_factor(ok, new, factor), ok
+
+
+def damped_factor(factor: NaturalFactor, shift, precision, count, counts, damping) -> NaturalFactor:
+    """The new factor of :func:`damped_site_update`, unchecked: each GP's from its own sums only, so a bank
+    split into groups of GPs computes it group by group (the class-parallel step,
+    :mod:`pep_gp.pipeline.training.class_groups`)."""
     step = jnp.minimum(damping, counts / jnp.maximum(count, 1.0))
     keep = 1.0 - step * count / counts
-    new = NaturalFactor(keep[:, None] * factor.shift + step[:, None] * shift,
-                        keep[:, None, None] * factor.precision + step[:, None, None] * precision)
-    ok = jnp.all(jnp.isfinite(new.shift)) & jnp.all(jnp.isfinite(new.precision))
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, factor), ok
+    return NaturalFactor(keep[:, None] * factor.shift + step[:, None] * shift,
+                         keep[:, None, None] * factor.precision + step[:, None, None] * precision)
+
+
+def factor_finite(factor: NaturalFactor) -> jnp.ndarray:
+    """True when every entry of ``factor`` is finite."""
+    return jnp.all(jnp.isfinite(factor.shift)) & jnp.all(jnp.isfinite(factor.precision))
+
+
+def chosen_factor(ok, new: NaturalFactor, old: NaturalFactor) -> NaturalFactor:
+    """``new`` where ``ok``, else ``old`` (a select: the bits of one or the other)."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
 
 
 def prior_surrogate(prior: PriorFactors, q: Gaussians):

@@ -221,9 +221,9 @@ class MultiClassGP:
     def _holds_cavity(self, params: MultiClassParams) -> bool:
         return isinstance(params.factor, NaturalFactor)
 
-    def _cavity_scale(self, class_rows):
+    def _cavity_scale(self, counts):
         """``1 − α/n_c``: the cavity removes the power α of one of the ``n_c`` tied factors."""
-        return 1.0 - self.alpha / self.factor_counts(class_rows)
+        return 1.0 - self.alpha / counts
 
     def step_shared(self, params: MultiClassParams, class_rows) -> StepShared:
         """``chol(K_c)`` and its inverse, and the cavities ``p·t^(1 − α/n_c)``: what every block of a step
@@ -236,12 +236,18 @@ class MultiClassGP:
         through it, see :func:`pep_gp.core.sep.prior_surrogate`). With a :class:`CholeskyFactor` the
         cavity and ``q`` are computed together and differentiated.
         """
+        return self.step_shared_at(params, self.factor_counts(class_rows))
+
+    def step_shared_at(self, params: MultiClassParams, counts) -> StepShared:
+        """:meth:`step_shared` from the factor counts ``n_c`` ``[C]`` (:meth:`factor_counts`): each class's
+        part from its own parameters and count only, so it holds for any subset of the classes (a
+        ``params`` of fewer classes, the class-parallel step, :mod:`pep_gp.pipeline.training.class_groups`)."""
         prior = self.prior_factors(params)
         if self._holds_cavity(params):
             prior = prior._replace(chol=jax.lax.stop_gradient(prior.chol))
-            cavity = bank.gaussians(prior, params.factor, self._cavity_scale(class_rows))
+            cavity = bank.gaussians(prior, params.factor, self._cavity_scale(counts))
             return StepShared(prior, jax.lax.stop_gradient(cavity))
-        cavity, q = bank.gaussians_at(prior, params.factor, (self._cavity_scale(class_rows), 1.0))
+        cavity, q = bank.gaussians_at(prior, params.factor, (self._cavity_scale(counts), 1.0))
         return StepShared(prior, cavity, q)
 
     # ----------------------------------------------------------------------------------------------
@@ -252,7 +258,11 @@ class MultiClassGP:
         docstring); with a :class:`CholeskyFactor` it is the exact gradient of ``G``. ``q`` is the
         shared one when :meth:`step_shared` or :meth:`site_update` computed it.
         """
-        counts = self.factor_counts(class_rows)
+        return self.global_energy_at(params, shared, self.factor_counts(class_rows))
+
+    def global_energy_at(self, params: MultiClassParams, shared: StepShared, counts):
+        """:meth:`global_energy` from the factor counts ``n_c`` (as :meth:`step_shared_at`: any subset of
+        the classes; the sum of the classes' values is the whole)."""
         if self._holds_cavity(params):
             return sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha, shared.q)
         q = bank.gaussians(shared.prior, params.factor, 1.0) if shared.q is None else shared.q
@@ -269,21 +279,33 @@ class MultiClassGP:
         """What a site update changes in ``shared`` and the data term holds fixed (eq. 10): the cavities."""
         return shared.cavity
 
+    def class_marginals(self, rows: bank.RowProjections, cavity: bank.Gaussians):
+        """Each class's cavity seen along its rows' directions, and the FITC variances: ``[B, C]`` each —
+        the only per-class numbers the per-row factors of eq. (6) need (any subset of the classes gives its
+        columns)."""
+        return bank.project(cavity, rows.directions), rows.fitc_var.T
+
     def _pair_cavities(self, rows: bank.RowProjections, cavity: bank.Gaussians, y):
         """Cavity projections of every pair ``(i, k)``: label side ``[B, 1]``, other side ``[B, C]``."""
-        proj = bank.project(cavity, rows.directions)
-        fitc = rows.fitc_var.T
-        label = sites.Projections(label_side(proj.mean, y), label_side(proj.var, y))
-        return label, proj, label_side(fitc, y), fitc
+        return self._pairs(*self.class_marginals(rows, cavity), y)
 
-    def data_energy_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask):
-        """:meth:`data_energy` from the rows' projections and the cavities."""
+    def _pairs(self, marginals: bank.Marginals, fitc, y):
+        """:meth:`_pair_cavities` from :meth:`class_marginals`."""
+        label = sites.Projections(label_side(marginals.mean, y), label_side(marginals.var, y))
+        return label, marginals, label_side(fitc, y), fitc
+
+    def row_energy(self, marginals: bank.Marginals, fitc, y, mask):
+        """:meth:`data_energy` from :meth:`class_marginals` of all C classes (eq. 34)."""
         y = y.astype(jnp.int32)
-        label, other, label_fitc, other_fitc = self._pair_cavities(rows, cavity, y)
+        label, other, label_fitc, other_fitc = self._pairs(marginals, fitc, y)
         terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha,
                                     label_noise=self.label_noise) / self.alpha
         energy = jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
         return sites.normalise_energy(energy, self.label_noise, self.num_classes, mask)
+
+    def data_energy_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask):
+        """:meth:`data_energy` from the rows' projections and the cavities."""
+        return self.row_energy(*self.class_marginals(rows, cavity), y, mask)
 
     def data_energy(self, params: MultiClassParams, shared: StepShared, x, y, mask):
         """``L = (1/α) Σ_i mask_i Σ_{k≠y_i} log Z_{i,k}`` over the rows of one block (eq. 34).
@@ -306,11 +328,20 @@ class MultiClassGP:
     def site_stats_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask) -> SiteStats:
         """:meth:`site_stats` from the rows' projections and the cavities."""
         y = y.astype(jnp.int32)
-        label, other, label_fitc, other_fitc = self._pair_cavities(rows, cavity, y)
-        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha, label_noise=self.label_noise)
-        shift, precision = sites.accumulate(jnp.swapaxes(rows.directions, 0, 1), refined, y, mask)
+        delta, mu = self.row_site_coefficients(*self.class_marginals(rows, cavity), y, mask)
+        shift, precision = sites.class_sums(jnp.swapaxes(rows.directions, 0, 1), delta, mu)
         count = sites.factor_counts(y, mask, self.num_classes)
         return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
+
+    def row_site_coefficients(self, marginals: bank.Marginals, fitc, y, mask):
+        """The refined sites' per-(row, class) coefficients ``Δ_i^c``, ``μ̃_i^c`` ``[B, C]`` (eqs. 26–27,
+        :func:`~pep_gp.core.models.multiclass_sites.per_class_coefficients`) from :meth:`class_marginals` of
+        all C classes; each class's sums then need its own column only
+        (:func:`~pep_gp.core.models.multiclass_sites.class_sums`)."""
+        y = y.astype(jnp.int32)
+        label, other, label_fitc, other_fitc = self._pairs(marginals, fitc, y)
+        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha, label_noise=self.label_noise)
+        return sites.per_class_coefficients(refined, y, mask)
 
     def site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask) -> SiteStats:
         """Refine every factor of the block against the SEP cavity and sum the new sites per class.
@@ -341,11 +372,17 @@ class MultiClassGP:
         """
         if not self._holds_cavity(params):
             raise TypeError("site_update needs a NaturalFactor; a CholeskyFactor is trained by gradient")
-        factor, ok = sep.damped_site_update(params.factor, stats.shift, stats.precision, stats.count,
-                                             self.factor_counts(class_rows), damping)
-        cavity, q = bank.gaussians_at(shared.prior, factor, (self._cavity_scale(class_rows), 1.0))
+        counts = self.factor_counts(class_rows)
+        factor, ok = sep.damped_site_update(params.factor, stats.shift, stats.precision, stats.count, counts,
+                                             damping)
+        return (*self.with_factor(params, shared, factor, counts), ok)
+
+    def with_factor(self, params: MultiClassParams, shared: StepShared, factor: NaturalFactor, counts):
+        """``params`` with the tied factor ``factor``, and ``shared`` with its cavities and ``q`` (from one
+        ``LᵀΛL`` per class; any subset of the classes, as :meth:`step_shared_at`)."""
+        cavity, q = bank.gaussians_at(shared.prior, factor, (self._cavity_scale(counts), 1.0))
         refreshed = shared._replace(cavity=jax.lax.stop_gradient(cavity), q=jax.lax.stop_gradient(q))
-        return params._replace(factor=factor), refreshed, ok
+        return params._replace(factor=factor), refreshed
 
     # ----------------------------------------------------------------------------------------------
     def predict_latent(self, params: MultiClassParams, x, full_cov: bool = False):

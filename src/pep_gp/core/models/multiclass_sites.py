@@ -221,7 +221,12 @@ def accumulate(directions, sites: SiteScalars, y, mask):
     Returns:
         ``shift [C, M]`` and ``precision [C, M, M]``.
     """
-    delta, mu = per_class_coefficients(sites, y, mask)
+    return class_sums(directions, *per_class_coefficients(sites, y, mask))
+
+
+def class_sums(directions, delta, mu):
+    """:func:`accumulate` from the coefficients of :func:`per_class_coefficients` (``delta``, ``mu``
+    ``[B, C]``): each class's sums from its own column, ``(shift [C, M], precision [C, M, M])``."""
     shift = jnp.einsum("bc,bcm->cm", mu, directions)
     precision = jnp.einsum("bc,bcm,bcn->cmn", delta, directions, directions)
     return shift, precision

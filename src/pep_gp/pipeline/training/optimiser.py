@@ -42,8 +42,16 @@ def compiled_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, s
     without the fields that leave the updates unchanged), so equal jobs (segments, retries, repeated
     estimator fits, folds of a cross-validation) compile once."""
     config = TrainConfig.model_validate_json(trajectory)
+    return training_step(model, **step_arguments(spec, settings, config, steps_per_epoch, total_steps))
+
+
+def step_arguments(spec: ModelSpec, settings: Any, config: TrainConfig, steps_per_epoch: int,
+                   total_steps: int) -> dict[str, Any]:
+    """The keyword arguments of :func:`~pep_gp.pipeline.training.step.training_step` for a job: its
+    optimiser and, for a model with site updates, ``sites`` and the damping schedule (also those of the
+    class-parallel step, :class:`~pep_gp.pipeline.training.class_groups.ClassParallelStep`)."""
     optimizer = adam(learning_rate(config, steps_per_epoch, total_steps),
                      lambda params: spec.frozen(settings, params))
     if not uses_site_updates(spec, settings):
-        return training_step(model, optimizer)
-    return training_step(model, optimizer, sites=True, damping=settings.damping_schedule(steps_per_epoch))
+        return {"optimizer": optimizer}
+    return {"optimizer": optimizer, "sites": True, "damping": settings.damping_schedule(steps_per_epoch)}

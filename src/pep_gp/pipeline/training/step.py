@@ -217,6 +217,13 @@ def ascent_update(optimizer: optax.GradientTransformation, params, opt_state, va
     the optimiser and applies its update in one pass over the parameters and moments; a non-finite one
     leaves both as they were. No select over the arrays after the fact."""
     ok = jnp.isfinite(value) & all_finite(grad)
+    new_params, new_state = guarded_update(optimizer, params, opt_state, grad, ok)
+    return new_params, new_state, ok
+
+
+def guarded_update(optimizer: optax.GradientTransformation, params, opt_state, grad, ok):
+    """:func:`ascent_update` where the guard ``ok`` was decided elsewhere (the class-parallel step decides
+    it once for all classes, :mod:`pep_gp.pipeline.training.class_groups`): ``(params, opt_state)``."""
 
     def take(operands):
         params, opt_state, grad = operands
@@ -227,8 +234,7 @@ def ascent_update(optimizer: optax.GradientTransformation, params, opt_state, va
         params, opt_state, _ = operands
         return params, opt_state
 
-    new_params, new_state = jax.lax.cond(ok, take, keep, (params, opt_state, grad))
-    return new_params, new_state, ok
+    return jax.lax.cond(ok, take, keep, (params, opt_state, grad))
 
 
 def cut_to(structure, tree):

@@ -1,0 +1,104 @@
+"""Objects resident on Dask workers: one per worker, kept between calls, whose methods the coordinator calls
+directly — one call per worker, all in flight at once, over the cluster's own connections (TLS where the
+cluster uses it; no task, no scheduler in the way), as
+:class:`~pep_gp.pipeline.engine.backends.WorkerEngine` answers the engine's passes. The class groups of the
+class-parallel step (:mod:`pep_gp.pipeline.training.class_groups`) live this way: each worker holds its
+classes' parameters and optimiser moments, and a step sends only the per-row numbers that couple the
+classes."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import jax
+from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.protocol import to_serialize
+
+from ...core import float64
+from .compilation import use_compilation_cache
+from .summation import payload_bytes
+from .threads import hold_compute_threads, pin_compute_threads
+
+
+class ResidentHost(WorkerPlugin):
+    """Dask worker plugin: holds the objects placed on its worker (by :class:`Residents`, each under its own
+    key) and answers ``pep_resident`` calls — a method of one of them, run on one compute thread in float64,
+    its result sent back as host arrays."""
+
+    name = "pep-resident-host"
+
+    def setup(self, worker: Any) -> None:
+        pin_compute_threads()
+        use_compilation_cache()
+        self.residents: dict[str, Any] = {}
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="pep-compute", initializer=hold_compute_threads)
+        worker.handlers["pep_resident"] = self.handle
+
+    def teardown(self, worker: Any) -> None:
+        worker.handlers.pop("pep_resident", None)
+        self.thread.shutdown(wait=False)
+
+    async def handle(self, key: str, method: str | None, args: Any) -> Any:
+        return to_serialize(await asyncio.get_running_loop().run_in_executor(self.thread, self.call, key, method,
+                                                                              args))
+
+    def call(self, key: str, method: str | None, args: tuple) -> Any:
+        """``residents[key].method(*args)``; with ``method`` None, ``args[0]`` becomes ``residents[key]``
+        (None: it is released)."""
+        if method is None:
+            if args[0] is None:
+                self.residents.pop(key, None)
+            else:
+                self.residents[key] = args[0]
+            return ()
+        with float64():
+            return jax.device_get(getattr(self.residents[key], method)(*args))
+
+
+class Residents:
+    """One object resident on each of the first ``len(objects)`` workers of ``client`` (in the sorted order
+    of their addresses).
+
+    Args:
+        client: a connected ``distributed.Client`` with at least ``len(objects)`` workers.
+        objects: what the workers hold (picklable), in order.
+    """
+
+    def __init__(self, client: Any, objects: list[Any]):
+        workers = sorted(client.nthreads())
+        if len(workers) < len(objects):
+            raise ValueError(f"{len(objects)} resident objects need as many workers; the cluster has {len(workers)}")
+        if not all(client.run(_hosting).values()):  # registered again, a plugin starts empty: only once
+            client.register_plugin(ResidentHost())
+        self.client, self.workers, self.key = client, workers[:len(objects)], uuid.uuid4().hex
+        self.sent = self.received = 0  # array bytes of the method calls' arguments and results (payloads)
+        self._calls(None, [(thing,) for thing in objects])
+
+    def each(self, method: str, args: list[tuple]) -> list:
+        """``objects[i].method(*args[i])`` on each worker at once; the results in order. The arguments travel
+        as host arrays (a device array unpickled on a worker outside its float64 context would be float32)."""
+        host = jax.device_get(args)
+        results = self._calls(method, host)
+        self.sent += payload_bytes(host)
+        self.received += payload_bytes(results)
+        return results
+
+    def close(self) -> None:
+        """Release the objects on the workers."""
+        self._calls(None, [(None,)] * len(self.workers))
+
+    def _calls(self, method: str | None, args: list[tuple]) -> list:
+        async def all_calls() -> list[Any]:
+            return await asyncio.gather(*(self.client.rpc(worker).pep_resident(key=self.key, method=method,
+                                                                               args=to_serialize(a))
+                                          for worker, a in zip(self.workers, args)))
+
+        return self.client.sync(all_calls)
+
+
+def _hosting(dask_worker: Any) -> bool:
+    """True on a worker that runs :class:`ResidentHost`."""
+    return "pep_resident" in dask_worker.handlers

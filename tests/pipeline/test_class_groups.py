@@ -1,0 +1,126 @@
+"""The class-parallel multi-class SEP step (:mod:`pep_gp.pipeline.training.class_groups`): the same bits for
+every grouping of the classes, in this process and on Dask workers, and the step of
+:func:`~pep_gp.pipeline.training.step.training_step` to rounding."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pep_gp.core import float64
+from pep_gp.core.models.multiclass import MultiClassGP
+from pep_gp.pipeline.engine.cache import compiled_program, resolve
+from pep_gp.pipeline.models.protocol import leaves_named
+from pep_gp.pipeline.training.class_groups import ClassParallelStep, InProcessGroups, WorkerGroups
+from pep_gp.pipeline.training.optimiser import adam
+from pep_gp.pipeline.training.step import StepState, training_step
+
+CLASSES, ROWS, BATCH, STEPS = 10, 120, 40, 3
+
+
+class OneBlock:
+    """A minibatch of one in-memory block (:class:`~pep_gp.pipeline.training.step.Minibatch`)."""
+
+    def __init__(self, x, y, mask, scale, data_size):
+        self.rows, self.scale, self.data_size = (x, y, mask), scale, data_size
+
+    def sum_keeping(self, fn, inputs):
+        fn, self.inputs = resolve(fn, inputs)
+        result, self.kept = compiled_program(fn)(self.inputs, *self.rows)
+        return result
+
+    def sum_kept(self, fn, inputs):
+        x, y, mask = self.rows
+        return compiled_program(fn)(inputs, self.inputs, self.kept, y, mask)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(0)
+    centres = 2 * rng.normal(size=(CLASSES, 3))
+    y = rng.integers(CLASSES, size=ROWS)
+    x = centres[y] + rng.normal(size=(ROWS, 3))
+    model = MultiClassGP(CLASSES)
+    optimizer = adam(0.05, lambda params: leaves_named(params, {"factor"}))
+    step = ClassParallelStep(model, optimizer, lambda t: 0.9 * 0.99**t)
+    with float64():
+        return step, model.init(x, 3), x, y, np.asarray(model.data_size(y))
+
+
+def minibatches(x, y):
+    """``STEPS`` minibatches of ``BATCH`` rows and their ``N/|B|``."""
+    for s in range(STEPS):
+        rows = np.arange(s * BATCH, (s + 1) * BATCH) % x.shape[0]
+        with float64():
+            yield s, jnp.asarray(x[rows]), y[rows], np.ones(BATCH, bool), x.shape[0] / BATCH
+
+
+def trained(step, groups, x, y, class_rows):
+    energies = [float(step.update(groups, s, xb, yb, mask, scale, class_rows).energy)
+                for s, xb, yb, mask, scale in minibatches(x, y)]
+    state = step.state(groups)
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(state)} == {np.dtype(np.float64), np.dtype(np.int32)}
+    return state, energies
+
+
+def test_every_grouping_gives_the_same_bits_and_the_step_of_all_classes(problem):
+    """G = 1, 2 (also on two threads) and 5 groups of C = 10 classes: the same bits after a few steps; the step
+    of all classes at once to rounding."""
+    step, params, x, y, class_rows = problem
+    one, energies = trained(step, InProcessGroups(step.init(params, 1)), x, y, class_rows)
+    for n_groups, threads in ((2, False), (5, False), (2, True)):
+        again, _ = trained(step, InProcessGroups(step.init(params, n_groups), threads), x, y, class_rows)
+        for got, want in zip(jax.tree_util.tree_leaves(again), jax.tree_util.tree_leaves(one), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+    whole = training_step(step.model, step.optimizer, sites=True, damping=step.damping)
+    state, expected = whole.init(params), []
+    for s, xb, yb, mask, scale in minibatches(x, y):
+        state, info = whole.update(StepState(state.params, state.opt_state, np.int32(s)),
+                                   OneBlock(xb, jnp.asarray(yb), jnp.asarray(mask), scale, class_rows))
+        expected.append(float(info.energy))
+    np.testing.assert_allclose(energies, expected, rtol=1e-12)
+    for got, want in zip(jax.tree_util.tree_leaves(one), jax.tree_util.tree_leaves((state.params, state.opt_state)),
+                         strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(float(np.max(np.abs(want))), 1e-300))
+
+
+def test_a_step_from_the_gathered_state_in_other_groups_continues_with_the_same_bits(problem):
+    """What a checkpoint holds (the state of all classes, as the step of all classes has it) starts groups
+    of any size that continue the run bit for bit."""
+    step, params, x, y, class_rows = problem
+    straight, _ = trained(step, InProcessGroups(step.init(params, 2)), x, y, class_rows)
+    groups = InProcessGroups(step.init(params, 2))
+    *first, last = minibatches(x, y)
+    for s, xb, yb, mask, scale in first:
+        step.update(groups, s, xb, yb, mask, scale, class_rows)
+    resumed = InProcessGroups(step.groups(*step.state(groups), 5))
+    s, xb, yb, mask, scale = last
+    step.update(resumed, s, xb, yb, mask, scale, class_rows)
+    for got, want in zip(jax.tree_util.tree_leaves(step.state(resumed)), jax.tree_util.tree_leaves(straight),
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_more_groups_than_classes_is_refused(problem):
+    step, params, *_ = problem
+    with pytest.raises(ValueError, match="1..10"):
+        step.init(params, CLASSES + 1)
+
+
+@pytest.mark.heavy
+def test_groups_on_one_and_two_workers_give_the_bits_of_this_process(problem):
+    from pep_gp.pipeline.engine.clusters import local_cluster
+
+    step, params, x, y, class_rows = problem
+    here, _ = trained(step, InProcessGroups(step.init(params, 2)), x, y, class_rows)
+    backend = local_cluster(2, "local:2:pinned", pinned=True)
+    try:
+        for workers in (1, 2):
+            there, _ = trained(step, WorkerGroups(backend.client, step.init(params, workers)), x, y, class_rows)
+            for got, want in zip(jax.tree_util.tree_leaves(there), jax.tree_util.tree_leaves(here), strict=True):
+                np.testing.assert_array_equal(got, want)
+    finally:
+        backend.close()
