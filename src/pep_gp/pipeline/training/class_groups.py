@@ -134,22 +134,34 @@ class ClassGroup:
         self.model, self.optimizer, self.damping = model, optimizer, damping
         self.params, self.opt_states = list(params), list(opt_states)
         self.kept: list = []
+        self.start: list = self.params  # the parameters the latest step started from
+        self.best: list | None = None  # those of the step the coordinator kept as its best
 
     def __getstate__(self) -> dict:
         """The state as host arrays (device arrays unpickled outside a float64 context would be float32)."""
-        return {**self.__dict__, "params": jax.device_get(self.params), "opt_states": jax.device_get(self.opt_states),
-                "kept": []}
+        params = jax.device_get(self.params)
+        return {**self.__dict__, "params": params, "opt_states": jax.device_get(self.opt_states), "kept": [],
+                "start": params, "best": jax.device_get(self.best)}
+
+    def catch_up(self, pending=None, keep_start: bool = False) -> None:
+        """What the coordinator decided after the latest step, done with the next call: that step's start
+        kept as the best parameters (``keep_start``), then its optimiser step where its guard ``pending`` is
+        given (:meth:`ascend`)."""
+        if keep_start:
+            self.best = self.start
+        if pending is not None:
+            self.ascend(pending)
 
     @property
     def programs(self) -> ClassPrograms:
         return class_programs(self.model, self.optimizer, self.damping)
 
-    def prepare(self, x, counts, pending=None) -> tuple:
+    def prepare(self, x, counts, pending=None, keep_start: bool = False) -> tuple:
         """Phase 1: the classes' marginals ``(mean, var, fitc)``, ``[B, C_g]`` each, at the rows ``x`` (an
-        array ``[B, D]``, or :class:`StoreRows`); first the previous step's phase 6 (:meth:`ascend`) where
-        its guard ``pending`` is given (one call per step fewer)."""
-        if pending is not None:
-            self.ascend(pending)
+        array ``[B, D]``, or :class:`StoreRows`); first what is left of the previous step (:meth:`catch_up`:
+        one call per step fewer)."""
+        self.catch_up(pending, keep_start)
+        self.start = list(self.params)
         x = x.inputs() if isinstance(x, StoreRows) else x
         self.kept, columns = [], []
         for j, params in enumerate(self.params):
@@ -199,12 +211,15 @@ class ClassGroup:
                                                                       kept["grad"])
         self.kept = []
 
-    def state(self, pending=None) -> tuple[list, list]:
-        """The classes' parameters and optimiser states (after the latest step's :meth:`ascend` where its
-        guard ``pending`` is given)."""
-        if pending is not None:
-            self.ascend(pending)
+    def state(self, pending=None, keep_start: bool = False) -> tuple[list, list]:
+        """The classes' parameters and optimiser states (after :meth:`catch_up`)."""
+        self.catch_up(pending, keep_start)
         return self.params, self.opt_states
+
+    def best_params(self, pending=None, keep_start: bool = False) -> list | None:
+        """The classes' best parameters (after :meth:`catch_up`); None before one was kept."""
+        self.catch_up(pending, keep_start)
+        return self.best
 
 
 class StoreRows(NamedTuple):
@@ -231,6 +246,7 @@ class Groups(Protocol):
 
     sizes: list[int]  # the number of classes of each group, in class order
     pending: Any  # the latest step's guard while its optimiser steps are still to be taken, else None
+    keep_start: bool  # the latest step's start is to be kept as the best parameters (ClassGroup.catch_up)
 
     def each(self, method: str, args: list[tuple]) -> list:
         """``group.method(*args[g])`` on every group ``g``, the results in group order."""
@@ -242,7 +258,7 @@ class InProcessGroups:
     Python's lock, so groups can share the cores of one process)."""
 
     def __init__(self, groups: list[ClassGroup], threads: bool = False):
-        self.groups, self.sizes, self.pending = groups, [len(group.params) for group in groups], None
+        self.groups, self.sizes, self.pending, self.keep_start = groups, [len(group.params) for group in groups], None, False
         self.threads = ThreadPoolExecutor(len(groups), thread_name_prefix="pep-class-group") if threads else None
 
     def each(self, method: str, args: list[tuple]) -> list:
@@ -264,7 +280,7 @@ class WorkerGroups:
     its columns of the ``[B, C]`` numbers, and receives its classes' columns and scalars."""
 
     def __init__(self, client: Any, groups: list[ClassGroup]):
-        self.residents, self.pending = Residents(client, groups), None
+        self.residents, self.pending, self.keep_start = Residents(client, groups), None, False
         self.sizes = [len(group.params) for group in groups]
 
     def each(self, method: str, args: list[tuple]) -> list:
@@ -303,9 +319,16 @@ class ClassParallelStep:
     def state(self, groups: Groups) -> tuple[Any, Any]:
         """The parameters and optimiser state of all classes."""
         with float64():
-            params, opt_states = zip(*groups.each("state", [(groups.pending,)] * len(groups.sizes)))
-            groups.pending = None
+            params, opt_states = zip(*groups.each("state", [_left_over(groups)] * len(groups.sizes)))
             return joined([p for part in params for p in part]), joined([s for part in opt_states for s in part])
+
+    def best(self, groups: Groups) -> Any:
+        """The best parameters the groups kept (:attr:`Groups.keep_start`) of all classes."""
+        with float64():
+            parts = groups.each("best_params", [_left_over(groups)] * len(groups.sizes))
+            if any(part is None for part in parts):
+                raise RuntimeError("no best parameters were kept in the class groups")
+            return joined([p for part in parts for p in part])
 
     def update(self, groups: Groups, step: int, x, y, mask, scale: float, class_rows) -> StepInfo:
         """One step on the rows ``x`` ``[B, D]`` (or :class:`StoreRows`), ``y``, ``mask`` (``scale`` = N/|B|;
@@ -315,8 +338,8 @@ class ClassParallelStep:
             counts = self.model.factor_counts(jnp.asarray(class_rows, jnp.float64))
             y, mask, scale = jnp.asarray(y), jnp.asarray(mask), jnp.asarray(scale, jnp.float64)
             step = jnp.asarray(step, jnp.int32)
-            pending, groups.pending = groups.pending, None
-            marginals = _gathered(groups.each("prepare", [(x, part, pending) for part in _split(counts, sizes)]))
+            left = _left_over(groups)
+            marginals = _gathered(groups.each("prepare", [(x, part, *left) for part in _split(counts, sizes)]))
             delta, mu, count = rows.sites(*marginals, y, mask)
             finite = groups.each("sites", [(d, m, c, step) for d, m, c in
                                            zip(_split(delta, sizes, 1), _split(mu, sizes, 1), _split(count, sizes))])
@@ -355,6 +378,13 @@ def row_programs(model: MultiClassGP) -> RowPrograms:
         return energy, jnp.isfinite(energy) & jnp.all(finite)
 
     return RowPrograms(jax.jit(row_sites), jax.jit(row_data), jax.jit(guard))
+
+
+def _left_over(groups: Groups) -> tuple:
+    """The arguments of :meth:`ClassGroup.catch_up` (what the latest step left), now taken."""
+    left = (groups.pending, groups.keep_start)
+    groups.pending, groups.keep_start = None, False
+    return left
 
 
 def _slices(sizes: list[int]) -> list[slice]:

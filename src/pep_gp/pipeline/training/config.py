@@ -74,6 +74,11 @@ class TrainConfig(BaseModel):
         max_rejected_in_a_row: training stops with an error once this many steps in a row were
             rejected as non-finite (the parameters stay where the last accepted step left them, so a
             longer streak is a run idling to its end, typically at too large a learning rate).
+        parallel_over: how a step is spread over the workers: ``rows`` (every model: each worker computes
+            some blocks of the minibatch) or ``classes`` (multi-class SEP only: each worker holds some classes'
+            parameters, tied factors and Adam moments and computes their per-class work, which does not shrink
+            with the rows; :mod:`pep_gp.pipeline.training.class_groups`). The two agree to rounding, not to
+            the bit, so a run resumes with its own.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -93,6 +98,7 @@ class TrainConfig(BaseModel):
     checkpoint_every: int = Field(50, ge=1)
     keep_checkpoints: int = Field(3, ge=1)
     max_rejected_in_a_row: int = Field(10, ge=1)
+    parallel_over: Literal["rows", "classes"] = "rows"
 
     @model_validator(mode="after")
     def _batch_holds_a_block(self) -> "TrainConfig":

@@ -13,6 +13,7 @@ import optax
 from ..models import ModelSpec
 from ..models.protocol import uses_site_updates
 from .config import TrainConfig
+from .class_groups import ClassParallelStep
 from .step import TrainStep, training_step
 
 
@@ -43,6 +44,16 @@ def compiled_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, s
     estimator fits, folds of a cross-validation) compile once."""
     config = TrainConfig.model_validate_json(trajectory)
     return training_step(model, **step_arguments(spec, settings, config, steps_per_epoch, total_steps))
+
+
+@lru_cache(maxsize=8)
+def class_parallel_step(spec: ModelSpec, settings: Any, model: Any, trajectory: str, steps_per_epoch: int,
+                        total_steps: int) -> ClassParallelStep:
+    """:func:`compiled_step`'s class-parallel counterpart (``parallel_over = "classes"``, multi-class SEP): the
+    same optimiser and damping, cached alike (its per-class programs are cached on them)."""
+    config = TrainConfig.model_validate_json(trajectory)
+    arguments = step_arguments(spec, settings, config, steps_per_epoch, total_steps)
+    return ClassParallelStep(model, arguments["optimizer"], arguments["damping"])
 
 
 def step_arguments(spec: ModelSpec, settings: Any, config: TrainConfig, steps_per_epoch: int,

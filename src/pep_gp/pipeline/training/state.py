@@ -42,13 +42,15 @@ class LoopState:
     best_step: int = -1
     best_mean: float = float("-inf")  # the best window mean of the step energies
 
-    def keep_best(self, params: Any, energy: float, window_mean: float) -> None:
+    def keep_best(self, params: Any, energy: float, window_mean: float) -> bool:
         """Record ``params`` if the step that started from them (``step``) had the best energy so far,
-        and the window mean if it is the best so far."""
-        if energy > self.best_energy:
-            self.best_params, self.best_energy, self.best_step = params, energy, self.step
+        and the window mean if it is the best so far; whether ``params`` were recorded."""
         if window_mean > self.best_mean:
             self.best_mean = window_mean
+        if energy > self.best_energy:
+            self.best_params, self.best_energy, self.best_step = params, energy, self.step
+            return True
+        return False
 
 
 def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: int) -> Path:

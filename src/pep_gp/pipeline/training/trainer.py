@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...core import float64
+from ...core.models.multiclass import MultiClassGP
 from ..data.blocks import TargetScaling
 from ..data.transforms import transforms_of
 from ..engine import Backend, Engine, InProcess
@@ -47,7 +48,8 @@ from .config import TrainConfig
 from .growth import check_growable, data_log, earlier_versions, grown_entry, grown_frame
 from .lock import hold_run_dir
 from .manifest import RunManifest
-from .optimiser import compiled_step
+from .class_parallel import ClassParallelTraining
+from .optimiser import class_parallel_step, compiled_step
 from .runs import check_parameterisation
 from .sampling import MinibatchSchedule
 from .state import LoopState, refuse_another_run, restored_state, save_state
@@ -193,6 +195,13 @@ class Trainer:
         self.binding = spec.binding(store) if frame is None else frame.model_binding
         self.transforms = transforms_of(store).to_json()  # copied into every checkpoint: runs predict alone
         self.model = spec.build(self.settings, self.binding)
+        if config.parallel_over == "classes" and not (isinstance(self.model, MultiClassGP)
+                                                     and uses_site_updates(spec, self.settings)):
+            raise InputError(f"parallel_over = classes spreads the classes of multi-class SEP (--model "
+                             f"multiclass-sep) over the workers; --model {spec.name} is spread by rows: leave "
+                             "parallel_over at rows")
+        self.backend = backend
+        self.classes: ClassParallelTraining | None = None  # the class-parallel step (parallel_over = classes)
         self.data_size = spec.data_size(self.binding, n_total)
         self.targets = (spec.targets(store, self.settings) if frame is None
                         else TargetScaling(frame.targets.shift, frame.targets.scale))
@@ -237,9 +246,13 @@ class Trainer:
         self.epoch_offset = last["epoch"]
         self.total_steps = last["step"] + config.total_steps(self.schedule.steps_per_epoch)
         self.stopping = StoppingRule.for_run(config.tol, self.n_total, self.schedule.steps_per_epoch)
-        self.step_fn = compiled_step(self.spec, self.settings, self.model, config.trajectory().model_dump_json(),
-                                     self.schedule.steps_per_epoch,
-                                     self.total_steps if config.lr_schedule == "cosine" else 0)
+        job = (self.spec, self.settings, self.model, config.trajectory().model_dump_json(),
+               self.schedule.steps_per_epoch, self.total_steps if config.lr_schedule == "cosine" else 0)
+        self.step_fn = compiled_step(*job)
+        if config.parallel_over == "classes":
+            if self.classes is not None:
+                self.classes.close()
+            self.classes = ClassParallelTraining(class_parallel_step(*job), self.backend)
 
     # ---------------------------------------------------------------------------------------------
     def run(self, *, resume: bool = False, until_step: int | None = None, segment_steps: int | None = None,
@@ -262,7 +275,7 @@ class Trainer:
         """
         run_dir = self.job.run_dir
         holding = hold_run_dir(run_dir) if run_dir is not None else contextlib.nullcontext()
-        with holding, compute_threads():
+        with holding, compute_threads(), self._gathered_at_the_end():
             if self._state is None or resume:
                 self._state, path = self.restore_or_init(resume)
             else:
@@ -286,7 +299,7 @@ class Trainer:
                 if ended:
                     self._end_at_best_if_collapsed(state)
                 if self.schedule.ends_epoch(state.step - 1) or ended:
-                    asked = _told(progress, "epoch", record=self.end_epoch(state), params=state.params)
+                    asked = _told(progress, "epoch", record=self.end_epoch(state), params=self._arrays(state.params))
                     if asked is not None and not ended:  # stopped at the epoch's record: the run ends here
                         stopped, ended = asked, True
                         self._end_at_best_if_collapsed(state)
@@ -301,10 +314,28 @@ class Trainer:
                                  or (stops_early and self.stopping.converged(state.energies)))
             if state.step >= self.total_steps:
                 self._refuse_non_finite_end(state)
-        return TrainResult(state.params, state.step, self.total_steps, len(state.history), state.seconds, path,
+        return TrainResult(self._arrays(state.params), state.step, self.total_steps, len(state.history), state.seconds, path,
                            state.history, state.rejected, state.rejected_sites,
                            self.stopping.converged(state.energies), self.stopping.gain_per_row(state.energies),
                            stops_early, self.notes, self._collapse(state), stopped)
+
+    def _arrays(self, value: Any) -> Any:
+        """``value`` (params, optimiser state) as arrays: gathered where the class-parallel step holds it."""
+        return value if self.classes is None else self.classes.arrays(value)
+
+    @contextlib.contextmanager
+    def _gathered_at_the_end(self):
+        """Around :meth:`run`: afterwards the loop's state holds arrays again (unless the run raised) and the
+        class groups are released (a later segment places them again from those arrays)."""
+        try:
+            yield
+            if self.classes is not None and self._state is not None:
+                state = self._state
+                state.params, state.opt_state, state.best_params = (
+                    self._arrays(state.params), self._arrays(state.opt_state), self._arrays(state.best_params))
+        finally:
+            if self.classes is not None:
+                self.classes.close()
 
     def _collapse(self, state: LoopState) -> str | None:
         """How the run fell from its best (None unless it collapsed)."""
@@ -428,6 +459,9 @@ class Trainer:
                     "damping_per_epoch": True,
                     "converged": self.stopping.converged(loop.energies),  # the rule's verdict, for pep_gp.load
                     "data_log": self.data_log}
+        if self.classes is not None:
+            loop = dataclasses.replace(loop, params=self._arrays(loop.params), opt_state=self._arrays(loop.opt_state),
+                                       best_params=self._arrays(loop.best_params))
         if final:
             evidence = self.log_marginal_likelihood(loop.params)
             run_meta["log_marginal_likelihood"] = evidence if math.isfinite(evidence) else None
@@ -442,7 +476,7 @@ class Trainer:
         blocks = self.schedule.blocks(state.step)
         batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks), self.data_size)
         step_state = StepState(state.params, state.opt_state, np.int32(state.step))
-        new, info = self.step_fn.update(step_state, batch)
+        new, info = (self.step_fn if self.classes is None else self.classes).update(step_state, batch)
         energy, accepted, sites_accepted = jax.device_get(tuple(info))  # the step's one read from the device
         state.params, state.opt_state = new.params, new.opt_state
         state.rejected += int(not accepted)
@@ -450,8 +484,9 @@ class Trainer:
         state.rejected_sites += int(not sites_accepted)
         state.last_energy = float(energy)
         state.energies = (state.energies + [state.last_energy])[-self.stopping.history:]
-        if accepted:
-            state.keep_best(start, state.last_energy, self.stopping.window_mean(state.energies))
+        if (accepted and state.keep_best(start, state.last_energy, self.stopping.window_mean(state.energies))
+                and self.classes is not None):
+            state.best_params = self.classes.pinned(start)
         if math.isfinite(state.last_energy):
             total, count = state.epoch_energy
             state.epoch_energy = (total + state.last_energy, count + 1)
@@ -492,7 +527,7 @@ class Trainer:
         energy = total / count if count else float("nan")
         record = {"epoch": self.epoch_offset + self.schedule.epoch_of(state.step - 1) + 1, "step": state.step,
                   "energy": energy, "energy_per_row": energy / self.n_total,
-                  **self.evaluate(state.params), "rejected_steps": state.rejected,
+                  **self.evaluate(self._arrays(state.params)), "rejected_steps": state.rejected,
                   "rejected_site_updates": state.rejected_sites, "seconds": round(state.seconds, 3)}
         state.history.append(record)
         state.epoch_energy = (0.0, 0)
