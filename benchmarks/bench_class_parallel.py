@@ -22,6 +22,12 @@ group's calls and of the rest (the coordinator's row programs: the work that spl
 share); and a digest of the parameters after the last step (the class-parallel variants' must agree: the
 same bits for every grouping); for the workers, the array bytes sent to and received from each worker per
 step (the method calls' arguments and results). Writes ``benchmarks/results/NAME.json`` with ``uptime``'s load before and after.
+
+``--train-epochs E`` also trains on Fashion-MNIST itself (``--max-train-rows`` of it; every test image) as
+``pep train`` does, with its evaluation after every epoch, for ``E`` epochs per variant, one after the other:
+by rows in this process (today's default), by classes on ``local:1:pinned`` and ``local:2:pinned``, and by rows
+on ``local:2:pinned``; per variant the seconds per epoch of the training steps, the wall time with the
+evaluations, and the held-out metrics (:func:`benchmarks._multiclass_run.run_sep`).
 """
 
 from __future__ import annotations
@@ -39,10 +45,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks._common import write_results
-from benchmarks.bench_fashion_mnist import PAPER_MNIST
+from benchmarks._multiclass_run import run_sep
+from benchmarks.bench_fashion_mnist import PAPER_MNIST, fashion_mnist_store
 from pep_gp.core import float64
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.engine.clusters import local_cluster
@@ -52,6 +60,7 @@ from pep_gp.pipeline.training.optimiser import step_arguments
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
 CLASSES, INPUTS, BATCH, WARM_UP = 10, 784, 200, 2
+TRAINED = (("none", "rows"), ("local:1:pinned", "classes"), ("local:2:pinned", "classes"), ("local:2:pinned", "rows"))
 
 
 class TimedGroups(InProcessGroups):
@@ -155,13 +164,69 @@ def run(rows: int, steps: int) -> dict[str, Any]:
     }
 
 
+def trained(epochs: int, max_train_rows: int | None) -> dict[str, Any]:
+    """The :data:`TRAINED` variants of ``pep train`` on Fashion-MNIST (see the module docstring)."""
+    config = PAPER_MNIST.model_copy(update={"epochs": epochs})
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="pep-bench-classpar-train-") as work:
+        store = fashion_mnist_store(DEBIAN_DIR, Path(work), max_train_rows)
+        for cluster, over in TRAINED:
+            run = run_sep(store, config.model_copy(update={"parallel_over": over}), cluster)
+            last = run["per_epoch"][-1]
+            runs[f"{cluster} by {over}"] = {
+                "seconds_per_epoch": run["seconds_per_epoch"], "wall_seconds_with_evaluation": run["wall_seconds_with_evaluation"],
+                "test_error": last["test_error"], "test_nll": last["test_nll"], "peak_rss_mb": run["peak_rss_mb"]}
+            print(cluster, over, runs[f"{cluster} by {over}"], flush=True)
+        n_train = store.n_rows("train")
+    one, two = runs["local:1:pinned by classes"], runs["local:2:pinned by classes"]
+    return {"epochs": epochs, "training_rows": n_train, "runs": runs,
+            "speedup_2_workers_over_1_by_classes": round(one["seconds_per_epoch"] / two["seconds_per_epoch"], 3),
+            "speedup_by_classes_on_2_over_in_process": round(runs["none by rows"]["seconds_per_epoch"]
+                                                             / two["seconds_per_epoch"], 3)}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The results page's tables of a run: the step variants and, where it ran, the training runs."""
+    shape = result["shape"]
+    lines = [f"Step at C = {shape['classes']}, M = {shape['inducing']}, D = {shape['inputs']}, minibatch "
+             f"{shape['batch']} ({result['steps_timed']} steps timed; load {result['load']['before'].split('average: ')[-1]} "
+             "before):", "", "| step | median s | min s | array bytes per worker and step (sent / received) |",
+             "|---|---|---|---|"]
+    for name, run in result["variants"].items():
+        traffic = run.get("array_bytes_per_worker_and_step")
+        lines.append(f"| {name} | {run['median_s']} | {run['min_s']} | "
+                     + (f"{traffic['sent']:,} / {traffic['received']:,} |" if traffic else "— |"))
+    speedup = result["speedup_2_workers_over_1"]
+    lines += ["", f"Two pinned workers over one, class-parallel: {speedup['min']}× by minima, {speedup['median']}× by "
+              f"medians; the class-parallel variants' parameters are the same bits: "
+              f"{'yes' if result['class_parallel_bits_agree'] else 'no'}."]
+    train = result.get("train")
+    if train:
+        lines += ["", f"`pep train`'s path on Fashion-MNIST ({train['training_rows']:,} training rows, every test image, "
+                  f"{train['epochs']} epoch{'s' if train['epochs'] > 1 else ''} per run, one run after the other):", "",
+                  "| run | s per epoch (training steps) | wall s with evaluations | test error | test NLL |",
+                  "|---|---|---|---|---|"]
+        for name, run in train["runs"].items():
+            lines.append(f"| {name} | {run['seconds_per_epoch']} | {run['wall_seconds_with_evaluation']} | "
+                         f"{run['test_error']:.4f} | {run['test_nll']:.4f} |")
+        lines += ["", f"Two pinned workers over one by classes: {train['speedup_2_workers_over_1_by_classes']}×; over "
+                  f"the in-process row-parallel default: {train['speedup_by_classes_on_2_over_in_process']}×."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rows", type=int, default=2000, help="training rows of the synthetic store")
+    parser.add_argument("--train-epochs", type=int, default=0, help="also train on Fashion-MNIST for this many epochs")
+    parser.add_argument("--max-train-rows", type=int, default=None, help="Fashion-MNIST training rows kept")
     parser.add_argument("--name", default="bench_class_parallel", help="results/NAME.json")
     args = parser.parse_args()
-    write_results(args.name, run(args.rows, args.steps))
+    result = run(args.rows, args.steps)
+    if args.train_epochs:
+        result["train"] = trained(args.train_epochs, args.max_train_rows)
+    write_results(args.name, result)
+    print(table(result))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ same run. Prediction goes block by block (``block_rows`` = 200 rows), so peak me
 Usage::
 
     .venv/bin/python benchmarks/bench_fashion_mnist.py [--epochs 7] [--max-train-rows N]
-        [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none] [--paper-damping]
+        [--mnist-dir /usr/share/datasets/fashion-mnist] [--cluster none] [--parallel-over rows] [--paper-damping]
         [--no-baselines] [--name bench_fashion_mnist]
 
 ``--max-train-rows`` keeps the first N training images (all 10,000 test images stay) for a shorter run.
@@ -72,12 +72,15 @@ def main() -> None:
     parser.add_argument("--max-train-rows", type=int, default=None)
     parser.add_argument("--mnist-dir", type=Path, default=DEBIAN_DIR)
     parser.add_argument("--cluster", default="none", help="none (in-process), local:N or tcp://HOST:PORT")
+    parser.add_argument("--parallel-over", choices=("rows", "classes"), default="rows",
+                        help="spread a step over the workers by rows (blocks) or by classes")
     parser.add_argument("--paper-damping", action="store_true", help="damping_decay = 1 (the paper's ρ = 1)")
     parser.add_argument("--no-baselines", action="store_true", help="skip logistic regression and the frequencies")
     parser.add_argument("--name", default="bench_fashion_mnist", help="the results file's name")
     args = parser.parse_args()
     damping = {"damping_decay": 1.0} if args.paper_damping else {}
-    config = PAPER_MNIST.model_copy(update={"epochs": args.epochs, "model": {**PAPER_MNIST.model, **damping}})
+    config = PAPER_MNIST.model_copy(update={"epochs": args.epochs, "model": {**PAPER_MNIST.model, **damping},
+                                            "parallel_over": args.parallel_over})
     with tempfile.TemporaryDirectory(prefix="pep-bench-fmnist-") as work:
         store = fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows)
         reference = None if args.no_baselines else baselines(store)

@@ -134,6 +134,13 @@ def engine_table() -> str:
     return table(result("bench_engine"))
 
 
+def class_parallel_table() -> str:
+    """``python -m benchmarks.bench_class_parallel``'s tables of the committed run."""
+    from benchmarks.bench_class_parallel import table
+
+    return table(result("bench_class_parallel"))
+
+
 def airline_scale_table() -> str:
     """``python -m benchmarks.bench_airline_scale``'s table of the committed run."""
     from benchmarks.bench_airline_scale import table
@@ -215,7 +222,8 @@ def generators() -> dict[str, Callable[[], str]]:
                                                 "bench_chile_label_noise_0.3"),
                                             "bench_defaults_vs_lr_label_noise_0.3":
                                                 lambda: estimators_table("bench_defaults_vs_lr_label_noise_0.3"),
-                                            "bench_engine": engine_table, "bench_airline_scale": airline_scale_table,
+                                            "bench_engine": engine_table, "bench_class_parallel": class_parallel_table,
+                                            "bench_airline_scale": airline_scale_table,
                                             "bench_weak_scaling": weak_scaling_table, "bench_power_ep": power_ep_table,
                                             "bench_likelihoods": likelihoods_table,
                                             "bench_kernels": kernels_table}
