@@ -25,8 +25,8 @@ step (the method calls' arguments and results). Writes ``benchmarks/results/NAME
 
 ``--train-epochs E`` also trains on Fashion-MNIST itself (``--max-train-rows`` of it; every test image) as
 ``pep train`` does, with its evaluation after every epoch, for ``E`` epochs per variant, one after the other:
-by rows in this process (today's default), by classes on ``local:1:pinned`` and ``local:2:pinned``, and by rows
-on ``local:2:pinned``; per variant the seconds per epoch of the training steps, the wall time with the
+by rows in this process (today's default), by classes in this process (a group per core, on threads), by
+classes on ``local:1:pinned`` and ``local:2:pinned``, and by rows on ``local:2:pinned``; per variant the seconds per epoch of the training steps, the wall time with the
 evaluations, and the held-out metrics (:func:`benchmarks._multiclass_run.run_sep`).
 """
 
@@ -60,7 +60,8 @@ from pep_gp.pipeline.training.optimiser import step_arguments
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
 CLASSES, INPUTS, BATCH, WARM_UP = 10, 784, 200, 2
-TRAINED = (("none", "rows"), ("local:1:pinned", "classes"), ("local:2:pinned", "classes"), ("local:2:pinned", "rows"))
+TRAINED = (("none", "rows"), ("none", "classes"), ("local:1:pinned", "classes"), ("local:2:pinned", "classes"),
+           ("local:2:pinned", "rows"))
 
 
 class TimedGroups(InProcessGroups):

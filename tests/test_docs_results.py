@@ -336,3 +336,16 @@ def test_the_deep_gp_estimator_at_its_defaults_fitted_the_protocol_s_models_spli
     for dataset, fits in defaults.items():
         assert len(fits) == len(protocol[dataset]) == 20 and {fit["steps"] for fit in fits} == {1000}
         assert [[fit[k] for k in keys] for fit in fits] == [[fit[k] for k in keys] for fit in protocol[dataset]]
+
+
+def test_the_class_parallel_tables_and_speed_ups_are_those_of_the_committed_run():
+    from benchmarks.bench_class_parallel import table
+
+    run = results.result("bench_class_parallel")
+    assert table(run) in page("benchmarks.md") and "bench_class_parallel" in results.marks(page("benchmarks.md"))
+    variants = run["variants"]
+    assert run["speedup_2_workers_over_1"]["min"] == round(variants["workers-1"]["min_s"] / variants["workers-2"]["min_s"], 3)
+    assert run["class_parallel_bits_agree"] == (len({v["params_sha256"] for k, v in variants.items() if k != "today"}) == 1)
+    trained = run["train"]["runs"]
+    assert run["train"]["speedup_2_workers_over_1_by_classes"] == round(
+        trained["local:1:pinned by classes"]["seconds_per_epoch"] / trained["local:2:pinned by classes"]["seconds_per_epoch"], 3)

@@ -251,6 +251,9 @@ class Groups(Protocol):
     def each(self, method: str, args: list[tuple]) -> list:
         """``group.method(*args[g])`` on every group ``g``, the results in group order."""
 
+    def close(self) -> None:
+        """Release the groups (their threads, or their memory on the workers)."""
+
 
 class InProcessGroups:
     """The class groups in this process: computed one after the other, or with ``threads``, each group's
@@ -266,6 +269,11 @@ class InProcessGroups:
         if self.threads is None:
             return [call() for call in calls]
         return list(self.threads.map(lambda call: jax.block_until_ready(call()), calls))
+
+    def close(self) -> None:
+        """Stop the groups' threads."""
+        if self.threads is not None:
+            self.threads.shutdown()
 
 
 def _in_float64(method: Callable, arguments: tuple) -> Any:

@@ -1,6 +1,7 @@
 """The class-parallel step as the trainer runs it (``TrainConfig.parallel_over = "classes"``): the step of
 :mod:`pep_gp.pipeline.training.class_groups` with its groups placed where the blocks are computed (one group
-per Dask worker, at most one per class; in this process one group) and its state left there between steps.
+per Dask worker, or in this process one per core, each on a thread of its own; at most one per class) and
+its state left there between steps.
 
 A step returns :class:`Held` handles instead of the parameters and optimiser state, so it moves only the
 ``[B, C]`` numbers that couple the classes (Villacampa-Calvo & Hernández-Lobato 2017, eq. 6); the trainer
@@ -12,6 +13,7 @@ keep them as its best (:meth:`ClassParallelTraining.pinned`) without moving them
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +96,7 @@ class ClassParallelTraining:
 
     def close(self) -> None:
         """Release the groups (on the workers: their memory); a later :meth:`update` places them again."""
-        if isinstance(self.groups, WorkerGroups):
+        if self.groups is not None:
             self.groups.close()
         self.groups, self._gathered, self.best_version = None, {}, None
         self.version += 1
@@ -108,11 +110,13 @@ class ClassParallelTraining:
                 and (state.params.part, state.opt_state.part) == ("params", "opt_state"))
 
     def _place(self, params: Any, opt_state: Any) -> None:
-        """Groups of ``params`` and ``opt_state``: one per worker of a Dask backend (at most one per class), else
-        one in this process."""
+        """Groups of ``params`` and ``opt_state``: one per worker of a Dask backend, else one per core of this
+        process, each on a thread of its own (at most one per class either way)."""
         self.close()
+        classes = self.step.model.num_classes
         if isinstance(self.backend, DaskBackend):
-            count = min(self.backend.n_workers, self.step.model.num_classes)
+            count = min(self.backend.n_workers, classes)
             self.groups = WorkerGroups(self.backend.client, self.step.groups(params, opt_state, count))
         else:
-            self.groups = InProcessGroups(self.step.groups(params, opt_state, 1))
+            count = min(len(os.sched_getaffinity(0)), classes)
+            self.groups = InProcessGroups(self.step.groups(params, opt_state, count), threads=count > 1)
