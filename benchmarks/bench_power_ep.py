@@ -1,4 +1,4 @@
-"""Bui, Yan & Turner (2017), §4.1 and §4.3: how the Power-EP power α changes sparse GP regression and
+"""Bui, Yan & Turner (2017), §4.1–§4.3: how the Power-EP power α changes sparse GP regression and
 classification, from the VFE limit (α = 0) to EP (α = 1).
 
 §4.1, synthetic regression (``--synthetic``): ``--draws`` data sets of 1000 points, 5-D inputs ``x ~ N(0, I)``,
@@ -14,16 +14,26 @@ squared error (SMSE) and standardised mean log loss (SMLL, against the training 
 Rasmussen & Williams 2006, §2.5) on the test half and the approximate negative log marginal likelihood per
 training point (NLML / N), mean ± standard error over the draws.
 
+§4.2, real regression sets (``--regression``): §4.1's fits (:func:`fit_collapsed`, the same starts and budget)
+on the sets of :data:`REGRESSION` (the two of the paper's eight UCI sets available offline), ``--splits``
+random 90/10 splits (seed = split; the paper: 20), inputs and targets standardised on the training split,
+each M of ``--ms`` (default 10 and 50; the paper: 5–200, its grid not given) and α, and the full GP.
+Reported as §4.1, mean ± standard error over the splits, and the paper's pairwise comparisons (its Fig. 4):
+in what fraction of the (set, split, M) experiments α = 0.5 beats VFE and EP on SMSE, EP beats VFE and
+α = 0.5 on SMLL, and so on, beside the paper's fractions over its eight sets.
+
 §4.3, classification (``--classification``): ``SparseGPClassifier`` (probit, tied Power-EP factor, Adam; the
 estimator's defaults but ``num_inducing`` and ``alpha``) on the sets of :data:`CLASSIFICATION` read by
 :mod:`benchmarks.datasets`, ``--splits`` random 90/10 splits (stratified, seed = split; the paper: 20),
 features standardised on the training split. Reported: test error and NLL, mean ± standard error over the
 splits, and the mean paired difference from α = 0.5 (the estimators' default) in its standard errors.
 
-The paper gives both sections as plots only (its Figs. 3, 6, 7, 11, 12 and 24–27), so no number of the
-paper stands beside pep's; its statements are quoted on the results page.
+The paper gives §4.1 and §4.3 as plots only (its Figs. 3, 6, 7, 11, 12 and 24–27), so no number of the
+paper stands beside pep's there; its statements are quoted on the results page. §4.2's win fractions are
+the paper's only numbers (its text beside Fig. 4) and stand beside pep's.
 
     OPENBLAS_NUM_THREADS=1 nice -n 10 python -m benchmarks.bench_power_ep --synthetic --draws 10 --ms 5 20 50 100
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python -m benchmarks.bench_power_ep --regression --splits 20 --ms 10 50
     OPENBLAS_NUM_THREADS=1 nice -n 10 python -m benchmarks.bench_power_ep --classification --splits 5 --ms 20
 
 write (and, run again, extend) ``benchmarks/results/bench_power_ep.json``; ``--table`` prints the results
@@ -44,6 +54,7 @@ from benchmarks._common import read_results, standard_error, write_results
 
 ALPHAS = (0.0, 0.1, 0.2, 0.5, 0.8, 1.0)
 CLASSIFICATION = ("breast-cancer", "crabs", "ionosphere", "pima", "sonar")
+REGRESSION = ("boston", "concrete")  # of the paper's eight §4.2 sets, the two available offline
 NAME = "bench_power_ep"
 INPUTS, ROWS, TRAIN = 5, 1000, 500
 
@@ -83,15 +94,16 @@ def fit_collapsed(data: dict, m: int | None, alpha: float, max_fun: int, seed: i
     from pep_gp.core.models.collapsed_regression import log_marginal_likelihood, predict_f
 
     x, y = data["x"], data["y"]
+    d = x.shape[1]
     rng = np.random.default_rng(seed)
     z0 = x if m is None else x[rng.choice(len(x), m, replace=False)]
     median = np.median(np.linalg.norm(x[:, None] - x[None], axis=-1))  # lengthscales start at the median distance
-    start = np.concatenate([np.full(INPUTS, np.log(median)), [np.log(np.var(y)), np.log(np.var(y) / 10)],
+    start = np.concatenate([np.full(d, np.log(median)), [np.log(np.var(y)), np.log(np.var(y) / 10)],
                             [] if m is None else z0.ravel()])
 
     def unpack(theta, z_fixed=False):
-        z = jnp.asarray(z0) if m is None or z_fixed else theta[INPUTS + 2:].reshape(m, INPUTS)
-        return _kernel(theta[:INPUTS], theta[INPUTS]), jnp.exp(theta[INPUTS + 1]), z
+        z = jnp.asarray(z0) if m is None or z_fixed else theta[d + 2:].reshape(m, d)
+        return _kernel(theta[:d], theta[d]), jnp.exp(theta[d + 1]), z
 
     power = 1.0 if m is None else alpha
     with float64():
@@ -108,8 +120,8 @@ def fit_collapsed(data: dict, m: int | None, alpha: float, max_fun: int, seed: i
         started = time.perf_counter()
         # The hyper-parameters first, the pseudo-inputs held at their start (jointly from the start, L-BFGS-B's
         # first steps can shrink every lengthscale into the all-noise optimum), then everything jointly.
-        first = minimise(start[:INPUTS + 2], True, min(200, max_fun))
-        fitted = first if m is None else minimise(np.concatenate([first.x, start[INPUTS + 2:]]), False,
+        first = minimise(start[:d + 2], True, min(200, max_fun))
+        fitted = first if m is None else minimise(np.concatenate([first.x, start[d + 2:]]), False,
                                                   max(max_fun - first.nfev, 1))
         seconds = time.perf_counter() - started
         kernel, noise, z = unpack(jnp.asarray(fitted.x), m is None)
@@ -135,6 +147,38 @@ def synthetic(draws: int, ms: list[int], max_fun: int, done: dict, save) -> None
             done[key] = fit_collapsed(data, None if m == "full" else m, alpha or 0.0, max_fun, seed)
             print(key, done[key], flush=True)
             save()
+
+
+# --- §4.2: real regression sets -----------------------------------------------------------------------
+
+def regression_split(name: str, split: int) -> dict:
+    """Split ``split`` of set ``name``: a random 90/10 train/test split (seed = split), inputs and targets
+    standardised by the training rows' means and deviations (Bui, Yan & Turner 2017, §4.2 and App. I.2: 20
+    random 90/10 splits)."""
+    ds = datasets.load(name)
+    order = np.random.default_rng(split).permutation(len(ds.y))
+    test, train = order[:round(0.1 * len(ds.y))], order[round(0.1 * len(ds.y)):]
+    mean, std = ds.x[train].mean(0), ds.x[train].std(0)
+    std = np.where(std > 0, std, 1.0)
+    y_mean, y_std = ds.y[train].mean(), ds.y[train].std()
+    return {"x": (ds.x[train] - mean) / std, "y": (ds.y[train] - y_mean) / y_std,
+            "x_test": (ds.x[test] - mean) / std, "y_test": (ds.y[test] - y_mean) / y_std}
+
+
+def regression(names: list[str], splits: int, ms: list[int], max_fun: int, done: dict, save) -> None:
+    """Per split of each set, the full GP and every (M, α) fit of :func:`fit_collapsed` (keys
+    ``"set/M/alpha/split"``, M = "full"), split k of every set before split k + 1 (a run cut short keeps
+    whole splits)."""
+    for split in range(splits):
+        for name in names:
+            data = regression_split(name, split)
+            for m, alpha in [("full", None)] + [(m, alpha) for m in ms for alpha in ALPHAS]:
+                key = f"{name}/{m}/{alpha}/{split}"
+                if key in done:
+                    continue
+                done[key] = fit_collapsed(data, None if m == "full" else m, alpha or 0.0, max_fun, split)
+                print(key, done[key], flush=True)
+                save()
 
 
 # --- §4.3: classification ----------------------------------------------------------------------------------
@@ -223,6 +267,67 @@ def synthetic_table(runs: dict) -> str:
     return "\n".join(lines)
 
 
+# Bui, Yan & Turner (2017), §4.2 (Fig. 4): in what fraction of the (set, split, M) experiments of their eight
+# sets the first method's metric beats (is below) the second's: (first α, second α, metric, fraction).
+PAPER_WINS = ((0.5, 0.0, "smse", 0.67), (0.5, 1.0, "smse", 0.78), (0.0, 1.0, "smse", 0.64),
+              (1.0, 0.0, "smll", 0.93), (1.0, 0.5, "smll", 0.71), (0.5, 0.0, "smll", 0.93))
+
+
+def win_fractions(runs: dict, first: float, second: float, metric: str, name: str | None = None) -> tuple[int, int]:
+    """(experiments where α = ``first``'s ``metric`` is strictly below α = ``second``'s, experiments holding both)
+    over the (set, split, M) of ``runs`` (keys ``"set/M/alpha/split"``; only set ``name`` where given)."""
+    wins = total = 0
+    for key, run in runs.items():
+        set_name, m, alpha, split = key.split("/")
+        if m == "full" or float(alpha) != first or (name is not None and set_name != name):
+            continue
+        other = runs.get(f"{set_name}/{m}/{second}/{split}")
+        if other is not None:
+            total += 1
+            wins += run[metric] < other[metric]
+    return wins, total
+
+
+def _fraction(wins: int, total: int) -> str:
+    return f"{wins / total:.0%} ({wins}/{total})" if total else "—"
+
+
+def regression_table(runs: dict) -> str:
+    """Per set and M: each α's SMSE, SMLL and NLML/N, mean ± s.e. over the splits, the paired SMSE and SMLL
+    differences from α = 0.5 and the NLML/N difference from the full GP's (each in its s.e.); the full GP; then
+    the paper's pairwise win fractions (§4.2, Fig. 4) beside pep's."""
+    keys = [key.split("/") for key in runs]
+    names = [name for name in REGRESSION if any(k[0] == name for k in keys)]
+    lines = ["Mean ± standard error over the splits, lower is better; in brackets a paired difference in its "
+             "standard errors.", "",
+             "| set | M | splits | α | SMSE | SMLL | SMSE − α = 0.5's | SMLL − α = 0.5's | NLML / N | NLML / N − full GP's |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name in names:
+        splits = sorted({int(s) for n, _, _, s in keys if n == name})
+        full = {s: runs[f"{name}/full/None/{s}"] for s in splits if f"{name}/full/None/{s}" in runs}
+        for m in sorted({int(m) for n, m, _, _ in keys if n == name and m != "full"}):
+            base = {s: runs[f"{name}/{m}/0.5/{s}"] for s in splits if f"{name}/{m}/0.5/{s}" in runs}
+            for alpha in ALPHAS:
+                rows = {s: runs[f"{name}/{m}/{alpha}/{s}"] for s in splits if f"{name}/{m}/{alpha}/{s}" in runs}
+                if rows:
+                    nlml = _cell([r["nlml_per_point"] for r in rows.values()])
+                    lines.append(f"| {name} | {m} | {len(rows)} | {_label(alpha)} | "
+                                 f"{_cells(rows, base, alpha, ('smse', 'smll'))} | {nlml} | {_paired(rows, full, 'nlml_per_point')} |")
+        if full:
+            values = list(full.values())
+            lines.append(f"| {name} | full GP | {len(full)} | — | {_cell([r['smse'] for r in values])} | "
+                         f"{_cell([r['smll'] for r in values])} | | | {_cell([r['nlml_per_point'] for r in values])} | |")
+    lines += ["", "Pairwise wins: the fraction of (set, split, M) experiments in which the first method's metric is "
+              "below the second's (the paper: pooled over its eight sets, Fig. 4).", "",
+              f"| first beats second | metric | the paper | pep, pooled | {' | '.join(f'pep, {n}' for n in names)} |",
+              "|---|---|---|---|" + "---|" * len(names)]
+    for first, second, metric, paper in PAPER_WINS:
+        cells = [_fraction(*win_fractions(runs, first, second, metric))]
+        cells += [_fraction(*win_fractions(runs, first, second, metric, name)) for name in names]
+        lines.append(f"| {_label(first)} beats {_label(second)} | {metric.upper()} | {paper:.0%} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def classification_table(runs: dict) -> str:
     """Per set and M: each α's test error and NLL, mean ± s.e. over the splits, and the paired differences
     from α = 0.5 (positive: worse than α = 0.5), each in its standard errors."""
@@ -245,6 +350,9 @@ def table(result: dict) -> str:
     parts = []
     if result.get("synthetic"):
         parts.append(f"**§4.1, synthetic regression** ({result['synthetic_settings']})\n\n" + synthetic_table(result["synthetic"]))
+    if result.get("regression"):
+        parts.append(f"**§4.2, real regression sets** ({result['regression_settings']})\n\n"
+                     + regression_table(result["regression"]))
     if result.get("classification"):
         parts.append(f"**§4.3, classification** ({result['classification_settings']})\n\n"
                      + classification_table(result["classification"]))
@@ -254,12 +362,13 @@ def table(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--synthetic", action="store_true", help="§4.1: the synthetic GP draws")
+    parser.add_argument("--regression", action="store_true", help="§4.2: the real regression sets")
     parser.add_argument("--classification", action="store_true", help="§4.3: the classification sets")
     parser.add_argument("--draws", type=int, default=10, help="synthetic data sets (the paper: 30)")
     parser.add_argument("--ms", type=int, nargs="+", default=None, help="pseudo-point counts (synthetic default 5 20 50 100, "
-                        "classification 20; the paper: 5–500 and 10–100)")
-    parser.add_argument("--max-fun", type=int, default=2000, help="L-BFGS-B evaluations per synthetic fit (the paper: 2000)")
-    parser.add_argument("--splits", type=int, default=5, help="90/10 splits per classification set (the paper: 20)")
+                        "regression 10 50, classification 20; the paper: 5–500, 5–200 and 10–100)")
+    parser.add_argument("--max-fun", type=int, default=2000, help="L-BFGS-B evaluations per synthetic or regression fit (the paper: 2000)")
+    parser.add_argument("--splits", type=int, default=5, help="90/10 splits per regression or classification set (the paper: 20)")
     parser.add_argument("--datasets", nargs="+", default=list(CLASSIFICATION), choices=CLASSIFICATION)
     parser.add_argument("--table", action="store_true", help="print the results page's tables of the committed JSON")
     args = parser.parse_args()
@@ -267,17 +376,23 @@ def main() -> None:
     if args.table:
         print(table(old))
         return
-    result = {key: old[key] for key in ("synthetic", "synthetic_settings", "classification", "classification_settings")
-              if key in old}
+    result = {key: old[key] for key in ("synthetic", "synthetic_settings", "regression", "regression_settings",
+                                        "classification", "classification_settings") if key in old}
 
     def save():
-        write_results(NAME, result)
+        write_results(NAME, result, echo=False)  # each fit prints its own line
 
     if args.synthetic:
         ms = args.ms or [5, 20, 50, 100]
         result["synthetic_settings"] = (f"{args.draws} draws (the paper: 30), M ∈ {{{', '.join(map(str, ms))}}} "
                                         f"(the paper: 5–500), L-BFGS-B ≤ {args.max_fun} evaluations")
         synthetic(args.draws, ms, args.max_fun, result.setdefault("synthetic", {}), save)
+    if args.regression:
+        ms = args.ms or [10, 50]
+        result["regression_settings"] = (f"{', '.join(REGRESSION)} (the paper: 8 UCI sets), {args.splits} random 90/10 "
+                                         f"splits (the paper: 20), M ∈ {{{', '.join(map(str, ms))}}} (the paper: "
+                                         f"5–200), L-BFGS-B ≤ {args.max_fun} evaluations (the paper: L-BFGS, 2000)")
+        regression(list(REGRESSION), args.splits, ms, args.max_fun, result.setdefault("regression", {}), save)
     if args.classification:
         ms = args.ms or [20]
         result["classification_settings"] = (f"{args.splits} stratified 90/10 splits (the paper: 20), "

@@ -51,6 +51,22 @@ def test_the_power_ep_page_holds_the_tables_of_the_committed_alpha_study():
     assert table(study) in page("power-ep.md") and NAME in results.marks(page("power-ep.md"))
 
 
+def test_the_power_ep_page_holds_the_real_regression_table_and_its_win_fractions_recomputed_from_the_splits():
+    from benchmarks.bench_power_ep import ALPHAS, NAME, PAPER_WINS, REGRESSION, regression_table
+
+    runs = results.result(NAME)["regression"]
+    assert regression_table(runs) in page("power-ep.md")
+    experiments = {(name, m, split) for name, m, _, split in (key.split("/") for key in runs) if m != "full"}
+    assert {name for name, _, _ in experiments} == set(REGRESSION)
+    assert all(f"{n}/{m}/{alpha}/{s}" in runs for n, m, s in experiments for alpha in ALPHAS)  # no α missing
+    labels = {0.0: "0 (VFE)", 0.5: "0.5", 1.0: "1 (EP)"}
+    for first, second, metric, paper in PAPER_WINS:  # each pooled fraction, counted here from the per-split records
+        wins = sum(runs[f"{n}/{m}/{first}/{s}"][metric] < runs[f"{n}/{m}/{second}/{s}"][metric] for n, m, s in experiments)
+        row = (f"| {labels[first]} beats {labels[second]} | {metric.upper()} | {paper:.0%} | "
+               f"{wins / len(experiments):.0%} ({wins}/{len(experiments)}) |")
+        assert row in page("power-ep.md")
+
+
 def test_the_likelihoods_page_holds_the_table_of_the_committed_run():
     from benchmarks.bench_likelihoods import NAME, SECTIONS, table
 
