@@ -124,3 +124,23 @@ def test_groups_on_one_and_two_workers_give_the_bits_of_this_process(problem):
                 np.testing.assert_array_equal(got, want)
     finally:
         backend.close()
+
+
+def test_a_rejected_site_update_leaves_every_class_as_it_was_as_the_step_of_all_classes_does(problem):
+    """A minibatch with a non-finite row: both steps reject the site update and the ascent, and the
+    parameters stay the bits they were (the class-parallel step after computing the cavities with the new
+    factors first, :meth:`~pep_gp.pipeline.training.class_groups.ClassGroup.reject_sites`)."""
+    step, params, x, y, class_rows = problem
+    *_, (s, xb, yb, mask, scale) = minibatches(x, y)
+    with float64():
+        xb = xb.at[0, 0].set(jnp.nan)
+    groups = InProcessGroups(step.init(params, 2))
+    before = step.state(groups)
+    info = step.update(groups, s, xb, yb, mask, scale, class_rows)
+    whole = training_step(step.model, step.optimizer, sites=True, damping=step.damping)
+    _, expected = whole.update(StepState(*whole.init(params)[:2], np.int32(s)),
+                               OneBlock(xb, jnp.asarray(yb), jnp.asarray(mask), scale, class_rows))
+    assert (bool(info.sites_accepted), bool(info.accepted)) == (bool(expected.sites_accepted), bool(expected.accepted))
+    assert not info.sites_accepted and not info.accepted
+    for got, want in zip(jax.tree_util.tree_leaves(step.state(groups)), jax.tree_util.tree_leaves(before), strict=True):
+        np.testing.assert_array_equal(got, want)

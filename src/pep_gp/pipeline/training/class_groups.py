@@ -12,10 +12,12 @@ optimiser moments and what a step keeps; a step is (:meth:`ClassParallelStep.upd
 1. ``prepare``: each group computes its classes' step-shared quantities, rows and marginals ``[B, C_g]``;
 2. the coordinator gathers them in class order into ``[B, C]`` and computes the refined sites'
    coefficients ``Δ``, ``μ̃`` ``[B, C]`` (eqs. 26–27, 43–55);
-3. ``sites``: each group sums its columns into its tied factors' new values; the update is taken for every
-   class or for none (a non-finite one anywhere rejects it, as :func:`pep_gp.core.sep.damped_site_update`);
-4. ``refresh``: each group computes its new cavities and marginals; the coordinator computes the data term
-   ``L`` (eq. 34) and its cotangents w.r.t. the marginals;
+3. ``sites``: each group sums its columns into its tied factors' new values and, in the same call, computes
+   the cavities and their marginals with them; the update is taken for every class or for none (a non-finite
+   one anywhere rejects it, as :func:`pep_gp.core.sep.damped_site_update`): only then does a second call,
+   ``reject_sites``, compute them again with the old factors (one round trip per step fewer in the common
+   case, the same programs and bits either way);
+4. the coordinator computes the data term ``L`` (eq. 34) and its cotangents w.r.t. the marginals;
 5. ``gradient``: each group pulls its columns back to its parameters and adds its global term ``G_c``'s
    gradient (eq. 9); the coordinator forms ``F̂ = Σ_c G_c + (N/|B|)L`` (the sum in class order) and the
    ascent guard (all of ``F̂`` and every gradient finite);
@@ -172,22 +174,31 @@ class ClassGroup:
             columns.append(marginals)
         return _columns(columns)
 
-    def sites(self, delta, mu, count, step) -> jnp.ndarray:
+    def sites(self, delta, mu, count, step) -> tuple:
         """Phase 3: each class's new tied factor from its columns of ``Δ``, ``μ̃`` ``[B, C_g]`` and its factor
-        count ``n_{B,c}`` ``[C_g]`` in the minibatch; whether each is finite, ``[C_g]``."""
+        count ``n_{B,c}`` ``[C_g]`` in the minibatch, whether each is finite ``[C_g]``, and :meth:`refresh`'s
+        marginals with the new factors (taken unless a class anywhere rejects them: :meth:`reject_sites`)."""
         finite = []
         for j, (params, kept) in enumerate(zip(self.params, self.kept)):
             kept["new"], ok = self.programs.sites(params, kept["rows"], delta[:, j:j + 1], mu[:, j:j + 1],
                                                   count[j:j + 1], kept["counts"], step)
+            kept["before"] = params, kept["shared"]
             finite.append(ok)
-        return jnp.stack(finite)
+        return jnp.stack(finite), self.refresh(np.asarray(True))
+
+    def reject_sites(self) -> tuple:
+        """:meth:`refresh` with the old tied factors, after :meth:`sites` took the new ones."""
+        for j, kept in enumerate(self.kept):
+            self.params[j], kept["shared"] = kept["before"]
+            kept["pullbacks"] = kept["pullbacks"][:2]
+        return self.refresh(np.asarray(False))
 
     def refresh(self, ok) -> tuple:
-        """Phase 4: the tied factors (the new ones where ``ok``), the cavities and their marginals."""
+        """The tied factors (the new ones where ``ok``), the cavities and their marginals."""
         columns = []
         for j, kept in enumerate(self.kept):
             self.params[j], kept["shared"], marginals, pullback = self.programs.refresh(
-                ok, kept.pop("new"), self.params[j], kept["shared"], kept["counts"], kept["rows"])
+                ok, kept["new"], self.params[j], kept["shared"], kept["counts"], kept["rows"])
             kept["pullbacks"] += (pullback,)
             columns.append(marginals)
         return _columns(columns)
@@ -349,10 +360,10 @@ class ClassParallelStep:
             left = _left_over(groups)
             marginals = _gathered(groups.each("prepare", [(x, part, *left) for part in _split(counts, sizes)]))
             delta, mu, count = rows.sites(*marginals, y, mask)
-            finite = groups.each("sites", [(d, m, c, step) for d, m, c in
-                                           zip(_split(delta, sizes, 1), _split(mu, sizes, 1), _split(count, sizes))])
+            finite, marginals = zip(*groups.each("sites", [(d, m, c, step) for d, m, c in zip(
+                _split(delta, sizes, 1), _split(mu, sizes, 1), _split(count, sizes))]))
             sites_ok = jnp.all(jnp.concatenate(finite))
-            marginals = _gathered(groups.each("refresh", [(sites_ok,)] * len(sizes)))
+            marginals = _gathered(marginals if sites_ok else groups.each("reject_sites", [()] * len(sizes)))
             value, cotangents = rows.data(*marginals, y, mask)
             parts = groups.each("gradient", [(tuple(c[:, s] for c in cotangents), scale) for s in _slices(sizes)])
             values, finite = (jnp.concatenate(p) for p in zip(*parts))
