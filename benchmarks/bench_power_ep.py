@@ -138,14 +138,17 @@ def fit_collapsed(data: dict, m: int | None, alpha: float, max_fun: int, seed: i
 def synthetic(draws: int, ms: list[int], max_fun: int, done: dict, save) -> None:
     """Every draw's full GP and (M, α) fits, appended to ``done`` (keys ``"draw/M/alpha"``, M = "full")."""
     for seed in range(draws):
-        data = draw(seed)
-        settings = [("full", None)] + [(m, alpha) for m in ms for alpha in ALPHAS]
-        for m, alpha in settings:
-            key = f"{seed}/{m}/{alpha}"
-            if key in done:
-                continue
-            done[key] = fit_collapsed(data, None if m == "full" else m, alpha or 0.0, max_fun, seed)
-            print(key, done[key], flush=True)
+        fit_all(draw(seed), str(seed) + "/{}/{}", seed, ms, max_fun, done, save)
+
+
+def fit_all(data: dict, key: str, seed: int, ms: list[int], max_fun: int, done: dict, save) -> None:
+    """The full GP and every (M, α) fit of :func:`fit_collapsed` on ``data`` not yet in ``done``, each under
+    ``key.format(M, alpha)`` (M = "full"), saved after each."""
+    for m, alpha in [("full", None)] + [(m, alpha) for m in ms for alpha in ALPHAS]:
+        name = key.format(m, alpha)
+        if name not in done:
+            done[name] = fit_collapsed(data, None if m == "full" else m, alpha or 0.0, max_fun, seed)
+            print(name, done[name], flush=True)
             save()
 
 
@@ -171,14 +174,7 @@ def regression(names: list[str], splits: int, ms: list[int], max_fun: int, done:
     whole splits)."""
     for split in range(splits):
         for name in names:
-            data = regression_split(name, split)
-            for m, alpha in [("full", None)] + [(m, alpha) for m in ms for alpha in ALPHAS]:
-                key = f"{name}/{m}/{alpha}/{split}"
-                if key in done:
-                    continue
-                done[key] = fit_collapsed(data, None if m == "full" else m, alpha or 0.0, max_fun, split)
-                print(key, done[key], flush=True)
-                save()
+            fit_all(regression_split(name, split), name + "/{}/{}/" + str(split), split, ms, max_fun, done, save)
 
 
 # --- §4.3: classification ----------------------------------------------------------------------------------
@@ -253,18 +249,30 @@ def synthetic_table(runs: dict) -> str:
              "| M | α | SMSE | SMLL | SMSE − α = 0.5's | SMLL − α = 0.5's | NLML / N | NLML / N − full GP's |",
              "|---|---|---|---|---|---|---|---|"]
     for m in ms:
-        base = {d: runs[f"{d}/{m}/0.5"] for d in draws if f"{d}/{m}/0.5" in runs}
-        for alpha in ALPHAS:
-            rows = {d: runs[f"{d}/{m}/{alpha}"] for d in draws if f"{d}/{m}/{alpha}" in runs}
-            if rows:
-                nlml = _cell([r["nlml_per_point"] for r in rows.values()])
-                lines.append(f"| {m} | {_label(alpha)} | {_cells(rows, base, alpha, ('smse', 'smll'))} | {nlml} "
-                             f"| {_paired(rows, full, 'nlml_per_point')} |")
+        lines += _alpha_lines(f"{m} | ", lambda alpha: {d: runs[f"{d}/{m}/{alpha}"] for d in draws
+                                                         if f"{d}/{m}/{alpha}" in runs}, full)
     if full:
-        values = list(full.values())
-        lines.append(f"| full GP ({TRAIN}) | — | {_cell([r['smse'] for r in values])} | {_cell([r['smll'] for r in values])} "
-                     f"| | | {_cell([r['nlml_per_point'] for r in values])} | |")
+        lines.append(f"| full GP ({TRAIN}) | — | {_full_cells(list(full.values()))}")
     return "\n".join(lines)
+
+
+def _alpha_lines(prefix: str, runs_at, full: dict) -> list[str]:
+    """The table lines of each α at one M (``runs_at(α)``: its runs by draw or split), after the cells
+    ``prefix`` (and the number of runs where it ends in ``{runs}``): SMSE and SMLL with their paired
+    differences from α = 0.5's, NLML/N and its difference from the full GP's."""
+    base, lines = runs_at(0.5), []
+    for alpha in ALPHAS:
+        rows = runs_at(alpha)
+        if rows:
+            lines.append(f"| {prefix.format(runs=len(rows))}{_label(alpha)} | {_cells(rows, base, alpha, ('smse', 'smll'))} "
+                         f"| {_cell([r['nlml_per_point'] for r in rows.values()])} | {_paired(rows, full, 'nlml_per_point')} |")
+    return lines
+
+
+def _full_cells(values: list) -> str:
+    """The full GP's SMSE, SMLL and NLML/N cells (mean ± s.e.), the difference cells empty."""
+    return (f"{_cell([r['smse'] for r in values])} | {_cell([r['smll'] for r in values])} | | | "
+            f"{_cell([r['nlml_per_point'] for r in values])} | |")
 
 
 # Bui, Yan & Turner (2017), §4.2 (Fig. 4): in what fraction of the (set, split, M) experiments of their eight
@@ -306,17 +314,10 @@ def regression_table(runs: dict) -> str:
         splits = sorted({int(s) for n, _, _, s in keys if n == name})
         full = {s: runs[f"{name}/full/None/{s}"] for s in splits if f"{name}/full/None/{s}" in runs}
         for m in sorted({int(m) for n, m, _, _ in keys if n == name and m != "full"}):
-            base = {s: runs[f"{name}/{m}/0.5/{s}"] for s in splits if f"{name}/{m}/0.5/{s}" in runs}
-            for alpha in ALPHAS:
-                rows = {s: runs[f"{name}/{m}/{alpha}/{s}"] for s in splits if f"{name}/{m}/{alpha}/{s}" in runs}
-                if rows:
-                    nlml = _cell([r["nlml_per_point"] for r in rows.values()])
-                    lines.append(f"| {name} | {m} | {len(rows)} | {_label(alpha)} | "
-                                 f"{_cells(rows, base, alpha, ('smse', 'smll'))} | {nlml} | {_paired(rows, full, 'nlml_per_point')} |")
+            lines += _alpha_lines(f"{name} | {m} | {{runs}} | ", lambda alpha: {
+                s: runs[f"{name}/{m}/{alpha}/{s}"] for s in splits if f"{name}/{m}/{alpha}/{s}" in runs}, full)
         if full:
-            values = list(full.values())
-            lines.append(f"| {name} | full GP | {len(full)} | — | {_cell([r['smse'] for r in values])} | "
-                         f"{_cell([r['smll'] for r in values])} | | | {_cell([r['nlml_per_point'] for r in values])} | |")
+            lines.append(f"| {name} | full GP | {len(full)} | — | {_full_cells(list(full.values()))}")
     lines += ["", "Pairwise wins: the fraction of (set, split, M) experiments in which the first method's metric is "
               "below the second's (the paper: pooled over its eight sets, Fig. 4).", "",
               f"| first beats second | metric | the paper | pep, pooled | {' | '.join(f'pep, {n}' for n in names)} |",
