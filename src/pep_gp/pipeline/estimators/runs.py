@@ -16,7 +16,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..errors import InputError
 from ..training.runs import Run
 from . import models  # noqa: F401  (defines the built-in estimators, which add themselves to ESTIMATORS)
 from .base import GPEstimator, estimator_for
