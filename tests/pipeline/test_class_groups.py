@@ -1,5 +1,5 @@
 """The class-parallel multi-class SEP step (:mod:`pep_gp.pipeline.training.class_groups`): the same bits for
-every grouping of the classes, in this process and on Dask workers, and the step of
+every grouping of the classes in this process (on Dask workers: test_class_parallel_training.py), and the step of
 :func:`~pep_gp.pipeline.training.step.training_step` to rounding."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pep_gp.core import float64
 from pep_gp.core.models.multiclass import MultiClassGP
 from pep_gp.pipeline.engine.cache import compiled_program, resolve
 from pep_gp.pipeline.models.protocol import leaves_named
-from pep_gp.pipeline.training.class_groups import ClassParallelStep, InProcessGroups, WorkerGroups
+from pep_gp.pipeline.training.class_groups import ClassParallelStep, InProcessGroups
 from pep_gp.pipeline.training.optimiser import adam
 from pep_gp.pipeline.training.step import StepState, training_step
 
@@ -108,22 +108,6 @@ def test_more_groups_than_classes_is_refused(problem):
     step, params, *_ = problem
     with pytest.raises(ValueError, match="1..10"):
         step.init(params, CLASSES + 1)
-
-
-@pytest.mark.heavy
-def test_groups_on_one_and_two_workers_give_the_bits_of_this_process(problem):
-    from pep_gp.pipeline.engine.clusters import local_cluster
-
-    step, params, x, y, class_rows = problem
-    here, _ = trained(step, InProcessGroups(step.init(params, 2)), x, y, class_rows)
-    backend = local_cluster(2, "local:2:pinned", pinned=True)
-    try:
-        for workers in (1, 2):
-            there, _ = trained(step, WorkerGroups(backend.client, step.init(params, workers)), x, y, class_rows)
-            for got, want in zip(jax.tree_util.tree_leaves(there), jax.tree_util.tree_leaves(here), strict=True):
-                np.testing.assert_array_equal(got, want)
-    finally:
-        backend.close()
 
 
 def test_a_rejected_site_update_leaves_every_class_as_it_was_as_the_step_of_all_classes_does(problem):

@@ -75,9 +75,10 @@ def test_a_model_without_classes_to_spread_is_refused(binary_store, tmp_path):
 
 
 @pytest.mark.heavy
-def test_on_one_two_and_three_workers_the_run_has_the_bits_of_this_process(three_class_store, straight, tmp_path):
-    """Groups of 1, 2 and 3 classes on pinned workers (the same XLA partitioning as this process), the run
-    checkpointed, evaluated and cut into a resumed second half on two workers."""
+def test_on_three_two_and_one_workers_the_run_has_the_bits_of_this_process(three_class_store, straight, tmp_path):
+    """Groups of 1 class on three pinned workers (the same XLA partitioning as this process), then a run
+    cut after 6 steps on two workers (groups of 1 and 2 classes) and resumed on one (all 3 classes), the run
+    checkpointed and evaluated on the way."""
     from pep_gp.pipeline.engine import connect
 
     straight, _ = straight
@@ -89,6 +90,8 @@ def test_on_one_two_and_three_workers_the_run_has_the_bits_of_this_process(three
         assert len(backend.client.nthreads()) == 2
         run_dir = tmp_path / "two"
         train(TrainJob("multiclass-sep", three_class_store, CLASSES, run_dir), backend, until_step=6)
+        backend.client.retire_workers(list(backend.client.nthreads())[:1])
+        assert len(backend.client.nthreads()) == 1
         resumed = train(TrainJob("multiclass-sep", three_class_store, CLASSES, run_dir), backend, resume=True)
         assert leaves_equal(resumed.params, straight.params) and timeless(resumed.history) == timeless(straight.history)
     finally:
