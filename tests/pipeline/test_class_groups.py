@@ -128,3 +128,25 @@ def test_a_rejected_site_update_leaves_every_class_as_it_was_as_the_step_of_all_
     assert not info.sites_accepted and not info.accepted
     for got, want in zip(jax.tree_util.tree_leaves(step.state(groups)), jax.tree_util.tree_leaves(before), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_lost_worker_of_the_groups_is_a_clear_error_that_says_how_to_resume(problem, cluster):
+    import dask
+    from distributed import Client
+
+    from pep_gp.pipeline.engine.residents import ResidentLost
+    from pep_gp.pipeline.training.class_groups import WorkerGroups
+
+    step, params, *_ = problem
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):  # a client that gives up on a worker soon
+        client = Client(cluster.client.scheduler.address, security=cluster.client.security)
+    groups = WorkerGroups(client, step.init(params, 1))
+    try:
+        lost = groups.residents.workers[0]
+        groups.residents.workers = ["tls://127.0.0.1:9"]  # the worker's address after it was lost
+        with pytest.raises(ResidentLost, match=r"tls://127.0.0.1:9: a worker holding .* --resume"):
+            step.state(groups)
+    finally:
+        groups.residents.workers = [lost]
+        groups.close()
+        client.close()

@@ -91,12 +91,24 @@ class Residents:
         self._calls(None, [(None,)] * len(self.workers))
 
     def _calls(self, method: str | None, args: list[tuple]) -> list:
+        async def call(worker: str, arguments: tuple) -> Any:
+            try:
+                return await self.client.rpc(worker).pep_resident(key=self.key, method=method,
+                                                                  args=to_serialize(arguments))
+            except OSError as error:  # connection refused, timed out or closed: the worker is gone
+                raise ResidentLost(f"{worker}: a worker holding part of the run's state was lost ({error}); "
+                                   "what it held is gone with it: resume the run from its newest checkpoint "
+                                   "(pep train … --resume)") from error
+
         async def all_calls() -> list[Any]:
-            return await asyncio.gather(*(self.client.rpc(worker).pep_resident(key=self.key, method=method,
-                                                                               args=to_serialize(a))
-                                          for worker, a in zip(self.workers, args)))
+            return await asyncio.gather(*(call(worker, a) for worker, a in zip(self.workers, args)))
 
         return self.client.sync(all_calls)
+
+
+class ResidentLost(OSError):
+    """A worker that held resident objects was lost, and their state with it (an ``OSError``: a retried
+    Prefect segment resumes from the newest checkpoint)."""
 
 
 def _hosting(dask_worker: Any) -> bool:
