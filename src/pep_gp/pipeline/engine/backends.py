@@ -11,6 +11,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Protocol
 
 import jax
@@ -106,32 +107,48 @@ class Call:
     first: tuple[int, Any] | None = None  # second pass: the first pass's function and inputs, for parts not here
 
 
-class WorkerEngine(WorkerPlugin):
-    """Dask worker plugin, resident on every worker (also ones that join later or are restarted by their
-    nanny, and workers started outside pep, e.g. ``dask worker``): pins the compute threads, turns on the
-    persistent compilation cache (:mod:`pep_gp.pipeline.engine.compilation`, from the worker's own
-    environment), and answers the coordinator's direct calls (``pep_sum``, a :class:`Call`: no task, no
-    scheduler) with the partial sum of the call's blocks, computed on one compute thread. It holds the
-    functions and sources it was sent and what its latest keeping pass kept (a :class:`Kept`)."""
+class OnComputeThread(WorkerPlugin):
+    """A Dask worker plugin that answers the coordinator's direct calls of its ``handler`` (no task, no
+    scheduler) with :meth:`answer`, run on one compute thread of its own: it pins the compute threads and
+    turns on the persistent compilation cache (:mod:`pep_gp.pipeline.engine.compilation`, from the worker's
+    own environment)."""
 
-    name = "pep-worker-engine"
+    handler: str
 
     def setup(self, worker: Any) -> None:
         pin_compute_threads()
         use_compilation_cache()
-        self.objects: OrderedDict[int, Any] = OrderedDict()
-        self.kept = Kept()
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="pep-compute", initializer=hold_compute_threads)
-        worker.handlers["pep_sum"] = self.handle
+        worker.handlers[self.handler] = self.handle
 
     def teardown(self, worker: Any) -> None:
-        worker.handlers.pop("pep_sum", None)
+        worker.handlers.pop(self.handler, None)
         self.thread.shutdown(wait=False)
 
-    async def handle(self, call: Call) -> Any:
-        return to_serialize(await asyncio.get_running_loop().run_in_executor(self.thread, self.timed, call))
+    async def handle(self, **message: Any) -> Any:
+        return to_serialize(await asyncio.get_running_loop().run_in_executor(self.thread, partial(self.answer,
+                                                                                                  **message)))
 
-    def timed(self, call: Call) -> tuple[Any, float]:
+    def answer(self, **message: Any) -> Any:
+        """The reply to a call with the keyword arguments ``message``."""
+        raise NotImplementedError
+
+
+class WorkerEngine(OnComputeThread):
+    """Dask worker plugin, resident on every worker (also ones that join later or are restarted by their
+    nanny, and workers started outside pep, e.g. ``dask worker``), that answers the coordinator's direct
+    calls (``pep_sum``, a :class:`Call`) with the partial sum of the call's blocks and its seconds
+    (:class:`OnComputeThread`). It holds the functions and sources it was sent and what its latest keeping
+    pass kept (a :class:`Kept`)."""
+
+    name, handler = "pep-worker-engine", "pep_sum"
+
+    def setup(self, worker: Any) -> None:
+        self.objects: OrderedDict[int, Any] = OrderedDict()
+        self.kept = Kept()
+        super().setup(worker)
+
+    def answer(self, call: Call) -> tuple[Any, float]:
         """:meth:`compute`'s partial sum and its seconds."""
         started = time.perf_counter()
         return self.compute(call), time.perf_counter() - started

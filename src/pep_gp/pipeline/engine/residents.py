@@ -10,42 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
-from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from ...core import float64
-from .compilation import use_compilation_cache
+from .backends import OnComputeThread
 from .summation import payload_bytes
-from .threads import hold_compute_threads, pin_compute_threads
 
 
-class ResidentHost(WorkerPlugin):
+class ResidentHost(OnComputeThread):
     """Dask worker plugin: holds the objects placed on its worker (by :class:`Residents`, each under its own
-    key) and answers ``pep_resident`` calls — a method of one of them, run on one compute thread in float64,
-    its result sent back as host arrays."""
+    key) and answers ``pep_resident`` calls — a method of one of them, run on its compute thread in float64
+    (:class:`~pep_gp.pipeline.engine.backends.OnComputeThread`), its result sent back as host arrays."""
 
-    name = "pep-resident-host"
+    name, handler = "pep-resident-host", "pep_resident"
 
     def setup(self, worker: Any) -> None:
-        pin_compute_threads()
-        use_compilation_cache()
         self.residents: dict[str, Any] = {}
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="pep-compute", initializer=hold_compute_threads)
-        worker.handlers["pep_resident"] = self.handle
+        super().setup(worker)
 
-    def teardown(self, worker: Any) -> None:
-        worker.handlers.pop("pep_resident", None)
-        self.thread.shutdown(wait=False)
-
-    async def handle(self, key: str, method: str | None, args: Any) -> Any:
-        return to_serialize(await asyncio.get_running_loop().run_in_executor(self.thread, self.call, key, method,
-                                                                              args))
-
-    def call(self, key: str, method: str | None, args: tuple) -> Any:
+    def answer(self, key: str, method: str | None, args: tuple) -> Any:
         """``residents[key].method(*args)``; with ``method`` None, ``args[0]`` becomes ``residents[key]``
         (None: it is released)."""
         if method is None:
@@ -113,4 +99,4 @@ class ResidentLost(OSError):
 
 def _hosting(dask_worker: Any) -> bool:
     """True on a worker that runs :class:`ResidentHost`."""
-    return "pep_resident" in dask_worker.handlers
+    return ResidentHost.handler in dask_worker.handlers

@@ -86,7 +86,8 @@ class ClassParallelTraining:
             current = value.version == self.version if value.part != "best" else value.version == self.best_version
             if value.owner is not self or not current:
                 raise RuntimeError(f"{value} is no longer held (the groups are at step version {self.version})")
-            self._gathered = {k: v for k, v in self._gathered.items() if k[1] == "best" and k[0] == self.best_version}
+            self._gathered = {k: v for k, v in self._gathered.items()  # what is still held: current and best
+                              if k[0] == (self.best_version if k[1] == "best" else self.version)}
             if value.part == "best":
                 self._gathered[key] = self.step.best(self.groups)
             else:

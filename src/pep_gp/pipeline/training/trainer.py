@@ -314,7 +314,8 @@ class Trainer:
                                  or (stops_early and self.stopping.converged(state.energies)))
             if state.step >= self.total_steps:
                 self._refuse_non_finite_end(state)
-        return TrainResult(self._arrays(state.params), state.step, self.total_steps, len(state.history), state.seconds, path,
+        state = self._state  # with arrays again (_gathered_at_the_end)
+        return TrainResult(state.params, state.step, self.total_steps, len(state.history), state.seconds, path,
                            state.history, state.rejected, state.rejected_sites,
                            self.stopping.converged(state.energies), self.stopping.gain_per_row(state.energies),
                            stops_early, self.notes, self._collapse(state), stopped)
@@ -323,16 +324,21 @@ class Trainer:
         """``value`` (params, optimiser state) as arrays: gathered where the class-parallel step holds it."""
         return value if self.classes is None else self.classes.arrays(value)
 
+    def _with_arrays(self, loop: LoopState) -> LoopState:
+        """``loop`` with its params, optimiser state and best params as arrays (:meth:`_arrays`)."""
+        if self.classes is None:
+            return loop
+        return dataclasses.replace(loop, params=self._arrays(loop.params), opt_state=self._arrays(loop.opt_state),
+                                   best_params=self._arrays(loop.best_params))
+
     @contextlib.contextmanager
     def _gathered_at_the_end(self):
         """Around :meth:`run`: afterwards the loop's state holds arrays again (unless the run raised) and the
         class groups are released (a later segment places them again from those arrays)."""
         try:
             yield
-            if self.classes is not None and self._state is not None:
-                state = self._state
-                state.params, state.opt_state, state.best_params = (
-                    self._arrays(state.params), self._arrays(state.opt_state), self._arrays(state.best_params))
+            if self._state is not None:
+                self._state = self._with_arrays(self._state)
         finally:
             if self.classes is not None:
                 self.classes.close()
@@ -459,9 +465,7 @@ class Trainer:
                     "damping_per_epoch": True,
                     "converged": self.stopping.converged(loop.energies),  # the rule's verdict, for pep_gp.load
                     "data_log": self.data_log}
-        if self.classes is not None:
-            loop = dataclasses.replace(loop, params=self._arrays(loop.params), opt_state=self._arrays(loop.opt_state),
-                                       best_params=self._arrays(loop.best_params))
+        loop = self._with_arrays(loop)
         if final:
             evidence = self.log_marginal_likelihood(loop.params)
             run_meta["log_marginal_likelihood"] = evidence if math.isfinite(evidence) else None
