@@ -7,16 +7,18 @@ others (the same executable: bit-identical results, tests/pipeline/test_compilat
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import pytest
+from filelock import FileLock
 
 import pep_gp.core
 from pep_gp.pipeline.engine.compilation import (COMPILATION_CACHE_ENV, release_compiled_programs_if_crowded,
                                                 use_compilation_cache)
-from tests.messy_runs import messy_run
+from tests.messy_runs import MessyRun, messy_run
 
 
 def pytest_configure(config):
@@ -45,13 +47,29 @@ def _float64():
     release_compiled_programs_if_crowded()  # one process runs the whole suite: stay below vm.max_map_count
 
 
+def shared_directory(tmp_path_factory, name: str) -> tuple[Path, FileLock]:
+    """A directory of this test run that every pytest-xdist worker sees under one name, and the lock that makes
+    one of them fill it while the others wait (without pytest-xdist: a directory of this process)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common directory
+    return root / name, FileLock(root / f"{name}.lock")
+
+
+def messy_run_once(tmp_path_factory, task: str) -> MessyRun:
+    """:func:`~tests.messy_runs.messy_run` trained once per test run, by the first worker that asks: the tests
+    only read it (those that write into a run copy it first)."""
+    directory, lock = shared_directory(tmp_path_factory, f"messy-{task}")
+    with lock:
+        return messy_run(directory, task)
+
+
 @pytest.fixture(scope="session")
 def messy_classifier(tmp_path_factory):
     """A ``sparse-gp-classifier`` run trained by ``pep ingest`` and ``pep train`` on a messy CSV."""
-    return messy_run(tmp_path_factory.mktemp("messy-classifier"), "classification")
+    return messy_run_once(tmp_path_factory, "classification")
 
 
 @pytest.fixture(scope="session")
 def messy_regressor(tmp_path_factory):
     """A ``sparse-gp-regressor`` run trained by ``pep ingest`` and ``pep train`` on a messy CSV."""
-    return messy_run(tmp_path_factory.mktemp("messy-regressor"), "regression")
+    return messy_run_once(tmp_path_factory, "regression")

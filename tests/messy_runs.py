@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import csv
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -42,8 +44,16 @@ class MessyRun:
 
 
 def messy_run(directory: Path, task: str) -> MessyRun:
-    """``pep ingest`` (``--sep ';' --id id --na mean``) and ``pep train`` (small settings) on a messy CSV."""
+    """``pep ingest`` (``--sep ';' --id id --na mean``) and ``pep train`` (small settings) on a messy CSV in
+    ``directory``; a directory where this has run to the end already is taken as it is."""
     train_csv, store, run_dir = directory / "train.csv", directory / "s.zarr", directory / "run"
+    new_csv = directory / "new.csv"
+    if (directory / "done").exists():
+        with new_csv.open(newline="") as table:
+            ids = [row["id"] for row in csv.DictReader(table, delimiter=";")]
+        return MessyRun(task, directory, train_csv, store, run_dir, new_csv, ids)
+    shutil.rmtree(directory, ignore_errors=True)  # what a run cut short left
+    directory.mkdir(parents=True)
     datafiles.write_messy_csv(train_csv, n_rows=240, task=task)
     target = "bought" if task == "classification" else "spend"
     pep("ingest", "csv", "--input", train_csv, "--target", target, "--sep", ";", "--id", "id", "--na", "mean",
@@ -51,6 +61,6 @@ def messy_run(directory: Path, task: str) -> MessyRun:
     (directory / "small.toml").write_text(SMALL_CONFIG)
     pep("train", "--model", MODELS[task], "--data", store, "--run-dir", run_dir, "--config", directory / "small.toml",
         "--quiet")
-    new_csv = directory / "new.csv"
     ids = datafiles.write_messy_csv(new_csv, n_rows=50, task=task, labelled=False, seed=7)
+    (directory / "done").touch()
     return MessyRun(task, directory, train_csv, store, run_dir, new_csv, ids)

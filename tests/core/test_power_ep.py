@@ -124,7 +124,8 @@ def test_probit_alpha_zero_is_the_uncollapsed_vfe_bound(regression):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("likelihood", [Gaussian(), Probit()])
+@pytest.mark.parametrize("likelihood", [Gaussian(), pytest.param(Probit(), marks=pytest.mark.exhaustive)],
+                         ids=["gaussian", "probit"])  # the padding and the chunks are the same code for each
 def test_padding_and_chunking_do_not_change_the_data_term(regression, likelihood):
     x, y, z = regression
     y = y if isinstance(likelihood, Gaussian) else (y > 0.5).astype(float)

@@ -121,7 +121,7 @@ def test_evaluate_without_a_run(tmp_path):
 # One model of each kind of training state (a tied factor; QP's sites; the deep GP's layers; C tied factors, with a
 # kernel setting, which the resumed run rebuilds from the run's config). Every registered model's resume from a
 # cut run is bit-identical in-process (tests/test_models.py); what a SIGKILL adds is the checkpoint writer's and
-# the CLI's part, the same code for every model: .ci/run kills two (-m exhaustive, all four).
+# the CLI's part, the same code for every model: .ci/run kills one (-m exhaustive, all four).
 @pytest.mark.slow
 @pytest.mark.long
 @pytest.mark.parametrize("model, store_name, settings", [
@@ -129,7 +129,8 @@ def test_evaluate_without_a_run(tmp_path):
     pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, id="tied-ep-classifier-qp",
                  marks=pytest.mark.exhaustive),
     pytest.param("deep-gp-multiclass", "three_class_store", {}, id="deep-gp-multiclass", marks=pytest.mark.exhaustive),
-    pytest.param("multiclass-sep", "store", {"kernel": "matern52"}, id="multiclass-sep-matern52")])
+    pytest.param("multiclass-sep", "store", {"kernel": "matern52"}, id="multiclass-sep-matern52",
+                 marks=pytest.mark.exhaustive)])
 def test_sigkill_then_resume_ends_bit_identical(model, store_name, settings, tmp_path, request):
     store = request.getfixturevalue(store_name)
     epochs = 10  # 50 steps, a checkpoint every 4: killed after the one at step 20-29

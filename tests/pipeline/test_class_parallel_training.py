@@ -41,6 +41,7 @@ def test_the_class_parallel_run_is_the_row_parallel_run_to_rounding(three_class_
                                rtol=1e-10)
 
 
+@pytest.mark.heavy  # the straight run it compares with is a whole training run
 def test_its_best_parameters_are_those_the_best_step_started_from(three_class_store, straight, tmp_path):
     """The groups keep the best step's start (no gathering per step): the checkpoint's ``best_params`` are
     the bits of a run stopped at that step."""
@@ -54,6 +55,7 @@ def test_its_best_parameters_are_those_the_best_step_started_from(three_class_st
     assert not leaves_equal(restored.best_params, straight.params)
 
 
+@pytest.mark.heavy  # the straight run it compares with is a whole training run
 def test_a_resumed_run_ends_with_the_straight_runs_bits(three_class_store, straight, tmp_path):
     straight, _ = straight
     run_dir = tmp_path / "resumed"
@@ -75,19 +77,15 @@ def test_a_model_without_classes_to_spread_is_refused(binary_store, tmp_path):
 
 
 @pytest.mark.heavy
-def test_on_three_two_and_one_workers_the_run_has_the_bits_of_this_process(three_class_store, straight, tmp_path):
-    """Groups of 1 class on three pinned workers (the same XLA partitioning as this process), then a run
-    cut after 6 steps on two workers (groups of 1 and 2 classes) and resumed on one (all 3 classes), the run
-    checkpointed and evaluated on the way."""
+def test_on_two_then_one_worker_the_run_has_the_bits_of_this_process(three_class_store, straight, tmp_path):
+    """A run cut after 6 steps on two pinned workers (the same XLA partitioning as this process; groups of 1
+    and 2 classes) and resumed on one (all 3 classes), checkpointed and evaluated on the way (other groupings,
+    in this process: tests/pipeline/test_class_groups.py)."""
     from pep_gp.pipeline.engine import connect
 
     straight, _ = straight
-    backend = connect("local:3:pinned")
+    backend = connect("local:2:pinned")
     try:
-        result = train(TrainJob("multiclass-sep", three_class_store, CLASSES, tmp_path / "three"), backend)
-        assert leaves_equal(result.params, straight.params) and timeless(result.history) == timeless(straight.history)
-        backend.client.retire_workers(list(backend.client.nthreads())[:1])
-        assert len(backend.client.nthreads()) == 2
         run_dir = tmp_path / "two"
         train(TrainJob("multiclass-sep", three_class_store, CLASSES, run_dir), backend, until_step=6)
         backend.client.retire_workers(list(backend.client.nthreads())[:1])

@@ -22,7 +22,8 @@ def without_seconds(history):
     pytest.param("tied-ep-classifier", "binary_store", {"projection": "wasserstein"},  # QP's site updates
                  marks=pytest.mark.slow),
     pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow),
-    pytest.param("deep-gp-multiclass", "three_class_store", {}, marks=pytest.mark.slow, id="deep-gp-multiclass"),
+    pytest.param("deep-gp-multiclass", "three_class_store", {}, id="deep-gp-multiclass",  # deep-gp's, C outputs
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive]),
     pytest.param("sparse-gp-classifier", "binary_store", {"kernel": "matern52"},  # the first's path, another kernel
                  marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-classifier-matern52"),
     pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52"}, marks=pytest.mark.slow,

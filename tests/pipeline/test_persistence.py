@@ -38,26 +38,33 @@ def _outputs(model, x):
     return model.predict_proba(x) if hasattr(model, "predict_proba") else np.stack(model.predict(x, return_std=True))
 
 
+SHARING = ["DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor"]
+"""Estimators whose predictive another estimator's shares (multi-class SEP's, the binary classifier's, the deep
+classifier's): .ci/run loads the others (-m exhaustive: these too)."""
+
+
 @pytest.mark.slow
 @pytest.mark.long
-@pytest.mark.timeout(1800)  # ten fits, and a fresh process that compiles ten predictives
-def test_joblib_files_predict_bit_identically_in_a_fresh_process(tmp_path):
+@pytest.mark.timeout(1800)  # the fits, and a fresh process that compiles their predictives
+@pytest.mark.parametrize("names", [[name for name in ALL if name not in SHARING],
+                                   pytest.param(SHARING, marks=pytest.mark.exhaustive)], ids=["own", "sharing"])
+def test_joblib_files_predict_bit_identically_in_a_fresh_process(tmp_path, names):
     x = np.random.default_rng(5).normal(size=(17, 3))
     np.save(tmp_path / "x.npy", x)
-    for name in ALL:
+    for name in names:
         model = _fitted(name)
         joblib.dump(model, tmp_path / f"{name}.joblib")
         np.save(tmp_path / f"{name}.expected.npy", _outputs(model, x))
     script = textwrap.dedent(f"""
         import joblib, numpy as np
         x = np.load({str(tmp_path / 'x.npy')!r})
-        for name in {ALL!r}:
+        for name in {names!r}:
             model = joblib.load({str(tmp_path)!r} + f"/{{name}}.joblib")
             out = model.predict_proba(x) if hasattr(model, "predict_proba") else np.stack(model.predict(x, return_std=True))
             np.save({str(tmp_path)!r} + f"/{{name}}.loaded.npy", out)
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=1500)
-    for name in ALL:
+    for name in names:
         expected, loaded = (np.load(tmp_path / f"{name}.{kind}.npy") for kind in ("expected", "loaded"))
         assert loaded.dtype == np.float64 and loaded.tobytes() == expected.tobytes(), name
 

@@ -16,11 +16,12 @@ import pep_gp
 SETTINGS = {"ExactGPClassifier": {"max_iter": 5},
             "DeepGPRegressor": {"num_inducing": 5, "max_iter": 60, "learning_rate": 0.05}}  # 20 steps fail R² > 0.5
 # One estimator of each way through the trainer takes the whole contract in .ci/run (a binary and a regression
-# likelihood, multi-class SEP's sites, a deep GP's layers), as does each estimator with a fit of its own (collapsed,
-# exact, untied multi-class EP); the others share those paths and take the constructor checks below (quick tier),
-# and the whole contract with -m exhaustive.
-SHARING = ["DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor"]
-NAMES = ["SparseGPRegressor", "SparseGPClassifier", "MultiClassGPClassifier", "DeepGPClassifier", "CollapsedGPRegressor",
+# likelihood, multi-class SEP's sites), as does each estimator with a fit of its own (collapsed, exact, untied
+# multi-class EP); the others share those paths (the deep GPs' estimators: the trainer's, with layers that
+# tests/pipeline/test_deep_gp_estimators.py and the registry's tests check) and take the constructor checks below
+# (quick tier), and the whole contract with -m exhaustive.
+SHARING = ["DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier"]
+NAMES = ["SparseGPRegressor", "SparseGPClassifier", "MultiClassGPClassifier", "CollapsedGPRegressor",
          "ExactGPClassifier", "MultiClassEPClassifier",
          *(pytest.param(name, marks=pytest.mark.exhaustive) for name in SHARING)]
 
