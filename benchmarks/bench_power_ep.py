@@ -47,7 +47,7 @@ import time
 
 import numpy as np
 from scipy import optimize
-from scipy.stats import norm
+from scipy.stats import norm, rankdata
 
 from benchmarks import datasets
 from benchmarks._common import read_results, standard_error, write_results
@@ -346,6 +346,38 @@ def classification_table(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def classification_summary(runs: dict) -> str:
+    """Pooled over the (set, M) cells: per α, its mean rank among the α by test NLL and by test error (1: the
+    lowest of the six on a split; ties share their mean rank), and the cells where its paired difference from
+    α = 0.5 is more than two standard errors below zero (better) or above (worse)."""
+    keys = [key.split("/") for key in runs]
+    cells = sorted({(name, m) for name, m, _, _ in keys})
+    lines = ["| α | mean rank, NLL | mean rank, error | NLL better than α = 0.5's (> 2 s.e.) | NLL worse | "
+             "error better | error worse |", "|---|---|---|---|---|---|---|"]
+    ranks = {metric: {alpha: [] for alpha in ALPHAS} for metric in ("nll", "error")}
+    verdicts = {(alpha, metric): [0, 0] for alpha in ALPHAS for metric in ("nll", "error")}
+    for name, m in cells:
+        splits = sorted({s for n, mm, _, s in keys if (n, mm) == (name, m)})
+        complete = [s for s in splits if all(f"{name}/{m}/{alpha}/{s}" in runs for alpha in ALPHAS)]
+        for metric in ("nll", "error"):
+            for s in complete:
+                values = [runs[f"{name}/{m}/{alpha}/{s}"][metric] for alpha in ALPHAS]
+                for alpha, rank in zip(ALPHAS, rankdata(values)):
+                    ranks[metric][alpha].append(rank)
+            for alpha in ALPHAS:
+                differences = [runs[f"{name}/{m}/{alpha}/{s}"][metric] - runs[f"{name}/{m}/0.5/{s}"][metric]
+                               for s in complete]
+                se = standard_error(differences) if len(differences) > 1 else 0.0
+                if alpha != 0.5 and se > 0 and abs(np.mean(differences)) > 2 * se:
+                    verdicts[alpha, metric][int(np.mean(differences) > 0)] += 1
+    for alpha in ALPHAS:
+        counts = ["—" if alpha == 0.5 else f"{verdicts[alpha, metric][worse]} of {len(cells)}"
+                  for metric in ("nll", "error") for worse in (0, 1)]
+        lines.append(f"| {_label(alpha)} | {np.mean(ranks['nll'][alpha]):.2f} | {np.mean(ranks['error'][alpha]):.2f} | "
+                     + " | ".join(counts) + " |")
+    return "\n".join(lines)
+
+
 def table(result: dict) -> str:
     """The results page's tables of one ``bench_power_ep`` JSON (a test checks that the page holds them)."""
     parts = []
@@ -357,6 +389,9 @@ def table(result: dict) -> str:
     if result.get("classification"):
         parts.append(f"**§4.3, classification** ({result['classification_settings']})\n\n"
                      + classification_table(result["classification"]))
+        parts.append("Pooled over the sets and M of §4.3: each α's mean rank among the six (per split; 1 is the "
+                     "lowest NLL or error) and the (set, M) cells where it differs from α = 0.5 by more than two "
+                     "standard errors of the paired difference.\n\n" + classification_summary(result["classification"]))
     return "\n\n".join(parts)
 
 
