@@ -103,6 +103,13 @@ def estimators_table(*names: str) -> str:
     return "\n".join(first + [row for lines in more for row in lines[2:]])
 
 
+def multiclass_likelihoods_table() -> str:
+    """``python -m benchmarks.bench_multiclass_likelihoods``'s table of the committed run."""
+    from benchmarks.bench_multiclass_likelihoods import table
+
+    return table(result("bench_multiclass_likelihoods"))
+
+
 def waits_table() -> str:
     """What a user waits for (issue 24): ``bench_cli``, ``bench_gridsearch`` and ``bench_predict_memory``,
     each beside the baseline of its own run."""
@@ -217,6 +224,11 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "bench_defaults_vs_lr": lambda: estimators_table("bench_defaults_vs_lr"),
                                             "bench_chile": lambda: estimators_table(
                                                 "bench_chile_defaults", "bench_chile_linear", "bench_chile_early_stopping"),
+                                            "bench_chile_exact": lambda: estimators_table(
+                                                "bench_chile_exact", "bench_chile_exact_linear",
+                                                "bench_chile_exact_early_stopping"),
+                                            "bench_tables_exact": lambda: estimators_table("bench_tables_exact"),
+                                            "bench_multiclass_likelihoods": multiclass_likelihoods_table,
                                             "bench_chile_label_noise": lambda: estimators_table(
                                                 "bench_chile_label_noise_0.01", "bench_chile_label_noise_0.1",
                                                 "bench_chile_label_noise_0.3"),

@@ -36,17 +36,21 @@ class OneBlock:
         return compiled_program(fn)(inputs, self.inputs, self.kept, y, mask)
 
 
-@pytest.fixture(scope="module")
-def problem():
+def a_problem(likelihood: str = "pairwise"):
     rng = np.random.default_rng(0)
     centres = 2 * rng.normal(size=(CLASSES, 3))
     y = rng.integers(CLASSES, size=ROWS)
     x = centres[y] + rng.normal(size=(ROWS, 3))
-    model = MultiClassGP(CLASSES)
+    model = MultiClassGP(CLASSES, likelihood=likelihood)
     optimizer = adam(0.05, lambda params: leaves_named(params, {"factor"}))
     step = ClassParallelStep(model, optimizer, lambda t: 0.9 * 0.99**t)
     with float64():
         return step, model.init(x, 3), x, y, np.asarray(model.data_size(y))
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return a_problem()
 
 
 def minibatches(x, y):
@@ -75,6 +79,11 @@ def test_every_grouping_gives_the_same_bits_and_the_step_of_all_classes(problem)
         for got, want in zip(jax.tree_util.tree_leaves(again), jax.tree_util.tree_leaves(one), strict=True):
             np.testing.assert_array_equal(got, want)
 
+    assert_the_step_of_all_classes(step, params, x, y, class_rows, one, energies)
+
+
+def assert_the_step_of_all_classes(step, params, x, y, class_rows, state_of_groups, energies):
+    """The class-parallel run's state and energies are those of the step of all classes, to rounding."""
     whole = training_step(step.model, step.optimizer, sites=True, damping=step.damping)
     state, expected = whole.init(params), []
     for s, xb, yb, mask, scale in minibatches(x, y):
@@ -82,9 +91,17 @@ def test_every_grouping_gives_the_same_bits_and_the_step_of_all_classes(problem)
                                    OneBlock(xb, jnp.asarray(yb), jnp.asarray(mask), scale, class_rows))
         expected.append(float(info.energy))
     np.testing.assert_allclose(energies, expected, rtol=1e-12)
-    for got, want in zip(jax.tree_util.tree_leaves(one), jax.tree_util.tree_leaves((state.params, state.opt_state)),
-                         strict=True):
+    for got, want in zip(jax.tree_util.tree_leaves(state_of_groups),
+                         jax.tree_util.tree_leaves((state.params, state.opt_state)), strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(float(np.max(np.abs(want))), 1e-300))
+
+
+def test_the_exact_likelihood_split_by_classes_is_its_step_of_all_classes():
+    """With ``likelihood="exact"`` (a row's one factor touches every class) two groups of classes give the
+    step of all classes, to rounding."""
+    step, params, x, y, class_rows = a_problem("exact")
+    state, energies = trained(step, InProcessGroups(step.init(params, 2)), x, y, class_rows)
+    assert_the_step_of_all_classes(step, params, x, y, class_rows, state, energies)
 
 
 def test_a_step_from_the_gathered_state_in_other_groups_continues_with_the_same_bits(problem):

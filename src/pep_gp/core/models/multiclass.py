@@ -8,6 +8,8 @@ additive noise ``σ_{0,c}``); the prior on the inducing values is ``N(f̄^c; 0, 
 ``Π_{k≠y_i} Φ(α_i^k)`` (eq. 6), whose EP factors are rank one per class (eq. 8,
 :mod:`pep_gp.core.models.multiclass_sites`); with ``label_noise = ε`` by ``Π_{k≠y_i} (ε + (1 − ε)Φ(α_i^k))``, a
 normalised label-noise likelihood (:func:`~pep_gp.core.models.multiclass_sites.robust_log_factor`).
+With ``likelihood="exact"`` a row's likelihood is not split into pairs: its one factor is the probability of
+the maximum (eq. 1), rank one in each class too (:func:`~pep_gp.core.models.multiclass_sites.exact_log_partition`).
 
 SEP ties all factors touching class ``c`` into one Gaussian factor ``t_c(f̄^c) = exp(η̃_cᵀf̄ − ½f̄ᵀΛ̃_cf̄)``,
 stored in ``f̄`` coordinates (so it stays fixed while hyper-parameters move, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code). With the
@@ -122,6 +124,11 @@ class MultiClassGP:
             :func:`~pep_gp.core.models.multiclass_sites.robust_log_factor`), in training and in the predictive;
             0 is the paper's likelihood. ``ε > 0`` needs ``alpha = 1``.
         quadrature: the rule of the predictive integral (eq. 68).
+        likelihood: ``"pairwise"`` trains on the product of each row's ``C − 1`` pairwise probits (eq. 6, the
+            paper's method: ``C − 1`` rank-one sites a row, ``n_c = N + (C − 2)N_c``); ``"exact"`` on the
+            probability of the maximum itself, the integral of eq. (68) at the cavity
+            (:func:`~pep_gp.core.models.multiclass_sites.exact_log_partition`: one site a row and class,
+            ``n_c = N``), the likelihood the predictive already uses. ``"exact"`` needs ``alpha = 1``.
         kernel_products: dtype of the stationary kernels' matrix products over the input dimension
             (:class:`~pep_gp.core.kernels.Stationary`); ``"float32"`` halves the time of
             the O(C·M·D·(M + B)) part of a step at large D (images), the EP algebra stays float64.
@@ -139,6 +146,7 @@ class MultiClassGP:
     jitter: float = DEFAULT_JITTER
     label_noise: float = 0.0
     quadrature: sites.PredictiveQuadrature = sites.PredictiveQuadrature()
+    likelihood: str = "pairwise"
     kernel_products: ProductDtype = "float64"
 
     def __post_init__(self):
@@ -149,6 +157,7 @@ class MultiClassGP:
         if not 0.0 <= self.label_noise < 1.0:
             raise ValueError(f"label_noise must lie in [0, 1); got {self.label_noise}")
         sites.check_label_noise(self.alpha, self.label_noise)
+        sites.check_likelihood(self.likelihood, self.alpha)
         check_product_dtype(self.kernel_products, "kernel_products")
 
     def data_size(self, y):
@@ -156,8 +165,18 @@ class MultiClassGP:
         return rows_per_class(y, self.num_classes)
 
     def factor_counts(self, class_rows):
-        """:func:`class_factor_counts`: ``n_c = N + (C − 2)N_c``, ``[C]``."""
+        """The factors touching each class, ``[C]``: :func:`class_factor_counts`, ``n_c = N + (C − 2)N_c``,
+        for the pairwise likelihood; ``n_c = N`` for the exact one (a factor a row)."""
+        if self.likelihood == "exact":
+            return jnp.full_like(class_rows, jnp.sum(class_rows))
         return class_factor_counts(class_rows)
+
+    def site_counts(self, y, mask):
+        """:meth:`factor_counts` of the rows ``y`` ``[B]`` not masked out (``mask`` ``[B]``): the ``n_{B,c}`` of a
+        block's site statistics, ``[C]``."""
+        if self.likelihood == "exact":
+            return sites.row_counts(mask, self.num_classes)
+        return sites.factor_counts(y, mask, self.num_classes)
 
     # ----------------------------------------------------------------------------------------------
     def init(
@@ -297,6 +316,9 @@ class MultiClassGP:
     def row_energy(self, marginals: bank.Marginals, fitc, y, mask):
         """:meth:`data_energy` from :meth:`class_marginals` of all C classes (eq. 34)."""
         y = y.astype(jnp.int32)
+        if self.likelihood == "exact":
+            log_z = sites.exact_log_partition(marginals.mean, marginals.var, fitc, y, self.quadrature, self.label_noise)
+            return jnp.sum(jnp.where(mask, log_z, 0.0))
         label, other, label_fitc, other_fitc = self._pairs(marginals, fitc, y)
         terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha,
                                     label_noise=self.label_noise) / self.alpha
@@ -330,15 +352,19 @@ class MultiClassGP:
         y = y.astype(jnp.int32)
         delta, mu = self.row_site_coefficients(*self.class_marginals(rows, cavity), y, mask)
         shift, precision = sites.class_sums(jnp.swapaxes(rows.directions, 0, 1), delta, mu)
-        count = sites.factor_counts(y, mask, self.num_classes)
+        count = self.site_counts(y, mask)
         return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
 
     def row_site_coefficients(self, marginals: bank.Marginals, fitc, y, mask):
         """The refined sites' per-(row, class) coefficients ``Δ_i^c``, ``μ̃_i^c`` ``[B, C]`` (eqs. 26–27,
         :func:`~pep_gp.core.models.multiclass_sites.per_class_coefficients`) from :meth:`class_marginals` of
         all C classes; each class's sums then need its own column only
-        (:func:`~pep_gp.core.models.multiclass_sites.class_sums`)."""
+        (:func:`~pep_gp.core.models.multiclass_sites.class_sums`). The exact likelihood's are
+        :func:`~pep_gp.core.models.multiclass_sites.exact_site_coefficients`."""
         y = y.astype(jnp.int32)
+        if self.likelihood == "exact":
+            return sites.exact_site_coefficients(marginals.mean, marginals.var, fitc, y, mask, self.quadrature,
+                                                 self.label_noise)
         label, other, label_fitc, other_fitc = self._pairs(marginals, fitc, y)
         refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha, label_noise=self.label_noise)
         return sites.per_class_coefficients(refined, y, mask)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.nn import logsumexp
@@ -255,7 +256,11 @@ class PredictiveQuadrature(NamedTuple):
     def nodes(self, mean, var):
         """Nodes ``[B, K]`` and log-weights ``[B, K]`` (``−inf`` on empty panels), ``K = (C·num_breaks − 1)·panel_nodes``."""
         t = jnp.linspace(-self.half_width, self.half_width, self.num_breaks, dtype=mean.dtype)
-        breaks = jnp.sort((mean[..., None] + jnp.sqrt(var)[..., None] * t).reshape(mean.shape[0], -1), axis=-1)
+        # The grid is placed at the moments but not differentiated through them: a derivative of the rule
+        # is then the rule over the integrand's derivative (smooth), not that of where the sorted
+        # breakpoints fall (which jumps where two cross).
+        breaks = jax.lax.stop_gradient(
+            jnp.sort((mean[..., None] + jnp.sqrt(var)[..., None] * t).reshape(mean.shape[0], -1), axis=-1))
         x, w = np.polynomial.legendre.leggauss(self.panel_nodes)
         centre = 0.5 * (breaks[:, 1:] + breaks[:, :-1])[..., None]
         half = 0.5 * (breaks[:, 1:] - breaks[:, :-1])[..., None]
@@ -294,3 +299,67 @@ def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = Predictiv
     if label_noise == 0.0:
         return log_probs
     return log_probs - log_label_noise_normaliser(label_noise, mean.shape[-1])
+
+
+LIKELIHOODS = ("pairwise", "exact")
+"""How a row's likelihood enters training: ``"pairwise"``, the product of its ``C − 1`` pairwise probits
+(Villacampa-Calvo & Hernández-Lobato 2017, eq. 6, the paper's method), or ``"exact"``, the probability of
+the maximum itself (eq. 1 with the latent noise, the integral of eq. 68; :func:`exact_log_partition`)."""
+
+
+def check_likelihood(likelihood: str, alpha: float) -> None:
+    """Refuse an unknown likelihood, and ``"exact"`` with ``alpha ≠ 1`` (its sites are EP's, α = 1)."""
+    if likelihood not in LIKELIHOODS:
+        raise ValueError(f"likelihood must be one of {LIKELIHOODS}; got {likelihood!r}")
+    if likelihood == "exact" and alpha != 1.0:
+        raise ValueError(f"likelihood = 'exact' needs alpha = 1 (got alpha = {alpha}): its sites are moment-"
+                         "matched for EP (α = 1) only")
+
+
+def exact_log_partition(mean, var, fitc, y, quadrature: PredictiveQuadrature = PredictiveQuadrature(),
+                        label_noise: float = 0.0):
+    """``log Z_i = log ∫ p(y_i | f) cav(f) df`` for the whole likelihood of a row (eq. 1 with the latent
+    noise; with ``label_noise`` its normalised label-noise form), ``[B]``.
+
+    Under the cavity the classes' latent values at row ``i`` are independent, ``f^c ~ N(a^c, w^c + s^c)``
+    (``a``, ``w`` its projections along ``υ_i^c``, ``s`` the FITC variance with the noise), so ``Z_i`` is the
+    predictive integral of eq. (68) at those moments:
+    ``∫ N(u; a^{y}, w^{y} + s^{y}) Π_{k≠y} Φ((u − a^k)/√(w^k + s^k)) du``
+    (:func:`predictive_log_probs`). Where eq. (6) multiplies ``C − 1`` pairwise probits that share the
+    label's noise as if independent, this is the probability the predictive gives: on noisy labels eq. (6)
+    falls short of it by up to ``(C − 1)log 2 − log C`` nats a row, less the more confident the fit, which
+    rewards hyper-parameters that shrink the latent noise (``docs/results/multiclass.md``).
+
+    Args:
+        mean, var: the cavity's projections ``a``, ``w`` per class, ``[B, C]``.
+        fitc: ``s``, ``[B, C]``.
+        y: integer labels ``[B]``.
+    """
+    log_probs = predictive_log_probs(mean, var + fitc, quadrature, label_noise)
+    return jnp.take_along_axis(log_probs, y[:, None], axis=1)[:, 0]
+
+
+def exact_site_coefficients(mean, var, fitc, y, mask, quadrature: PredictiveQuadrature = PredictiveQuadrature(),
+                            label_noise: float = 0.0):
+    """The refined sites of the whole-row likelihood (:func:`exact_log_partition`), per (row, class):
+    ``Δ_i^c``, ``μ̃_i^c`` ``[B, C]``, zero on masked rows (the coefficients of eqs. 26–27).
+
+    The row's factor touches class ``c`` only through ``υ_i^cᵀf̄^c`` and the approximating family is a
+    product over classes, so its site is rank one in each class, fitted to the tilted marginal of each
+    class: with ``g = ∂log Z/∂a^c`` and ``ν = g² − 2∂log Z/∂w^c`` (Seeger 2005; the derivatives by automatic
+    differentiation of the quadrature), ``C¹ = ν/(1 − νw)`` and ``C² = (g + νa)/(1 − νw)`` as in
+    :func:`refine` at α = 1. The likelihood is log-concave in ``f`` (Prékopa), so ``0 ≤ ν ≤ 1/(w + s)``;
+    ``ν`` is clipped to that range against round-off (with label noise, where it may be negative, as in
+    :func:`refine`).
+    """
+    slope, half_curvature = jax.grad(lambda a, w: jnp.sum(exact_log_partition(a, w, fitc, y, quadrature, label_noise)),
+                                 argnums=(0, 1))(mean, var)
+    nu = jnp.clip(slope**2 - 2.0 * half_curvature, 0.0, 1.0 / (var + fitc))
+    denominator = 1.0 - nu * var
+    keep = mask[:, None]
+    return jnp.where(keep, nu / denominator, 0.0), jnp.where(keep, (slope + nu * mean) / denominator, 0.0)
+
+
+def row_counts(mask, num_classes: int):
+    """Factors touching each class under the whole-row likelihood: one per unmasked row, ``[C]``."""
+    return jnp.full((num_classes,), jnp.sum(jnp.where(mask, 1.0, 0.0)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Literal
 
 import jax
 import numpy as np
@@ -35,6 +36,8 @@ class UntiedMultiClassSettings(MultiClassSettings):
 
     damping: float = Field(0.5, gt=0.0, le=1.0, description="EP step ρ_0 of the factor updates")
     damping_decay: float = Field(0.99, gt=0.0, le=1.0, description="ρ_t = ρ_0·decay^(t/steps per epoch) down to the floor")
+    likelihood: Literal["pairwise"] = Field("pairwise", description="the paper's pairwise factors (eq. 6), whose "
+                                            "per-row sites untied EP stores")
 
 
 UNTIED_FIT_FIELDS = {name: FIT_FIELDS[name] for name in ("max_iter", "tol", "learning_rate", "seed")} | {"batch_size": None}

@@ -16,14 +16,14 @@ the training class counts (from a store's ``class_counts``, kept in checkpoints)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from ...core.kernels import ProductDtype
 from ...core.models.multiclass import MultiClassGP, MultiClassParams
-from ...core.models.multiclass_sites import check_label_noise
+from ...core.models.multiclass_sites import check_label_noise, check_likelihood
 from ..data.blocks import TargetScaling
 from ..errors import InputError
 from .predictive import MultiClassPredictive
@@ -49,6 +49,10 @@ class MultiClassSettings(SiteSettings):
     alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power of the factors (1: the paper's EP)")
     label_noise: float = Field(0.0, ge=0.0, lt=1.0, description="ε of the label-noise factors ε + (1 − ε)Φ "
                                "(robust to mislabelled rows; 0: the paper's likelihood; > 0 needs alpha = 1)")
+    likelihood: Literal["pairwise", "exact"] = Field(
+        "pairwise", description="what a row's factor is: pairwise, the product of its C − 1 pairwise probits (the "
+        "paper's eq. 6); exact, the probability of the maximum (eq. 1), on which noisy labels do not push the fit "
+        "to overconfidence (needs alpha = 1)")
     damping_decay: float = Field(0.99, gt=0.0, le=1.0, description="ρ_t = ρ·decay^(t/steps per epoch), never "
                                  "below the floor: the decay per pass over the training rows")
     kernel_products: ProductDtype = Field(
@@ -59,6 +63,12 @@ class MultiClassSettings(SiteSettings):
     @classmethod
     def _label_noise_needs_ep(cls, value: float, info: ValidationInfo) -> float:
         check_label_noise(info.data.get("alpha", 1.0), value)
+        return value
+
+    @field_validator("likelihood")
+    @classmethod
+    def _exact_needs_ep(cls, value: str, info: ValidationInfo) -> str:
+        check_likelihood(value, info.data.get("alpha", 1.0))
         return value
 
 
@@ -91,7 +101,8 @@ class MultiClassSpec(SpecBase):
 
     def build(self, settings: MultiClassSettings, binding: dict[str, Any]) -> MultiClassGP:
         return MultiClassGP(len(binding["class_counts"]), alpha=settings.alpha, jitter=settings.jitter,
-                            label_noise=settings.label_noise, kernel_products=settings.kernel_products)
+                            label_noise=settings.label_noise, likelihood=settings.likelihood,
+                            kernel_products=settings.kernel_products)
 
     def data_size(self, binding: dict[str, Any], n_total: int) -> np.ndarray:
         """``N_c``, the rows of each class ``[C]`` for ``n_total`` rows in the training split's class

@@ -385,7 +385,7 @@ def row_programs(model: MultiClassGP) -> RowPrograms:
 
     def row_sites(mean, var, fitc, y, mask):
         delta, mu = model.row_site_coefficients(Marginals(mean, var), fitc, y, mask)
-        return delta, mu, sites.factor_counts(y.astype(jnp.int32), mask, model.num_classes)
+        return delta, mu, model.site_counts(y.astype(jnp.int32), mask)
 
     def row_data(mean, var, fitc, y, mask):
         value, (marginals, fitc_grad) = jax.value_and_grad(
