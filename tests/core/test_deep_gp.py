@@ -329,7 +329,7 @@ def energy_rounding_error(params, x, y, alpha: float) -> float:
     """The energy's rounding error at ``alpha``: the largest residual of a quadratic fit to the energy at
     ``alpha·(1 + k/100)``, ``k = 0..6`` (the energy is smooth in α; what the fit leaves is rounding)."""
     alphas = alpha * (1.0 + 0.01 * np.arange(7))
-    energies = np.array([float(jax.jit(WithoutFloor(Gaussian(), a).energy)(params, x, y)) for a in alphas])
+    energies = np.array([float(WithoutFloor(Gaussian(), a).energy(params, x, y)) for a in alphas])
     return float(np.max(np.abs(energies - np.polyval(np.polyfit(alphas - alpha, energies, 2), alphas - alpha))))
 
 
