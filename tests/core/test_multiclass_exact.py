@@ -79,6 +79,7 @@ def _fit_offsets(likelihood: str, counts, updates: int = 30):
     return np.exp(np.asarray(model.predict(params, x[:1])))[0], float(jax.jit(model.energy)(params, x, y))
 
 
+@pytest.mark.heavy  # two SEP fits, each compiling its site statistics (the exact ones through the quadrature)
 def test_the_exact_likelihood_gives_back_the_class_frequencies_and_their_likelihood():
     """With nothing to learn but the class frequencies (0.1, 0.3, 0.6 of 300 rows), the exact likelihood
     predicts them within 0.005 and its energy lies between the multinomial log-likelihood at the frequencies

@@ -10,6 +10,7 @@ so that two runs fire within the test. (``prefect deploy --interval`` would add 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,18 @@ def finished(stack, deployment_id: str, n: int) -> list[dict] | None:
     return ended[:n] if len(ended) >= n else None
 
 
+def logs_through(stack, run: dict, prefix: str, timeout: float = 60.0) -> list[str]:
+    """The run's log lines once one of them starts with ``prefix``, or those there are after ``timeout`` s: a
+    run's state can be final before the last of its logs reach the server (Prefect ships them in batches, every
+    ``PREFECT_LOGGING_TO_API_BATCH_INTERVAL``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = stack.logs(run["id"])
+        if any(line.startswith(prefix) for line in lines) or time.monotonic() > deadline:
+            return lines
+        time.sleep(1)
+
+
 def test_the_scheduled_refresh_runs_twice_and_the_second_run_appends_and_publishes_version_2(stack, tmp_path):
     incoming, model_dir, store = stack.home / "data" / "incoming", stack.home / "models" / "refresh", \
         stack.home / "data" / "refresh.zarr"
@@ -94,7 +107,8 @@ def test_the_scheduled_refresh_runs_twice_and_the_second_run_appends_and_publish
     finally:
         stop_schedule(stack, deployment["id"])
     assert first["auto_scheduled"] and second["auto_scheduled"]
-    first_logs, second_logs = stack.logs(first["id"]), stack.logs(second["id"])
+    first_logs = logs_through(stack, first, "published version 1 ")
+    second_logs = logs_through(stack, second, "published version 2 ")
     assert any("ingesting 1 new files" in line and line.endswith("a.npz") for line in first_logs), first_logs
     assert any(line.startswith("published version 1 ") for line in first_logs), first_logs
     assert any("appending 1 new files" in line and line.endswith("b.npz") for line in second_logs), second_logs

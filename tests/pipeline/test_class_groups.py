@@ -96,6 +96,7 @@ def assert_the_step_of_all_classes(step, params, x, y, class_rows, state_of_grou
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(float(np.max(np.abs(want))), 1e-300))
 
 
+@pytest.mark.heavy  # compiles the per-class programs and the whole step again, for the exact likelihood
 def test_the_exact_likelihood_split_by_classes_is_its_step_of_all_classes():
     """With ``likelihood="exact"`` (a row's one factor touches every class) two groups of 4 classes give the
     step of all classes, to rounding."""

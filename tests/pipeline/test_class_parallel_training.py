@@ -65,6 +65,7 @@ def test_a_resumed_run_ends_with_the_straight_runs_bits(three_class_store, strai
     assert timeless(resumed.history) == timeless(straight.history)
 
 
+@pytest.mark.heavy  # trains the row-parallel run it then refuses to resume by classes
 def test_resuming_a_row_parallel_run_by_classes_is_refused(three_class_store, tmp_path):
     train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "rows"), until_step=4)
     with pytest.raises(InputError, match="parallel_over: 'rows' → 'classes'"):

@@ -34,6 +34,7 @@ def test_the_deep_gps_default_to_bui_et_al_s_fixed_steps_in_the_estimators_and_t
     assert (job.config.learning_rate, job.config.tol, job.config.total_steps(4)) == (0.01, 0.0, 8)
 
 
+@pytest.mark.heavy  # deep GP fits
 def test_targets_are_standardised_and_results_in_user_units():
     """At the starting state (``max_iter=0``) an affine change of ``y`` moves the predictions with it and
     the log marginal likelihood by the Jacobian ``−N log 10`` (to rounding)."""

@@ -58,6 +58,7 @@ def test_kernels_clone_set_params_and_spellings_are_one_setting(data):
         _fit(DeepGPRegressor(kernel=Matern52()), x, y)
 
 
+@pytest.mark.heavy  # a whole training run, saved and loaded
 def test_a_saved_run_rebuilds_its_kernel_and_predicts_bit_identically(data, tmp_path):
     x, y = data
     model = _fit(SparseGPRegressor(kernel=Matern52(variance=1.5) + Linear(), num_inducing=5, max_iter=5), x, y)
