@@ -80,19 +80,21 @@ def test_power_sites_match_scipy_quad_at_every_cavity_width(alpha):
     (64-node Gauss–Hermite gave NaN sites and gradients at var = 0 and erred by ~1e-2 at var/S = 100.)"""
     label_fitc, other_fitc = 0.3, 0.5
     fitc = label_fitc + other_fitc
+
+    def total(a_y, w_y, w_k, s_y, a_k):
+        return sites.log_partition(sites.Projections(a_y, w_y), sites.Projections(a_k, w_k), s_y, other_fitc, alpha)
+
+    value_and_grads = jax.jit(jax.value_and_grad(total, argnums=(0, 1, 2, 3)))  # compiled once for the 30 cases
+    refine = jax.jit(lambda a_y, w_y, a_k, w_k: sites.refine(sites.Projections(a_y, w_y), sites.Projections(a_k, w_k),
+                                                             label_fitc, other_fitc, alpha))
     for ratio in (0.0, 1e-3, 1.0, 1e2, 1e4):
         for gap in (-12.0, -1.0, 0.0, 2.0, -np.sqrt(ratio * fitc), 3.0 * np.sqrt(ratio * fitc)):
             w_y, w_k = 0.25 * ratio * fitc, 0.75 * ratio * fitc  # w_y + w_k = var of d
             a_y, a_k = 0.3 + gap, 0.3
             log_z, slope, curvature = oracles.probit_power_moments(gap / np.sqrt(fitc), ratio, alpha)
             g, nu = slope / np.sqrt(fitc), (slope**2 - curvature) / fitc  # per unit of d (eqs. 39–42)
-
-            def total(a_y, w_y, w_k, s_y):
-                return sites.log_partition(sites.Projections(a_y, w_y), sites.Projections(a_k, w_k), s_y, other_fitc, alpha)
-
-            value, grads = jax.value_and_grad(total, argnums=(0, 1, 2, 3))(*(jnp.asarray(v) for v in (a_y, w_y, w_k, label_fitc)))
-            new = sites.refine(sites.Projections(jnp.asarray(a_y), jnp.asarray(w_y)),
-                               sites.Projections(jnp.asarray(a_k), jnp.asarray(w_k)), label_fitc, other_fitc, alpha)
+            value, grads = value_and_grads(*(jnp.asarray(v, jnp.float64) for v in (a_y, w_y, w_k, label_fitc, a_k)))
+            new = refine(*(jnp.asarray(v, jnp.float64) for v in (a_y, w_y, a_k, w_k)))
             scale_y, scale_k = alpha * (1 - nu * w_y), alpha * (1 - nu * w_k)
             got = np.array([value, *grads, *new], dtype=float)
             assert np.all(np.isfinite(got)), (ratio, gap)
@@ -386,8 +388,9 @@ def test_predictive_quadrature_matches_scipy_quad():
     for _ in range(40):
         c = rng.integers(3, 8)
         rows.append((rng.normal(size=c) * 1.5, 10 ** rng.uniform(-3, 1, size=c)))
+    log_probs = jax.jit(sites.predictive_log_probs)  # one program per number of classes
     for mean, var in rows:
-        probs = np.exp(np.asarray(sites.predictive_log_probs(jnp.asarray(mean[None]), jnp.asarray(var[None]))))[0]
+        probs = np.exp(np.asarray(log_probs(jnp.asarray(mean[None]), jnp.asarray(var[None]))))[0]
         np.testing.assert_allclose(probs, oracles.multiclass_predictive_probabilities(mean, var), rtol=0, atol=1e-9)
         assert probs.sum() == pytest.approx(1.0, abs=1e-9)
 

@@ -131,7 +131,7 @@ def test_padding_and_chunking_do_not_change_the_data_term(regression, likelihood
     y = y if isinstance(likelihood, Gaussian) else (y > 0.5).astype(float)
     model = PowerEPSparseGP(likelihood, alpha=0.5)
     params = model.init(x, 6, likelihood_params=Gaussian.init_params(NOISE) if isinstance(likelihood, Gaussian) else None)
-    data_term = jax.value_and_grad(lambda p, *rows: model.data_energy(p, model.step_shared(p, 40), *rows))
+    data_term = jax.jit(jax.value_and_grad(lambda p, *rows: model.data_energy(p, model.step_shared(p, 40), *rows)))
     whole_v, whole_g = data_term(params, jnp.asarray(x), jnp.asarray(y), jnp.ones(40, bool))
     pad = 24  # chunks of 32 rows: 32 + 8 real rows, the second chunk padded with garbage
     xp = np.concatenate([x, np.full((pad, 2), 1e3)])

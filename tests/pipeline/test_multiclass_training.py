@@ -130,7 +130,7 @@ def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradien
             return (model.global_energy(p, again, size)
                     + scale * model.data_energy(p, again, jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask)))
 
-        expected_value, expected_grad = jax.value_and_grad(plain)(state.params)
+        expected_value, expected_grad = jax.jit(jax.value_and_grad(plain))(state.params)
     assert float(value) == pytest.approx(float(expected_value), rel=1e-10)
     for a, b in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(expected_grad)):
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-9 * np.abs(b).max())

@@ -51,11 +51,11 @@ def test_the_trainers_sep_step_equals_the_plain_formulation(three_class_store, a
                                         jax.tree_util.tree_structure(shared))
 
     # the plain formulation on all of the minibatch's rows at once
-    plain_stats = model.site_stats(params, model.step_shared(params, size), x, y, mask)
+    plain_shared = jax.jit(model.step_shared)(params, size)  # compiled once: eagerly each operation compiles apart
+    plain_stats = jax.jit(model.site_stats)(params, plain_shared, x, y, mask)
     _close(stats, plain_stats)
     rho = MultiClassSettings(**config.model).damping_schedule(trainer.schedule.steps_per_epoch)(1)  # the trainer's at count 1
-    plain_refined, _, plain_ok = model.site_update(params, model.step_shared(params, size), plain_stats, size,
-                                                   damping=rho)
+    plain_refined, _, plain_ok = jax.jit(model.site_update)(params, plain_shared, plain_stats, size, rho)
     assert bool(ok) and bool(plain_ok)
     _close(refined, plain_refined)
     q = bank.gaussians(refreshed.prior, refined.factor, 1.0)

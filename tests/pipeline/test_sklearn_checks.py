@@ -15,14 +15,16 @@ import pep_gp
 # check_regressors_train): the checks fit each estimator dozens of times on toy data.
 SETTINGS = {"ExactGPClassifier": {"max_iter": 5},
             "DeepGPRegressor": {"num_inducing": 5, "max_iter": 60, "learning_rate": 0.05}}  # 20 steps fail R² > 0.5
-# One estimator of each way through the trainer takes the whole contract in .ci/run (a binary and a regression
-# likelihood, multi-class SEP's sites), as does each estimator with a fit of its own (collapsed, exact, untied
-# multi-class EP); the others share those paths (the deep GPs' estimators: the trainer's, with layers that
-# tests/pipeline/test_deep_gp_estimators.py and the registry's tests check) and take the constructor checks below
-# (quick tier), and the whole contract with -m exhaustive.
-SHARING = ["DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier"]
-NAMES = ["SparseGPRegressor", "SparseGPClassifier", "MultiClassGPClassifier", "CollapsedGPRegressor",
-         "ExactGPClassifier", "MultiClassEPClassifier",
+# One classifier and one regressor through the trainer take the whole contract in .ci/run (multi-class SEP's,
+# whose checks fit binary and multi-class labels, and the sparse GP regressor), as does each estimator with a fit
+# of its own (collapsed, exact, untied multi-class EP); the others are the same classes over another model spec
+# (the binary classifier, tied EP, the deep GPs: the trainer's, with models that tests/test_models.py and the
+# registry's tests check) and take the constructor checks below (quick tier), and the whole contract with
+# -m exhaustive.
+SHARING = ["SparseGPClassifier", "DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor",
+           "DeepGPClassifier"]
+NAMES = ["SparseGPRegressor", "MultiClassGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier",
+         "MultiClassEPClassifier",
          *(pytest.param(name, marks=pytest.mark.exhaustive) for name in SHARING)]
 
 
