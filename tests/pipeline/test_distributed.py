@@ -13,14 +13,22 @@ from pep_gp.pipeline.engine import connect
 from tests.trainstores import FAST, leaves_equal
 
 
+@pytest.fixture(scope="module")
+def one_worker():
+    """A LocalCluster of one worker process, shared by this module's comparisons of worker counts."""
+    backend = connect("local:1")
+    yield backend
+    backend.close()
+
+
 def without_seconds(history):
     return [{k: v for k, v in record.items() if k != "seconds"} for record in history]
 
 
 @pytest.mark.parametrize("model, store, settings", [
     ("sparse-gp-classifier", "binary_store", {}),
-    pytest.param("tied-ep-classifier", "binary_store", {"projection": "wasserstein"},  # QP's site updates
-                 marks=pytest.mark.slow),
+    pytest.param("tied-ep-classifier", "binary_store", {"projection": "wasserstein"},  # QP's site updates: sums
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive]),  # of the same block statistics as EP's
     pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow),
     pytest.param("deep-gp-multiclass", "three_class_store", {}, id="deep-gp-multiclass",  # deep-gp's, C outputs
                  marks=[pytest.mark.slow, pytest.mark.exhaustive]),
@@ -29,15 +37,12 @@ def without_seconds(history):
     pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52"}, marks=pytest.mark.slow,
                  id="multiclass-sep-matern52")])
 @pytest.mark.heavy
-def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings, cluster, tmp_path, request):
+def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings, one_worker, cluster, tmp_path,
+                                                          request):
     config = FAST.model_copy(update={"model": {**FAST.model, **settings}})
     job = lambda name: TrainJob(model, request.getfixturevalue(store), config, tmp_path / name)
     reference = train(job("in-process"))
-    one = connect("local:1")
-    try:
-        single = train(job("one-worker"), one)
-    finally:
-        one.close()
+    single = train(job("one-worker"), one_worker)
     double = train(job("two-workers"), cluster)
     assert len(cluster.client.nthreads()) == 2
     for result in (single, double):

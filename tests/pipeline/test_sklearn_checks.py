@@ -15,16 +15,15 @@ import pep_gp
 # check_regressors_train): the checks fit each estimator dozens of times on toy data.
 SETTINGS = {"ExactGPClassifier": {"max_iter": 5},
             "DeepGPRegressor": {"num_inducing": 5, "max_iter": 60, "learning_rate": 0.05}}  # 20 steps fail R² > 0.5
-# One classifier and one regressor through the trainer take the whole contract in .ci/run (multi-class SEP's,
-# whose checks fit binary and multi-class labels, and the sparse GP regressor), as does each estimator with a fit
-# of its own (collapsed, exact, untied multi-class EP); the others are the same classes over another model spec
-# (the binary classifier, tied EP, the deep GPs: the trainer's, with models that tests/test_models.py and the
-# registry's tests check) and take the constructor checks below (quick tier), and the whole contract with
-# -m exhaustive.
-SHARING = ["SparseGPClassifier", "DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor",
-           "DeepGPClassifier"]
-NAMES = ["SparseGPRegressor", "MultiClassGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier",
-         "MultiClassEPClassifier",
+# The whole contract runs in .ci/run for one classifier through the trainer (multi-class SEP's, whose checks fit
+# binary and multi-class labels) and for each estimator with a fit of its own (the collapsed regressor, which
+# takes the regressor checks with the same estimator classes as the trainer's regressors; exact EP; untied
+# multi-class EP). The others are the same estimator classes over another model spec (the trainer's, with models
+# that tests/test_models.py and the registry's tests check): they take the constructor checks below (quick
+# tier), and the whole contract with -m exhaustive.
+SHARING = ["SparseGPRegressor", "SparseGPClassifier", "DirectMultiClassGPClassifier", "TiedEPClassifier",
+           "DeepGPRegressor", "DeepGPClassifier"]
+NAMES = ["MultiClassGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier", "MultiClassEPClassifier",
          *(pytest.param(name, marks=pytest.mark.exhaustive) for name in SHARING)]
 
 
