@@ -9,11 +9,11 @@ import warnings
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special, stats
 from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
-from pep_gp import SparseGPClassifier, SparseGPRegressor
+from pep_gp import MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
 from pep_gp.pipeline.training.config import TrainConfig
 from pep_gp.pipeline.training.runs import load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
@@ -111,6 +111,26 @@ def test_a_logistic_classifier_predicts_its_sigmoid_integral(curve):
     np.testing.assert_allclose(proba, expected, atol=5 * 0.5 / np.sqrt(200_000))
     draws = model.sample_y(x[:5], n_samples=4_000, seed=0)  # logistic noise on f: p = σ(f)
     assert np.all(np.abs((draws == "up").mean(axis=0) - proba) < 5 * np.sqrt(proba * (1 - proba) / 4_000) + 1e-9)
+
+
+@pytest.mark.heavy
+def test_a_softmax_classifier_predicts_its_expected_softmax_and_draws_its_labels(curve):
+    """``MultiClassGPClassifier(likelihood="softmax")`` on three bands of ``sin(x)``: ``predict_proba`` is the
+    softmax averaged over draws of ``predict_f``'s Gaussians (within 5 Monte Carlo standard errors plus the
+    rule's 1e-4), and ``sample_y``'s labels (the argmax under Gumbel noise) come at those rates."""
+    x, f, _, _ = curve
+    labels = np.digitize(f, [-0.5, 0.5])
+    model = fit(MultiClassGPClassifier(likelihood="softmax", num_inducing=8, max_iter=60), x, labels)
+    assert np.mean(model.predict(x) == labels) > 0.8
+    mean, var = model.predict_f(x[:5])
+    rng = np.random.default_rng(2)
+    draws = mean + np.sqrt(var) * rng.standard_normal((200_000, *mean.shape))
+    expected = special.softmax(draws, axis=-1).mean(axis=0)
+    proba = model.predict_proba(x[:5])
+    np.testing.assert_allclose(proba, expected, atol=5 * 0.5 / np.sqrt(200_000) + 1e-4)
+    sampled = model.sample_y(x[:5], n_samples=4_000, seed=0)
+    rates = np.stack([(sampled == c).mean(axis=0) for c in model.classes_], axis=1)
+    assert np.all(np.abs(rates - proba) < 5 * np.sqrt(proba * (1 - proba) / 4_000) + 1e-9)
 
 
 def test_an_unknown_likelihood_is_refused_naming_the_choices():

@@ -9,7 +9,9 @@ additive noise ``σ_{0,c}``); the prior on the inducing values is ``N(f̄^c; 0, 
 :mod:`pep_gp.core.models.multiclass_sites`); with ``label_noise = ε`` by ``Π_{k≠y_i} (ε + (1 − ε)Φ(α_i^k))``, a
 normalised label-noise likelihood (:func:`~pep_gp.core.models.multiclass_sites.robust_log_factor`).
 With ``likelihood="exact"`` a row's likelihood is not split into pairs: its one factor is the probability of
-the maximum (eq. 1), rank one in each class too (:func:`~pep_gp.core.models.multiclass_sites.exact_log_partition`).
+the maximum (eq. 1), rank one in each class too (:func:`~pep_gp.core.models.multiclass_sites.exact_log_partition`);
+with ``likelihood="softmax"`` it is the multinomial logit ``exp(f_y)/Σ_k exp(f_k)``, the maximum under Gumbel
+noise (:mod:`pep_gp.core.models.multiclass_softmax`).
 
 SEP ties all factors touching class ``c`` into one Gaussian factor ``t_c(f̄^c) = exp(η̃_cᵀf̄ − ½f̄ᵀΛ̃_cf̄)``,
 stored in ``f̄`` coordinates (so it stays fixed while hyper-parameters move, Villacampa-Calvo & Hernández-Lobato 2017 and the authors' code). With the
@@ -56,6 +58,7 @@ from ..initialisation import squared_median_lengthscale
 from ..kernels import Kernel, ProductDtype, SquaredExponential, check_product_dtype
 from ..linalg import DEFAULT_JITTER, cholesky, per_matrix
 from . import multiclass_sites as sites
+from . import multiclass_softmax as softmax
 from ..parameters import LOG, constrained, unconstrained
 
 
@@ -128,7 +131,11 @@ class MultiClassGP:
             paper's method: ``C − 1`` rank-one sites a row, ``n_c = N + (C − 2)N_c``); ``"exact"`` on the
             probability of the maximum itself, the integral of eq. (68) at the cavity
             (:func:`~pep_gp.core.models.multiclass_sites.exact_log_partition`: one site a row and class,
-            ``n_c = N``), the likelihood the predictive already uses. ``"exact"`` needs ``alpha = 1``.
+            ``n_c = N``), the likelihood the predictive already uses; ``"softmax"`` on the multinomial logit
+            ``exp(f_y)/Σ_k exp(f_k)`` (:func:`~pep_gp.core.models.multiclass_softmax.softmax_log_probs` of the label,
+            one site a row and class), whose predictive is ``E[softmax(f)]``. Both need ``alpha = 1``, and
+            ``"softmax"`` ``label_noise = 0``.
+        softmax_quadrature: the rules of the softmax likelihood's integrals.
         kernel_products: dtype of the stationary kernels' matrix products over the input dimension
             (:class:`~pep_gp.core.kernels.Stationary`); ``"float32"`` halves the time of
             the O(C·M·D·(M + B)) part of a step at large D (images), the EP algebra stays float64.
@@ -147,6 +154,7 @@ class MultiClassGP:
     label_noise: float = 0.0
     quadrature: sites.PredictiveQuadrature = sites.PredictiveQuadrature()
     likelihood: str = "pairwise"
+    softmax_quadrature: softmax.SoftmaxQuadrature = softmax.SoftmaxQuadrature()
     kernel_products: ProductDtype = "float64"
 
     def __post_init__(self):
@@ -157,7 +165,7 @@ class MultiClassGP:
         if not 0.0 <= self.label_noise < 1.0:
             raise ValueError(f"label_noise must lie in [0, 1); got {self.label_noise}")
         sites.check_label_noise(self.alpha, self.label_noise)
-        sites.check_likelihood(self.likelihood, self.alpha)
+        sites.check_likelihood(self.likelihood, self.alpha, self.label_noise)
         check_product_dtype(self.kernel_products, "kernel_products")
 
     def data_size(self, y):
@@ -166,15 +174,15 @@ class MultiClassGP:
 
     def factor_counts(self, class_rows):
         """The factors touching each class, ``[C]``: :func:`class_factor_counts`, ``n_c = N + (C − 2)N_c``,
-        for the pairwise likelihood; ``n_c = N`` for the exact one (a factor a row)."""
-        if self.likelihood == "exact":
+        for the pairwise likelihood; ``n_c = N`` for the whole-row ones (a factor a row)."""
+        if self.likelihood in sites.WHOLE_ROW_LIKELIHOODS:
             return jnp.full_like(class_rows, jnp.sum(class_rows))
         return class_factor_counts(class_rows)
 
     def site_counts(self, y, mask):
         """:meth:`factor_counts` of the rows ``y`` ``[B]`` not masked out (``mask`` ``[B]``): the ``n_{B,c}`` of a
         block's site statistics, ``[C]``."""
-        if self.likelihood == "exact":
+        if self.likelihood in sites.WHOLE_ROW_LIKELIHOODS:
             return sites.row_counts(mask, self.num_classes)
         return sites.factor_counts(y, mask, self.num_classes)
 
@@ -316,14 +324,22 @@ class MultiClassGP:
     def row_energy(self, marginals: bank.Marginals, fitc, y, mask):
         """:meth:`data_energy` from :meth:`class_marginals` of all C classes (eq. 34)."""
         y = y.astype(jnp.int32)
-        if self.likelihood == "exact":
-            log_z = sites.exact_log_partition(marginals.mean, marginals.var, fitc, y, self.quadrature, self.label_noise)
+        if self.likelihood in sites.WHOLE_ROW_LIKELIHOODS:
+            log_z = self.row_log_partition(marginals.mean, marginals.var, fitc, y)
             return jnp.sum(jnp.where(mask, log_z, 0.0))
         label, other, label_fitc, other_fitc = self._pairs(marginals, fitc, y)
         terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha,
                                     label_noise=self.label_noise) / self.alpha
         energy = jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
         return sites.normalise_energy(energy, self.label_noise, self.num_classes, mask)
+
+    def row_log_partition(self, mean, var, fitc, y):
+        """``log Z_i`` of each row's whole-row factor (``likelihood`` ``"exact"`` or ``"softmax"``) at its
+        cavity projections ``a``, ``w`` and FITC variances ``s`` ``[B, C]``: the likelihood's expectation under
+        ``f^c ~ N(a^c, w^c + s^c)``, ``[B]``."""
+        if self.likelihood == "softmax":
+            return softmax.softmax_log_probs(mean, var + fitc, self.softmax_quadrature, y)
+        return sites.exact_log_partition(mean, var, fitc, y, self.quadrature, self.label_noise)
 
     def data_energy_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask):
         """:meth:`data_energy` from the rows' projections and the cavities."""
@@ -359,12 +375,12 @@ class MultiClassGP:
         """The refined sites' per-(row, class) coefficients ``Δ_i^c``, ``μ̃_i^c`` ``[B, C]`` (eqs. 26–27,
         :func:`~pep_gp.core.models.multiclass_sites.per_class_coefficients`) from :meth:`class_marginals` of
         all C classes; each class's sums then need its own column only
-        (:func:`~pep_gp.core.models.multiclass_sites.class_sums`). The exact likelihood's are
-        :func:`~pep_gp.core.models.multiclass_sites.exact_site_coefficients`."""
+        (:func:`~pep_gp.core.models.multiclass_sites.class_sums`). A whole-row likelihood's are
+        :func:`~pep_gp.core.models.multiclass_sites.row_site_coefficients` of :meth:`row_log_partition`."""
         y = y.astype(jnp.int32)
-        if self.likelihood == "exact":
-            return sites.exact_site_coefficients(marginals.mean, marginals.var, fitc, y, mask, self.quadrature,
-                                                 self.label_noise)
+        if self.likelihood in sites.WHOLE_ROW_LIKELIHOODS:
+            return sites.row_site_coefficients(lambda a, w: self.row_log_partition(a, w, fitc, y),
+                                               marginals.mean, marginals.var, fitc, mask)
         label, other, label_fitc, other_fitc = self._pairs(marginals, fitc, y)
         refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha, label_noise=self.label_noise)
         return sites.per_class_coefficients(refined, y, mask)
@@ -421,8 +437,11 @@ class MultiClassGP:
     predict_f = predict_latent  # the name every model's latent moments go by
 
     def predict(self, params: MultiClassParams, x):
-        """Predictive log-probabilities ``log p(y* = c | x*)``, ``[B, C]`` (eq. 11/68)."""
+        """Predictive log-probabilities ``log p(y* = c | x*)``, ``[B, C]`` (eq. 11/68; the softmax's
+        ``log E[softmax(f*)]``)."""
         mean, var = self.predict_latent(params, x)
+        if self.likelihood == "softmax":
+            return softmax.softmax_log_probs(mean, var, self.softmax_quadrature)
         return sites.predictive_log_probs(mean, var, self.quadrature, self.label_noise)
 
 

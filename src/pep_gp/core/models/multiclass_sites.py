@@ -256,20 +256,58 @@ class PredictiveQuadrature(NamedTuple):
     def nodes(self, mean, var):
         """Nodes ``[B, K]`` and log-weights ``[B, K]`` (``−inf`` on empty panels), ``K = (C·num_breaks − 1)·panel_nodes``."""
         t = jnp.linspace(-self.half_width, self.half_width, self.num_breaks, dtype=mean.dtype)
-        # The grid is placed at the moments but not differentiated through them: a derivative of the rule
-        # is then the rule over the integrand's derivative (smooth), not that of where the sorted
-        # breakpoints fall (which jumps where two cross).
-        breaks = jax.lax.stop_gradient(
-            jnp.sort((mean[..., None] + jnp.sqrt(var)[..., None] * t).reshape(mean.shape[0], -1), axis=-1))
-        x, w = np.polynomial.legendre.leggauss(self.panel_nodes)
-        centre = 0.5 * (breaks[:, 1:] + breaks[:, :-1])[..., None]
-        half = 0.5 * (breaks[:, 1:] - breaks[:, :-1])[..., None]
-        points = (centre + half * jnp.asarray(x, mean.dtype)).reshape(mean.shape[0], -1)
-        weights = (half * jnp.asarray(w, mean.dtype)).reshape(mean.shape[0], -1)
-        return points, jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
+        return composite_nodes(mean, jnp.sqrt(var), t, self.panel_nodes)
 
 
-def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = PredictiveQuadrature(), label_noise: float = 0.0):
+def composite_nodes(centre, scale, t, panel_nodes: int):
+    """A composite Gauss–Legendre rule on the union of every class's breakpoints ``centre_k + scale_k·t``
+    (``centre``, ``scale`` ``[B, C]``, ``t`` a fixed grid): nodes ``[B, K]`` and log-weights ``[B, K]``
+    (``−inf`` on empty panels), ``K = (C·len(t) − 1)·panel_nodes``.
+
+    The grid is placed at the moments but not differentiated through them: a derivative of the rule is
+    then the rule over the integrand's derivative (smooth), not that of where the sorted breakpoints fall
+    (which jumps where two cross).
+    """
+    breaks = jax.lax.stop_gradient(
+        jnp.sort((centre[..., None] + scale[..., None] * t).reshape(centre.shape[0], -1), axis=-1))
+    x, w = np.polynomial.legendre.leggauss(panel_nodes)
+    middle = 0.5 * (breaks[:, 1:] + breaks[:, :-1])[..., None]
+    half = 0.5 * (breaks[:, 1:] - breaks[:, :-1])[..., None]
+    points = (middle + half * jnp.asarray(x, centre.dtype)).reshape(centre.shape[0], -1)
+    weights = (half * jnp.asarray(w, centre.dtype)).reshape(centre.shape[0], -1)
+    return points, jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
+
+
+def argmax_log_probs(log_w, log_cdf, log_density, own_log_cdf=None):
+    """``log ∫ p_c(u) Π_{k≠c} F_k(u) du``, the probability that class ``c``'s noisy latent value is the
+    largest, on the nodes of a rule (log-weights ``log_w`` ``[B, K]``), from every class's log-CDF
+    ``log F_k`` ``[B, K, C]`` and the log-densities ``log p_c`` ``[B, K, C']`` of the classes asked for:
+    all of them (``C' = C``), or one a row (the label's, ``C' = 1``, with its log-CDF ``own_log_cdf``
+    ``[B, K, 1]``). The product over ``k ≠ c`` is the all-class sum less the class's own term, so a row
+    costs ``O(K·C)``, not ``O(K·C²)``. Returns ``[B, C']``."""
+    own_log_cdf = log_cdf if own_log_cdf is None else own_log_cdf
+    log_integrand = log_density + jnp.sum(log_cdf, axis=-1, keepdims=True) - own_log_cdf
+    return logsumexp(log_w[:, :, None] + log_integrand, axis=1)
+
+
+def noisy_argmax_log_probs(nodes, log_cdf, log_density, mean, var, y=None):
+    """``log P(argmax_k (f_k + ε_k) = c)`` for independent ``f_k ~ N(mean_k, var_k)`` ``[B, C]`` and i.i.d.
+    noise ``ε`` (Gaussian for the probit models, Gumbel for the softmax), by :func:`argmax_log_probs` on the
+    rule ``nodes(mean, var)``, from the noisy latent values' ``log_cdf(u, mean, var)`` and
+    ``log_density(u, mean, var)`` (``[B, K, C]`` at nodes ``u`` ``[B, K]``): every class's, ``[B, C]``, or with
+    labels ``y`` ``[B]`` the label's alone, ``[B]`` (one class's density a row, not ``C``)."""
+    points, log_w = nodes(mean, var)
+    every_log_cdf = log_cdf(points, mean, var)
+    if y is None:
+        return argmax_log_probs(log_w, every_log_cdf, log_density(points, mean, var))
+    label = y[:, None]
+    own_mean, own_var = (jnp.take_along_axis(v, label, axis=1) for v in (mean, var))
+    own_log_cdf = jnp.take_along_axis(every_log_cdf, label[:, :, None], axis=2)
+    return argmax_log_probs(log_w, every_log_cdf, log_density(points, own_mean, own_var), own_log_cdf)[:, 0]
+
+
+def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = PredictiveQuadrature(), label_noise: float = 0.0,
+                         y=None):
     """``log p(y* = c | x*)`` of eq. (68) with the exact (Heaviside) likelihood, by 1-D quadrature.
 
         p(y* = c) = ∫ N(f; m_c, v_c) Π_{k≠c} Φ((f − m_k)/√v_k) df,
@@ -286,34 +324,45 @@ def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = Predictiv
 
     Args:
         mean, var: latent predictive moments ``m*``, ``v*`` per class, ``[B, C]``.
+        y: labels ``[B]``: each row's label's log-probability alone, ``[B]`` (:func:`noisy_argmax_log_probs`).
 
     Returns:
-        ``[B, C]`` log-probabilities.
+        ``[B, C]`` log-probabilities (``[B]`` with ``y``).
     """
-    points, log_w = quadrature.nodes(mean, var)  # [B, K]
-    z = (points[:, :, None] - mean[:, None, :]) / jnp.sqrt(var)[:, None, :]  # [B, K, C]
-    log_cdf = robust_log_factor(z, label_noise)
-    log_density = norm.logpdf(points[:, :, None], mean[:, None, :], jnp.sqrt(var)[:, None, :])
-    log_integrand = log_density + jnp.sum(log_cdf, axis=-1, keepdims=True) - log_cdf
-    log_probs = logsumexp(log_w[:, :, None] + log_integrand, axis=1)
+    def log_cdf(points, mean, var):
+        return robust_log_factor((points[:, :, None] - mean[:, None, :]) / jnp.sqrt(var)[:, None, :], label_noise)
+
+    def log_density(points, mean, var):
+        return norm.logpdf(points[:, :, None], mean[:, None, :], jnp.sqrt(var)[:, None, :])
+
+    log_probs = noisy_argmax_log_probs(quadrature.nodes, log_cdf, log_density, mean, var, y)
     if label_noise == 0.0:
         return log_probs
     return log_probs - log_label_noise_normaliser(label_noise, mean.shape[-1])
 
 
-LIKELIHOODS = ("pairwise", "exact")
+LIKELIHOODS = ("pairwise", "exact", "softmax")
 """How a row's likelihood enters training: ``"pairwise"``, the product of its ``C − 1`` pairwise probits
-(Villacampa-Calvo & Hernández-Lobato 2017, eq. 6, the paper's method), or ``"exact"``, the probability of
-the maximum itself (eq. 1 with the latent noise, the integral of eq. 68; :func:`exact_log_partition`)."""
+(Villacampa-Calvo & Hernández-Lobato 2017, eq. 6, the paper's method); ``"exact"``, the probability of
+the maximum itself (eq. 1 with the latent noise, the integral of eq. 68; :func:`exact_log_partition`); or
+``"softmax"``, the multinomial logit ``exp(f_y)/Σ_k exp(f_k)`` (the maximum under Gumbel noise;
+:mod:`pep_gp.core.models.multiclass_softmax`). The last two are one factor a row, whose sites are
+:func:`row_site_coefficients`."""
+
+WHOLE_ROW_LIKELIHOODS = ("exact", "softmax")
 
 
-def check_likelihood(likelihood: str, alpha: float) -> None:
-    """Refuse an unknown likelihood, and ``"exact"`` with ``alpha ≠ 1`` (its sites are EP's, α = 1)."""
+def check_likelihood(likelihood: str, alpha: float, label_noise: float = 0.0) -> None:
+    """Refuse an unknown likelihood, a whole-row one with ``alpha ≠ 1`` (its sites are EP's, α = 1), and
+    ``"softmax"`` with label noise (its noise is the Gumbel's)."""
     if likelihood not in LIKELIHOODS:
         raise ValueError(f"likelihood must be one of {LIKELIHOODS}; got {likelihood!r}")
-    if likelihood == "exact" and alpha != 1.0:
-        raise ValueError(f"likelihood = 'exact' needs alpha = 1 (got alpha = {alpha}): its sites are moment-"
-                         "matched for EP (α = 1) only")
+    if likelihood in WHOLE_ROW_LIKELIHOODS and alpha != 1.0:
+        raise ValueError(f"likelihood = {likelihood!r} needs alpha = 1 (got alpha = {alpha}): its sites are "
+                         "moment-matched for EP (α = 1) only")
+    if likelihood == "softmax" and label_noise != 0.0:
+        raise ValueError(f"likelihood = 'softmax' takes no label_noise (got {label_noise}): the softmax is "
+                         "already the maximum of the latent values under Gumbel noise")
 
 
 def exact_log_partition(mean, var, fitc, y, quadrature: PredictiveQuadrature = PredictiveQuadrature(),
@@ -335,25 +384,24 @@ def exact_log_partition(mean, var, fitc, y, quadrature: PredictiveQuadrature = P
         fitc: ``s``, ``[B, C]``.
         y: integer labels ``[B]``.
     """
-    log_probs = predictive_log_probs(mean, var + fitc, quadrature, label_noise)
-    return jnp.take_along_axis(log_probs, y[:, None], axis=1)[:, 0]
+    return predictive_log_probs(mean, var + fitc, quadrature, label_noise, y)
 
 
-def exact_site_coefficients(mean, var, fitc, y, mask, quadrature: PredictiveQuadrature = PredictiveQuadrature(),
-                            label_noise: float = 0.0):
-    """The refined sites of the whole-row likelihood (:func:`exact_log_partition`), per (row, class):
-    ``Δ_i^c``, ``μ̃_i^c`` ``[B, C]``, zero on masked rows (the coefficients of eqs. 26–27).
+def row_site_coefficients(log_partition, mean, var, fitc, mask):
+    """The refined sites of a whole-row likelihood, per (row, class): ``Δ_i^c``, ``μ̃_i^c`` ``[B, C]``, zero on
+    masked rows (the coefficients of eqs. 26–27), from ``log_partition(a, w)``, the rows' ``log Z_i`` ``[B]``
+    at cavity projections ``a``, ``w`` ``[B, C]`` (:func:`exact_log_partition`,
+    :func:`~pep_gp.core.models.multiclass_softmax.softmax_log_probs` with labels).
 
     The row's factor touches class ``c`` only through ``υ_i^cᵀf̄^c`` and the approximating family is a
     product over classes, so its site is rank one in each class, fitted to the tilted marginal of each
     class: with ``g = ∂log Z/∂a^c`` and ``ν = g² − 2∂log Z/∂w^c`` (Seeger 2005; the derivatives by automatic
     differentiation of the quadrature), ``C¹ = ν/(1 − νw)`` and ``C² = (g + νa)/(1 − νw)`` as in
-    :func:`refine` at α = 1. The likelihood is log-concave in ``f`` (Prékopa), so ``0 ≤ ν ≤ 1/(w + s)``;
-    ``ν`` is clipped to that range against round-off (with label noise, where it may be negative, as in
-    :func:`refine`).
+    :func:`refine` at α = 1. Both likelihoods are log-concave in ``f`` (Prékopa; the softmax's log is
+    ``f_y − logsumexp f``), so ``0 ≤ ν ≤ 1/(w + s)``; ``ν`` is clipped to that range against round-off (with
+    label noise, where it may be negative, as in :func:`refine`).
     """
-    slope, half_curvature = jax.grad(lambda a, w: jnp.sum(exact_log_partition(a, w, fitc, y, quadrature, label_noise)),
-                                 argnums=(0, 1))(mean, var)
+    slope, half_curvature = jax.grad(lambda a, w: jnp.sum(log_partition(a, w)), argnums=(0, 1))(mean, var)
     nu = jnp.clip(slope**2 - 2.0 * half_curvature, 0.0, 1.0 / (var + fitc))
     denominator = 1.0 - nu * var
     keep = mask[:, None]

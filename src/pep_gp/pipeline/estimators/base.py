@@ -605,7 +605,8 @@ class GPClassifierMixin:
         """Draws of the labels at the rows of ``X``, values of ``classes_``: from each joint draw of
         :meth:`sample_f`, a binary label is ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit
         likelihood, ``p = Φ(f)``; standard logistic ``ε`` for ``likelihood="logistic"``, ``p = σ(f)``), and a multi-class label is ``classes_[argmax_c f_c]`` (the step likelihood
-        of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance). The same ``seed`` gives
+        of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance; ``argmax_c (f_c + g_c)``,
+        ``g_c`` standard Gumbel, for ``likelihood="softmax"``, ``p = softmax(f)``). The same ``seed`` gives
         the same draws; limits as :meth:`sample_f`.
 
         Returns:
@@ -613,8 +614,12 @@ class GPClassifierMixin:
         """
         rng = np.random.default_rng(seed)
         f = self._draw_f(X, n_samples, rng)
-        noise = rng.logistic(size=f.shape) if getattr(self, "likelihood", "probit") == "logistic" else rng.standard_normal(f.shape)
-        labels = np.argmax(f, axis=2) if f.ndim == 3 else (f + noise > 0).astype(int)
+        likelihood = getattr(self, "likelihood", "probit")
+        if f.ndim == 3:
+            labels = np.argmax(f + rng.gumbel(size=f.shape) if likelihood == "softmax" else f, axis=2)
+        else:
+            noise = rng.logistic(size=f.shape) if likelihood == "logistic" else rng.standard_normal(f.shape)
+            labels = (f + noise > 0).astype(int)
         return self.classes_[labels]
 
     def __sklearn_tags__(self):

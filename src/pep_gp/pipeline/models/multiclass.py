@@ -49,10 +49,11 @@ class MultiClassSettings(SiteSettings):
     alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power of the factors (1: the paper's EP)")
     label_noise: float = Field(0.0, ge=0.0, lt=1.0, description="ε of the label-noise factors ε + (1 − ε)Φ "
                                "(robust to mislabelled rows; 0: the paper's likelihood; > 0 needs alpha = 1)")
-    likelihood: Literal["pairwise", "exact"] = Field(
+    likelihood: Literal["pairwise", "exact", "softmax"] = Field(
         "pairwise", description="what a row's factor is: pairwise, the product of its C − 1 pairwise probits (the "
         "paper's eq. 6); exact, the probability of the maximum (eq. 1), on which noisy labels do not push the fit "
-        "to overconfidence (needs alpha = 1)")
+        "to overconfidence; softmax, the multinomial logit exp(f_y)/Σ exp(f_k), logistic regression's link "
+        "(both need alpha = 1)")
     damping_decay: float = Field(0.99, gt=0.0, le=1.0, description="ρ_t = ρ·decay^(t/steps per epoch), never "
                                  "below the floor: the decay per pass over the training rows")
     kernel_products: ProductDtype = Field(
@@ -67,8 +68,8 @@ class MultiClassSettings(SiteSettings):
 
     @field_validator("likelihood")
     @classmethod
-    def _exact_needs_ep(cls, value: str, info: ValidationInfo) -> str:
-        check_likelihood(value, info.data.get("alpha", 1.0))
+    def _whole_row_needs_ep(cls, value: str, info: ValidationInfo) -> str:
+        check_likelihood(value, info.data.get("alpha", 1.0), info.data.get("label_noise", 0.0))
         return value
 
 

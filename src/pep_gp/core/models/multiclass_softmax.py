@@ -1,0 +1,123 @@
+"""The softmax (multinomial logit) likelihood of the multi-class GP under a Gaussian: ``log E[softmax(f)_c]``.
+
+``p(y = c | f) = exp(f_c)/Σ_k exp(f_k)`` is the probability that ``c`` has the largest of ``f_k + g_k`` with
+``g_k`` independent standard Gumbel variables (McFadden 1974; Train 2009, §3.10). Under a Gaussian with
+independent classes, ``f_k ~ N(m_k, v_k)`` (the model's cavity or predictive at a row, the latent noise
+included in ``v``), each ``U_k = f_k + g_k`` is independent of the others, so
+
+    E[p(y = c | f)] = ∫ p_c(u) Π_{k≠c} F_k(u) du,
+
+the integral of eq. (68) of Villacampa-Calvo & Hernández-Lobato (2017) with the Gaussian noise of its
+latent values replaced by the Gumbel's. ``F_k`` and ``p_c`` are Gaussian–Gumbel convolutions, each a 1-D
+integral (:func:`log_cdf`, :func:`log_density`); the outer integral is on the composite rule of
+:func:`~pep_gp.core.models.multiclass_sites.composite_nodes`. The likelihood is log-concave in ``f``
+(``f_c − logsumexp f``), so its EP sites are those of any log-concave row factor
+(:func:`~pep_gp.core.models.multiclass_sites.row_site_coefficients`).
+
+Measured accuracy: ``tests/core/test_multiclass_softmax.py`` (against Monte Carlo of the softmax and
+adaptive quadrature of the convolutions).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import ndtr
+
+from .multiclass_sites import composite_nodes, noisy_argmax_log_probs
+
+EULER_GAMMA = 0.5772156649015329  # the standard Gumbel's mean
+GUMBEL_VARIANCE = np.pi**2 / 6.0
+
+
+@functools.cache
+def gumbel_rule(num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights of the Gauss rule for the standard Gumbel density ``ψ(g) = exp(−g − e^{−g})``,
+    exact for polynomials of degree below ``2·num_nodes``.
+
+    The three-term recurrence of the density's orthogonal polynomials comes from the discretised Stieltjes
+    procedure (Gautschi 2004, §2.2.3) on a trapezoid grid of ``[−5, 45]`` (the density is below ``e^{−140}``
+    left of −5 and ``e^{−45}`` right of 45), the nodes and weights from its Jacobi matrix (Golub & Welsch 1969).
+    """
+    g = np.linspace(-5.0, 45.0, 200_001)
+    weight = np.exp(-g - np.exp(-g)) * (g[1] - g[0])
+    weight[[0, -1]] *= 0.5
+    diagonal, off_diagonal = [], []
+    previous, current, previous_norm = np.zeros_like(g), np.ones_like(g), 1.0
+    for k in range(num_nodes):
+        norm = np.sum(weight * current**2)
+        diagonal.append(np.sum(weight * g * current**2) / norm)
+        if k:
+            off_diagonal.append(norm / previous_norm)
+        step = off_diagonal[-1] if k else 0.0
+        previous, current, previous_norm = current, (g - diagonal[-1]) * current - step * previous, norm
+    jacobi = np.diag(diagonal) + np.diag(np.sqrt(off_diagonal), 1) + np.diag(np.sqrt(off_diagonal), -1)
+    nodes, vectors = np.linalg.eigh(jacobi)
+    return nodes, vectors[0] ** 2 * np.sum(weight)
+
+
+class SoftmaxQuadrature(NamedTuple):
+    """The rules of :func:`softmax_log_probs`.
+
+    The outer integral over ``u`` is the composite Gauss–Legendre rule on every class's breakpoints
+    ``E[U_k] + sd(U_k)·t``, ``t`` on ``num_breaks`` points of ``[lower, upper]`` (the Gumbel's right tail is
+    exponential, so the grid reaches further right), ``panel_nodes`` nodes per gap: each ``U_k`` has a
+    standard deviation of at least ``π/√6``, so its integrand is smooth on that scale.
+
+    Each convolution is a Gauss rule over the narrower of its two variables' spreads, read on the wider
+    one's smooth function: ``latent_nodes`` Gauss–Hermite nodes over ``f`` of the Gumbel's CDF or density
+    where ``√v ≤ switch``, else ``gumbel_nodes`` nodes of :func:`gumbel_rule` over ``g`` of the Gaussian's.
+    """
+
+    num_breaks: int = 10
+    panel_nodes: int = 4
+    lower: float = -5.0
+    upper: float = 9.0
+    latent_nodes: int = 16
+    gumbel_nodes: int = 16
+    switch: float = 1.0
+
+    def nodes(self, mean, var):
+        """Nodes ``[B, K]`` and log-weights ``[B, K]`` of the outer rule for latent moments ``[B, C]``."""
+        t = jnp.linspace(self.lower, self.upper, self.num_breaks, dtype=mean.dtype)
+        return composite_nodes(mean + EULER_GAMMA, jnp.sqrt(var + GUMBEL_VARIANCE), t, self.panel_nodes)
+
+
+def log_cdf(u, mean, var, quadrature: SoftmaxQuadrature = SoftmaxQuadrature()):
+    """``log F(u)``, the CDF of ``U = f + g``, ``f ~ N(mean, var)``, ``g`` standard Gumbel, at the nodes ``u``
+    ``[B, K]`` for each column of ``mean``, ``var`` ``[B, C]``: ``[B, K, C]``.
+
+    Where ``√v ≤ switch`` by Gauss–Hermite over ``f``, ``F(u) = E_f[exp(−e^{f − u})]``; elsewhere by
+    :func:`gumbel_rule` over ``g``, ``F(u) = E_g[Φ((u − g − m)/√v)]``: each rule integrates a function that is
+    smooth on the scale of the variable it runs over. Both are evaluated (and one discarded); the Gumbel
+    CDF's argument is floored at −7, where it is below ``e^{−1096}``, and ``F`` at the smallest normal
+    number, so that neither branch's value or gradient is ever infinite.
+    """
+    sd = jnp.sqrt(var)[:, None, :, None]
+    offset = (u[:, :, None] - mean[:, None, :])[..., None]  # [B, K, C, 1]
+    x, w = np.polynomial.hermite_e.hermegauss(quadrature.latent_nodes)
+    t = jnp.maximum(offset - sd * jnp.asarray(x, u.dtype), -7.0)
+    narrow = jnp.sum(jnp.asarray(w / w.sum(), u.dtype) * jnp.exp(-jnp.exp(-t)), axis=-1)
+    g, omega = (jnp.asarray(v, u.dtype) for v in gumbel_rule(quadrature.gumbel_nodes))
+    wide = jnp.sum(omega * ndtr((offset - g) / sd), axis=-1)
+    cdf = jnp.where(sd[..., 0] <= quadrature.switch, narrow, wide)
+    return jnp.log(jnp.maximum(cdf, np.finfo(np.float64).tiny))
+
+
+def log_density(u, mean, var, quadrature: SoftmaxQuadrature = SoftmaxQuadrature()):
+    """``log p(u)``, the density of ``U`` (:func:`log_cdf`), ``[B, K, C]``, from its CDF under the tilted
+    Gaussian: since ``ψ(t) = e^{−t}G(t)`` (the Gumbel's density and CDF) and ``e^f N(f; m, v) = e^{m + v/2}
+    N(f; m + v, v)``, ``p(u; m, v) = exp(m + v/2 − u)·F(u; m + v, v)`` — as accurate as ``F``, also far in
+    the right tail, where the density is exponential."""
+    return mean[:, None, :] + 0.5 * var[:, None, :] - u[:, :, None] + log_cdf(u, mean + var, var, quadrature)
+
+
+def softmax_log_probs(mean, var, quadrature: SoftmaxQuadrature = SoftmaxQuadrature(), y=None):
+    """``log E[softmax(f)_c]`` for ``f_c ~ N(mean_c, var_c)`` independent, ``[B, C]`` (the predictive of the
+    softmax likelihood at latent moments ``[B, C]``; the probabilities sum to 1 within the rule's error), or
+    with labels ``y`` ``[B]`` each row's label's alone, ``[B]`` (the rows' ``log Z`` under a cavity)."""
+    return noisy_argmax_log_probs(quadrature.nodes, functools.partial(log_cdf, quadrature=quadrature),
+                                  functools.partial(log_density, quadrature=quadrature), mean, var, y)
