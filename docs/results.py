@@ -228,6 +228,12 @@ def generators() -> dict[str, Callable[[], str]]:
                                                 "bench_chile_exact", "bench_chile_exact_linear",
                                                 "bench_chile_exact_early_stopping"),
                                             "bench_tables_exact": lambda: estimators_table("bench_tables_exact"),
+                                            "bench_chile_softmax": lambda: estimators_table(
+                                                "bench_chile_softmax", "bench_chile_softmax_early_stopping",
+                                                "bench_chile_softmax_fixed_inducing"),
+                                            "bench_tables_softmax_fixed_inducing": lambda: estimators_table(
+                                                "bench_vehicle_softmax_fixed_inducing",
+                                                "bench_waveform_softmax_fixed_inducing"),
                                             "bench_multiclass_likelihoods": multiclass_likelihoods_table,
                                             "bench_chile_label_noise": lambda: estimators_table(
                                                 "bench_chile_label_noise_0.01", "bench_chile_label_noise_0.1",
