@@ -278,32 +278,26 @@ def composite_nodes(centre, scale, t, panel_nodes: int):
     return points, jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
 
 
-def argmax_log_probs(log_w, log_cdf, log_density, own_log_cdf=None):
-    """``log ∫ p_c(u) Π_{k≠c} F_k(u) du``, the probability that class ``c``'s noisy latent value is the
-    largest, on the nodes of a rule (log-weights ``log_w`` ``[B, K]``), from every class's log-CDF
-    ``log F_k`` ``[B, K, C]`` and the log-densities ``log p_c`` ``[B, K, C']`` of the classes asked for:
-    all of them (``C' = C``), or one a row (the label's, ``C' = 1``, with its log-CDF ``own_log_cdf``
-    ``[B, K, 1]``). The product over ``k ≠ c`` is the all-class sum less the class's own term, so a row
-    costs ``O(K·C)``, not ``O(K·C²)``. Returns ``[B, C']``."""
-    own_log_cdf = log_cdf if own_log_cdf is None else own_log_cdf
-    log_integrand = log_density + jnp.sum(log_cdf, axis=-1, keepdims=True) - own_log_cdf
-    return logsumexp(log_w[:, :, None] + log_integrand, axis=1)
-
-
 def noisy_argmax_log_probs(nodes, log_cdf, log_density, mean, var, y=None):
-    """``log P(argmax_k (f_k + ε_k) = c)`` for independent ``f_k ~ N(mean_k, var_k)`` ``[B, C]`` and i.i.d.
-    noise ``ε`` (Gaussian for the probit models, Gumbel for the softmax), by :func:`argmax_log_probs` on the
-    rule ``nodes(mean, var)``, from the noisy latent values' ``log_cdf(u, mean, var)`` and
-    ``log_density(u, mean, var)`` (``[B, K, C]`` at nodes ``u`` ``[B, K]``): every class's, ``[B, C]``, or with
-    labels ``y`` ``[B]`` the label's alone, ``[B]`` (one class's density a row, not ``C``)."""
+    """``log P(argmax_k (f_k + ε_k) = c) = log ∫ p_c(u) Π_{k≠c} F_k(u) du`` for independent
+    ``f_k ~ N(mean_k, var_k)`` ``[B, C]`` and i.i.d. noise ``ε`` (Gaussian for the probit models, Gumbel for the
+    softmax), on the rule ``nodes(mean, var)`` (nodes ``u`` and log-weights ``[B, K]``), from the noisy latent
+    values' ``log_cdf(u, mean, var)`` and ``log_density(u, mean, var)`` (``[B, K, C]``): every class's,
+    ``[B, C]``, or with labels ``y`` ``[B]`` the label's alone, ``[B]`` (one class's density a row, not ``C``).
+    The product over ``k ≠ c`` is the all-class sum less the class's own term, so a row costs ``O(K·C)``,
+    not ``O(K·C²)``."""
     points, log_w = nodes(mean, var)
     every_log_cdf = log_cdf(points, mean, var)
     if y is None:
-        return argmax_log_probs(log_w, every_log_cdf, log_density(points, mean, var))
-    label = y[:, None]
-    own_mean, own_var = (jnp.take_along_axis(v, label, axis=1) for v in (mean, var))
-    own_log_cdf = jnp.take_along_axis(every_log_cdf, label[:, :, None], axis=2)
-    return argmax_log_probs(log_w, every_log_cdf, log_density(points, own_mean, own_var), own_log_cdf)[:, 0]
+        own_log_cdf, own_log_density = every_log_cdf, log_density(points, mean, var)
+    else:
+        label = y[:, None]
+        own_mean, own_var = (jnp.take_along_axis(v, label, axis=1) for v in (mean, var))
+        own_log_cdf = jnp.take_along_axis(every_log_cdf, label[:, :, None], axis=2)
+        own_log_density = log_density(points, own_mean, own_var)
+    log_integrand = own_log_density + jnp.sum(every_log_cdf, axis=-1, keepdims=True) - own_log_cdf
+    log_probs = logsumexp(log_w[:, :, None] + log_integrand, axis=1)
+    return log_probs if y is None else log_probs[:, 0]
 
 
 def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = PredictiveQuadrature(), label_noise: float = 0.0,

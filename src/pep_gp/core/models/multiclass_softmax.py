@@ -29,8 +29,7 @@ from jax.scipy.special import ndtr
 
 from .multiclass_sites import composite_nodes, noisy_argmax_log_probs
 
-EULER_GAMMA = 0.5772156649015329  # the standard Gumbel's mean
-GUMBEL_VARIANCE = np.pi**2 / 6.0
+GUMBEL_VARIANCE = np.pi**2 / 6.0  # the standard Gumbel's; its mean is Euler's γ
 
 
 @functools.cache
@@ -67,9 +66,10 @@ class SoftmaxQuadrature(NamedTuple):
     exponential, so the grid reaches further right), ``panel_nodes`` nodes per gap: each ``U_k`` has a
     standard deviation of at least ``π/√6``, so its integrand is smooth on that scale.
 
-    Each convolution is a Gauss rule over the narrower of its two variables' spreads, read on the wider
-    one's smooth function: ``latent_nodes`` Gauss–Hermite nodes over ``f`` of the Gumbel's CDF or density
-    where ``√v ≤ switch``, else ``gumbel_nodes`` nodes of :func:`gumbel_rule` over ``g`` of the Gaussian's.
+    Each convolution (:func:`log_cdf`; the density is a CDF too, :func:`log_density`) is a Gauss rule over the
+    narrower of its two variables' spreads, read on the wider one's smooth function: ``latent_nodes``
+    Gauss–Hermite nodes over ``f`` of the Gumbel's CDF where ``√v ≤ switch``, else ``gumbel_nodes`` nodes of
+    :func:`gumbel_rule` over ``g`` of the Gaussian's.
     """
 
     num_breaks: int = 10
@@ -83,7 +83,7 @@ class SoftmaxQuadrature(NamedTuple):
     def nodes(self, mean, var):
         """Nodes ``[B, K]`` and log-weights ``[B, K]`` of the outer rule for latent moments ``[B, C]``."""
         t = jnp.linspace(self.lower, self.upper, self.num_breaks, dtype=mean.dtype)
-        return composite_nodes(mean + EULER_GAMMA, jnp.sqrt(var + GUMBEL_VARIANCE), t, self.panel_nodes)
+        return composite_nodes(mean + np.euler_gamma, jnp.sqrt(var + GUMBEL_VARIANCE), t, self.panel_nodes)
 
 
 def log_cdf(u, mean, var, quadrature: SoftmaxQuadrature = SoftmaxQuadrature()):
