@@ -5,6 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+import scipy.special
+import scipy.stats
 from scipy.stats import multivariate_normal
 
 from pep_gp.core import bank, gaussian
@@ -87,6 +89,16 @@ def test_log_density_and_logdet():
         multivariate_normal(mean, cov).logpdf(x), rel=1e-12
     )
     assert float(logdet_from_cholesky(cholesky(jnp.asarray(cov)))) == pytest.approx(np.linalg.slogdet(cov)[1], rel=1e-12)
+
+
+def test_the_normal_cdf_is_scipy_s_to_a_relative_1e_12_into_its_left_tail():
+    """``gaussian.normal_cdf`` (one ``erfc``) against scipy's ``ndtr`` from ``x = −37`` (``Φ ≈ 6e-300``) to 9,
+    relative to its value; its derivative is the normal density, also relative."""
+    x = np.linspace(-37.0, 9.0, 20_001)
+    value = np.asarray(jax.jit(gaussian.normal_cdf)(jnp.asarray(x)))
+    np.testing.assert_allclose(value, scipy.special.ndtr(x), rtol=1e-12, atol=0)
+    slope = np.asarray(jax.jit(jax.vmap(jax.grad(gaussian.normal_cdf)))(jnp.asarray(x)))
+    np.testing.assert_allclose(slope, scipy.stats.norm.pdf(x), rtol=1e-12, atol=0)
 
 
 def test_cholesky_jitter_is_added_to_the_diagonal():
