@@ -262,19 +262,25 @@ class PredictiveQuadrature(NamedTuple):
 def composite_nodes(centre, scale, t, panel_nodes: int):
     """A composite Gauss–Legendre rule on the union of every class's breakpoints ``centre_k + scale_k·t``
     (``centre``, ``scale`` ``[B, C]``, ``t`` a fixed grid): nodes ``[B, K]`` and log-weights ``[B, K]``
-    (``−inf`` on empty panels), ``K = (C·len(t) − 1)·panel_nodes``.
+    (``−inf`` on empty panels), ``K = (C·len(t) − 1)·panel_nodes`` (:func:`composite_rule`)."""
+    return composite_rule((centre[..., None] + scale[..., None] * t).reshape(centre.shape[0], -1), panel_nodes)
 
-    The grid is placed at the moments but not differentiated through them: a derivative of the rule is
-    then the rule over the integrand's derivative (smooth), not that of where the sorted breakpoints fall
+
+def composite_rule(breaks, panel_nodes: int):
+    """A composite Gauss–Legendre rule with ``panel_nodes`` nodes in each gap between the sorted breakpoints
+    ``[B, P]``: nodes ``[B, K]`` and log-weights ``[B, K]`` (``−inf`` on empty panels),
+    ``K = (P − 1)·panel_nodes``.
+
+    The breakpoints are placed at the moments but not differentiated through them: a derivative of the rule
+    is then the rule over the integrand's derivative (smooth), not that of where the sorted breakpoints fall
     (which jumps where two cross).
     """
-    breaks = jax.lax.stop_gradient(
-        jnp.sort((centre[..., None] + scale[..., None] * t).reshape(centre.shape[0], -1), axis=-1))
+    breaks = jax.lax.stop_gradient(jnp.sort(breaks, axis=-1))
     x, w = np.polynomial.legendre.leggauss(panel_nodes)
     middle = 0.5 * (breaks[:, 1:] + breaks[:, :-1])[..., None]
     half = 0.5 * (breaks[:, 1:] - breaks[:, :-1])[..., None]
-    points = (middle + half * jnp.asarray(x, centre.dtype)).reshape(centre.shape[0], -1)
-    weights = (half * jnp.asarray(w, centre.dtype)).reshape(centre.shape[0], -1)
+    points = (middle + half * jnp.asarray(x, breaks.dtype)).reshape(breaks.shape[0], -1)
+    weights = (half * jnp.asarray(w, breaks.dtype)).reshape(breaks.shape[0], -1)
     return points, jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
 
 
