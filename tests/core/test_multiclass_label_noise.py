@@ -143,8 +143,11 @@ def test_zero_label_noise_keeps_the_papers_factors_to_the_last_bits():
         got = np.asarray(sites.log_partition(label, other, s[0], s[1], **given)).tolist()
         for v in sites.refine(label, other, s[0], s[1], **given):
             got += np.asarray(v).tolist()
-        got += np.asarray(_predictive(jnp.asarray(a), jnp.asarray(w), **given)).ravel().tolist()
-        assert got == PINNED_SITES
+        assert got == PINNED_SITES[:25]
+        # compiled: how XLA fuses its log-sum-exp depends on the processor's instructions, by up to one unit in
+        # the last place of its order-one terms (4.4e-16, seen on one machine and not on another)
+        predictive = np.asarray(_predictive(jnp.asarray(a), jnp.asarray(w), **given)).ravel()
+        np.testing.assert_allclose(predictive, PINNED_SITES[25:], rtol=0, atol=4.5e-16)
 
 
 @pytest.mark.heavy
