@@ -37,7 +37,7 @@ from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
 from pep_gp.pipeline.data.stores import Store, open_store
 
-PAPER_MNIST = TrainConfig(model={"num_inducing": 200, "alpha": 1.0}, batch_size=200, block_rows=200,
+PAPER_MNIST = TrainConfig(model={"num_inducing": 200, "alpha": 1.0, "likelihood": "pairwise", "train_inducing": True}, batch_size=200, block_rows=200,
                           learning_rate=1e-3, standardize=False, checkpoint_every=10_000)
 
 

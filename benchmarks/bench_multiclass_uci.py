@@ -109,8 +109,9 @@ def _run(x, y, train, test, fraction, method, args):
     scaler = StandardScaler().fit(x[train])
     x_train, x_test = scaler.transform(x[train]), scaler.transform(x[test])
     num_inducing = max(1, round(fraction * train.size))
+    paper = {"likelihood": "pairwise", "train_inducing": True} if method == "sep" else {}  # eq. (6), learned Z
     clf = _estimator(method)(num_inducing=num_inducing, alpha=1.0, max_iter=args.iterations, tol=args.tol,
-                             learning_rate=args.learning_rate, seed=args.seed)
+                             learning_rate=args.learning_rate, seed=args.seed, **paper)
     start = time.perf_counter()
     clf.fit(x_train, y[train])
     seconds = time.perf_counter() - start
