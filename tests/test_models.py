@@ -18,11 +18,12 @@ from pep_gp.pipeline.training.config import TrainConfig
 from pep_gp.pipeline.training.runs import load_run
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from pep_gp.pipeline.engine import InProcess
-from tests.trainstores import leaves_equal, make_store
+from tests.trainstores import PAIRWISE, leaves_equal, make_store
 
 # the multi-class deep GP without a hidden layer (its hidden layer: tests/core, test_distributed, test_train_cli)
 SETTINGS = {"deep-gp": {"num_inducing": 5, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 5, "hidden_dims": [2]},
-            "deep-gp-multiclass": {"num_inducing": 5, "hidden_dims": []}}
+            "deep-gp-multiclass": {"num_inducing": 5, "hidden_dims": []},
+            "multiclass-direct": {"num_inducing": 5, **PAIRWISE}}  # multiclass-sep at its defaults: the softmax here
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,21 @@ from pep_gp.pipeline.data.stores import Store, open_store
 FAST = TrainConfig(model={"num_inducing": 6}, epochs=3, batch_size=96, block_rows=48, learning_rate=0.05,
                    checkpoint_every=4, keep_checkpoints=2)
 
+PAIRWISE = {"likelihood": "pairwise", "train_inducing": True}
+"""The multi-class settings the pipeline's tests train with: the paper's pairwise likelihood (eq. 6) with learned
+inducing inputs, which ``likelihood = "auto"`` replaces by the softmax on stores this small (at ~50× a pairwise
+step's cost); tests/pipeline/test_multiclass_defaults.py tests that choice."""
+
+MULTICLASS_MODELS = ("multiclass-sep", "multiclass-direct")
+
+
+def config_for(model: str, config: TrainConfig = FAST) -> TrainConfig:
+    """``config`` with :data:`PAIRWISE` under its own model settings for the multi-class models, as it is for the
+    others."""
+    if model not in MULTICLASS_MODELS:
+        return config
+    return config.model_copy(update={"model": {**PAIRWISE, **config.model}})
+
 
 def make_store(path: Path, task: str = "classification", n_rows: int = 500, n_features: int = 3,
                chunk_rows: int = 64, seed: int = 0, n_classes: int = 2) -> Store:

@@ -7,14 +7,14 @@ import json
 import pytest
 
 from tests.flows.test_train_cli import pep
-from tests.trainstores import FAST, config_toml, make_store
+from tests.trainstores import config_for, config_toml, make_store
 
 
 @pytest.mark.slow
 def test_multiclass_sep_train_and_evaluate_json(tmp_path):
     store = make_store(tmp_path / "three-class.zarr", n_classes=3)
     config = tmp_path / "fast.toml"
-    config.write_text(config_toml(FAST))
+    config.write_text(config_toml(config_for("multiclass-sep")))
     run_dir = tmp_path / "run"
     summary = json.loads(pep("train", "--model", "multiclass-sep", "--data", store.path, "--run-dir",
                              str(run_dir), "--config", str(config), "--epochs", "2", "--json").stdout)

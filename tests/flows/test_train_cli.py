@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from pep_gp.flows.cli import build_app
 from pep_gp.pipeline.training.runs import load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
-from tests.trainstores import FAST, config_toml, leaves_equal, make_store
+from tests.trainstores import FAST, PAIRWISE, config_toml, leaves_equal, make_store
 
 BIN = Path(sys.executable).parent
 MODEL = "sparse-gp-classifier"
@@ -129,7 +129,7 @@ def test_evaluate_without_a_run(tmp_path):
     pytest.param("tied-ep-classifier", "store", {"projection": "wasserstein"}, id="tied-ep-classifier-qp",
                  marks=pytest.mark.exhaustive),
     pytest.param("deep-gp-multiclass", "three_class_store", {}, id="deep-gp-multiclass", marks=pytest.mark.exhaustive),
-    pytest.param("multiclass-sep", "store", {"kernel": "matern52"}, id="multiclass-sep-matern52",
+    pytest.param("multiclass-sep", "store", {"kernel": "matern52", **PAIRWISE}, id="multiclass-sep-matern52",
                  marks=pytest.mark.exhaustive)])
 def test_sigkill_then_resume_ends_bit_identical(model, store_name, settings, tmp_path, request):
     store = request.getfixturevalue(store_name)

@@ -11,9 +11,9 @@ import pytest
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
-from tests.trainstores import FAST, leaves_equal
+from tests.trainstores import FAST, config_for, leaves_equal
 
-CLASSES = FAST.model_copy(update={"parallel_over": "classes", "epochs": 2})
+CLASSES = config_for("multiclass-sep", FAST.model_copy(update={"parallel_over": "classes", "epochs": 2}))
 
 
 def timeless(history: list[dict]) -> list[dict]:
@@ -74,7 +74,8 @@ def test_resuming_a_row_parallel_run_by_classes_is_refused(three_class_store, tm
 
 def test_a_model_without_classes_to_spread_is_refused(binary_store, tmp_path):
     with pytest.raises(InputError, match="parallel_over = classes .* --model sparse-gp-classifier"):
-        train(TrainJob("sparse-gp-classifier", binary_store, CLASSES, tmp_path / "run"))
+        train(TrainJob("sparse-gp-classifier", binary_store, FAST.model_copy(update={"parallel_over": "classes"}),
+                       tmp_path / "run"))
 
 
 @pytest.mark.heavy

@@ -21,7 +21,7 @@ from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.engine.compilation import COMPILATION_CACHE_ENV, compilation_cache_dir, use_compilation_cache
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
-from tests.trainstores import FAST
+from tests.trainstores import FAST, PAIRWISE, config_for
 
 LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 """Recorded for every program JAX lowers for XLA, then compiles or loads from the persistent cache (the
@@ -56,7 +56,7 @@ def test_each_program_of_a_step_compiles_once(model, store, tmp_path, request):
     the initial leaves are strongly typed like the optimiser's outputs (a weakly typed start made the
     multi-class step compile its large programs two or three times)."""
     config = FAST.model_copy(update={"learning_rate": 0.0421})  # a step of its own, not one compiled earlier
-    trainer = Trainer(TrainJob(model, request.getfixturevalue(store), config, None), InProcess())
+    trainer = Trainer(TrainJob(model, request.getfixturevalue(store), config_for(model, config), None), InProcess())
     state = trainer.fresh_state()
     assert trainer.schedule.steps_per_epoch == 5  # steps 0-3 hold two blocks each, step 4 one
     with compiled_programs() as first:
@@ -91,7 +91,7 @@ def test_folds_of_another_size_and_class_balance_share_the_compiled_programs(nam
     x = np.random.default_rng(3).normal(size=(48, 2))
     balanced, skewed = np.arange(48) % 3, np.minimum(np.arange(40) // 12, 2)  # 16/16/16 and 12/12/16 rows
     estimator = getattr(pep_gp, name)
-    settings = {"num_inducing": 4, "max_iter": 3, "tol": 0.0}
+    settings = {"num_inducing": 4, "max_iter": 3, "tol": 0.0, **PAIRWISE}
     estimator(**settings).fit(x, balanced)
     with compiled_programs() as second:
         estimator(**settings).fit(x[:40], skewed)
@@ -104,10 +104,10 @@ import jax.monitoring, numpy as np
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
-from tests.trainstores import FAST
+from tests.trainstores import config_for
 hits = []
 jax.monitoring.register_event_listener(lambda event, **_: hits.append(event) if event.endswith("cache_hits") else None)
-trainer = Trainer(TrainJob("multiclass-sep", open_store(sys.argv[1]), FAST, None), InProcess())
+trainer = Trainer(TrainJob("multiclass-sep", open_store(sys.argv[1]), config_for("multiclass-sep"), None), InProcess())
 result = trainer.run(until_step=3)
 leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(result.params)]
 np.savez(sys.argv[2], *leaves)

@@ -11,6 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from pep_gp import CollapsedGPRegressor, MultiClassEPClassifier, MultiClassGPClassifier, SparseGPClassifier
 from pep_gp.pipeline.training.stopping import StoppingRule
+from tests.trainstores import PAIRWISE
 
 
 def test_stopping_rule_compares_window_means_per_row():
@@ -63,7 +64,7 @@ def test_regressor_stops_when_the_energy_stops_rising(regression_data):
 @pytest.mark.parametrize("make", [
     lambda: CollapsedGPRegressor(num_inducing=10, max_iter=30),
     lambda: SparseGPClassifier(num_inducing=10, max_iter=30),
-    lambda: MultiClassGPClassifier(num_inducing=5, max_iter=30),
+    lambda: MultiClassGPClassifier(num_inducing=5, max_iter=30, **PAIRWISE),
     lambda: MultiClassEPClassifier(num_inducing=5, max_iter=30),
 ], ids=["regressor", "classifier", "multiclass-sep", "multiclass-ep"])
 def test_a_fit_cut_short_by_max_iter_warns(regression_data, make):
@@ -102,7 +103,7 @@ def test_damping_floor_keeps_full_batch_sep_at_the_fixed_point():
 
     def trace(floor):
         return MultiClassGPClassifier(num_inducing=50, damping=0.5, damping_decay=0.99, damping_floor=floor,
-                                      max_iter=800, tol=0, learning_rate=0.05).fit(x, y).energy_trace_
+                                      max_iter=800, tol=0, learning_rate=0.05, **PAIRWISE).fit(x, y).energy_trace_
 
     frozen, floored = trace(0.0), trace(0.05)
     assert frozen[-50:].mean() < frozen[:500].max() - 3

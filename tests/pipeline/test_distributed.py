@@ -10,7 +10,7 @@ import pytest
 
 from pep_gp.pipeline.training.trainer import TrainJob, train
 from pep_gp.pipeline.engine import connect
-from tests.trainstores import FAST, leaves_equal
+from tests.trainstores import FAST, PAIRWISE, leaves_equal
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def without_seconds(history):
                  marks=[pytest.mark.slow, pytest.mark.exhaustive]),
     pytest.param("sparse-gp-classifier", "binary_store", {"kernel": "matern52"},  # the first's path, another kernel
                  marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-classifier-matern52"),
-    pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52"}, marks=pytest.mark.slow,
+    pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52", **PAIRWISE}, marks=pytest.mark.slow,
                  id="multiclass-sep-matern52")])
 @pytest.mark.heavy
 def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings, one_worker, cluster, tmp_path,

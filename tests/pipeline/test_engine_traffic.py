@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks._common import socket_bytes
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
-from tests.trainstores import FAST, make_store
+from tests.trainstores import FAST, config_for, make_store
 
 
 def nbytes(tree) -> int:
@@ -26,7 +26,7 @@ def nbytes(tree) -> int:
 def test_bytes_per_step_are_the_models(cluster, tmp_path):
     store = make_store(tmp_path / "wide.zarr", n_rows=600, n_features=300, n_classes=3)
     config = FAST.model_copy(update={"model": {"num_inducing": 40}, "batch_size": 192, "block_rows": 48})
-    trainer = Trainer(TrainJob("multiclass-sep", store, config, None), cluster)
+    trainer = Trainer(TrainJob("multiclass-sep", store, config_for("multiclass-sep", config), None), cluster)
     state = trainer.fresh_state()
     trainer.step(state)  # compiles on the workers, fills their block caches
     model, workers = trainer.model, len(cluster.client.nthreads())

@@ -8,6 +8,7 @@ from sklearn.datasets import load_iris
 from sklearn.preprocessing import StandardScaler
 
 from pep_gp import DirectMultiClassGPClassifier, MultiClassEPClassifier, MultiClassGPClassifier
+from tests.trainstores import PAIRWISE
 
 ESTIMATORS = {"sep": MultiClassGPClassifier, "direct": DirectMultiClassGPClassifier, "ep": MultiClassEPClassifier}
 
@@ -20,7 +21,7 @@ def iris():
 
 def _fit(iris, method="sep", **kw):
     x, y = iris
-    settings = dict(num_inducing=6, max_iter=40, tol=0, learning_rate=0.05) | kw
+    settings = dict(num_inducing=6, max_iter=40, tol=0, learning_rate=0.05) | PAIRWISE | kw
     return ESTIMATORS[method](**settings).fit(x, y)
 
 
@@ -86,7 +87,8 @@ def test_float32_kernel_products_give_the_float64_fit(iris, method):
 def test_string_labels_and_sklearn_clone(iris):
     x, y = iris
     names = np.array(["setosa", "versicolor", "virginica"])[y]
-    clf = clone(MultiClassGPClassifier(num_inducing=6, max_iter=5, tol=0.0, learning_rate=0.05)).fit(x, names)
+    clf = clone(MultiClassGPClassifier(num_inducing=6, max_iter=5, tol=0.0, learning_rate=0.05, **PAIRWISE))
+    clf.fit(x, names)
     assert list(clf.classes_) == list(names[[0, 50, 100]])
     assert set(clf.predict(x[:5])) <= set(names)
     assert clf.get_params()["kernel_products"] == "float64"

@@ -16,13 +16,13 @@ from pep_gp.pipeline.engine import InProcess, connect
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import MODELS
 from tests.pipeline.test_distributed import without_seconds
-from tests.trainstores import FAST, leaves_equal
+from tests.trainstores import FAST, config_for, leaves_equal
 
 SEP = "multiclass-sep"
 
 
 def job(store, run_dir, model=SEP, settings=None, **config):
-    return TrainJob(model, store, FAST.model_copy(update={**config, "model": {**FAST.model, **(settings or {})}}),
+    return TrainJob(model, store, config_for(model, FAST.model_copy(update={**config, "model": {**FAST.model, **(settings or {})}})),
                     run_dir)
 
 

@@ -18,7 +18,7 @@ from pep_gp.pipeline.engine import Engine, InProcess, connect
 from pep_gp.pipeline.engine.cache import Derived
 from pep_gp.pipeline.training.step import Prepare, RowDataTerm, RowSiteTerm, WithShared
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
-from tests.trainstores import FAST, leaves_equal
+from tests.trainstores import config_for, leaves_equal
 
 
 @pytest.mark.heavy
@@ -33,8 +33,8 @@ def test_pinned_workers_give_the_in_process_bits(binary_store, three_class_store
         assert set(backend.client.run(lambda: len(os.sched_getaffinity(0))).values()) == {1}
         assert set(backend.client.run(column_sum).values()) == {column_sum()}
         for model, store in (("sparse-gp-classifier", binary_store), ("multiclass-sep", three_class_store)):
-            reference = train(TrainJob(model, store, FAST, tmp_path / f"{model}-in-process"), until_step=4)
-            pinned = train(TrainJob(model, store, FAST, tmp_path / f"{model}-pinned"), backend, until_step=4)
+            reference = train(TrainJob(model, store, config_for(model), tmp_path / f"{model}-in-process"), until_step=4)
+            pinned = train(TrainJob(model, store, config_for(model), tmp_path / f"{model}-pinned"), backend, until_step=4)
             assert leaves_equal(pinned.params, reference.params), model
     finally:
         backend.close()
@@ -44,7 +44,7 @@ def test_pinned_workers_give_the_in_process_bits(binary_store, three_class_store
 def test_a_worker_lost_between_a_steps_two_passes_changes_nothing(three_class_store, cluster):
     """The second pass finds one worker gone: the other computes the lost blocks' kept rows again from
     the first pass's inputs it holds, and the sums have the in-process bits."""
-    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), InProcess())
+    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, config_for("multiclass-sep"), None), InProcess())
     params, model = trainer.fresh_state().params, trainer.model
     with float64():
         n_total = jnp.asarray(trainer.data_size, jnp.float64)
@@ -67,7 +67,7 @@ def test_a_worker_lost_between_a_steps_two_passes_changes_nothing(three_class_st
 def test_a_pass_is_one_direct_call_per_worker_and_no_task(three_class_store, cluster):
     from distributed import get_task_stream
 
-    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), cluster)
+    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, config_for("multiclass-sep"), None), cluster)
     state = trainer.fresh_state()
     trainer.step(state)
     passes = cluster.traffic.passes

@@ -15,7 +15,7 @@ from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.models.multiclass import MultiClassSettings
 from pep_gp.pipeline.training.step import RowDataTerm, RowSiteTerm, minibatch_energy
 from pep_gp.pipeline.training.trainer import EngineBatch, Trainer, TrainJob
-from tests.trainstores import FAST
+from tests.trainstores import FAST, config_for
 
 REL = 1e-10
 
@@ -30,7 +30,8 @@ def _close(actual, expected):
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_the_trainers_sep_step_equals_the_plain_formulation(three_class_store, alpha, tmp_path):
     config = FAST.model_copy(update={"model": {**FAST.model, "alpha": alpha}})
-    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, config, None), InProcess())
+    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, config_for("multiclass-sep", config), None),
+                      InProcess())
     state = trainer.fresh_state()
     trainer.step(state)  # a refined factor and moved hyper-parameters, away from the initial state
     parts, model, size = trainer.step_fn.parts, trainer.model, trainer.data_size

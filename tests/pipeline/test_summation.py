@@ -18,7 +18,7 @@ from pep_gp.pipeline.engine.summation import (Zero, inflate, join_subtrees, stru
 from pep_gp.pipeline.engine.cache import Derived
 from pep_gp.pipeline.training.step import DataTerm, Prepare, RowDataTerm, RowSiteTerm, WithShared, ascent_update
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
-from tests.trainstores import FAST
+from tests.trainstores import config_for
 
 
 @settings(max_examples=60, deadline=None)
@@ -65,7 +65,7 @@ def test_the_two_passes_keep_the_rows_and_equal_the_plain_block_terms(three_clas
     block pulls its ∂L/∂S back to θ itself); without the kept rows (another process) they are computed
     again, with the same bits."""
     backend = InProcess()
-    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, FAST, None), backend)
+    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, config_for("multiclass-sep"), None), backend)
     params, model = trainer.fresh_state().params, trainer.model
     n_total = jnp.asarray(trainer.data_size, jnp.float64)
     shared, pullback = jax.jit(Prepare(model))(params, n_total)

@@ -24,7 +24,8 @@ from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.training.checkpoint import CheckpointWarning
 from pep_gp.pipeline.training.runs import evaluate, load_run
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
-from tests.trainstores import FAST, chunk_files, held_by_another_process, make_store, rewrite_consistently
+from tests.trainstores import (FAST, chunk_files, config_for, held_by_another_process, make_store,
+                               rewrite_consistently)
 
 SHORT = FAST.model_copy(update={"epochs": 1, "checkpoint_every": 100})  # 5 steps, one checkpoint
 
@@ -63,7 +64,7 @@ def test_labels_outside_the_classes_are_refused_as_they_are_read(tmp_path, label
     rewrite_consistently(tmp_path / "s.zarr", "train", 1, edit)
     crafted = open_store(store.path)
     with pytest.raises(InputError, match=rf"s.zarr: train: row 69: expected a class label in 0..2, found {label}"):
-        train(TrainJob("multiclass-sep", crafted, SHORT, None))
+        train(TrainJob("multiclass-sep", crafted, config_for("multiclass-sep", SHORT), None))
 
 
 def test_an_overwrite_during_a_run_does_not_switch_its_data(tmp_path, monkeypatch):

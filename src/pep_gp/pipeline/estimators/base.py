@@ -503,7 +503,8 @@ class GPEstimator(FittedGP):
         if checkpoint.has_checkpoints(directory):
             raise InputError(f"{directory}: already holds a run; save into a new directory")
         config = self._config(1)
-        meta = {"model": self.spec.name, "model_settings": config.model, "parameterisation": self.spec.parameterisation,
+        meta = {"model": self.spec.name, "model_settings": self._frame.model_settings,  # as trained: M capped, auto decided
+                "parameterisation": self.spec.parameterisation,
                 "model_binding": self.binding_, "data": "the estimator's in-memory training data",
                 "dataset_checksum": self.data_checksum_, "config": config.model_dump(),
                 "x_mean": self.x_mean_.tolist(), "x_std": self.x_std_.tolist(),
@@ -614,7 +615,9 @@ class GPClassifierMixin:
         """
         rng = np.random.default_rng(seed)
         f = self._draw_f(X, n_samples, rng)
-        likelihood = getattr(self, "likelihood", "probit")
+        # the fitted model's likelihood (a setting may say "auto": the multi-class model records its choice)
+        likelihood = getattr(getattr(self, "model_", None), "likelihood", "probit")
+        likelihood = getattr(likelihood, "name", likelihood)
         if f.ndim == 3:
             labels = np.argmax(f + rng.gumbel(size=f.shape) if likelihood == "softmax" else f, axis=2)
         else:

@@ -38,6 +38,7 @@ class UntiedMultiClassSettings(MultiClassSettings):
     damping_decay: float = Field(0.99, gt=0.0, le=1.0, description="ρ_t = ρ_0·decay^(t/steps per epoch) down to the floor")
     likelihood: Literal["pairwise"] = Field("pairwise", description="the paper's pairwise factors (eq. 6), whose "
                                             "per-row sites untied EP stores")
+    train_inducing: bool = Field(True, description="optimise the inducing inputs")
 
 
 UNTIED_FIT_FIELDS = {name: FIT_FIELDS[name] for name in ("max_iter", "tol", "learning_rate", "seed")} | {"batch_size": None}

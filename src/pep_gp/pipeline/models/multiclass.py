@@ -32,6 +32,15 @@ from .registry import register
 from .sparse_gp import check_inducing
 
 
+SOFTMAX_WORK = 50_000
+"""The training rows × classes² up to which ``likelihood = "auto"`` is the softmax. A softmax row integrates
+each class's Gaussian–Gumbel convolution over every class's breakpoints, ~C² times a pairwise row's work
+(``benchmarks/results/bench_multiclass_likelihoods.json``: 55× a pairwise step at 3 classes, 129× at 10);
+50,000 (carData's Chile survey: 1,701 rows of 4 classes, 27,216) keeps a full-batch softmax fit of a few
+hundred steps within minutes on one core (``docs/results/multiclass.md``). Above it, ``auto`` takes the
+paper's pairwise likelihood (eq. 6) for its cost; ``likelihood = "softmax"`` takes the softmax at any size."""
+
+
 class MultiClassSettings(SiteSettings):
     """Settings of the multi-class models (the damping is used by ``multiclass-sep``).
 
@@ -49,11 +58,15 @@ class MultiClassSettings(SiteSettings):
     alpha: float = Field(1.0, gt=0.0, le=1.0, description="Power-EP power of the factors (1: the paper's EP)")
     label_noise: float = Field(0.0, ge=0.0, lt=1.0, description="ε of the label-noise factors ε + (1 − ε)Φ "
                                "(robust to mislabelled rows; 0: the paper's likelihood; > 0 needs alpha = 1)")
-    likelihood: Literal["pairwise", "exact", "softmax"] = Field(
-        "pairwise", description="what a row's factor is: pairwise, the product of its C − 1 pairwise probits (the "
+    likelihood: Literal["auto", "pairwise", "exact", "softmax"] = Field(
+        "auto", description="what a row's factor is: pairwise, the product of its C − 1 pairwise probits (the "
         "paper's eq. 6); exact, the probability of the maximum (eq. 1), on which noisy labels do not push the fit "
         "to overconfidence; softmax, the multinomial logit exp(f_y)/Σ exp(f_k), logistic regression's link "
-        "(both need alpha = 1)")
+        "(both need alpha = 1); auto: softmax where the training rows × classes² are at most 50,000 (its "
+        "integrals cost ~50–130× a pairwise step), else pairwise, and pairwise with alpha < 1 or label_noise")
+    train_inducing: bool | None = Field(None, description="optimise the inducing inputs; none: fixed with the "
+                                        "softmax likelihood (learned ones overfit EP's energy on noisy tables), "
+                                        "learned with the others")
     damping_decay: float = Field(0.99, gt=0.0, le=1.0, description="ρ_t = ρ·decay^(t/steps per epoch), never "
                                  "below the floor: the decay per pass over the training rows")
     kernel_products: ProductDtype = Field(
@@ -69,8 +82,24 @@ class MultiClassSettings(SiteSettings):
     @field_validator("likelihood")
     @classmethod
     def _whole_row_needs_ep(cls, value: str, info: ValidationInfo) -> str:
-        check_likelihood(value, info.data.get("alpha", 1.0), info.data.get("label_noise", 0.0))
+        if value != "auto":
+            check_likelihood(value, info.data.get("alpha", 1.0), info.data.get("label_noise", 0.0))
         return value
+
+    def chosen(self, train_rows: int, num_classes: int) -> "MultiClassSettings":
+        """These settings with ``likelihood = "auto"`` and ``train_inducing = None`` decided for a training split
+        of ``train_rows`` rows and ``num_classes`` classes (:data:`SOFTMAX_WORK`), the rest as they are."""
+        likelihood = self.likelihood
+        if likelihood == "auto":
+            affordable = train_rows * num_classes**2 <= SOFTMAX_WORK
+            likelihood = "softmax" if affordable and self.alpha == 1.0 and self.label_noise == 0.0 else "pairwise"
+        train = likelihood != "softmax" if self.train_inducing is None else self.train_inducing
+        return self.model_copy(update={"likelihood": likelihood, "train_inducing": train})
+
+    @property
+    def is_chosen(self) -> bool:
+        """Whether nothing is left to :meth:`chosen`."""
+        return self.likelihood != "auto" and self.train_inducing is not None
 
 
 @dataclass(frozen=True)
@@ -100,7 +129,29 @@ class MultiClassSpec(SpecBase):
     def binding(self, data: Any) -> dict[str, Any]:
         return {"class_counts": [int(n) for n in data.attrs["class_counts"]["train"]]}
 
+    def chosen(self, settings: MultiClassSettings, binding: dict[str, Any],
+               train_rows: int) -> tuple[MultiClassSettings, tuple[str, ...]]:
+        """The settings decided for the training split (:meth:`MultiClassSettings.chosen`), with a note for each
+        decision."""
+        classes = len(binding["class_counts"])
+        chosen = settings.chosen(train_rows, classes)
+        notes = []
+        if settings.likelihood == "auto":
+            work = train_rows * classes**2
+            reason = ("alpha < 1" if settings.alpha != 1.0 else "label_noise > 0" if settings.label_noise != 0.0 else
+                      f"{train_rows:,} training rows × {classes}² classes = {work:,} "
+                      f"{'≤' if work <= SOFTMAX_WORK else '>'} {SOFTMAX_WORK:,}")
+            notes.append(f"likelihood = auto: {chosen.likelihood} ({reason})")
+        if settings.train_inducing is None:
+            notes.append(f"train_inducing = none: {str(chosen.train_inducing).lower()} (with the {chosen.likelihood} "
+                         "likelihood)")
+        return chosen, tuple(notes)
+
     def build(self, settings: MultiClassSettings, binding: dict[str, Any]) -> MultiClassGP:
+        if not settings.is_chosen:
+            raise InputError(f"--model {self.name}: likelihood = {settings.likelihood!r} and train_inducing = "
+                             f"{settings.train_inducing!r} are decided when a run starts training, and this run "
+                             "records neither: it was written by a pep that did not record them; retrain it")
         return MultiClassGP(len(binding["class_counts"]), alpha=settings.alpha, jitter=settings.jitter,
                             label_noise=settings.label_noise, likelihood=settings.likelihood,
                             kernel_products=settings.kernel_products)

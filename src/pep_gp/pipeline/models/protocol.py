@@ -251,6 +251,17 @@ def uses_site_updates(spec: Any, settings: ModelSettings) -> bool:
     return spec.has_sites and getattr(spec, "site_updates", lambda _: True)(settings)
 
 
+def chosen_settings(spec: Any, settings: ModelSettings, binding: dict[str, Any],
+                    train_rows: int) -> tuple[ModelSettings, tuple[str, ...]]:
+    """``(settings, notes)``: ``settings`` with what they leave to the data decided for a training split of
+    ``train_rows`` rows bound as ``binding``, and a note for each decision, by the spec's optional
+    ``chosen(settings, binding, train_rows)`` (the multi-class ``likelihood = "auto"``,
+    :class:`~pep_gp.pipeline.models.multiclass.MultiClassSettings`); as they are for a spec without one. A run
+    records the result, so it resumes, predicts and loads with what it trained on."""
+    choose = getattr(spec, "chosen", None)
+    return (settings, ()) if choose is None else choose(settings, binding, train_rows)
+
+
 def leaves_named(params: Any, names: set[str]) -> Any:
     """A pytree like ``params``: True for leaves under a field called one of ``names`` (at any depth), and for
     the kernel's hyper-parameters marked fixed (:func:`~pep_gp.core.parameters.fixed_leaves`)."""

@@ -40,7 +40,7 @@ from ..engine.compilation import release_compiled_programs_if_crowded, use_compi
 from ..engine.threads import compute_threads
 from ..errors import InputError, TrainingFailed
 from ..metrics import finish
-from ..models import HeldOut, ModelSpec, get_model, model_settings
+from ..models import HeldOut, ModelSpec, chosen_settings, get_model, model_settings
 from ..models.protocol import uses_site_updates
 from . import checkpoint
 from .callbacks import StopTraining
@@ -186,13 +186,18 @@ class Trainer:
         self.effective = config.for_rows(n_rows)
         frame = frame or grown_frame(job.run_dir, store)  # a run that trained on an earlier version keeps its frame
         if frame is None:
-            self.settings, self.notes = capped_settings(model_settings(spec, config.model, "config"), n_rows)
+            given = model_settings(spec, config.model, "config")
+            spec.check(store, given, self.effective.block_rows)
+            self.binding = spec.binding(store)
+            chosen, decided = chosen_settings(spec, given, self.binding, n_rows)
+            self.settings, capped = capped_settings(chosen, n_rows)
+            self.notes = (*decided, *capped)
         else:
             check_growable(config)
             self.settings = model_settings(spec, frame.model_settings or config.model, "the run's checkpoint")
+            spec.check(store, self.settings, self.effective.block_rows)
             self.notes = ()
-        spec.check(store, self.settings, self.effective.block_rows)
-        self.binding = spec.binding(store) if frame is None else frame.model_binding
+            self.binding = frame.model_binding
         self.transforms = transforms_of(store).to_json()  # copied into every checkpoint: runs predict alone
         self.model = spec.build(self.settings, self.binding)
         if config.parallel_over == "classes" and not (isinstance(self.model, MultiClassGP)
@@ -430,8 +435,23 @@ class Trainer:
         self._refuse_per_step_damping(manifest)
         refuse_another_run(manifest, self.job.run_dir, self.job.model_name, store.checksum, store.path,
                            self.job.config, earlier_versions(store))
+        self._refuse_other_settings(manifest)
         best = {"best_params": fresh.params} if manifest.best_step >= 0 else {}
         return {"params": fresh.params, "opt_state": fresh.opt_state, "key": fresh.key_data, **best}
+
+    def _refuse_other_settings(self, manifest: RunManifest) -> None:
+        """InputError when the run trained with other model settings than the same config gives here: a default
+        that changed, or a setting left to the data (``likelihood = "auto"``) decided otherwise, by the pep that
+        wrote it. Resumed, its parameters would go on training as another model."""
+        if manifest.model_settings is None:
+            return
+        ours = self.settings.model_dump(mode="json")
+        changed = [f"{name}: {value!r} → {ours[name]!r}" for name, value in sorted(manifest.model_settings.items())
+                   if name in ours and ours[name] != value]
+        if changed:
+            raise InputError(f"{self.job.run_dir}: this run trained with other model settings than its config gives "
+                             f"here ({'; '.join(changed)}); set them in the config's [model] table to resume it, or "
+                             "use a new --run-dir")
 
     def _refuse_per_step_damping(self, manifest: RunManifest) -> None:
         """InputError for a minibatch run with decaying site steps written when ``damping_decay`` was per step

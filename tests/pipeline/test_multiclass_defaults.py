@@ -1,0 +1,92 @@
+"""What the multi-class model leaves to the data (issue 37, item 7): ``likelihood = "auto"`` is the softmax with
+fixed inducing inputs up to :data:`~pep_gp.pipeline.models.multiclass.SOFTMAX_WORK` training rows × classes², the
+paper's pairwise likelihood with learned ones above it; a run records what was chosen and resumes, predicts and
+loads with it; a model left undecided is never built."""
+
+import numpy as np
+import pytest
+
+import pep_gp
+from pep_gp import MultiClassGPClassifier
+from pep_gp.pipeline.errors import InputError
+from pep_gp.pipeline.models import get_model, model_settings
+from pep_gp.pipeline.models.multiclass import SOFTMAX_WORK
+
+
+def _chosen(rows: int, classes: int, **given):
+    spec = get_model("multiclass-sep")
+    return spec.chosen(model_settings(spec, given), {"class_counts": [rows // classes] * classes}, rows)
+
+
+@pytest.mark.parametrize("rows, classes, likelihood, train_inducing", [
+    (1_701, 4, "softmax", False),  # carData's Chile survey: 27,216
+    (SOFTMAX_WORK // 9, 3, "softmax", False),  # at the budget
+    (SOFTMAX_WORK // 9 + 1, 3, "pairwise", True),  # one row over it
+    (1_437, 10, "pairwise", True),  # scikit-learn's digits: 143,700
+])
+def test_auto_takes_the_softmax_with_fixed_inducing_inputs_up_to_the_work_budget(rows, classes, likelihood,
+                                                                                  train_inducing):
+    settings, notes = _chosen(rows, classes)
+    assert (settings.likelihood, settings.train_inducing) == (likelihood, train_inducing)
+    work = rows * classes**2
+    assert notes == (f"likelihood = auto: {likelihood} ({rows:,} training rows × {classes}² classes = {work:,} "
+                     f"{'≤' if work <= SOFTMAX_WORK else '>'} {SOFTMAX_WORK:,})",
+                     f"train_inducing = none: {str(train_inducing).lower()} (with the {likelihood} likelihood)")
+
+
+@pytest.mark.parametrize("given, likelihood, train_inducing", [
+    ({"alpha": 0.5}, "pairwise", True),  # the whole-row likelihoods are EP's (α = 1)
+    ({"label_noise": 0.1}, "pairwise", True),  # the softmax takes no label noise
+    ({"train_inducing": True}, "softmax", True),  # a given choice is kept
+    ({"likelihood": "exact"}, "exact", True),
+    ({"likelihood": "pairwise", "train_inducing": False}, "pairwise", False),
+])
+def test_what_is_given_is_kept_and_auto_steps_aside_for_settings_the_softmax_refuses(given, likelihood,
+                                                                                   train_inducing):
+    settings, _ = _chosen(300, 3, **given)
+    assert (settings.likelihood, settings.train_inducing) == (likelihood, train_inducing)
+    assert settings.model_dump(exclude={"likelihood", "train_inducing"}) == model_settings(
+        get_model("multiclass-sep"), given).model_dump(exclude={"likelihood", "train_inducing"})
+
+
+def test_an_undecided_model_is_never_built():
+    """A run's settings that still say ``auto`` (written by a pep that did not record the choice) are refused
+    rather than decided again, possibly otherwise, for parameters trained under one likelihood."""
+    spec = get_model("multiclass-sep")
+    with pytest.raises(InputError, match="likelihood = 'auto' and train_inducing = None are decided when a run "
+                                         "starts training"):
+        spec.build(model_settings(spec, {}), {"class_counts": [10, 10, 10]})
+
+
+def test_a_saved_estimator_loads_with_its_inducing_points_capped_by_the_rows(tmp_path):
+    """``num_inducing = 50`` on 30 rows trains on the 30 rows as inducing inputs; the saved run records that,
+    and loads and predicts as the estimator does (it used to be refused as a damaged checkpoint)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 2))
+    y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0)
+    clf = MultiClassGPClassifier(num_inducing=50, likelihood="pairwise", max_iter=5, tol=0).fit(x, y)
+    clf.save(tmp_path / "run")
+    loaded = pep_gp.load(tmp_path / "run")
+    assert (loaded.num_inducing, loaded.train_inducing) == (30, False)
+    np.testing.assert_allclose(loaded.predict_proba(x), clf.predict_proba(x), rtol=0, atol=1e-12)
+
+
+@pytest.mark.heavy
+def test_a_run_resumes_only_with_the_settings_it_trained_with(three_class_store, tmp_path, monkeypatch):
+    """A run whose ``auto`` was decided otherwise by the pep that wrote it (here: one whose budget took the
+    pairwise likelihood on this store) is refused on resume, naming the settings, rather than trained on as
+    another model; the same config resumes with the same choice."""
+    from pep_gp.pipeline.models import multiclass
+    from pep_gp.pipeline.training.runs import load_run
+    from pep_gp.pipeline.training.trainer import TrainJob, train
+    from tests.trainstores import FAST
+
+    monkeypatch.setattr(multiclass, "SOFTMAX_WORK", 0)
+    train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "run"), until_step=2)
+    assert load_run(tmp_path / "run").meta["model_settings"]["likelihood"] == "pairwise"
+    assert train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "run"), until_step=3,
+                 resume=True).steps == 3
+    monkeypatch.undo()
+    with pytest.raises(InputError, match=r"trained with other model settings than its config gives here "
+                                         r"\(likelihood: 'pairwise' → 'softmax'; train_inducing: True → False\)"):
+        train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "run"), resume=True)
