@@ -55,8 +55,8 @@ def test_each_program_of_a_step_compiles_once(model, store, tmp_path, request):
     functions; ``prepare``, which the blocks run too, at most once per process), the next steps (same shapes) compile nothing:
     the initial leaves are strongly typed like the optimiser's outputs (a weakly typed start made the
     multi-class step compile its large programs two or three times)."""
-    config = FAST.model_copy(update={"learning_rate": 0.0421})  # a step of its own, not one compiled earlier
-    trainer = Trainer(TrainJob(model, request.getfixturevalue(store), config_for(model, config), None), InProcess())
+    config = config_for(model, FAST.model_copy(update={"learning_rate": 0.0421}))  # a step not compiled earlier
+    trainer = Trainer(TrainJob(model, request.getfixturevalue(store), config, None), InProcess())
     state = trainer.fresh_state()
     assert trainer.schedule.steps_per_epoch == 5  # steps 0-3 hold two blocks each, step 4 one
     with compiled_programs() as first:

@@ -128,7 +128,9 @@ def test_a_softmax_classifier_predicts_its_expected_softmax_and_draws_its_labels
     assert np.mean(model.predict(x) == labels) > 0.8
     model.save(tmp_path / "run")
     loaded = pep_gp.load(tmp_path / "run")
-    assert (loaded.likelihood, loaded.train_inducing) == ("softmax", False)
+    assert loaded.get_params() == model.get_params()
+    assert {name: loaded.model_settings_[name] for name in ("likelihood", "train_inducing")} == {
+        "likelihood": "softmax", "train_inducing": False} and loaded.model_settings_ == model.model_settings_
     np.testing.assert_array_equal(loaded.predict_proba(x), model.predict_proba(x))
     mean, var = model.predict_f(x[:5])
     rng = np.random.default_rng(2)

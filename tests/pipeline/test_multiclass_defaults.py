@@ -60,14 +60,17 @@ def test_an_undecided_model_is_never_built():
 
 def test_a_saved_estimator_loads_with_its_inducing_points_capped_by_the_rows(tmp_path):
     """``num_inducing = 50`` on 30 rows trains on the 30 rows as inducing inputs; the saved run records that,
-    and loads and predicts as the estimator does (it used to be refused as a damaged checkpoint)."""
+    and loads and predicts as the estimator does (it used to be refused as a damaged checkpoint), with the
+    parameters it was given."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(30, 2))
     y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0)
     clf = MultiClassGPClassifier(num_inducing=50, likelihood="pairwise", max_iter=5, tol=0).fit(x, y)
     clf.save(tmp_path / "run")
     loaded = pep_gp.load(tmp_path / "run")
-    assert (loaded.num_inducing, loaded.train_inducing) == (30, False)
+    assert loaded.get_params() == clf.get_params()  # as given; the model as trained:
+    assert {name: loaded.model_settings_[name] for name in ("num_inducing", "train_inducing")} == {
+        "num_inducing": 30, "train_inducing": False}
     np.testing.assert_allclose(loaded.predict_proba(x), clf.predict_proba(x), rtol=0, atol=1e-12)
 
 

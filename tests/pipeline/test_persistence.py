@@ -72,6 +72,8 @@ def test_joblib_files_predict_bit_identically_in_a_fresh_process(tmp_path, names
 @pytest.mark.heavy
 @pytest.mark.parametrize("name", ["SparseGPClassifier", "MultiClassGPClassifier", "SparseGPRegressor"])
 def test_a_saved_estimator_loads_as_itself(name, tmp_path):
+    """The loaded estimator has the saved one's parameters (the multi-class one's ``likelihood="auto"`` too, not
+    what auto chose) and predictions, and saves and warm-starts in turn."""
     model = _fitted(name)
     model.save(tmp_path / "run")
     loaded = load(tmp_path / "run")
@@ -82,6 +84,10 @@ def test_a_saved_estimator_loads_as_itself(name, tmp_path):
         assert list(loaded.classes_) == list(model.classes_) and set(loaded.predict(x)) <= set(model.classes_)
     with pytest.raises(InputError, match="already holds a run"):
         model.save(tmp_path / "run")
+    loaded.save(tmp_path / "again")  # a loaded estimator saves and warm-starts as the fitted one (it kept no frame)
+    assert _outputs(load(tmp_path / "again"), x).tobytes() == _outputs(model, x).tobytes()
+    warmed = loaded.set_params(warm_start=True, max_iter=1).fit(*_data(name))
+    assert warmed.n_iter_ == 1 and type(warmed.model_) is type(model.model_)
 
 
 @pytest.mark.heavy

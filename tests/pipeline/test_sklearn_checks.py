@@ -14,6 +14,11 @@ import pep_gp
 # Small models, the shortest fits that still pass the checks' accuracy floors (check_classifiers_train,
 # check_regressors_train): the checks fit each estimator dozens of times on toy data.
 SETTINGS = {"ExactGPClassifier": {"max_iter": 5},
+            # the class's contract, on the paper's likelihood: "auto" takes the softmax on data this small (the
+            # same estimator class and outputs; tests/pipeline/test_likelihood_estimators.py fits it), at ~50×
+            # the step's cost over the checks' dozens of fits
+            "MultiClassGPClassifier": {"num_inducing": 5, "max_iter": 20, "learning_rate": 0.1,
+                                       "likelihood": "pairwise"},
             "DeepGPRegressor": {"num_inducing": 5, "max_iter": 60, "learning_rate": 0.05}}  # 20 steps fail R² > 0.5
 # The whole contract runs in .ci/run for one classifier through the trainer (multi-class SEP's, whose checks fit
 # binary and multi-class labels) and for each estimator with a fit of its own (the collapsed regressor, which

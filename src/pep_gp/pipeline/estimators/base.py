@@ -315,7 +315,8 @@ class GPEstimator(FittedGP):
     ``classes_`` (classifiers), ``n_features_in_``, ``feature_names_in_`` (DataFrames), ``n_iter_``,
     ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``n_rejected_steps_``,
     ``n_rejected_site_updates_``, ``log_marginal_likelihood_value_``, ``notes_`` (settings the trainer
-    changed, e.g. M capped by the rows), ``stop_reason_`` (why a callback stopped the fit, else None),
+    changed or chose, e.g. M capped by the rows), ``model_settings_`` (the settings the model trained with:
+    what ``likelihood="auto"`` chose, M capped; the parameters stay as given), ``stop_reason_`` (why a callback stopped the fit, else None),
     ``validation_scores_`` (with ``early_stopping``, the validation NLL of every evaluation, nats per row: lower
     is better, unlike scikit-learn's MLP scores; else None) and ``best_validation_score_`` (the lowest, whose
     parameters ``params_`` are; else None).
@@ -486,6 +487,13 @@ class GPEstimator(FittedGP):
             except BaseException:
                 told("end", summary=None)
                 raise
+
+    @property
+    def model_settings_(self) -> dict[str, Any]:
+        """The settings the fitted model trained with (``likelihood="auto"`` decided, ``num_inducing`` capped by
+        the rows), as its run records them; ``get_params()`` keeps the parameters as given."""
+        check_is_fitted(self)
+        return dict(self._frame.model_settings)
 
     def _fitted_on(self, data: ArrayData) -> None:
         """What a subclass keeps of its training data (nothing: the model's state is in ``params_``)."""

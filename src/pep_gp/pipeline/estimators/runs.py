@@ -16,6 +16,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..models import model_settings
+from ..training.growth import Frame
 from ..training.runs import Run
 from . import models  # noqa: F401  (defines the built-in estimators, which add themselves to ESTIMATORS)
 from .base import GPEstimator, estimator_for
@@ -25,6 +27,10 @@ def load(run_dir: str | Path) -> GPEstimator:
     """The fitted estimator of a run directory's newest intact checkpoint (``pep train`` or ``save``), of the
     class :func:`~pep_gp.pipeline.estimators.base.estimator_for` gives its model (a plugin model's own, or
     one made for it).
+
+    Its parameters (``get_params``) are those the run was given, as the saved estimator's were
+    (``likelihood="auto"`` stays ``"auto"``, ``num_inducing`` uncapped); its fitted model is the one that trained
+    (what auto chose, M capped by the rows), which ``save`` and ``warm_start`` keep.
 
     ``log_marginal_likelihood_value_`` is the one the run's manifest records: that of the checkpoint which
     ended a ``pep train`` run, or of ``save``; NaN for a run cut short or written by an older pep.
@@ -36,7 +42,8 @@ def load(run_dir: str | Path) -> GPEstimator:
     run = Run.open(run_dir)
     restored, manifest, spec, settings, model = run.restored, run.manifest, run.spec, run.settings, run.model
     config = manifest.config
-    estimator = estimator_for(spec)(**settings.model_dump(), learning_rate=config.learning_rate,
+    asked = model_settings(spec, config.model, "the run's config")  # the parameters given, before M's cap and auto
+    estimator = estimator_for(spec)(**asked.model_dump(), learning_rate=config.learning_rate,
                                       batch_size=config.batch_size, seed=config.seed, tol=config.tol,
                                       max_iter=config.max_steps if config.max_steps is not None else manifest.total_steps)
     fitted: dict[str, Any] = {
@@ -44,6 +51,8 @@ def load(run_dir: str | Path) -> GPEstimator:
         "x_mean_": np.asarray(manifest.x_mean, float), "x_std_": np.asarray(manifest.x_std, float),
         "targets_": run.targets, "n_features_in_": len(manifest.x_mean),
         "binding_": manifest.model_binding, "data_checksum_": manifest.dataset_checksum,
+        "_frame": Frame(list(manifest.x_mean), list(manifest.x_std), run.targets, manifest.model_binding,
+                        settings.model_dump()),  # as trained: what save and warm_start keep
         "n_iter_": restored.step, "block_rows_": config.rows_per_block, "converged_": manifest.converged, "notes_": [],
         "n_rejected_steps_": manifest.rejected_steps, "n_rejected_site_updates_": manifest.rejected_site_updates,
         "log_marginal_likelihood_value_": np.nan if manifest.log_marginal_likelihood is None
