@@ -222,8 +222,11 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "bench_chile_probit": chile_probit_table,
                                             "bench_estimators_defaults": lambda: estimators_table("bench_estimators_defaults"),
                                             "bench_defaults_vs_lr": lambda: estimators_table("bench_defaults_vs_lr"),
+                                            "bench_chile_defaults": lambda: estimators_table("bench_chile_defaults"),
+                                            "bench_digits_defaults": lambda: estimators_table("bench_digits_defaults"),
+                                            "bench_tables_pairwise": lambda: estimators_table("bench_tables_pairwise"),
                                             "bench_chile": lambda: estimators_table(
-                                                "bench_chile_defaults", "bench_chile_linear", "bench_chile_early_stopping"),
+                                                "bench_chile_pairwise", "bench_chile_linear", "bench_chile_early_stopping"),
                                             "bench_chile_exact": lambda: estimators_table(
                                                 "bench_chile_exact", "bench_chile_exact_linear",
                                                 "bench_chile_exact_early_stopping"),

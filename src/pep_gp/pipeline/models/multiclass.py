@@ -34,8 +34,9 @@ from .sparse_gp import check_inducing
 
 SOFTMAX_WORK = 50_000
 """The training rows × classes² up to which ``likelihood = "auto"`` is the softmax. A softmax row integrates
-each class's Gaussian–Gumbel convolution over every class's breakpoints, ~C² times a pairwise row's work
-(``benchmarks/results/bench_multiclass_likelihoods.json``: 55× a pairwise step at 3 classes, 129× at 10);
+each class's Gaussian–Gumbel convolution over breakpoints placed for every class, growing about as C² where a
+pairwise row grows as C (``benchmarks/results/bench_multiclass_likelihoods.json``: 33× a pairwise step at 3
+classes, 56× at 10);
 50,000 (carData's Chile survey: 1,701 rows of 4 classes, 27,216) keeps a full-batch softmax fit of a few
 hundred steps within minutes on one core (``docs/results/multiclass.md``). Above it, ``auto`` takes the
 paper's pairwise likelihood (eq. 6) for its cost; ``likelihood = "softmax"`` takes the softmax at any size."""
@@ -63,7 +64,7 @@ class MultiClassSettings(SiteSettings):
         "paper's eq. 6); exact, the probability of the maximum (eq. 1), on which noisy labels do not push the fit "
         "to overconfidence; softmax, the multinomial logit exp(f_y)/Σ exp(f_k), logistic regression's link "
         "(both need alpha = 1); auto: softmax where the training rows × classes² are at most 50,000 (its "
-        "integrals cost ~50–130× a pairwise step), else pairwise, and pairwise with alpha < 1 or label_noise")
+        "integrals cost ~30–60× a pairwise step), else pairwise, and pairwise with alpha < 1 or label_noise")
     train_inducing: bool | None = Field(None, description="optimise the inducing inputs; none: fixed with the "
                                         "softmax likelihood (learned ones overfit EP's energy on noisy tables), "
                                         "learned with the others")
