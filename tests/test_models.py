@@ -23,7 +23,9 @@ from tests.trainstores import PAIRWISE, leaves_equal, make_store
 # the multi-class deep GP without a hidden layer (its hidden layer: tests/core, test_distributed, test_train_cli)
 SETTINGS = {"deep-gp": {"num_inducing": 5, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 5, "hidden_dims": [2]},
             "deep-gp-multiclass": {"num_inducing": 5, "hidden_dims": []},
-            "multiclass-direct": {"num_inducing": 5, **PAIRWISE}}  # multiclass-sep at its defaults: the softmax here
+            **{name: {"num_inducing": 5, **PAIRWISE} for name in ("multiclass-sep", "multiclass-direct")}}
+# (the softmax that likelihood = "auto" takes on stores this small goes end to end through pep train in
+# tests/pipeline/test_likelihood_estimators.py)
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,7 @@ def _hard_rows(rows: int, classes: int, seed: int):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("classes", [2, 4, 10])
+@pytest.mark.parametrize("classes", [2, 4, pytest.param(10, marks=pytest.mark.exhaustive)])  # 10: 30 s more
 def test_the_label_s_rule_matches_a_much_finer_rule_in_log_z_and_its_derivatives(classes):
     """On 100 hard rows (:func:`_hard_rows`), ``log Z`` of the label's rule (placed at its integrand's mode,
     :meth:`~pep_gp.core.models.multiclass_softmax.SoftmaxQuadrature.label_nodes`) and its derivatives in the

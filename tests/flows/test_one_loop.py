@@ -12,10 +12,11 @@ from pep_gp.pipeline.estimators.models import ESTIMATORS
 from pep_gp.pipeline.models import MODELS
 from pep_gp.pipeline.training.runs import load_run
 from tests.flows.test_train_cli import pep
-from tests.trainstores import leaves_equal, make_store
+from tests.trainstores import MULTICLASS_MODELS, PAIRWISE, leaves_equal, make_store
 
 SETTINGS = {"deep-gp": {"num_inducing": 6, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 6, "hidden_dims": [2]},
-            "deep-gp-multiclass": {"num_inducing": 6, "hidden_dims": []}}
+            "deep-gp-multiclass": {"num_inducing": 6, "hidden_dims": []},
+            **{name: {"num_inducing": 6, **PAIRWISE} for name in MULTICLASS_MODELS}}
 
 
 # One model of each way through the trainer in .ci/run (no site updates, a regression target's scaling, multi-class

@@ -58,6 +58,7 @@ def test_an_undecided_model_is_never_built():
         spec.build(model_settings(spec, {}), {"class_counts": [10, 10, 10]})
 
 
+@pytest.mark.heavy  # a fit and a load: ~10 s of compiling
 def test_a_saved_estimator_loads_with_its_inducing_points_capped_by_the_rows(tmp_path):
     """``num_inducing = 50`` on 30 rows trains on the 30 rows as inducing inputs; the saved run records that,
     and loads and predicts as the estimator does (it used to be refused as a damaged checkpoint), with the
