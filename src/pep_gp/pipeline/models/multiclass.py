@@ -87,15 +87,27 @@ class MultiClassSettings(SiteSettings):
             check_likelihood(value, info.data.get("alpha", 1.0), info.data.get("label_noise", 0.0))
         return value
 
-    def chosen(self, train_rows: int, num_classes: int) -> "MultiClassSettings":
+    def chosen(self, train_rows: int, num_classes: int) -> tuple["MultiClassSettings", tuple[str, ...]]:
         """These settings with ``likelihood = "auto"`` and ``train_inducing = None`` decided for a training split
-        of ``train_rows`` rows and ``num_classes`` classes (:data:`SOFTMAX_WORK`), the rest as they are."""
-        likelihood = self.likelihood
+        of ``train_rows`` rows and ``num_classes`` classes (:data:`SOFTMAX_WORK`), the rest as they are, and a
+        note for each decision saying why."""
+        likelihood, notes = self.likelihood, []
         if likelihood == "auto":
-            affordable = train_rows * num_classes**2 <= SOFTMAX_WORK
-            likelihood = "softmax" if affordable and self.alpha == 1.0 and self.label_noise == 0.0 else "pairwise"
+            if self.alpha != 1.0:
+                likelihood, reason = "pairwise", "alpha < 1"
+            elif self.label_noise != 0.0:
+                likelihood, reason = "pairwise", "label_noise > 0"
+            else:
+                work = train_rows * num_classes**2
+                affordable = work <= SOFTMAX_WORK
+                likelihood = "softmax" if affordable else "pairwise"
+                reason = (f"{train_rows:,} training rows × {num_classes}² classes = {work:,} "
+                          f"{'≤' if affordable else '>'} {SOFTMAX_WORK:,}")
+            notes.append(f"likelihood = auto: {likelihood} ({reason})")
         train = likelihood != "softmax" if self.train_inducing is None else self.train_inducing
-        return self.model_copy(update={"likelihood": likelihood, "train_inducing": train})
+        if self.train_inducing is None:
+            notes.append(f"train_inducing = none: {str(train).lower()} (with the {likelihood} likelihood)")
+        return self.model_copy(update={"likelihood": likelihood, "train_inducing": train}), tuple(notes)
 
     @property
     def is_chosen(self) -> bool:
@@ -132,21 +144,9 @@ class MultiClassSpec(SpecBase):
 
     def chosen(self, settings: MultiClassSettings, binding: dict[str, Any],
                train_rows: int) -> tuple[MultiClassSettings, tuple[str, ...]]:
-        """The settings decided for the training split (:meth:`MultiClassSettings.chosen`), with a note for each
-        decision."""
-        classes = len(binding["class_counts"])
-        chosen = settings.chosen(train_rows, classes)
-        notes = []
-        if settings.likelihood == "auto":
-            work = train_rows * classes**2
-            reason = ("alpha < 1" if settings.alpha != 1.0 else "label_noise > 0" if settings.label_noise != 0.0 else
-                      f"{train_rows:,} training rows × {classes}² classes = {work:,} "
-                      f"{'≤' if work <= SOFTMAX_WORK else '>'} {SOFTMAX_WORK:,}")
-            notes.append(f"likelihood = auto: {chosen.likelihood} ({reason})")
-        if settings.train_inducing is None:
-            notes.append(f"train_inducing = none: {str(chosen.train_inducing).lower()} (with the {chosen.likelihood} "
-                         "likelihood)")
-        return chosen, tuple(notes)
+        """The settings decided for the training split, with a note for each decision
+        (:meth:`MultiClassSettings.chosen`)."""
+        return settings.chosen(train_rows, len(binding["class_counts"]))
 
     def build(self, settings: MultiClassSettings, binding: dict[str, Any]) -> MultiClassGP:
         if not settings.is_chosen:
