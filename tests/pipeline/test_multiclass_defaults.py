@@ -94,3 +94,22 @@ def test_a_run_resumes_only_with_the_settings_it_trained_with(three_class_store,
     with pytest.raises(InputError, match=r"trained with other model settings than its config gives here "
                                          r"\(likelihood: 'pairwise' → 'softmax'; train_inducing: True → False\)"):
         train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "run"), resume=True)
+
+
+@pytest.mark.heavy
+def test_the_decisions_are_told_once_per_run_not_once_per_segment(three_class_store):
+    """A run trained in segments by one trainer (``pep train``'s flow) tells its notes at its start, not again
+    at each further segment (every multi-class run has one now: what ``train_inducing = none`` became); the
+    result keeps them."""
+    from pep_gp.pipeline.engine import InProcess
+    from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+    from tests.trainstores import FAST
+
+    config = FAST.model_copy(update={"model": {"likelihood": "pairwise"}})
+    trainer = Trainer(TrainJob("multiclass-sep", three_class_store, config, None), InProcess())
+    told = []
+    for _ in range(2):
+        result = trainer.run(segment_steps=2, progress=lambda event, **info: told.append(info["notes"])
+                             if event == "start" else None)
+    assert told == [("train_inducing = none: true (with the pairwise likelihood)",), ()]
+    assert result.steps == 4 and result.notes == told[0]

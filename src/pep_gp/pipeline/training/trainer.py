@@ -283,13 +283,14 @@ class Trainer:
         with holding, compute_threads(), self._gathered_at_the_end():
             if self._state is None or resume:
                 self._state, path = self.restore_or_init(resume)
-            else:
-                path = None
+                notes = self.notes
+            else:  # the next segment of this trainer's run: its notes were told when it started
+                path, notes = None, ()
             state = self._state
             end = min(self.total_steps, self.total_steps if until_step is None else until_step,
                       (state.step // segment_steps + 1) * segment_steps if segment_steps else self.total_steps)
             stopped = _told(progress, "start", step=state.step, total_steps=self.total_steps,
-                            steps_per_epoch=self.schedule.steps_per_epoch, resumed_from=path, notes=self.notes,
+                            steps_per_epoch=self.schedule.steps_per_epoch, resumed_from=path, notes=notes,
                             model=self.job.model_name, model_settings=self.settings.model_dump(mode="json"),
                             config=self.job.config.model_dump(mode="json", exclude={"model"}))
             started = time.perf_counter() - state.seconds
