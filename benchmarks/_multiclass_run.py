@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from pep_gp.pipeline.training.baselines import classification_baselines
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 from pep_gp.pipeline.engine import connect
 from pep_gp.pipeline.data.ingest import ingest

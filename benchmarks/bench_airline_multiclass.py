@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchmarks._common import write_results
 from benchmarks._multiclass_run import airline_classes, baselines, run_sep
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.data.stores import open_store
 
 # M = 200 per class as the paper; 10,000-row steps (27 per epoch) in 2,500-row blocks, cosine-decayed Adam.

@@ -24,7 +24,7 @@ from benchmarks._multiclass_run import baselines, run_sep
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.stores import open_store
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 
 MODEL = "tied-ep-classifier"
 # 10,000-row steps (27 per epoch) in 2,500-row blocks, cosine-decayed Adam, undamped SEP (ρ = 1).

@@ -37,7 +37,7 @@ from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.engine import InProcess
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
 MODEL = "sparse-gp-classifier"

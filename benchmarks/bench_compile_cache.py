@@ -42,7 +42,7 @@ def child(store: str, steps: int, config: str) -> None:
     from pep_gp.pipeline.data.stores import open_store
     from pep_gp.pipeline.engine import InProcess
     from pep_gp.pipeline.engine.threads import compute_threads
-    from pep_gp.pipeline.training.config import TrainConfig
+    from pep_gp.pipeline.runs.config import TrainConfig
     from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
     hits: list[str] = []

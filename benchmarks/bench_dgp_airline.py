@@ -31,7 +31,7 @@ import numpy as np
 from benchmarks._common import write_results
 from benchmarks.bench_dgp import fit_gpytorch, scores
 from pep_gp.pipeline.data.stores import open_store
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.engine import connect
 from pep_gp.pipeline.training.trainer import TrainJob, train
 def fit_pep(hidden: list[int], store, backend, run_dir: Path, args) -> dict:

@@ -112,7 +112,7 @@ def measure(store_path: Path, inducing: int, cluster: str, steps: int, block_row
     from pep_gp.pipeline.data.stores import open_store
     from pep_gp.pipeline.engine import connect
     from pep_gp.pipeline.engine.threads import compute_threads
-    from pep_gp.pipeline.training.config import TrainConfig
+    from pep_gp.pipeline.runs.config import TrainConfig
     from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
     config = TrainConfig(model={"num_inducing": inducing}, block_rows=block_rows)

@@ -31,7 +31,7 @@ import numpy as np
 
 from benchmarks._common import write_results
 from benchmarks._multiclass_run import baselines, peak_rss_mb, run_sep
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR

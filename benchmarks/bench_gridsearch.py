@@ -4,7 +4,7 @@ A 2 × 2 ``GridSearchCV`` with 3 folds on 120 rows of a binary problem (``Sparse
 defaults, the grid over ``learning_rate`` and ``tol``: 12 fits and a refit), each setting in its own fresh
 Python process with JAX's persistent compilation cache off (``PEP_COMPILATION_CACHE=off``), so each run
 pays its compilations as a user's first search does. With buckets on (the default) every fold's and the
-refit's rows are padded to a few sizes (:mod:`pep_gp.pipeline.training.sizes`) and the training rows ``N``
+refit's rows are padded to a few sizes (:mod:`pep_gp.pipeline.data.sizes`) and the training rows ``N``
 are an argument of the compiled step, so fits of different row counts share programs; ``PEP_SIZE_BUCKETS=off``
 is the baseline. Runs alternate (on, off, on, off, …); medians are reported with the number of XLA
 compilations each run made, and the load average (the machine may be shared).

@@ -44,7 +44,7 @@ import psutil
 from benchmarks._common import best_time, write_results
 from benchmarks._multiclass_run import MODEL, EpochClock, airline_classes, tree_bytes
 from pep_gp.pipeline.engine import cache as engine_cache
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 from pep_gp.pipeline.engine.cache import BLOCK_CACHE_ENV, block_bytes, block_cache_budget
 from pep_gp.pipeline.engine import InProcess, connect

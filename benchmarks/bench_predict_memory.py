@@ -84,7 +84,7 @@ def predict_in_child(arguments: list[str]) -> dict:
 
 def main() -> None:
     from pep_gp.pipeline.data.stores import open_store
-    from pep_gp.pipeline.training.config import TrainConfig
+    from pep_gp.pipeline.runs.config import TrainConfig
     from pep_gp.pipeline.training.trainer import TrainJob, train
 
     load_before = os.getloadavg()

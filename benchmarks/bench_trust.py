@@ -51,7 +51,7 @@ from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.stores import Store, open_store
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.engine.clusters import local_cluster
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
 RESULTS = Path(__file__).parent / "results" / "bench_trust.json"

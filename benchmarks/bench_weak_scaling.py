@@ -51,7 +51,7 @@ def run(store_path: Path, batch: int, rule: str, target: float, epochs: int) -> 
     from pep_gp.pipeline.data.stores import open_store
     from pep_gp.pipeline.engine import connect
     from pep_gp.pipeline.engine.threads import compute_threads
-    from pep_gp.pipeline.training.config import TrainConfig
+    from pep_gp.pipeline.runs.config import TrainConfig
     from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
     config = TrainConfig(batch_size=batch, learning_rate=learning_rate(batch, rule))

@@ -54,7 +54,7 @@ from pep_gp.core.kernels import PRODUCT_DTYPES
 from pep_gp.pipeline.data.blocks import input_statistics
 from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
 from pep_gp.pipeline.data.stores import Store, open_store
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.engine.cache import block_cache_budget
 
 GPYTORCH_LEARNING_RATE = 0.01

@@ -1,5 +1,5 @@
 """The reference pages, generated from the code: every ``pep`` command and option (walking the Typer/Click
-command tree), every training-config key (:class:`~pep_gp.pipeline.training.config.TrainConfig` and each
+command tree), every training-config key (:class:`~pep_gp.pipeline.runs.config.TrainConfig` and each
 registered model's settings class), every estimator argument (the constructors' signatures), the model
 table (also README.md's, between its ``generated: models`` marks).
 
@@ -153,7 +153,7 @@ def settings_classes() -> dict[type, list[str]]:
 
 def config_page() -> str:
     """Every top-level key of a training config and every key of each model's ``[model]`` table."""
-    from pep_gp.pipeline.training.config import TrainConfig
+    from pep_gp.pipeline.runs.config import TrainConfig
 
     described = documented_attributes(TrainConfig.__doc__)
     header = ["| key | type | default | what it does |", "|---|---|---|---|"]

@@ -16,7 +16,7 @@ from docs import generate
 from pep_gp.flows.cli import build_app
 from pep_gp.pipeline.estimators.base import FIT_FIELDS
 from pep_gp.pipeline.models import MODELS
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference"
 

@@ -12,9 +12,9 @@ import pytest
 from pydantic import Field
 
 from pep_gp.pipeline.data.blocks import TargetScaling
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.training.trainer import TrainJob, train
-from pep_gp.pipeline.training.runs import evaluate, load_run
+from pep_gp.pipeline.runs.run import evaluate, load_run
 from pep_gp.pipeline.models import MODELS, ModelSettings, SpecBase, get_model, register
 from tests.trainstores import leaves_equal, make_store
 

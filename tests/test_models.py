@@ -14,8 +14,8 @@ import pytest
 from pep_gp.core import float64
 from pep_gp.pipeline.estimators.models import ESTIMATORS
 from pep_gp.pipeline.models import MODELS
-from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.config import TrainConfig
+from pep_gp.pipeline.runs.run import load_run
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from pep_gp.pipeline.engine import InProcess
 from tests.trainstores import PAIRWISE, leaves_equal, make_store

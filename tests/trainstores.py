@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 
 from pep_gp.pipeline.data.chunks import chunk_digest, data_checksum
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.stores import Store, open_store
@@ -77,7 +77,7 @@ def leaves_equal(a, b) -> bool:
 
 
 @contextlib.contextmanager
-def held_by_another_process(run_dir: Path, lock: str = "pep_gp.pipeline.training.lock.hold_run_dir") -> Iterator[int]:
+def held_by_another_process(run_dir: Path, lock: str = "pep_gp.pipeline.runs.lock.hold_run_dir") -> Iterator[int]:
     """A second process holding ``run_dir``'s lock (as a running ``pep train`` would; or the lock named by
     ``lock``, e.g. a store's append lock) for the block; its pid. SIGKILLed at the end: the kernel releases it."""
     module, function = lock.rsplit(".", 1)

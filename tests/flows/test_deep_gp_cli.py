@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.run import load_run
 from tests.flows.test_train_cli import pep
 from tests.trainstores import FAST, config_toml, make_store
 

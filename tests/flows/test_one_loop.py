@@ -10,7 +10,7 @@ import pytest
 
 from pep_gp.pipeline.estimators.models import ESTIMATORS
 from pep_gp.pipeline.models import MODELS
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.run import load_run
 from tests.flows.test_train_cli import pep
 from tests.trainstores import MULTICLASS_MODELS, PAIRWISE, leaves_equal, make_store
 

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from pep_gp.flows.cli import app
 from pep_gp.flows.predict import predict_flow
 from pep_gp.flows.reports import artifact_key
-from pep_gp.pipeline.training import checkpoint
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs import checkpoint
+from pep_gp.pipeline.runs.run import load_run
 from tests import datafiles
 from tests.messy_runs import pep
 

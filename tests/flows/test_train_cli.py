@@ -18,7 +18,7 @@ from prefect.settings import PREFECT_API_URL
 from typer.testing import CliRunner
 
 from pep_gp.flows.cli import build_app
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.run import load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
 from tests.trainstores import FAST, PAIRWISE, config_toml, leaves_equal, make_store
 

@@ -15,7 +15,7 @@ from pep_gp.flows.evaluate import evaluate_flow
 from pep_gp.flows.end_to_end import pipeline_flow
 from pep_gp.flows.train import progress_reporter, train_flow, train_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.run import load_run
 from tests.trainstores import FAST, leaves_equal, make_store
 
 MODEL = "sparse-gp-classifier"

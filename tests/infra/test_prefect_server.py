@@ -17,8 +17,8 @@ import pytest
 from pep_gp.flows.reports import artifact_key
 from pep_gp.pipeline.data.chunks import open_root
 from pep_gp.pipeline.errors import InputError
-from pep_gp.pipeline.training.checkpoint import checkpoint_dir
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.checkpoint import checkpoint_dir
+from pep_gp.pipeline.runs.run import load_run
 from tests.infra.loopback import leftovers, listening_sockets, wait_until
 from tests.test_docs_commands import blocks
 from tests.trainstores import leaves_equal

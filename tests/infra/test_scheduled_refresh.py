@@ -21,7 +21,7 @@ import yaml
 from pep_gp.flows.reports import artifact_key
 from pep_gp.pipeline.data.append import versions
 from pep_gp.pipeline.data.stores import open_store
-from pep_gp.pipeline.training.versions import becomes_live, live_version, published
+from pep_gp.pipeline.runs.versions import becomes_live, live_version, published
 from tests.infra.conftest import FINAL
 from tests.infra.loopback import ROOT, wait_until
 

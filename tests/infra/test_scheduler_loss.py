@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from pep_gp.pipeline.training.checkpoint import checkpoint_dir
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.checkpoint import checkpoint_dir
+from pep_gp.pipeline.runs.run import load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
 from tests.infra.loopback import (BIN, DASK_WORKER_ENV, Processes, dask_scheduler, dask_worker, free_port, leftovers,
                                   wait_until)

@@ -13,7 +13,7 @@ import pytest
 
 from pep_gp.flows.cluster import make_certificates
 from pep_gp.pipeline.training.trainer import TrainJob, train
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.run import load_run
 from tests.infra.loopback import (BIN, DASK_WORKER_ENV, Processes, dask_scheduler, dask_worker, free_port,
                                   leftovers, listening_sockets, wait_until)
 from tests.trainstores import FAST, config_toml, leaves_equal, make_store

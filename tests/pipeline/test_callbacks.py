@@ -15,7 +15,7 @@ from sklearn.model_selection import train_test_split
 from pep_gp import Callback, CollapsedGPRegressor, InputError, SparseGPClassifier, StopTraining
 from pep_gp.pipeline.data.datasets import ArrayData
 from pep_gp.pipeline.engine import InProcess
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.run import load_run
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from tests.pipeline.test_partial_fit import SETTINGS, rows  # noqa: F401 (a fixture): the step compiled once
 from tests.trainstores import FAST, leaves_equal

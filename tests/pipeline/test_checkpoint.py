@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from pep_gp.pipeline.errors import InputError
-from pep_gp.pipeline.training import checkpoint
-from pep_gp.pipeline.training.checkpoint import CheckpointWarning
+from pep_gp.pipeline.runs import checkpoint
+from pep_gp.pipeline.runs.checkpoint import CheckpointWarning
 from tests.trainstores import leaves_equal
 
 TREES = {"params": {"a": np.arange(6.0).reshape(2, 3), "b": (np.float64(2.5), np.int32(7))},

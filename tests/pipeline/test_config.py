@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pep_gp.pipeline.models import get_model, model_settings
-from pep_gp.pipeline.training.config import TrainConfig, load_config
+from pep_gp.pipeline.runs.config import TrainConfig, load_config
 from pep_gp.pipeline.errors import InputError
 
 
@@ -20,7 +20,7 @@ def test_the_defaults_train_until_converged():
 
 
 def test_settings_from_the_command_line_nest_and_read_toml_values():
-    from pep_gp.pipeline.training.config import parse_settings
+    from pep_gp.pipeline.runs.config import parse_settings
 
     values = parse_settings(["model.alpha=0.5", "lr_schedule=cosine", "model.hidden_dims=[2, 2]", "tol=0"])
     assert values == {"model": {"alpha": 0.5, "hidden_dims": [2, 2]}, "lr_schedule": "cosine", "tol": 0}

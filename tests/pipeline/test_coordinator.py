@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pep_gp.pipeline.training import checkpoint
+from pep_gp.pipeline.runs import checkpoint
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
-from pep_gp.pipeline.training.runs import evaluate
+from pep_gp.pipeline.runs.run import evaluate
 from pep_gp.pipeline.errors import InputError, TrainingFailed
 from pep_gp.pipeline.models import MODELS
 from tests.pipeline.toy_model import ToySpec

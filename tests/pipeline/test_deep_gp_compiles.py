@@ -13,7 +13,7 @@ from pep_gp.core.models.deep_gp import DeepGP
 from pep_gp.pipeline.data.datasets import ArrayData
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.models.deep_gp import REGRESSOR
-from pep_gp.pipeline.training.config import TrainConfig
+from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
 COMPILE_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # compiled or loaded from the persistent cache

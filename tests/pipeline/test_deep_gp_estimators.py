@@ -21,7 +21,7 @@ def test_the_deep_gps_default_to_bui_et_al_s_fixed_steps_in_the_estimators_and_t
     """``DeepGPRegressor()`` and ``TrainJob("deep-gp", …)`` with nothing set train as the benchmark's protocol
     (1,000 Adam steps at 0.01, no early stopping; docs/results/deep-gp.md), the other models as pep's defaults."""
     from pep_gp import SparseGPRegressor
-    from pep_gp.pipeline.training.config import TrainConfig
+    from pep_gp.pipeline.runs.config import TrainConfig
     from pep_gp.pipeline.training.trainer import TrainJob
 
     for estimator in (DeepGPRegressor(), DeepGPClassifier()):

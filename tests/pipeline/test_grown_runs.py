@@ -13,7 +13,7 @@ from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.errors import InputError
-from pep_gp.pipeline.training import checkpoint
+from pep_gp.pipeline.runs import checkpoint
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from pep_gp.pipeline.engine import InProcess
 from tests.trainstores import FAST, leaves_equal

@@ -15,7 +15,7 @@ from pep_gp import DeepGPRegressor, SparseGPClassifier, SparseGPRegressor, load
 from pep_gp.kernels import Linear, Matern52, SquaredExponential
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import get_model, model_settings
-from pep_gp.pipeline.training.config import load_config, parse_settings
+from pep_gp.pipeline.runs.config import load_config, parse_settings
 
 
 @pytest.fixture(scope="module")

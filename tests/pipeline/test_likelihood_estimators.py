@@ -14,8 +14,8 @@ from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
 from pep_gp import MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
-from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.runs import load_run
+from pep_gp.pipeline.runs.config import TrainConfig
+from pep_gp.pipeline.runs.run import load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
 
 

@@ -81,7 +81,7 @@ def test_a_run_resumes_only_with_the_settings_it_trained_with(three_class_store,
     pairwise likelihood on this store) is refused on resume, naming the settings, rather than trained on as
     another model; the same config resumes with the same choice."""
     from pep_gp.pipeline.models import multiclass
-    from pep_gp.pipeline.training.runs import load_run
+    from pep_gp.pipeline.runs.run import load_run
     from pep_gp.pipeline.training.trainer import TrainJob, train
     from tests.trainstores import FAST
 

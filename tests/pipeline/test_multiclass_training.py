@@ -11,7 +11,7 @@ import pytest
 
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 
-from pep_gp.pipeline.training.runs import evaluate, load_run
+from pep_gp.pipeline.runs.run import evaluate, load_run
 from pep_gp.pipeline.engine import InProcess, connect
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import MODELS

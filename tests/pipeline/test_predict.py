@@ -1,4 +1,4 @@
-"""Predictions of trained runs on new tables (:mod:`pep_gp.pipeline.predict`): checked against the model's
+"""Predictions of trained runs on new tables (:mod:`pep_gp.pipeline.runs.predict`): checked against the model's
 predictive on rows transformed independently with pandas, equal across output formats and between this
 process and a 2-worker cluster, streamed, and written atomically."""
 
@@ -24,10 +24,10 @@ from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import MODELS
 from pep_gp.pipeline.models.collapsed import COLLAPSED
-from pep_gp.pipeline.predict import load_predictor, predict
-from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.manifest import RunManifest
-from pep_gp.pipeline.training.runs import bound_model, load_run
+from pep_gp.pipeline.runs.predict import load_predictor, predict
+from pep_gp.pipeline.runs.config import TrainConfig
+from pep_gp.pipeline.runs.manifest import RunManifest
+from pep_gp.pipeline.runs.run import bound_model, load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
 from pep_gp.pipeline.data.blocks import TargetScaling
 from tests import datafiles
@@ -287,7 +287,7 @@ def test_a_full_disk_leaves_no_temporary_file(classifier, tmp_path, monkeypatch)
 def test_sigterm_mid_predict_removes_the_temporary_output(classifier, tmp_path):
     """Issue 37, item 4: SIGTERM after the first rows are written (the process signals itself): exit status
     143 and nothing left in the output's directory."""
-    code = ("import os, signal, sys\nfrom pep_gp.pipeline.predict import predict\n"
+    code = ("import os, signal, sys\nfrom pep_gp.pipeline.runs.predict import predict\n"
             "predict(sys.argv[1], sys.argv[2], sys.argv[3], sep=';',\n"
             "        progress=lambda rows: os.kill(os.getpid(), signal.SIGTERM))\n")
     (tmp_path / "out").mkdir()

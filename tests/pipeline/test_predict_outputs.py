@@ -18,7 +18,7 @@ import pep_gp
 from pep_gp import DeepGPRegressor, SparseGPRegressor
 from pep_gp.core import float64
 from pep_gp.flows.cli import app
-from pep_gp.pipeline.predict import predict, row_uniforms
+from pep_gp.pipeline.runs.predict import predict, row_uniforms
 
 LEVELS = (0.05, 0.5, 0.95)
 

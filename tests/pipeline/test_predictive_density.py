@@ -18,9 +18,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
 from pep_gp import SparseGPRegressor
-from pep_gp.pipeline.predict import predict
-from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.runs import evaluate
+from pep_gp.pipeline.runs.predict import predict
+from pep_gp.pipeline.runs.config import TrainConfig
+from pep_gp.pipeline.runs.run import evaluate
 from pep_gp.pipeline.training.trainer import TrainJob, train
 
 

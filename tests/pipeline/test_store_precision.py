@@ -16,9 +16,9 @@ from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.sources.tables import csv_chunks
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.errors import InputError
-from pep_gp.pipeline.predict import predict
-from pep_gp.pipeline.training.config import TrainConfig
-from pep_gp.pipeline.training.runs import evaluate
+from pep_gp.pipeline.runs.predict import predict
+from pep_gp.pipeline.runs.config import TrainConfig
+from pep_gp.pipeline.runs.run import evaluate
 from pep_gp.pipeline.training.trainer import TrainJob, train
 
 SHORT = TrainConfig(model={"num_inducing": 8}, max_steps=60, tol=0.0, batch_size=1000, learning_rate=0.05)

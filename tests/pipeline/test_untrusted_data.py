@@ -21,8 +21,8 @@ from pep_gp.pipeline.data.staging import remove_abandoned
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.engine import InProcess
-from pep_gp.pipeline.training.checkpoint import CheckpointWarning
-from pep_gp.pipeline.training.runs import evaluate, load_run
+from pep_gp.pipeline.runs.checkpoint import CheckpointWarning
+from pep_gp.pipeline.runs.run import evaluate, load_run
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from tests.trainstores import (FAST, chunk_files, config_for, held_by_another_process, make_store,
                                rewrite_consistently)

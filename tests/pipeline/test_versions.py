@@ -1,4 +1,4 @@
-"""Published versions of a model directory (pep_gp.pipeline.training.versions): the keep-live rule on real
+"""Published versions of a model directory (pep_gp.pipeline.runs.versions): the keep-live rule on real
 files — a worse candidate is published but not made live, a better one (or one within the tolerance) is — and
 a process killed by the kernel halfway through copying a version leaves the live version as it was."""
 
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from pep_gp.pipeline.errors import InputError
-from pep_gp.pipeline.training.versions import becomes_live, live_version, publish, published
+from pep_gp.pipeline.runs.versions import becomes_live, live_version, publish, published
 
 DATA = {"store": "s.zarr", "checksum": "sha256:0"}
 
@@ -69,7 +69,7 @@ def test_a_process_killed_halfway_through_a_publish_leaves_the_live_version_inta
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    code = ("import signal, sys; from pathlib import Path; from pep_gp.pipeline.training.versions import publish; "
+    code = ("import signal, sys; from pathlib import Path; from pep_gp.pipeline.runs.versions import publish; "
             "signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "  # Python ignores it; any other program dies of it
             "publish(Path(sys.argv[1]), Path(sys.argv[2]), {'test_nll': 0.1}, {'test_nll': 0.6}, 0.01, {})")
     killed = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(candidate)], preexec_fn=small_files,

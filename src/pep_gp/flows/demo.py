@@ -23,15 +23,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..pipeline.data.stores import open_store
+from ..pipeline.jsonio import dumps
+from ..pipeline.runs.checkpoint import checkpoint_dir
+from ..pipeline.runs.config import TrainConfig
+from ..pipeline.training.baselines import classification_baselines
 from . import end_to_end
 from .options import JsonFlag, PrefectFlag, quiet_cluster_logs, user_errors
 from .runtime import prefect_quietly, prefect_requested
 from .train import training_display
-from ..pipeline.training.baselines import classification_baselines
-from ..pipeline.training.checkpoint import checkpoint_dir
-from ..pipeline.training.config import TrainConfig
-from ..pipeline.data.stores import open_store
-from ..pipeline.jsonio import dumps
 
 MODEL = "multiclass-sep"
 # M = 100 inducing points per class, 6 epochs of 10,000-row steps (27 steps each: an undamped tied-factor

@@ -13,20 +13,20 @@ from rich.console import Console
 
 from .options import (ClusterOption, JsonFlag, PrefectFlag, RunDirOption, TlsCaFile,
                       TlsCert, TlsKey, use_cluster, user_errors)
+from ..pipeline.errors import InputError
+from ..pipeline.jsonio import dumps
+from ..pipeline.runs.lock import hold_run_dir
 from .reports import plot_reliability, publish_evaluation, write_metrics
 from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
 from .train import is_transient
-from ..pipeline.errors import InputError
-from ..pipeline.jsonio import dumps
-from ..pipeline.training.lock import hold_run_dir
 
 
 def evaluate_metrics(run_dir: str, data: str | None, cluster: str, table: str | None = None,
                      target: str | None = None, sep: str | None = None) -> dict[str, Any]:
-    """The held-out metrics of :func:`~pep_gp.pipeline.training.runs.evaluate` (or with ``table``,
-    :func:`~pep_gp.pipeline.training.runs.evaluate_table`) on a connected backend."""
+    """The held-out metrics of :func:`~pep_gp.pipeline.runs.run.evaluate` (or with ``table``,
+    :func:`~pep_gp.pipeline.runs.run.evaluate_table`) on a connected backend."""
     from ..pipeline.engine import connect
-    from ..pipeline.training.runs import evaluate, evaluate_table
+    from ..pipeline.runs.run import evaluate, evaluate_table
 
     backend = connect(cluster)
     try:
@@ -93,7 +93,7 @@ def evaluate_command(
         if table is None and (target is not None or sep is not None):
             raise InputError(f"{'--target' if target is not None else '--sep'}: reads a table: pass --input too")
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
-        from ..pipeline.training.runs import Run  # JAX: after the cheap checks
+        from ..pipeline.runs.run import Run  # JAX: after the cheap checks
 
         Run.open(run_dir)  # fail fast, before a cluster (or a Prefect server) starts
         run = evaluate_run
@@ -108,7 +108,7 @@ def evaluate_command(
         shown = {key: value for key, value in metrics.items() if not isinstance(value, dict)}  # bins: JSON, PNG
         Console().print("\n".join(f"{key:>16}  {value}" for key, value in shown.items()), markup=False)
         if metrics.get("unseen"):
-            from ..pipeline.predict import unseen_warning
+            from ..pipeline.runs.predict import unseen_warning
 
             typer.echo(f"pep evaluate: warning: {unseen_warning(metrics['unseen'])}", err=True)
     broken = [name for name in ("test_error", "test_nll", "rmse") if not math.isfinite(metrics.get(name, 0.0))]

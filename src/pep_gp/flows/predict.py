@@ -1,6 +1,6 @@
 """The flow ``pep-predict`` and the ``pep predict`` command: a trained run's predictions for the rows of a
 CSV or Parquet table (or a store), streamed chunk by chunk through the same ``--cluster`` backends as
-``pep train`` into a ``.csv``, ``.parquet`` or ``.zarr`` file (:func:`pep_gp.pipeline.predict.predict`).
+``pep train`` into a ``.csv``, ``.parquet`` or ``.zarr`` file (:func:`pep_gp.pipeline.runs.predict.predict`).
 
 As the Prefect flow ``predict_flow`` (:mod:`pep_gp.flows.runtime`) the prediction is a ``predict``
 task, retried on transient errors (the output is written atomically, so a retry starts clean), and the
@@ -22,12 +22,12 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .options import (ClusterOption, JsonFlag, PrefectFlag, QuietFlag, RunDirOption,
                       TlsCaFile, TlsCert, TlsKey, use_cluster, user_errors)
-from .reports import artifact_key
-from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
-from .train import is_transient
 from ..pipeline.data.predictions import SPLIT_CHOICES, open_input, output_kind
 from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
+from .reports import artifact_key
+from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
+from .train import is_transient
 
 progress_reporter: ContextVar[Callable[[int], None]] = ContextVar("predict_progress", default=lambda rows: None)
 """Where the running flow reports the rows predicted so far; the command line sets it to its display."""
@@ -36,9 +36,9 @@ progress_reporter: ContextVar[Callable[[int], None]] = ContextVar("predict_progr
 def predict_on(run_dir: str, input: str, out: str, sep: str | None, intervals: list[float] | None, split: str,
                cluster: str, overwrite: bool, latent: bool = False, quantiles: list[float] | None = None,
                samples: int = 0, seed: int = 0, na: str | None = None) -> dict[str, Any]:
-    """:func:`~pep_gp.pipeline.predict.predict` on the backend of ``cluster``; the summary as a dict."""
+    """:func:`~pep_gp.pipeline.runs.predict.predict` on the backend of ``cluster``; the summary as a dict."""
     from ..pipeline.engine import connect
-    from ..pipeline.predict import predict
+    from ..pipeline.runs.predict import predict
 
     backend = connect(cluster)
     try:
@@ -73,7 +73,7 @@ def predict_run(run_dir: str, input: str, out: str, sep: str | None = None, inte
             for data ingested with ``--na mean``, else ``fail``.
 
     Returns:
-        The summary (:class:`pep_gp.pipeline.predict.PredictSummary`) as a dict.
+        The summary (:class:`pep_gp.pipeline.runs.predict.PredictSummary`) as a dict.
     """
     compute = prefect_objects("predict_task") if in_prefect_run() else predict_on
     summary = compute(run_dir, input, out, sep, intervals, split, cluster, overwrite, latent, quantiles, samples, seed,
@@ -139,7 +139,7 @@ def predict_command(
         output_kind(out, overwrite)
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         levels = parse_levels(quantiles)
-        from ..pipeline.predict import Outputs, check_outputs, load_predictor, unseen_warning  # JAX: after the cheap checks
+        from ..pipeline.runs.predict import Outputs, check_outputs, load_predictor, unseen_warning  # JAX: after the cheap checks
 
         predictor = load_predictor(run_dir, na)  # fail fast, before a cluster (or a Prefect server) starts
         check_outputs(Outputs(tuple(interval or ()), latent, levels, samples, seed), predictor.task)

@@ -3,9 +3,9 @@ prefect.yaml runs it on a schedule).
 
 Each run takes the files of the ``incoming`` directory it has not ingested yet, ingests them into the store
 (the first run creates it; later runs append, :mod:`pep_gp.pipeline.data.append`), continues training on the
-grown store (``pep train --resume``, :mod:`pep_gp.pipeline.training.growth`), evaluates the newest checkpoint
+grown store (``pep train --resume``, :mod:`pep_gp.pipeline.runs.growth`), evaluates the newest checkpoint
 and the live version on the same test rows, publishes the checkpoint as the next numbered version and makes
-it live unless it is worse (:mod:`pep_gp.pipeline.training.versions`), and predicts ``predict_input`` with the
+it live unless it is worse (:mod:`pep_gp.pipeline.runs.versions`), and predicts ``predict_input`` with the
 live version. A run that finds no new file and whose store's newest version is published does nothing.
 
 Which files were ingested is recorded in ``MODEL/incoming.json``, by name: a file is new when its name is.
@@ -23,16 +23,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import evaluate, ingest, predict, train
-from .reports import artifact_key
-from .runtime import in_prefect_run, lazy_prefect, prefect_flow
-from .train import run_logger
 from ..pipeline.data.predictions import output_kind
 from ..pipeline.errors import InputError
 from ..pipeline.files import absolute
 from ..pipeline.jsonio import dumps
-from ..pipeline.training.lock import hold_run_dir
-from ..pipeline.training.versions import check_tolerance, live_version, publish, published, train_dir
+from ..pipeline.runs.lock import hold_run_dir
+from ..pipeline.runs.versions import check_tolerance, live_version, publish, published, train_dir
+from . import evaluate, ingest, predict, train
+from .reports import artifact_key
+from .runtime import in_prefect_run, lazy_prefect, prefect_flow
+from .train import run_logger
 
 LEDGER = "incoming.json"
 

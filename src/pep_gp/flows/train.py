@@ -32,10 +32,10 @@ from .runtime import (in_prefect_run, lazy_prefect, prefect_flow, prefect_quietl
 from ..pipeline.data.stores import open_store
 from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
+from ..pipeline.runs.config import TrainConfig, load_config, parse_settings
+from ..pipeline.runs.lock import hold_run_dir
 from ..pipeline.training.callbacks import Callback, callback_progress
-from ..pipeline.training.config import TrainConfig, load_config, parse_settings
 from ..pipeline.training.display import both, progress_display
-from ..pipeline.training.lock import hold_run_dir
 from ..pipeline.training.tracking import LOG_TO_HELP, loggers
 
 
@@ -78,10 +78,10 @@ def train_run(model: str, data: str, run_dir: str, config: dict[str, Any] | None
         model: a registered model name (``pep_gp.pipeline.models.MODELS``).
         data: path of the store.
         run_dir: run directory (checkpoints, plot, metrics).
-        config: :class:`~pep_gp.pipeline.training.config.TrainConfig` fields; defaults for the rest.
+        config: :class:`~pep_gp.pipeline.runs.config.TrainConfig` fields; defaults for the rest.
         cluster: ``none``, ``local:N`` or ``tcp://HOST:PORT``.
         resume: continue from the newest checkpoint of ``run_dir`` (also one trained on an earlier version
-            of a store grown by ``pep ingest --append``: :mod:`pep_gp.pipeline.training.growth`).
+            of a store grown by ``pep ingest --append``: :mod:`pep_gp.pipeline.runs.growth`).
         segment_epochs: epochs per ``train-segment`` task, and at least ``checkpoint_every`` steps (on a
             store smaller than a batch every step is an epoch: a segment per step wrote a checkpoint per step).
         new_rows_only: resumed on a grown store, take the epochs over the rows added since the checkpoint only.
@@ -188,7 +188,7 @@ def train_command(
         trackers = loggers(log_to)
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         from ..pipeline.models import get_model, model_settings  # JAX: after the cheap checks
-        from ..pipeline.training.runs import resumed_config
+        from ..pipeline.runs.run import resumed_config
 
         spec = get_model(model)
         if settings is None:  # resuming with the run's own config

@@ -55,7 +55,7 @@ from .stores import SPLITS, Store, data_checksum, finish_store, open_store, writ
 
 def lock_path(out: Path) -> Path:
     """The append lock of the store ``out``: ``DIR/.NAME.append.lock`` (never removed, as in
-    :mod:`pep_gp.pipeline.training.lock`: removing it would let two processes lock two different files)."""
+    :mod:`pep_gp.pipeline.runs.lock`: removing it would let two processes lock two different files)."""
     return out.with_name(f".{out.name}.append.lock")
 
 

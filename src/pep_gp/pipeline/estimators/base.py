@@ -45,11 +45,11 @@ from ..models import ModelSettings, ModelSpec
 from ..models.predictive import (Latent, Quantiles, Scored, apply, check_quantiles, class_probabilities,
                                  predict_in_blocks)
 from ..engine import connected
-from ..training import checkpoint
-from ..training.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
+from ..runs import checkpoint
+from ..runs.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
+from ..runs.growth import Frame
 from ..training.callbacks import callback_progress
 from ..training.display import both, progress_display
-from ..training.growth import Frame
 from ..training.trainer import Trainer, TrainJob, TrainResult
 from .validation import ValidationStopping, validation_split
 
@@ -87,7 +87,7 @@ adds itself when it is defined (the built-in ones in :mod:`pep_gp.pipeline.estim
 model's wherever it is written); :func:`estimator_for` makes one for a registered model without."""
 
 CONFIG_NAMES = {"max_iter": "max_steps"}
-"""The fit fields whose :class:`~pep_gp.pipeline.training.config.TrainConfig` field has another name."""
+"""The fit fields whose :class:`~pep_gp.pipeline.runs.config.TrainConfig` field has another name."""
 
 PREDICT_BLOCK_ROWS = DEFAULT_BLOCK_ROWS
 """Rows per predictive call, as ``pep predict`` on a run of the default config: one compiled shape, and the

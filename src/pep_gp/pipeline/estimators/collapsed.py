@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from sklearn.base import RegressorMixin
 
 from ...core.models.collapsed_regression import CollapsedRegression
+from ..data.sizes import bucket
 from ..models.collapsed import COLLAPSED
 from ..models.predictive import GaussianPredictive, Latent
-from ..training.config import TrainConfig
-from ..training.sizes import bucket
+from ..runs.config import TrainConfig
 from .base import GPEstimator, GPRegressorMixin
 
 

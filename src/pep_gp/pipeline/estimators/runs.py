@@ -2,7 +2,7 @@
 (:meth:`~pep_gp.pipeline.estimators.base.GPEstimator.save`) — loads as the fitted estimator of its model
 (:func:`load`), ready for ``predict``/``predict_proba``.
 
-A run directory is the trainer's checkpoint format (:mod:`pep_gp.pipeline.training.checkpoint`): Zarr
+A run directory is the trainer's checkpoint format (:mod:`pep_gp.pipeline.runs.checkpoint`): Zarr
 arrays with their digests and a JSON manifest (format version, the model's name and parameterisation tag,
 its settings, the input standardisation, the target scaling and the class labels) — never a pickle. A run
 of another format version or parameterisation is refused, naming what was found and what was expected.
@@ -17,8 +17,8 @@ import jax
 import numpy as np
 
 from ..models import model_settings
-from ..training.growth import Frame
-from ..training.runs import Run
+from ..runs.growth import Frame
+from ..runs.run import Run
 from . import models  # noqa: F401  (defines the built-in estimators, which add themselves to ESTIMATORS)
 from .base import GPEstimator, estimator_for
 

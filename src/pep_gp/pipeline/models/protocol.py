@@ -192,7 +192,7 @@ class ModelSpec(Protocol):
             statistics and updates the tied factor.
         parameterisation: a tag of how ``params`` stores the model (changed whenever a stored array means
             something else); run directories record it and a run of another tag is refused.
-        train_defaults: :class:`~pep_gp.pipeline.training.config.TrainConfig` fields whose default differs
+        train_defaults: :class:`~pep_gp.pipeline.runs.config.TrainConfig` fields whose default differs
             for this model (a config, ``pep train``'s options and the estimator's arguments override them).
     """
 

@@ -1,1 +1,1 @@
-"""Training: the step, the trainer (the one loop), the engine, checkpoints, the config, schedules and metrics."""
+"""Training: the step, the trainer (the one loop), schedules, stopping and metrics; run directories are :mod:`pep_gp.pipeline.runs`."""

@@ -1,7 +1,7 @@
 """A training path beside the trainer: the multi-class GP classifier of Villacampa-Calvo & Hernández-Lobato
 (2017) with *untied* factors (one per training row and class, memory O(N·C·M); for N up to ~10⁴), trained
 in this process as one compiled ``lax.scan`` per window of steps. The rows are padded to a few sizes
-(:func:`~pep_gp.pipeline.training.sizes.bucket`; masked rows, no factors), so the folds of a cross-validation
+(:func:`~pep_gp.pipeline.data.sizes.bucket`; masked rows, no factors), so the folds of a cross-validation
 and other refits on nearby row counts share the compiled steps.
 
 Each step (§2.3): the parallel EP update of the factors of the step's rows (:func:`pep_gp.core.models.
@@ -24,8 +24,8 @@ from ...core import float64
 from ...core.models import multiclass_ep as ep
 from ...core.models.multiclass import MultiClassGP, NaturalFactor
 from ...core.parameters import fixed_leaves
+from ..data.sizes import bucket
 from .optimiser import adam
-from .sizes import bucket
 from .step import ascent_update
 from .stopping import StoppingRule
 

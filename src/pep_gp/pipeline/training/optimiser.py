@@ -12,7 +12,7 @@ import optax
 
 from ..models import ModelSpec
 from ..models.protocol import uses_site_updates
-from .config import TrainConfig
+from ..runs.config import TrainConfig
 from .class_groups import ClassParallelStep
 from .step import TrainStep, training_step
 

@@ -4,8 +4,8 @@ Each step ``s`` the minibatch schedule picks the blocks of ``s`` (:mod:`pep_gp.p
 step's ``update`` runs on them through the engine (Dask workers or this process); at the end of every
 epoch the trainer records the epoch's mean energy and the held-out metrics, and every
 ``checkpoint_every`` steps and at the end it writes a checkpoint of its state
-(:mod:`pep_gp.pipeline.training.state`), so a resumed run continues bit-for-bit. While it runs it holds
-the run directory's lock (:mod:`pep_gp.pipeline.training.lock`): a second writer is refused. A run
+(:mod:`pep_gp.pipeline.runs.state`), so a resumed run continues bit-for-bit. While it runs it holds
+the run directory's lock (:mod:`pep_gp.pipeline.runs.lock`): a second writer is refused. A run
 fails loudly (:class:`~pep_gp.pipeline.errors.TrainingFailed`) rather than idle: after
 ``max_rejected_in_a_row`` steps in a row rejected as non-finite, or when it ends with non-finite
 held-out metrics or energy. A run that ends collapsed, far below its best energy
@@ -42,17 +42,17 @@ from ..errors import InputError, TrainingFailed
 from ..metrics import finish
 from ..models import HeldOut, ModelSpec, chosen_settings, get_model, model_settings
 from ..models.protocol import uses_site_updates
-from . import checkpoint
+from ..runs import checkpoint
+from ..runs.config import TrainConfig
+from ..runs.growth import check_growable, data_log, earlier_versions, grown_entry, grown_frame
+from ..runs.lock import hold_run_dir
+from ..runs.manifest import RunManifest
+from ..runs.run import check_parameterisation
+from ..runs.state import LoopState, refuse_another_run, restored_state, save_state
 from .callbacks import StopTraining
-from .config import TrainConfig
-from .growth import check_growable, data_log, earlier_versions, grown_entry, grown_frame
-from .lock import hold_run_dir
-from .manifest import RunManifest
 from .class_parallel import ClassParallelTraining
 from .optimiser import class_parallel_step, compiled_step
-from .runs import check_parameterisation
 from .sampling import MinibatchSchedule
-from .state import LoopState, refuse_another_run, restored_state, save_state
 from .step import Prepare, StepState, WithShared
 from .stopping import StoppingRule
 
@@ -77,7 +77,7 @@ class TrainJob:
     :class:`~pep_gp.pipeline.data.datasets.ArrayData`), with a config, into a run directory (None: no checkpoints).
     The fields the config was not given take the model's own defaults (``spec.train_defaults``).
     ``new_rows_only``: a run resumed on a grown store takes its epochs over the new rows' blocks only
-    (:mod:`pep_gp.pipeline.training.growth`)."""
+    (:mod:`pep_gp.pipeline.runs.growth`)."""
 
     model: str | ModelSpec
     store: Any
@@ -163,9 +163,9 @@ class Trainer:
         initial_params: starting params instead of the model's ``init`` (estimators given starting
             values); None for the model's.
         frame: the frame to keep (``x_mean``, ``x_std``, ``targets``, ``model_binding``, ``model_settings``,
-            as a :class:`~pep_gp.pipeline.training.manifest.RunManifest` has them), instead of the data's
+            as a :class:`~pep_gp.pipeline.runs.manifest.RunManifest` has them), instead of the data's
             own: an estimator's ``partial_fit`` after its first; a run resumed on a grown store finds its own
-            (:mod:`pep_gp.pipeline.training.growth`).
+            (:mod:`pep_gp.pipeline.runs.growth`).
         rows_represented: the rows the energy's data term stands for (an estimator's ``num_data``, or for
             ``partial_fit`` every row seen so far); None for the training split's.
 
@@ -243,7 +243,7 @@ class Trainer:
         self._state = LoopState(params, opt_state, np.asarray(self.schedule.key_data, np.uint32), step=step)
 
     def _follow(self, log: list[dict[str, Any]]) -> None:
-        """Take the run's ``data_log`` (:mod:`~pep_gp.pipeline.training.growth`): the schedule, the planned
+        """Take the run's ``data_log`` (:mod:`~pep_gp.pipeline.runs.growth`): the schedule, the planned
         steps, the stopping rule and the compiled step of its newest store version."""
         config, last = self.job.config, log[-1]
         self.data_log = log

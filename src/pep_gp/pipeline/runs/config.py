@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..data.sizes import bucket
 from ..errors import InputError, did_you_mean
-from .sizes import bucket
 
 # Fields that do not change the optimisation trajectory: they may differ when a run is resumed
 # (``epochs`` only without the cosine schedule, whose decay is spread over all the steps).
@@ -134,7 +134,7 @@ class TrainConfig(BaseModel):
 
     def for_rows(self, n_rows: int) -> "TrainConfig":
         """The same config with blocks and batches no larger than a split of ``n_rows`` rows (a smaller split
-        is one block padded to a bucket size, :mod:`pep_gp.pipeline.training.sizes`)."""
+        is one block padded to a bucket size, :mod:`pep_gp.pipeline.data.sizes`)."""
         block = min(self.rows_per_block, bucket(n_rows))
         return self.model_copy(update={"block_rows": block,
                                        "batch_size": min(self.batch_size, block * math.ceil(n_rows / block))})

@@ -76,7 +76,7 @@ def grown_entry(log: list[dict[str, Any]], step: int, store: Any, checksum: str,
 @dataclass(frozen=True)
 class Frame:
     """A run's frame as an estimator keeps it between ``partial_fit`` calls (and for ``warm_start``): the
-    fields of a :class:`~pep_gp.pipeline.training.manifest.RunManifest` the trainer keeps from it."""
+    fields of a :class:`~pep_gp.pipeline.runs.manifest.RunManifest` the trainer keeps from it."""
 
     x_mean: list[float]
     x_std: list[float]

@@ -3,7 +3,7 @@
 A run directory may come from anywhere (copied from another machine, edited, damaged), so its manifest is
 input like any other: :class:`RunManifest` checks every field the trainer, ``pep evaluate`` and the
 resume logic read (types, finite statistics, ``x_std > 0``, a valid training config), and a manifest that
-fails is a damaged checkpoint (:func:`pep_gp.pipeline.training.checkpoint.restore` then tries the previous
+fails is a damaged checkpoint (:func:`pep_gp.pipeline.runs.checkpoint.restore` then tries the previous
 one), never a ``KeyError`` or ``TypeError`` deep inside a run.
 """
 
@@ -29,7 +29,7 @@ class Targets(BaseModel):
 
 class RunManifest(BaseModel):
     """The run's fields of a checkpoint manifest (the checkpoint's own ``format``/``step``/``leaves`` are
-    checked by :class:`~pep_gp.pipeline.training.checkpoint.CheckpointManifest`)."""
+    checked by :class:`~pep_gp.pipeline.runs.checkpoint.CheckpointManifest`)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 

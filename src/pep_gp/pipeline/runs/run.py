@@ -55,7 +55,7 @@ def check_stored_size(raw: dict[str, Any], manifest: RunManifest, settings: Any)
     checkpoint stores: a model's ``num_inducing`` inducing inputs in D dimensions are among its params, so a
     manifest claiming more than the checkpoint holds, and more than :data:`SAMPLE_VALUES` (``num_inducing =
     4e9``: 149 GiB), is refused before anything is sized by it. The stored leaves are themselves bounded
-    (:data:`~pep_gp.pipeline.training.checkpoint.MAX_CHECKPOINT_BYTES`)."""
+    (:data:`~pep_gp.pipeline.runs.checkpoint.MAX_CHECKPOINT_BYTES`)."""
     stored = sum(math.prod(entry["shape"]) for entry in raw["leaves"].get("params", []))
     needed = settings.num_inducing * len(manifest.x_mean)
     if needed > max(stored, SAMPLE_VALUES):
@@ -95,7 +95,7 @@ class Run:
     @classmethod
     def open(cls, directory: str | Path) -> "Run":
         """The newest intact checkpoint of a run (InputError if it has none; a damaged one is skipped,
-        :func:`~pep_gp.pipeline.training.checkpoint.restore`)."""
+        :func:`~pep_gp.pipeline.runs.checkpoint.restore`)."""
         directory, built = Path(directory), {}
 
         def templates(raw: dict[str, Any]) -> dict[str, Any]:

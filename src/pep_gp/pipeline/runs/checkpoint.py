@@ -82,7 +82,7 @@ class LeafEntry(BaseModel):
 
 class CheckpointManifest(BaseModel):
     """The fields of a manifest this module reads (the caller's metadata passes unchecked: see
-    :mod:`pep_gp.pipeline.training.manifest`)."""
+    :mod:`pep_gp.pipeline.runs.manifest`)."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -1,5 +1,5 @@
 """The training loop's state and its checkpoints: what a checkpoint holds is everything the loop reads, so a
-resumed run continues bit-for-bit as an uninterrupted one would (:mod:`pep_gp.pipeline.training.checkpoint`
+resumed run continues bit-for-bit as an uninterrupted one would (:mod:`pep_gp.pipeline.runs.checkpoint`
 writes and reads the files)."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: 
 def refuse_another_run(manifest: RunManifest, run_dir: Path, model: str, checksum: str, path: str,
                        config: TrainConfig, earlier: Collection[str] = ()) -> None:
     """InputError unless ``manifest`` is of the same model and data (or of an ``earlier`` version of the
-    data: a store grown by appends, :mod:`pep_gp.pipeline.training.growth`), with a config that resumes to
+    data: a store grown by appends, :mod:`pep_gp.pipeline.runs.growth`), with a config that resumes to
     the same trajectory."""
     if manifest.dataset_checksum != checksum and manifest.dataset_checksum not in earlier:
         raise InputError(f"{run_dir}: this run was trained on {manifest.data} (checksum "

@@ -1,7 +1,7 @@
 """Predictions of a trained run on new rows: what ``pep predict`` computes, chunk by chunk, on any backend.
 
 A run directory holds everything needed (:func:`load_predictor`): the newest checkpoint's params (refused
-if any is not finite), the model it was trained as (:class:`~pep_gp.pipeline.training.runs.Run`), the
+if any is not finite), the model it was trained as (:class:`~pep_gp.pipeline.runs.run.Run`), the
 training statistics ``x_mean``/``x_std`` the rows are standardised with, and the table's transformation
 (:mod:`pep_gp.pipeline.data.transforms`). A chunk of a table is transformed to model features, cut into
 blocks of the run's ``block_rows`` (padded, so each process compiles the model's predictive once) and
@@ -44,16 +44,16 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..core import float64
-from .data.blocks import TargetScaling
-from .data.frames import TableChunk
-from .data.predictions import StoreRows, chunk_ids, open_input, open_output
-from .data.transforms import Transforms
-from .engine import Backend, InProcess
-from .engine.threads import compute_threads
-from .errors import InputError
-from .models.predictive import Latent, Quantiles, check_quantiles, class_probabilities, predict_in_blocks
-from .training.runs import Run
+from ...core import float64
+from ..data.blocks import TargetScaling
+from ..data.frames import TableChunk
+from ..data.predictions import StoreRows, chunk_ids, open_input, open_output
+from ..data.transforms import Transforms
+from ..engine import Backend, InProcess
+from ..engine.threads import compute_threads
+from ..errors import InputError
+from ..models.predictive import Latent, Quantiles, check_quantiles, class_probabilities, predict_in_blocks
+from .run import Run
 
 CHUNKS_PER_WORKER = 2  # chunks in flight per worker: one computing, one waiting
 
@@ -150,7 +150,7 @@ class RunPredictor:
 
 
 def load_predictor(run_dir: Path, na: str | None = None) -> RunPredictor:
-    """The predictor of a run's newest intact checkpoint (:class:`~pep_gp.pipeline.training.runs.Run`).
+    """The predictor of a run's newest intact checkpoint (:class:`~pep_gp.pipeline.runs.run.Run`).
 
     ``na`` is what a missing value in a row to predict does (``pep predict --na``): ``fail`` refuses it,
     ``drop`` leaves its row out, ``mean`` fills in the training mean
