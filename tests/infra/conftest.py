@@ -1,7 +1,7 @@
 """A loopback stack of real processes, as infra/README.md starts it: a Prefect server (an auth string
 required, CSRF protection on), the ``pep`` process work pool with ``prefect.yaml``'s deployments, a
-Prefect worker, a Dask scheduler and two Dask workers — each bound to 127.0.0.1, each stopped by its
-process-group id at the end."""
+Prefect worker, a Dask scheduler and two Dask workers speaking TLS with ``pep cluster certs``'
+certificates — each bound to 127.0.0.1, each stopped by its process-group id at the end."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.infra.loopback import (DASK_WORKER_ENV, Processes, dask_scheduler, dask_worker, free_port,
-                                  leftovers, wait_until)
+from tests.infra.loopback import (DASK_WORKER_ENV, Processes, client_tls_env, cluster_certs, dask_scheduler,
+                                  dask_worker, free_port, leftovers, tls_options, wait_until)
 
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 AUTH = f"pep:{secrets.token_hex(16)}"  # PREFECT_API_AUTH_STRING, user:password
@@ -50,8 +50,9 @@ class BusyServerRetries(httpx.HTTPTransport):
 class Stack:
     """The running loopback stack and what the tests do with it."""
 
-    def __init__(self, processes: Processes, api_url: str, scheduler: str, home: Path, workers_dir: Path):
-        self.processes, self.api_url, self.scheduler = processes, api_url, scheduler
+    def __init__(self, processes: Processes, api_url: str, scheduler: str, home: Path, workers_dir: Path,
+                 certs: dict[str, str]):
+        self.processes, self.api_url, self.scheduler, self.certs = processes, api_url, scheduler, certs
         self.home, self.workers_dir = home, workers_dir  # PEP_HOME, and where the Dask workers start
         self.dask_workers = 0
         self.http = httpx.Client(auth=tuple(AUTH.split(":", 1)), timeout=30, transport=BusyServerRetries())
@@ -69,16 +70,24 @@ class Stack:
     def start_dask_worker(self) -> str:
         self.dask_workers += 1
         name = f"dask-worker-{self.dask_workers}"
-        self.processes.start(name, *dask_worker(self.scheduler, name), env=DASK_WORKER_ENV, cwd=self.workers_dir)
+        self.processes.start(name, *dask_worker(self.scheduler, name, *tls_options(self.certs, "worker")),
+                             env=DASK_WORKER_ENV, cwd=self.workers_dir)
         return name
 
     def dask_worker_names(self) -> list[str]:
         return [name for name in self.processes.started if name.startswith("dask-worker-")]
 
-    def wait_for_dask_workers(self, n: int) -> None:
+    def client(self, timeout: float = 30):
+        """A Dask client of the stack's scheduler, with the client certificate."""
         from distributed import Client
+        from distributed.security import Security
 
-        with Client(self.scheduler, timeout=120) as client:  # the stack's start loads two cores for minutes
+        security = Security(tls_ca_file=self.certs["ca"], tls_client_cert=self.certs["client_cert"],
+                            tls_client_key=self.certs["client_key"], require_encryption=True)
+        return Client(self.scheduler, security=security, timeout=timeout)
+
+    def wait_for_dask_workers(self, n: int) -> None:
+        with self.client(timeout=120) as client:  # the stack's start loads two cores for minutes
             client.wait_for_workers(n, timeout=120)
 
     # -- Prefect ----------------------------------------------------------------------------------
@@ -132,16 +141,18 @@ def stack(tmp_path_factory):
     workers_dir.mkdir()
     api_port, scheduler_port = free_port(), free_port()
     api_url = f"http://127.0.0.1:{api_port}/api"
-    scheduler = f"tcp://127.0.0.1:{scheduler_port}"
-    processes = Processes(home / "logs", {
+    scheduler = f"tls://127.0.0.1:{scheduler_port}"
+    certs = cluster_certs(home / "certs")
+    processes = Processes(home / "logs", {**client_tls_env(certs),
         "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(home / "prefect"),
         "PREFECT_API_URL": api_url, "PREFECT_API_AUTH_STRING": AUTH,
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PEP_HOME": str(clone), "PEP_DASK_SCHEDULER": scheduler})
     try:
         processes.start("prefect-server", "prefect", "server", "start", "--host", "127.0.0.1",
                         "--port", str(api_port), env=server_settings(AUTH))
-        processes.start("dask-scheduler", *dask_scheduler(scheduler_port))
-        stack = Stack(processes, api_url, scheduler, clone, workers_dir)
+        processes.start("dask-scheduler", *dask_scheduler(scheduler_port, "--protocol", "tls",
+                                                          *tls_options(certs, "scheduler")))
+        stack = Stack(processes, api_url, scheduler, clone, workers_dir, certs)
         for _ in range(2):
             stack.start_dask_worker()
         wait_until(lambda: _healthy(api_url), 180, "the Prefect server")

@@ -8,6 +8,7 @@ finds them through ``/proc`` even when they left the process group.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -27,6 +28,27 @@ TOKEN_VARIABLE = "PEP_LOOPBACK_TOKEN"
 # adaptive trim threshold instead of the nanny's 65536.
 DASK_WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
                    "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON__MALLOC_TRIM_THRESHOLD_": "1000000000"}
+
+
+def cluster_certs(directory: Path) -> dict[str, str]:
+    """``pep cluster certs DIR --json``, run as a user would: the CA's and each role's certificate and key."""
+    result = subprocess.run([str(BIN / "pep"), "cluster", "certs", str(directory), "--json"],
+                            capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(result.stdout)
+
+
+def tls_options(certs: dict[str, str], role: str) -> tuple[str, ...]:
+    """A ``dask scheduler`` / ``dask worker`` / ``pep`` command's TLS options for ``role``."""
+    return ("--tls-ca-file", certs["ca"], "--tls-cert", certs[f"{role}_cert"], "--tls-key", certs[f"{role}_key"])
+
+
+def client_tls_env(certs: dict[str, str]) -> dict[str, str]:
+    """Dask's client TLS configuration in the environment (how a Prefect worker hands it to its flow runs),
+    with encryption required."""
+    return {"DASK_DISTRIBUTED__COMM__TLS__CA_FILE": certs["ca"],
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": certs["client_cert"],
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": certs["client_key"],
+            "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
 
 
 def dask_scheduler(port: int, *options: str) -> tuple[str, ...]:

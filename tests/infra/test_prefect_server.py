@@ -100,11 +100,9 @@ def test_a_dask_worker_that_cannot_see_a_store_says_which_worker_and_which_path(
     """The recipe's store is at data/t.zarr of the deployments' directory, not of the workers' own (their
     working directory has no data/): its flow run sends the workers the absolute path (above); a worker
     given a path it cannot see names itself and the path."""
-    from distributed import Client
-
-    with Client(stack.scheduler, timeout=30) as client:
+    with stack.client() as client:
         with pytest.raises(InputError, match=r"data/t\.zarr: no such store on Dask worker 'dask-worker-\d+' "
-                                             r"\(tcp://127\.0\.0\.1:\d+, host .*\); every worker must see"):
+                                             r"\(tls://127\.0\.0\.1:\d+, host .*\); every worker must see"):
             client.submit(open_root, "data/t.zarr", pure=False).result()
 
 

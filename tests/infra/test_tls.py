@@ -14,8 +14,8 @@ import pytest
 from pep_gp.flows.cluster import make_certificates
 from pep_gp.pipeline.training.trainer import TrainJob, train
 from pep_gp.pipeline.runs.run import load_run
-from tests.infra.loopback import (BIN, DASK_WORKER_ENV, Processes, dask_scheduler, dask_worker, free_port,
-                                  leftovers, listening_sockets, wait_until)
+from tests.infra.loopback import (BIN, DASK_WORKER_ENV, Processes, cluster_certs, dask_scheduler, dask_worker,
+                                  free_port, leftovers, listening_sockets, tls_options, wait_until)
 from tests.trainstores import FAST, config_toml, leaves_equal, make_store
 
 pytestmark = pytest.mark.infra
@@ -24,17 +24,10 @@ MODEL = "sparse-gp-classifier"
 ENCRYPTED = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
 
 
-def tls_options(certs: dict, role: str) -> tuple[str, ...]:
-    return ("--tls-ca-file", certs["ca"], "--tls-cert", certs[f"{role}_cert"], "--tls-key", certs[f"{role}_key"])
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> dict:
     """``pep cluster certs DIR --json``, run as a user would."""
-    directory = tmp_path_factory.mktemp("tls") / "certs"
-    result = subprocess.run([str(BIN / "pep"), "cluster", "certs", str(directory), "--json"],
-                            capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(result.stdout)
+    return cluster_certs(tmp_path_factory.mktemp("tls") / "certs")
 
 
 @pytest.fixture(scope="module")
