@@ -163,3 +163,18 @@ def test_pep_train_takes_the_likelihood_from_the_model_section_and_records_it(re
     raw_dof = loaded.params_.likelihood["raw_dof"]
     np.testing.assert_allclose(float(loaded.model_.likelihood.scale_and_dof(loaded.params_.likelihood)[1]), 5.0,
                                rtol=1e-12, err_msg=f"dof moved although train_dof is false ({raw_dof})")
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian", "student-t"])
+def test_a_noise_not_trained_keeps_its_value_to_the_bit_and_a_trained_one_moves(likelihood):
+    """``train_noise=False`` holds a known measurement noise: the fitted noise parameter has the bits it
+    started from (the Gaussian's variance, the Student-t's scale); trained, the same fit moves it."""
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-3, 3, (60, 1))
+    y = np.sin(x[:, 0]) + 0.3 * rng.normal(size=60)
+    name = {"gaussian": "raw_noise_variance", "student-t": "raw_scale"}[likelihood]
+    fixed, trained = (fit(SparseGPRegressor(num_inducing=5, likelihood=likelihood, noise_variance=0.05,
+                                            train_noise=train, max_iter=30), x, y) for train in (False, True))
+    initial = fixed.model_.likelihood.init_params(*((0.05,) if likelihood == "gaussian" else (0.05 ** 0.5, 4.0)))
+    assert np.asarray(fixed.params_.likelihood[name]).tobytes() == np.asarray(initial[name]).tobytes()
+    assert abs(float(trained.params_.likelihood[name]) - float(initial[name])) > 1e-3

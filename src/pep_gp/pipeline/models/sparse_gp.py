@@ -126,6 +126,8 @@ class SparseGPRegressionSettings(SiteSettings, SparseGPSettings):
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance (gaussian; "
                                   "student-t: its scale squared), in standardised target units (the training "
                                   "targets' variance is 1)")
+    train_noise: bool = Field(True, description="gaussian / student-t: learn the noise (false: keep noise_variance "
+                                                "to the bit, as a known measurement noise)")
 
     likelihood: Literal["gaussian", "student-t", "poisson", "negative-binomial"] = Field(
         "gaussian", description="gaussian; student-t (robust to outliers); poisson or negative-binomial (counts, "
@@ -177,10 +179,12 @@ class SparseGPRegressorSpec(SparseGPSpec):
 
     def frozen(self, settings: SparseGPRegressionSettings, params: SparseGPParams) -> SparseGPParams:
         """With site updates the factor moves only by them; the inducing inputs unless ``train_inducing``;
-        the Student-t's ``ν`` unless ``train_dof``."""
+        the Student-t's ``ν`` unless ``train_dof``; the noise (the Gaussian's variance, the Student-t's scale)
+        unless ``train_noise``."""
         fixed = ({"factor_shift", "factor_chol"} if self.site_updates(settings) else set()) | (
             set() if settings.train_inducing else {"inducing"}) | (
-            set() if settings.train_dof or settings.likelihood != "student-t" else {"raw_dof"})
+            set() if settings.train_dof or settings.likelihood != "student-t" else {"raw_dof"}) | (
+            set() if settings.train_noise else {"raw_noise_variance", "raw_scale"})
         return leaves_named(params, fixed)
 
 
