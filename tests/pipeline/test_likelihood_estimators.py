@@ -165,7 +165,7 @@ def test_pep_train_takes_the_likelihood_from_the_model_section_and_records_it(re
                                rtol=1e-12, err_msg=f"dof moved although train_dof is false ({raw_dof})")
 
 
-@pytest.mark.parametrize("likelihood", ["gaussian", "student-t"])
+@pytest.mark.parametrize("likelihood", ["gaussian", pytest.param("student-t", marks=pytest.mark.heavy)])
 def test_a_noise_not_trained_keeps_its_value_to_the_bit_and_a_trained_one_moves(likelihood):
     """``train_noise=False`` holds a known measurement noise: the fitted noise parameter has the bits it
     started from (the Gaussian's variance, the Student-t's scale); trained, the same fit moves it."""
