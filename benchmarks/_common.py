@@ -29,7 +29,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(os.environ.get("PEP_BENCH_RESULTS") or ROOT / "benchmarks" / "results")
+"""Where results are read and written: the committed ``benchmarks/results/``, or ``$PEP_BENCH_RESULTS``
+(:mod:`benchmarks.verify` re-runs a benchmark into a temporary directory so)."""
 
 
 def arguments(doc: str, *, name: str | None = None, repeats: int | None = None, steps: int | None = None,

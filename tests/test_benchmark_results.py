@@ -106,3 +106,41 @@ def test_a_temporary_directory_is_a_path_removed_on_exit():
         assert isinstance(work, Path) and work.is_dir() and work.name.startswith("pep-test-")
         (work / "file").write_text("x")
     assert not work.exists()
+
+
+def test_verify_lists_its_checks_with_their_recorded_commands(capsys):
+    from benchmarks import verify
+
+    assert verify.main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{name}: {recorded(verify.COMMITTED / f'{name}.json')['command']}" for name in verify.CHECKS]
+
+
+def test_verify_agrees_with_the_committed_results_and_catches_a_moved_number(tmp_path, capsys):
+    """The committed JSON compared with themselves agree; QP's NLL moved by 0.05 on every fold (its mean by
+    about nine standard errors of the mean, the spread unchanged) is named as a miss and fails the command."""
+    from benchmarks import verify
+
+    assert verify.main(["--compare", str(verify.COMMITTED)]) == 0
+    result = recorded(verify.COMMITTED / "bench_qp_glass_id.json")
+    for fold in result["classification"]["glass-id"]["folds"]:
+        fold["qp"]["nll"] += 0.05
+    (tmp_path / "bench_qp_glass_id.json").write_text(json.dumps(result))
+    capsys.readouterr()
+    assert verify.main(["--compare", str(tmp_path), "--only", "bench_qp_glass_id"]) == 1
+    misses = [line for line in capsys.readouterr().out.splitlines() if "MISS" in line]
+    assert len(misses) == 1 and "glass-id qp nll" in misses[0]
+
+
+def test_verify_moves_a_recorded_out_path_into_its_directory(tmp_path):
+    from benchmarks import verify
+
+    words = verify.rerun_command("python -m benchmarks.bench_qp --repeats 1 --out benchmarks/results/x.json", tmp_path)
+    assert words == [sys.executable, "-m", "benchmarks.bench_qp", "--repeats", "1", "--out", str(tmp_path / "x.json")]
+
+
+def test_verify_agreement_is_two_combined_standard_errors():
+    from benchmarks.verify import agree
+
+    assert agree((1.0 + 2 * 5 - 1e-9, 3.0), (1.0, 4.0))[0] and not agree((1.0 + 2 * 5 + 1e-9, 3.0), (1.0, 4.0))[0]
+    assert agree((0.25, 0.0), (0.25, 0.0))[0] and not agree((0.25 + 1e-6, 0.0), (0.25, 0.0))[0]
