@@ -177,8 +177,9 @@ def read_results(name: str) -> dict:
 
 def write_json(path: Path, payload: dict, echo: bool = False) -> Path:
     """Write ``payload`` to ``path`` as strict JSON (a non-finite number is null) after :func:`provenance`
-    and :func:`machine` (facts the payload gives under ``machine`` are kept beside them); print it if
-    ``echo``."""
+    and :func:`machine` (facts the payload gives under ``machine`` are kept beside them; a payload's own
+    ``command``, e.g. bench_qp's normalised one that its ``--continue`` compares, replaces this process's);
+    print it if ``echo``."""
     from pep_gp.pipeline.jsonio import dumps
 
     payload = dict(payload)

@@ -99,8 +99,7 @@ def table(result: dict) -> str:
 
 def cli() -> argparse.ArgumentParser:
     """The command line of ``python -m benchmarks.bench_chile_probit``."""
-    parser = arguments(__doc__, splits=3)
-    return parser
+    return arguments(__doc__, splits=3)
 
 
 def main(argv=None) -> None:

@@ -47,8 +47,7 @@ def median_seconds(command: list[str], environment: dict[str, str], repeats: int
 
 def cli() -> argparse.ArgumentParser:
     """The command line of ``python -m benchmarks.bench_cli``."""
-    parser = arguments(__doc__, repeats=7)
-    return parser
+    return arguments(__doc__, repeats=7)
 
 
 def main() -> None:

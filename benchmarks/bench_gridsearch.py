@@ -55,8 +55,7 @@ def run(buckets: str) -> dict:
 
 def cli() -> argparse.ArgumentParser:
     """The command line of ``python -m benchmarks.bench_gridsearch``."""
-    parser = arguments(__doc__, repeats=3)
-    return parser
+    return arguments(__doc__, repeats=3)
 
 
 def main() -> None:

@@ -94,8 +94,7 @@ def main() -> None:
     from pep_gp.pipeline.training.trainer import TrainJob, train
 
     load_before = os.getloadavg()
-    with temporary_directory() as name:
-        directory = name
+    with temporary_directory() as directory:
         train_store = ingest_table(messy_table(2_000, seed=0), directory, "train")
         run_dir = directory / "run"
         train(TrainJob("sparse-gp-classifier", open_store(train_store),
