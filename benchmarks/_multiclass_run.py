@@ -4,7 +4,6 @@ training time without the evaluations, beside the in-memory baselines, and the c
 from __future__ import annotations
 
 import resource
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from benchmarks._common import Stopwatch, temporary_directory
 from pep_gp.pipeline.training.baselines import classification_baselines
 from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
@@ -70,11 +70,11 @@ def run_sep(store: Store, config: TrainConfig, cluster: str, model: str = MODEL)
     backend = connect(cluster)
     clock = EpochClock()
     try:
-        with tempfile.TemporaryDirectory(prefix="pep-bench-run-") as run_dir:
-            trainer = Trainer(TrainJob(model, store, config, Path(run_dir)), backend)
-            started = time.perf_counter()
-            result = trainer.run(progress=clock)
-            wall = time.perf_counter() - started
+        with temporary_directory("pep-bench-run-") as run_dir:
+            trainer = Trainer(TrainJob(model, store, config, run_dir), backend)
+            with Stopwatch() as timer:
+                result = trainer.run(progress=clock)
+            wall = timer.seconds
             state = trainer.fresh_state()
     finally:
         backend.close()

@@ -15,10 +15,9 @@ after every epoch, seconds per epoch (training steps only), the coordinator's st
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, temporary_directory, write_results
 from benchmarks._multiclass_run import airline_classes, baselines, run_sep
 from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.data.stores import open_store
@@ -30,8 +29,9 @@ AIRLINE_SEP = TrainConfig(model={"num_inducing": 200, "damping": 1.0, "damping_d
                           checkpoint_every=10_000)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_airline_multiclass``."""
+    parser = arguments(__doc__)
     parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--epochs", type=int, default=AIRLINE_SEP.epochs)
     parser.add_argument("--batch-size", type=int, default=AIRLINE_SEP.batch_size)
@@ -39,12 +39,16 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=AIRLINE_SEP.learning_rate)
     parser.add_argument("--cluster", default="local:2:pinned",
                         help="local:2:pinned by default: one core per worker does not oversubscribe a 2-core machine")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     config = AIRLINE_SEP.model_copy(update={"epochs": args.epochs, "batch_size": args.batch_size,
                                             "model": {**AIRLINE_SEP.model, "num_inducing": args.num_inducing},
                                             "learning_rate": args.learning_rate})
-    with tempfile.TemporaryDirectory(prefix="pep-bench-airline-") as work:
-        store = open_store(args.store or airline_classes(Path(work)))
+    with temporary_directory(prefix="pep-bench-airline-") as work:
+        store = open_store(args.store or airline_classes(work))
         reference = baselines(store)
         sep = run_sep(store, config, args.cluster)
         sizes = {"n_train": store.n_rows("train"), "n_test": store.n_rows("test")}

@@ -16,10 +16,9 @@ temporary directory. Writes ``benchmarks/results/bench_airline_qp.json``.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, temporary_directory, write_results
 from benchmarks._multiclass_run import baselines, run_sep
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
@@ -32,19 +31,23 @@ AIRLINE_TIED = TrainConfig(model={"num_inducing": 100, "damping": 1.0}, batch_si
                            learning_rate=0.05, lr_schedule="cosine", epochs=2, checkpoint_every=10_000)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_airline_qp``."""
+    parser = arguments(__doc__, cluster="local:2")
     parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--epochs", type=int, default=AIRLINE_TIED.epochs)
     parser.add_argument("--batch-size", type=int, default=AIRLINE_TIED.batch_size)
     parser.add_argument("--num-inducing", type=int, default=AIRLINE_TIED.model["num_inducing"])
-    parser.add_argument("--cluster", default="local:2")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     runs = {}
-    with tempfile.TemporaryDirectory(prefix="pep-bench-airline-qp-") as work:
+    with temporary_directory(prefix="pep-bench-airline-qp-") as work:
         path = args.store
         if path is None:
-            path = Path(work) / "airline-delayed.zarr"
+            path = work / "airline-delayed.zarr"
             ingest(open_source("airline", SourceRequest((), "delayed")), path)
         store = open_store(path)
         for method, projection in [("ep", "kl"), ("qp", "wasserstein")]:

@@ -28,9 +28,9 @@ import json
 import resource
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
+
+from benchmarks._common import RESULTS, Stopwatch, arguments, temporary_directory, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED001_AIRLINE_ROWS = 2_127_068
@@ -50,9 +50,9 @@ def child(store: str, run_dir: str, cluster: str) -> None:
         data = open_store(store)
         trainer = Trainer(TrainJob("multiclass-sep", data, AIRLINE_SEP.model_copy(update={"epochs": 1}),
                                    Path(run_dir)), backend)
-        started = time.perf_counter()
-        result = trainer.run(progress=clock)
-        wall = time.perf_counter() - started
+        with Stopwatch() as timer:
+            result = trainer.run(progress=clock)
+        wall = timer.seconds
         workers = backend.client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     finally:
         backend.close()
@@ -100,26 +100,28 @@ def table(result: dict) -> str:
                                f"(`{result['cluster']}`)."])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_airline_scale``."""
+    parser = arguments(__doc__, cluster="local:2")
     parser.add_argument("--rows", type=int, default=SEED001_AIRLINE_ROWS)
-    parser.add_argument("--cluster", default="local:2")
     parser.add_argument("--child", nargs=2, metavar=("STORE", "RUN_DIR"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     if args.child:
         child(*args.child, args.cluster)
         return
-    from benchmarks._common import RESULTS, write_results
     from benchmarks._multiclass_run import airline_classes
     from pep_gp.pipeline.data.ingest import ingest
     from pep_gp.pipeline.data.sources import SourceRequest, open_source
 
-    with tempfile.TemporaryDirectory(prefix="pep-bench-airline-scale-") as work:
-        work = Path(work)
+    with temporary_directory(prefix="pep-bench-airline-scale-") as work:
         synthetic = work / "airline-synthetic.zarr"
-        started = time.perf_counter()
-        summary = ingest(open_source("airline", SourceRequest(synthetic_rows=args.rows)), synthetic)
-        ingest_seconds = time.perf_counter() - started
+        with Stopwatch() as timer:
+            summary = ingest(open_source("airline", SourceRequest(synthetic_rows=args.rows)), synthetic)
+        ingest_seconds = timer.seconds
         print({"ingested": args.rows, "seconds": round(ingest_seconds, 1)}, flush=True)
         store_bytes = sum(f.stat().st_size for f in synthetic.rglob("*") if f.is_file())
         large = train_in_a_new_process(synthetic, work / "run-synthetic", args.cluster)

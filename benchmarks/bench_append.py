@@ -27,11 +27,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import write_results
+from benchmarks._common import Stopwatch, arguments, temporary_directory, write_results
 from pep_gp.pipeline.data.append import append
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
@@ -68,41 +67,41 @@ def train(store, run_dir: Path, config: TrainConfig, resume: bool = False, new_r
             "seconds": round(time.perf_counter() - started, 1)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_append``."""
+    parser = arguments(__doc__)
     parser.add_argument("--steps", type=int, default=150, help="steps before the append, and after it")
     parser.add_argument("--batch-size", type=int, default=4000)
     parser.add_argument("--num-inducing", type=int, default=50)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     config = TrainConfig(model={"num_inducing": args.num_inducing}, batch_size=args.batch_size, max_steps=args.steps,
                          tol=0.0, checkpoint_every=10 * args.steps)
     source = open_source("airline", SourceRequest(target="delayed"))
     n_rows = sum(len(block.y) for block in source.read())
     n_first = n_rows // 2
-    work = Path(tempfile.mkdtemp(prefix="bench-append-"))
-    try:
+    with temporary_directory("bench-append-") as work:
         store_path = work / "flights.zarr"
         ingest(half(source, True, n_first), store_path)
         first = open_store(store_path)
         before = train(first, work / "grown", config)
         shutil.copytree(work / "grown", work / "grown_new_rows_only")
-        started = time.perf_counter()
-        summary = append(half(source, False, n_first), store_path)
-        append_seconds = time.perf_counter() - started
+        with Stopwatch() as timer:
+            summary = append(half(source, False, n_first), store_path)
+        append_seconds = timer.seconds
         grown = open_store(store_path)
         runs = {"grown": train(grown, work / "grown", config, resume=True),
                 "grown_new_rows_only": train(grown, work / "grown_new_rows_only", config, resume=True,
                                              new_rows_only=True),
                 "all_rows": train(grown, work / "all_rows",
                                   config.model_copy(update={"max_steps": 2 * args.steps}))}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     reference = runs["all_rows"]["test_nll"]
     for run in runs.values():
         run["test_nll_minus_all_rows"] = run["test_nll"] - reference
     write_results("bench_append", {
-        "command": "python -m benchmarks.bench_append " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
         "model": MODEL, "config": config.model_dump(exclude_defaults=True),
         "rows": {"source": n_rows, "first_half": n_first, "second_half": n_rows - n_first},
         "store": {"first": {"train": first.n_rows("train"), "test": first.n_rows("test")},

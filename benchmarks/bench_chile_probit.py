@@ -27,7 +27,7 @@ from scipy.optimize import minimize
 from scipy.stats import norm
 from sklearn.preprocessing import StandardScaler
 
-from benchmarks._common import standard_error, write_results
+from benchmarks._common import arguments, standard_error, write_results
 from benchmarks.bench_estimators import _classification_baseline, _table
 from pep_gp.core import float64
 from pep_gp.core.models.multiclass_sites import predictive_log_probs
@@ -97,10 +97,13 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_chile_probit``."""
+    return arguments(__doc__, splits=3)
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--splits", type=int, default=3)
-    result = run(parser.parse_args(argv).splits)
+    result = run(cli().parse_args(argv).splits)
     write_results(NAME, result)
     print(table(result))
 

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, temporary_directory, uptime, write_results
 from benchmarks._multiclass_run import run_sep
 from benchmarks.bench_fashion_mnist import PAPER_MNIST, fashion_mnist_store
 from pep_gp.core import float64
@@ -103,9 +101,9 @@ def summary(seconds: list[float]) -> dict[str, float]:
 
 def run(rows: int, steps: int) -> dict[str, Any]:
     config = PAPER_MNIST.model_copy(update={"epochs": 100})
-    load_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="pep-bench-classpar-") as work, compute_threads():
-        trainer = Trainer(TrainJob("multiclass-sep", synthetic_store(Path(work), rows), config, None), InProcess())
+    load_before = uptime()
+    with temporary_directory(prefix="pep-bench-classpar-") as work, compute_threads():
+        trainer = Trainer(TrainJob("multiclass-sep", synthetic_store(work, rows), config, None), InProcess())
         state = trainer.fresh_state()
         arguments = step_arguments(trainer.spec, trainer.settings, trainer.job.config,
                                    trainer.schedule.steps_per_epoch, 0)
@@ -163,7 +161,7 @@ def run(rows: int, steps: int) -> dict[str, Any]:
                                      "min": round(one["min_s"] / two["min_s"], 3)},
         "class_parallel_bits_agree": len({results[n]["params_sha256"] for n in variants}) == 1,
         "load": {"before": load_before,
-                 "after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()},
+                 "after": uptime()},
     }
 
 
@@ -171,8 +169,8 @@ def trained(epochs: int, max_train_rows: int | None) -> dict[str, Any]:
     """The :data:`TRAINED` variants of ``pep train`` on Fashion-MNIST (see the module docstring)."""
     config = PAPER_MNIST.model_copy(update={"epochs": epochs})
     runs = {}
-    with tempfile.TemporaryDirectory(prefix="pep-bench-classpar-train-") as work:
-        store = fashion_mnist_store(DEBIAN_DIR, Path(work), max_train_rows)
+    with temporary_directory(prefix="pep-bench-classpar-train-") as work:
+        store = fashion_mnist_store(DEBIAN_DIR, work, max_train_rows)
         for cluster, over in TRAINED:
             run = run_sep(store, config.model_copy(update={"parallel_over": over}), cluster)
             *_, before, last = [{"training_seconds": 0.0}, *run["per_epoch"]]
@@ -219,14 +217,17 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=20)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_class_parallel``."""
+    parser = arguments(__doc__, steps=20, name="bench_class_parallel")
     parser.add_argument("--rows", type=int, default=2000, help="training rows of the synthetic store")
     parser.add_argument("--train-epochs", type=int, default=0, help="also train on Fashion-MNIST for this many epochs")
     parser.add_argument("--max-train-rows", type=int, default=None, help="Fashion-MNIST training rows kept")
-    parser.add_argument("--name", default="bench_class_parallel", help="results/NAME.json")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     result = run(args.rows, args.steps)
     if args.train_epochs:
         result["train"] = trained(args.train_epochs, args.max_train_rows)

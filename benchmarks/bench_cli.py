@@ -22,11 +22,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, temporary_directory, write_results
 from tests.datafiles import write_messy_csv
 
 BIN = Path(sys.executable).parent
@@ -46,20 +45,23 @@ def median_seconds(command: list[str], environment: dict[str, str], repeats: int
             "max_s": round(max(times), 3), "runs": repeats, "command": " ".join(command)}
 
 
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_cli``."""
+    return arguments(__doc__, repeats=7)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
+    args = cli().parse_args()
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory() as directory:
-        home = Path(directory) / "prefect-home"
+    with temporary_directory() as directory:
+        home = directory / "prefect-home"
         environment = {**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
                        "PREFECT_HOME": str(home), "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-        csv = Path(directory) / "customers.csv"
+        csv = directory / "customers.csv"
         write_messy_csv(csv, n_rows=600)
         pep = str(BIN / "pep")
         ingest = [pep, "ingest", "csv", "--input", str(csv), "--target", "bought", "--sep", ";", "--id", "id",
-                  "--na", "mean", "--out", str(Path(directory) / "s.zarr"), "--overwrite", "--quiet"]
+                  "--na", "mean", "--out", str(directory / "s.zarr"), "--overwrite", "--quiet"]
         seconds(ingest + ["--prefect"], environment)  # creates Prefect's database: not counted
         results = {
             "python_start": median_seconds([sys.executable, "-c", "pass"], environment, args.repeats),

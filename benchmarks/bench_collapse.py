@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, write_results
 from pep_gp import SparseGPClassifier
 
 SCALINGS = (1.0, 1.0 + 1e-9, 3.0, 1e3, 1e12)
@@ -62,11 +62,16 @@ def one_run(seed: int, scaling: float) -> dict:
             "fall_per_row": float((means.max() - means[-1]) / 400), "seconds": round(time.perf_counter() - start, 2)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_collapse``."""
+    parser = arguments(__doc__)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--out", default="bench_collapse")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     runs = []
     for seed in range(args.seeds):
         runs += [one_run(seed, scaling) for scaling in SCALINGS]

@@ -24,9 +24,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from benchmarks._common import Stopwatch, arguments, temporary_directory, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,9 +53,9 @@ def child(store: str, steps: int, config: str) -> None:
                       InProcess())
     with compute_threads():  # as Trainer.run: one BLAS thread, or LAPACK's results vary with its threads
         state = trainer.fresh_state()
-        step_started = time.perf_counter()
-        trainer.step(state)
-        first_step = time.perf_counter() - step_started
+        with Stopwatch() as timer:
+            trainer.step(state)
+        first_step = timer.seconds
         to_first_step = time.time() - started
         hits_at_first_step = len(hits)
         for _ in range(steps - 1):
@@ -75,30 +76,32 @@ def run_child(store: str, steps: int, config: str, cache: str) -> dict:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_compile_cache``."""
+    parser = arguments(__doc__, steps=3, name="bench_compile_cache")
     parser.add_argument("--store", type=Path, default=None)
-    parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--mnist-dir", type=Path, default=None)
-    parser.add_argument("--name", default="bench_compile_cache")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     if args.child:
         child(str(args.store), args.steps, args.config)
         return
-    from benchmarks._common import write_results
     from benchmarks.bench_fashion_mnist import PAPER_MNIST
     from pep_gp.pipeline.data.ingest import ingest
     from pep_gp.pipeline.data.sources import SourceRequest, open_source
     from pep_gp.pipeline.data.sources.mnist import DEBIAN_DIR
 
-    with tempfile.TemporaryDirectory(prefix="pep-bench-cache-") as work:
+    with temporary_directory(prefix="pep-bench-cache-") as work:
         store = args.store
         if store is None:
-            store = Path(work) / "fashion-mnist.zarr"
+            store = work / "fashion-mnist.zarr"
             ingest(open_source("mnist", SourceRequest((args.mnist_dir or DEBIAN_DIR,))), store)
-        cache = Path(work) / "jax-cache"
+        cache = work / "jax-cache"
         config = PAPER_MNIST.model_copy(update={"epochs": 1}).model_dump_json()
         runs = {"no cache (PEP_COMPILATION_CACHE=off)": run_child(str(store), args.steps, config, "off"),
                 "first process (empty cache)": run_child(str(store), args.steps, config, str(cache)),

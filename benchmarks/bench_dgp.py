@@ -57,7 +57,7 @@ from scipy.special import logsumexp
 from scipy.stats import norm
 
 from benchmarks import datasets
-from benchmarks._common import RESULTS, standard_error, two_se_sign, write_results
+from benchmarks._common import RESULTS, arguments, standard_error, two_se_sign, write_results
 
 DATASETS = ("boston", "concrete")  # benchmarks.datasets: MASS Boston (target medv), modeldata concrete
 PEP_MODELS = {"gp": (), "dgp1": (1,), "dgp2": (2,), "dgp3": (3,), "dgp2+2": (2, 2), "dgp2-defaults": (2,), "dgp2-lr0.05": (2,)}
@@ -420,14 +420,14 @@ def finished_splits(name: str, settings: dict) -> tuple[dict[tuple[str, int, str
     return {(row["dataset"], row["M"], row["model"]): row["splits"][:done] for row in old["rows"]}, done
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_dgp``."""
+    parser = arguments(__doc__, splits=20, name="bench_dgp")
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     parser.add_argument("--models", nargs="+", default=["gp", "dgp2", "gpytorch"],
                         choices=[*PEP_MODELS, *GPYTORCH_MODELS])
     parser.add_argument("--inducing", nargs="+", type=int, default=[100], help="M per GP (the paper: 50 and 100)")
     parser.add_argument("--skip", nargs="*", default=[], help="M:model pairs not to run (e.g. 100:gp)")
-    parser.add_argument("--splits", type=int, default=20)
     parser.add_argument("--steps", type=int, default=1000, help="Adam steps per fit (every model)")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="rows per Adam step (every model; default: all training rows, the estimator's default)")
@@ -437,12 +437,16 @@ def main(argv=None) -> dict:
                         help="components of both libraries' Monte Carlo mixture predictive")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes, each fitting one (data set, split)")
-    parser.add_argument("--name", default="bench_dgp", help="results/NAME.json")
     parser.add_argument("--continue", dest="resume", action="store_true",
                         help="keep the splits an earlier run with the same settings finished in results/NAME.json "
                              "and run the rest (every fit is deterministic: the same numbers as one run)")
     parser.add_argument("--table", nargs="*", metavar="NAME",
                         help=f"print the results page's table of results/NAME.json ... (default: {' '.join(PAGE_RESULTS)})")
+    return parser
+
+
+def main(argv=None) -> dict:
+    parser = cli()
     args = parser.parse_args(argv)
     if args.table is not None:
         print(table([json.loads((RESULTS / f"{name}.json").read_text()) for name in args.table or PAGE_RESULTS]))

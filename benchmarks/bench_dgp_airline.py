@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import resource
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, temporary_directory, write_results
 from benchmarks.bench_dgp import fit_gpytorch, scores
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.runs.config import TrainConfig
@@ -63,10 +62,10 @@ def arrays(store, split: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(x[:], np.float64), np.asarray(y[:], np.float64)
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_dgp_airline``."""
+    parser = arguments(__doc__, cluster="local:2", name="bench_dgp_airline")
     parser.add_argument("--store", required=True, help="a store from `pep ingest airline --target delay`")
-    parser.add_argument("--cluster", default="local:2")
     parser.add_argument("--width", type=int, default=2, help="the DGP's hidden width")
     parser.add_argument("--inducing", type=int, default=50, help="M per GP")
     parser.add_argument("--epochs", type=int, default=1)
@@ -76,12 +75,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--samples", type=int, default=3, help="GPyTorch's likelihood samples")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", default=None, help="keep pep's run directories here (default: a temporary one)")
-    parser.add_argument("--name", default="bench_dgp_airline", help="results/NAME.json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> dict:
+    args = cli().parse_args(argv)
     store = open_store(args.store)
     results = {"settings": vars(args), "store": {"rows_train": store.n_rows("train"), "rows_test": store.n_rows("test"),
                                                  "checksum": store.checksum}, "models": {}}
-    with tempfile.TemporaryDirectory() as scratch:
+    with temporary_directory() as scratch:
         runs = Path(args.run_dir or scratch)
         backend = connect(args.cluster)
         try:

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedShuffleSplit
 
-from benchmarks._common import RESULTS, standard_error, two_se_sign, write_results
+from benchmarks._common import RESULTS, Stopwatch, arguments, standard_error, two_se_sign, write_results
 from benchmarks.datasets import load
 from pep_gp import DeepGPClassifier, MultiClassDeepGPClassifier
 
@@ -57,9 +56,9 @@ def fit_one(x, y, train, test, model, args) -> dict:
                     tol=0, learning_rate=args.learning_rate, seed=args.seed)
     binary = np.unique(y).size == 2
     clf = DeepGPClassifier(**settings) if binary else MultiClassDeepGPClassifier(**settings, class_noise=args.class_noise)
-    start = time.perf_counter()
-    clf.fit(x[train], y[train])
-    seconds = time.perf_counter() - start
+    with Stopwatch() as timer:
+        clf.fit(x[train], y[train])
+    seconds = timer.seconds
     proba = clf.predict_proba(x[test])
     return {"test_loglik": -float(log_loss(y[test], proba, labels=clf.classes_)),
             "test_error": float(np.mean(clf.classes_[np.argmax(proba, axis=1)] != y[test])),
@@ -116,20 +115,22 @@ def table(result: dict) -> str:
     return "\n".join(rows)
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_dgp_multiclass``."""
+    parser = arguments(__doc__, splits=10, steps=1000, name=NAME)
     parser.add_argument("--datasets", nargs="+", default=["wine", "glass"], choices=sorted(PAPER))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--splits", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--inducing", type=int, default=20)
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--class-noise", type=float, default=1.0, help="the starting latent noise σ_0,c (multi-class only)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--name", default=NAME)
     parser.add_argument("--continue", dest="resume", action="store_true", help="keep the splits already in --name")
     parser.add_argument("--table", action="store_true", help="print the table of the committed --name and exit")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> None:
+    args = cli().parse_args(argv)
     path = RESULTS / f"{args.name}.json"
     if args.table:
         print(table(json.loads(path.read_text())))

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import pep_gp.core
-from benchmarks._common import best_time, loglog_slope, write_results
+from benchmarks._common import arguments, best_time, loglog_slope, write_results
 from pep_gp.core.gaussian import log_density
 from pep_gp.core.likelihoods import Probit
 from pep_gp.core.linalg import DEFAULT_JITTER
@@ -66,6 +66,13 @@ def _sweep(make, sizes, repeats):
     return [best_time(make(s), repeats) for s in sizes]
 
 
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_energy_scaling``."""
+    parser = arguments(__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller grids, fewer repeats")
+    return parser
+
+
 def main(quick: bool) -> None:
     repeats = 3 if quick else 7
     n_grid = [2_000, 4_000, 8_000] if quick else [2_000, 4_000, 8_000, 16_000, 32_000]
@@ -94,6 +101,4 @@ def main(quick: bool) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller grids, fewer repeats")
-    main(parser.parse_args().quick)
+    main(cli().parse_args().quick)

@@ -40,7 +40,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from benchmarks._common import socket_bytes, write_results
+from benchmarks._common import RESULTS, arguments, socket_bytes, temporary_directory, uptime, write_results
 
 MODEL = "multiclass-sep"
 INDUCING = (50, 200)
@@ -179,10 +178,6 @@ def run_one(store: Path, inducing: int, cluster: str, steps: int, src: Path,
     return json.loads(output.stdout.strip().splitlines()[-1])
 
 
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
 def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
     """The issue's same-run ratios of one engine at one M, of the medians and of the minima (on a shared
     machine interference only adds time)."""
@@ -252,15 +247,20 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_engine``."""
+    parser = arguments(__doc__, steps=20)
     parser.add_argument("--store", type=Path, help="airline store with 3 classes; ingested if absent")
-    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--old-src", type=Path, help="the src/ directory of the engine to compare with")
     parser.add_argument("--one", nargs=4, metavar=("STORE", "M", "BACKEND", "STEPS"),
                         help="one backend (in-process, local:1, local:1:pinned, local:2:pinned, ...) of this tree's "
                              "engine at M inducing points per class: its row as JSON on stdout")
     parser.add_argument("--block-rows", type=int, help="with --one: rows per block (default 1,000)")
+    return parser
+
+
+def main() -> None:
+    parser = cli()
     args = parser.parse_args()
     if args.one:
         store, inducing, cluster, steps = args.one
@@ -272,8 +272,8 @@ def main() -> None:
 
     sources = {"old": args.old_src.resolve(), "new": ROOT / "src"}
     before = uptime()
-    with tempfile.TemporaryDirectory() as scratch:
-        store = args.store or airline_classes(Path(scratch))
+    with temporary_directory() as scratch:
+        store = args.store or airline_classes(scratch)
         runs: dict[str, dict[str, dict[str, Any]]] = {str(m): {e: {} for e in ENGINES} for m in INDUCING}
         for inducing in INDUCING:
             for cluster in BACKENDS:
@@ -289,7 +289,6 @@ def main() -> None:
         "ratios": {m: {e: ratios(rows) for e, rows in engines.items()} for m, engines in runs.items()},
         "scaling_model": scaling_model(runs[str(max(INDUCING))]["new"]),
     })
-    from benchmarks._common import RESULTS
 
     print(table(json.loads((RESULTS / "bench_engine.json").read_text())))
 

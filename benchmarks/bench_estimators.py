@@ -48,7 +48,7 @@ from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedShuffleSplit
 from sklearn.preprocessing import StandardScaler
 
-from benchmarks._common import standard_error, write_results
+from benchmarks._common import arguments, standard_error, write_results
 from pep_gp import CollapsedGPRegressor, MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 
@@ -175,13 +175,16 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--splits", type=int, default=3)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_estimators``."""
+    parser = arguments(__doc__, splits=3, name="bench_estimators")
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     parser.add_argument("--settings", type=json.loads, default={}, help="settings of every GP estimator, as JSON")
-    parser.add_argument("--name", default="bench_estimators")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     results = {name: run(name, args.splits, args.settings) for name in args.datasets}
     write_results(args.name, {"splits": args.splits, "settings": args.settings, "datasets": results})
     print(table({"settings": args.settings, "datasets": results}))

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, temporary_directory, write_results
 from benchmarks._multiclass_run import baselines, peak_rss_mb, run_sep
 from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.data.ingest import ingest
@@ -66,8 +65,9 @@ def fashion_mnist_store(directory: Path, work: Path, max_train_rows: int | None)
     return open_store(work / "fashion-mnist.zarr")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_fashion_mnist``."""
+    parser = arguments(__doc__, name="bench_fashion_mnist")
     parser.add_argument("--epochs", type=int, default=7)
     parser.add_argument("--max-train-rows", type=int, default=None)
     parser.add_argument("--mnist-dir", type=Path, default=DEBIAN_DIR)
@@ -76,13 +76,16 @@ def main() -> None:
                         help="spread a step over the workers by rows (blocks) or by classes")
     parser.add_argument("--paper-damping", action="store_true", help="damping_decay = 1 (the paper's ρ = 1)")
     parser.add_argument("--no-baselines", action="store_true", help="skip logistic regression and the frequencies")
-    parser.add_argument("--name", default="bench_fashion_mnist", help="the results file's name")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     damping = {"damping_decay": 1.0} if args.paper_damping else {}
     config = PAPER_MNIST.model_copy(update={"epochs": args.epochs, "model": {**PAPER_MNIST.model, **damping},
                                             "parallel_over": args.parallel_over})
-    with tempfile.TemporaryDirectory(prefix="pep-bench-fmnist-") as work:
-        store = fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows)
+    with temporary_directory(prefix="pep-bench-fmnist-") as work:
+        store = fashion_mnist_store(args.mnist_dir, work, args.max_train_rows)
         reference = None if args.no_baselines else baselines(store)
         sep = run_sep(store, config, args.cluster)
         n_train = store.n_rows("train")

@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, write_results
 
 SEARCH = r"""
 import json, time
@@ -53,10 +53,13 @@ def run(buckets: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_gridsearch``."""
+    return arguments(__doc__, repeats=3)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = cli().parse_args()
     load_before = os.getloadavg()
     runs: dict[str, list[dict]] = {"on": [], "off": []}
     for _ in range(args.repeats):

@@ -23,12 +23,13 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks._common import arguments, temporary_directory, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "ingest.json"
@@ -101,18 +102,23 @@ def run_child(name: str, csv: Path, out: Path) -> dict[str, float]:
     return {**report, "wall_seconds": time.perf_counter() - began}
 
 
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_ingest``."""
+    parser = arguments(__doc__)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    return parser
+
+
 def main() -> None:
     """Generate the CSV, run the three children, write and print the JSON results."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2_000_000)
-    rows = parser.parse_args().rows
-    with tempfile.TemporaryDirectory(prefix="pep-bench-") as tmp:
-        csv = Path(tmp) / "big.csv"
+    rows = cli().parse_args().rows
+    with temporary_directory(prefix="pep-bench-") as tmp:
+        csv = tmp / "big.csv"
         write_csv(csv, rows)
         size_mb = csv.stat().st_size / 2**20
         results = {}
         for name in CHILDREN:
-            measured = run_child(name, csv, Path(tmp))
+            measured = run_child(name, csv, tmp)
             results[name] = {
                 "seconds": round(measured["seconds"], 2),
                 "wall_seconds_with_startup": round(measured["wall_seconds"], 2),
@@ -134,9 +140,7 @@ def main() -> None:
         "pep_peak_under_limit": results["pep_library"]["peak_rss_mb"] < MEMORY_LIMIT_MB
         and results["pep_cli"]["peak_rss_mb"] < MEMORY_LIMIT_MB,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+    write_json(RESULTS, report, echo=True)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import numpy as np
 from scipy.stats import norm
 
 from benchmarks import datasets
-from benchmarks._common import read_results, standard_error, write_results
+from benchmarks._common import Stopwatch, arguments, read_results, standard_error, write_results
 
 NAME = "bench_kernels"
 REGRESSION = ("boston", "concrete")
@@ -66,9 +66,9 @@ def fit_pep(task: str, kernel: str, x, y, x_test, y_test, max_iter: int | None =
 
     estimator = SparseGPRegressor if task == "regression" else SparseGPClassifier
     extra = {} if max_iter is None else {"max_iter": max_iter, "tol": 0.0}
-    started = time.perf_counter()
-    model = estimator(kernel=pep_kernel(kernel), seed=0, **extra).fit(x, y)
-    seconds = time.perf_counter() - started
+    with Stopwatch() as timer:
+        model = estimator(kernel=pep_kernel(kernel), seed=0, **extra).fit(x, y)
+    seconds = timer.seconds
     out = model.predict(x_test, return_std=True) if task == "regression" else model.predict_proba(x_test)
     return {"nll": held_out_nll(task, y_test, out), "seconds": round(seconds, 3), "steps": int(model.n_iter_),
             "kernel": repr(model.kernel_)}
@@ -158,13 +158,18 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_kernels``."""
+    parser = arguments(__doc__)
     parser.add_argument("--splits", type=int, default=3, help="random 90/10 splits per set")
     parser.add_argument("--datasets", nargs="+", default=list(REGRESSION + CLASSIFICATION),
                         choices=REGRESSION + CLASSIFICATION)
     parser.add_argument("--table", action="store_true", help="print the results page's table of the committed JSON")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     old = read_results(NAME)
     if args.table:
         print(table(old))

@@ -46,7 +46,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from benchmarks import datasets
-from benchmarks._common import read_results, standard_error, write_results
+from benchmarks._common import arguments, read_results, standard_error, write_results
 
 NAME = "bench_likelihoods"
 SECTIONS = ("outliers", "counts", "binary", "coverage")
@@ -222,13 +222,17 @@ def table(result: dict) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n\n" + note
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--splits", type=int, default=3)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_likelihoods``."""
+    parser = arguments(__doc__, splits=3)
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--table", action="store_true", help="print the docs table of the committed JSON")
     parser.add_argument("--smoke", action="store_true", help="20 steps per fit, written to bench_likelihoods_smoke.json")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     global STEPS, CLASSIFIER_STEPS, DEEP_STEPS
     if args.smoke:
         STEPS = CLASSIFIER_STEPS = DEEP_STEPS = 20

@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.exceptions import ConvergenceWarning
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, write_results
 from pep_gp import MultiClassGPClassifier
 
 SHORT, LONG = 5, 45
@@ -69,13 +69,16 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_multiclass_likelihoods``."""
+    parser = arguments(__doc__, repeats=3, name="bench_multiclass_likelihoods")
     parser.add_argument("--classes", type=int, nargs="+", default=[3, 10],
                         help="the first C classes of digits, one data set each")
-    parser.add_argument("--name", default="bench_multiclass_likelihoods")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     results = run(args.repeats, args.classes)
     write_results(args.name, results, echo=False)
     print(table(results))

@@ -30,8 +30,6 @@ import argparse
 import math
 import multiprocessing
 import os
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -41,7 +39,7 @@ from unittest import mock
 import numpy as np
 import psutil
 
-from benchmarks._common import best_time, write_results
+from benchmarks._common import Stopwatch, arguments, best_time, temporary_directory, write_results
 from benchmarks._multiclass_run import MODEL, EpochClock, airline_classes, tree_bytes
 from pep_gp.pipeline.engine import cache as engine_cache
 from pep_gp.pipeline.runs.config import TrainConfig
@@ -134,13 +132,13 @@ def train(store: Store, steps: int, cluster: str, cache_mb: str | None = None) -
     config = CONFIG.model_copy(update={"epochs": steps})
     backend = connect(cluster)
     try:
-        with tempfile.TemporaryDirectory(prefix="pep-bench-run-") as run_dir:
-            trainer = Trainer(TrainJob(MODEL, store, config, Path(run_dir)), backend)
+        with temporary_directory(prefix="pep-bench-run-") as run_dir:
+            trainer = Trainer(TrainJob(MODEL, store, config, run_dir), backend)
             clock = EpochClock(echo=False)
             rss_before = psutil.Process().memory_info().rss / MB
-            started = time.perf_counter()
-            result = trainer.run(until_step=steps, progress=clock)
-            seconds = time.perf_counter() - started
+            with Stopwatch() as timer:
+                result = trainer.run(until_step=steps, progress=clock)
+            seconds = timer.seconds
         workers = backend.client.run(worker_memory)
     finally:
         backend.close()
@@ -179,17 +177,20 @@ def cache_cost(store: Store, run_dir: Path, repeats: int = 3) -> dict[str, Any]:
             "cache_off_slowdown": round(passes["cache off"] / passes["cached"] - 1, 3)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_multiclass_memory``."""
+    parser = arguments(__doc__, cluster="local:2:pinned")
     parser.add_argument("--store", type=Path, default=None, help="airline 3-class store; ingested if absent")
     parser.add_argument("--copies", type=int, default=10)
     parser.add_argument("--steps", type=int, default=None, help="default: one epoch of the replicated store")
-    parser.add_argument("--cluster", default="local:2:pinned")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="pep-bench-memory-") as work:
-        store = open_store(args.store or airline_classes(Path(work)))
-        replicated_path = Path(work) / f"airline-classes-x{args.copies}.zarr"
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
+    with temporary_directory(prefix="pep-bench-memory-") as work:
+        store = open_store(args.store or airline_classes(work))
+        replicated_path = work / f"airline-classes-x{args.copies}.zarr"
         ingest(replicated_source(store, args.copies), replicated_path)
         replicated = open_store(replicated_path)
         check_replica(store, replicated, args.copies)
@@ -198,7 +199,7 @@ def main() -> None:
                 f"{args.copies}x": in_fresh_process(train, replicated, steps, args.cluster),
                 f"{args.copies}x, unbounded block cache": in_fresh_process(train, replicated, steps, args.cluster,
                                                                             UNBOUNDED_MB)}
-        cost = cache_cost(store, Path(work) / "in-process-run")
+        cost = cache_cost(store, work / "in-process-run")
     write_results("bench_multiclass_memory", {
         "data": f"airline 2013 (bundled), 3 classes; training rows x1 and x{args.copies}", "model": MODEL,
         "config": CONFIG.model_dump(exclude={"epochs"}), "cluster": args.cluster, "steps": steps,

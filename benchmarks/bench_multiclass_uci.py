@@ -55,7 +55,7 @@ from sklearn.model_selection import StratifiedShuffleSplit
 from sklearn.preprocessing import StandardScaler
 
 from benchmarks import datasets
-from benchmarks._common import read_results, standard_error, write_results
+from benchmarks._common import Stopwatch, arguments, read_results, standard_error, write_results
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,9 @@ def _run(x, y, train, test, fraction, method, args):
     paper = {"likelihood": "pairwise", "train_inducing": True} if method == "sep" else {}  # eq. (6), learned Z
     clf = _estimator(method)(num_inducing=num_inducing, alpha=1.0, max_iter=args.iterations, tol=args.tol,
                              learning_rate=args.learning_rate, seed=args.seed, **paper)
-    start = time.perf_counter()
-    clf.fit(x_train, y[train])
-    seconds = time.perf_counter() - start
+    with Stopwatch() as timer:
+        clf.fit(x_train, y[train])
+    seconds = timer.seconds
     proba = clf.predict_proba(x_test)
     return {
         "num_inducing": num_inducing,
@@ -400,10 +400,10 @@ def _splits_of(parser, items: list[str]) -> dict[str, int]:
     return counts
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_multiclass_uci``."""
+    parser = arguments(__doc__, splits=20, name="multiclass_uci")
     parser.add_argument("--datasets", nargs="+", default=list(PAPER_SETS), choices=sorted(DATASETS))
-    parser.add_argument("--splits", type=int, default=20)
     parser.add_argument("--splits-of", nargs="*", default=[], metavar="NAME=K",
                         help="another split count for a data set (e.g. satellite=10)")
     parser.add_argument("--chunk", type=int, default=None,
@@ -420,12 +420,16 @@ def main(argv=None) -> dict:
                         help="seconds; units still running then are killed (0: no limit)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the settings already in results/NAME.json and run only the others")
-    parser.add_argument("--name", default="multiclass_uci", help="results file benchmarks/results/NAME.json")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--setting-timeout", type=float, default=600.0, help="seconds before a unit is retried")
     parser.add_argument("--attempts", type=int, default=3)
     parser.add_argument("--child", nargs=5, metavar=("DATASET", "FRACTION", "METHOD", "FIRST", "STOP"),
                         help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None) -> dict:
+    parser = cli()
     args = parser.parse_args(argv)
     args.splits_of = _splits_of(parser, args.splits_of)
     for option in ("splits", "jobs", "chunk"):

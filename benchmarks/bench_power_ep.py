@@ -50,7 +50,7 @@ from scipy import optimize
 from scipy.stats import norm, rankdata
 
 from benchmarks import datasets
-from benchmarks._common import read_results, standard_error, write_results
+from benchmarks._common import arguments, read_results, standard_error, write_results
 
 ALPHAS = (0.0, 0.1, 0.2, 0.5, 0.8, 1.0)
 CLASSIFICATION = ("breast-cancer", "crabs", "ionosphere", "pima", "sonar")
@@ -395,8 +395,9 @@ def table(result: dict) -> str:
     return "\n\n".join(parts)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_power_ep``."""
+    parser = arguments(__doc__)
     parser.add_argument("--synthetic", action="store_true", help="§4.1: the synthetic GP draws")
     parser.add_argument("--regression", action="store_true", help="§4.2: the real regression sets")
     parser.add_argument("--classification", action="store_true", help="§4.3: the classification sets")
@@ -407,7 +408,11 @@ def main() -> None:
     parser.add_argument("--splits", type=int, default=5, help="90/10 splits per regression or classification set (the paper: 20)")
     parser.add_argument("--datasets", nargs="+", default=list(CLASSIFICATION), choices=CLASSIFICATION)
     parser.add_argument("--table", action="store_true", help="print the results page's tables of the committed JSON")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     old = read_results(NAME)
     if args.table:
         print(table(old))

@@ -15,11 +15,11 @@ Usage: ``.venv/bin/python -m benchmarks.bench_predict_memory`` (writes
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks._common import write_results
+from benchmarks._common import Stopwatch, arguments, temporary_directory, write_results
 
 SIZES = (100_000, 1_000_000)
 # The child's peak is /proc's VmHWM (this program's own high-water mark): ru_maxrss would also count the
@@ -82,23 +82,28 @@ def predict_in_child(arguments: list[str]) -> dict:
     return json.loads(done.stderr.strip().splitlines()[-1])
 
 
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_predict_memory`` (no options)."""
+    return arguments(__doc__)
+
+
 def main() -> None:
+    cli().parse_args()
     from pep_gp.pipeline.data.stores import open_store
     from pep_gp.pipeline.runs.config import TrainConfig
     from pep_gp.pipeline.training.trainer import TrainJob, train
 
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory() as name:
-        directory = Path(name)
+    with temporary_directory() as directory:
         train_store = ingest_table(messy_table(2_000, seed=0), directory, "train")
         run_dir = directory / "run"
         train(TrainJob("sparse-gp-classifier", open_store(train_store),
                        TrainConfig(model={"num_inducing": 50}, epochs=2, batch_size=500), run_dir))
         runs = {}
         for n_rows in SIZES:
-            began = time.perf_counter()
-            store = ingest_table(messy_table(n_rows, seed=n_rows), directory, f"rows-{n_rows}")
-            ingest_seconds = time.perf_counter() - began
+            with Stopwatch() as timer:
+                store = ingest_table(messy_table(n_rows, seed=n_rows), directory, f"rows-{n_rows}")
+            ingest_seconds = timer.seconds
             out = directory / f"rows-{n_rows}.parquet"
             report = predict_in_child(["--run-dir", str(run_dir), "--input", str(store), "--out", str(out),
                                        "--cluster", "local:2", "--quiet"])
@@ -115,7 +120,7 @@ def main() -> None:
     write_results("bench_predict_memory", {
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
         "note": "shared 2-core machine; peak RSS (VmHWM, MiB) of the coordinator process only",
-        "command": "pep predict --run-dir RUN --input STORE --out OUT.parquet --cluster local:2",
+        "timed_command": "pep predict --run-dir RUN --input STORE --out OUT.parquet --cluster local:2",
         "model": "sparse-gp-classifier, M = 50, trained on 2,000 rows", "runs": runs,
         "peak_rss_ratio_1m_vs_100k": round(large / small, 3),
         "within_10_percent": abs(large / small - 1) <= 0.10,

@@ -46,7 +46,7 @@ from scipy.stats import nbinom, norm
 from sklearn.model_selection import KFold
 
 from benchmarks import datasets
-from benchmarks._common import two_se_sign
+from benchmarks._common import arguments, two_se_sign, write_json
 import pep_gp.core
 from pep_gp.core.likelihoods import PoissonSquare, Probit
 from pep_gp.core.models.ep import EP, site_data
@@ -250,8 +250,9 @@ def finished(path, command):
     return old
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_qp``."""
+    parser = arguments(__doc__)
     parser.add_argument("--repeats", type=int, default=10, help="repeats of 10-fold CV (paper: 10)")
     parser.add_argument("--poisson-repeats", type=int, default=200, help="random halvings of the coal data (paper: 200)")
     parser.add_argument("--datasets", nargs="*", default=[name for name in SETS if name not in ("wine1-vs-rest", "glass-id")],
@@ -266,7 +267,11 @@ def main():
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--summarise", action="store_true",
                         help="recompute the summaries of the results stored in --out, print the results page's table, run nothing")
-    args = parser.parse_args()
+    return parser
+
+
+def main():
+    args = cli().parse_args()
     if args.summarise:
         resummarise(args.out)
         return
@@ -281,7 +286,7 @@ def main():
                 target = target[key]
             target[keys[-1]] = value
             result["seconds"] = time.time() - started
-            args.out.write_text(json.dumps(result, indent=1))
+            write_json(args.out, result, echo=False)
         return save
 
     options = [f"--repeats {args.repeats}", f"--poisson-repeats {args.poisson_repeats}",

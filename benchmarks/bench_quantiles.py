@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks._common import best_time, read_results, write_results
+from benchmarks._common import arguments, best_time, read_results, write_results
 
 NAME = "bench_quantiles"
 LEVELS = (0.05, 0.5, 0.95)
@@ -93,16 +93,20 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_quantiles``."""
+    parser = arguments(__doc__, name=NAME, repeats=5)
     parser.add_argument("--rows", type=int, default=1_000)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--table", action="store_true", help="print the table of the committed result")
-    args = parser.parse_args()
+    parser.add_argument("--table", action="store_true", help="print the table of the committed results/NAME.json")
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     if args.table:
-        print(table(read_results(NAME)))
+        print(table(read_results(args.name)))
         return
-    write_results(NAME, run(args.rows, args.repeats))
+    write_results(args.name, run(args.rows, args.repeats))
 
 
 if __name__ == "__main__":

@@ -29,12 +29,11 @@ import argparse
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import write_results
-from benchmarks.bench_engine import BANDWIDTH, ROOT, run_one, uptime
+from benchmarks._common import arguments, temporary_directory, uptime, write_results
+from benchmarks.bench_engine import BANDWIDTH, ROOT, run_one
 
 INDUCING = 200
 BATCH = 10_000
@@ -87,14 +86,18 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_scaling``."""
+    parser = arguments(__doc__, steps=13, name="bench_scaling")
     parser.add_argument("--store", type=Path, help="airline store with 3 classes; ingested if absent")
     parser.add_argument("--workers", default="1,2,4,8,16", help="comma-separated pinned worker counts")
     parser.add_argument("--block-rows", type=int, default=625)
-    parser.add_argument("--steps", type=int, default=13)
     parser.add_argument("--label", default="this machine", help="where it ran, for the table")
-    parser.add_argument("--name", default="bench_scaling", help="results file name (without .json)")
+    return parser
+
+
+def main() -> None:
+    parser = cli()
     args = parser.parse_args()
     workers = sorted({int(w) for w in args.workers.split(",")} | {1})
     if BATCH % args.block_rows:
@@ -103,8 +106,8 @@ def main() -> None:
     from benchmarks._multiclass_run import airline_classes
 
     before = uptime()
-    with tempfile.TemporaryDirectory() as scratch:
-        store = args.store or airline_classes(Path(scratch))
+    with temporary_directory() as scratch:
+        store = args.store or airline_classes(scratch)
         rows: dict[str, dict[str, Any]] = {}
         for name in ["in-process", "local:1"] + [f"local:{w}:pinned" for w in workers]:
             rows[name] = run_one(store, INDUCING, name, args.steps, ROOT / "src", args.block_rows)

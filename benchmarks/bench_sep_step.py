@@ -18,7 +18,6 @@ minibatch of ``--batch-size`` rows. Writes ``benchmarks/results/NAME.json``.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -29,7 +28,7 @@ import numpy as np
 
 import pep_gp.core
 from pep_gp.core.kernels import PRODUCT_DTYPES
-from benchmarks._common import write_results
+from benchmarks._common import arguments, temporary_directory, write_results
 from benchmarks._multiclass_run import MODEL
 from benchmarks.bench_fashion_mnist import PAPER_MNIST
 from pep_gp.pipeline.training.trainer import EngineBatch, Trainer, TrainJob
@@ -56,8 +55,8 @@ def profile(store: Store, steps: int, batch_size: int, kernel_products: str = "f
     config = PAPER_MNIST.model_copy(update={"epochs": 1, "batch_size": batch_size, "block_rows": batch_size,
                                             "model": model})
     times: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="pep-bench-step-") as run_dir, compute_threads():
-        trainer = Trainer(TrainJob(MODEL, store, config, Path(run_dir)), InProcess())
+    with temporary_directory(prefix="pep-bench-step-") as run_dir, compute_threads():
+        trainer = Trainer(TrainJob(MODEL, store, config, run_dir), InProcess())
         state, compiled, train = trainer.fresh_state(), trainer.step_fn.parts, trainer.train
         for _ in range(3):  # compile everything
             trainer.step(state)
@@ -102,19 +101,22 @@ def profile(store: Store, steps: int, batch_size: int, kernel_products: str = "f
             "seconds_per_epoch_estimate": round(step_ms / 1e3 * trainer.schedule.steps_per_epoch, 1)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_sep_step``."""
+    parser = arguments(__doc__, steps=15, name="bench_sep_step")
     parser.add_argument("--store", type=Path, default=None)
-    parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--batch-size", type=int, default=PAPER_MNIST.batch_size)
     parser.add_argument("--mnist-dir", type=Path, default=DEBIAN_DIR)
     parser.add_argument("--kernel-products", choices=PRODUCT_DTYPES, default="float64")
-    parser.add_argument("--name", default="bench_sep_step", help="results/NAME.json")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="pep-bench-step-data-") as work:
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
+    with temporary_directory(prefix="pep-bench-step-data-") as work:
         path = args.store
         if path is None:
-            path = Path(work) / "fashion-mnist.zarr"
+            path = work / "fashion-mnist.zarr"
             ingest(open_source("mnist", SourceRequest((args.mnist_dir,))), path)
         write_results(args.name, {"data": str(args.store or args.mnist_dir),
                                   **profile(open_store(path), args.steps, args.batch_size, args.kernel_products)})

@@ -25,10 +25,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks._common import arguments, temporary_directory, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 LEGACY_PACKAGES = {"pep_gp": "pep_gp", "pep_gp.core": "pepcore", "pep_gp.pipeline": "pipeline", "pep_gp.flows": "flows"}
@@ -102,24 +103,26 @@ def run_round(tree: Path, args: argparse.Namespace) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_step_versions``."""
+    parser = arguments(__doc__, steps=20, name="step_versions")
     parser.add_argument("revisions", nargs=2, metavar="REV")
     parser.add_argument("--store", type=Path, required=True, help="a `pep ingest mnist` store")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--kernel-products", default="float32")
-    parser.add_argument("--name", default="step_versions")
-    args = parser.parse_args()
-    from benchmarks._common import write_results
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
 
     commits = [subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True, capture_output=True,
                               text=True).stdout.strip() for rev in args.revisions]
     runs: dict[str, dict] = {commit: {"seconds": [], "energies": [], "programs": {}} for commit in commits}
-    with tempfile.TemporaryDirectory(prefix="pep-versions-") as work:
-        trees = [worktree(commit, Path(work) / commit) for commit in commits]
+    with temporary_directory(prefix="pep-versions-") as work:
+        trees = [worktree(commit, work / commit) for commit in commits]
         try:
             for round_ in range(args.rounds):
                 for commit, tree in zip(commits, trees):

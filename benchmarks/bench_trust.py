@@ -32,8 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import tempfile
 import time
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -43,6 +41,7 @@ from typing import Any
 import numpy as np
 
 import pep_gp.core
+from benchmarks._common import arguments, temporary_directory, write_json
 from benchmarks.bench_fashion_mnist import PAPER_MNIST
 from pep_gp.pipeline.data.blocks import BlockSource
 from pep_gp.pipeline.data.chunks import open_root
@@ -135,30 +134,32 @@ def tls_step_times(store: Store, steps: int) -> dict[str, Any]:
             "step_s": summary, "tls_vs_plain_local_1": {"min": ratio("min"), "median": ratio("median")}}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_trust``."""
+    parser = arguments(__doc__, steps=10)
     parser.add_argument("--fashion-mnist", type=Path)
     parser.add_argument("--airline", type=Path)
-    parser.add_argument("--steps", type=int, default=10)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory() as scratch, pep_gp.core.float64():
+    with temporary_directory() as scratch, pep_gp.core.float64():
         stores = {"fashion_mnist": (args.fashion_mnist, "mnist", None), "airline": (args.airline, "airline", "delayed")}
         opened = {}
         for name, (path, source, target) in stores.items():
             if path is None:
-                path = Path(scratch) / f"{name}.zarr"
+                path = scratch / f"{name}.zarr"
                 ingest(open_source(source, SourceRequest((), target)), path)
             opened[name] = open_store(path)
-        result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                              "load_avg_before": load_before, "shared": "yes: other jobs ran on the 2 cores"}}
+        result = {"machine": {"load_avg_before": load_before, "shared": "yes: other jobs ran on the 2 cores"}}
         for part, measure in (("verification", lambda: {name: verification(opened[name], *SETTINGS[name], args.steps)
                                                          for name in SETTINGS}),
                               ("tls", lambda: tls_step_times(opened["airline"], args.steps))):
             result[part] = measure()
             result["machine"]["load_avg_after"] = os.getloadavg()
-            RESULTS.parent.mkdir(parents=True, exist_ok=True)
-            RESULTS.write_text(json.dumps(result, indent=2) + "\n")  # each part as soon as it is measured
+            write_json(RESULTS, result)  # each part as soon as it is measured
     print(json.dumps(result, indent=2))
 
 

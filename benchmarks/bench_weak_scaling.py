@@ -25,13 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import write_results
-from benchmarks.bench_engine import uptime
+from benchmarks._common import arguments, temporary_directory, uptime, write_results
 
 BASE_BATCH = 10_000
 BASE_LEARNING_RATE = 0.05
@@ -58,8 +56,8 @@ def run(store_path: Path, batch: int, rule: str, target: float, epochs: int) -> 
     backend = connect("none")
     trace: list[dict[str, Any]] = []
     reached = None
-    with tempfile.TemporaryDirectory() as run_dir, compute_threads():
-        trainer = Trainer(TrainJob("multiclass-sep", open_store(store_path), config, Path(run_dir)), backend)
+    with temporary_directory() as run_dir, compute_threads():
+        trainer = Trainer(TrainJob("multiclass-sep", open_store(store_path), config, run_dir), backend)
         state = trainer.fresh_state()
         rows, seconds, last_evaluated = 0, 0.0, 0
         steps_per_epoch = trainer.schedule.steps_per_epoch
@@ -106,17 +104,22 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.bench_weak_scaling``."""
+    parser = arguments(__doc__)
     parser.add_argument("--store", type=Path, help="airline store with 3 classes; ingested if absent")
     parser.add_argument("--target", type=float, default=0.90)
     parser.add_argument("--epochs", type=int, default=6)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     from benchmarks._multiclass_run import airline_classes
 
     before = uptime()
-    with tempfile.TemporaryDirectory() as scratch:
-        store = args.store or airline_classes(Path(scratch))
+    with temporary_directory() as scratch:
+        store = args.store or airline_classes(scratch)
         runs = [run(store, batch, rule, args.target, args.epochs) for batch, rule in SETTINGS]
     path = write_results("bench_weak_scaling", {
         "store": str(args.store or "bundled airline flights, 3 classes"), "model": "multiclass-sep",

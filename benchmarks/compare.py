@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from benchmarks._common import RESULTS, write_results
+from benchmarks._common import RESULTS, arguments, temporary_directory, write_results
 from benchmarks._multiclass_run import airline_classes, baselines, run_sep
 from benchmarks.bench_airline_multiclass import AIRLINE_SEP
 from benchmarks.bench_fashion_mnist import PAPER_MNIST, fashion_mnist_store
@@ -226,8 +225,9 @@ def plot(runs: dict, path: Path) -> None:
     figure.savefig(path, dpi=100)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.compare``."""
+    parser = arguments(__doc__, name="compare")
     parser.add_argument("--data", choices=sorted(DATASETS), default="fashion-mnist")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[200, 2000])
@@ -238,15 +238,18 @@ def main() -> None:
                         "JAX's default backend: the GPU where jax has its CUDA plugin)")
     parser.add_argument("--kernel-products", choices=PRODUCT_DTYPES, default="float64",
                         help="pep's kernel_products setting (multiclass-sep; the EP algebra stays float64)")
-    parser.add_argument("--name", default="compare", help="results/NAME.json and NAME.png")
     parser.add_argument("--no-baselines", action="store_true", help="skip logistic regression and the frequencies")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     dataset = DATASETS[args.data]
     num_inducing = dataset.settings.model["num_inducing"]
     runs = {}
-    with tempfile.TemporaryDirectory(prefix="pep-compare-") as work:
-        store = (fashion_mnist_store(args.mnist_dir, Path(work), args.max_train_rows) if args.data == "fashion-mnist"
-                 else open_store(airline_classes(Path(work))))
+    with temporary_directory(prefix="pep-compare-") as work:
+        store = (fashion_mnist_store(args.mnist_dir, work, args.max_train_rows) if args.data == "fashion-mnist"
+                 else open_store(airline_classes(work)))
         reference = None if args.no_baselines else baselines(store)
         arrays = _arrays(store, dataset.settings.standardize)
         for batch in args.batch_sizes:

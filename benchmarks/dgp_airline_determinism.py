@@ -17,11 +17,10 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, temporary_directory, write_results
 
 PEP = Path(sys.executable).with_name("pep")
 
@@ -32,17 +31,20 @@ def final_digests(run_dir: Path) -> list[str]:
     return [leaf["sha256"] for leaf in json.loads((newest / "manifest.json").read_text())["leaves"]["params"]]
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.dgp_airline_determinism``."""
+    parser = arguments(__doc__, name="dgp_airline_determinism")
     parser.add_argument("--store", required=True)
     parser.add_argument("--inducing", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=2000)
     parser.add_argument("--block-rows", type=int, default=1000)
     parser.add_argument("--checkpoint-every", type=int, default=50)
-    parser.add_argument("--name", default="dgp_airline_determinism")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as scratch:
-        scratch = Path(scratch)
+    return parser
+
+
+def main(argv=None) -> dict:
+    args = cli().parse_args(argv)
+    with temporary_directory() as scratch:
         config = scratch / "dgp.toml"
         config.write_text(f"epochs = 1\nbatch_size = {args.batch_size}\nblock_rows = {args.block_rows}\n"
                           f"checkpoint_every = {args.checkpoint_every}\n[model]\nhidden_dims = [2]\nnum_inducing = {args.inducing}\n")

@@ -21,7 +21,7 @@ import json
 
 import numpy as np
 
-from benchmarks._common import RESULTS, write_results
+from benchmarks._common import RESULTS, arguments, write_results
 from benchmarks.bench_dgp import WINDOW
 
 TOLERANCES = (1e-4, 1e-5, 1e-6)
@@ -38,10 +38,15 @@ def stop_step(window_means: np.ndarray, rows: int, tol: float, windows: int, cap
     return cap
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.dgp_defaults``."""
+    parser = arguments(__doc__)
     parser.add_argument("--results", default="bench_dgp_fullbatch", help="results/NAME.json of a bench_dgp run")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> dict:
+    args = cli().parse_args(argv)
     source = json.loads((RESULTS / f"{args.results}.json").read_text())
     cap = source["settings"]["steps"]
     rows_out = []

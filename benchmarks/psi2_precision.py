@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import mpmath
 import numpy as np
 
-from benchmarks._common import write_results
+from benchmarks._common import arguments, write_results
 from benchmarks.bench_dgp import load, pbp_splits
 from pep_gp import DeepGPRegressor
 from pep_gp.core import float64, psi_statistics
@@ -207,11 +207,16 @@ def errors(forms, reference):
     return out
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cli() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.psi2_precision``."""
+    parser = arguments(__doc__)
     parser.add_argument("--steps", type=int, default=1000, help="Adam steps of the Boston fit")
     parser.add_argument("--rows", type=int, default=8, help="training rows of the mpmath comparison")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> dict:
+    args = cli().parse_args(argv)
     start = time.perf_counter()
     model, x, y = fitted_state(args)
     with float64():
