@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 from sklearn.datasets import load_iris
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
 from pep_gp import DirectMultiClassGPClassifier, MultiClassEPClassifier, MultiClassGPClassifier
@@ -116,3 +117,33 @@ def test_prediction_input_is_checked(iris):
     clf = _fit(iris, max_iter=0)
     with pytest.raises(ValueError, match="X has 3 features, but MultiClassGPClassifier is expecting 4 features"):
         clf.predict(np.zeros((2, 3)))
+
+
+def _wine_split_12():
+    """Wine's 13th stratified 90/10 split (``StratifiedShuffleSplit(20, test_size=0.1, random_state=0)``, the
+    multi-class UCI benchmark's), standardised on its training rows."""
+    from sklearn.datasets import load_wine
+    from sklearn.model_selection import StratifiedShuffleSplit
+
+    x, y = load_wine(return_X_y=True)
+    train, test = list(StratifiedShuffleSplit(20, test_size=0.1, random_state=0).split(x, y))[12]
+    scaler = StandardScaler().fit(x[train])
+    return scaler.transform(x[train]), y[train], scaler.transform(x[test]), y[test]
+
+
+@pytest.mark.heavy
+def test_an_untied_ep_fit_that_collapses_ends_at_its_best_window_and_says_so():
+    """Issue 62: at Adam's 0.05 the untied model's evidence on this split climbed to a window mean of −23.9
+    by step 175, then fell to −190.6 at step 250 (the step energies' last window still −36.7): 61 % test
+    error, reported as a result. The fit now ends at its best window with a ConvergenceWarning, and the
+    default step (0.01) rises to its end on the same split."""
+    x, y, x_test, y_test = _wine_split_12()
+    with pytest.warns(ConvergenceWarning, match=r"MultiClassEPClassifier: the log evidence fell from its best"):
+        clf = MultiClassEPClassifier(num_inducing=32, max_iter=250, tol=0, learning_rate=0.05).fit(x, y)
+    best = max(clf.energy_trace_[k:k + 25].mean() for k in range(0, 250, 25))
+    assert clf.log_marginal_likelihood() > best - 0.15 * len(y) and not clf.converged_
+    assert np.mean(clf.predict(x_test) != y_test) < 0.2
+    default = MultiClassEPClassifier(num_inducing=32, max_iter=250, tol=0).fit(x, y)
+    assert default.learning_rate == 0.01
+    means = [default.energy_trace_[k:k + 25].mean() for k in range(0, 250, 25)]
+    assert np.all(np.diff(means) > 0) and default.log_marginal_likelihood() > -30

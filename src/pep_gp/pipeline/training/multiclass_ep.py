@@ -27,7 +27,7 @@ from ...core.parameters import fixed_leaves
 from ..data.sizes import bucket
 from .optimiser import adam
 from .step import ascent_update
-from .stopping import StoppingRule
+from .stopping import COLLAPSE_FALL, StoppingRule
 
 
 class UntiedFit(NamedTuple):
@@ -40,6 +40,7 @@ class UntiedFit(NamedTuple):
     rejected_steps: int  # non-finite Adam steps skipped
     skipped_rows: int  # row updates skipped for an improper cavity
     converged: bool
+    collapse: str | None = None  # how the fit fell from its best, which it then ends at (None: it did not)
 
 
 def optimizer(learning_rate):
@@ -96,6 +97,11 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
     """Train from the model's initial state for at most ``max_steps`` steps, a window of steps per compiled
     call, until the stopping rule (:mod:`pep_gp.pipeline.training.stopping`) says converged.
 
+    A fit that collapses ends at its best window instead, as the trainer's runs do: its last window mean, or
+    the log evidence at the end, more than :data:`~pep_gp.pipeline.training.stopping.COLLAPSE_FALL` nats per
+    row below the best window mean (too large an Adam step on the hyper-parameters leaves the damped factors
+    behind, and the evidence falls while the step energies still look level).
+
     Args:
         model: the multi-class model; ``x`` ``[N, D]`` standardised rows, ``y`` ``[N]`` labels 0..C−1.
         damping: ``t ↦ ρ_t``, the factor update's step (a schedule of steps).
@@ -113,12 +119,24 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
         x = jnp.asarray(np.concatenate([x, np.zeros((padding, x.shape[1]), x.dtype)]))
         y = jnp.asarray(np.concatenate([y, np.zeros(padding, y.dtype)]))
         carry = (params, optimizer(learning_rate).init(params), ep.init_sites(x.shape[0], params), jnp.asarray(0))
+        best_mean, best = float("-inf"), (0, carry)
         while values.size < max_steps and not rule.converged(values):
             window = slice(values.size, min(max_steps, values.size + rule.window))
             carry, out = _steps(model, carry, x, y, jnp.asarray(float(n)), jnp.asarray(index[window]),
                                 jnp.asarray(mask[window]), jnp.asarray(rho[window]), float(learning_rate))
             values, ok, skipped = (np.concatenate([a, np.asarray(b)]) for a, b in zip((values, ok, skipped), out))
+            if rule.window_mean(values) > best_mean:
+                best_mean, best = rule.window_mean(values), (values.size, carry)
+        rows = jnp.asarray(np.arange(x.shape[0]) < n)
+        evidence = float(ep.log_evidence(model, carry[0], carry[2], x, y, rows))
+        collapse = None
+        if rule.collapsed(best_mean, values) or (best_mean - evidence) / n > COLLAPSE_FALL:
+            collapse = (f"the log evidence fell from its best window mean {best_mean:.6g} (steps up to {best[0]}) to "
+                        f"{evidence:.6g} at step {values.size} (last window mean {rule.window_mean(values):.6g}); the "
+                        f"fit ends at step {best[0]}: a smaller learning_rate fits more steadily")
+            carry = best[1]
+            evidence = float(ep.log_evidence(model, carry[0], carry[2], x, y, rows))
         params, _, sites, _ = carry
-        evidence = float(ep.log_evidence(model, params, sites, x, y, jnp.asarray(np.arange(x.shape[0]) < n)))
     sites = jax.tree_util.tree_map(lambda a: np.asarray(a)[:n], sites)  # numpy: no program per n
-    return UntiedFit(params, sites, values, evidence, int(np.sum(~ok)), int(np.sum(skipped)), rule.converged(values))
+    return UntiedFit(params, sites, values, evidence, int(np.sum(~ok)), int(np.sum(skipped)),
+                     rule.converged(values) and collapse is None, collapse)
