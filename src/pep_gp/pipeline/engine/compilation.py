@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache for every process that trains or computes blocks.
+"""JAX's persistent compilation cache, on by default for every process that trains, predicts or computes blocks.
 
 A training step compiles a handful of large XLA programs (seconds each on a 2-core CPU); without a
 persistent cache every new process — a second ``pep train``, an estimator's fit in a new notebook, every
@@ -6,16 +6,26 @@ Dask worker — compiles them again. :func:`use_compilation_cache` points JAX's 
 at a per-user directory, so a later process loads the compiled programs instead. A loaded program is the
 same executable, so results are bit-identical to a compiled one (tests/pipeline/test_compilation.py).
 
-``$PEP_COMPILATION_CACHE`` chooses: unset or ``off``, no persistent cache (the default until the cache has
-run clean through the slow test run: its one crash, a segmentation fault while a program was serialised for
-it, came in a process that had compiled programs for 40 minutes, most likely out of memory mappings, see
-:func:`release_compiled_programs_if_crowded`);
-``on``, the per-user cache directory (``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); any
-other value, that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or
-``jax.config``) is kept when the variable is unset. The trainer (so the CLI and the estimators), the
-predictions (:func:`~pep_gp.pipeline.models.predictive.predict_in_blocks`: ``pep predict`` and a loaded model)
-and the Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.WorkerEngine`) call it; each process reads
-its own environment (a ``LocalCluster``'s workers inherit the coordinator's).
+``$PEP_COMPILATION_CACHE`` chooses: unset or ``on``, the per-user cache directory (the default:
+``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); ``off``, no persistent cache; any other value,
+that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or ``jax.config``) is
+kept when the variable is unset. The directory holds at most :data:`CACHE_LIMIT_BYTES`, least recently used
+programs out first. The trainer (so the CLI and the estimators), the predictions
+(:func:`~pep_gp.pipeline.models.predictive.predict_in_blocks`: ``pep predict`` and a loaded model) and the
+Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.WorkerEngine`) call it; each process reads its
+own environment (a ``LocalCluster``'s workers inherit the coordinator's).
+
+The cache was off by default after one segmentation fault, in a test process that had compiled programs for
+40 minutes, while a program was being written to a directory other processes wrote to as well. The cache
+was not its cause: every program XLA compiles for a CPU keeps its own memory mappings and JAX keeps every
+program, so a process that compiles thousands reaches Linux's ``vm.max_map_count`` (65,530), and the next
+compilation's mapping fails inside XLA and ends the process, cache or no cache (the same crash with no cache:
+jax-ml/jax#27201, XLA's ``contiguous_section_memory_manager``). Measured with jax 0.10.2
+(benchmarks/bench_cache_default.py): two processes compiling distinct programs into one cache directory for
+3 minutes, every program written (no minimum compile time or size) and each loading some the other wrote,
+ran clean and held 4.9 mappings per program, as a process without the cache (4.8): about 13,000 programs
+reach the limit, with or without the cache. The trainer and the test suite release the compiled programs
+before half the limit (:func:`release_compiled_programs_if_crowded`).
 
 JAX treats the cache as trusted code: the directory is created readable by its owner only, and a shared
 or world-writable directory should never be configured.
@@ -48,15 +58,16 @@ def default_cache_dir() -> Path:
 
 
 def compilation_cache_dir() -> Path | None:
-    """The directory ``$PEP_COMPILATION_CACHE`` asks for (see the module docstring), None when unset or ``off``.
+    """The directory ``$PEP_COMPILATION_CACHE`` asks for (see the module docstring): the per-user one when unset
+    or ``on``, None for ``off``.
 
     Raises:
         InputError: the value names something that is not a directory.
     """
     value = os.environ.get(COMPILATION_CACHE_ENV, "").strip()
-    if not value or value.lower() == "off":
+    if value.lower() == "off":
         return None
-    if value.lower() == "on":
+    if not value or value.lower() == "on":
         return default_cache_dir()
     path = Path(value).expanduser()
     if path.exists() and not path.is_dir():
@@ -126,3 +137,4 @@ def release_compiled_programs_if_crowded() -> bool:
     jax.clear_caches()
     gc.collect()
     return True
+
