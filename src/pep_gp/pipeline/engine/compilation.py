@@ -34,7 +34,11 @@ or world-writable directory should never be configured.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 
@@ -138,3 +142,85 @@ def release_compiled_programs_if_crowded() -> bool:
     gc.collect()
     return True
 
+
+SLOW_COMPILE_SECONDS = 10.0
+"""A program still compiling after this many seconds is told (:func:`slow_compiles_told`); issue 63 asks that no
+program of a default fit take longer here."""
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+"""JAX's monitoring event around each backend compilation (or persistent-cache load): a scalar, the start time,
+when it starts, and a duration when it ends, both with the program's ``fun_name``."""
+_QUIET_CPP_LEVEL = 3  # absl's FATAL: XLA's ERROR lines are not written
+CPP_LOG_LEVELS = {"CRITICAL": 3, "FATAL": 3, "ERROR": 2, "WARN": 1, "WARNING": 1, "INFO": 0, "DEBUG": 0}
+"""``jax_logging_level`` to the C++ minimum severity JAX sets with it (absl's: 0 info … 3 fatal)."""
+
+
+def _cpp_log_level() -> int:
+    """The minimum severity of XLA's C++ log lines this process had: JAX's ``jax_logging_level`` when set, else
+    ``$TF_CPP_MIN_LOG_LEVEL``, else 1: warnings and errors (jaxlib writes no INFO line by default, measured; that
+    it writes warnings is assumed)."""
+    import jax
+
+    configured = jax.config.jax_logging_level
+    if configured and configured != "NOTSET":
+        return CPP_LOG_LEVELS[configured]
+    try:
+        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"))
+    except ValueError:
+        return 1
+
+
+@contextmanager
+def slow_compiles_told(tell: Callable[[str, float], None] | None, after: float | None = None) -> Iterator[None]:
+    """While the block runs, XLA's own slow-compile alarm is silenced and, with ``tell``, each program still
+    compiling after ``after`` seconds (default :data:`SLOW_COMPILE_SECONDS`) is told once, as
+    ``tell(program_name, seconds)``, from a timer thread.
+
+    XLA writes its alarm ("The operation took 2m39s … Very slow compile? If you want to file a bug …") as a C++
+    ERROR log line once a compilation has taken two minutes; nothing in Python can filter one C++ line, so XLA's
+    C++ log lines below FATAL are switched off from the start to the end of each compilation
+    (:data:`COMPILE_EVENT`), whatever else they would have said in that window, and back on between
+    compilations (tests/pipeline/test_compile_notice.py). A failing compilation still raises its error in Python.
+    """
+    import jax.monitoring
+    from jax._src.lib import utils
+
+    after = SLOW_COMPILE_SECONDS if after is None else after
+    lock, timers, level = threading.Lock(), {}, _cpp_log_level()
+
+    def started(event: str, value: float, **info: Any) -> None:
+        if event != COMPILE_EVENT:
+            return
+        name = str(info.get("fun_name", "a program"))
+        timer = threading.Timer(after, tell, (name, after)) if tell is not None else None
+        with lock:
+            if not timers:
+                utils.absl_set_min_log_level(_QUIET_CPP_LEVEL)
+            timers[threading.get_ident()] = timer
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+
+    def ended(event: str, seconds: float, **info: Any) -> None:
+        if event != COMPILE_EVENT:
+            return
+        with lock:
+            timer = timers.pop(threading.get_ident(), None)
+            if not timers:
+                utils.absl_set_min_log_level(level)
+        if timer is not None:
+            timer.cancel()
+
+    jax.monitoring.register_scalar_listener(started)
+    jax.monitoring.register_event_duration_secs_listener(ended)
+    try:
+        yield
+    finally:
+        jax.monitoring.unregister_scalar_listener(started)
+        jax.monitoring.unregister_event_duration_listener(ended)
+        with lock:
+            for timer in timers.values():
+                if timer is not None:
+                    timer.cancel()
+            if timers:
+                utils.absl_set_min_log_level(level)
+            timers.clear()
