@@ -6,6 +6,10 @@ same 1,000-row table and report the seconds from their own start (interpreter an
 fitted model, the programs they loaded from the cache and a digest of the fitted parameters: without the
 cache (``PEP_COMPILATION_CACHE=off``), with an empty cache directory, and with it filled.
 
+``limit`` (``--limit``, alone): a fresh process taken to 600 mappings short of the limit compiles distinct
+programs until it ends, once with the cache and once without: how it ended (139: a segmentation fault) and
+after how many programs.
+
 ``stress``: two processes share one cache directory and compile distinct programs (``--program``: a Cholesky,
 a triangular solve and their gradient, or a small elementwise program, for ever new sizes) for ``--seconds``, every program written (no minimum compile
 time or size), beside a third without the cache; each reports its programs, cache hits and memory mappings
@@ -14,6 +18,7 @@ time or size), beside a third without the cache; each reports its programs, cach
 Usage::
 
     .venv/bin/python -m benchmarks.bench_cache_default [--seconds 180] [--program cholesky|small] [--name bench_cache_default]
+    .venv/bin/python -m benchmarks.bench_cache_default --limit --name bench_cache_limit
 
 Writes ``benchmarks/results/NAME.json``.
 """
@@ -96,6 +101,54 @@ def stress_child(cache: str, seconds: float, kind: str) -> None:
                       "mappings_at_end": mappings(), "mappings_per_program": round((mappings() - before) / programs, 2)}))
 
 
+def limit_child(cache: str, free: int) -> None:
+    """Take this process to ``free`` mappings short of ``vm.max_map_count`` (every other page of one anonymous
+    region made read-only: two mappings each), then compile distinct programs with the cache at ``cache``
+    (``off``: none), printing the count as it goes, until Linux refuses a mapping."""
+    import ctypes
+    import mmap
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_enable_x64", True)
+    if cache != "off":
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        compilation_cache.set_cache_dir(cache)
+    jnp.ones(3).block_until_ready()
+
+    def mappings() -> int:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    split = (int(Path("/proc/sys/vm/max_map_count").read_text()) - free - mappings()) // 2
+    base = libc.mmap(None, (2 * split + 2) * mmap.PAGESIZE, 3, 0x22, -1, 0)  # read/write, private anonymous
+    for i in range(1, 2 * split, 2):
+        libc.mprotect(base + i * mmap.PAGESIZE, mmap.PAGESIZE, 1)
+    print(json.dumps({"mappings_before_compiling": mappings()}), flush=True)
+    for n in range(4, 100_000):
+        jax.jit(lambda x: jnp.linalg.cholesky(x @ x.T + n * jnp.eye(x.shape[0])))(jnp.ones((n, n))).block_until_ready()
+        print(json.dumps({"programs": n - 3, "mappings": mappings()}), flush=True)
+
+
+def at_the_limit(cache: str, free: int) -> dict:
+    """:func:`limit_child` in a fresh process: how it ended, after how many programs, and XLA's last words."""
+    env = {**os.environ, "PEP_COMPILATION_CACHE": "off"}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_cache_default", "--limit-child", cache, str(free)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    last = lines[-1] if len(lines) > 1 else {}
+    return {"exit_code": done.returncode, "mappings_before_compiling": lines[0]["mappings_before_compiling"],
+            "programs_before_the_end": last.get("programs", 0), "mappings_at_the_end": last.get("mappings"),
+            "stderr_tail": [line for line in done.stderr.splitlines() if "rror" in line][-2:]}
+
+
 def run(args: list[str], cache: str | None = None, wait: bool = True):
     env = {**os.environ, **({"PEP_COMPILATION_CACHE": cache} if cache else {})}
     started = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_cache_default", *args], cwd=ROOT, env=env,
@@ -118,13 +171,25 @@ def main() -> None:
     parser.add_argument("--stress-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--program", choices=("cholesky", "small"), default="cholesky",
                         help="the stress's programs (see stress_child)")
+    parser.add_argument("--limit", action="store_true",
+                        help="only the mapping-limit experiment: a process 600 mappings short of vm.max_map_count "
+                             "compiles until it ends, with the cache and without")
+    parser.add_argument("--limit-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fit_child:
         return fit_child()
     if args.stress_child:
         return stress_child(args.stress_child[0], float(args.stress_child[1]), args.stress_child[2])
+    if args.limit_child:
+        return limit_child(args.limit_child[0], int(args.limit_child[1]))
     from benchmarks._common import write_results
 
+    if args.limit:
+        with tempfile.TemporaryDirectory(prefix="pep-bench-cache-") as work:
+            write_results(args.name, {"free_mappings_at_start": 600, "runs": {
+                "with the cache": at_the_limit(str(Path(work) / "limit"), 600), "no cache": at_the_limit("off", 600)},
+                "vm_max_map_count": int(Path("/proc/sys/vm/max_map_count").read_text())})
+        return
     with tempfile.TemporaryDirectory(prefix="pep-bench-cache-") as work:
         cache = str(Path(work) / "fits")
         fits = {"no cache (PEP_COMPILATION_CACHE=off)": run(["--fit-child"], "off"),

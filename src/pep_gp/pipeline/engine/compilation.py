@@ -20,10 +20,12 @@ The cache was off by default after one segmentation fault, in a test process tha
 was not its cause: every program XLA compiles for a CPU keeps its own memory mappings and JAX keeps every
 program, so a process that compiles thousands reaches Linux's ``vm.max_map_count`` (65,530), and the next
 compilation's mapping fails inside XLA and ends the process, cache or no cache (the same crash with no cache:
-jax-ml/jax#27201, XLA's ``contiguous_section_memory_manager``). Measured with jax 0.10.2
-(benchmarks/bench_cache_default.py): two processes compiling distinct programs into one cache directory for
-3 minutes, every program written (no minimum compile time or size) and each loading some the other wrote,
-ran clean and held 4.9 mappings per program, as a process without the cache (4.8): about 13,000 programs
+jax-ml/jax#27201, XLA's ``contiguous_section_memory_manager``). Reproduced with jax 0.10.2
+(benchmarks/bench_cache_default.py ``--limit``): a process taken to 600 mappings short of the limit compiled
+153 programs with the cache and 155 without, and both ended alike, XLA's "LLVM compilation error: Cannot
+allocate memory" then a segmentation fault. Two processes compiling distinct programs into one cache directory
+for 3 minutes, every program written (no minimum compile time or size) and each loading some the other wrote,
+ran clean and held 4.9 mappings per program, as a process without the cache (4.8): about 13,000 such programs
 reach the limit, with or without the cache. The trainer and the test suite release the compiled programs
 before half the limit (:func:`release_compiled_programs_if_crowded`).
 
