@@ -191,6 +191,13 @@ def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
         use_compilation_cache()
     monkeypatch.setenv(COMPILATION_CACHE_ENV, "off")
     assert use_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
+    monkeypatch.delenv(COMPILATION_CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # the default directory cannot be created
+    with pytest.warns(RuntimeWarning, match=r"no persistent compilation cache: cannot create .*file/pep/jax"):
+        assert use_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
+    monkeypatch.setenv(COMPILATION_CACHE_ENV, "on")  # asked for: an error
+    with pytest.raises(InputError, match=r"PEP_COMPILATION_CACHE: cannot create the directory .*file/pep/jax"):
+        use_compilation_cache()
     monkeypatch.undo()
     use_compilation_cache()  # the test run's own cache again (tests/conftest.py), for the next tests here
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,6 +88,9 @@ def use_compilation_cache() -> Path | None:
     the directory in use (None: no persistent cache). Idempotent; takes effect for the next compilation
     even after JAX has compiled programs in this process.
 
+    With ``$PEP_COMPILATION_CACHE`` unset, a per-user directory that cannot be created (a read-only home, as
+    in some containers) leaves the cache off with a ``RuntimeWarning``.
+
     Raises:
         InputError: ``$PEP_COMPILATION_CACHE`` is not ``on``, ``off`` or a usable directory.
     """
@@ -102,7 +106,13 @@ def use_compilation_cache() -> Path | None:
         try:
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as error:
-            raise InputError(f"{COMPILATION_CACHE_ENV}: cannot create the directory {path} ({error.strerror})") from None
+            if os.environ.get(COMPILATION_CACHE_ENV, "").strip():
+                raise InputError(f"{COMPILATION_CACHE_ENV}: cannot create the directory {path} ({error.strerror})"
+                                 ) from None
+            warnings.warn(f"no persistent compilation cache: cannot create the per-user directory {path} "
+                          f"({error.strerror}); set {COMPILATION_CACHE_ENV} to a writable directory, or to off",
+                          RuntimeWarning, stacklevel=2)
+            path = wanted = None
     if configured == wanted:
         return path
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
