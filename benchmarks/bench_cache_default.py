@@ -6,14 +6,15 @@ same 1,000-row table and report the seconds from their own start (interpreter an
 fitted model, the programs they loaded from the cache and a digest of the fitted parameters: without the
 cache (``PEP_COMPILATION_CACHE=off``), with an empty cache directory, and with it filled.
 
-``limit`` (``--limit``, alone): a fresh process taken to 600 mappings short of the limit compiles distinct
-programs until it ends, once with the cache and once without: how it ended (139: a segmentation fault) and
-after how many programs.
+``limit`` (``--limit``, alone): a fresh process taken to 600 mappings short of ``vm.max_map_count`` compiles
+distinct programs until it ends, once with the cache and once without: how it ended (exit code -11: killed by
+a segmentation fault) and after how many programs.
 
-``stress``: two processes share one cache directory and compile distinct programs (``--program``: a Cholesky,
-a triangular solve and their gradient, or a small elementwise program, for ever new sizes) for ``--seconds``, every program written (no minimum compile
-time or size), beside a third without the cache; each reports its programs, cache hits and memory mappings
-(``/proc/self/maps``; Linux ends a process whose mappings reach ``vm.max_map_count``).
+``stress``: two processes share one cache directory and compile distinct programs (``--program``: a Cholesky, a
+triangular solve and their gradient, or a small elementwise program, for ever new sizes) for ``--seconds``, every
+program written (no minimum compile time or size), beside a third without the cache; each reports its programs,
+cache hits and memory mappings (``/proc/self/maps``; Linux ends a process whose mappings reach
+``vm.max_map_count``).
 
 Usage::
 

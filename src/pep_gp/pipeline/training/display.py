@@ -70,7 +70,8 @@ def progress_display(enabled: bool, title: str = "training", console: Console | 
 
 
 def slow_compile_text(title: str, program: str, seconds: float) -> str:
-    """The line told of a program still compiling after ``seconds`` (:func:`~pep_gp.pipeline.engine.compilation.slow_compiles_told`)."""
+    """The line told of a program still compiling after ``seconds``
+    (:func:`~pep_gp.pipeline.engine.compilation.slow_compiles_told`)."""
     import jax
 
     cache = jax.config.jax_compilation_cache_dir
