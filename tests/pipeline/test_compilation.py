@@ -140,11 +140,45 @@ def test_a_run_from_the_persistent_cache_is_bit_identical(three_class_store, tmp
     assert _leaves(tmp_path / "warm.npz") == _leaves(tmp_path / "cold.npz")
 
 
+FIT = """
+import json, sys
+import jax, jax.monitoring, numpy as np
+from pep_gp import SparseGPClassifier
+hits = []
+jax.monitoring.register_event_listener(lambda event, **_: hits.append(event) if event.endswith("cache_hits") else None)
+rng = np.random.default_rng(0)
+x = rng.normal(size=(40, 2))
+y = (x[:, 0] + 0.3 * rng.normal(size=40) > 0).astype(int)
+model = SparseGPClassifier(num_inducing=5, max_iter=3, tol=0.0).fit(x, y)
+np.savez(sys.argv[1], *(np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(model.params_)), model.predict_proba(x))
+print(json.dumps({"cache_hits": len(hits)}))
+"""
+
+
+@pytest.mark.heavy
+def test_a_fit_in_a_second_process_loads_the_default_cache_with_the_same_bits(tmp_path):
+    """With ``$PEP_COMPILATION_CACHE`` unset (the default: the per-user directory, here under a temporary
+    ``XDG_CACHE_HOME``), an estimator's fit in a fresh process compiles and writes its programs; the same fit in
+    a second fresh process loads them and ends with bit-identical parameters and probabilities."""
+    env = {k: v for k, v in os.environ.items() if k not in (COMPILATION_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    runs = []
+    for name in ("cold", "warm"):
+        done = subprocess.run([sys.executable, "-c", FIT, str(tmp_path / f"{name}.npz")], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[0]["cache_hits"] == 0 and runs[1]["cache_hits"] >= 3, runs
+    assert any((tmp_path / "xdg" / "pep" / "jax").iterdir())
+    assert _leaves(tmp_path / "warm.npz") == _leaves(tmp_path / "cold.npz")
+
+
 def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv(COMPILATION_CACHE_ENV, raising=False)
-    assert compilation_cache_dir() is None  # opt-in (see the module's docstring)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert compilation_cache_dir() == tmp_path / "xdg" / "pep" / "jax"  # on by default, per user
     monkeypatch.setenv(COMPILATION_CACHE_ENV, "on")
-    assert compilation_cache_dir().parts[-2:] == ("pep", "jax")
+    assert compilation_cache_dir() == tmp_path / "xdg" / "pep" / "jax"
     monkeypatch.setenv(COMPILATION_CACHE_ENV, "OFF")
     assert compilation_cache_dir() is None
     monkeypatch.setenv(COMPILATION_CACHE_ENV, str(tmp_path / "mine"))
@@ -157,6 +191,13 @@ def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
         use_compilation_cache()
     monkeypatch.setenv(COMPILATION_CACHE_ENV, "off")
     assert use_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
+    monkeypatch.delenv(COMPILATION_CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # the default directory cannot be created
+    with pytest.warns(RuntimeWarning, match=r"no persistent compilation cache: cannot create .*file/pep/jax"):
+        assert use_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
+    monkeypatch.setenv(COMPILATION_CACHE_ENV, "on")  # asked for: an error
+    with pytest.raises(InputError, match=r"PEP_COMPILATION_CACHE: cannot create the directory .*file/pep/jax"):
+        use_compilation_cache()
     monkeypatch.undo()
     use_compilation_cache()  # the test run's own cache again (tests/conftest.py), for the next tests here
 

@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache for every process that trains or computes blocks.
+"""JAX's persistent compilation cache, on by default for every process that trains, predicts or computes blocks.
 
 A training step compiles a handful of large XLA programs (seconds each on a 2-core CPU); without a
 persistent cache every new process — a second ``pep train``, an estimator's fit in a new notebook, every
@@ -6,16 +6,28 @@ Dask worker — compiles them again. :func:`use_compilation_cache` points JAX's 
 at a per-user directory, so a later process loads the compiled programs instead. A loaded program is the
 same executable, so results are bit-identical to a compiled one (tests/pipeline/test_compilation.py).
 
-``$PEP_COMPILATION_CACHE`` chooses: unset or ``off``, no persistent cache (the default until the cache has
-run clean through the slow test run: its one crash, a segmentation fault while a program was serialised for
-it, came in a process that had compiled programs for 40 minutes, most likely out of memory mappings, see
-:func:`release_compiled_programs_if_crowded`);
-``on``, the per-user cache directory (``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); any
-other value, that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or
-``jax.config``) is kept when the variable is unset. The trainer (so the CLI and the estimators), the
-predictions (:func:`~pep_gp.pipeline.models.predictive.predict_in_blocks`: ``pep predict`` and a loaded model)
-and the Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.WorkerEngine`) call it; each process reads
-its own environment (a ``LocalCluster``'s workers inherit the coordinator's).
+``$PEP_COMPILATION_CACHE`` chooses: unset or ``on``, the per-user cache directory (the default:
+``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); ``off``, no persistent cache; any other value,
+that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or ``jax.config``) is
+kept when the variable is unset. The directory holds at most :data:`CACHE_LIMIT_BYTES`, least recently used
+programs out first. The trainer (so the CLI and the estimators), the predictions
+(:func:`~pep_gp.pipeline.models.predictive.predict_in_blocks`: ``pep predict`` and a loaded model) and the
+Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.WorkerEngine`) call it; each process reads its
+own environment (a ``LocalCluster``'s workers inherit the coordinator's).
+
+The cache was off by default after one segmentation fault, in a test process that had compiled programs for
+40 minutes, while a program was being written to a directory other processes wrote to as well. The cache
+was not its cause: every program XLA compiles for a CPU keeps its own memory mappings and JAX keeps every
+program, so a process that compiles thousands reaches Linux's ``vm.max_map_count`` (65,530), and the next
+compilation's mapping fails inside XLA and ends the process, cache or no cache (the same crash with no cache:
+jax-ml/jax#27201, XLA's ``contiguous_section_memory_manager``). Reproduced with jax 0.10.2
+(benchmarks/bench_cache_default.py ``--limit``): a process taken to 600 mappings short of the limit compiled
+153 programs with the cache and 155 without, and both ended alike, XLA's "LLVM compilation error: Cannot
+allocate memory" then a segmentation fault. Two processes compiling distinct programs into one cache directory
+for 3 minutes, every program written (no minimum compile time or size) and each loading some the other wrote,
+ran clean and held 4.9 mappings per program, as a process without the cache (4.8): about 13,000 such programs
+reach the limit, with or without the cache. The trainer and the test suite release the compiled programs
+before half the limit (:func:`release_compiled_programs_if_crowded`).
 
 JAX treats the cache as trusted code: the directory is created readable by its owner only, and a shared
 or world-writable directory should never be configured.
@@ -24,7 +36,12 @@ or world-writable directory should never be configured.
 from __future__ import annotations
 
 import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 
@@ -48,15 +65,16 @@ def default_cache_dir() -> Path:
 
 
 def compilation_cache_dir() -> Path | None:
-    """The directory ``$PEP_COMPILATION_CACHE`` asks for (see the module docstring), None when unset or ``off``.
+    """The directory ``$PEP_COMPILATION_CACHE`` asks for (see the module docstring): the per-user one when unset
+    or ``on``, None for ``off``.
 
     Raises:
         InputError: the value names something that is not a directory.
     """
     value = os.environ.get(COMPILATION_CACHE_ENV, "").strip()
-    if not value or value.lower() == "off":
+    if value.lower() == "off":
         return None
-    if value.lower() == "on":
+    if not value or value.lower() == "on":
         return default_cache_dir()
     path = Path(value).expanduser()
     if path.exists() and not path.is_dir():
@@ -69,6 +87,9 @@ def use_compilation_cache() -> Path | None:
     """Point this process's JAX persistent compilation cache at :func:`compilation_cache_dir`; returns
     the directory in use (None: no persistent cache). Idempotent; takes effect for the next compilation
     even after JAX has compiled programs in this process.
+
+    With ``$PEP_COMPILATION_CACHE`` unset, a per-user directory that cannot be created (a read-only home, as
+    in some containers) leaves the cache off with a ``RuntimeWarning``.
 
     Raises:
         InputError: ``$PEP_COMPILATION_CACHE`` is not ``on``, ``off`` or a usable directory.
@@ -85,7 +106,13 @@ def use_compilation_cache() -> Path | None:
         try:
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as error:
-            raise InputError(f"{COMPILATION_CACHE_ENV}: cannot create the directory {path} ({error.strerror})") from None
+            if os.environ.get(COMPILATION_CACHE_ENV, "").strip():
+                raise InputError(f"{COMPILATION_CACHE_ENV}: cannot create the directory {path} ({error.strerror})"
+                                 ) from None
+            warnings.warn(f"no persistent compilation cache: cannot create the per-user directory {path} "
+                          f"({error.strerror}); set {COMPILATION_CACHE_ENV} to a writable directory, or to off",
+                          RuntimeWarning, stacklevel=2)
+            path = wanted = None
     if configured == wanted:
         return path
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
@@ -126,3 +153,86 @@ def release_compiled_programs_if_crowded() -> bool:
     jax.clear_caches()
     gc.collect()
     return True
+
+
+SLOW_COMPILE_SECONDS = 10.0
+"""A program still compiling after this many seconds is told (:func:`slow_compiles_told`); issue 63 asks that no
+program of a default fit take longer here."""
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+"""JAX's monitoring event around each backend compilation (or persistent-cache load): a scalar, the start time,
+when it starts, and a duration when it ends, both with the program's ``fun_name``."""
+_QUIET_CPP_LEVEL = 3  # absl's FATAL: XLA's ERROR lines are not written
+CPP_LOG_LEVELS = {"CRITICAL": 3, "FATAL": 3, "ERROR": 2, "WARN": 1, "WARNING": 1, "INFO": 0, "DEBUG": 0}
+"""``jax_logging_level`` to the C++ minimum severity JAX sets with it (absl's: 0 info … 3 fatal)."""
+
+
+def _cpp_log_level() -> int:
+    """The minimum severity of XLA's C++ log lines this process had: JAX's ``jax_logging_level`` when set, else
+    ``$TF_CPP_MIN_LOG_LEVEL``, else 1: warnings and errors (jaxlib writes no INFO line by default, measured; that
+    it writes warnings is assumed)."""
+    import jax
+
+    configured = jax.config.jax_logging_level
+    if configured and configured != "NOTSET":
+        return CPP_LOG_LEVELS[configured]
+    try:
+        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"))
+    except ValueError:
+        return 1
+
+
+@contextmanager
+def slow_compiles_told(tell: Callable[[str, float], None] | None, after: float | None = None) -> Iterator[None]:
+    """While the block runs, XLA's own slow-compile alarm is silenced and, with ``tell``, each program still
+    compiling after ``after`` seconds (default :data:`SLOW_COMPILE_SECONDS`) is told once, as
+    ``tell(program_name, seconds)``, from a timer thread.
+
+    XLA writes its alarm ("The operation took 2m39s … Very slow compile? If you want to file a bug …") as a C++
+    ERROR log line once a compilation has taken two minutes; nothing in Python can filter one C++ line, so XLA's
+    C++ log lines below FATAL are switched off from the start to the end of each compilation
+    (:data:`COMPILE_EVENT`), whatever else they would have said in that window, and back on between
+    compilations (tests/pipeline/test_compile_notice.py). A failing compilation still raises its error in Python.
+    """
+    import jax.monitoring
+    from jax._src.lib import utils
+
+    after = SLOW_COMPILE_SECONDS if after is None else after
+    lock, timers, level = threading.Lock(), {}, _cpp_log_level()
+
+    def started(event: str, value: float, **info: Any) -> None:
+        if event != COMPILE_EVENT:
+            return
+        name = str(info.get("fun_name", "a program"))
+        timer = threading.Timer(after, tell, (name, after)) if tell is not None else None
+        with lock:
+            if not timers:
+                utils.absl_set_min_log_level(_QUIET_CPP_LEVEL)
+            timers[threading.get_ident()] = timer
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+
+    def ended(event: str, seconds: float, **info: Any) -> None:
+        if event != COMPILE_EVENT:
+            return
+        with lock:
+            timer = timers.pop(threading.get_ident(), None)
+            if not timers:
+                utils.absl_set_min_log_level(level)
+        if timer is not None:
+            timer.cancel()
+
+    jax.monitoring.register_scalar_listener(started)
+    jax.monitoring.register_event_duration_secs_listener(ended)
+    try:
+        yield
+    finally:
+        jax.monitoring.unregister_scalar_listener(started)
+        jax.monitoring.unregister_event_duration_listener(ended)
+        with lock:
+            for timer in timers.values():
+                if timer is not None:
+                    timer.cancel()
+            if timers:
+                utils.absl_set_min_log_level(level)
+            timers.clear()

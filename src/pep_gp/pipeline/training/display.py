@@ -10,7 +10,12 @@ same display.
 Both say ``compiling the training step …`` from the start until the first step is done: the first step of a
 process compiles the step (seconds to minutes on a large model), and nothing else moves meanwhile. A run in
 segments (a flow's training tasks) starts again at each segment; the later starts find the step compiled,
-and the display says nothing new.
+and the display says nothing new. A program still compiling after
+:data:`~pep_gp.pipeline.engine.compilation.SLOW_COMPILE_SECONDS` is told in one line, by name, with whether a
+later process will load it from the compilation cache (:func:`slow_compile_text`). XLA's own alarm for a slow
+compilation ("Very slow compile? If you want to file a bug …") is silenced while any display, on or off, is
+open (:func:`~pep_gp.pipeline.engine.compilation.slow_compiles_told`): with the display off (``--quiet``,
+``--json``, an estimator's ``verbose=False``) a fit says nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..engine.compilation import COMPILATION_CACHE_ENV, slow_compiles_told
 from .callbacks import StopTraining
 from .trainer import Progress as ProgressCallback
 from .trainer import no_progress
@@ -50,14 +56,28 @@ def progress_display(enabled: bool, title: str = "training", console: Console | 
     """Yields the trainer's ``progress`` callback that draws the display (:func:`no_progress` when not
     ``enabled``) on ``console`` (default: stderr); the terminal's line is removed when the block ends."""
     if not enabled:
-        yield no_progress
+        with slow_compiles_told(None):
+            yield no_progress
         return
     console = console or Console(stderr=True)
-    if console.is_terminal:
-        with _terminal_line(console, title) as report:
-            yield report
-    else:
-        yield _summary_lines(console, title)
+    told = lambda program, seconds: console.print(slow_compile_text(title, program, seconds), soft_wrap=True)
+    with slow_compiles_told(told):
+        if console.is_terminal:
+            with _terminal_line(console, title) as report:
+                yield report
+        else:
+            yield _summary_lines(console, title)
+
+
+def slow_compile_text(title: str, program: str, seconds: float) -> str:
+    """The line told of a program still compiling after ``seconds``
+    (:func:`~pep_gp.pipeline.engine.compilation.slow_compiles_told`)."""
+    import jax
+
+    cache = jax.config.jax_compilation_cache_dir
+    where = (f"this machine compiles it once: later fits load it from the cache in {cache}" if cache else
+             f"the compilation cache is off ({COMPILATION_CACHE_ENV}=off): every process compiles it again")
+    return f"{title}: compiling {program}, {seconds:.0f} s so far ({where})"
 
 
 @contextmanager
