@@ -48,6 +48,7 @@ from ..engine import connected
 from ..runs import checkpoint
 from ..runs.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
 from ..runs.growth import Frame
+from ..runs.manifest import RunManifest
 from ..training.callbacks import callback_progress
 from ..training.display import both, progress_display
 from ..training.trainer import Trainer, TrainJob, TrainResult
@@ -510,21 +511,18 @@ class GPEstimator(FittedGP):
         directory = Path(directory)
         if checkpoint.has_checkpoints(directory):
             raise InputError(f"{directory}: already holds a run; save into a new directory")
-        config = self._config(1)
-        meta = {"model": self.spec.name, "model_settings": self._frame.model_settings,  # as trained: M capped, auto decided
-                "parameterisation": self.spec.parameterisation,
-                "model_binding": self.binding_, "data": "the estimator's in-memory training data",
-                "dataset_checksum": self.data_checksum_, "config": config.model_dump(),
-                "x_mean": self.x_mean_.tolist(), "x_std": self.x_std_.tolist(),
-                "targets": {"shift": self.targets_.shift, "scale": self.targets_.scale},
-                "classes": self.classes_.tolist() if self._is_classifier else None,
-                "feature_names": None if not hasattr(self, "feature_names_in_") else [str(n) for n in self.feature_names_in_],
-                "transforms": self._transforms().to_json(),
-                "converged": bool(self.converged_), "log_marginal_likelihood": float(self.log_marginal_likelihood_value_),
-                "total_steps": int(self.n_iter_), "steps_per_epoch": 1, "rejected_steps": int(self.n_rejected_steps_),
-                "rejected_site_updates": int(self.n_rejected_site_updates_), "epoch_energy": (0.0, 0), "history": [],
-                "seconds": 0.0}
-        return checkpoint.save(directory, int(self.n_iter_), {"params": self.params_}, meta, keep=1)
+        manifest = RunManifest(
+            model=self.spec.name, model_settings=self._frame.model_settings,  # as trained: M capped, auto decided
+            parameterisation=self.spec.parameterisation, model_binding=self.binding_,
+            data="the estimator's in-memory training data", dataset_checksum=self.data_checksum_,
+            config=self._config(1), x_mean=self.x_mean_.tolist(), x_std=self.x_std_.tolist(),
+            targets={"shift": self.targets_.shift, "scale": self.targets_.scale},
+            classes=self.classes_.tolist() if self._is_classifier else None,
+            feature_names=None if not hasattr(self, "feature_names_in_") else [str(n) for n in self.feature_names_in_],
+            transforms=self._transforms().to_json(), converged=bool(self.converged_),
+            log_marginal_likelihood=float(self.log_marginal_likelihood_value_), total_steps=int(self.n_iter_),
+            rejected_steps=int(self.n_rejected_steps_), rejected_site_updates=int(self.n_rejected_site_updates_))
+        return manifest.write(directory, int(self.n_iter_), {"params": self.params_}, keep=1)
 
     def _transforms(self) -> Transforms:
         """How ``pep predict`` reads a table for this estimator: its columns (``feature_names_in_``, else

@@ -123,6 +123,7 @@ class MultiClassSpec(SpecBase):
     factor: str = "natural"
     Settings = MultiClassSettings
     parameterisation = "3"  # 3: a kernel pytree (pep_gp.core.kernels); 1: log ℓ² lengthscales
+    class_parallel = True  # its classes may be spread over the workers (protocol.spreads_classes)
 
     @property
     def has_sites(self) -> bool:
