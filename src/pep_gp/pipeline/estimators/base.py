@@ -35,6 +35,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ...core import float64
+from ...core.models.multiclass_likelihoods import MultiClassLikelihood, Pairwise
 from ..data.datasets import ArrayData
 from ..data.frames import TableChunk
 from ..data.transforms import NumericFeature, Transforms, label_value
@@ -611,10 +612,12 @@ class GPClassifierMixin:
     def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
         """Draws of the labels at the rows of ``X``, values of ``classes_``: from each joint draw of
         :meth:`sample_f`, a binary label is ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit
-        likelihood, ``p = Φ(f)``; standard logistic ``ε`` for ``likelihood="logistic"``, ``p = σ(f)``), and a multi-class label is ``classes_[argmax_c f_c]`` (the step likelihood
-        of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance; ``argmax_c (f_c + g_c)``,
-        ``g_c`` standard Gumbel, for ``likelihood="softmax"``, ``p = softmax(f)``). The same ``seed`` gives
-        the same draws; limits as :meth:`sample_f`.
+        likelihood, ``p = Φ(f)``; standard logistic ``ε`` for ``likelihood="logistic"``, ``p = σ(f)``), and a
+        multi-class label is drawn by the model's likelihood
+        (:meth:`~pep_gp.core.models.multiclass_likelihoods.MultiClassLikelihood.sample`: ``classes_[argmax_c f_c]``,
+        the step likelihood of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance, as the
+        deep GP's pairs; ``argmax_c (f_c + g_c)``, ``g_c`` standard Gumbel, for the softmax). The same ``seed``
+        gives the same draws; limits as :meth:`sample_f`.
 
         Returns:
             ``[n_samples, n]``.
@@ -623,10 +626,10 @@ class GPClassifierMixin:
         f = self._draw_f(X, n_samples, rng)
         # the fitted model's likelihood (a setting may say "auto": the multi-class model records its choice)
         likelihood = getattr(getattr(self, "model_", None), "likelihood", "probit")
-        likelihood = getattr(likelihood, "name", likelihood)
         if f.ndim == 3:
-            labels = np.argmax(f + rng.gumbel(size=f.shape) if likelihood == "softmax" else f, axis=2)
+            labels = (likelihood if isinstance(likelihood, MultiClassLikelihood) else Pairwise()).sample(f, rng)
         else:
+            likelihood = getattr(likelihood, "name", likelihood)
             noise = rng.logistic(size=f.shape) if likelihood == "logistic" else rng.standard_normal(f.shape)
             labels = (f + noise > 0).astype(int)
         return self.classes_[labels]

@@ -23,7 +23,8 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ...core.kernels import ProductDtype
 from ...core.models.multiclass import MultiClassGP, MultiClassParams
-from ...core.models.multiclass_sites import check_label_noise, check_likelihood
+from ...core.models.multiclass_likelihoods import check_likelihood
+from ...core.models.multiclass_sites import check_label_noise
 from ..data.blocks import TargetScaling
 from ..errors import InputError
 from .predictive import MultiClassPredictive
