@@ -31,7 +31,7 @@ class TemperedSoftmax(WholeRow):
         t = self.temperature
         return softmax.softmax_log_probs(mean / t, var / t**2, model.softmax_quadrature)
 
-    def sample(self, f, rng):
+    def sample_labels(self, f, rng):
         return np.argmax(f / self.temperature + rng.gumbel(size=f.shape), axis=2)
 
 
@@ -98,5 +98,5 @@ def test_a_likelihood_defined_here_trains_by_site_updates_and_draws_its_own_labe
     assert np.isfinite(float(energy))
     f = np.random.default_rng(1).normal(size=(2, 5, 3))
     expected = np.argmax(f / 2.0 + np.random.default_rng(2).gumbel(size=f.shape), axis=2)
-    np.testing.assert_array_equal(model.likelihood.sample(f, np.random.default_rng(2)), expected)
-    np.testing.assert_array_equal(MultiClassGP(3).likelihood.sample(f, None), np.argmax(f, axis=2))
+    np.testing.assert_array_equal(model.likelihood.sample_labels(f, np.random.default_rng(2)), expected)
+    np.testing.assert_array_equal(MultiClassGP(3).likelihood.sample_labels(f, None), np.argmax(f, axis=2))

@@ -65,7 +65,7 @@ class MultiClassLikelihood:
         """``log p(y* = c | x*)`` ``[B, C]`` at the latent predictive moments ``[B, C]``."""
         raise NotImplementedError
 
-    def sample(self, f: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample_labels(self, f: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Class indices drawn at latent draws ``f`` ``[S, B, C]``: ``argmax_c f_c`` (the step likelihood, its
         noise in ``f``'s variance), ``[S, B]``."""
         return np.argmax(f, axis=2)
@@ -169,7 +169,7 @@ class Softmax(WholeRow):
     def predict(self, model: Any, mean, var):
         return softmax.softmax_log_probs(mean, var, model.softmax_quadrature)
 
-    def sample(self, f: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample_labels(self, f: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """``argmax_c (f_c + g_c)``, ``g_c`` standard Gumbel: ``p = softmax(f)``."""
         return np.argmax(f + rng.gumbel(size=f.shape), axis=2)
 

@@ -35,6 +35,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ...core import float64
+from ...core.likelihoods import Probit
 from ...core.models.multiclass_likelihoods import MultiClassLikelihood, Pairwise
 from ..data.datasets import ArrayData
 from ..data.frames import TableChunk
@@ -611,10 +612,10 @@ class GPClassifierMixin:
 
     def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
         """Draws of the labels at the rows of ``X``, values of ``classes_``: from each joint draw of
-        :meth:`sample_f`, a binary label is ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit
-        likelihood, ``p = Φ(f)``; standard logistic ``ε`` for ``likelihood="logistic"``, ``p = σ(f)``), and a
-        multi-class label is drawn by the model's likelihood
-        (:meth:`~pep_gp.core.models.multiclass_likelihoods.MultiClassLikelihood.sample`: ``classes_[argmax_c f_c]``,
+        :meth:`sample_f`, a label is drawn by the model's likelihood (its ``sample_labels``): a binary one is
+        ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit likelihood, ``p = Φ(f)``, also of a model
+        that holds none; standard logistic ``ε`` for the logistic, ``p = σ(f)``), and a multi-class one
+        (:meth:`~pep_gp.core.models.multiclass_likelihoods.MultiClassLikelihood.sample_labels`: ``classes_[argmax_c f_c]``,
         the step likelihood of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance, as the
         deep GP's pairs; ``argmax_c (f_c + g_c)``, ``g_c`` standard Gumbel, for the softmax). The same ``seed``
         gives the same draws; limits as :meth:`sample_f`.
@@ -625,14 +626,10 @@ class GPClassifierMixin:
         rng = np.random.default_rng(seed)
         f = self._draw_f(X, n_samples, rng)
         # the fitted model's likelihood (a setting may say "auto": the multi-class model records its choice)
-        likelihood = getattr(getattr(self, "model_", None), "likelihood", "probit")
-        if f.ndim == 3:
-            labels = (likelihood if isinstance(likelihood, MultiClassLikelihood) else Pairwise()).sample(f, rng)
-        else:
-            likelihood = getattr(likelihood, "name", likelihood)
-            noise = rng.logistic(size=f.shape) if likelihood == "logistic" else rng.standard_normal(f.shape)
-            labels = (f + noise > 0).astype(int)
-        return self.classes_[labels]
+        likelihood = getattr(getattr(self, "model_", None), "likelihood", None)
+        if f.ndim == 3:  # the multi-class deep GP's pairs draw as the pairwise likelihood's
+            likelihood = likelihood if isinstance(likelihood, MultiClassLikelihood) else Pairwise()
+        return self.classes_[(Probit() if likelihood is None else likelihood).sample_labels(f, rng)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
