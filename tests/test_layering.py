@@ -53,3 +53,42 @@ def test_no_module_imports_a_module_that_imports_it_back_and_layers_point_down()
                         and b.startswith(("pep_gp.pipeline.training", "pep_gp.pipeline.estimators"))))
     assert not upward
     assert len(graph) > 60 and sum(map(len, graph.values())) > 150  # the graph was read
+
+
+MODEL_FITS = ("pep_gp.pipeline.training.class_groups", "pep_gp.pipeline.training.exact_ep",
+              "pep_gp.pipeline.training.multiclass_ep")
+"""The training modules that are one model's own step or fit (multi-class SEP's class-parallel step, the exact
+GP's EP, multi-class EP), beside the trainer as GPJax's ``fit_scipy`` is beside ``fit``: they may import it."""
+
+
+def test_training_imports_no_concrete_model():
+    """Issue 64: the trainer imported ``MultiClassGP`` for one ``isinstance``; the loop asks the spec instead
+    (:func:`~pep_gp.pipeline.models.protocol.spreads_classes`), and nothing under training/ but a model's own
+    fit imports from ``pep_gp.core.models``."""
+    found = modules()
+    graph = {name: imports(name, path, set(found)) for name, path in found.items()
+             if name.startswith("pep_gp.pipeline.training")}
+    concrete = sorted((a, b) for a, targets in graph.items() for b in targets
+                      if b.startswith("pep_gp.core.models") and a not in MODEL_FITS)
+    assert not concrete
+    assert all(any(b.startswith("pep_gp.core.models") for b in graph[fit]) for fit in MODEL_FITS)  # each exemption used
+    assert "pep_gp.pipeline.training.trainer" in graph and len(graph) > 15  # the package was read
+
+
+def test_one_place_writes_a_run_manifest():
+    """Issue 64: the trainer and ``estimator.save`` each built and wrote a manifest (the estimator filling
+    placeholder loop fields). Every checkpoint is written by ``checkpoint.save``, and the one call of it in the
+    package is :meth:`~pep_gp.pipeline.runs.manifest.RunManifest.write`; only checkpoint.py names the file."""
+    writers, named = [], []
+    for name, path in modules().items():
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "save"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "checkpoint"):
+                writers.append(name)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").endswith("checkpoint"):
+                assert "save" not in {alias.name for alias in node.names}, name  # no call under another name
+        if '"manifest.json"' in text:
+            named.append(name)
+    assert writers == ["pep_gp.pipeline.runs.manifest"]
+    assert named == ["pep_gp.pipeline.runs.checkpoint"]

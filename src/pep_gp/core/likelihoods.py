@@ -97,6 +97,11 @@ class Probit:
         return {}
 
     @staticmethod
+    def sample_labels(f, rng):
+        """Labels drawn at latent draws ``f``: 1 where ``f + ε > 0``, ``ε ~ N(0, 1)`` (``p = Φ(f)``)."""
+        return (f + rng.standard_normal(f.shape) > 0).astype(int)
+
+    @staticmethod
     def _sign(y):
         return 2.0 * y - 1.0
 
@@ -287,6 +292,11 @@ class BernoulliLogistic(QuadratureLikelihood):
     @staticmethod
     def init_params():
         return {}
+
+    @staticmethod
+    def sample_labels(f, rng):
+        """Labels drawn at latent draws ``f``: 1 where ``f + ε > 0``, ``ε`` standard logistic (``p = σ(f)``)."""
+        return (f + rng.logistic(size=f.shape) > 0).astype(int)
 
     @staticmethod
     def log_prob(y, f, params=None):

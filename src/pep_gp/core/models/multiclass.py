@@ -58,6 +58,7 @@ from ..initialisation import squared_median_lengthscale
 from ..kernels import Kernel, ProductDtype, SquaredExponential, check_product_dtype
 from ..linalg import DEFAULT_JITTER, cholesky, per_matrix
 from . import multiclass_sites as sites
+from .multiclass_likelihoods import MultiClassLikelihood, Pairwise, check_likelihood, label_side
 from . import multiclass_softmax as softmax
 from ..parameters import LOG, constrained, unconstrained
 
@@ -98,13 +99,9 @@ def rows_per_class(y, num_classes: int):
 
 def class_factor_counts(rows):
     """``n_c = N + (C − 2)N_c`` pair factors touch class ``c`` (Villacampa-Calvo & Hernández-Lobato 2017,
-    §2.3.1), ``[C]``, from the rows of each class ``N_c`` (``rows`` ``[C]``, ``N = Σ_c N_c``)."""
-    return jnp.sum(rows) + (rows.shape[-1] - 2) * rows
-
-
-def label_side(values, y):
-    """The label-class column of ``[B, C]`` values, as ``[B, 1]`` (broadcasts over the other class k)."""
-    return jnp.take_along_axis(values, y[:, None], axis=1)
+    §2.3.1), ``[C]``, from the rows of each class ``N_c`` (``rows`` ``[C]``, ``N = Σ_c N_c``):
+    :meth:`~pep_gp.core.models.multiclass_likelihoods.Pairwise.factor_counts`."""
+    return Pairwise().factor_counts(rows)
 
 
 @dataclass(frozen=True)
@@ -127,7 +124,8 @@ class MultiClassGP:
             :func:`~pep_gp.core.models.multiclass_sites.robust_log_factor`), in training and in the predictive;
             0 is the paper's likelihood. ``ε > 0`` needs ``alpha = 1``.
         quadrature: the rule of the predictive integral (eq. 68).
-        likelihood: ``"pairwise"`` trains on the product of each row's ``C − 1`` pairwise probits (eq. 6, the
+        likelihood: a :class:`~pep_gp.core.models.multiclass_likelihoods.MultiClassLikelihood`, or its name
+            (kept as the object): ``"pairwise"`` trains on the product of each row's ``C − 1`` pairwise probits (eq. 6, the
             paper's method: ``C − 1`` rank-one sites a row, ``n_c = N + (C − 2)N_c``); ``"exact"`` on the
             probability of the maximum itself, the integral of eq. (68) at the cavity
             (:func:`~pep_gp.core.models.multiclass_sites.exact_log_partition`: one site a row and class,
@@ -153,7 +151,7 @@ class MultiClassGP:
     jitter: float = DEFAULT_JITTER
     label_noise: float = 0.0
     quadrature: sites.PredictiveQuadrature = sites.PredictiveQuadrature()
-    likelihood: str = "pairwise"
+    likelihood: str | MultiClassLikelihood = "pairwise"
     softmax_quadrature: softmax.SoftmaxQuadrature = softmax.SoftmaxQuadrature()
     kernel_products: ProductDtype = "float64"
 
@@ -165,7 +163,7 @@ class MultiClassGP:
         if not 0.0 <= self.label_noise < 1.0:
             raise ValueError(f"label_noise must lie in [0, 1); got {self.label_noise}")
         sites.check_label_noise(self.alpha, self.label_noise)
-        sites.check_likelihood(self.likelihood, self.alpha, self.label_noise)
+        object.__setattr__(self, "likelihood", check_likelihood(self.likelihood, self.alpha, self.label_noise))
         check_product_dtype(self.kernel_products, "kernel_products")
 
     def data_size(self, y):
@@ -174,17 +172,13 @@ class MultiClassGP:
 
     def factor_counts(self, class_rows):
         """The factors touching each class, ``[C]``: :func:`class_factor_counts`, ``n_c = N + (C − 2)N_c``,
-        for the pairwise likelihood; ``n_c = N`` for the whole-row ones (a factor a row)."""
-        if self.likelihood in sites.WHOLE_ROW_LIKELIHOODS:
-            return jnp.full_like(class_rows, jnp.sum(class_rows))
-        return class_factor_counts(class_rows)
+        for the pairwise likelihood; ``n_c = N`` for the whole-row ones (a factor a row): the likelihood's."""
+        return self.likelihood.factor_counts(class_rows)
 
     def site_counts(self, y, mask):
         """:meth:`factor_counts` of the rows ``y`` ``[B]`` not masked out (``mask`` ``[B]``): the ``n_{B,c}`` of a
         block's site statistics, ``[C]``."""
-        if self.likelihood in sites.WHOLE_ROW_LIKELIHOODS:
-            return sites.row_counts(mask, self.num_classes)
-        return sites.factor_counts(y, mask, self.num_classes)
+        return self.likelihood.site_counts(y, mask, self.num_classes)
 
     # ----------------------------------------------------------------------------------------------
     def init(
@@ -318,28 +312,18 @@ class MultiClassGP:
 
     def _pairs(self, marginals: bank.Marginals, fitc, y):
         """:meth:`_pair_cavities` from :meth:`class_marginals`."""
-        label = sites.Projections(label_side(marginals.mean, y), label_side(marginals.var, y))
-        return label, marginals, label_side(fitc, y), fitc
+        return Pairwise.pairs(marginals, fitc, y)
 
     def row_energy(self, marginals: bank.Marginals, fitc, y, mask):
-        """:meth:`data_energy` from :meth:`class_marginals` of all C classes (eq. 34)."""
-        y = y.astype(jnp.int32)
-        if self.likelihood in sites.WHOLE_ROW_LIKELIHOODS:
-            log_z = self.row_log_partition(marginals.mean, marginals.var, fitc, y)
-            return jnp.sum(jnp.where(mask, log_z, 0.0))
-        label, other, label_fitc, other_fitc = self._pairs(marginals, fitc, y)
-        terms = sites.log_partition(label, other, label_fitc, other_fitc, self.alpha,
-                                    label_noise=self.label_noise) / self.alpha
-        energy = jnp.sum(jnp.where(sites.factor_mask(y, mask, self.num_classes), terms, 0.0))
-        return sites.normalise_energy(energy, self.label_noise, self.num_classes, mask)
+        """:meth:`data_energy` from :meth:`class_marginals` of all C classes (eq. 34 for the pairs): the
+        likelihood's."""
+        return self.likelihood.row_energy(self, marginals, fitc, y.astype(jnp.int32), mask)
 
     def row_log_partition(self, mean, var, fitc, y):
-        """``log Z_i`` of each row's whole-row factor (``likelihood`` ``"exact"`` or ``"softmax"``) at its
-        cavity projections ``a``, ``w`` and FITC variances ``s`` ``[B, C]``: the likelihood's expectation under
-        ``f^c ~ N(a^c, w^c + s^c)``, ``[B]``."""
-        if self.likelihood == "softmax":
-            return softmax.softmax_log_probs(mean, var + fitc, self.softmax_quadrature, y)
-        return sites.exact_log_partition(mean, var, fitc, y, self.quadrature, self.label_noise)
+        """``log Z_i`` of each row's whole-row factor at its cavity projections ``a``, ``w`` and FITC variances
+        ``s`` ``[B, C]``, ``[B]``: the likelihood's
+        (:meth:`~pep_gp.core.models.multiclass_likelihoods.WholeRow.row_log_partition`)."""
+        return self.likelihood.row_log_partition(self, mean, var, fitc, y)
 
     def data_energy_at(self, rows: bank.RowProjections, cavity: bank.Gaussians, y, mask):
         """:meth:`data_energy` from the rows' projections and the cavities."""
@@ -375,15 +359,8 @@ class MultiClassGP:
         """The refined sites' per-(row, class) coefficients ``Δ_i^c``, ``μ̃_i^c`` ``[B, C]`` (eqs. 26–27,
         :func:`~pep_gp.core.models.multiclass_sites.per_class_coefficients`) from :meth:`class_marginals` of
         all C classes; each class's sums then need its own column only
-        (:func:`~pep_gp.core.models.multiclass_sites.class_sums`). A whole-row likelihood's are
-        :func:`~pep_gp.core.models.multiclass_sites.row_site_coefficients` of :meth:`row_log_partition`."""
-        y = y.astype(jnp.int32)
-        if self.likelihood in sites.WHOLE_ROW_LIKELIHOODS:
-            return sites.row_site_coefficients(lambda a, w: self.row_log_partition(a, w, fitc, y),
-                                               marginals.mean, marginals.var, fitc, mask)
-        label, other, label_fitc, other_fitc = self._pairs(marginals, fitc, y)
-        refined = sites.refine(label, other, label_fitc, other_fitc, self.alpha, label_noise=self.label_noise)
-        return sites.per_class_coefficients(refined, y, mask)
+        (:func:`~pep_gp.core.models.multiclass_sites.class_sums`): the likelihood's."""
+        return self.likelihood.row_site_coefficients(self, marginals, fitc, y.astype(jnp.int32), mask)
 
     def site_stats(self, params: MultiClassParams, shared: StepShared, x, y, mask) -> SiteStats:
         """Refine every factor of the block against the SEP cavity and sum the new sites per class.
@@ -440,9 +417,7 @@ class MultiClassGP:
         """Predictive log-probabilities ``log p(y* = c | x*)``, ``[B, C]`` (eq. 11/68; the softmax's
         ``log E[softmax(f*)]``)."""
         mean, var = self.predict_latent(params, x)
-        if self.likelihood == "softmax":
-            return softmax.softmax_log_probs(mean, var, self.softmax_quadrature)
-        return sites.predictive_log_probs(mean, var, self.quadrature, self.label_noise)
+        return self.likelihood.predict(self, mean, var)
 
 
 jax.tree_util.register_static(MultiClassGP)

@@ -341,30 +341,6 @@ def predictive_log_probs(mean, var, quadrature: PredictiveQuadrature = Predictiv
     return log_probs - log_label_noise_normaliser(label_noise, mean.shape[-1])
 
 
-LIKELIHOODS = ("pairwise", "exact", "softmax")
-"""How a row's likelihood enters training: ``"pairwise"``, the product of its ``C − 1`` pairwise probits
-(Villacampa-Calvo & Hernández-Lobato 2017, eq. 6, the paper's method); ``"exact"``, the probability of
-the maximum itself (eq. 1 with the latent noise, the integral of eq. 68; :func:`exact_log_partition`); or
-``"softmax"``, the multinomial logit ``exp(f_y)/Σ_k exp(f_k)`` (the maximum under Gumbel noise;
-:mod:`pep_gp.core.models.multiclass_softmax`). The last two are one factor a row, whose sites are
-:func:`row_site_coefficients`."""
-
-WHOLE_ROW_LIKELIHOODS = ("exact", "softmax")
-
-
-def check_likelihood(likelihood: str, alpha: float, label_noise: float = 0.0) -> None:
-    """Refuse an unknown likelihood, a whole-row one with ``alpha ≠ 1`` (its sites are EP's, α = 1), and
-    ``"softmax"`` with label noise (its noise is the Gumbel's)."""
-    if likelihood not in LIKELIHOODS:
-        raise ValueError(f"likelihood must be one of {LIKELIHOODS}; got {likelihood!r}")
-    if likelihood in WHOLE_ROW_LIKELIHOODS and alpha != 1.0:
-        raise ValueError(f"likelihood = {likelihood!r} needs alpha = 1 (got alpha = {alpha}): its sites are "
-                         "moment-matched for EP (α = 1) only")
-    if likelihood == "softmax" and label_noise != 0.0:
-        raise ValueError(f"likelihood = 'softmax' takes no label_noise (got {label_noise}): the softmax is "
-                         "already the maximum of the latent values under Gumbel noise")
-
-
 def exact_log_partition(mean, var, fitc, y, quadrature: PredictiveQuadrature = PredictiveQuadrature(),
                         label_noise: float = 0.0):
     """``log Z_i = log ∫ p(y_i | f) cav(f) df`` for the whole likelihood of a row (eq. 1 with the latent

@@ -35,6 +35,8 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ...core import float64
+from ...core.likelihoods import Probit
+from ...core.models.multiclass_likelihoods import MultiClassLikelihood, Pairwise
 from ..data.datasets import ArrayData
 from ..data.frames import TableChunk
 from ..data.transforms import NumericFeature, Transforms, label_value
@@ -48,6 +50,7 @@ from ..engine import connected
 from ..runs import checkpoint
 from ..runs.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
 from ..runs.growth import Frame
+from ..runs.manifest import RunManifest
 from ..training.callbacks import callback_progress
 from ..training.display import both, progress_display
 from ..training.trainer import Trainer, TrainJob, TrainResult
@@ -510,21 +513,18 @@ class GPEstimator(FittedGP):
         directory = Path(directory)
         if checkpoint.has_checkpoints(directory):
             raise InputError(f"{directory}: already holds a run; save into a new directory")
-        config = self._config(1)
-        meta = {"model": self.spec.name, "model_settings": self._frame.model_settings,  # as trained: M capped, auto decided
-                "parameterisation": self.spec.parameterisation,
-                "model_binding": self.binding_, "data": "the estimator's in-memory training data",
-                "dataset_checksum": self.data_checksum_, "config": config.model_dump(),
-                "x_mean": self.x_mean_.tolist(), "x_std": self.x_std_.tolist(),
-                "targets": {"shift": self.targets_.shift, "scale": self.targets_.scale},
-                "classes": self.classes_.tolist() if self._is_classifier else None,
-                "feature_names": None if not hasattr(self, "feature_names_in_") else [str(n) for n in self.feature_names_in_],
-                "transforms": self._transforms().to_json(),
-                "converged": bool(self.converged_), "log_marginal_likelihood": float(self.log_marginal_likelihood_value_),
-                "total_steps": int(self.n_iter_), "steps_per_epoch": 1, "rejected_steps": int(self.n_rejected_steps_),
-                "rejected_site_updates": int(self.n_rejected_site_updates_), "epoch_energy": (0.0, 0), "history": [],
-                "seconds": 0.0}
-        return checkpoint.save(directory, int(self.n_iter_), {"params": self.params_}, meta, keep=1)
+        manifest = RunManifest(
+            model=self.spec.name, model_settings=self._frame.model_settings,  # as trained: M capped, auto decided
+            parameterisation=self.spec.parameterisation, model_binding=self.binding_,
+            data="the estimator's in-memory training data", dataset_checksum=self.data_checksum_,
+            config=self._config(1), x_mean=self.x_mean_.tolist(), x_std=self.x_std_.tolist(),
+            targets={"shift": self.targets_.shift, "scale": self.targets_.scale},
+            classes=self.classes_.tolist() if self._is_classifier else None,
+            feature_names=None if not hasattr(self, "feature_names_in_") else [str(n) for n in self.feature_names_in_],
+            transforms=self._transforms().to_json(), converged=bool(self.converged_),
+            log_marginal_likelihood=float(self.log_marginal_likelihood_value_), total_steps=int(self.n_iter_),
+            rejected_steps=int(self.n_rejected_steps_), rejected_site_updates=int(self.n_rejected_site_updates_))
+        return manifest.write(directory, int(self.n_iter_), {"params": self.params_}, keep=1)
 
     def _transforms(self) -> Transforms:
         """How ``pep predict`` reads a table for this estimator: its columns (``feature_names_in_``, else
@@ -612,11 +612,13 @@ class GPClassifierMixin:
 
     def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
         """Draws of the labels at the rows of ``X``, values of ``classes_``: from each joint draw of
-        :meth:`sample_f`, a binary label is ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit
-        likelihood, ``p = Φ(f)``; standard logistic ``ε`` for ``likelihood="logistic"``, ``p = σ(f)``), and a multi-class label is ``classes_[argmax_c f_c]`` (the step likelihood
-        of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance; ``argmax_c (f_c + g_c)``,
-        ``g_c`` standard Gumbel, for ``likelihood="softmax"``, ``p = softmax(f)``). The same ``seed`` gives
-        the same draws; limits as :meth:`sample_f`.
+        :meth:`sample_f`, a label is drawn by the model's likelihood (its ``sample_labels``): a binary one is
+        ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit likelihood, ``p = Φ(f)``, also of a model
+        that holds none; standard logistic ``ε`` for the logistic, ``p = σ(f)``), and a multi-class one
+        (:meth:`~pep_gp.core.models.multiclass_likelihoods.MultiClassLikelihood.sample_labels`: ``classes_[argmax_c f_c]``,
+        the step likelihood of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance, as the
+        deep GP's pairs; ``argmax_c (f_c + g_c)``, ``g_c`` standard Gumbel, for the softmax). The same ``seed``
+        gives the same draws; limits as :meth:`sample_f`.
 
         Returns:
             ``[n_samples, n]``.
@@ -624,14 +626,10 @@ class GPClassifierMixin:
         rng = np.random.default_rng(seed)
         f = self._draw_f(X, n_samples, rng)
         # the fitted model's likelihood (a setting may say "auto": the multi-class model records its choice)
-        likelihood = getattr(getattr(self, "model_", None), "likelihood", "probit")
-        likelihood = getattr(likelihood, "name", likelihood)
-        if f.ndim == 3:
-            labels = np.argmax(f + rng.gumbel(size=f.shape) if likelihood == "softmax" else f, axis=2)
-        else:
-            noise = rng.logistic(size=f.shape) if likelihood == "logistic" else rng.standard_normal(f.shape)
-            labels = (f + noise > 0).astype(int)
-        return self.classes_[labels]
+        likelihood = getattr(getattr(self, "model_", None), "likelihood", None)
+        if f.ndim == 3:  # the multi-class deep GP's pairs draw as the pairwise likelihood's
+            likelihood = likelihood if isinstance(likelihood, MultiClassLikelihood) else Pairwise()
+        return self.classes_[(Probit() if likelihood is None else likelihood).sample_labels(f, rng)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -23,7 +23,8 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ...core.kernels import ProductDtype
 from ...core.models.multiclass import MultiClassGP, MultiClassParams
-from ...core.models.multiclass_sites import check_label_noise, check_likelihood
+from ...core.models.multiclass_likelihoods import check_likelihood
+from ...core.models.multiclass_sites import check_label_noise
 from ..data.blocks import TargetScaling
 from ..errors import InputError
 from .predictive import MultiClassPredictive
@@ -123,6 +124,7 @@ class MultiClassSpec(SpecBase):
     factor: str = "natural"
     Settings = MultiClassSettings
     parameterisation = "3"  # 3: a kernel pytree (pep_gp.core.kernels); 1: log ℓ² lengthscales
+    class_parallel = True  # its classes may be spread over the workers (protocol.spreads_classes)
 
     @property
     def has_sites(self) -> bool:

@@ -100,7 +100,7 @@ class ModelSettings(BaseModel):
 
     at_the_rows: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     """Settings the trainer imposes when the inducing inputs are the training inputs (``num_inducing`` capped
-    by the rows, :func:`~pep_gp.pipeline.training.trainer.capped_settings`): none by default."""
+    by the rows, :func:`~pep_gp.pipeline.runs.frame.capped_settings`): none by default."""
 
     def __hash__(self) -> int:
         """Settings key compiled programs: hashed by their JSON (the kernel's description is a table)."""
@@ -249,6 +249,14 @@ def uses_site_updates(spec: Any, settings: ModelSettings) -> bool:
     them off (a spec's optional ``site_updates(settings)``, e.g. the sparse-GP regressor with a likelihood
     whose sites are not exact)."""
     return spec.has_sites and getattr(spec, "site_updates", lambda _: True)(settings)
+
+
+def spreads_classes(spec: Any, settings: ModelSettings) -> bool:
+    """Whether a job may spread its model's classes over the workers (``parallel_over = "classes"``,
+    :mod:`~pep_gp.pipeline.training.class_parallel`): the spec's optional ``class_parallel`` (its model's
+    classes are coupled only through ``[B, C]`` numbers a step: the multi-class GP, Villacampa-Calvo &
+    Hernández-Lobato 2017, eq. 6), and only with site updates (:func:`uses_site_updates`)."""
+    return getattr(spec, "class_parallel", False) and uses_site_updates(spec, settings)
 
 
 def chosen_settings(spec: Any, settings: ModelSettings, binding: dict[str, Any],

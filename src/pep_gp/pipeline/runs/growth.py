@@ -37,9 +37,8 @@ def earlier_versions(store: Any) -> dict[str, int]:
 
 def data_log(manifest: RunManifest) -> list[dict[str, Any]]:
     """The checkpoint's ``data_log`` (a checkpoint written before it: one entry, its data from step 0)."""
-    logged = getattr(manifest, "data_log", None)
-    if logged:
-        return [dict(entry) for entry in logged]
+    if manifest.data_log:
+        return [dict(entry) for entry in manifest.data_log]
     return [{"step": 0, "first_block": 0, "checksum": manifest.dataset_checksum, "epoch": 0}]
 
 

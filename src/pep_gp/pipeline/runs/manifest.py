@@ -1,18 +1,25 @@
-"""What a training run records in each checkpoint's manifest, validated before anything uses it.
+"""What a training run records in each checkpoint's manifest, validated before anything uses it, and the one
+place that writes it.
 
 A run directory may come from anywhere (copied from another machine, edited, damaged), so its manifest is
 input like any other: :class:`RunManifest` checks every field the trainer, ``pep evaluate`` and the
 resume logic read (types, finite statistics, ``x_std > 0``, a valid training config), and a manifest that
 fails is a damaged checkpoint (:func:`pep_gp.pipeline.runs.checkpoint.restore` then tries the previous
-one), never a ``KeyError`` or ``TypeError`` deep inside a run.
+one), never a ``KeyError`` or ``TypeError`` deep inside a run. The same type writes it
+(:meth:`RunManifest.write`): the trainer's checkpoints (:func:`pep_gp.pipeline.runs.state.save_state`) and
+``estimator.save`` build one and call it, so what is written is what a reader accepts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from . import checkpoint
 from .checkpoint import one_line
 from .config import TrainConfig
 
@@ -29,7 +36,8 @@ class Targets(BaseModel):
 
 class RunManifest(BaseModel):
     """The run's fields of a checkpoint manifest (the checkpoint's own ``format``/``step``/``leaves`` are
-    checked by :class:`~pep_gp.pipeline.runs.checkpoint.CheckpointManifest`)."""
+    checked by :class:`~pep_gp.pipeline.runs.checkpoint.CheckpointManifest`). The loop's record (its
+    counters, energies, history and time) defaults to a loop that left none: a fitted estimator's save."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -42,13 +50,13 @@ class RunManifest(BaseModel):
     x_std: list[PositiveFloat] = Field(min_length=1)
     targets: Targets
     total_steps: int = Field(ge=0)
-    steps_per_epoch: int = Field(ge=1)
-    rejected_steps: int = Field(ge=0)
+    steps_per_epoch: int = Field(1, ge=1)
+    rejected_steps: int = Field(0, ge=0)
     rejected_in_a_row: int = Field(0, ge=0)  # absent from manifests written before the stop rule
-    rejected_site_updates: int = Field(ge=0)
-    epoch_energy: tuple[float, int]
-    history: list[dict[str, Any]]
-    seconds: float = Field(ge=0.0)
+    rejected_site_updates: int = Field(0, ge=0)
+    epoch_energy: tuple[float, int] = (0.0, 0)  # the running epoch's sum and count of finite step energies
+    history: list[dict[str, Any]] = Field(default_factory=list)  # one record per epoch
+    seconds: float = Field(0.0, ge=0.0)
     model_settings: dict[str, Any] | None = None  # as trained (M capped by the rows); absent before the cap
     parameterisation: str = "1"  # the model's parameters' meaning (ModelSpec.parameterisation); "1" before the tag
     recent_energies: list[float | None] = Field(default_factory=list)  # the stopping rule's window
@@ -61,6 +69,8 @@ class RunManifest(BaseModel):
     feature_names: list[str] | None = None
     transforms: dict[str, Any] | None = None  # a table's rows → model features (pipeline.data.transforms)
     damping_per_epoch: bool = False  # the site step decays per epoch (False: written when it decayed per step)
+    data_log: list[dict[str, Any]] | None = None  # the store versions trained on (pipeline.runs.growth)
+    written_at: str | None = None  # when write wrote it (UTC, ISO 8601)
 
     @model_validator(mode="after")
     def _statistics_agree(self) -> "RunManifest":
@@ -75,3 +85,11 @@ class RunManifest(BaseModel):
             return cls(**manifest)
         except ValidationError as error:
             raise ValueError(one_line(error, "manifest")) from None
+
+    def write(self, run_dir: Path, step: int, trees: Mapping[str, Any], keep: int) -> Path:
+        """Write the checkpoint of ``step`` into ``run_dir``: the pytrees ``trees`` and this manifest, stamped
+        with the time (:func:`~pep_gp.pipeline.runs.checkpoint.save`, which keeps the newest ``keep``
+        checkpoints); returns its path. The one writer of a run's manifest."""
+        written_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        meta = self.model_copy(update={"written_at": written_at}).model_dump()
+        return checkpoint.save(run_dir, step, trees, meta, keep)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +52,16 @@ class LoopState:
         return False
 
 
-def save_state(run_dir: Path, state: LoopState, run_meta: dict[str, Any], keep: int) -> Path:
-    """Write the checkpoint of ``state``; ``run_meta`` describes the run (model, data, config, …)."""
-    meta = {**run_meta, "rejected_steps": state.rejected, "rejected_in_a_row": state.rejected_in_a_row,
-            "rejected_site_updates": state.rejected_sites,
-            "epoch_energy": state.epoch_energy, "history": state.history, "seconds": state.seconds,
-            "recent_energies": state.energies, "best_energy": state.best_energy, "best_step": state.best_step,
-            "best_mean": state.best_mean,
-            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+def save_state(run_dir: Path, state: LoopState, run: dict[str, Any], keep: int) -> Path:
+    """Write the checkpoint of ``state``: its pytrees, and the manifest of the run's fields ``run`` (model,
+    data, config, …) with the loop's record (what :func:`restored_state` reads back)."""
+    manifest = RunManifest(**run, rejected_steps=state.rejected, rejected_in_a_row=state.rejected_in_a_row,
+                           rejected_site_updates=state.rejected_sites, epoch_energy=state.epoch_energy,
+                           history=state.history, seconds=state.seconds, recent_energies=state.energies,
+                           best_energy=state.best_energy, best_step=state.best_step, best_mean=state.best_mean)
     trees = {"params": state.params, "opt_state": state.opt_state, "key": state.key_data,
              **({} if state.best_params is None else {"best_params": state.best_params})}
-    return checkpoint.save(run_dir, state.step, trees, meta, keep)
+    return manifest.write(run_dir, state.step, trees, keep)
 
 
 def refuse_another_run(manifest: RunManifest, run_dir: Path, model: str, checksum: str, path: str,

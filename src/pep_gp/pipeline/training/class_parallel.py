@@ -13,7 +13,10 @@ keep them as its best (:meth:`ClassParallelTraining.pinned`) without moving them
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +24,9 @@ import numpy as np
 
 from ..engine import DaskBackend
 from ..engine.cache import BLOCKS
+from ..errors import InputError
+from ..models.protocol import spreads_classes
+from ..runs.state import LoopState
 from .class_groups import ClassParallelStep, InProcessGroups, StoreRows, WorkerGroups
 from .step import StepInfo, StepState
 
@@ -50,6 +56,15 @@ class ClassParallelTraining:
         self.version = 0  # raised by every step and every placement: a Held names one state of one placement
         self.best_version: int | None = None
         self._gathered: dict[tuple[int, str], Any] = {}
+
+    @classmethod
+    def replacing(cls, previous: "ClassParallelTraining | None", step: ClassParallelStep,
+                  backend: Any) -> "ClassParallelTraining":
+        """The class-parallel training of ``step`` after ``previous`` (None: the first), whose groups are
+        released (:meth:`close`)."""
+        if previous is not None:
+            previous.close()
+        return cls(step, backend)
 
     def update(self, state: StepState, batch: Any) -> tuple[StepState, StepInfo]:
         """One step on ``batch`` (an ``EngineBatch`` of the trainer: its engine's source, blocks, ``N/|B|`` and
@@ -121,3 +136,40 @@ class ClassParallelTraining:
         else:
             count = min(len(os.sched_getaffinity(0)), classes)
             self.groups = InProcessGroups(self.step.groups(params, opt_state, count), threads=count > 1)
+
+
+def check_parallel_over(parallel_over: str, spec: Any, settings: Any) -> None:
+    """InputError for ``parallel_over = "classes"`` with a model whose classes cannot be spread over the
+    workers (:func:`~pep_gp.pipeline.models.protocol.spreads_classes`)."""
+    if parallel_over == "classes" and not spreads_classes(spec, settings):
+        raise InputError(f"parallel_over = classes spreads the classes of multi-class SEP (--model "
+                         f"multiclass-sep) over the workers; --model {spec.name} is spread by rows: leave "
+                         "parallel_over at rows")
+
+
+def as_arrays(classes: ClassParallelTraining | None, value: Any) -> Any:
+    """``value`` (params, optimiser state) as arrays: gathered where the class-parallel step ``classes`` holds
+    it (:meth:`ClassParallelTraining.arrays`); as it is for a step over rows (``classes`` None)."""
+    return value if classes is None else classes.arrays(value)
+
+
+def with_arrays(classes: ClassParallelTraining | None, loop: LoopState) -> LoopState:
+    """``loop`` with its params, optimiser state and best params as arrays (:func:`as_arrays`): what a
+    checkpoint writes and a run returns."""
+    if classes is None:
+        return loop
+    return dataclasses.replace(loop, params=classes.arrays(loop.params), opt_state=classes.arrays(loop.opt_state),
+                               best_params=classes.arrays(loop.best_params))
+
+
+@contextlib.contextmanager
+def released(current: Callable[[], ClassParallelTraining | None]) -> Iterator[None]:
+    """Around a segment of training: afterwards the groups of the class-parallel step ``current()`` (the
+    trainer's at the end: a resumed run may have built another) are released, raised or not; a later segment
+    places them again from the arrays the loop's state holds (:func:`with_arrays`)."""
+    try:
+        yield
+    finally:
+        classes = current()
+        if classes is not None:
+            classes.close()

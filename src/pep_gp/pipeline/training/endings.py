@@ -1,0 +1,50 @@
+"""How a run ends other than as planned: collapsed (far below its best energy: it ends at its best
+parameters, :meth:`~pep_gp.pipeline.training.stopping.StoppingRule.collapsed`), idling (every step of the last
+``max_rejected_in_a_row`` rejected as non-finite) or finished with non-finite held-out metrics or energy
+(both :class:`~pep_gp.pipeline.errors.TrainingFailed`)."""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import TrainingFailed
+from ..runs.state import LoopState
+from .stopping import StoppingRule
+
+
+def collapse(stopping: StoppingRule, state: LoopState) -> str | None:
+    """How the run fell from its best (None unless it collapsed)."""
+    if not stopping.collapsed(state.best_mean, state.energies):
+        return None
+    return (f"the energy fell from its best {state.best_energy:.6g} (step {state.best_step}) to a mean of "
+            f"{stopping.window_mean(state.energies):.6g} over the last {stopping.window} steps "
+            f"({stopping.fall_per_row(state.best_mean, state.energies):.2g} nats per row below the best "
+            f"window); the fit ends at the parameters of step {state.best_step}")
+
+
+def end_at_best_if_collapsed(stopping: StoppingRule, state: LoopState) -> None:
+    """Move a run that ends collapsed back to its best parameters (what the last epoch's record, the
+    checkpoint and the result then hold)."""
+    if collapse(stopping, state) is not None:
+        state.params = state.best_params
+
+
+def idling(state: LoopState, total_steps: int, learning_rate: float) -> TrainingFailed:
+    """The failure of a run stopped by ``max_rejected_in_a_row``."""
+    return TrainingFailed(
+        f"training stopped at step {state.step} of {total_steps}: the last {state.rejected_in_a_row} steps "
+        f"were all rejected (non-finite energy or gradient; {state.rejected} rejected in all), so the "
+        f"parameters stopped moving; the learning rate ({learning_rate:g}) is likely too large "
+        "for this model and data: lower it in a new --run-dir (max_rejected_in_a_row sets how many in a row "
+        "are allowed)")
+
+
+def refuse_non_finite_end(state: LoopState) -> None:
+    """TrainingFailed when the finished run's last epoch has non-finite held-out metrics or energy."""
+    last = state.history[-1] if state.history else {}
+    bad = {k: v for k, v in last.items() if k in ("energy", "test_error", "test_nll", "rmse")
+           and not math.isfinite(v)}
+    if bad:
+        raise TrainingFailed(f"training ended at step {state.step} with non-finite {', '.join(bad)} "
+                             f"({state.rejected} of {state.step} steps rejected as non-finite): the model did "
+                             "not fit; lower the learning rate or check the data, in a new --run-dir")
