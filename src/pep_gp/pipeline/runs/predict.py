@@ -172,7 +172,7 @@ def load_predictor(run_dir: Path, na: str | None = None) -> RunPredictor:
                          "train the run again")
     x_mean, x_std = (np.asarray(values, dtype=np.float64) for values in (run.manifest.x_mean, run.manifest.x_std))
     transforms = transforms.for_new_rows(na or ("mean" if transforms.na == "mean" else "fail"), x_mean)
-    return RunPredictor(run.spec.name, run.spec.task, predictive, jax.device_get(run.finite_params()), x_mean, x_std,
+    return RunPredictor(run.spec.name, run.spec.task, predictive, jax.device_get(run.params), x_mean, x_std,
                         transforms, run.manifest.config.rows_per_block, Latent(run.model), run.targets,
                         run.spec.task == "classification" and run.spec.n_classes != 2)
 
