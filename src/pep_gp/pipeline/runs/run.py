@@ -3,6 +3,7 @@ held-out metrics of a run on a store."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,7 +217,7 @@ def evaluate_table(run_dir: Path, table: str | Path, target: str | None = None, 
     if total is None:
         raise InputError(f"{table}: no row with a value in column {target!r} to evaluate on")
     return {**finish(total), "rows_dropped": dropped, "unseen": {c: dict(n.most_common()) for c, n in unseen.items()},
-            "step": run.restored.step, "checkpoint": str(run.restored.path)}
+            **scored(run, str(table), f"sha256:{file_digest(Path(table))}")}
 
 
 def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
@@ -244,4 +245,18 @@ def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | N
                             statistics={"x_mean": np.asarray(run.manifest.x_mean) - shift, "x_std": run.manifest.x_std})
     engine = Engine(backend or InProcess(), source)
     sums = engine.map_sum(HeldOut(predictive, run.targets, calibration=True), run.params, range(source.n_blocks))
-    return {**finish(sums), "step": run.restored.step, "checkpoint": str(run.restored.path)}
+    return {**finish(sums), **scored(run, store.path, store.checksum)}
+
+
+def scored(run: Run, data: str, checksum: str) -> dict[str, Any]:
+    """What an evaluation scored: the checkpoint (``step``, ``checkpoint``), the data (``scored_data``, its
+    ``scored_checksum``) and whether that is the data the run trained on (``training_data``: the same
+    checksum), which decides where ``pep evaluate`` records it (:mod:`pep_gp.flows.reports`)."""
+    return {"step": run.restored.step, "checkpoint": str(run.restored.path), "scored_data": data,
+            "scored_checksum": checksum, "training_data": checksum == run.manifest.dataset_checksum}
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a block at a time."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
