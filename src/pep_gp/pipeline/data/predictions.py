@@ -29,7 +29,7 @@ import zarr
 from ..errors import InputError
 from ..files import publish_new, sigterm_as_exit
 from .frames import TableChunk
-from .sources.base import require_file
+from .sources.base import BLOCK_ROWS, require_file
 from .sources.tables import check_columns, csv_chunks, csv_header, parquet_chunks, parquet_header, text_labels
 from .stores import SPLITS, feature_order, open_store
 from .transforms import Transforms
@@ -67,6 +67,7 @@ class PredictInput:
     kind: str
     chunks: Any  # () -> Iterator[TableChunk | StoreRows]
     n_rows: int | None  # known for a store
+    chunk_rows: int = BLOCK_ROWS  # the most rows of one chunk
 
 
 def table_kind(path: Path) -> str | None:
@@ -137,7 +138,8 @@ def _store_input(path: Path, transforms: Transforms, split: str) -> PredictInput
                 yield StoreRows(store.path, name, index, columns, shift, first + index * store.chunk_rows)
             first += store.n_rows(name)
 
-    return PredictInput(f"{path} ({split})", "store", chunks, sum(store.n_rows(name) for name in splits))
+    n_rows = sum(store.n_rows(name) for name in splits)
+    return PredictInput(f"{path} ({split})", "store", chunks, n_rows, max(1, min(store.chunk_rows, n_rows)))
 
 
 # --------------------------------------------------------------------------------------------------
