@@ -6,8 +6,9 @@ One import root, one folder (``src/pep_gp/``), three layers:
 * :mod:`pep_gp.pipeline` (``src/pep_gp/pipeline/``) — stores, the engine, the trainer and the estimators;
 * :mod:`pep_gp.flows` (``src/pep_gp/flows/``) — the Prefect flows and the ``pep`` command line.
 
-The estimators and the run API are re-exported here and imported lazily (PEP 562), so that
-``import pep_gp`` and the ingest command do not load JAX (≈ 180 MB of resident memory) until needed.
+The estimators and the run API are re-exported here, and the public modules (``pep_gp.kernels``, …) are
+attributes of the package, all imported lazily (PEP 562), so that ``import pep_gp`` and the ingest command
+do not load JAX (≈ 180 MB of resident memory) until needed.
 
 Example:
     >>> from pep_gp import SparseGPClassifier
@@ -42,14 +43,18 @@ _EXPORTS = {
     "TensorBoardLogger": "pep_gp.pipeline.training.tracking",
 }
 
+_MODULES = ("core", "flows", "kernels", "pipeline")
+
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
+    if name in _MODULES:
+        return import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'pep_gp' has no attribute {name!r}")
 
 
 def __dir__():
-    return __all__
+    return [*__all__, *_MODULES]

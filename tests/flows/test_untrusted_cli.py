@@ -194,11 +194,16 @@ def test_ingest_bounds_what_headers_and_options_claim(tmp_path, make, args, mess
 
 def test_a_label_of_2e9_is_a_class_value_not_an_index(tmp_path):
     """Labels are values mapped to 0..C-1 at ingest: 2e9 among 0s and 1s is a third class, and nothing is
-    sized by it (the audit's 14.9 GiB ``bincount``)."""
+    sized by it (the audit's 14.9 GiB ``bincount``). ``--task auto`` asks about such integers (issue 62,
+    item 1: not consecutive), and ``--task classification`` takes them as classes."""
     y = np.arange(40) % 2
     y[7] = 2_000_000_000
     np.savez(tmp_path / "d.npz", X=np.ones((40, 3)), y=y)
-    result = pep("ingest", "npz", "--input", tmp_path / "d.npz", "--out", tmp_path / "s.zarr", "--quiet")
+    asked = pep("ingest", "npz", "--input", tmp_path / "d.npz", "--out", tmp_path / "s.zarr", "--quiet")
+    assert one_line_error(asked, 2, "3 distinct integers from 0 to 2000000000, 1999999998 of the values between "
+                                    "them absent: counts or class labels?")
+    result = pep("ingest", "npz", "--input", tmp_path / "d.npz", "--out", tmp_path / "s.zarr", "--quiet",
+                 "--task", "classification")
     assert result.exit_code == 0, result.output
     store = open_store(tmp_path / "s.zarr")
     assert store.n_classes == 3 and list(store.attrs["transforms"]["labels"]) == [0, 1, 2_000_000_000]

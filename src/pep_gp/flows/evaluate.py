@@ -16,7 +16,7 @@ from .options import (ClusterOption, JsonFlag, PrefectFlag, RunDirOption, TlsCaF
 from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
 from ..pipeline.runs.lock import hold_run_dir
-from .reports import plot_reliability, publish_evaluation, write_metrics
+from .reports import RELIABILITY, evaluation_record, plot_reliability, publish_evaluation, write_evaluation
 from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
 from .train import is_transient
 
@@ -40,16 +40,21 @@ def evaluate_metrics(run_dir: str, data: str | None, cluster: str, table: str | 
 def evaluate_run(run_dir: str, data: str | None = None, cluster: str = "none", table: str | None = None,
                  target: str | None = None, sep: str | None = None) -> dict[str, Any]:
     """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (default:
-    the training store), or on the labelled ``table`` (its ``target`` column, default the run's); written
-    to ``run_dir/metrics.json``, with a classifier's reliability diagram in ``run_dir/reliability.png``
-    (holding the run directory's lock: not while a training writes them), and under Prefect published as
-    ``evaluate-<run>``."""
+    the training store), or on the labelled ``table`` (its ``target`` column, default the run's); recorded
+    where :func:`~pep_gp.flows.reports.evaluation_record` says (the training data's in ``metrics.json``,
+    keeping the training record's fields; other data's in ``evaluations/<name>-<checksum>.json``, never
+    over the training record), with a classifier's reliability diagram (``reliability.png``, or beside the
+    record), holding the run directory's lock (not while a training writes them); under Prefect published
+    as ``evaluate-<run>``."""
     compute = prefect_objects("evaluate_task") if in_prefect_run() else evaluate_metrics
     with hold_run_dir(Path(run_dir), "pep evaluate", create=False):
         metrics = {"run_dir": run_dir, **compute(run_dir, data, cluster, table, target, sep)}
+        record = evaluation_record(Path(run_dir), metrics)
+        metrics["record"] = str(record)
         if "reliability" in metrics:
-            metrics["reliability_plot"] = str(plot_reliability(Path(run_dir), metrics))
-        write_metrics(Path(run_dir), metrics)
+            plot = Path(run_dir) / RELIABILITY if metrics["training_data"] else record.with_suffix(".png")
+            metrics["reliability_plot"] = str(plot_reliability(plot, metrics))
+        write_evaluation(record, metrics)
     if in_prefect_run():
         publish_evaluation(metrics, run_dir)
     return metrics
@@ -69,7 +74,9 @@ def evaluate_command(
     run_dir: RunDirOption,
     data: Annotated[str | None, typer.Option(help="Store to evaluate on: a path or fsspec URL (default: "
                                                   "the training store, if the run names a local path); its "
-                                                  "features are matched to the run's by name.")] = None,
+                                                  "features are matched to the run's by name. Other data than "
+                                                  "the run's is recorded in evaluations/<name>-<checksum>.json, "
+                                                  "not metrics.json.")] = None,
     table: Annotated[Path | None, typer.Option(
         "--input", help="A labelled CSV or Parquet table to evaluate on instead of a store: read with the run's "
                         "transformation, its columns checked as `pep predict --input` checks them.")] = None,

@@ -151,6 +151,17 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
     return rows + [("checksum", summary["checksum"]), ("seconds", summary["seconds"])]
 
 
+def _append_store(value: Path | None) -> Path | None:
+    """``--append``'s store, refusing an option read as it: in ``--append --out STORE`` the parser takes
+    ``--out`` for the store and ``STORE`` for an extra argument, which it would report in a usage box (its
+    parameters' callbacks run before that check)."""
+    if value is not None and str(value).startswith("-"):
+        with user_errors("pep ingest"):
+            raise InputError(f"--append: expected the store to grow, found the option {str(value)!r}; write "
+                             "--append STORE (it takes no --out)")
+    return value
+
+
 def ingest_command(
     source: Annotated[str, typer.Argument(help=f"One of: {', '.join(SOURCE_NAMES)}.")],
     out: Annotated[Path | None, typer.Option("--out", help="Path of the Zarr store to create.")] = None,
@@ -191,9 +202,10 @@ def ingest_command(
              "labelled synthetic (for throughput and memory tests, e.g. 2127068 as Villacampa-Calvo & Hernández-Lobato's (2017) airline "
              "run).")] = None,
     append: Annotated[Path | None, typer.Option(
-        "--append", help="Add the rows to this existing store instead of creating one: read with the store's "
-                         "own features, transformation, classes and split rule (a new category or class label "
-                         "is refused); --seed shuffles and splits the new rows.")] = None,
+        "--append", callback=_append_store,
+        help="Add the rows to this existing store instead of creating one: read with the store's own features, "
+             "transformation, classes and split rule (a new category or class label is refused); --seed shuffles "
+             "and splits the new rows.")] = None,
     json_output: JsonFlag = False,
     quiet: QuietFlag = False,
     prefect: PrefectFlag = False,

@@ -139,11 +139,12 @@ def predict_command(
         output_kind(out, overwrite)
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         levels = parse_levels(quantiles)
-        from ..pipeline.runs.predict import Outputs, check_outputs, load_predictor, unseen_warning  # JAX: after the cheap checks
+        from ..pipeline.runs.predict import (  # JAX: after the cheap checks
+            Outputs, check_outputs, check_samples, load_predictor, unseen_warning)
 
         predictor = load_predictor(run_dir, na)  # fail fast, before a cluster (or a Prefect server) starts
         check_outputs(Outputs(tuple(interval or ()), latent, levels, samples, seed), predictor.task)
-        open_input(input, predictor.transforms, sep, split)
+        check_samples(samples, open_input(input, predictor.transforms, sep, split))
         run = predict_run
         if prefect_requested(prefect):
             prefect_quietly()

@@ -2,8 +2,11 @@
 
 Files (written atomically, so a reader never sees half a file): ``learning_curve.png`` (energy per
 row and held-out metrics per epoch), ``reliability.png`` (a classifier's reliability diagram, written by
-``pep evaluate``) and ``metrics.json`` (the summary of the last train or evaluate, strict
-JSON: a non-finite number is ``null``, :mod:`pep_gp.pipeline.jsonio`). Artifacts (published when the flow
+``pep evaluate``) and ``metrics.json`` (the training record, strict JSON: a non-finite number is
+``null``, :mod:`pep_gp.pipeline.jsonio`; ``pep evaluate`` of the training data refreshes its held-out
+metrics and keeps its other fields). An evaluation of other data is its own record, never over the
+training record: ``evaluations/<data name>-<checksum>.json`` and its ``.png`` diagram
+(:func:`evaluation_record`). Artifacts (published when the flow
 runs under Prefect) carry keys derived from the run directory's name, so every run keeps a version history
 in the Prefect UI: ``train-<run>`` (markdown summary with the plot), ``train-<run>-epochs`` (table of the
 per-epoch records) and ``evaluate-<run>`` (table of metrics).
@@ -12,10 +15,11 @@ per-epoch records) and ``evaluate-<run>`` (table of metrics).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import matplotlib
@@ -29,6 +33,7 @@ from ..pipeline.jsonio import dumps, finite_or_none  # noqa: E402
 PLOT = "learning_curve.png"
 RELIABILITY = "reliability.png"
 METRICS = "metrics.json"
+EVALUATIONS = "evaluations"
 METRIC_NAMES = ("test_error", "rmse", "test_nll")
 
 
@@ -50,6 +55,32 @@ def write_metrics(run_dir: Path, summary: Mapping[str, Any]) -> Path:
     return path
 
 
+def evaluation_record(run_dir: Path, metrics: Mapping[str, Any]) -> Path:
+    """Where ``pep evaluate`` records ``metrics``: ``run_dir/metrics.json`` when it scored the data the run
+    trained on (``training_data``), else ``run_dir/evaluations/<name>-<checksum>.json``, named by the scored
+    data's file name and the first 16 hex digits of its checksum (``scored_data``, ``scored_checksum``);
+    ``evaluations/`` is made when needed."""
+    if metrics["training_data"]:
+        return Path(run_dir) / METRICS
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", PurePosixPath(str(metrics["scored_data"]).rstrip("/")).name) or "data"
+    digest = str(metrics["scored_checksum"]).removeprefix("sha256:")[:16]
+    (Path(run_dir) / EVALUATIONS).mkdir(exist_ok=True)
+    return Path(run_dir) / EVALUATIONS / f"{name}-{digest}.json"
+
+
+def write_evaluation(path: Path, metrics: Mapping[str, Any]) -> Path:
+    """``metrics`` at ``path`` (:func:`evaluation_record`); at ``metrics.json`` over the training record's
+    fields, which it keeps (a record that is not a JSON object is replaced)."""
+    kept: Any = {}
+    if path.name == METRICS and path.exists():
+        try:
+            kept = json.loads(path.read_text())
+        except ValueError:
+            kept = {}
+    _write_atomically(path, dumps({**(kept if isinstance(kept, dict) else {}), **metrics}, indent=2).encode())
+    return path
+
+
 def plot_learning_curve(run_dir: Path, history: Sequence[Mapping[str, Any]]) -> Path | None:
     """``run_dir/learning_curve.png`` from the per-epoch records; None when there are none."""
     if not history:
@@ -66,8 +97,8 @@ def plot_learning_curve(run_dir: Path, history: Sequence[Mapping[str, Any]]) -> 
     return _save_figure(figure, Path(run_dir) / PLOT)
 
 
-def plot_reliability(run_dir: Path, metrics: Mapping[str, Any]) -> Path:
-    """``run_dir/reliability.png``: accuracy against mean top-class probability per bin of ``metrics``'
+def plot_reliability(path: Path, metrics: Mapping[str, Any]) -> Path:
+    """``path`` (a run's ``reliability.png``, or beside an evaluation's record): accuracy against mean top-class probability per bin of ``metrics``'
     ``reliability`` (:func:`~pep_gp.pipeline.metrics.finish`), the diagonal for perfect calibration, and
     the rows per bin below."""
     bins = metrics["reliability"]
@@ -85,7 +116,7 @@ def plot_reliability(run_dir: Path, metrics: Mapping[str, Any]) -> Path:
     bottom.bar(centres, count, width=width, edgecolor="black", color="tab:gray")
     bottom.set(xlabel=f"top-class probability ({len(count)} equal-width bins)", ylabel="rows")
     figure.tight_layout()
-    return _save_figure(figure, Path(run_dir) / RELIABILITY)
+    return _save_figure(figure, Path(path))
 
 
 def _save_figure(figure, path: Path) -> Path:

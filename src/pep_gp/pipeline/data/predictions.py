@@ -29,8 +29,9 @@ import zarr
 from ..errors import InputError
 from ..files import publish_new, sigterm_as_exit
 from .frames import TableChunk
-from .sources.base import require_file
+from .sources.base import BLOCK_ROWS, require_file
 from .sources.tables import check_columns, csv_chunks, csv_header, parquet_chunks, parquet_header, text_labels
+from .staging import locked_sibling
 from .stores import SPLITS, feature_order, open_store
 from .transforms import Transforms
 
@@ -67,6 +68,7 @@ class PredictInput:
     kind: str
     chunks: Any  # () -> Iterator[TableChunk | StoreRows]
     n_rows: int | None  # known for a store
+    chunk_rows: int = BLOCK_ROWS  # the most rows of one chunk
 
 
 def table_kind(path: Path) -> str | None:
@@ -137,7 +139,8 @@ def _store_input(path: Path, transforms: Transforms, split: str) -> PredictInput
                 yield StoreRows(store.path, name, index, columns, shift, first + index * store.chunk_rows)
             first += store.n_rows(name)
 
-    return PredictInput(f"{path} ({split})", "store", chunks, sum(store.n_rows(name) for name in splits))
+    n_rows = sum(store.n_rows(name) for name in splits)
+    return PredictInput(f"{path} ({split})", "store", chunks, n_rows, max(1, min(store.chunk_rows, n_rows)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -165,6 +168,8 @@ def output_kind(out: Path, overwrite: bool) -> str:
 def open_output(out: Path, overwrite: bool) -> Iterator["_Writer"]:
     """A writer of prediction frames into a temporary sibling of ``out``, published as ``out`` when the
     block exits normally, and removed on any error and on SIGTERM (:func:`~pep_gp.pipeline.files.sigterm_as_exit`).
+    The sibling is held by a lock (:func:`~pep_gp.pipeline.data.staging.locked_sibling`): one left by a
+    predict killed with SIGKILL is removed by the next predict to ``out``.
 
     Without ``overwrite`` the output is published only under a name still free
     (:func:`~pep_gp.pipeline.files.publish_new`): of two runs writing one ``--out`` the second fails, and
@@ -175,27 +180,23 @@ def open_output(out: Path, overwrite: bool) -> Iterator["_Writer"]:
             ``overwrite``, or is of the other kind (file or directory).
     """
     kind = output_kind(out, overwrite)
-    temporary = out.with_name(f".{out.stem}.predict-{uuid.uuid4().hex[:8]}{out.suffix}")
-    with sigterm_as_exit():
+    with sigterm_as_exit(), locked_sibling(out, f".{out.stem}.predict-", out.suffix) as temporary:
+        writer = {"csv": _CsvWriter, "parquet": _ParquetWriter, "zarr": _ZarrWriter}[kind](temporary)
         try:
-            writer = {"csv": _CsvWriter, "parquet": _ParquetWriter, "zarr": _ZarrWriter}[kind](temporary)
+            yield writer
+            writer.close()
+        except BaseException:
+            with suppress(Exception):  # a full disk fails the close too: the first error is the one to report
+                writer.abort()
+            raise
+        if overwrite:
+            _replace(temporary, out)
+        else:
             try:
-                yield writer
-                writer.close()
-            except BaseException:
-                with suppress(Exception):  # a full disk fails the close too: the first error is the one to report
-                    writer.abort()
-                raise
-            if overwrite:
-                _replace(temporary, out)
-            else:
-                try:
-                    publish_new(temporary, out)
-                except FileExistsError:
-                    raise InputError(f"--out {out}: already exists (another run wrote it while this one predicted); "
-                                     "pass --overwrite to replace it") from None
-        finally:
-            _remove(temporary)  # nothing left there once published
+                publish_new(temporary, out)
+            except FileExistsError:
+                raise InputError(f"--out {out}: already exists (another run wrote it while this one predicted); "
+                                 "pass --overwrite to replace it") from None
 
 
 def _replace(temporary: Path, out: Path) -> None:

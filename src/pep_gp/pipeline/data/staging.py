@@ -7,7 +7,8 @@ new store is simply renamed into place when there is no old one), and fsyncs the
 reader, or a crash at any instant (SIGKILL, power loss), sees the whole old store or the whole new one,
 never none and never a mix. The old store, now at the staging name, is removed with it. A staging
 directory whose lock nobody holds belongs to an ingest that was killed: the next ingest into the same
-store removes it.
+store removes it. ``pep predict`` writes its output beside ``--out`` under the same kind of lock
+(:func:`locked_sibling`), so the next predict to that output removes what a killed one left.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import glob
 import os
 import shutil
 import uuid
@@ -33,40 +35,58 @@ def staging_name(out: Path) -> str:
 
 
 @contextlib.contextmanager
-def staging_directory(out: Path) -> Iterator[Path]:
-    """A fresh, locked staging directory beside ``out`` (after removing abandoned ones); removed on exit,
-    with whatever it holds then (an unpublished store, or the old store a publish swapped out)."""
-    remove_abandoned(out)
-    work = out.with_name(f"{staging_name(out)}{uuid.uuid4().hex[:8]}")
+def locked_sibling(out: Path, prefix: str, suffix: str = "") -> Iterator[Path]:
+    """A fresh name ``<prefix><id><suffix>`` beside ``out``, held by an exclusive ``flock`` on ``<name>.lock``
+    while the block runs (after removing the abandoned siblings of ``prefix``, :func:`remove_abandoned`); the
+    caller makes what it names (a staging directory, ``pep predict``'s unpublished output). Whatever is
+    there on exit is removed, with the lock."""
+    remove_abandoned(out, prefix)
+    work = out.with_name(f"{prefix}{uuid.uuid4().hex[:8]}{suffix}")
     lock = _lock_path(work)
     descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        work.mkdir()
         yield work
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _remove(work)
         lock.unlink(missing_ok=True)
         os.close(descriptor)
 
 
-def remove_abandoned(out: Path) -> list[Path]:
-    """Remove the staging directories of ``out`` that no running ingest holds; return them."""
+@contextlib.contextmanager
+def staging_directory(out: Path) -> Iterator[Path]:
+    """A fresh, locked staging directory beside ``out`` (after removing abandoned ones); removed on exit,
+    with whatever it holds then (an unpublished store, or the old store a publish swapped out)."""
+    with locked_sibling(out, staging_name(out)) as work:
+        work.mkdir()
+        yield work
+
+
+def remove_abandoned(out: Path, prefix: str | None = None) -> list[Path]:
+    """Remove the siblings of ``out`` named ``<prefix>…`` (default: its staging directories) that no running
+    process holds (their lock is free, or they have none: a process killed, even by SIGKILL); return them."""
     removed = []
-    for path in sorted(out.parent.glob(f"{staging_name(out)}*")):
-        if path.suffix == ".lock" or not path.is_dir():
+    for path in sorted(out.parent.glob(glob.escape(staging_name(out) if prefix is None else prefix) + "*")):
+        if path.name.endswith(".lock"):
             continue
         lock = _lock_path(path)
         if lock.exists():
             with _try_lock(lock) as free:
                 if not free:
-                    continue  # an ingest is writing it
-                shutil.rmtree(path, ignore_errors=True)
+                    continue  # a running process is writing it
+                _remove(path)
                 lock.unlink(missing_ok=True)
         else:
-            shutil.rmtree(path, ignore_errors=True)
+            _remove(path)
         removed.append(path)
     return removed
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def swap_into_place(work: Path, out: Path) -> None:

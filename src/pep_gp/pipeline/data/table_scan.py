@@ -11,7 +11,11 @@ column, read as seconds since 1970-01-01 UTC. A text column with more than ``--m
 distinct values is refused with their count. The target gives
 class labels of any values (text, booleans, integers such as −1/+1 or 1..C), mapped to ``0..C−1`` in
 sorted order; with ``--task auto`` a numeric target with fractional values is a regression target and
-one of integers a classification target, unless it has more than :data:`AUTO_CLASSES_MAX` values.
+one of integers a classification target when it looks like class labels: two values, or at most
+:data:`AUTO_CLASSES_MAX` consecutive integers each in at least :data:`MIN_LABEL_ROWS` rows (so that every
+class likely has training rows). Other integers (counts 0–89 with gaps) are refused with both readings
+named (``--task classification``, or ``--task regression`` with a count likelihood): guessing either
+would be silent.
 
 Memory is bounded whatever the number of rows: a block of rows at a time, and at most
 :data:`DISTINCT_LIMIT` distinct values per column. A CSV block whose column pandas parsed as numbers
@@ -34,6 +38,7 @@ from .transforms import (Feature, NumericFeature, OneHotFeature, TimeFeature, Tr
 
 DISTINCT_LIMIT = 100_000  # distinct values tracked per column; beyond it the count is "more than"
 AUTO_CLASSES_MAX = 100    # --task auto: an integer target with more distinct values is refused
+MIN_LABEL_ROWS = 3        # --task auto: rows of each value of 3+ integers read as labels (all in a 20 % test split: p < 1 %)
 
 Chunks = Callable[[frozenset[str]], Iterator[TableChunk]]
 """``chunks(text_columns)``: a fresh pass over the table, the named columns read as text."""
@@ -274,7 +279,12 @@ def _labels(column: ColumnScan, options: TableOptions) -> tuple[tuple | None, st
         if task == "classification" and (column.overflow or len(column.distinct) > AUTO_CLASSES_MAX):
             hint = "--task regression for a numeric target, or " if numeric else ""
             raise InputError(f"{where}: {column.distinct_count()} distinct labels, more than {AUTO_CLASSES_MAX} "
-                             f"for --task auto; pass {hint}--task classification to keep them all as classes")
+                             f"for --task auto; pass {hint}--task classification to keep them all as classes"
+                             + (COUNT_HINT if numeric else ""))
+        unlike = _unlike_labels(column.distinct) if task == "classification" and numeric else None
+        if unlike is not None:
+            raise InputError(f"{where}: {unlike}: counts or class labels? pass --task regression for a numeric "
+                             f"target, or --task classification to keep them all as classes{COUNT_HINT}")
     if task == "regression":
         return None, task
     if column.overflow:
@@ -283,6 +293,24 @@ def _labels(column: ColumnScan, options: TableOptions) -> tuple[tuple | None, st
         found = ", ".join(f"{v!r}: {n:,} rows" for v, n in column.distinct.items()) or "no rows"
         raise InputError(f"{where}: expected at least 2 classes, found {len(column.distinct)} ({found})")
     return tuple(sorted(column.distinct, key=_sort_key)), task
+
+
+COUNT_HINT = "; counts train with --set model.likelihood=poisson (or negative-binomial)"
+
+
+def _unlike_labels(counts: Counter) -> str | None:
+    """Why the integers of a target (value → rows) do not look like class labels, or None when they do: two
+    values always do; three or more must be consecutive, each in at least :data:`MIN_LABEL_ROWS` rows."""
+    if len(counts) <= 2:
+        return None
+    low, high = min(counts), max(counts)
+    absent = high - low + 1 - len(counts)
+    if absent:
+        return f"{len(counts)} distinct integers from {low} to {high}, {absent} of the values between them absent"
+    rare, rows = min(counts.items(), key=lambda item: (item[1], item[0]))
+    if rows < MIN_LABEL_ROWS:
+        return f"{len(counts)} distinct integers, {rare} in only {rows} row{'s' if rows > 1 else ''}"
+    return None
 
 
 def _sort_key(value) -> tuple:

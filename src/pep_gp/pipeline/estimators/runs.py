@@ -36,8 +36,10 @@ def load(run_dir: str | Path) -> GPEstimator:
     ended a ``pep train`` run, or of ``save``; NaN for a run cut short or written by an older pep.
 
     Raises:
-        InputError: no complete checkpoint, an unregistered model, or a run of another format version or
-            parameterisation (the message names what was found and what this pep reads).
+        InputError: no complete checkpoint, an unregistered model, a run of another format version or
+            parameterisation (the message names what was found and what this pep reads), manifest fields
+            that disagree or params that are not finite (as ``pep predict`` refuses them,
+            :mod:`~pep_gp.pipeline.runs.validation`).
     """
     run = Run.open(run_dir)
     restored, manifest, spec, settings, model = run.restored, run.manifest, run.spec, run.settings, run.model

@@ -290,8 +290,18 @@ def _load(path: Path, manifest: Mapping[str, Any], templates: Mapping[str, Any])
     return trees
 
 
+LISTINGS = 20
+"""How many times :func:`restore` lists a run's checkpoints again when a writer removed what it was reading."""
+
+
 def restore(run_dir: Path, templates: Callable[[dict[str, Any]], Mapping[str, Any]]) -> Restored | None:
     """The newest complete, intact checkpoint of ``run_dir``, or None if it has none at all.
+
+    A reader may run beside the writer (``pep_gp.load`` or ``pep predict`` while ``pep train`` checkpoints),
+    whose pruning removes a checkpoint only once a newer one is complete: when nothing listed could be
+    read and the listing has changed meanwhile (a checkpoint added, removed, or its manifest written), the
+    failures are the writer's doing, not damage, so the new listing is read instead (up to
+    :data:`LISTINGS` times); a checkpoint read in such a listing warns of nothing it skipped.
 
     Args:
         run_dir: the run directory.
@@ -305,28 +315,57 @@ def restore(run_dir: Path, templates: Callable[[dict[str, Any]], Mapping[str, An
 
     Raises:
         InputError: checkpoints exist, but every one that was completed is damaged (an interrupted
-            write, with no manifest, is not a checkpoint: with only those, None is returned).
+            write, with no manifest, is not a checkpoint: with only those, None is returned), or they kept
+            changing while read.
     """
-    damaged = []
-    for step, path in _steps(run_dir):
+    for _ in range(LISTINGS):
+        listed = _listing(run_dir)
+        if listed is None:
+            continue
+        restored, skipped = _newest_intact(listed, templates)
+        if skipped and _listing(run_dir) != listed:  # a writer saved and pruned meanwhile
+            if restored is None:
+                continue  # read the new listing
+            skipped = []  # what was skipped was being written or removed
+        for path, reason, _ in skipped:
+            warnings.warn(f"checkpoint {path} skipped: {reason}; trying the previous one",
+                          CheckpointWarning, stacklevel=2)
+        damaged = [f"{path.name}: {reason}" for path, reason, is_damage in skipped if is_damage]
+        if restored is None and damaged:
+            raise InputError(f"{run_dir}: no intact checkpoint to continue from ({'; '.join(damaged)}); move "
+                             f"{checkpoint_dir(run_dir)} aside to start again from step 0, or use a new --run-dir")
+        return restored
+    raise InputError(f"{run_dir}: its checkpoints changed {LISTINGS} times while they were read (another process "
+                     "saving into the run directory); try again")
+
+
+def _listing(run_dir: Path) -> list[tuple[int, Path, bool]] | None:
+    """``(step, path, has a manifest)`` of each checkpoint (:func:`_steps`), or None when an entry was
+    removed while it was checked (a writer pruning)."""
+    try:
+        return [(step, path, (path / MANIFEST).exists()) for step, path in _steps(run_dir)]
+    except FileNotFoundError:
+        return None
+
+
+def _newest_intact(listed: list[tuple[int, Path, bool]], templates: Callable[[dict[str, Any]], Mapping[str, Any]]
+                   ) -> tuple[Restored | None, list[tuple[Path, str, bool]]]:
+    """The newest intact checkpoint of those ``listed`` (None if none), and ``(path, reason, damaged)`` of
+    each newer one skipped (``damaged`` False: it has no manifest yet, its write interrupted or under way)."""
+    skipped = []
+    for step, path, _ in listed:
         try:
             manifest = read_manifest(path)
         except FileNotFoundError:
-            reason = "it has no manifest (its write was interrupted)"
+            skipped.append((path, "it has no manifest (its write was interrupted)", False))
+            continue
         except (OSError, ValueError) as error:
-            reason = f"its manifest is damaged ({error})"
-            damaged.append(f"{path.name}: {reason}")
-        else:
-            try:
-                return Restored(step, _load(path, manifest, templates(manifest)), manifest, path)
-            except InputError:
-                raise
-            except (OSError, ValueError, KeyError, RuntimeError, TypeError) as error:
-                reason = f"it is damaged ({error})"
-                damaged.append(f"{path.name}: {reason}")
-        warnings.warn(f"checkpoint {path} skipped: {reason}; trying the previous one",
-                      CheckpointWarning, stacklevel=2)
-    if damaged:
-        raise InputError(f"{run_dir}: no intact checkpoint to continue from ({'; '.join(damaged)}); move "
-                         f"{checkpoint_dir(run_dir)} aside to start again from step 0, or use a new --run-dir")
-    return None
+            skipped.append((path, f"its manifest is damaged ({error})", True))
+            continue
+        try:
+            return Restored(step, _load(path, manifest, templates(manifest)), manifest, path), skipped
+        except InputError:
+            raise
+        except (OSError, ValueError, KeyError, RuntimeError, TypeError) as error:
+            skipped.append((path, f"it is damaged ({error})", True))
+    return None, skipped

@@ -47,7 +47,7 @@ import pandas as pd
 from ...core import float64
 from ..data.blocks import TargetScaling
 from ..data.frames import TableChunk
-from ..data.predictions import StoreRows, chunk_ids, open_input, open_output
+from ..data.predictions import PredictInput, StoreRows, chunk_ids, open_input, open_output
 from ..data.transforms import Transforms
 from ..engine import Backend, InProcess
 from ..engine.threads import compute_threads
@@ -56,6 +56,10 @@ from ..models.predictive import Latent, Quantiles, check_quantiles, class_probab
 from .run import Run
 
 CHUNKS_PER_WORKER = 2  # chunks in flight per worker: one computing, one waiting
+SAMPLE_BYTES = 2 * 2**30
+"""The most bytes the draws of one chunk of rows may take (``pep predict --samples``): ``rows × samples``
+float64 uniforms and as many draws, 16 bytes a draw, so at most 2,048 draws per row of a table's chunk of
+65,536 rows (:func:`check_samples`)."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,7 @@ def load_predictor(run_dir: Path, na: str | None = None) -> RunPredictor:
                          "train the run again")
     x_mean, x_std = (np.asarray(values, dtype=np.float64) for values in (run.manifest.x_mean, run.manifest.x_std))
     transforms = transforms.for_new_rows(na or ("mean" if transforms.na == "mean" else "fail"), x_mean)
-    return RunPredictor(run.spec.name, run.spec.task, predictive, jax.device_get(run.finite_params()), x_mean, x_std,
+    return RunPredictor(run.spec.name, run.spec.task, predictive, jax.device_get(run.params), x_mean, x_std,
                         transforms, run.manifest.config.rows_per_block, Latent(run.model), run.targets,
                         run.spec.task == "classification" and run.spec.n_classes != 2)
 
@@ -256,6 +260,20 @@ def check_outputs(outputs: Outputs, task: str) -> Outputs:
                    int(outputs.seed))
 
 
+def check_samples(samples: int, source: PredictInput) -> None:
+    """InputError unless ``samples`` draws of each row of one of ``source``'s chunks (at most its
+    ``chunk_rows``) fit in :data:`SAMPLE_BYTES`: checked before any draw, or any output column, is made.
+
+    Raises:
+        InputError: naming the bytes asked for, the budget and the most draws per row this input allows.
+    """
+    needed = 16 * samples * source.chunk_rows
+    if needed > SAMPLE_BYTES:
+        raise InputError(f"--samples {samples:,}: the draws of a chunk of {source.chunk_rows:,} rows would take "
+                         f"{needed / 2**30:,.0f} GiB, more than the {SAMPLE_BYTES // 2**30} GiB pep predict allows; "
+                         f"at most {SAMPLE_BYTES // (16 * source.chunk_rows):,} draws per row")
+
+
 @dataclass(frozen=True)
 class PredictSummary:
     """What ``pep predict`` did, as printed by ``--json``."""
@@ -300,6 +318,7 @@ def predict(run_dir: str | Path, input: str | Path, out: str | Path, *, sep: str
     job = ChunkPredictor(predictor, check_outputs(Outputs(tuple(intervals), latent, tuple(quantiles), samples, seed),
                                                   predictor.task))
     source = open_input(Path(input), predictor.transforms, sep, split)
+    check_samples(job.outputs.samples, source)
     clash = set(predictor.transforms.id_columns) & set(prediction_columns(predictor.transforms, job.outputs,
                                                                          predictor.latent_per_class))
     if clash:

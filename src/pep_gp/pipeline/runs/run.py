@@ -3,9 +3,9 @@ held-out metrics of a run on a store."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from ..metrics import finish
 from ..models import HeldOut, ModelSpec, get_model, model_settings
 from . import checkpoint
 from .manifest import RunManifest
+from .validation import check_fields, check_finite
 
 
 def check_parameterisation(manifest: RunManifest, spec: ModelSpec) -> None:
@@ -83,6 +84,7 @@ class Run:
         restored: the checkpoint (its step, params and path).
         manifest: its validated run fields.
         spec, settings, model: the model as it trained (:func:`bound_model`).
+        transforms: how a table's rows became the run's features (None in a manifest of an older pep).
     """
 
     directory: Path
@@ -91,11 +93,18 @@ class Run:
     spec: ModelSpec = field(repr=False)
     settings: Any = field(repr=False)
     model: Any = field(repr=False)
+    transforms: Transforms | None = field(repr=False)
 
     @classmethod
     def open(cls, directory: str | Path) -> "Run":
-        """The newest intact checkpoint of a run (InputError if it has none; a damaged one is skipped,
-        :func:`~pep_gp.pipeline.runs.checkpoint.restore`)."""
+        """The newest intact checkpoint of a run (a damaged one is skipped,
+        :func:`~pep_gp.pipeline.runs.checkpoint.restore`), once its manifest's fields agree with each other
+        and with the model and its params are finite (:mod:`~pep_gp.pipeline.runs.validation`).
+
+        Raises:
+            InputError: no complete checkpoint, an invalid ``transforms`` record, fields that disagree, or
+                params that hold a NaN or an infinity (each naming the checkpoint and the field).
+        """
         directory, built = Path(directory), {}
 
         def templates(raw: dict[str, Any]) -> dict[str, Any]:
@@ -110,43 +119,21 @@ class Run:
         restored = checkpoint.restore(directory, templates)
         if restored is None:
             raise InputError(f"{directory}: no complete checkpoint (train first with `pep train`)")
-        return cls(directory, restored, **built)
+        record = built["manifest"].transforms
+        transforms = None if record is None else read_transforms(record, str(restored.path))
+        check_fields(restored.path, built["manifest"], built["spec"], transforms)
+        check_finite(restored.path, restored.trees["params"])
+        return cls(directory, restored, transforms=transforms, **built)
 
     @property
     def params(self) -> Any:
-        """The checkpoint's params."""
+        """The checkpoint's params (finite)."""
         return self.restored.trees["params"]
 
     @property
     def targets(self) -> TargetScaling:
         """Stored targets → model units, as the run trained."""
         return TargetScaling(self.manifest.targets.shift, self.manifest.targets.scale)
-
-    @cached_property
-    def transforms(self) -> Transforms | None:
-        """How a table's rows became the run's features (None in a manifest of an older pep); read and
-        checked once per run.
-
-        Raises:
-            InputError: an invalid ``transforms`` record.
-        """
-        record = self.manifest.transforms
-        return None if record is None else read_transforms(record, str(self.restored.path))
-
-    def finite_params(self) -> Any:
-        """The params, after refusing a checkpoint whose params hold a NaN or an infinity (its digests may be
-        consistent: a run that diverged, or a file written so): it would predict nothing finite.
-
-        Raises:
-            InputError: naming the checkpoint and the first non-finite parameter.
-        """
-        for path, leaf in jax.tree_util.tree_leaves_with_path(self.params):
-            values = np.asarray(leaf)
-            if np.issubdtype(values.dtype, np.inexact) and not np.isfinite(values).all():
-                raise InputError(f"{self.restored.path}: parameter {jax.tree_util.keystr(path)} holds "
-                                 f"{np.count_nonzero(~np.isfinite(values))} non-finite values; the checkpoint "
-                                 "cannot predict (train again, or use an earlier checkpoint)")
-        return self.params
 
     def store_columns(self, store: Store) -> tuple[int, ...] | None:
         """Where the run's features are among ``store``'s columns, matched by name
@@ -230,7 +217,7 @@ def evaluate_table(run_dir: Path, table: str | Path, target: str | None = None, 
     if total is None:
         raise InputError(f"{table}: no row with a value in column {target!r} to evaluate on")
     return {**finish(total), "rows_dropped": dropped, "unseen": {c: dict(n.most_common()) for c, n in unseen.items()},
-            "step": run.restored.step, "checkpoint": str(run.restored.path)}
+            **scored(run, str(table), f"sha256:{file_digest(Path(table))}")}
 
 
 def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
@@ -258,4 +245,18 @@ def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | N
                             statistics={"x_mean": np.asarray(run.manifest.x_mean) - shift, "x_std": run.manifest.x_std})
     engine = Engine(backend or InProcess(), source)
     sums = engine.map_sum(HeldOut(predictive, run.targets, calibration=True), run.params, range(source.n_blocks))
-    return {**finish(sums), "step": run.restored.step, "checkpoint": str(run.restored.path)}
+    return {**finish(sums), **scored(run, store.path, store.checksum)}
+
+
+def scored(run: Run, data: str, checksum: str) -> dict[str, Any]:
+    """What an evaluation scored: the checkpoint (``step``, ``checkpoint``), the data (``scored_data``, its
+    ``scored_checksum``) and whether that is the data the run trained on (``training_data``: the same
+    checksum), which decides where ``pep evaluate`` records it (:mod:`pep_gp.flows.reports`)."""
+    return {"step": run.restored.step, "checkpoint": str(run.restored.path), "scored_data": data,
+            "scored_checksum": checksum, "training_data": checksum == run.manifest.dataset_checksum}
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a block at a time."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
