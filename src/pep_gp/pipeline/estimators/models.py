@@ -37,7 +37,7 @@ class MultiClassGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     Hernández-Lobato 2017). ``pep train --model multiclass-sep``."""
 
     spec = multiclass.SEP
-    _full_batch = False  # its sites need damped sweeps between L-BFGS runs: Adam's steps reach the optimum sooner
+    _full_batch = False  # its full-batch site sweeps settle slowly: Adam's steps (docs/how-to/training.md)
 
 
 class DirectMultiClassGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
@@ -53,7 +53,7 @@ class TiedEPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     tied-ep-classifier``."""
 
     spec = tied_ep.TIED_EP
-    _full_batch = False  # its sites need damped sweeps between L-BFGS runs: Adam's steps reach the optimum sooner
+    _full_batch = False  # its full-batch site sweeps settle slowly: Adam's steps (docs/how-to/training.md)
 
 
 class DeepGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
