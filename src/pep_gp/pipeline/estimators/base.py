@@ -320,7 +320,8 @@ class GPEstimator(FittedGP):
     Attributes (after ``fit``): ``params_`` (numpy pytree, the model's parameters in standardised units),
     ``model_`` (the pep_gp.core model), ``x_mean_``/``x_std_``, ``targets_`` (regression units),
     ``classes_`` (classifiers), ``n_features_in_``, ``feature_names_in_`` (DataFrames), ``n_iter_``,
-    ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``n_rejected_steps_``,
+    ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``solver_`` (``"lbfgs"`` or ``"adam"``:
+what ``solver`` chose), ``n_rejected_steps_``,
     ``n_rejected_site_updates_``, ``log_marginal_likelihood_value_``, ``notes_`` (settings the trainer
     changed or chose, e.g. M capped by the rows), ``model_settings_`` (the settings the model trained with:
     what ``likelihood="auto"`` chose, M capped; the parameters stay as given), ``stop_reason_`` (why a callback stopped the fit, else None),

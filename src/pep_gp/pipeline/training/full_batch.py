@@ -47,11 +47,12 @@ from .step import DataTerm, Prepare, SiteTerm, WithShared, minibatch_energy, str
 from .trainer import Progress, Trainer, TrainResult, _told, no_progress
 
 FULL_BATCH_ROWS = 5_000
-"""The most training rows an estimator fits full batch by default (``solver="auto"``): one L-BFGS iteration
-is a pass over every row (a few of them with its line search), which at up to a few thousand rows costs less
-than the tens of Adam steps it replaces."""
+"""The most training rows an estimator fits full batch by default (``solver="auto"``), the everyday tables of
+issue 63. Up to here the estimators' Adam steps (``batch_size`` 10,000) are full batch too, so an L-BFGS
+iteration costs about one of them (more when its line search evaluates twice) and it takes tens where Adam
+takes hundreds; larger data is left to minibatches, whose steps cost a fraction of a pass."""
 
-QUIET_ITERATIONS = 2  # iterations in a row that each raise the energy by less than tol nats per row
+QUIET_ITERATIONS = 2  # iterations in a row that each raise the energy by less than tol / MIN_WINDOW nats per row
 GRADIENT_TOL = 1e-6  # scipy's pgtol: the largest |∂F/∂θ| entry (nats per unit of an unconstrained parameter)
 MEMORY = 20  # L-BFGS correction pairs (scipy's maxcor)
 SITE_SWEEPS = 50  # the most site sweeps of one round (each a pass over every row)
@@ -63,10 +64,9 @@ class FlatParams:
     """The trainable leaves of a params pytree as one float64 vector, and back (the frozen leaves kept)."""
 
     def __init__(self, params: Any, frozen: Any):
-        self.leaves, self.structure = jax.tree_util.tree_flatten(params)
-        fixed = jax.tree_util.tree_leaves(frozen)
-        self.free = [i for i, held in enumerate(fixed) if not held]
-        self.shapes = [np.shape(self.leaves[i]) for i in self.free]
+        leaves, self.structure = jax.tree_util.tree_flatten(params)
+        self.free = [i for i, held in enumerate(jax.tree_util.tree_leaves(frozen)) if not held]
+        self.shapes = [np.shape(leaves[i]) for i in self.free]
         self.sizes = [int(np.prod(shape)) for shape in self.shapes]
 
     def vector(self, params: Any) -> np.ndarray:
