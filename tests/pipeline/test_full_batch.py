@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
@@ -73,14 +74,15 @@ def test_the_collapsed_regressor_at_the_rows_reaches_the_exact_gp_evidence_in_te
 
 def test_site_sweeps_and_lbfgs_reach_the_minibatch_paths_optimum():
     """The sparse GP regressor's tied factor moves by site updates: full-batch sweeps alternating with L-BFGS
-    on the hyper-parameters reach the energy and predictive of Adam's steps (full batch, run to a tight
-    tolerance), in tens of iterations where Adam takes hundreds."""
+    on the hyper-parameters reach the energy and predictive of Adam's steps (full batch), both run to a
+    tight tolerance, in fewer iterations (69 here, sweeps included, against Adam's 143)."""
     x, y = sine(60, seed=1)
-    fast = SparseGPRegressor(num_inducing=8, train_inducing=False).fit(x, y)
-    slow = SparseGPRegressor(num_inducing=8, train_inducing=False, solver="adam", tol=1e-6, max_iter=5_000).fit(x, y)
-    assert fast.solver_ == "lbfgs" and fast.converged_ and fast.n_iter_ <= 60
-    assert slow.converged_ and slow.n_iter_ > 2 * fast.n_iter_  # 43 (five rounds of 2 sweeps and L-BFGS), 143
-    assert abs(energy_of(slow) - energy_of(fast)) < 1e-2
+    tight = {"num_inducing": 8, "train_inducing": False, "tol": 1e-6, "max_iter": 5_000}
+    fast = SparseGPRegressor(**tight).fit(x, y)
+    slow = SparseGPRegressor(**tight, solver="adam").fit(x, y)
+    assert fast.solver_ == "lbfgs" and fast.converged_ and fast.n_iter_ <= 100
+    assert slow.converged_ and slow.n_iter_ > fast.n_iter_
+    assert abs(energy_of(slow) - energy_of(fast)) < 5e-3
     for a, b in zip(fast.predict(x, return_std=True), slow.predict(x, return_std=True)):
         np.testing.assert_allclose(a, b, atol=1e-2 * np.std(y))
 
@@ -90,7 +92,8 @@ def test_auto_fits_full_batch_where_the_rows_fit_one_batch_and_tol_stops_it(monk
     x, y = sine(30)
     labels = (y > 0).astype(int)
     quick = {"num_inducing": 4, "max_iter": 2}
-    assert SparseGPClassifier(**quick).fit(x, labels).solver_ == "lbfgs"
+    with pytest.warns(ConvergenceWarning, match="L-BFGS had not converged when max_iter=2"):
+        assert SparseGPClassifier(**quick).fit(x, labels).solver_ == "lbfgs"
     assert SparseGPClassifier(**quick, tol=0).fit(x, labels).solver_ == "adam"  # tol=0: every max_iter Adam step
     assert SparseGPClassifier(**quick, batch_size=10).fit(x, labels).solver_ == "adam"  # minibatches asked for
     assert SparseGPClassifier(**quick, early_stopping=True).fit(x, labels).solver_ == "adam"
@@ -113,9 +116,10 @@ def test_a_full_batch_fit_saves_loads_warm_starts_and_streams(tmp_path):
     assert loaded.n_iter_ == model.n_iter_
 
     warm = SparseGPClassifier(num_inducing=6, warm_start=True).fit(x, labels)
-    warm.fit(x, labels)  # from its own optimum: L-BFGS has nothing left to do
+    warm.fit(x, labels)  # from where the first fit stopped: two quiet iterations or fewer are left
     assert warm.converged_ and warm.n_iter_ <= 3
-    assert abs(warm.log_marginal_likelihood_value_ - model.log_marginal_likelihood_value_) < 1e-6 * len(x)
+    rise = warm.log_marginal_likelihood_value_ - model.log_marginal_likelihood_value_
+    assert 0 <= rise < 3 * warm.tol * len(x)  # each iteration rises by less than tol nats per row
 
     streamed = SparseGPClassifier(num_inducing=6).fit(x, labels)
     steps = streamed.n_iter_

@@ -73,11 +73,11 @@ FIT_FIELDS: dict[str, Any] = {
 }
 """The fit fields every estimator has besides its spec's settings, with the defaults of ``pep train``:
 ``max_iter`` (the most steps), ``tol`` (the stopping rule, :mod:`pep_gp.pipeline.training.stopping`; 0 runs
-all ``max_iter`` steps), ``learning_rate`` (Adam), ``solver`` (``"lbfgs"``: full batch, L-BFGS, :mod:`pep_gp.pipeline.training.full_batch`;
-``"adam"``: the trainer's minibatch Adam steps; ``"auto"``: L-BFGS where the training rows fit one batch of at
-most :data:`~pep_gp.pipeline.training.full_batch.FULL_BATCH_ROWS` rows and ``tol > 0``, without ``early_stopping``,
-for the models whose estimator says so, ``_full_batch``: not the deep GPs nor the multi-class SEP and tied-EP
-classifiers), ``batch_size`` (rows per step; None: all rows),
+all ``max_iter`` steps), ``learning_rate`` (Adam), ``solver`` (``"lbfgs"``: full batch, L-BFGS,
+:mod:`pep_gp.pipeline.training.full_batch`; ``"adam"``: the trainer's minibatch Adam steps; ``"auto"``: L-BFGS
+where the training rows fit one batch of at most :data:`~pep_gp.pipeline.training.full_batch.FULL_BATCH_ROWS`
+rows and ``tol > 0``, without ``early_stopping``, except for the deep GPs and the multi-class SEP and tied-EP
+classifiers, docs/how-to/training.md), ``batch_size`` (rows per step; None: all rows),
 ``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr), ``cluster``
 (``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``), ``warm_start`` (scikit-learn's:
 ``fit`` starts from the previous fit's parameters, in its frame, :meth:`GPEstimator.fit`), ``callbacks`` (a list
@@ -320,8 +320,8 @@ class GPEstimator(FittedGP):
     Attributes (after ``fit``): ``params_`` (numpy pytree, the model's parameters in standardised units),
     ``model_`` (the pep_gp.core model), ``x_mean_``/``x_std_``, ``targets_`` (regression units),
     ``classes_`` (classifiers), ``n_features_in_``, ``feature_names_in_`` (DataFrames), ``n_iter_``,
-    ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``solver_`` (``"lbfgs"`` or ``"adam"``:
-what ``solver`` chose), ``n_rejected_steps_``,
+    ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``solver_`` (``"lbfgs"`` or
+    ``"adam"``: what ``solver`` chose), ``n_rejected_steps_``,
     ``n_rejected_site_updates_``, ``log_marginal_likelihood_value_``, ``notes_`` (settings the trainer
     changed or chose, e.g. M capped by the rows), ``model_settings_`` (the settings the model trained with:
     what ``likelihood="auto"`` chose, M capped; the parameters stay as given), ``stop_reason_`` (why a callback stopped the fit, else None),
@@ -356,7 +356,7 @@ what ``solver`` chose), ``n_rejected_steps_``,
             raise ValueError(f"{type(self).__name__}: {problems}") from None
 
     _streams: ClassVar[bool] = True  # trained in minibatches over its rows: partial_fit is offered
-    _full_batch: ClassVar[bool] = True  # solver="auto" fits it by L-BFGS where the rows fit one batch
+    _full_batch: ClassVar[bool] = True  # solver="auto" fits it by L-BFGS where the rows fit one batch (else Adam)
 
     def _solver(self, config: TrainConfig, n_rows: int) -> str:
         """The solver of a ``fit`` on ``n_rows`` training rows (see ``solver`` in :data:`FIT_FIELDS`): ``"lbfgs"``
@@ -596,12 +596,12 @@ what ``solver`` chose), ``n_rejected_steps_``,
         self.log_marginal_likelihood_value_ = (
             trainer.log_marginal_likelihood(result.params) if opt_state is None  # a full-batch fit knows its energy:
             else result.history[-1]["energy"] - trainer.n_total * math.log(trainer.targets.scale))  # no more compiling
-        if (warn and self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None
-                and result.stopped is None and opt_state is not None):
+        unfinished = (warn and self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None
+                      and result.stopped is None)
+        if unfinished and opt_state is not None:
             warnings.warn(f"{type(self).__name__}: L-BFGS had not converged when max_iter={self.max_iter} iterations "
                           f"were reached (tol={self.tol:g}); increase max_iter", ConvergenceWarning, stacklevel=3)
-        elif (warn and self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None
-                and result.stopped is None):
+        elif unfinished:
             gain = (f"the energy still rose by {result.gain_per_row:.2g} nats per row over the last "
                     f"{trainer.stopping.window} steps" if np.isfinite(result.gain_per_row) else
                     f"fewer than two {trainer.stopping.window}-step windows to compare")

@@ -37,7 +37,7 @@ class MultiClassGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     Hernández-Lobato 2017). ``pep train --model multiclass-sep``."""
 
     spec = multiclass.SEP
-    _full_batch = False  # its full-batch site sweeps settle slowly: Adam's steps (docs/how-to/training.md)
+    _full_batch = False  # its site sweeps do not settle at the default damping (docs/how-to/training.md)
 
 
 class DirectMultiClassGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
@@ -53,7 +53,7 @@ class TiedEPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     tied-ep-classifier``."""
 
     spec = tied_ep.TIED_EP
-    _full_batch = False  # its full-batch site sweeps settle slowly: Adam's steps (docs/how-to/training.md)
+    _full_batch = False  # its full-batch site sweeps are not measured yet: Adam's steps (docs/how-to/training.md)
 
 
 class DeepGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
