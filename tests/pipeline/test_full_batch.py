@@ -73,15 +73,15 @@ def test_the_collapsed_regressor_at_the_rows_reaches_the_exact_gp_evidence_in_te
 
 
 def test_site_sweeps_and_lbfgs_reach_the_minibatch_paths_optimum():
-    """The sparse GP regressor's tied factor moves by site updates: full-batch sweeps alternating with L-BFGS
-    on the hyper-parameters reach the energy and predictive of Adam's steps (full batch), both run to a
-    tight tolerance, in fewer iterations (69 here, sweeps included, against Adam's 143)."""
+    """The sparse GP regressor's tied factor moves by site updates: full-batch sweeps with L-BFGS on the
+    hyper-parameters reach the energy and predictive of Adam's steps (full batch), both run to a tight
+    tolerance, in tens of iterations (sweeps included) where Adam takes hundreds."""
     x, y = sine(60, seed=1)
     tight = {"num_inducing": 8, "train_inducing": False, "tol": 1e-6, "max_iter": 5_000}
     fast = SparseGPRegressor(**tight).fit(x, y)
     slow = SparseGPRegressor(**tight, solver="adam").fit(x, y)
-    assert fast.solver_ == "lbfgs" and fast.converged_ and fast.n_iter_ <= 100
-    assert slow.converged_ and slow.n_iter_ > fast.n_iter_
+    assert fast.solver_ == "lbfgs" and fast.converged_ and fast.n_iter_ <= 30
+    assert slow.converged_ and slow.n_iter_ > 5 * fast.n_iter_
     assert abs(energy_of(slow) - energy_of(fast)) < 5e-3
     for a, b in zip(fast.predict(x, return_std=True), slow.predict(x, return_std=True)):
         np.testing.assert_allclose(a, b, atol=1e-2 * np.std(y))

@@ -10,10 +10,13 @@ order), so a fit on a Dask cluster takes the same bits as one in this process; s
 Nocedal & Zhu 1995; Nocedal & Wright 2006, §7.2) minimises ``−F`` over the trainable leaves (those
 ``spec.frozen`` leaves free), which are the unconstrained parameters the step's Adam moves.
 
-A model whose tied factor moves by site updates (``uses_site_updates``) alternates, as EP's classic recipe
+A model whose tied factor moves by site updates (``uses_site_updates``) follows EP's classic recipe
 (Rasmussen & Williams 2006, §3.6 and §5.5.2; Bui, Yan & Turner 2017, §3): damped full-batch site updates
-(the step's own, every row's statistics at once) to their fixed point, then L-BFGS on the hyper-parameters
-with the factor held, until a round changes the energy by less than the tolerance.
+(the step's own, every row's statistics at once) to their fixed point, then L-BFGS on the hyper-parameters,
+each of whose evaluations first moves the factor by one sweep from where the last left it (as the
+minibatch step updates the sites before its gradient), in rounds until one changes the energy by less than
+the tolerance. Exact sites (the Gaussian regressor's) are at their fixed point after that one sweep, so
+L-BFGS maximises the energy with the factor at its fixed point, in one round.
 
 Stopping: an L-BFGS run stops when :data:`QUIET_ITERATIONS` iterations in a row each raise the energy by less
 than ``tol`` nats per training row: the minibatch stopping rule's tolerance
@@ -204,13 +207,27 @@ class FullBatchFit:
     def _lbfgs(self, flat: FlatParams, params: Any, iterations: int, counts: _Counts,
                progress: Progress) -> tuple[Any, bool, str | None]:
         """L-BFGS-B on ``−F`` over ``flat``'s leaves from ``params``, at most ``iterations`` iterations:
-        ``(params, converged, stopped)``."""
-        template, quiet, stopped = params, [0], [None]
+        ``(params, converged, stopped)``. With site updates every evaluation first moves the factor by one
+        sweep from where the latest evaluation left it, as the minibatch step does before its gradient: at the
+        fixed point the energy's gradient in the hyper-parameters is that of the energy with the factor at its
+        fixed point (EP's energy is stationary in the sites, Rasmussen & Williams 2006, §3.6), and exact sites
+        (the Gaussian regressor's) reach it in that one sweep, so L-BFGS sees one smooth function."""
+        template, quiet, stopped = [params], [0], [None]
         counts.energy, counts.swept = float("nan"), False  # the first evaluation's (at ``params``)
+
+        def at(vector):
+            """The params of ``vector``: its leaves, the factor moved by a sweep with site updates."""
+            with float64():
+                params = flat.params(vector, template[0])
+                if self.sites:
+                    params, accepted = self.sweep(params)
+                    counts.rejected_sites += int(not accepted)
+                    template[0] = params
+                return params
 
         def objective(vector):
             with float64():
-                energy, grad = self.energy_and_grad(flat.params(vector, template))
+                energy, grad = self.energy_and_grad(at(vector))
             gradient = flat.vector(grad)
             if math.isnan(counts.energy):
                 counts.energy = energy
@@ -231,7 +248,8 @@ class FullBatchFit:
                                          callback=iterated, options={"maxiter": iterations, "maxcor": MEMORY,
                                                                      "gtol": GRADIENT_TOL, "ftol": 0.0})
         with float64():
-            params = strongly_typed(flat.params(result.x, template))
+            params = strongly_typed(at(result.x))
+        counts.swept = self.sites  # the final energy is that of the factor this last sweep moved
         counts.energy = -float(result.fun) if math.isfinite(result.fun) else counts.energy
         converged = quiet[0] >= QUIET_ITERATIONS or (result.status == 0 and result.nit < iterations) or (
             result.status == 2)  # 2: the line search found no higher energy (at the optimum to rounding)
