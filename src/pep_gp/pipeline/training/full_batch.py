@@ -95,7 +95,7 @@ class _Counts:
 
     iterations: int = 0  # L-BFGS iterations and site sweeps
     rejected_sites: int = 0
-    energy: float = float("nan")  # at the params of the latest L-BFGS iteration
+    energy: float = float("nan")  # at the params of the latest iteration
     swept: bool = False  # a site sweep moved the params since
 
 
@@ -195,7 +195,7 @@ class FullBatchFit:
             params, accepted = self.sweep(params)
             counts.iterations += 1
             counts.rejected_sites += int(not accepted)
-            counts.swept = True
+            counts.energy, counts.swept = self.energy_and_grad(params)[0], False  # what the step event reports
             new = flat_all.vector(params)
             stopped = _told(progress, "step", step=counts.iterations, energy=counts.energy, accepted=accepted)
             moved = np.max(np.abs(new - old)) if new.size else 0.0
