@@ -28,6 +28,8 @@ FIT_FIELD_HELP = {
     "max_iter": "the most optimisation steps",
     "tol": "the stopping rule's tolerance in nats per training row (0 runs all `max_iter` steps)",
     "learning_rate": "Adam's step size",
+    "solver": '`"lbfgs"` (full batch, L-BFGS), `"adam"` (minibatch Adam steps) or `"auto"` (L-BFGS where the rows '
+              'fit one batch of at most 5,000, except for deep GPs)',
     "batch_size": "training rows per step (None: all rows)",
     "seed": "seed of the initialisation and of the minibatch order",
     "verbose": "a progress display on stderr",

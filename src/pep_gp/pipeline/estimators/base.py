@@ -18,6 +18,7 @@ pickle and joblib round trips predict bit-identically.
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -53,6 +54,7 @@ from ..runs.growth import Frame
 from ..runs.manifest import RunManifest
 from ..training.callbacks import callback_progress
 from ..training.display import both, progress_display
+from ..training.full_batch import FULL_BATCH_ROWS, FullBatchFit
 from ..training.trainer import Trainer, TrainJob, TrainResult
 from .validation import ValidationStopping, validation_split
 
@@ -60,6 +62,7 @@ FIT_FIELDS: dict[str, Any] = {
     "max_iter": DEFAULT_MAX_STEPS,
     "tol": TrainConfig.model_fields["tol"].default,
     "learning_rate": TrainConfig.model_fields["learning_rate"].default,
+    "solver": "auto",
     "batch_size": TrainConfig.model_fields["batch_size"].default,
     "seed": 0,
     "verbose": False,
@@ -73,7 +76,11 @@ FIT_FIELDS: dict[str, Any] = {
 }
 """The fit fields every estimator has besides its spec's settings, with the defaults of ``pep train``:
 ``max_iter`` (the most steps), ``tol`` (the stopping rule, :mod:`pep_gp.pipeline.training.stopping`; 0 runs
-all ``max_iter`` steps), ``learning_rate`` (Adam), ``batch_size`` (rows per step; None: all rows),
+all ``max_iter`` steps), ``learning_rate`` (Adam), ``solver`` (``"lbfgs"``: full batch, L-BFGS,
+:mod:`pep_gp.pipeline.training.full_batch`; ``"adam"``: the trainer's minibatch Adam steps; ``"auto"``: L-BFGS
+where the training rows fit one batch of at most :data:`~pep_gp.pipeline.training.full_batch.FULL_BATCH_ROWS`
+rows and ``tol > 0``, without ``early_stopping``, except for the deep GPs and the multi-class SEP and tied-EP
+classifiers, docs/how-to/training.md), ``batch_size`` (rows per step; None: all rows),
 ``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr), ``cluster``
 (``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``), ``warm_start`` (scikit-learn's:
 ``fit`` starts from the previous fit's parameters, in its frame, :meth:`GPEstimator.fit`), ``callbacks`` (a list
@@ -316,7 +323,8 @@ class GPEstimator(FittedGP):
     Attributes (after ``fit``): ``params_`` (numpy pytree, the model's parameters in standardised units),
     ``model_`` (the pep_gp.core model), ``x_mean_``/``x_std_``, ``targets_`` (regression units),
     ``classes_`` (classifiers), ``n_features_in_``, ``feature_names_in_`` (DataFrames), ``n_iter_``,
-    ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``n_rejected_steps_``,
+    ``converged_``, ``energy_trace_`` (the energy estimate of every step), ``solver_`` (``"lbfgs"`` or
+    ``"adam"``: what ``solver`` chose), ``n_rejected_steps_``,
     ``n_rejected_site_updates_``, ``log_marginal_likelihood_value_``, ``notes_`` (settings the trainer
     changed or chose, e.g. M capped by the rows), ``model_settings_`` (the settings the model trained with:
     what ``likelihood="auto"`` chose, M capped; the parameters stay as given), ``stop_reason_`` (why a callback stopped the fit, else None),
@@ -351,10 +359,28 @@ class GPEstimator(FittedGP):
             raise ValueError(f"{type(self).__name__}: {problems}") from None
 
     _streams: ClassVar[bool] = True  # trained in minibatches over its rows: partial_fit is offered
+    _full_batch: ClassVar[bool] = True  # solver="auto" fits it by L-BFGS where the rows fit one batch (else Adam)
+
+    def _solver(self, config: TrainConfig, n_rows: int) -> str:
+        """The solver of a ``fit`` on ``n_rows`` training rows (see ``solver`` in :data:`FIT_FIELDS`): ``"lbfgs"``
+        or ``"adam"`` (ValueError for another value, or ``"lbfgs"`` with ``early_stopping``, whose evaluations
+        are the epochs of minibatch training)."""
+        if self.solver not in ("auto", "lbfgs", "adam"):
+            raise ValueError(f"{type(self).__name__}: solver must be 'auto', 'lbfgs' or 'adam'; got {self.solver!r}")
+        if self.solver == "lbfgs" and self.early_stopping:
+            raise ValueError(f"{type(self).__name__}: early_stopping evaluates the epochs of minibatch training: "
+                             "use solver='adam' (or 'auto') with it")
+        if self.solver != "auto":
+            return self.solver
+        fits = n_rows <= FULL_BATCH_ROWS and config.batch_size >= n_rows
+        return "lbfgs" if fits and self._full_batch and self.tol > 0 and not self.early_stopping else "adam"
 
     def fit(self, X, y):
-        """Fit the model by maximising its energy (the approximate log marginal likelihood) with the trainer:
-        until the stopping rule says converged or ``max_iter`` steps (a ``ConvergenceWarning`` then). A fit
+        """Fit the model by maximising its energy (the approximate log marginal likelihood): full batch by
+        L-BFGS where the rows fit one batch (``solver``, :mod:`pep_gp.pipeline.training.full_batch`: until its
+        tolerance or ``max_iter`` iterations), else with the trainer's minibatch Adam steps, until the stopping
+        rule says converged or ``max_iter`` steps (a ``ConvergenceWarning`` when either is not). ``solver_``
+        says which ran. An Adam fit
         that collapsed far below its best energy keeps its best parameters, warns (``ConvergenceWarning``)
         and has ``converged_`` False (:mod:`pep_gp.pipeline.training.stopping`).
 
@@ -375,14 +401,21 @@ class GPEstimator(FittedGP):
         data = self._training_data(X, y, classes=self.classes_ if warm and self._is_classifier else None,
                                    reset=not warm, validation=monitor is not None)
         config = self._config(data.n_rows("train"))
+        solver = self._solver(config, data.n_rows("train"))
         with self._trainer(data, config, warm_from=self if warm else None, monitor=monitor,
                            rows_represented=self._rows_represented(data.n_rows("train"))) as (
                 trainer, progress, energies):
             if monitor is not None and trainer.test is None:
                 raise ValueError(f"{name}: early_stopping scores the validation rows by the model's predictive "
                                  f"density, which {self.spec.name} does not have")
-            result = trainer.run(progress=progress)
-            self._set_fitted(trainer, result if monitor is None else monitor.ended(result), np.asarray(energies))
+            if solver == "lbfgs":
+                full_batch = FullBatchFit(trainer, self.max_iter, self.tol)
+                result, opt_state = full_batch.run(progress), full_batch.opt_state
+            else:
+                result, opt_state = trainer.run(progress=progress), None
+            self._set_fitted(trainer, result if monitor is None else monitor.ended(result), np.asarray(energies),
+                             opt_state=opt_state)
+            self.solver_ = solver
             self.validation_scores_, self.best_validation_score_ = (  # None without early stopping, as scikit-learn's
                 (None, None) if monitor is None else (list(monitor.scores), monitor.best_score))
             progress("end", summary=self._final_metrics())
@@ -427,6 +460,7 @@ class GPEstimator(FittedGP):
             result = trainer.run(progress=progress)
             before = np.zeros(0) if first else self.energy_trace_
             self._set_fitted(trainer, result, np.concatenate([before, energies]), warn=False)
+            self.solver_ = "adam"
             progress("end", summary=self._final_metrics())
         self.n_rows_seen_ = seen
         self._stream_epochs = 1 if first else self._stream_epochs + 1
@@ -538,10 +572,14 @@ class GPEstimator(FittedGP):
         return Transforms(features=tuple(NumericFeature(column=name) for name in names), labels=labels, na="fail",
                           target="y", task="classification" if self._is_classifier else "regression")
 
-    def _set_fitted(self, trainer: Trainer, result: TrainResult, energies: np.ndarray, warn: bool = True) -> None:
+    def _set_fitted(self, trainer: Trainer, result: TrainResult, energies: np.ndarray, warn: bool = True,
+                    opt_state: Any = None) -> None:
+        """Keep what the fit of ``trainer`` gave (``opt_state``: the Adam state that ``partial_fit`` continues
+        from and ``save`` writes, when the trainer's loop did not run: a full-batch fit's fresh one)."""
         source = trainer.train.source
         self.params_ = jax.tree_util.tree_map(np.asarray, jax.device_get(result.params))
-        self._opt_state = jax.tree_util.tree_map(np.asarray, jax.device_get(trainer.state.opt_state))
+        self._opt_state = jax.tree_util.tree_map(np.asarray, jax.device_get(
+            trainer.state.opt_state if opt_state is None else opt_state))
         self._frame = Frame(list(source.x_mean), list(source.x_std), trainer.targets, trainer.binding,
                             trainer.settings.model_dump())
         self.model_ = trainer.model
@@ -555,9 +593,15 @@ class GPEstimator(FittedGP):
         self.stop_reason_ = result.stopped
         self.binding_ = trainer.binding
         self.data_checksum_ = trainer.job.store.checksum
-        self.log_marginal_likelihood_value_ = trainer.log_marginal_likelihood(result.params)
-        if (warn and self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None
-                and result.stopped is None):
+        self.log_marginal_likelihood_value_ = (
+            trainer.log_marginal_likelihood(result.params) if opt_state is None  # a full-batch fit knows its energy:
+            else result.history[-1]["energy"] - trainer.n_total * math.log(trainer.targets.scale))  # no more compiling
+        unfinished = (warn and self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None
+                      and result.stopped is None)
+        if unfinished and opt_state is not None:
+            warnings.warn(f"{type(self).__name__}: L-BFGS had not converged when max_iter={self.max_iter} iterations "
+                          f"were reached (tol={self.tol:g}); increase max_iter", ConvergenceWarning, stacklevel=3)
+        elif unfinished:
             gain = (f"the energy still rose by {result.gain_per_row:.2g} nats per row over the last "
                     f"{trainer.stopping.window} steps" if np.isfinite(result.gain_per_row) else
                     f"fewer than two {trainer.stopping.window}-step windows to compare")

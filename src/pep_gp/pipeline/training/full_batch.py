@@ -1,0 +1,259 @@
+"""Full-batch fits: the trainer's energy over every training row at once, maximised by L-BFGS, beside the
+minibatch Adam loop of :mod:`pep_gp.pipeline.training.trainer` (as GPJax's ``fit_scipy`` sits beside its
+``fit``).
+
+Where the rows fit in memory the energy ``F(θ) = G(θ, S) + (N/n)·Σ_blocks L(θ, S; block)`` is full batch
+and smooth, and a quasi-Newton method reaches its optimum in tens of iterations where Adam takes hundreds.
+The value and gradient are those of the trainer's step on a batch of every block
+(:func:`~pep_gp.pipeline.training.step.minibatch_energy` of the engine's block sums, in the blocks' fixed
+order), so a fit on a Dask cluster takes the same bits as one in this process; scipy's L-BFGS-B (Byrd, Lu,
+Nocedal & Zhu 1995; Nocedal & Wright 2006, §7.2) minimises ``−F`` over the trainable leaves (those
+``spec.frozen`` leaves free), which are the unconstrained parameters the step's Adam moves.
+
+A model whose tied factor moves by site updates (``uses_site_updates``) follows EP's classic recipe
+(Rasmussen & Williams 2006, §3.6 and §5.5.2; Bui, Yan & Turner 2017, §3): damped full-batch site updates
+(the step's own, every row's statistics at once) to their fixed point, then L-BFGS on the hyper-parameters,
+each of whose evaluations first moves the factor by one sweep from where the last left it (as the
+minibatch step updates the sites before its gradient), in rounds until one changes the energy by less than
+the tolerance. Exact sites (the Gaussian regressor's) are at their fixed point after that one sweep, so
+L-BFGS maximises the energy with the factor at its fixed point, in one round.
+
+Stopping: an L-BFGS run stops when :data:`QUIET_ITERATIONS` iterations in a row each raise the energy by less
+than ``tol`` nats per training row: the minibatch stopping rule's tolerance
+(:mod:`~pep_gp.pipeline.training.stopping`), per iteration instead of per window of
+:data:`~pep_gp.pipeline.training.stopping.MIN_WINDOW` noisy steps, since the energy is exact here (a 25th of it
+kept the sparse GP classifier creeping up a ridge of its energy for hundreds of iterations on breast_cancer,
+to a higher energy and a worse test NLL); or when the largest entry of the gradient is below
+:data:`GRADIENT_TOL`, or when its line search can go no further (the energy is then at its optimum to
+rounding); and after ``max_iter`` iterations in all (site sweeps count as iterations). A model with site updates ends when a round (sweeps, then L-BFGS) changes the energy by less
+than ``tol`` nats per row.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.optimize
+
+from ...core import float64
+from ..engine.cache import Derived, derived
+from ..engine.threads import compute_threads
+from ..models.protocol import uses_site_updates
+from .step import DataTerm, Prepare, SiteTerm, WithShared, minibatch_energy, strongly_typed
+from .trainer import Progress, Trainer, TrainResult, _told, no_progress
+
+FULL_BATCH_ROWS = 5_000
+"""The most training rows an estimator fits full batch by default (``solver="auto"``), the everyday tables of
+issue 63. Up to here the estimators' Adam steps (``batch_size`` 10,000) are full batch too, so an L-BFGS
+iteration costs about one of them (more when its line search evaluates twice) and it takes tens where Adam
+takes hundreds; larger data is left to minibatches, whose steps cost a fraction of a pass."""
+
+QUIET_ITERATIONS = 2  # iterations in a row that each raise the energy by less than tol nats per row
+GRADIENT_TOL = 1e-6  # scipy's pgtol: the largest |∂F/∂θ| entry (nats per unit of an unconstrained parameter)
+MEMORY = 20  # L-BFGS correction pairs (scipy's maxcor)
+SITE_SWEEPS = 50  # the most site sweeps of one round (each a pass over every row)
+SITE_TOL = 1e-8  # a sweep that moves no entry of the factor by more than this (relative) is at the fixed point
+HYPER_ITERATIONS = 25  # the most L-BFGS iterations of one round between site sweeps
+
+
+class FlatParams:
+    """The trainable leaves of a params pytree as one float64 vector, and back (the frozen leaves kept)."""
+
+    def __init__(self, params: Any, frozen: Any):
+        leaves, self.structure = jax.tree_util.tree_flatten(params)
+        self.free = [i for i, held in enumerate(jax.tree_util.tree_leaves(frozen)) if not held]
+        self.shapes = [np.shape(leaves[i]) for i in self.free]
+        self.sizes = [int(np.prod(shape)) for shape in self.shapes]
+
+    def vector(self, params: Any) -> np.ndarray:
+        leaves = jax.tree_util.tree_leaves(params)
+        return np.concatenate([np.ravel(np.asarray(leaves[i], np.float64)) for i in self.free] or [np.zeros(0)])
+
+    def params(self, vector: np.ndarray, template: Any) -> Any:
+        """``template`` (params) with its trainable leaves taken from ``vector``."""
+        leaves = list(jax.tree_util.tree_leaves(template))
+        for i, part, shape in zip(self.free, np.split(vector, np.cumsum(self.sizes)[:-1]), self.shapes):
+            leaves[i] = jnp.asarray(part.reshape(shape), jnp.float64)
+        return jax.tree_util.tree_unflatten(self.structure, leaves)
+
+
+@partial(jax.jit, static_argnums=0)
+def _energy(model, size, params, shared, pullback, data_value, data_grad, scale):
+    return minibatch_energy(model, size, params, shared, pullback, data_value, data_grad, scale)
+
+
+@dataclass
+class _Counts:
+    """What a fit has done so far."""
+
+    iterations: int = 0  # L-BFGS iterations and site sweeps
+    rejected_sites: int = 0
+    energy: float = float("nan")  # at the params of the latest iteration
+    swept: bool = False  # a site sweep moved the params since
+
+
+class FullBatchFit:
+    """The full-batch fit of a trainer's job (module docstring): the trainer's model, data, settings, starting
+    params and progress events, with L-BFGS (and site sweeps) in place of its minibatch Adam steps.
+
+    Args:
+        trainer: the job's trainer (its engine computes the block sums).
+        max_iterations: the most L-BFGS iterations and site sweeps in all.
+        tol: the energy rise per training row below which an iteration counts as quiet (module docstring);
+            0 stops only at the gradient tolerance, the line search's end or ``max_iterations``.
+    """
+
+    def __init__(self, trainer: Trainer, max_iterations: int, tol: float):
+        self.trainer, self.max_iterations, self.tol = trainer, int(max_iterations), float(tol)
+        self.model, self.spec, self.settings = trainer.model, trainer.spec, trainer.settings
+        self.sites = uses_site_updates(self.spec, self.settings)
+        self.blocks = range(trainer.train.source.n_blocks)
+        self.scale = trainer.n_total / trainer.n_rows
+        self.prepare = Prepare(self.model)
+        self.opt_state: Any = None  # after run: a fresh Adam state at the final params (for partial_fit, save)
+
+    # ---------------------------------------------------------------------------------------------
+    def energy_and_grad(self, params: Any) -> tuple[float, Any]:
+        """``F`` and ``dF/dθ`` at ``params`` over every training row, from the engine's block sums."""
+        with float64():
+            size = jnp.asarray(self.trainer.data_size, jnp.float64)
+            shared, pullback = derived(self.prepare, (params, size))
+            value, grad = self.trainer.train.map_sum(Derived(DataTerm(self.model), WithShared(self.prepare)),
+                                                     (params, size), self.blocks)
+            energy, grad = _energy(self.model, size, params, shared, pullback, value, grad, self.scale)
+            return float(energy), grad
+
+    def sweep(self, params: Any) -> tuple[Any, bool]:
+        """One damped site update from every row's statistics, by the step's own program at its first step
+        (``ρ_0``, the settings' ``damping``): ``(params, accepted)``."""
+        with float64():
+            size = jnp.asarray(self.trainer.data_size, jnp.float64)
+            shared, _ = derived(self.prepare, (params, size))
+            stats = self.trainer.train.map_sum(Derived(SiteTerm(self.model), WithShared(self.prepare)),
+                                               (params, size), self.blocks)
+            params, _, accepted = self.trainer.step_fn.parts.site_update(params, shared, stats,
+                                                                         jnp.zeros((), jnp.int32), size)
+            return strongly_typed(params), bool(accepted)
+
+    # ---------------------------------------------------------------------------------------------
+    def run(self, progress: Progress = no_progress) -> TrainResult:
+        """:meth:`fit` with one BLAS thread, as the trainer's run (:func:`~pep_gp.pipeline.engine.threads.compute_threads`)."""
+        with compute_threads():
+            return self.fit(progress)
+
+    def fit(self, progress: Progress = no_progress) -> TrainResult:
+        """Fit from the trainer's starting params (its model's ``init``, or the params it was given); tells
+        ``progress`` the trainer's events (``start``; ``step`` per iteration, with the energy; one ``epoch``
+        at the end with the held-out metrics). A callback's :class:`StopTraining` ends the fit."""
+        trainer, counts = self.trainer, _Counts()
+        start = trainer.fresh_state()
+        stopped = _told(progress, "start", step=0, total_steps=self.max_iterations, steps_per_epoch=1,
+                        resumed_from=None, notes=trainer.notes, model=trainer.job.model_name,
+                        model_settings=self.settings.model_dump(mode="json"),
+                        config=trainer.job.config.model_dump(mode="json", exclude={"model"}))
+        began = time.perf_counter()
+        flat = FlatParams(start.params, self.spec.frozen(self.settings, start.params))
+        params, converged = start.params, False
+        while stopped is None and counts.iterations < self.max_iterations:
+            before = counts.energy  # at the end of the last round
+            if self.sites:
+                params, stopped = self._sweeps(params, counts, progress)
+                if stopped is not None or counts.iterations >= self.max_iterations:
+                    break
+            cap = self.max_iterations - counts.iterations
+            params, converged, stopped = self._lbfgs(flat, params, min(cap, HYPER_ITERATIONS) if self.sites else cap,
+                                                     counts, progress)
+            if not self.sites or stopped is not None:
+                break
+            converged = abs(counts.energy - before) < self.tol * trainer.n_total  # a round that barely moved
+            if converged:
+                break
+        seconds = time.perf_counter() - began
+        energy = self.energy_and_grad(params)[0] if counts.swept or math.isnan(counts.energy) else counts.energy
+        record = {"epoch": 1, "step": counts.iterations, "energy": energy, "energy_per_row": energy / trainer.n_total,
+                  **trainer.evaluate(params), "rejected_steps": 0, "rejected_site_updates": counts.rejected_sites,
+                  "seconds": round(seconds, 3)}
+        asked = _told(progress, "epoch", record=record, params=params)
+        with float64():
+            self.opt_state = trainer.step_fn.init(params).opt_state
+        return TrainResult(params, counts.iterations, self.max_iterations, 1, seconds, None, [record], 0,
+                           counts.rejected_sites, converged, float("nan"), True, trainer.notes, None,
+                           stopped or asked)
+
+    def _sweeps(self, params: Any, counts: _Counts, progress: Progress) -> tuple[Any, str | None]:
+        """Site sweeps to the fixed point (:data:`SITE_TOL`, at most :data:`SITE_SWEEPS`): ``(params, stopped)``."""
+        flat_all = FlatParams(params, jax.tree_util.tree_map(lambda _: False, params))
+        for _ in range(SITE_SWEEPS):
+            old = flat_all.vector(params)
+            params, accepted = self.sweep(params)
+            counts.iterations += 1
+            counts.rejected_sites += int(not accepted)
+            counts.energy, counts.swept = self.energy_and_grad(params)[0], False  # what the step event reports
+            new = flat_all.vector(params)
+            stopped = _told(progress, "step", step=counts.iterations, energy=counts.energy, accepted=accepted)
+            moved = np.max(np.abs(new - old)) if new.size else 0.0
+            if (stopped is not None or not accepted or moved <= SITE_TOL * (1.0 + np.max(np.abs(old)))
+                    or counts.iterations >= self.max_iterations):
+                return params, stopped
+        return params, None
+
+    def _lbfgs(self, flat: FlatParams, params: Any, iterations: int, counts: _Counts,
+               progress: Progress) -> tuple[Any, bool, str | None]:
+        """L-BFGS-B on ``−F`` over ``flat``'s leaves from ``params``, at most ``iterations`` iterations:
+        ``(params, converged, stopped)``. With site updates every evaluation first moves the factor by one
+        sweep from where the latest evaluation left it, as the minibatch step does before its gradient: at the
+        fixed point the energy's gradient in the hyper-parameters is that of the energy with the factor at its
+        fixed point (EP's energy is stationary in the sites, Rasmussen & Williams 2006, §3.6), and exact sites
+        (the Gaussian regressor's) reach it in that one sweep, so L-BFGS sees one smooth function."""
+        template, quiet, stopped = [params], [0], [None]
+        counts.energy, counts.swept = float("nan"), False  # the first evaluation's (at ``params``)
+
+        def at(vector):
+            """The params of ``vector``: its leaves, the factor moved by a sweep with site updates."""
+            with float64():
+                params = flat.params(vector, template[0])
+                if self.sites:
+                    params, accepted = self.sweep(params)
+                    counts.rejected_sites += int(not accepted)
+                    template[0] = params
+                return params
+
+        def objective(vector):
+            with float64():
+                energy, grad = self.energy_and_grad(at(vector))
+            gradient = flat.vector(grad)
+            if math.isnan(counts.energy):
+                counts.energy = energy
+            if not (math.isfinite(energy) and np.all(np.isfinite(gradient))):
+                return math.inf, np.zeros_like(vector)  # the line search steps back from it
+            return -energy, -gradient
+
+        def iterated(intermediate_result):
+            energy = -float(intermediate_result.fun)
+            rise, counts.energy = energy - counts.energy, energy
+            counts.iterations += 1
+            quiet[0] = quiet[0] + 1 if math.isfinite(rise) and rise < self.tol * self.trainer.n_total else 0
+            stopped[0] = _told(progress, "step", step=counts.iterations, energy=energy, accepted=True)
+            if stopped[0] is not None or (self.tol > 0 and quiet[0] >= QUIET_ITERATIONS):
+                raise StopIteration
+
+        result = scipy.optimize.minimize(objective, flat.vector(params), jac=True, method="L-BFGS-B",
+                                         callback=iterated, options={"maxiter": iterations, "maxcor": MEMORY,
+                                                                     "gtol": GRADIENT_TOL, "ftol": 0.0})
+        with float64():
+            params = strongly_typed(at(result.x))
+        counts.swept = self.sites  # the final energy is that of the factor this last sweep moved
+        counts.energy = -float(result.fun) if math.isfinite(result.fun) else counts.energy
+        converged = quiet[0] >= QUIET_ITERATIONS or (result.status == 0 and result.nit < iterations) or (
+            result.status == 2)  # 2: the line search found no higher energy (at the optimum to rounding)
+        return params, bool(converged), stopped[0]
+
+
+__all__ = ["FULL_BATCH_ROWS", "FullBatchFit"]

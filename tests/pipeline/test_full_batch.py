@@ -1,0 +1,140 @@
+"""The full-batch L-BFGS fit (:mod:`pep_gp.pipeline.training.full_batch`): the trainer's objective, its optimum
+(the exact GP evidence where the collapsed bound is exact; the minibatch Adam path's elsewhere) in tens of
+iterations where Adam takes hundreds, the estimators' choice of solver, and a fitted model that saves,
+loads, warm-starts and streams as an Adam one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
+import pep_gp
+from pep_gp import CollapsedGPRegressor, SparseGPClassifier, SparseGPRegressor
+from pep_gp.pipeline.data.datasets import ArrayData
+from pep_gp.pipeline.engine import InProcess
+from pep_gp.pipeline.estimators import base
+from pep_gp.pipeline.runs.config import TrainConfig
+from pep_gp.core import float64
+from pep_gp.pipeline.training.full_batch import FlatParams, FullBatchFit
+from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from tests.trainstores import leaves_equal
+
+
+def sine(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-3, 3, (n, 2))
+    return x, np.sin(x[:, 0]) + 0.5 * x[:, 1] + 0.1 * rng.standard_normal(n)
+
+
+def energy_of(model) -> float:
+    """The fitted energy in the model's (standardised) target units: the evidence plus ``n log scale``."""
+    return model.log_marginal_likelihood_value_ + model.n_rows_seen_ * np.log(model.targets_.scale)
+
+
+def test_one_evaluation_is_the_trainers_energy_and_its_gradient():
+    """The full-batch objective is the trainer's (``Trainer.energy``), with the gradient of its value."""
+    x, y = sine(30)
+    data = ArrayData(x, (y > 0).astype(np.int64), "classification", 2)
+    trainer = Trainer(TrainJob("sparse-gp-classifier", data, TrainConfig(model={"num_inducing": 6}), None),
+                      InProcess())
+    fit = FullBatchFit(trainer, 10, 1e-4)
+    params = trainer.fresh_state().params
+    energy, grad = fit.energy_and_grad(params)
+    np.testing.assert_allclose(energy, trainer.energy(params), rtol=1e-12)
+    flat = FlatParams(params, trainer.spec.frozen(trainer.settings, params))
+    vector, gradient = flat.vector(params), flat.vector(grad)
+    with float64():
+        for i in (0, vector.size // 2, vector.size - 1):  # central differences of the energy along three entries
+            step = 1e-5 * np.eye(vector.size)[i]
+            slope = (trainer.energy(flat.params(vector + step, params))
+                     - trainer.energy(flat.params(vector - step, params))) / 2e-5
+            np.testing.assert_allclose(gradient[i], slope, rtol=1e-4, atol=1e-6)
+
+
+def test_the_collapsed_regressor_at_the_rows_reaches_the_exact_gp_evidence_in_tens_of_iterations():
+    """At Z = X (M capped by the rows) the collapsed bound is the exact GP evidence (Bui, Yan & Turner 2017,
+    §3): L-BFGS reaches the maximum scikit-learn's exact GP finds on the same standardised rows, in tens of
+    iterations, and the minibatch Adam path the same optimum in hundreds of steps."""
+    x, y = sine(40)
+    fast = CollapsedGPRegressor(num_inducing=50).fit(x, y)
+    assert fast.solver_ == "lbfgs" and fast.converged_ and fast.n_iter_ <= 30 and "capped" in fast.notes_[0]
+    xs, ys = (x - fast.x_mean_) / fast.x_std_, (y - fast.targets_.shift) / fast.targets_.scale
+    kernel = ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(2), (1e-3, 1e3)) + WhiteKernel(0.1, (1e-6, 10.0))
+    exact = GaussianProcessRegressor(kernel, n_restarts_optimizer=3, random_state=0).fit(xs, ys)
+    assert abs(energy_of(fast) - exact.log_marginal_likelihood_value_) < 1e-3
+
+    slow = CollapsedGPRegressor(num_inducing=50, solver="adam", tol=1e-6, max_iter=5_000).fit(x, y)
+    assert slow.converged_ and slow.n_iter_ > 10 * fast.n_iter_
+    assert abs(energy_of(slow) - energy_of(fast)) < 1e-3
+    np.testing.assert_allclose(fast.predict(x), slow.predict(x), atol=1e-3 * np.std(y))
+
+
+def test_site_sweeps_and_lbfgs_reach_the_minibatch_paths_optimum():
+    """The sparse GP regressor's tied factor moves by site updates: full-batch sweeps with L-BFGS on the
+    hyper-parameters reach the energy and predictive of Adam's steps (full batch), both run to a tight
+    tolerance, in tens of iterations (sweeps included) where Adam takes hundreds."""
+    x, y = sine(60, seed=1)
+    tight = {"num_inducing": 8, "train_inducing": False, "tol": 1e-6, "max_iter": 5_000}
+    fast = SparseGPRegressor(**tight).fit(x, y)
+    slow = SparseGPRegressor(**tight, solver="adam").fit(x, y)
+    assert fast.solver_ == "lbfgs" and fast.converged_ and fast.n_iter_ <= 30
+    assert slow.converged_ and slow.n_iter_ > 5 * fast.n_iter_
+    assert abs(energy_of(slow) - energy_of(fast)) < 5e-3
+    for a, b in zip(fast.predict(x, return_std=True), slow.predict(x, return_std=True)):
+        np.testing.assert_allclose(a, b, atol=1e-2 * np.std(y))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # two iterations or steps each
+def test_auto_fits_full_batch_where_the_rows_fit_one_batch_and_tol_stops_it(monkeypatch):
+    x, y = sine(30)
+    labels = (y > 0).astype(int)
+    quick = {"num_inducing": 4, "max_iter": 2}
+    with pytest.warns(ConvergenceWarning, match="L-BFGS had not converged when max_iter=2"):
+        assert SparseGPClassifier(**quick).fit(x, labels).solver_ == "lbfgs"
+    assert SparseGPClassifier(**quick, tol=0).fit(x, labels).solver_ == "adam"  # tol=0: every max_iter Adam step
+    assert SparseGPClassifier(**quick, batch_size=10).fit(x, labels).solver_ == "adam"  # minibatches asked for
+    assert SparseGPClassifier(**quick, early_stopping=True).fit(x, labels).solver_ == "adam"
+    monkeypatch.setattr(base, "FULL_BATCH_ROWS", 20)
+    assert SparseGPClassifier(**quick).fit(x, labels).solver_ == "adam"
+    with pytest.raises(ValueError, match="solver must be 'auto', 'lbfgs' or 'adam'; got 'newton'"):
+        SparseGPClassifier(**quick, solver="newton").fit(x, labels)
+    with pytest.raises(ValueError, match="early_stopping evaluates the epochs"):
+        SparseGPClassifier(**quick, solver="lbfgs", early_stopping=True).fit(x, labels)
+
+
+def test_a_full_batch_fit_saves_loads_warm_starts_and_streams(tmp_path):
+    x, y = sine(40)
+    labels = (y > 0).astype(int)
+    model = SparseGPClassifier(num_inducing=6).fit(x, labels)
+    assert model.solver_ == "lbfgs" and model.converged_
+    model.save(tmp_path / "run")
+    loaded = pep_gp.load(tmp_path / "run")
+    np.testing.assert_array_equal(loaded.predict_proba(x), model.predict_proba(x))
+    assert loaded.n_iter_ == model.n_iter_
+
+    warm = SparseGPClassifier(num_inducing=6, warm_start=True).fit(x, labels)
+    warm.fit(x, labels)  # from where the first fit stopped: two quiet iterations or fewer are left
+    assert warm.converged_ and warm.n_iter_ <= 3
+    rise = warm.log_marginal_likelihood_value_ - model.log_marginal_likelihood_value_
+    assert 0 <= rise < 3 * warm.tol * len(x)  # each iteration rises by less than tol nats per row
+
+    streamed = SparseGPClassifier(num_inducing=6).fit(x, labels)
+    steps = streamed.n_iter_
+    streamed.partial_fit(x, labels)  # one Adam epoch from the L-BFGS optimum, its fresh Adam state
+    assert streamed.solver_ == "adam" and streamed.n_iter_ == steps + 1
+    assert np.all(np.isfinite(streamed.predict_proba(x)))
+
+
+@pytest.mark.heavy
+def test_a_full_batch_fit_in_process_and_on_two_workers_is_bit_identical(cluster):
+    """Its value and gradient are the engine's block sums in the blocks' order, so the iterates are too."""
+    x, y = sine(50)
+    settings = {"num_inducing": 6, "batch_size": None}
+    here = SparseGPRegressor(**settings).fit(x, y)
+    there = SparseGPRegressor(**settings, cluster=cluster.client).fit(x, y)
+    assert here.solver_ == there.solver_ == "lbfgs"
+    assert leaves_equal(here.params_, there.params_)
+    np.testing.assert_array_equal(here.energy_trace_, there.energy_trace_)
