@@ -47,7 +47,9 @@ from ..engine.cache import Derived, derived
 from ..engine.threads import compute_threads
 from ..models.protocol import uses_site_updates
 from .step import DataTerm, Prepare, SiteTerm, WithShared, minibatch_energy, strongly_typed
-from .trainer import Progress, Trainer, TrainResult, _told, no_progress
+from .job import TrainResult
+from .progress import Progress, no_progress, told
+from .trainer import Trainer
 
 FULL_BATCH_ROWS = 5_000
 """The most training rows an estimator fits full batch by default (``solver="auto"``), the everyday tables of
@@ -154,7 +156,7 @@ class FullBatchFit:
         at the end with the held-out metrics). A callback's :class:`StopTraining` ends the fit."""
         trainer, counts = self.trainer, _Counts()
         start = trainer.fresh_state()
-        stopped = _told(progress, "start", step=0, total_steps=self.max_iterations, steps_per_epoch=1,
+        stopped = told(progress, "start", step=0, total_steps=self.max_iterations, steps_per_epoch=1,
                         resumed_from=None, notes=trainer.notes, model=trainer.job.model_name,
                         model_settings=self.settings.model_dump(mode="json"),
                         config=trainer.job.config.model_dump(mode="json", exclude={"model"}))
@@ -180,7 +182,7 @@ class FullBatchFit:
         record = {"epoch": 1, "step": counts.iterations, "energy": energy, "energy_per_row": energy / trainer.n_total,
                   **trainer.evaluate(params), "rejected_steps": 0, "rejected_site_updates": counts.rejected_sites,
                   "seconds": round(seconds, 3)}
-        asked = _told(progress, "epoch", record=record, params=params)
+        asked = told(progress, "epoch", record=record, params=params)
         with float64():
             self.opt_state = trainer.step_fn.init(params).opt_state
         return TrainResult(params, counts.iterations, self.max_iterations, 1, seconds, None, [record], 0,
@@ -197,7 +199,7 @@ class FullBatchFit:
             counts.rejected_sites += int(not accepted)
             counts.energy, counts.swept = self.energy_and_grad(params)[0], False  # what the step event reports
             new = flat_all.vector(params)
-            stopped = _told(progress, "step", step=counts.iterations, energy=counts.energy, accepted=accepted)
+            stopped = told(progress, "step", step=counts.iterations, energy=counts.energy, accepted=accepted)
             moved = np.max(np.abs(new - old)) if new.size else 0.0
             if (stopped is not None or not accepted or moved <= SITE_TOL * (1.0 + np.max(np.abs(old)))
                     or counts.iterations >= self.max_iterations):
@@ -240,7 +242,7 @@ class FullBatchFit:
             rise, counts.energy = energy - counts.energy, energy
             counts.iterations += 1
             quiet[0] = quiet[0] + 1 if math.isfinite(rise) and rise < self.tol * self.trainer.n_total else 0
-            stopped[0] = _told(progress, "step", step=counts.iterations, energy=energy, accepted=True)
+            stopped[0] = told(progress, "step", step=counts.iterations, energy=energy, accepted=True)
             if stopped[0] is not None or (self.tol > 0 and quiet[0] >= QUIET_ITERATIONS):
                 raise StopIteration
 
