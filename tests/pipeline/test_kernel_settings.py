@@ -192,3 +192,16 @@ def test_a_store_run_places_the_configs_inducing_points_with_the_stores_statisti
     mean, std = (np.asarray(regression_store.attrs[k]) for k in ("x_mean", "x_std"))
     np.testing.assert_array_equal(result.params.inducing, (np.asarray(z) - mean) / std)
     assert load(tmp_path / "run").get_params()["inducing_points"] == z
+
+
+def test_inducing_points_beyond_the_rows_are_refused_before_the_settings_hold_them(data, monkeypatch):
+    """Issue 62, item 6: ten million inducing points for a 120-row fit were refused only after 851 s, once the
+    settings had turned them into lists. The count is checked first: the settings are never built."""
+    x, y = data
+
+    def settings_built(self):
+        raise AssertionError("the settings were built before the inducing points' count was checked")
+
+    monkeypatch.setattr(SparseGPRegressor, "_settings", settings_built)
+    with pytest.raises(ValueError, match=r"inducing_points has 1,000,000 rows, more than the 30 training rows"):
+        SparseGPRegressor(inducing_points=np.zeros((1_000_000, 2))).fit(x, y)

@@ -395,6 +395,7 @@ class GPEstimator(FittedGP):
         steps counted from 0) and keeps its frame: the inputs' standardisation, the targets' scaling, the
         model's settings and classes of the first fit (new data is standardised as the old was, so the
         parameters keep their meaning; a label outside ``classes_`` is refused)."""
+        self._refuse_inducing_beyond(X)
         warm = bool(self.warm_start) and hasattr(self, "params_")
         name = type(self).__name__
         monitor = ValidationStopping.of(name, self.n_iter_no_change, self.tol) if self.early_stopping else None
@@ -424,6 +425,13 @@ class GPEstimator(FittedGP):
         return self
 
     @available_if(lambda self: self._streams)
+    def _refuse_inducing_beyond(self, X) -> None:
+        """ValueError when ``inducing_points`` has more rows than ``X``, before anything is sized by them (the
+        settings hold them as lists: ten million points for a 120-row fit took minutes to be refused)."""
+        points = getattr(self, "inducing_points", None)
+        if points is not None and len(points) > len(X):
+            raise ValueError(f"inducing_points has {len(points):,} rows, more than the {len(X):,} training rows")
+
     def partial_fit(self, X, y, classes=None):
         """One pass (epoch) of training steps over the rows ``X, y``, continuing from the previous
         ``partial_fit``: stochastic EP over a stream (Li, Hernández-Lobato & Turner 2015), as ``pep train
