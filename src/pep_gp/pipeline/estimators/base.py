@@ -424,7 +424,6 @@ class GPEstimator(FittedGP):
         self._fitted_on(data)
         return self
 
-    @available_if(lambda self: self._streams)
     def _refuse_inducing_beyond(self, X) -> None:
         """ValueError when ``inducing_points`` has more rows than ``X``, before anything is sized by them (the
         settings hold them as lists: ten million points for a 120-row fit took minutes to be refused)."""
@@ -432,6 +431,7 @@ class GPEstimator(FittedGP):
         if points is not None and len(points) > len(X):
             raise ValueError(f"inducing_points has {len(points):,} rows, more than the {len(X):,} training rows")
 
+    @available_if(lambda self: self._streams)
     def partial_fit(self, X, y, classes=None):
         """One pass (epoch) of training steps over the rows ``X, y``, continuing from the previous
         ``partial_fit``: stochastic EP over a stream (Li, Hernández-Lobato & Turner 2015), as ``pep train
