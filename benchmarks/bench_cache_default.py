@@ -32,9 +32,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from benchmarks._common import arguments, temporary_directory, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,10 +165,9 @@ def finish(process: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli() -> argparse.ArgumentParser:
+    parser = arguments(__doc__, name="bench_cache_default")
     parser.add_argument("--seconds", type=float, default=180.0)
-    parser.add_argument("--name", default="bench_cache_default")
     parser.add_argument("--fit-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stress-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--program", choices=("cholesky", "small"), default="cholesky",
@@ -176,28 +176,30 @@ def main() -> None:
                         help="only the mapping-limit experiment: a process 600 mappings short of vm.max_map_count "
                              "compiles until it ends, with the cache and without")
     parser.add_argument("--limit-child", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     if args.fit_child:
         return fit_child()
     if args.stress_child:
         return stress_child(args.stress_child[0], float(args.stress_child[1]), args.stress_child[2])
     if args.limit_child:
         return limit_child(args.limit_child[0], int(args.limit_child[1]))
-    from benchmarks._common import write_results
-
     if args.limit:
-        with tempfile.TemporaryDirectory(prefix="pep-bench-cache-") as work:
+        with temporary_directory("pep-bench-cache-") as work:
             write_results(args.name, {"free_mappings_at_start": 600, "runs": {
-                "with the cache": at_the_limit(str(Path(work) / "limit"), 600), "no cache": at_the_limit("off", 600)},
+                "with the cache": at_the_limit(str(work / "limit"), 600), "no cache": at_the_limit("off", 600)},
                 "vm_max_map_count": int(Path("/proc/sys/vm/max_map_count").read_text())})
         return
-    with tempfile.TemporaryDirectory(prefix="pep-bench-cache-") as work:
-        cache = str(Path(work) / "fits")
+    with temporary_directory("pep-bench-cache-") as work:
+        cache = str(work / "fits")
         fits = {"no cache (PEP_COMPILATION_CACHE=off)": run(["--fit-child"], "off"),
                 "first process (empty cache)": run(["--fit-child"], cache),
                 "second process (cache filled)": run(["--fit-child"], cache)}
         print(fits, flush=True)
-        shared = str(Path(work) / "stress")
+        shared = str(work / "stress")
         stress = [run(["--stress-child", shared, str(args.seconds), args.program], wait=False) for _ in range(2)]
         stress.append(run(["--stress-child", "off", str(args.seconds), args.program], wait=False))
         stress = dict(zip(("writer 1 (shared cache)", "writer 2 (shared cache)", "no cache"), map(finish, stress)))
