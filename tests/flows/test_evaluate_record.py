@@ -10,6 +10,7 @@ import hashlib
 import json
 import shutil
 
+import pytest
 from typer.testing import CliRunner
 
 from pep_gp.flows.cli import app
@@ -24,6 +25,7 @@ def run(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
+@pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
 def test_evaluating_other_data_keeps_the_training_record(messy_classifier, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(messy_classifier.run_dir, run_dir)

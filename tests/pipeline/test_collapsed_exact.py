@@ -61,6 +61,7 @@ def test_without_jitter_predict_f_at_the_inputs_is_the_exact_gp_posterior(alpha)
     np.testing.assert_allclose(cov, exact_cov, rtol=0, atol=1e-8)
 
 
+@pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
 def test_the_jitter_alone_moves_predict_f_from_the_exact_gp(alpha=0.5):
     """30 inputs on a line: ``K_XX`` is singular in float64 (cond ≈ 1e18), so ``K_uu`` needs its jitter. The
     estimator's predictions are then those of the jittered model to 1e-9 (no precision lost in the O(NM²) form,

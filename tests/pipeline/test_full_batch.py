@@ -80,6 +80,7 @@ def test_the_collapsed_regressor_at_the_rows_reaches_the_exact_gp_evidence_in_te
     np.testing.assert_allclose(fast.predict(x), slow.predict(x), atol=1e-3 * np.std(y))
 
 
+@pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
 def test_site_sweeps_and_lbfgs_reach_the_minibatch_paths_optimum():
     """The sparse GP regressor's tied factor moves by site updates: full-batch sweeps with L-BFGS on the
     hyper-parameters reach the energy and predictive of Adam's steps (full batch), both run to a tight
@@ -96,6 +97,7 @@ def test_site_sweeps_and_lbfgs_reach_the_minibatch_paths_optimum():
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # two iterations or steps each
+@pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
 def test_auto_fits_full_batch_where_the_rows_fit_one_batch_and_tol_stops_it(monkeypatch):
     x, y = sine(30)
     labels = (y > 0).astype(int)
