@@ -92,7 +92,8 @@ def test_regressor_reports_rmse_in_target_units(regression_store, tmp_path):
     y_test = regression_store.arrays("test")[1][:]
     assert result.metrics["rmse"] < 0.6 * np.std(y_test)  # sin(2x) + 0.1 noise: most variance explained
     assert set(evaluate(tmp_path)) == {"rmse", "test_nll", "n_test", "step", "checkpoint", "crps", "coverage_50",
-                                       "coverage_90", "coverage_95"}
+                                       "coverage_90", "coverage_95", "scored_data", "scored_checksum",
+                                       "training_data"}  # which data was scored (issue 62, item 5)
 
 
 def test_evaluate_on_another_store_uses_the_training_statistics(binary_store, tmp_path):
