@@ -198,7 +198,7 @@ def argument_help(cls: type) -> dict[str, str]:
 
 def estimators_page() -> str:
     """Every estimator with every constructor argument."""
-    from pep_gp.pipeline.estimators.base import MAX_FULL_COV_ROWS
+    from pep_gp.pipeline.estimators.fitted import MAX_FULL_COV_ROWS
     from pep_gp.pipeline.models import MODELS
 
     sections = []

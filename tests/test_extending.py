@@ -121,7 +121,8 @@ def test_pep_gp_load_gives_a_fitted_estimator_of_a_model_defined_here(linear_mod
 
     from pep_gp import load
     from pep_gp.pipeline.data.transforms import transforms_of
-    from pep_gp.pipeline.estimators.base import ESTIMATORS, GPEstimator, GPRegressorMixin
+    from pep_gp.pipeline.estimators.base import ESTIMATORS, GPEstimator
+    from pep_gp.pipeline.estimators.fitted import GPRegressorMixin
 
     store = make_store(tmp_path / "regression.zarr", task="regression")
     config = CONFIG.model_copy(update={"epochs": 2})

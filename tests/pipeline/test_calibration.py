@@ -107,7 +107,7 @@ def test_central_intervals_of_a_true_gaussian_predictive_cover_their_level():
 def test_an_estimators_report_maps_its_labels_to_the_columns_of_predict_proba():
     """``calibration_report`` (both mixins) gives :func:`calibration` / :func:`regression_calibration` of
     its predictions; a label it was not fitted on is refused."""
-    from pep_gp.pipeline.estimators.base import GPClassifierMixin, GPRegressorMixin
+    from pep_gp.pipeline.estimators.fitted import GPClassifierMixin, GPRegressorMixin
 
     proba = np.array([[0.9, 0.1], [0.3, 0.7], [0.6, 0.4]])
     classifier = type("Stub", (GPClassifierMixin,), {"classes_": np.array(["no", "yes"]),

@@ -10,7 +10,8 @@ from sklearn.exceptions import ConvergenceWarning
 from typer.testing import CliRunner
 
 from pep_gp.flows.cli import app
-from pep_gp.pipeline.estimators.base import GPEstimator, GPRegressorMixin
+from pep_gp.pipeline.estimators.base import GPEstimator
+from pep_gp.pipeline.estimators.fitted import GPRegressorMixin
 from pep_gp.pipeline.models import MODELS
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.training.stopping import COLLAPSE_FALL, StoppingRule

@@ -9,7 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from pep_gp import CollapsedGPRegressor, ExactGPClassifier
 from pep_gp.core.parameters import constrained
-from pep_gp.pipeline.estimators.base import MAX_FULL_COV_ROWS
+from pep_gp.pipeline.estimators.fitted import MAX_FULL_COV_ROWS
 
 
 def _rbf(a, b, lengthscales, variance):

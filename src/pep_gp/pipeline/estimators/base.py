@@ -12,7 +12,8 @@ Inputs are validated with scikit-learn's own helpers (``validate_data``: ``n_fea
 ``feature_names_in_`` from DataFrames), standardised with the training rows' statistics as ``pep ingest``
 computes them, and predictions come from the spec's predictive (:mod:`pep_gp.pipeline.models.predictive`),
 computed in row chunks padded to a few sizes so that they compile once. Fitted arrays are numpy float64, so
-pickle and joblib round trips predict bit-identically.
+pickle and joblib round trips predict bit-identically. What a fitted estimator does (predictions,
+latent moments, draws, pickling) is :mod:`pep_gp.pipeline.estimators.fitted`; this module trains.
 """
 
 from __future__ import annotations
@@ -27,36 +28,29 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from pydantic import ValidationError
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from ...core import float64
-from ...core.likelihoods import Probit
-from ...core.models.multiclass_likelihoods import MultiClassLikelihood, Pairwise
 from ..data.datasets import ArrayData
-from ..data.frames import TableChunk
 from ..data.transforms import NumericFeature, Transforms, label_value
 from ..data.validation import check_class_labels
-from ..errors import InputError, brief
-from ..metrics import calibration, regression_calibration
+from ..errors import InputError
 from ..models import ModelSettings, ModelSpec
-from ..models.predictive import (Latent, Quantiles, Scored, apply, check_quantiles, class_probabilities,
-                                 predict_in_blocks)
 from ..engine import connected
 from ..runs import checkpoint
-from ..runs.config import DEFAULT_BLOCK_ROWS, DEFAULT_MAX_STEPS, TrainConfig
+from ..runs.config import DEFAULT_MAX_STEPS, TrainConfig
 from ..runs.growth import Frame
 from ..runs.manifest import RunManifest
 from ..training.callbacks import callback_progress
 from ..training.display import both, progress_display
 from ..training.full_batch import FULL_BATCH_ROWS, FullBatchFit
 from ..training.trainer import Trainer, TrainJob, TrainResult
-from .validation import ValidationStopping, validation_split
+from .fitted import FittedGP, GPClassifierMixin, GPRegressorMixin
+from .validation import ValidationStopping
 
 FIT_FIELDS: dict[str, Any] = {
     "max_iter": DEFAULT_MAX_STEPS,
@@ -99,15 +93,6 @@ model's wherever it is written); :func:`estimator_for` makes one for a registere
 CONFIG_NAMES = {"max_iter": "max_steps"}
 """The fit fields whose :class:`~pep_gp.pipeline.runs.config.TrainConfig` field has another name."""
 
-PREDICT_BLOCK_ROWS = DEFAULT_BLOCK_ROWS
-"""Rows per predictive call, as ``pep predict`` on a run of the default config: one compiled shape, and the
-same bits as ``pep predict`` (the multi-class quadrature holds ~80·C² floats per row)."""
-
-MAX_FULL_COV_ROWS = 5_000
-"""The most rows ``predict_f(X, full_cov=True)``, ``sample_f`` and ``sample_y`` take: the covariance holds n²
-floats per output (5,000 rows: 200 MB, and an O(n³) eigendecomposition to draw from it)."""
-
-
 def fit_fields(spec: ModelSpec) -> dict[str, Any]:
     """:data:`FIT_FIELDS` with the defaults the spec sets for itself (``spec.train_defaults``), as ``pep train
     --model NAME`` takes them."""
@@ -133,187 +118,6 @@ def generated_init(settings: type[ModelSettings], fit_fields: dict[str, Any], mo
     __init__.__signature__ = signature
     __init__.__doc__ = f"The settings of {model} and the fit fields (see the class docstring)."
     return __init__
-
-
-class FittedGP(BaseEstimator):
-    """What every pep estimator shares once fitted: validated inputs standardised with the training rows'
-    statistics, predictions from a predictive in padded row chunks, and scikit-learn's tags. A subclass
-    fits and sets ``x_mean_``, ``x_std_`` and what its ``_predictive()``/``_predict_params()`` need."""
-
-    _is_classifier: ClassVar[bool]
-    _binary: ClassVar[bool] = False  # a classifier of exactly two classes
-    Settings: ClassVar[type[ModelSettings]]
-
-    def _settings(self) -> dict[str, Any]:
-        """The spec's settings from the constructor arguments (ValueError naming a bad one)."""
-        values = {name: getattr(self, name) for name in self.Settings.model_fields}
-        try:
-            return self.Settings(**values).model_dump()
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {brief(e['input'])})"
-                                 for e in error.errors())
-            raise ValueError(f"{type(self).__name__}: {problems}") from None
-
-    def _training_data(self, X, y, classes: np.ndarray | None = None, reset: bool = True,
-                       validation: bool = False) -> ArrayData:
-        """Validated training data (sets ``n_features_in_``, ``feature_names_in_`` when ``reset``, else checks
-        them; sets ``classes_``: ``y``'s labels, or ``classes`` when given, which every label must be among);
-        with ``validation``, ``validation_fraction`` of the rows held out as its test split
-        (:func:`~pep_gp.pipeline.estimators.validation.validation_split`)."""
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=not self._is_classifier, reset=reset)
-        if not self._is_classifier:
-            return self._array_data(X, np.asarray(y, dtype=np.float64), "regression", validation)
-        if classes is None:
-            self.classes_, labels = check_class_labels(y, binary=self._binary)
-            return self._array_data(X, labels, "classification", validation)
-        labels = np.searchsorted(classes, y)
-        unknown = np.unique(y[(labels >= classes.size) | (classes[np.minimum(labels, classes.size - 1)] != y)])
-        if unknown.size:
-            raise ValueError(f"{type(self).__name__}: y has labels {unknown.tolist()} not among classes "
-                             f"{classes.tolist()}")
-        self.classes_ = classes
-        return self._array_data(X, labels.astype(np.int64), "classification", validation)
-
-    def _array_data(self, X: np.ndarray, y: np.ndarray, task: str, validation: bool) -> ArrayData:
-        n_classes = int(self.classes_.size) if task == "classification" else None
-        if not validation:
-            return ArrayData(X, y, task, n_classes)
-        x_fit, y_fit, x_validation, y_validation = validation_split(
-            type(self).__name__, X, y, self.validation_fraction, self.seed, stratify=task == "classification")
-        return ArrayData(x_fit, y_fit, task, n_classes, held_out=(x_validation, y_validation))
-
-    def _predictive(self):
-        raise NotImplementedError
-
-    def _predict_params(self):
-        return self.params_
-
-    def _model_rows(self, X) -> np.ndarray:
-        """The model features of ``X``, float64. A run loaded from a table's store (``transforms_``: one-hot,
-        time or centred columns) takes a DataFrame of the table's columns, transformed as at ingest, or an
-        array of its features' values before their offsets (0/1 indicators, numbers, seconds), which are
-        then subtracted; otherwise ``X`` holds the features as the model was fitted on them."""
-        transforms = getattr(self, "transforms_", None)
-        if transforms is None:
-            return validate_data(self, X, dtype=np.float64, reset=False)
-        if hasattr(X, "columns"):
-            return validate_data(self, transforms.apply(TableChunk(X, X.isna(), "X", np.arange(len(X)))),
-                                 dtype=np.float64, reset=False)
-        return validate_data(self, X, dtype=np.float64, reset=False) - transforms.offsets
-
-    def _predict_outputs(self, X, predictive: Callable | None = None, every_row: tuple[np.ndarray, ...] = (),
-                         per_row: tuple[np.ndarray, ...] = ()) -> dict[str, np.ndarray]:
-        """The outputs of ``predictive`` (the model's predictive by default) for the rows of ``X``, in blocks
-        of one size (``pep predict``'s); ``every_row``: inputs the predictive takes per row, the same for
-        every row; ``per_row``: inputs of one value per row of ``X``, after those."""
-        check_is_fitted(self)
-        x = (self._model_rows(X) - self.x_mean_) / self.x_std_
-        row_inputs = [np.broadcast_to(a, (x.shape[0], *np.shape(a))) for a in every_row]
-        for a in per_row:
-            if len(a) != x.shape[0]:
-                raise ValueError(f"expected one value per row of X ({x.shape[0]}), got {len(a)}")
-            row_inputs.append(a)
-        with float64():
-            params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
-            return predict_in_blocks(predictive or self._predictive(), params, x,
-                                     getattr(self, "block_rows_", PREDICT_BLOCK_ROWS), *row_inputs)
-
-    def _latent(self, full_cov: bool) -> Callable:
-        """The latent moments as a predictive: :class:`~pep_gp.pipeline.models.predictive.Latent` of ``model_``."""
-        return Latent(self.model_, full_cov)
-
-    def _latent_units(self) -> tuple[float, float]:
-        """``(shift, scale)`` from the model's latent units to the user's: none for a classifier."""
-        return 0.0, 1.0
-
-    def predict_f(self, X, full_cov: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """The posterior of the latent function at the rows of ``X``: its mean and variance per output or,
-        with ``full_cov``, the mean and the covariance across the rows.
-
-        For a sparse GP with ``q(u) = N(m, S)`` this is ``∫ p(f|u) q(u) du``, mean ``K_xz K_zz⁻¹m`` and
-        covariance ``K_xx − K_xz K_zz⁻¹K_zx + K_xz K_zz⁻¹ S K_zz⁻¹K_zx`` (Titsias 2009, eq. 6; Bui, Yan & Turner
-        2017, §3.1); for the exact-GP classifier the EP posterior (Rasmussen & Williams 2006, eqs.
-        3.60–3.61). A regressor's latent values are in the targets' units (``f·scale + shift`` of
-        ``targets_``, the variance times ``scale²``): ``predict`` adds the noise variance to them. A binary
-        classifier's ``f`` is that of ``classes_[1]`` (``p = Φ(f)``, probit); a multi-class one has one
-        ``f`` per class, in the order of ``classes_``. A deep GP gives the moments of its moment-matched
-        forward pass (Bui et al. 2016, §7), not those of its non-Gaussian output, and refuses ``full_cov``.
-
-        Args:
-            X: rows, as for ``predict``.
-            full_cov: the covariance across rows instead of the variances; at most
-                :data:`MAX_FULL_COV_ROWS` rows.
-
-        Returns:
-            ``(mean, var)``: ``[n]`` each, ``[n, C]`` for a multi-class model; with ``full_cov``
-            ``(mean, cov)`` with ``cov`` ``[n, n]`` (``[C, n, n]``).
-
-        Raises:
-            ValueError: ``full_cov`` for more than :data:`MAX_FULL_COV_ROWS` rows, or for a deep GP.
-        """
-        if not full_cov:
-            out = self._predict_outputs(X, self._latent(False))
-        else:
-            check_is_fitted(self)
-            x = (self._model_rows(X) - self.x_mean_) / self.x_std_
-            if x.shape[0] > MAX_FULL_COV_ROWS:
-                raise ValueError(f"full_cov is limited to {MAX_FULL_COV_ROWS:,} rows (n² floats per output); "
-                                 f"got {x.shape[0]:,}: pass fewer rows")
-            with float64():
-                params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
-                out = jax.device_get(apply(self._latent(True), params, x))
-        shift, scale = self._latent_units()
-        return (np.asarray(out["mean"]) * scale + shift,
-                np.asarray(out["cov" if full_cov else "var"]) * scale**2)
-
-    def _draw_f(self, X, n_samples: int, rng: np.random.Generator) -> np.ndarray:
-        """Joint draws of the latent function at the rows of ``X`` from :meth:`predict_f`'s covariance:
-        ``mean + Q Λ^½ z`` with ``cov = QΛQᵀ`` (``eigh``; rounding's tiny negative eigenvalues of a
-        singular covariance, e.g. at repeated rows, set to 0) and ``z ~ N(0, I)``. ``[n_samples, n]`` or
-        ``[n_samples, n, C]``."""
-        if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
-            raise ValueError(f"n_samples must be a positive integer; got {n_samples!r}")
-        mean, cov = self.predict_f(X, full_cov=True)
-        means, covs = (mean.T, cov) if mean.ndim == 2 else (mean[None], cov[None])  # [G, n], [G, n, n]
-        values, vectors = np.linalg.eigh(covs)
-        roots = vectors * np.sqrt(np.maximum(values, 0.0))[:, None, :]
-        draws = means + np.einsum("gij,sgj->sgi", roots, rng.standard_normal((n_samples, *means.shape)))
-        return draws.transpose(0, 2, 1) if mean.ndim == 2 else draws[:, 0]
-
-    def sample_f(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
-        """Joint draws of the latent function at the rows of ``X`` from ``N(mean, cov)`` of
-        ``predict_f(X, full_cov=True)`` (so at most :data:`MAX_FULL_COV_ROWS` rows; not for a deep GP), in
-        the same units. The same ``seed`` gives the same draws.
-
-        Returns:
-            ``[n_samples, n]``, or ``[n_samples, n, C]`` for a multi-class model.
-        """
-        return self._draw_f(X, n_samples, np.random.default_rng(seed))
-
-    @property
-    def kernel_(self):
-        """The fitted kernel with its learned values (one per latent GP, in the standardised inputs' units),
-        printed readably; a deep GP's are each layer's ``params_.layers[l].kernel``."""
-        check_is_fitted(self)
-        return self.params_.kernel
-
-    def log_marginal_likelihood(self) -> float:
-        """The approximate log marginal likelihood of the training targets (in their own units) at the
-        fitted parameters."""
-        check_is_fitted(self)
-        return float(self.log_marginal_likelihood_value_)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = False
-        tags.input_tags.allow_nan = False
-        return tags
-
-    def __getstate__(self):
-        """The state with every JAX array as a numpy array (float64 kept): a pickle or joblib file loads and
-        predicts bit-identically in a process that never enabled JAX's float64."""
-        state = super().__getstate__()
-        return jax.tree_util.tree_map(lambda leaf: np.asarray(leaf) if isinstance(leaf, jax.Array) else leaf, state)
 
 
 class GPEstimator(FittedGP):
@@ -635,120 +439,6 @@ class GPEstimator(FittedGP):
         return self.spec.predictive(self.model_, self.targets_)
 
 
-class GPClassifierMixin:
-    """``predict_log_proba``, ``predict_proba`` and ``predict`` from a predictive's ``log_proba``."""
-
-    def predict_log_proba(self, X) -> np.ndarray:
-        """``log p(y = classes_[c] | x)`` per row."""
-        return self._predict_outputs(X)["log_proba"]
-
-    def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities per row, columns in the order of ``classes_``, each row summing to 1 (as
-        ``pep predict`` writes them)."""
-        return class_probabilities(self.predict_log_proba(X))
-
-    def predict(self, X) -> np.ndarray:
-        """The most probable class per row (the first on a tie)."""
-        most_probable = np.argmax(self.predict_proba(X), axis=1)  # NotFittedError before classes_ is read
-        return self.classes_[most_probable]
-
-    def calibration_report(self, X, y) -> dict[str, Any]:
-        """``pep evaluate``'s report on ``(X, y)``: NLL, error, Brier score, ECE (15 equal-width bins of the
-        top-class probability) and the reliability bins (:func:`pep_gp.pipeline.metrics.calibration`)."""
-        proba = self.predict_proba(X)
-        y = np.asarray(y)
-        unknown = sorted(set(np.unique(y).tolist()) - set(self.classes_.tolist()))
-        if unknown:
-            raise ValueError(f"expected labels among the fitted classes {self.classes_.tolist()}, got {unknown}")
-        return calibration(np.searchsorted(self.classes_, y), proba)  # classes_ is sorted (np.unique)
-
-    def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
-        """Draws of the labels at the rows of ``X``, values of ``classes_``: from each joint draw of
-        :meth:`sample_f`, a label is drawn by the model's likelihood (its ``sample_labels``): a binary one is
-        ``classes_[1]`` when ``f + ε > 0``, ``ε ~ N(0, 1)`` (the probit likelihood, ``p = Φ(f)``, also of a model
-        that holds none; standard logistic ``ε`` for the logistic, ``p = σ(f)``), and a multi-class one
-        (:meth:`~pep_gp.core.models.multiclass_likelihoods.MultiClassLikelihood.sample_labels`: ``classes_[argmax_c f_c]``,
-        the step likelihood of Villacampa-Calvo & Hernández-Lobato 2017, its noise in ``f``'s variance, as the
-        deep GP's pairs; ``argmax_c (f_c + g_c)``, ``g_c`` standard Gumbel, for the softmax). The same ``seed``
-        gives the same draws; limits as :meth:`sample_f`.
-
-        Returns:
-            ``[n_samples, n]``.
-        """
-        rng = np.random.default_rng(seed)
-        f = self._draw_f(X, n_samples, rng)
-        # the fitted model's likelihood (a setting may say "auto": the multi-class model records its choice)
-        likelihood = getattr(getattr(self, "model_", None), "likelihood", None)
-        if f.ndim == 3:  # the multi-class deep GP's pairs draw as the pairwise likelihood's
-            likelihood = likelihood if isinstance(likelihood, MultiClassLikelihood) else Pairwise()
-        return self.classes_[(Probit() if likelihood is None else likelihood).sample_labels(f, rng)]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = not self._binary
-        return tags
-
-
-class GPRegressorMixin:
-    """``predict(X, return_std=False)`` from a predictive's ``mean`` and ``var`` (target units, noise included)."""
-
-    def predict(self, X, return_std: bool = False):
-        """Predictive mean of ``y`` (and its standard deviation, observation noise included)."""
-        out = self._predict_outputs(X)
-        return (out["mean"], np.sqrt(out["var"])) if return_std else out["mean"]
-
-    def calibration_report(self, X, y) -> dict[str, Any]:
-        """``pep evaluate``'s report on ``(X, y)``: NLL (of the model's own predictive density, as in training's
-        held-out metrics: :func:`~pep_gp.pipeline.models.predictive.log_density`), RMSE, CRPS and the coverage
-        of the central 50/90/95 % intervals of the model's own predictive (``predict_quantiles``'s, by
-        :func:`~pep_gp.pipeline.models.predictive.interval_cdf`) (:func:`pep_gp.pipeline.metrics.regression_calibration`)."""
-        y = np.asarray(y, dtype=np.float64)
-        if y.ndim != 1:
-            raise ValueError(f"expected y of one target per row, got shape {y.shape}")
-        out = self._predict_outputs(X, Scored(self._predictive()), per_row=(y,))
-        cdf = (out["cdf_below"], out["cdf"]) if "cdf" in out else None
-        return regression_calibration(y, out["mean"], np.sqrt(out["var"]), out["log_density"], cdf)
-
-    def _latent_units(self) -> tuple[float, float]:
-        return self.targets_.shift, self.targets_.scale
-
-    def predict_quantiles(self, X, quantiles=(0.025, 0.975)) -> np.ndarray:
-        """Quantiles of the predictive distribution of ``y`` (observation noise included) at the rows of
-        ``X``: ``mean + std·Φ⁻¹(p)`` for a Gaussian predictive; for a deep GP those of its non-Gaussian
-        mixture predictive (:class:`~pep_gp.pipeline.models.predictive.MixturePredictive`, by Newton's method
-        on the mixture's CDF), so its intervals may be skewed; for a Student-t or count likelihood those of
-        ``∫ p(y|f) q(f) df``. ``pep predict --quantiles`` writes the same values.
-
-        Args:
-            X: rows, as for ``predict``.
-            quantiles: levels in (0, 1), e.g. ``(0.05, 0.5, 0.95)``.
-
-        Returns:
-            ``[n, Q]``, one column per level.
-
-        Raises:
-            ValueError: a level outside (0, 1), or none.
-        """
-        try:
-            levels = np.asarray(check_quantiles(np.atleast_1d(quantiles).tolist()), dtype=np.float64)
-        except InputError as error:
-            raise ValueError(str(error).replace("--quantiles: ", "quantiles: ")) from None
-        return self._predict_outputs(X, Quantiles(self._predictive()), (levels,))["quantiles"]
-
-    def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
-        """Draws of the targets at the rows of ``X`` (their units): each joint draw of :meth:`sample_f` plus
-        Gaussian noise of the fitted variance (``predict``'s variance less ``predict_f``'s). The same
-        ``seed`` gives the same draws; limits as :meth:`sample_f`.
-
-        Returns:
-            ``[n_samples, n]``.
-        """
-        rng = np.random.default_rng(seed)
-        f = self._draw_f(X, n_samples, rng)
-        noise_var = np.maximum(self.predict(X, return_std=True)[1] ** 2 - self.predict_f(X)[1], 0.0)
-        return f + np.sqrt(noise_var) * rng.standard_normal(f.shape)
-
-
 def estimator_for(spec: ModelSpec) -> type[GPEstimator]:
     """The estimator class of ``spec``: the one defined for its name (:data:`ESTIMATORS`), else a new
     :class:`GPEstimator` with scikit-learn's mixins of its task, e.g. for a plugin model that defines none
@@ -762,4 +452,4 @@ def estimator_for(spec: ModelSpec) -> type[GPEstimator]:
     return ESTIMATORS[spec.name]
 
 
-__all__ = ["ESTIMATORS", "estimator_for", "FIT_FIELDS", "MAX_FULL_COV_ROWS", "fit_fields", "GPClassifierMixin", "GPEstimator", "GPRegressorMixin"]
+__all__ = ["ESTIMATORS", "estimator_for", "FIT_FIELDS", "fit_fields", "GPEstimator"]

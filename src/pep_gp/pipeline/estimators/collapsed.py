@@ -18,7 +18,8 @@ from ..data.sizes import bucket
 from ..models.collapsed import COLLAPSED
 from ..models.predictive import GaussianPredictive, Latent
 from ..runs.config import TrainConfig
-from .base import GPEstimator, GPRegressorMixin
+from .base import GPEstimator
+from .fitted import GPRegressorMixin
 
 
 @dataclass(frozen=True)

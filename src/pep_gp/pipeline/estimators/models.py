@@ -15,7 +15,8 @@ from __future__ import annotations
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..models import deep_gp, multiclass, sparse_gp, tied_ep
-from .base import ESTIMATORS, GPClassifierMixin, GPEstimator, GPRegressorMixin
+from .base import ESTIMATORS, GPEstimator
+from .fitted import GPClassifierMixin, GPRegressorMixin
 
 
 class SparseGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):

@@ -28,7 +28,8 @@ from ..models.protocol import kernel_description, settings_kernel
 from ..data.datasets import ArrayData
 from ..models.predictive import BinaryPredictive, Latent, MultiClassPredictive
 from ..training import exact_ep, multiclass_ep as untied_multiclass
-from .base import FIT_FIELDS, FittedGP, GPClassifierMixin, generated_init
+from .base import FIT_FIELDS, generated_init
+from .fitted import FittedGP, GPClassifierMixin
 
 class UntiedMultiClassSettings(MultiClassSettings):
     """The multi-class settings with the full-batch damping schedule of the paper's UCI experiments
