@@ -38,6 +38,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def measure_on(link: Any, workers: int, store: Path, args: argparse.Namespace, s
                certs: dict[str, str]) -> tuple[dict[str, Any], dict[str, float] | None]:
     """One fresh network with a head and ``workers`` worker hosts: :func:`benchmarks.bench_engine.measure`'s
     row, run on the head, and for one worker the link's probe."""
-    from tests.infra.namespaces import IP, TCP_TIMEOUT, Cluster, Network, probe
+    from tests.infra.namespaces import IP, Cluster, Network, probe
 
     hosts = ["head"] + [f"w{i}" for i in range(1, workers + 1)]
     (scratch / "workers").mkdir(exist_ok=True)
@@ -65,8 +66,7 @@ def measure_on(link: Any, workers: int, store: Path, args: argparse.Namespace, s
         cluster = Cluster(network, certs, scratch / "workers")
         cluster.start(hosts[1:])
         path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-        env = {**network.processes.env, **cluster.client_env, "PYTHONPATH": path,
-               "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": TCP_TIMEOUT}
+        env = {**network.processes.env, **cluster.client_env, "PYTHONPATH": path}
         command = [IP, "netns", "exec", network.namespace("head"), sys.executable, "-m", "benchmarks.bench_engine",
                    "--one", str(store), str(args.inducing), cluster.address, str(args.steps),
                    "--block-rows", str(args.block_rows)]
@@ -76,8 +76,8 @@ def measure_on(link: Any, workers: int, store: Path, args: argparse.Namespace, s
         return json.loads(output.stdout.strip().splitlines()[-1]), probed
 
 
-def model(one: dict[str, Any], probed: dict[str, float], blocks: int) -> dict[str, Any]:
-    """The scaling model's terms for one link (the module docstring) and its seconds per step at W."""
+def model(one: dict[str, Any], probed: dict[str, float], blocks: int) -> tuple[dict[str, Any], Callable[[int], float]]:
+    """The scaling model's terms for one link (the module docstring), and its seconds per step on W hosts."""
     r, beta = probed["round_trip_seconds"], probed["rate_bytes_per_second"]
     b = one["wire_bytes_per_worker"] or one["payload_bytes_per_worker"]
     c, p = one["coordinator_seconds"], one["worker_seconds"]
@@ -89,7 +89,7 @@ def model(one: dict[str, Any], probed: dict[str, float], blocks: int) -> dict[st
 
     return {"coordinator_seconds": c, "worker_seconds": p, "pass_overhead_seconds": one["pass_overhead_seconds"],
             "local_pass_overhead_seconds": round(local_overhead, 5), "round_trip_seconds": round(r, 6),
-            "rate_bytes_per_second": round(beta), "bytes_per_worker": b, "seconds": seconds}
+            "rate_bytes_per_second": round(beta), "bytes_per_worker": b}, seconds
 
 
 def summarise(runs: dict[str, dict[str, Any]], workers: list[int], blocks: int) -> dict[str, Any]:
@@ -97,8 +97,7 @@ def summarise(runs: dict[str, dict[str, Any]], workers: list[int], blocks: int) 
     predictions for :data:`PREDICTED_HOSTS`."""
     out = {}
     for label, run in runs.items():
-        terms = model(run["rows"]["1"], run["probe"], blocks)
-        seconds = terms.pop("seconds")
+        terms, seconds = model(run["rows"]["1"], run["probe"], blocks)
         one = run["rows"]["1"]
         measured = {str(w): {"seconds_per_step": run["rows"][str(w)]["seconds_per_step"],
                              "min_seconds_per_step": run["rows"][str(w)]["min_seconds_per_step"],

@@ -245,9 +245,13 @@ def _measure_link(host: str, port: int, size: int) -> dict[str, float]:
             trips.append(time.perf_counter() - started)
         rtt = float(np.median(trips))
         payload = b"\0" * (1 << 20)
+
+        def send() -> None:
+            for sent in range(0, size, len(payload)):
+                connection.sendall(payload[:size - sent])
+
         started = time.perf_counter()
-        sender = threading.Thread(target=lambda: [connection.sendall(payload[:min(len(payload), size - sent)])
-                                                  for sent in range(0, size, len(payload))])
+        sender = threading.Thread(target=send)
         sender.start()
         received = 0
         while received < size:
