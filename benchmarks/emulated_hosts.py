@@ -7,7 +7,8 @@ has a rate (``tc`` tbf, both ways) and a one-way latency (a delaying TCP relay: 
 Usage (as root, Linux with iproute2; JAX on its CPU)::
 
     JAX_PLATFORMS=cpu python -m benchmarks.emulated_hosts [--store airline-classes.zarr] [--workers 1,2] \
-        [--links 10gbit/0.1ms,1gbit/0.5ms,100mbit/2ms] [--steps 5] [--block-rows 625] [--inducing 200]
+        [--links 10gbit/0.1ms,1gbit/0.5ms,100mbit/2ms] [--steps 5] [--block-rows 625] [--inducing 200] \
+        [--pinned]
 
 For each link, the link itself is probed first from the head to a worker host through the relay: the
 median round trip ``r`` of one byte and the rate ``β`` at which bytes cross it (what a Python relay
@@ -23,8 +24,10 @@ a step makes two passes, each a round trip to every worker, and the coordinator'
 worker's bytes, so ``T(W) = c + 2 L₀ + p · ⌈n / W⌉ / n + 2 r + W · b / β``, with ``c``, ``p`` and ``b`` from
 the one-worker run on the same link and ``L₀ = L − r − b / (2β)`` its pass overhead less the network's
 share. It is checked against each measured W and predicts 32 and 128 hosts (a step cut into at least W
-blocks: ``n = max(blocks, W)``), labelled as predictions. One core per host is what this machine cannot
-give: on a shared 2-core machine the workers' computations compete (state the load; the table does).
+blocks: ``n = max(blocks, W)``), labelled as predictions. The hosts share this machine's cores: unpinned,
+each worker's XLA uses them all and the workers compete; ``--pinned`` gives worker host ``i`` core
+``i mod cores`` alone (hosts of one core, as ``local:N:pinned``), which needs as many idle cores as
+workers for its speed-ups to mean anything (the table states the load).
 
 Writes ``benchmarks/results/emulated_hosts.json`` and prints its table (docs/how-to/clusters.md).
 """
@@ -63,7 +66,7 @@ def measure_on(link: Any, workers: int, store: Path, args: argparse.Namespace, s
     (scratch / "workers").mkdir(exist_ok=True)
     with Network(hosts, link, scratch / "logs" / f"{link.rate:g}-{workers}") as network:
         probed = probe(network, "w1", probe_bytes(link)) if workers == 1 else None
-        cluster = Cluster(network, certs, scratch / "workers")
+        cluster = Cluster(network, certs, scratch / "workers", pinned=args.pinned)
         cluster.start(hosts[1:])
         path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
         env = {**network.processes.env, **cluster.client_env, "PYTHONPATH": path}
@@ -152,6 +155,7 @@ def cli() -> argparse.ArgumentParser:
                         help="comma-separated links RATE/LATENCY (one way) (default: %(default)s)")
     parser.add_argument("--block-rows", type=int, default=625)
     parser.add_argument("--inducing", type=int, default=200, help="M per class (default: %(default)s)")
+    parser.add_argument("--pinned", action="store_true", help="worker host i on core i mod cores only (hosts of one core)")
     parser.add_argument("--label", default="this machine", help="where it ran, for the table")
     return parser
 
@@ -188,7 +192,7 @@ def main() -> None:
     path = write_results(args.name, {
         "label": args.label, "store": str(args.store or "bundled airline flights, 3 classes"), "model": "multiclass-sep",
         "config": {"num_inducing": args.inducing, "batch_size": BATCH, "block_rows": args.block_rows, "blocks": blocks,
-                   "steps": args.steps, "tls": True, "latency": "one way, per link (a relay per server)"},
+                   "steps": args.steps, "tls": True, "pinned": args.pinned, "latency": "one way, per link (a relay per server)"},
         "uptime_before": before, "uptime_after": uptime(), "runs": runs, "summary": summarise(runs, workers, blocks)})
     print(table(json.loads(path.read_text())))
 

@@ -175,10 +175,13 @@ class Network:
 class Cluster:
     """A TLS Dask scheduler on ``head`` (listening on its loopback, reached by the workers through a relay
     on its link) and one single-threaded ``dask worker`` on each other host of ``network`` (listening on
-    its loopback, advertising the relay on its link), with the certificates of ``pep cluster certs``."""
+    its loopback, advertising the relay on its link), with the certificates of ``pep cluster certs``;
+    ``pinned``: the worker of the ``i``-th worker host runs on core ``i mod cores`` only, a host of one core
+    (as ``local:N:pinned``, but pinned from its start: XLA then sizes its thread pool for one core, so its
+    last bits may differ from an unpinned process's, and are the same for every number of workers)."""
 
-    def __init__(self, network: Network, certs: dict[str, str], workers_dir: Path):
-        self.network, self.certs, self.workers_dir = network, certs, workers_dir
+    def __init__(self, network: Network, certs: dict[str, str], workers_dir: Path, pinned: bool = False):
+        self.network, self.certs, self.workers_dir, self.pinned = network, certs, workers_dir, pinned
         self.env = {**DASK_WORKER_ENV, "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
 
     @property
@@ -206,7 +209,9 @@ class Cluster:
     def start_worker(self, host: str) -> None:
         net = self.network
         net.relay(host, WORKER_PORT, WORKER_LISTENS)
-        net.start(host, f"worker-{host}", "dask", "worker", f"tls://{net.address('head')}:{SCHEDULER_PORT}",
+        core = (net.hosts.index(host) - 1) % os.cpu_count()
+        dask = (shutil.which("taskset") or "taskset", "-c", str(core), str(BIN / "dask")) if self.pinned else ("dask",)
+        net.start(host, f"worker-{host}", *dask, "worker", f"tls://{net.address('head')}:{SCHEDULER_PORT}",
                   "--nthreads", "1", "--no-nanny", "--name", host,
                   "--listen-address", f"tls://127.0.0.1:{WORKER_LISTENS}",
                   "--contact-address", f"tls://{net.address(host)}:{WORKER_PORT}",
