@@ -27,7 +27,8 @@ from tests.infra.loopback import cluster_certs, leftovers, wait_until
 from tests.infra.namespaces import Cluster, Link, Network, namespaces_unavailable
 from tests.trainstores import FAST, config_toml, leaves_equal, make_store
 
-pytestmark = [pytest.mark.infra, pytest.mark.heavy,
+# infra only, like the scheduler-loss tests of minutes: heavy too would run them twice in .ci/run (its heavy stage)
+pytestmark = [pytest.mark.infra,
               pytest.mark.skipif(namespaces_unavailable() is not None, reason=str(namespaces_unavailable()))]
 
 MODEL = "sparse-gp-classifier"
