@@ -195,6 +195,7 @@ class Cluster:
         return client_tls_env(self.certs)
 
     def start(self, workers: Sequence[str], timeout: float = 300) -> None:
+        """Start the scheduler and a worker on each of the hosts ``workers``; wait until they registered."""
         net = self.network
         net.start("head", "scheduler", "dask", "scheduler", "--host", "127.0.0.1", "--port", str(SCHEDULER_LISTENS),
                   "--protocol", "tls", "--dashboard-address", "127.0.0.1:0",
@@ -207,6 +208,8 @@ class Cluster:
                    f"{len(workers)} workers to register")
 
     def start_worker(self, host: str) -> None:
+        """A relay on ``host``'s link and a worker behind it, without a nanny: a worker that loses its
+        scheduler closes (as it would with one: Dask's worker then closes its nanny too)."""
         net = self.network
         net.relay(host, WORKER_PORT, WORKER_LISTENS)
         core = (net.hosts.index(host) - 1) % os.cpu_count()
