@@ -156,7 +156,7 @@ def _paper_cells(row) -> tuple[str, str, str, str]:
             f"{paper[2]:.2f} ± {paper[3]:.2f}", difference(row["test_error"], paper[2:]))
 
 
-def table(summaries) -> str:
+def summary_table(summaries) -> str:
     """The results table of ``summaries`` (what the run prints and stores; docs/results/multiclass.md shows
     it): paper | pep | Δ for the test NLL and the test error, then a line saying what ran."""
     lines = [
@@ -185,6 +185,13 @@ def table(summaries) -> str:
 
 
 # --- units of work -------------------------------------------------------------------------------------------
+
+
+def table(result: dict) -> str:
+    """A committed run's table as the results page shows it (docs/results.py): :func:`summary_table`'s rows, and
+    its line saying what ran as a paragraph of its own under them."""
+    rows, _, note = summary_table(result["summary"]).rpartition("\n")
+    return f"{rows}\n\n{note}"
 
 
 def _splits(name: str, args) -> tuple[np.ndarray, np.ndarray, list]:
@@ -470,17 +477,17 @@ def main(argv=None) -> dict:
                           "iterations": args.iterations, "learning_rate": learning_rate(method, args),
                           "device": "+".join(sorted(devices[unit.setting])),
                           **_summary(done)})
-        print(table(summaries[-1:]).splitlines()[2], f"({time.monotonic() - start:.0f} s)", flush=True)
+        print(summary_table(summaries[-1:]).splitlines()[2], f"({time.monotonic() - start:.0f} s)", flush=True)
         summaries.sort(key=lambda s: order[s["dataset"], s["fraction"], s["method"]])
         runs.sort(key=lambda r: (order[r["dataset"], r["fraction"], r["method"]], r["split"]))
         write_results(args.name, {"settings": settings, "summary": summaries, "runs": runs,
-                                  "table": table(summaries)}, echo=False)
+                                  "table": summary_table(summaries)}, echo=False)
 
     left = run_units(units, args, on_done)
     unfinished = sorted({u.setting for u in left})
     if unfinished:
         print(f"not finished within the budget (not in the file): {unfinished}", flush=True)
-    print(table(summaries))
+    print(summary_table(summaries))
     return {"summary": summaries, "unfinished": unfinished}
 
 

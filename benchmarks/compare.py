@@ -30,7 +30,7 @@ Usage::
     .venv/bin/python -m benchmarks.compare --data airline --epochs 3 --batch-sizes 10000 --name compare_airline
 
 Needs the ``bench`` extra (torch CPU, gpytorch). Writes ``benchmarks/results/NAME.json`` and
-``NAME.png`` (test NLL against training seconds) and prints the results page's table (:func:`markdown`; a test
+``NAME.png`` (test NLL against training seconds) and prints the results page's table (:func:`table`; a test
 checks that docs/results/gpytorch.md holds those of the committed JSON files).
 """
 
@@ -179,7 +179,7 @@ def summary(pep: dict, gpytorch: dict) -> dict:
                                               "gpytorch": gpytorch["per_epoch"][-1]["training_seconds"]}}
 
 
-def markdown(payload: dict) -> str:
+def table(payload: dict) -> str:
     """The results page's table of one run (``benchmarks/results/NAME.json``): per minibatch, training seconds of
     pep's and GPyTorch's first and last epochs, pep's last epoch over GPyTorch's, both models' test error
     and NLL after the last epoch and the seconds each took to reach GPyTorch's final NLL."""
@@ -263,7 +263,7 @@ def main() -> None:
                        "runs": runs, "baselines": reference}
             path = write_results(args.name, payload)
     plot(runs, RESULTS / f"{args.name}.png")
-    print(markdown(json.loads(path.read_text())))
+    print(table(json.loads(path.read_text())))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import pytest
 from benchmarks import bench_dgp_multiclass
 from benchmarks.bench_dgp import CLAIMS, PAGE_RESULTS, claims, claims_table, paired, table as deep_gp_table, tagged_rows, verdict
 from benchmarks.bench_qp import corrected_standard_error, summarise, table as qp_table
-from benchmarks.compare import markdown
+from benchmarks.compare import table as comparison_table
 from docs import results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def test_there_are_committed_comparison_runs():
 
 @pytest.mark.parametrize("path", RUNS, ids=[path.stem for path in RUNS])
 def test_the_gpytorch_page_holds_the_table_of_each_comparison_run(path):
-    assert markdown(json.loads(path.read_text())) in page("gpytorch.md")
+    assert comparison_table(json.loads(path.read_text())) in page("gpytorch.md")
     assert path.stem in results.marks(page("gpytorch.md"))
 
 
@@ -110,8 +110,22 @@ def test_the_command_rewrites_an_edited_table_and_its_check_fails_before(tmp_pat
 
 
 def test_a_mark_naming_no_table_is_refused():
-    with pytest.raises(KeyError, match="x.md: no table named 'nonesuch'"):
+    with pytest.raises(KeyError, match="x.md: the mark 'nonesuch' names no committed run or table"):
         results.render("<!-- generated: nonesuch -->\n|a|\n<!-- /generated -->", "x.md")
+
+
+def test_the_registry_is_the_runs_commands(monkeypatch):
+    """Every mark but the composite ones is drawn by the module its runs' JSON names: a mark's table is its
+    runs' ``table(result)``, each page's block is that, and a run that records no benchmark command is refused."""
+    drawn = [mark for path in results.pages() for mark in results.marks(path.read_text())
+             if mark not in results.COMPOSITE and mark not in results.NOT_RESULTS]
+    assert len(drawn) > 40
+    for mark in drawn:
+        names = mark.split()
+        assert all(results.module_of(name).__name__ == results.result(name)["command"].split()[2] for name in names)
+    monkeypatch.setattr(results, "result", lambda name: {"command": "python -c pass"})
+    with pytest.raises(KeyError, match="benchmarks/results/other.json records no `python -m benchmarks"):
+        results.module_of("other")
 
 
 def test_the_check_command_passes_on_the_committed_pages():
@@ -187,12 +201,12 @@ def test_the_committed_paired_differences_are_those_of_the_stored_splits(index):
 
 @pytest.mark.parametrize("name", ["multiclass_uci", "multiclass_uci_converged", "multiclass_uci_wine_iris"])
 def test_the_multiclass_tables_are_those_the_runs_printed_and_stored(name):
-    from benchmarks.bench_multiclass_uci import table
+    from benchmarks.bench_multiclass_uci import summary_table, table
 
     stored = results.result(name)
-    assert table(stored["summary"]) == stored["table"]
-    assert results.multiclass_table(name) == table(stored["summary"]).replace("\nRan: ", "\n\nRan: ")
-    assert results.multiclass_table(name) in page("multiclass.md")
+    assert summary_table(stored["summary"]) == stored["table"]
+    assert table(stored) == summary_table(stored["summary"]).replace("\nRan: ", "\n\nRan: ")
+    assert results.runs_table([name]) == table(stored) and table(stored) in page("multiclass.md")
 
 
 def test_the_multiclass_paper_table_has_every_ep_and_sep_cell_of_tables_2_and_3():
@@ -264,7 +278,7 @@ def comparison_row(name: str, minibatch: str) -> list[str]:
 
 
 def comparison_table_lines(name: str) -> list[str]:
-    return markdown(results.result(name)).splitlines()
+    return comparison_table(results.result(name)).splitlines()
 
 
 def test_the_readme_s_measured_comparison_is_that_of_the_committed_runs():
@@ -331,7 +345,7 @@ def test_the_readme_s_deep_gp_rows_are_those_of_the_committed_run_by_both_rules(
 def test_the_readme_pairs_each_deep_gp_of_the_grid_with_gpytorch_s_on_all_20_splits():
     """Bui et al. (2016)'s grid in README.md: widths 2 and 2+2 at M = 50 and 100, each against GPyTorch's
     ``DeepGP`` of the same widths, on every split (``python -m docs.results`` writes the table)."""
-    table = results.deep_gp_readme_table()
+    table = results.table_of("bench_dgp_readme")
     assert table in (ROOT / "README.md").read_text()
     rows = table.splitlines()[2:]
     assert [row.split(" | ")[0] for row in rows] == ["| width 2, M = 50", "| widths 2+2, M = 50",
