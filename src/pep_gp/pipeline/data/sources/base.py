@@ -323,7 +323,7 @@ def csv_records(path: Path, handle: IO[str], sep: str) -> Iterator[CsvRecord]:
     number = 0
     for line in lines:
         number += 1
-        if len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
+        if len(line) > MAX_LINE_CHARS and len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
             raise InputError(f"{path}: line {number} is longer than {MAX_LINE_CHARS:,} characters, the most pep "
                              "reads in one line; is it a CSV table?")
         if '"' not in line:
