@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -83,3 +84,23 @@ def test_the_ingest_summary_is_plain_text(tmp_path):
     assert result.exit_code == 0, result.output
     assert "|" not in result.output
     assert any(line.split() == ["rows", "(train", "/", "test)", "40", "/", "10"] for line in result.output.splitlines())
+
+
+def test_rows_dropped_are_counted_in_the_summary_line_and_a_large_share_is_a_warning(tmp_path):
+    """Issue 62, item 9a: ``--na drop`` (the default) left out 10 % of a real table, said only in the table below
+    the summary line; now the summary line counts them, and 5 % or more is a warning on stderr, even ``--quiet``."""
+    for name, every in (("ten.csv", 10), ("one.csv", 100)):  # a missing b on every 10th row, or on one row
+        (tmp_path / name).write_text("a,b,label\n" + "".join(f"{i},{'' if i % every == 3 else i % 7},{i % 2}\n"
+                                                                 for i in range(100)))
+    result = run("csv", "--input", tmp_path / "ten.csv", "--target", "label", "--out", tmp_path / "ten.zarr")
+    assert result.exit_code == 0, result.output
+    dropped = "10 of 100 rows read (10.0%) dropped: 10 for missing value in column 'b'"
+    assert re.fullmatch(rf"ingested 72 train and 18 test rows into \S*ten.zarr in [0-9.]+ s; {re.escape(dropped)}",
+                        result.stdout.splitlines()[0]), result.stdout
+    assert result.stderr == (f"pep ingest: warning: {dropped}; --na mean keeps them (a missing feature gets its "
+                             "column's mean), --na fail stops at the first\n")
+    quiet = run("csv", "--input", tmp_path / "ten.csv", "--target", "label", "--out", tmp_path / "q.zarr", "--quiet")
+    assert quiet.stdout == "" and quiet.stderr == result.stderr
+    few = run("csv", "--input", tmp_path / "one.csv", "--target", "label", "--out", tmp_path / "one.zarr")
+    assert few.exit_code == 0 and few.stderr == ""
+    assert few.stdout.splitlines()[0].endswith("; 1 of 100 rows read (1.0%) dropped: 1 for missing value in column 'b'")

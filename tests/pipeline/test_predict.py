@@ -4,6 +4,7 @@ process and a 2-worker cluster, streamed, and written atomically."""
 
 from __future__ import annotations
 
+import csv
 import errno
 import os
 import subprocess
@@ -13,11 +14,14 @@ from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import zarr
 
 from pep_gp.core import float64
 from pep_gp.pipeline.data.ingest import ingest
+from pep_gp.pipeline.data.predictions import chunk_ids, open_input, open_output
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
 from pep_gp.pipeline.data.sources.base import BLOCK_ROWS
 from pep_gp.pipeline.data.stores import open_store
@@ -247,6 +251,35 @@ def test_a_store_of_the_same_features_in_another_order_predicts_as_the_training_
         predict(classifier, store, tmp_path / f"{store.stem}.parquet", split="test")
     np.testing.assert_array_equal(pd.read_parquet(tmp_path / "s.parquet").to_numpy(),
                                   pd.read_parquet(tmp_path / "reordered.parquet").to_numpy())
+
+
+def test_id_columns_keep_their_type_from_a_parquet_input_to_every_output(classifier, tmp_path):
+    """Issue 62, item 9b: integer ids came back as text in Parquet predictions (a Parquet input's ids were cast
+    to text). Integers stay integers (a null too: not a float ``3.0``), text stays text (``007``), in every
+    output; a CSV's ids are written as read."""
+    table = pd.read_csv(classifier.parent / "new.csv", sep=";")
+    ids = {"nullable": pa.array([None if i == 2 else 1000 + i for i in range(len(table))], pa.int64()),
+           "int": pa.array(range(len(table)), pa.int64()),
+           "text": pa.array([f"{i:03d}" for i in range(len(table))], pa.string())}
+    for kind, values in ids.items():
+        pq.write_table(pa.Table.from_pandas(table.drop(columns="id"), preserve_index=False).append_column("id", values),
+                       tmp_path / f"{kind}.parquet")
+    predict(classifier, tmp_path / "nullable.parquet", tmp_path / "predicted.parquet")
+    assert pq.read_table(tmp_path / "predicted.parquet").column("id").combine_chunks() == ids["nullable"]
+    transforms = load_predictor(classifier).transforms
+    for kind, values in ids.items():  # the ids as pep predict writes them first in each output
+        for suffix in (".parquet", ".csv", ".zarr"):
+            with open_output(tmp_path / f"{kind}-ids{suffix}", overwrite=False) as writer:
+                for chunk in open_input(tmp_path / f"{kind}.parquet", transforms).chunks():
+                    writer.write(chunk_ids(chunk, transforms.id_columns))
+        assert pq.read_table(tmp_path / f"{kind}-ids.parquet").column("id").combine_chunks() == values
+        as_text = ["" if v is None else str(v) for v in values.to_pylist()]
+        with open(tmp_path / f"{kind}-ids.csv", newline="") as written:
+            assert [row[0] for row in csv.reader(written)] == ["id", *as_text]
+        stored = zarr.open_group(str(tmp_path / f"{kind}-ids.zarr"), mode="r")["id"][:].tolist()
+        assert stored == (as_text if kind == "nullable" else values.to_pylist())
+    predict(classifier, classifier.parent / "new.csv", tmp_path / "csv.parquet", sep=";")
+    assert pd.read_parquet(tmp_path / "csv.parquet")["id"].tolist() == table["id"].tolist()
 
 
 @pytest.mark.parametrize("name", ["p.csv", "p.zarr"])

@@ -4,6 +4,7 @@ column choices, the stored ``transforms`` record, and every bad-input message (n
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,7 @@ import zarr
 from pep_gp.pipeline.data.frames import TableChunk
 from pep_gp.pipeline.data.ingest import ingest
 from pep_gp.pipeline.data.sources import SourceRequest, open_source
+from pep_gp.pipeline.data.sources import base
 from pep_gp.pipeline.data.sources.base import BLOCK_ROWS
 from pep_gp.pipeline.data.sources.tables import csv_chunks
 from pep_gp.pipeline.data.stores import open_store
@@ -258,3 +260,63 @@ def test_the_csv_reader_of_ingest_and_predict_numbers_physical_lines_and_refuses
     path.write_text("id,note\n1,a\n2")
     with pytest.raises(InputError, match=r"new.csv: line 3 has 1 field, expected 2 as in the header"):
         list(csv_chunks([path], ["note"], frozenset(["note"]), ","))
+
+
+def test_a_line_longer_than_the_limit_is_refused_before_it_is_read_whole(tmp_path, monkeypatch):
+    """Issue 62, item 6: one 1 GB field took ``pep ingest`` to 6.6 GB of memory before pandas ran out of it. A
+    line is read at most :data:`MAX_LINE_CHARS` characters at a time (lowered here to 1 MB for a 30 MB field):
+    refused at once, in one line naming the file, the line and the limit, with the memory of one limit."""
+    monkeypatch.setattr(base, "MAX_LINE_CHARS", 1_000_000)
+    path = tmp_path / "t.csv"
+    with path.open("w") as table:
+        table.write("a,b,label\n1,2,0\n3,")
+        for _ in range(30):
+            table.write("9" * 1_000_000)
+        table.write(",1\n5,6,1\n")
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"^\S*t.csv: line 3 is longer than 1,000,000 characters, the most pep "
+                                             r"reads in one line"):
+            open_source("csv", SourceRequest((path,), "label")).fitted()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8_000_000, f"{peak:,} bytes traced to refuse a 30 MB line against a 1 MB limit"
+    # quoted fields spanning short lines (each under the csv module's field limit) are bounded as one record
+    path.write_text(",".join(f"c{j}" for j in range(12)) + ",label\n" + ",".join(['"' + "x\n" * 50_000 + '"'] * 12)
+                    + ",0\n")
+    with pytest.raises(InputError, match=r"t.csv: line 2: a record longer than 1,000,000 characters"):
+        list(csv_chunks([path], ["c0"], frozenset(["c0"]), ","))
+
+
+def test_a_header_with_an_empty_name_is_refused_naming_its_position(tmp_path):
+    """Issue 62, item 9c: an empty header name became pandas' ``Unnamed: 1``, a column nobody named."""
+    with pytest.raises(InputError, match=r"t.csv: column 2 of the header has no name; name it in the header"):
+        fitted(tmp_path, "a,,label\n1,2,0\n2,3,1\n")
+    with pytest.raises(InputError, match=r"t.csv: column 4 of the header has no name"):
+        fitted(tmp_path, "a,b,label, \n1,2,0,\n2,3,1,\n")
+    pq.write_table(pa.table({"a": [1.0, 2.0], "": [3.0, 4.0], "label": [0, 1]}), tmp_path / "t.parquet")
+    with pytest.raises(InputError, match=r"t.parquet: column 2 of the header has no name"):
+        open_source("parquet", SourceRequest((tmp_path / "t.parquet",), "label"))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a,b,label\n1.5,2,0\n3.5\x00,4,1\n", r"t.csv: line 3, column 'a': a NUL byte in '3.5\\x00'"),
+    ('a,b,label\n1.5,"x",0\n2.5,"y\x00",1\n', r"t.csv: line 3, column 'b': a NUL byte in 'y\\x00'"),
+    ("a,b\x00,label\n1,2,0\n", r"t.csv: line 1, column 2: a NUL byte in 'b\\x00'"),
+])
+def test_nul_bytes_are_refused_naming_the_line_and_column(tmp_path, text, message):
+    """Issue 62, item 9d: ``3.5\\x00`` was text to pandas, so a column of numbers became one-hot categories."""
+    with pytest.raises(InputError, match=message + r"; the file is damaged or not UTF-8 text"):
+        fitted(tmp_path, text + "".join(f"{i}.5,{i},{i % 2}\n" for i in range(40)))
+
+
+def test_a_missing_value_is_named_at_its_first_row_whatever_its_column():
+    """Issue 62, item 9a: ``pep predict`` named line 865 for a missing cell on line 16: the first missing value
+    of the first column that had one, not of the first row."""
+    record = Transforms.model_validate({
+        "features": [{"kind": "numeric", "column": "a"}, {"kind": "numeric", "column": "b"}],
+        "labels": None, "na": "drop", "target": "y", "task": "regression"})
+    frame = pd.DataFrame({"a": [1.0, 2.0, np.nan], "b": [3.0, np.nan, 4.0]})
+    with pytest.raises(InputError, match=r"new.csv: line 16, column 'b': missing value"):
+        record.apply(TableChunk(frame, frame.isna(), "new.csv", np.array([2, 16, 865]), "line"))

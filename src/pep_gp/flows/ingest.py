@@ -140,6 +140,28 @@ def summary_text(summary: dict[str, Any]) -> str:
     return "\n".join(f"{key:>{width}}  {value}" for key, value in rows)
 
 
+LOUD_DROP_SHARE = 0.05
+"""The share of the rows read whose dropping (``--na drop``, the default, or a source's own rules such as
+cancelled flights) ``pep ingest`` also reports as a warning on stderr, even with ``--quiet`` or ``--json``."""
+
+
+def rows_read(summary: dict[str, Any]) -> int:
+    """The rows read into the store: those it holds and those dropped."""
+    return summary["rows_train"] + summary["rows_test"] + summary["rows_dropped_total"]
+
+
+def dropped_text(summary: dict[str, Any], shown: int = 3) -> str | None:
+    """``"10 of 100 rows read (10.0%) dropped: 10 for missing value in column 'b'"`` (the ``shown`` most
+    frequent reasons), or None when no row was dropped."""
+    total = summary["rows_dropped_total"]
+    if not total:
+        return None
+    reasons = sorted(summary["rows_dropped"].items(), key=lambda item: -item[1])
+    counts = ", ".join(f"{count:,} for {reason}" for reason, count in reasons[:shown])
+    return (f"{total:,} of {rows_read(summary):,} rows read ({total / rows_read(summary):.1%}) dropped: {counts}"
+            + ", …" * (len(reasons) > shown))
+
+
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
     """The summary's ``(name, value)`` rows, in the order shown."""
     rows = [("store", summary["store"]), ("source", summary["source"]), ("task", summary["task"]),
@@ -186,7 +208,9 @@ def ingest_command(
              "always are).")] = None,
     na: Annotated[str, typer.Option(
         help=f"csv/parquet: a row with a missing value is dropped (drop), refused (fail), or its missing "
-             f"features get the column's mean over the rows read (mean). One of: {', '.join(NA_POLICIES)}.")] = "drop",
+             f"features get the column's mean over the rows read (mean). One of: {', '.join(NA_POLICIES)}. "
+             "Rows dropped are counted, by column, in the summary; 5 % or more of the rows read is also a warning "
+             "on stderr.")] = "drop",
     sep: Annotated[str | None, typer.Option(help="csv: the field separator (default ',').")] = None,
     max_categories: Annotated[int, typer.Option(
         help="csv/parquet/npz: most distinct values of a one-hot encoded column.")] = DEFAULT_MAX_CATEGORIES,
@@ -235,12 +259,17 @@ def ingest_command(
         with _progress_display(enabled=not (quiet or json_output)):
             summary = run(source, str(out or append), paths, target, task, chunk_rows, test_size, seed, overwrite,
                           **table, append=append is not None)
+    dropped = dropped_text(summary)
+    if dropped and summary["rows_dropped_total"] >= LOUD_DROP_SHARE * rows_read(summary):
+        hint = "; --na mean keeps them (a missing feature gets its column's mean), --na fail stops at the first"
+        typer.echo(f"pep ingest: warning: {dropped}{hint * (source in ('csv', 'parquet') and na == 'drop')}", err=True)
     if json_output:
         typer.echo(dumps(summary))
     elif not quiet:
         rows = f"{summary['rows_train']:,} train and {summary['rows_test']:,} test rows"
-        Console().print(f"appended to {summary['store']}, which now holds {rows} ({summary['seconds']:.1f} s)" if append
-                        else f"ingested {rows} into {summary['store']} in {summary['seconds']:.1f} s")
+        line = (f"appended to {summary['store']}, which now holds {rows} ({summary['seconds']:.1f} s)" if append
+                else f"ingested {rows} into {summary['store']} in {summary['seconds']:.1f} s")
+        Console().print(line + (f"; {dropped}" if dropped else ""), markup=False, soft_wrap=True)
         Console().print(summary_text(summary), markup=False, highlight=False)
 
 

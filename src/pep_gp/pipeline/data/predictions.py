@@ -112,15 +112,16 @@ def open_input(path: Path, transforms: Transforms, sep: str | None = None, split
                          "directory")
     labels = [] if target is None else [target]
     columns = [*transforms.id_columns, *transforms.input_columns, *labels]
-    text = frozenset([*transforms.text_columns, *transforms.id_columns, *(labels if text_labels(transforms) else [])])
-    if kind == "csv":
+    text = frozenset([*transforms.text_columns, *(labels if text_labels(transforms) else [])])
+    ids = frozenset(transforms.id_columns)
+    if kind == "csv":  # ids as written: text ("007" stays "007")
         header = csv_header(path, sep or ",")
-        chunks = partial(csv_chunks, [path], columns, text, sep or ",")
-    else:
+        chunks = partial(csv_chunks, [path], columns, text | ids, sep or ",")
+    else:  # ids in their own type (integers stay integers)
         if sep is not None:
             raise InputError(f"--sep: {path} is a Parquet file, not a CSV file")
         header = parquet_header(path)
-        chunks = partial(parquet_chunks, [path], columns, text)
+        chunks = partial(parquet_chunks, [path], columns, text, ids)
     check_columns(path, header, {"an --id column of the run's data": transforms.id_columns,
                                  "a feature of the run": transforms.input_columns, "the --target column": labels})
     return PredictInput(str(path), kind, chunks, None)
@@ -299,9 +300,11 @@ class _ZarrWriter(_Writer):
 
 
 def _column_values(series: pd.Series) -> np.ndarray:
-    """A frame column as a numpy array: numbers and booleans as they are, anything else as text."""
-    if pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series):
-        return series.to_numpy()
+    """A frame column as a numpy array: numbers and booleans as they are, anything else as text (and a
+    Parquet input's id column of integers holding a null, which numpy has no integers for)."""
+    arrow = isinstance(series.dtype, pd.ArrowDtype)
+    if (pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series)) and not (arrow and series.hasnans):
+        return series.to_numpy(dtype=series.dtype.numpy_dtype if arrow else None)
     return np.array(["" if pd.isna(v) else str(v) for v in series], dtype=object)
 
 

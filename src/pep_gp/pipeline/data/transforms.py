@@ -245,15 +245,14 @@ class Transforms(BaseModel):
                 not ``mean``; names the file, row and column.
         """
         out = np.empty((len(chunk.frame), len(self.features)))
-        for column, positions in self._positions().items():
+        for column in self.input_columns:
             if column not in chunk.frame.columns:
                 raise InputError(f"{chunk.origin}: no column {column!r} (a feature of the model)"
                                  f"{did_you_mean(column, chunk.frame.columns)}")
+        if self.na != "mean":
+            self._refuse_missing(chunk)
+        for column, positions in self._positions().items():
             missing = chunk.missing[column].to_numpy()
-            if missing.any() and self.na != "mean":
-                i = int(np.argmax(missing))
-                raise InputError(f"{chunk.where(i)}, column {column!r}: missing value (--na {self.na}; fill it in, "
-                                 "or pass --na mean (the training mean) or --na drop to pep predict)")
             features = [self.features[j] for j in positions]
             if isinstance(features[0], NumericFeature):
                 out[:, positions[0]] = finite_numbers(chunk, column)
@@ -264,6 +263,15 @@ class Transforms(BaseModel):
             if missing.any():
                 out[np.ix_(missing, positions)] = [f.fill for f in features]
         return out - self.offsets
+
+    def _refuse_missing(self, chunk: TableChunk) -> None:
+        """InputError naming the first row of ``chunk`` (in the file's order) missing a value of an input
+        column, and its first such column."""
+        missing = chunk.missing[list(self.input_columns)].to_numpy()
+        if missing.any():
+            i, j = np.argwhere(missing)[0]
+            raise InputError(f"{chunk.where(i)}, column {self.input_columns[j]!r}: missing value (--na {self.na}; "
+                             "fill it in, or pass --na mean (the training mean) or --na drop to pep predict)")
 
     def decode_labels(self, indices: np.ndarray) -> np.ndarray:
         """The user's label values of class indices ``0..C-1`` (strings, integers, floats or booleans)."""

@@ -233,7 +233,7 @@ def prediction_frame(out: dict[str, np.ndarray], transforms: Transforms, outputs
     if outputs.samples:
         values += ([transforms.decode_labels(draws) for draws in out["samples"].T] if "proba" in out
                    else [*out["samples"].T])
-    columns = {name: ids[name].to_numpy() for name in ids.columns}
+    columns = {name: ids[name] for name in ids.columns}  # their own dtypes (a Parquet input's integers)
     columns.update(zip(prediction_columns(transforms, outputs, latent_per_class), values))
     return pd.DataFrame(columns)
 

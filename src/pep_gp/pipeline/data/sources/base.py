@@ -16,15 +16,16 @@ from collections import Counter
 from itertools import chain
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 from pandas.io.common import get_handle
 
-from ...errors import InputError, did_you_mean
+from ...errors import InputError, brief, did_you_mean
 
 BLOCK_ROWS = 65_536
 
@@ -189,13 +190,25 @@ MAX_COLUMNS = 100_000
 """The most columns a table may have: a header is read before anything else, and one of 10⁷ columns
 would take pandas minutes and then more memory than the machine has."""
 MAX_HEADER_CHARS = 64 * MAX_COLUMNS  # a CSV header line longer than this is refused unparsed
+MAX_LINE_CHARS = MAX_HEADER_CHARS
+"""The most characters of one line of a CSV file (its line ending aside), and of one record whose quoted
+fields span lines: a longer one is refused after reading this many characters of it, never read whole (one
+field of 1 GB took pandas to 6.6 GB of memory before it gave up). Lines are as long as a header may be."""
+BLOCK_CHARS = 2**28
+"""The most characters of one block of CSV records parsed by pandas at once: a block holds
+:data:`BLOCK_ROWS` records or fewer when they are long (a block of lines of 4 KiB or more)."""
 
 
 def check_header(path: Path, names: Sequence[str]) -> None:
-    """InputError unless a table's header has at most :data:`MAX_COLUMNS` columns, each name once (pandas
-    would rename a second ``a`` to ``a.1`` silently, and Arrow reads either for ``a``)."""
+    """InputError unless a table's header has at most :data:`MAX_COLUMNS` columns, each named (pandas would
+    invent ``Unnamed: 1`` for an empty name) and each name once (pandas would rename a second ``a`` to
+    ``a.1`` silently, and Arrow reads either for ``a``)."""
     if len(names) > MAX_COLUMNS:
         raise InputError(f"{path}: {len(names):,} columns, more than the {MAX_COLUMNS:,} pep reads")
+    unnamed = [position for position, name in enumerate(names, 1) if not str(name).strip()]
+    if unnamed:
+        raise InputError(f"{path}: column {unnamed[0]} of the header has no name; name it in the header (or leave "
+                         "the column out of the file)" + " (a table written with its index?)" * (unnamed[0] == 1))
     repeated = [name for name, count in Counter(names).items() if count > 1]
     if repeated:
         raise InputError(f"{path}: column name{'s' * (len(repeated) > 1)} {', '.join(map(repr, repeated))} "
@@ -206,16 +219,20 @@ def csv_columns(path: Path, sep: str = ",") -> list[str]:
     """The header of a CSV file (any compression pandas infers from the name) with field separator ``sep``.
 
     Its first line is read, at most :data:`MAX_HEADER_CHARS` characters of it, and its fields counted and
-    checked (:func:`check_header`) before pandas parses it.
+    checked (:func:`check_header`) before pandas parses that line (pandas given the file would read the
+    next line too, however long).
     """
     with reading(path):
-        with get_handle(path, "r", compression="infer", encoding="utf-8") as handles:
+        with get_handle(path, "r", compression="infer", encoding="utf-8-sig") as handles:
             line = handles.handle.readline(MAX_HEADER_CHARS + 1)
         if len(line) > MAX_HEADER_CHARS:
             raise InputError(f"{path}: header line longer than {MAX_HEADER_CHARS:,} characters; pep reads tables "
                              f"of at most {MAX_COLUMNS:,} columns")
-        check_header(path, next(csv.reader([line], delimiter=sep), []))
-        return list(pd.read_csv(path, nrows=0, sep=sep).columns)
+        names = next(csv.reader([line], delimiter=sep), [])
+        if "\0" in line:
+            refuse_nul(path, names, 1)
+        check_header(path, names)
+        return list(pd.read_csv(io.StringIO(line), nrows=0, sep=sep).columns)
 
 
 def csv_blocks(path: Path, columns: Sequence[str] | None = None, block_rows: int = BLOCK_ROWS, sep: str = ",",
@@ -249,6 +266,7 @@ def csv_blocks(path: Path, columns: Sequence[str] | None = None, block_rows: int
             raise InputError(f"{path}: empty file (expected a header line)")
         expected = header.fields
         block: list[CsvRecord] = []
+        chars = 0
         for record in chain(records, [None]):
             if record is not None:
                 if record.fields < expected or (columns is None and record.fields > expected):
@@ -256,11 +274,12 @@ def csv_blocks(path: Path, columns: Sequence[str] | None = None, block_rows: int
                                      f"{'s' * (record.fields != 1)}, expected {expected} as in the header"
                                      f"{' (a truncated row?)' * (record.fields < expected)}")
                 block.append(record)
-            if block and (record is None or len(block) == block_rows):
+                chars += len(record.text)
+            if block and (record is None or len(block) == block_rows or chars >= BLOCK_CHARS):
                 text = header.text + "".join(row.text for row in block)
                 frame = pd.read_csv(io.StringIO(text), usecols=columns and list(columns), sep=sep, **options)
                 yield frame, np.array([row.line for row in block], dtype=np.int64)
-                block = []
+                block, chars = [], 0
 
 
 class CsvRecord(NamedTuple):
@@ -271,38 +290,74 @@ class CsvRecord(NamedTuple):
     line: int
 
 
-def csv_records(path: Path, handle: Iterator[str], sep: str) -> Iterator[CsvRecord]:
+def csv_records(path: Path, handle: IO[str], sep: str) -> Iterator[CsvRecord]:
     """The records of a CSV text stream read with universal line endings kept (``newline=""``), blank
     lines skipped as pandas skips them; quoting as pandas reads it (``"`` quotes, ``""`` inside).
 
     A line without a quote is one record whose fields are its separators plus one (the fast path: the
     :mod:`csv` module would cost more than pandas' whole parse); a line with one is parsed by :mod:`csv`
-    with the lines that its quoted fields span.
+    with the lines that its quoted fields span. Each line is read at most :data:`MAX_LINE_CHARS`
+    characters at a time, so memory is bounded whatever the file holds.
 
     Raises:
-        InputError: a field the :mod:`csv` module refuses (such as one over its size limit), naming the
-            line.
+        InputError: a line, or a record of several, longer than :data:`MAX_LINE_CHARS` characters; a field
+            the :mod:`csv` module refuses (such as one over its size limit); a NUL byte (:func:`refuse_nul`);
+            each naming the line.
     """
-    lines = iter(handle)
+    lines = iter(partial(handle.readline, MAX_LINE_CHARS + 2), "")  # + 2: room for the line ending
     spanned: list[str] = []
+    spanned_chars = 0
+    names: list[str] | None = None  # the header's, once read
 
     def remembered() -> Iterator[str]:
+        nonlocal spanned_chars
         for more in lines:
             spanned.append(more)
+            spanned_chars += len(more)
+            if spanned_chars > MAX_LINE_CHARS:
+                raise InputError(f"{path}: line {number}: a record longer than {MAX_LINE_CHARS:,} characters (its "
+                                 "quoted fields span lines), the most pep reads in one record; is a quote unclosed?")
             yield more
 
     following = remembered()
     number = 0
     for line in lines:
         number += 1
+        if len(line) > MAX_LINE_CHARS and len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
+            raise InputError(f"{path}: line {number} is longer than {MAX_LINE_CHARS:,} characters, the most pep "
+                             "reads in one line; is it a CSV table?")
         if '"' not in line:
             if line.strip("\r\n"):
+                if "\0" in line:
+                    refuse_nul(path, line.rstrip("\r\n").split(sep), number, names)
+                names = names or line.rstrip("\r\n").split(sep)
                 yield CsvRecord(line, line.count(sep) + 1, number)
             continue
-        spanned[:] = [line]
+        spanned[:], spanned_chars = [line], len(line)
         try:
             fields = next(csv.reader(chain([line], following), delimiter=sep))
         except csv.Error as exc:
             raise InputError(f"{path}: line {number}: malformed CSV ({exc})") from exc
-        yield CsvRecord("".join(spanned), len(fields), number)
+        text = "".join(spanned)
+        if "\0" in text:
+            refuse_nul(path, fields, number, names)
+        names = names or fields
+        yield CsvRecord(text, len(fields), number)
         number += len(spanned) - 1
+
+
+def refuse_nul(path: Path, fields: Sequence[str], line: int, names: Sequence[str] | None = None) -> None:
+    """InputError naming the first of a record's ``fields`` that holds a NUL byte: no text or number has one
+    (pandas reads ``3.5\\0`` as text, which would make a column of numbers categories), a file that does is
+    damaged or in another encoding (UTF-16 has one in every other byte).
+
+    Args:
+        path: the file, for the message.
+        fields: the record's fields.
+        line: the line the record starts on.
+        names: the header's column names, or None for the header itself (columns are then numbered).
+    """
+    position = next(j for j, field in enumerate(fields) if "\0" in field)
+    column = repr(names[position]) if names and position < len(names) else str(position + 1)
+    raise InputError(f"{path}: line {line}, column {column}: a NUL byte in {brief(fields[position])}; the file is "
+                     "damaged or not UTF-8 text")

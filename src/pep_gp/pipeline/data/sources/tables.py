@@ -143,9 +143,11 @@ def parquet_header(path: Path) -> list[str]:
     return names
 
 
-def parquet_chunks(paths: Sequence[Path], columns: Sequence[str], text_columns: frozenset[str]
-                   ) -> Iterator[TableChunk]:
-    """Row batches of Parquet files: ``columns`` only, ``text_columns`` cast to text; a null is missing.
+def parquet_chunks(paths: Sequence[Path], columns: Sequence[str], text_columns: frozenset[str],
+                   typed_columns: frozenset[str] = frozenset()) -> Iterator[TableChunk]:
+    """Row batches of Parquet files: ``columns`` only, ``text_columns`` cast to text, ``typed_columns`` (a
+    run's ids, written back by ``pep predict``) in their own Parquet type, nulls included (pandas'
+    ``ArrowDtype``: integers stay integers); a null is missing.
 
     Raises:
         InputError: one of ``columns`` is nested (a struct, list or map), which has no value per row.
@@ -164,6 +166,8 @@ def parquet_chunks(paths: Sequence[Path], columns: Sequence[str], text_columns: 
                 missing = pd.DataFrame({c: a.is_null().to_numpy(zero_copy_only=False) for c, a in zip(columns, arrays)})
                 arrays = [pc.cast(a, pa.string()) if c in text_columns else a for c, a in zip(columns, arrays)]
                 frame = pa.RecordBatch.from_arrays(arrays, names=list(columns)).to_pandas()
+                for name in typed_columns:
+                    frame[name] = batch.column(name).to_pandas(types_mapper=pd.ArrowDtype)
                 yield TableChunk(frame, missing, str(path), np.arange(start, start + batch.num_rows))
                 start += batch.num_rows
 
