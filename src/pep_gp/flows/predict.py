@@ -22,7 +22,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .options import (ClusterOption, JsonFlag, PrefectFlag, QuietFlag, RunDirOption,
                       TlsCaFile, TlsCert, TlsKey, use_cluster, user_errors)
-from ..pipeline.data.predictions import SPLIT_CHOICES, open_input, output_kind
+from ..pipeline.data.predictions import SPLIT_CHOICES, output_kind
 from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
 from .reports import artifact_key
@@ -36,15 +36,16 @@ progress_reporter: ContextVar[Callable[[int], None]] = ContextVar("predict_progr
 def predict_on(run_dir: str, input: str, out: str, sep: str | None, intervals: list[float] | None, split: str,
                cluster: str, overwrite: bool, latent: bool = False, quantiles: list[float] | None = None,
                samples: int = 0, seed: int = 0, na: str | None = None) -> dict[str, Any]:
-    """:func:`~pep_gp.pipeline.runs.predict.predict` on the backend of ``cluster``; the summary as a dict."""
+    """The prediction checked (:func:`~pep_gp.pipeline.runs.predict.prepared`: the run, the outputs, the input),
+    then written on the backend of ``cluster``, which starts only once those checks passed; the summary as a dict."""
     from ..pipeline.engine import connect
-    from ..pipeline.runs.predict import predict
+    from ..pipeline.runs.predict import prepared
 
+    job = prepared(run_dir, input, sep=sep, intervals=intervals or (), split=split, latent=latent,
+                   quantiles=quantiles or (), samples=samples, seed=seed, na=na)
     backend = connect(cluster)
     try:
-        return asdict(predict(run_dir, input, out, sep=sep, intervals=intervals or (), split=split,
-                              overwrite=overwrite, backend=backend, progress=progress_reporter.get(), latent=latent,
-                              quantiles=quantiles or (), samples=samples, seed=seed, na=na))
+        return asdict(job.write(out, overwrite=overwrite, backend=backend, progress=progress_reporter.get()))
     finally:
         backend.close()
 
@@ -139,12 +140,6 @@ def predict_command(
         output_kind(out, overwrite)
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
         levels = parse_levels(quantiles)
-        from ..pipeline.runs.predict import (  # JAX: after the cheap checks
-            Outputs, check_outputs, check_samples, load_predictor, unseen_warning)
-
-        predictor = load_predictor(run_dir, na)  # fail fast, before a cluster (or a Prefect server) starts
-        check_outputs(Outputs(tuple(interval or ()), latent, levels, samples, seed), predictor.task)
-        check_samples(samples, open_input(input, predictor.transforms, sep, split))
         run = predict_run
         if prefect_requested(prefect):
             prefect_quietly()
@@ -152,6 +147,8 @@ def predict_command(
         with _progress_display(enabled=not (quiet or json_output)):
             summary = run(str(run_dir), str(input), str(out), sep, interval, split, cluster, overwrite, latent,
                           list(levels), samples, seed, na)
+    from ..pipeline.runs.predict import unseen_warning
+
     warning = unseen_warning(summary["unseen"])
     if warning:
         typer.echo(f"pep predict: warning: {warning}", err=True)

@@ -289,31 +289,60 @@ class PredictSummary:
     dropped: int = 0  # rows left out for a missing value (--na drop)
 
 
-def predict(run_dir: str | Path, input: str | Path, out: str | Path, *, sep: str | None = None,
-            intervals: Sequence[float] = (), split: str = "all", overwrite: bool = False,
-            backend: Backend | None = None, progress: Callable[[int], None] = lambda rows: None,
-            latent: bool = False, quantiles: Sequence[float] = (), samples: int = 0, seed: int = 0,
-            na: str | None = None) -> PredictSummary:
-    """Predict every row of ``input`` with the run in ``run_dir`` and write the predictions to ``out``.
+@dataclass(frozen=True)
+class PredictJob:
+    """A prediction checked before anything is computed (:func:`prepared`): the run's predictor, the chunk job of
+    the outputs asked for and the input opened with the run's transforms; :meth:`write` computes and writes it."""
+
+    run_dir: Path
+    predictor: RunPredictor
+    job: ChunkPredictor
+    source: PredictInput
+
+    def write(self, out: str | Path, *, overwrite: bool = False, backend: Backend | None = None,
+              progress: Callable[[int], None] = lambda rows: None) -> PredictSummary:
+        """Predict every row of the input on ``backend`` (default: this process) into ``out`` (``.csv``,
+        ``.parquet`` or ``.zarr``; written atomically, an existing one replaced only with ``overwrite``),
+        calling ``progress`` with the rows written so far."""
+        began = time.perf_counter()
+        backend = backend or InProcess()
+        unseen: dict[str, Counter] = {}
+        columns: list[str] = []
+        dropped = 0
+        with open_output(Path(out), overwrite) as writer:
+            window = CHUNKS_PER_WORKER * backend.n_workers
+            for frame, chunk_unseen, chunk_dropped in backend.map_ordered(self.job, self.source.chunks(), window):
+                writer.write(frame)
+                dropped += chunk_dropped
+                columns = columns or list(frame.columns)
+                for column, counts in chunk_unseen.items():
+                    unseen.setdefault(column, Counter()).update(counts)
+                progress(writer.rows)
+        return PredictSummary(str(self.run_dir), self.predictor.model, self.source.description, str(out), writer.rows,
+                              columns, {column: dict(counts.most_common()) for column, counts in unseen.items()},
+                              round(time.perf_counter() - began, 3), dropped)
+
+
+def prepared(run_dir: str | Path, input: str | Path, *, sep: str | None = None, intervals: Sequence[float] = (),
+             split: str = "all", latent: bool = False, quantiles: Sequence[float] = (), samples: int = 0,
+             seed: int = 0, na: str | None = None) -> PredictJob:
+    """Everything a prediction checks before it computes: the run (:func:`load_predictor`), the outputs asked for
+    against its task, the input (opened with the run's transforms) and the draws it may hold; nothing is
+    written and no cluster is needed (``pep predict`` calls it before its backend starts).
 
     Args:
         run_dir: a run directory (``pep train``).
         input: a CSV or Parquet table with the run's feature (and id) columns, or a pep store.
-        out: ``.csv``, ``.parquet`` or ``.zarr`` output path.
         sep: the CSV input's field separator (default ``,``).
         intervals: regression: the levels of the predictive intervals to add (e.g. 0.9).
         split: a store input's split: ``all``, ``train`` or ``test``.
-        overwrite: replace an existing output.
-        backend: where chunks are predicted (default: this process).
-        progress: called with the rows written so far.
         latent, quantiles, samples, seed: the further columns of :class:`Outputs`.
         na: a row with a missing value: ``fail``, ``drop`` (left out, counted in ``dropped``) or ``mean``
             (:func:`load_predictor`).
 
     Raises:
-        InputError: bad options or input (nothing is written).
+        InputError: bad options or input.
     """
-    began = time.perf_counter()
     predictor = load_predictor(Path(run_dir), na)
     job = ChunkPredictor(predictor, check_outputs(Outputs(tuple(intervals), latent, tuple(quantiles), samples, seed),
                                                   predictor.task))
@@ -324,22 +353,19 @@ def predict(run_dir: str | Path, input: str | Path, out: str | Path, *, sep: str
     if clash:
         raise InputError(f"{run_dir}: id column {sorted(clash)[0]!r} has the name of an output column; rename it "
                          "in the table and ingest it again")
-    backend = backend or InProcess()
-    unseen: dict[str, Counter] = {}
-    columns: list[str] = []
-    dropped = 0
-    with open_output(Path(out), overwrite) as writer:
-        window = CHUNKS_PER_WORKER * backend.n_workers
-        for frame, chunk_unseen, chunk_dropped in backend.map_ordered(job, source.chunks(), window):
-            writer.write(frame)
-            dropped += chunk_dropped
-            columns = columns or list(frame.columns)
-            for column, counts in chunk_unseen.items():
-                unseen.setdefault(column, Counter()).update(counts)
-            progress(writer.rows)
-    return PredictSummary(str(run_dir), predictor.model, source.description, str(out), writer.rows, columns,
-                          {column: dict(counts.most_common()) for column, counts in unseen.items()},
-                          round(time.perf_counter() - began, 3), dropped)
+    return PredictJob(Path(run_dir), predictor, job, source)
+
+
+def predict(run_dir: str | Path, input: str | Path, out: str | Path, *, overwrite: bool = False,
+            backend: Backend | None = None, progress: Callable[[int], None] = lambda rows: None,
+            **options: Any) -> PredictSummary:
+    """Predict every row of ``input`` with the run in ``run_dir`` and write the predictions to ``out``:
+    :func:`prepared` (``options``: its keyword arguments), then :meth:`PredictJob.write`.
+
+    Raises:
+        InputError: bad options or input (nothing is written).
+    """
+    return prepared(run_dir, input, **options).write(out, overwrite=overwrite, backend=backend, progress=progress)
 
 
 def unseen_warning(unseen: dict[str, dict[str, int]], shown: int = 3) -> str | None:
