@@ -32,6 +32,8 @@ class CollapsedSettings(LikelihoodParameterSettings, InducingSettings):
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance, in "
                                   "standardised target units (the training targets' variance is 1)")
 
+    takes_priors = True  # the kernel's prior= and the noise's are added to the objective (a MAP fit)
+
 
 @dataclass(frozen=True)
 class CollapsedRegressionSpec(SpecBase):
@@ -48,7 +50,7 @@ class CollapsedRegressionSpec(SpecBase):
         check_given_inducing(data, settings)
 
     def build(self, settings: CollapsedSettings, binding: dict) -> CollapsedRegression:
-        return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter)
+        return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter, priors=settings.leaf_priors())
 
     def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
              kernel: Kernel | None = None, noise_variance: float | None = None) -> RegressionParams:

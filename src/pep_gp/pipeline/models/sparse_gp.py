@@ -41,6 +41,8 @@ class SparseGPSettings(InducingSettings):
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="Power-EP power: 0 VFE limit, 1 EP (Bui et al. 2017 recommend 0.5)")
     ard: bool = Field(False, description="one lengthscale per input (ARD); false: one shared by the standardised inputs")
 
+    takes_priors = True  # the kernel's prior= and the likelihood's are added to the energy (a MAP fit)
+
     at_the_rows: ClassVar[Mapping[str, Any]] = MappingProxyType({"alpha": 0.0})
     """With the inducing inputs at the N training inputs the tied energy at α > 0 is biased: the cavity removes
     1/N of the tied factor, not row n's own site, so each row is scored with its own information kept
@@ -158,7 +160,7 @@ class SparseGPRegressorSpec(SparseGPSpec):
 
     def build(self, settings: SparseGPRegressionSettings, binding: dict) -> PowerEPSparseGP:
         return PowerEPSparseGP(LIKELIHOODS[settings.likelihood](), alpha=settings.alpha, jitter=settings.jitter,
-                               site_updates=self.site_updates(settings))
+                               site_updates=self.site_updates(settings), priors=settings.leaf_priors())
 
     def likelihood_params(self, settings: SparseGPRegressionSettings) -> dict:
         """The Gaussian's noise variance starts at ``noise_variance`` (default :data:`INITIAL_NOISE_VARIANCE`),
