@@ -23,6 +23,7 @@ from pep_gp.pipeline.runs.run import load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
 
 from tests.core.test_priors import numpy_map_objective
+from tests.trainstores import leaves_equal
 
 
 def fit(estimator, x, y):
@@ -148,3 +149,17 @@ def test_a_prior_a_model_cannot_take_is_refused_in_one_line(tiny, estimator):
     with pytest.raises(ValueError) as error:
         estimator().fit(x, (y > 0).astype(int))
     assert "\n" not in str(error.value) and "prior" in str(error.value), str(error.value)
+
+
+@pytest.mark.heavy
+def test_a_map_fit_in_process_and_on_two_workers_is_bit_identical(curve, cluster):
+    """The prior is part of the global term, computed where the step is: minibatch Adam steps with priors and
+    another optimiser give the same bits on a local two-worker cluster as in this process."""
+    x, y = curve
+    settings = dict(num_inducing=5, solver="adam", batch_size=20, max_iter=6, optimizer={"name": "sgd", "momentum": 0.9},
+                    kernel=SquaredExponential(prior={"lengthscales": Gamma(4.0, 4.0)}),
+                    prior={"noise_variance": HalfNormal(0.3)}, fixed="noise_variance")
+    here = fit(SparseGPRegressor(**settings), x, y)
+    there = fit(SparseGPRegressor(**settings, cluster=cluster.client), x, y)
+    assert leaves_equal(here.params_, there.params_)
+    np.testing.assert_array_equal(here.energy_trace_, there.energy_trace_)
