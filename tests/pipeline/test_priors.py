@@ -18,7 +18,10 @@ from pep_gp.core import float64
 from pep_gp.core.log_prior import log_prior
 from pep_gp.core.priors import Gamma, HalfNormal, LogNormal
 from pep_gp.kernels import SquaredExponential
-from pep_gp.pipeline.runs.config import TrainConfig
+from pep_gp.pipeline.models import model_settings
+from pep_gp.pipeline.models.protocol import settings_kernel
+from pep_gp.pipeline.models.sparse_gp import REGRESSOR
+from pep_gp.pipeline.runs.config import TrainConfig, load_config, parse_settings
 from pep_gp.pipeline.runs.run import load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
 
@@ -163,3 +166,17 @@ def test_a_map_fit_in_process_and_on_two_workers_is_bit_identical(curve, cluster
     there = fit(SparseGPRegressor(**settings, cluster=cluster.client), x, y)
     assert leaves_equal(here.params_, there.params_)
     np.testing.assert_array_equal(here.energy_trace_, there.energy_trace_)
+
+
+def test_the_how_to_s_toml_and_set_give_the_priors(tmp_path):
+    """The ``[model.kernel]`` and ``[model.prior]`` tables of docs/how-to/kernels.md, and the same by ``--set``."""
+    path = tmp_path / "train.toml"
+    path.write_text('[model.kernel]\nname = "se"\nprior = { lengthscales = { name = "gamma", shape = 4.0, rate = 4.0 } }\n'
+                    '\n[model.prior]\nnoise_variance = { name = "half-normal", scale = 0.5 }\n')
+    by_set = parse_settings(["model.kernel.name=se", "model.kernel.prior.lengthscales.name=gamma",
+                             "model.kernel.prior.lengthscales.shape=4.0", "model.kernel.prior.lengthscales.rate=4.0",
+                             "model.prior.noise_variance.name=half-normal", "model.prior.noise_variance.scale=0.5"])
+    for config in (load_config(path), load_config(None, settings=by_set)):
+        settings = model_settings(REGRESSOR, config.model)
+        assert settings.leaf_priors() == (("raw_noise_variance", HalfNormal(0.5)),)
+        assert settings_kernel(settings).prior == (("lengthscales", Gamma(4.0, 4.0)),)
