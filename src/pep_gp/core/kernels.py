@@ -5,7 +5,8 @@ Every kernel evaluates ``G`` covariance functions at once, as the models' banks 
 :meth:`Kernel.cross` of inducing inputs and rows shared by all GPs ``([G, M, D], [B, D]) -> [G, M, B]``,
 and :meth:`Kernel.diag` ``[B, D] -> [G, B]``. Its hyper-parameters are :class:`~pep_gp.core.parameters.Positive`
 leaves with a leading axis of ``G`` (one value per GP; :meth:`Kernel.bank` broadcasts the values a user
-gives), stored as logarithms; ``active_dims`` (static) restricts a kernel to some of the input columns.
+gives), stored as logarithms; ``active_dims`` (static) restricts a kernel to some of the input columns, and
+``prior`` (static) puts a prior on some of its parameters (:mod:`pep_gp.core.priors`; :meth:`Kernel.log_prior`).
 
 Kernels (Rasmussen & Williams 2006, §4.2, with ``r² = Σ_d (x_d − x'_d)²/ℓ_d²``):
 
@@ -31,7 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .parameters import Positive
+from .parameters import LOG, Positive
+from .priors import log_density, prior_from_dict, prior_to_dict
 
 
 ProductDtype = Literal["float64", "float32"]
@@ -120,9 +122,10 @@ class Kernel:
 
     name: ClassVar[str]
     parameters: ClassVar[tuple[str, ...]] = ()
-    statics: ClassVar[tuple[str, ...]] = ("active_dims",)
+    statics: ClassVar[tuple[str, ...]] = ("active_dims", "prior")
     stationary: ClassVar[bool] = False
     active_dims: tuple[int, ...] | None = None
+    prior: tuple[tuple[str, Any], ...] = ()  # (parameter, prior) pairs (pep_gp.core.priors), in parameter order
 
     def __setattr__(self, name, value):
         raise AttributeError(f"{type(self).__name__} is immutable; use replace(...)")
@@ -150,6 +153,13 @@ class Kernel:
     def amplitude(self):
         """A scale of the kernel's values per GP, ``[G]``: what the models' relative jitter multiplies."""
         return self.variance.value
+
+    def log_prior(self):
+        """``Σ log p(r)`` over the priors of every term's parameters, each a density of the stored logarithm
+        ``r`` (:mod:`pep_gp.core.priors`: the value's density plus ``log |dθ/dr| = r``); None without priors."""
+        terms = [log_density(prior, LOG.forward, getattr(term, field).raw)
+                 for term in self.terms() for field, prior in term.prior]
+        return sum(terms[1:], terms[0]) if terms else None
 
     # ---------------------------------------------------------------------------------------------- algebra
     def __add__(self, other: "Kernel") -> "Sum":
@@ -225,6 +235,8 @@ class Kernel:
         fixed = [field for field in self.parameters if getattr(self, field) is not None and getattr(self, field).fixed]
         if fixed:
             out["fixed"] = fixed
+        if self.prior:
+            out["prior"] = {field: prior_to_dict(prior) for field, prior in self.prior}
         for field in self.statics:
             if field == "active_dims" and self.active_dims is not None:
                 out[field] = list(self.active_dims)
@@ -239,7 +251,8 @@ class Kernel:
             if param is not None:
                 value = np.asarray(jax.device_get(param.value)).ravel()
                 text = f"{value[0]:.4g}" if np.all(value == value[0]) else f"[{', '.join(f'{v:.4g}' for v in value)}]"
-                parts.append(f"{field}={text}" + (" (fixed)" if param.fixed else ""))
+                parts.append(f"{field}={text}" + (" (fixed)" if param.fixed else "")
+                             + "".join(f" (prior {prior.name})" for name, prior in self.prior if name == field))
         parts += [f"active_dims={list(self.active_dims)}"] if self.active_dims is not None else []
         return f"{type(self).__name__}({', '.join(parts)})"
 
@@ -261,13 +274,29 @@ def _positive(name: str, value, fixed) -> Positive | None:
         raise ValueError(f"{name} must be positive and finite; got {value!r}") from None
 
 
-def _init(kernel: Kernel, fixed, active_dims, **values):
-    """Set a leaf kernel's fields from constrained ``values`` (checked), ``fixed`` names and ``active_dims``."""
+def _priors(kernel: Kernel, prior) -> tuple[tuple[str, Any], ...]:
+    """``prior`` (a table of parameter name → prior or its description) as the kernel's ``(name, prior)`` pairs
+    in parameter order (ValueError naming an unknown parameter or distribution)."""
+    prior = dict(prior or {})
+    unknown = sorted(set(prior) - set(type(kernel).parameters))
+    if unknown:
+        raise ValueError(f"{type(kernel).__name__}: prior names {unknown}; its parameters are "
+                         f"{list(type(kernel).parameters)}")
+    try:
+        return tuple((field, prior_from_dict(prior[field])) for field in type(kernel).parameters if field in prior)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{type(kernel).__name__}: {error}") from None
+
+
+def _init(kernel: Kernel, fixed, active_dims, prior=None, **values):
+    """Set a leaf kernel's fields from constrained ``values`` (checked), ``fixed`` names, ``active_dims`` and
+    ``prior`` (a table of parameter name → prior, :mod:`pep_gp.core.priors`)."""
     fixed = (fixed,) if isinstance(fixed, str) else tuple(fixed)
     unknown = sorted(set(fixed) - set(type(kernel).parameters))
     if unknown:
         raise ValueError(f"{type(kernel).__name__}: fixed names {unknown}; its parameters are "
                          f"{list(type(kernel).parameters)}")
+    kernel._set(prior=_priors(kernel, prior))
     if active_dims is not None:
         active_dims = tuple(int(d) for d in np.atleast_1d(active_dims))
         if not active_dims or len(set(active_dims)) != len(active_dims):
@@ -289,14 +318,14 @@ class Stationary(Kernel):
     """
 
     parameters = ("lengthscales", "variance")
-    statics = ("active_dims", "products")
+    statics = ("active_dims", "products", "prior")
     stationary = True
     rough: ClassVar[bool] = False  # f has a kink at r = 0: distances within the expansion's rounding are 0
 
     def __init__(self, lengthscales=None, variance=1.0, *, fixed=(), active_dims=None,
-                 products: ProductDtype = "float64"):
+                 products: ProductDtype = "float64", prior=None):
         check_product_dtype(products)
-        _init(self, fixed, active_dims, lengthscales=lengthscales, variance=variance)
+        _init(self, fixed, active_dims, prior, lengthscales=lengthscales, variance=variance)
         self._set(products=products)
 
     def profile(self, sq):
@@ -397,9 +426,9 @@ class RationalQuadratic(Stationary):
     parameters = ("lengthscales", "variance", "alpha")
 
     def __init__(self, lengthscales=None, variance=1.0, alpha=1.0, *, fixed=(), active_dims=None,
-                 products: ProductDtype = "float64"):
+                 products: ProductDtype = "float64", prior=None):
         check_product_dtype(products)
-        _init(self, fixed, active_dims, lengthscales=lengthscales, variance=variance, alpha=alpha)
+        _init(self, fixed, active_dims, prior, lengthscales=lengthscales, variance=variance, alpha=alpha)
         self._set(products=products)
 
     def profile(self, sq):
@@ -415,8 +444,8 @@ class Periodic(Kernel):
 
     parameters = ("lengthscales", "variance", "period")
 
-    def __init__(self, lengthscales=None, variance=1.0, period=1.0, *, fixed=(), active_dims=None):
-        _init(self, fixed, active_dims, lengthscales=lengthscales, variance=variance, period=period)
+    def __init__(self, lengthscales=None, variance=1.0, period=1.0, *, fixed=(), active_dims=None, prior=None):
+        _init(self, fixed, active_dims, prior, lengthscales=lengthscales, variance=variance, period=period)
 
     def _between(self, a, b):
         """``[G, M, B]`` for ``a`` ``[G, M, D]`` and ``b`` ``[G, B, D]``."""
@@ -441,8 +470,8 @@ class Linear(Kernel):
 
     parameters = ("variance",)
 
-    def __init__(self, variance=1.0, *, fixed=(), active_dims=None):
-        _init(self, fixed, active_dims, variance=variance)
+    def __init__(self, variance=1.0, *, fixed=(), active_dims=None, prior=None):
+        _init(self, fixed, active_dims, prior, variance=variance)
 
     def _gram(self, z):
         return self.variance.value[:, None, None] * _symmetric_gram(z)
@@ -461,8 +490,8 @@ class Constant(Kernel):
 
     parameters = ("variance",)
 
-    def __init__(self, variance=1.0, *, fixed=(), active_dims=None):
-        _init(self, fixed, active_dims, variance=variance)
+    def __init__(self, variance=1.0, *, fixed=(), active_dims=None, prior=None):
+        _init(self, fixed, active_dims, prior, variance=variance)
 
     def _gram(self, z):
         return jnp.broadcast_to(self.variance.value[:, None, None], (z.shape[0], z.shape[1], z.shape[1])).astype(z.dtype)
@@ -570,7 +599,7 @@ def from_dict(description) -> Kernel:
         for kernel in kernels[1:]:
             combined = cls(combined, kernel)
         return combined
-    accepted = set(cls.parameters) | {"fixed", "active_dims"} | ({"products"} if issubclass(cls, Stationary) else set())
+    accepted = set(cls.parameters) | {"fixed", "active_dims", "prior"} | ({"products"} if issubclass(cls, Stationary) else set())
     unknown = sorted(set(values) - accepted)
     if unknown:
         raise ValueError(f"kernel {name!r}: unknown fields {unknown}; it takes {sorted(accepted)}")

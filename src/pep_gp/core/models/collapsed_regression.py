@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from ..gaussian import LOG_2PI
 from ..kernels import Kernel, SquaredExponential
 from ..linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
+from ..log_prior import with_log_prior
 from ..parameters import SOFTPLUS, constrained
 
 
@@ -155,16 +156,20 @@ class CollapsedRegression:
     Args:
         alpha: Power-EP power in [0, 1]; 0 selects the VFE (Titsias) bound.
         jitter: relative jitter on ``K_uu``.
+        priors: priors on ``raw_noise_variance`` (``(("raw_noise_variance", prior),)`` or none); with them and the
+            kernel's own priors the global term is ``log p(θ)`` (a MAP fit, :mod:`pep_gp.core.log_prior`).
     """
 
     alpha: float = 0.5
     jitter: float = DEFAULT_JITTER
+    priors: tuple = ()  # ((leaf, prior), ...): pep_gp.core.priors
 
     def step_shared(self, params: RegressionParams, n_total):
         return ()
 
     def global_energy(self, params: RegressionParams, shared, n_total):
-        return jnp.zeros((), params.inducing.dtype)
+        """Zero, or ``log p(θ)`` with priors."""
+        return with_log_prior(jnp.zeros((), params.inducing.dtype), params, self.priors)
 
     def data_energy(self, params: RegressionParams, shared, x, y, mask):
         """``log Z_PEP(α)`` of the rows with ``mask``."""

@@ -33,6 +33,7 @@ from .. import bank, sep
 from ..initialisation import initial_kernel_and_inducing
 from ..kernels import Kernel, SquaredExponential
 from ..likelihoods import scaled_log_tilted
+from ..log_prior import with_log_prior
 from ..linalg import DEFAULT_JITTER, cholesky
 
 
@@ -84,6 +85,8 @@ class PowerEPSparseGP:
         site_updates: the tied factor moves by :meth:`site_update` (a Gaussian likelihood's exact sites) and
             the energy's gradient is the one at an EP fixed point (the cavity held, the prior term of
             Villacampa-Calvo & Hernández-Lobato 2017, eq. 10); False: everything moves by the gradient.
+        priors: priors on the likelihood's parameters, ``(leaf name, prior)`` pairs; with them and the
+            kernel's own priors the global term adds ``log p(θ)`` (a MAP fit, :mod:`pep_gp.core.log_prior`).
 
     Example:
         >>> from pep_gp.core.likelihoods import Probit
@@ -98,6 +101,7 @@ class PowerEPSparseGP:
     alpha: float = 0.5
     jitter: float = DEFAULT_JITTER
     site_updates: bool = False  # the factor moves by :meth:`site_update` (Gaussian likelihood), not by gradient
+    priors: tuple = ()  # ((likelihood leaf, prior), ...): pep_gp.core.priors
 
     def __post_init__(self):
         if not 0.0 <= self.alpha <= 1.0:
@@ -150,7 +154,7 @@ class PowerEPSparseGP:
         """``G = φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))``; for α = 0, ``φ(q) − φ(p) − E_q[log t_tot(u)]`` with
         ``E_q[log t_tot] = ηᵀm − ½tr(Λ(V + mmᵀ))`` (Bui, Yan & Turner 2017, eqs. 144–146). With
         ``site_updates`` its gradient is the prior term of the gradient at an EP fixed point (``q`` held;
-        Villacampa-Calvo & Hernández-Lobato 2017, eq. 10)."""
+        Villacampa-Calvo & Hernández-Lobato 2017, eq. 10). Plus ``log p(θ)`` with priors, once per step."""
         q = bank.gaussians(shared.prior, tied_factor(params), 1.0)
         if self.alpha == 0.0:
             chol_t = jnp.tril(params.factor_chol).T
@@ -160,7 +164,8 @@ class PowerEPSparseGP:
             value = q.log_normaliser[0] - expected_log_factor
         else:
             value = bank.power_ep_global_term(q, shared.cavity, n_total, self.alpha)
-        return sep.hold_gradient(value, sep.prior_surrogate(shared.prior, q)) if self.site_updates else value
+        value = sep.hold_gradient(value, sep.prior_surrogate(shared.prior, q)) if self.site_updates else value
+        return with_log_prior(value, params, self.priors)
 
     def data_energy(self, params: SparseGPParams, shared: StepShared, x, y, mask):
         """Data term of one block: ``Σ_n mask_n (1/α) log Z̃_n`` under the cavity ``shared``

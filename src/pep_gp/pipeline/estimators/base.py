@@ -56,6 +56,7 @@ FIT_FIELDS: dict[str, Any] = {
     "max_iter": DEFAULT_MAX_STEPS,
     "tol": TrainConfig.model_fields["tol"].default,
     "learning_rate": TrainConfig.model_fields["learning_rate"].default,
+    "optimizer": TrainConfig.model_fields["optimizer"].default,
     "solver": "auto",
     "batch_size": TrainConfig.model_fields["batch_size"].default,
     "seed": 0,
@@ -70,7 +71,8 @@ FIT_FIELDS: dict[str, Any] = {
 }
 """The fit fields every estimator has besides its spec's settings, with the defaults of ``pep train``:
 ``max_iter`` (the most steps), ``tol`` (the stopping rule, :mod:`pep_gp.pipeline.training.stopping`; 0 runs
-all ``max_iter`` steps), ``learning_rate`` (Adam), ``solver`` (``"lbfgs"``: full batch, L-BFGS,
+all ``max_iter`` steps), ``learning_rate`` (the optimiser's), ``optimizer`` (the optax optimiser of the minibatch
+steps by name, or a dict of its ``name`` and settings, :mod:`pep_gp.pipeline.optimizers`), ``solver`` (``"lbfgs"``: full batch, L-BFGS,
 :mod:`pep_gp.pipeline.training.full_batch`; ``"adam"``: the trainer's minibatch Adam steps; ``"auto"``: L-BFGS
 where the training rows fit one batch of at most :data:`~pep_gp.pipeline.training.full_batch.FULL_BATCH_ROWS`
 rows and ``tol > 0``, without ``early_stopping``, except for the deep GPs and the multi-class SEP and tied-EP
@@ -153,7 +155,7 @@ class GPEstimator(FittedGP):
         if self.batch_size is not None and not (isinstance(self.batch_size, (int, np.integer)) and self.batch_size >= 1):
             raise ValueError(f"batch_size must be None or a positive integer; got {self.batch_size!r}")
         try:
-            return TrainConfig(model=self._settings(), learning_rate=self.learning_rate,
+            return TrainConfig(model=self._settings(), learning_rate=self.learning_rate, optimizer=self.optimizer,
                                batch_size=np.iinfo(np.int32).max if self.batch_size is None else int(self.batch_size),
                                seed=self.seed, max_steps=self.max_iter, tol=self.tol)
         except ValidationError as error:

@@ -45,7 +45,7 @@ def load(run_dir: str | Path) -> GPEstimator:
     restored, manifest, spec, settings, model = run.restored, run.manifest, run.spec, run.settings, run.model
     config = manifest.config
     asked = model_settings(spec, config.model, "the run's config")  # the parameters given, before M's cap and auto
-    estimator = estimator_for(spec)(**asked.model_dump(), learning_rate=config.learning_rate,
+    estimator = estimator_for(spec)(**asked.model_dump(), learning_rate=config.learning_rate, optimizer=config.optimizer,
                                       batch_size=config.batch_size, seed=config.seed, tol=config.tol,
                                       max_iter=config.max_steps if config.max_steps is not None else manifest.total_steps)
     fitted: dict[str, Any] = {

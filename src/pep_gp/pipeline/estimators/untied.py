@@ -104,6 +104,8 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
             kernel = None if self.kernel is None else from_dict(kernel_description(self.kernel))
         except ValueError as error:
             raise ValueError(f"ExactGPClassifier: kernel: {error}") from None
+        if kernel is not None and any(term.prior for term in kernel.terms()):
+            raise ValueError("ExactGPClassifier: kernel: this model takes no priors yet; leave out the kernel's prior=")
         given = self._training_data(X, y)
         data = _distinct_rows(given)
         self.n_repeated_rows_ = given.x.shape[0] - data.x.shape[0]

@@ -19,16 +19,20 @@ from ...core.kernels import Kernel, SquaredExponential
 from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
 from ...core.parameters import unconstrained
 from ..errors import InputError
-from .protocol import InducingSettings, SpecBase, check_task, settings_kernel
+from .likelihood_parameters import LikelihoodParameterSettings
+from .protocol import InducingSettings, SpecBase, check_task, leaves_named, settings_kernel
 from .sparse_gp import INITIAL_NOISE_VARIANCE, check_given_inducing, check_inducing
 
 
-class CollapsedSettings(InducingSettings):
-    """Settings of the collapsed regression objective (``inducing_points``: where the inducing inputs start)."""
+class CollapsedSettings(LikelihoodParameterSettings, InducingSettings):
+    """Settings of the collapsed regression objective (``inducing_points``: where the inducing inputs start;
+    ``fixed = ["noise_variance"]`` keeps the noise at ``noise_variance``)."""
 
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC")
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance, in "
                                   "standardised target units (the training targets' variance is 1)")
+
+    takes_priors = True  # the kernel's prior= and the noise's are added to the objective (a MAP fit)
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class CollapsedRegressionSpec(SpecBase):
         check_given_inducing(data, settings)
 
     def build(self, settings: CollapsedSettings, binding: dict) -> CollapsedRegression:
-        return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter)
+        return CollapsedRegression(alpha=settings.alpha, jitter=settings.jitter, priors=settings.leaf_priors())
 
     def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
              kernel: Kernel | None = None, noise_variance: float | None = None) -> RegressionParams:
@@ -60,6 +64,10 @@ class CollapsedRegressionSpec(SpecBase):
         noise_variance = settings.noise_variance if noise_variance is None else noise_variance
         raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
         return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z))
+
+    def frozen(self, settings: CollapsedSettings, params: RegressionParams) -> RegressionParams:
+        """The inducing inputs unless ``train_inducing``, and the noise when ``fixed`` names it."""
+        return leaves_named(params, (set() if settings.train_inducing else {"inducing"}) | settings.fixed_leaves())
 
     def predictive(self, model: CollapsedRegression, targets: Any) -> None:
         """None: predictions need the training rows (see the module docstring)."""

@@ -102,6 +102,18 @@ class ModelSettings(BaseModel):
     """Settings the trainer imposes when the inducing inputs are the training inputs (``num_inducing`` capped
     by the rows, :func:`~pep_gp.pipeline.runs.frame.capped_settings`): none by default."""
 
+    takes_priors: ClassVar[bool] = False
+    """Whether the model adds priors on its parameters to its energy (a MAP fit, :mod:`pep_gp.core.priors`): a
+    kernel with a ``prior`` is refused by the models that do not."""
+
+    @model_validator(mode="after")
+    def _priors_taken(self) -> "ModelSettings":
+        if (self.kernel is not None and not self.takes_priors
+                and any(term.prior for term in from_dict(self.kernel).terms())):
+            raise ValueError("kernel: this model takes no priors yet (the sparse-gp-regressor, "
+                             "sparse-gp-classifier and collapsed regressor do); leave out the kernel's prior=")
+        return self
+
     def __hash__(self) -> int:
         """Settings key compiled programs: hashed by their JSON (the kernel's description is a table)."""
         return hash(self.model_dump_json())

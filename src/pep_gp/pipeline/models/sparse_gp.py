@@ -20,10 +20,11 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from ...core.likelihoods import LIKELIHOODS, Gaussian, StudentT
+from ...core.likelihoods import LIKELIHOODS, Gaussian, NegativeBinomial, StudentT
 from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from ..errors import InputError
 from ..data.blocks import TargetScaling
+from .likelihood_parameters import LikelihoodParameterSettings
 from .predictive import BinaryLikelihoodPredictive, LikelihoodPredictive
 from ..data.validation import check_num_inducing
 from .protocol import InducingSettings, ModelSettings, SiteSettings, SpecBase, leaves_named, settings_kernel
@@ -39,6 +40,8 @@ class SparseGPSettings(InducingSettings):
 
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="Power-EP power: 0 VFE limit, 1 EP (Bui et al. 2017 recommend 0.5)")
     ard: bool = Field(False, description="one lengthscale per input (ARD); false: one shared by the standardised inputs")
+
+    takes_priors = True  # the kernel's prior= and the likelihood's are added to the energy (a MAP fit)
 
     at_the_rows: ClassVar[Mapping[str, Any]] = MappingProxyType({"alpha": 0.0})
     """With the inducing inputs at the N training inputs the tied energy at α > 0 is biased: the cavity removes
@@ -119,9 +122,11 @@ class SparseGPSpec(SpecBase):
         return LIKELIHOODS[settings.likelihood].init_params()
 
 
-class SparseGPRegressionSettings(SiteSettings, SparseGPSettings):
+class SparseGPRegressionSettings(SiteSettings, LikelihoodParameterSettings, SparseGPSettings):
     """Settings of the regressor: the sparse GP's, its likelihood, the damping of its exact site updates
-    (Gaussian likelihood only) and the starting noise."""
+    (Gaussian likelihood only), the likelihood's starting parameters and those kept there (``fixed``,
+    :mod:`pep_gp.pipeline.models.likelihood_parameters`; ``train_noise`` and ``train_dof`` say the same of
+    the noise and of ``ν``)."""
 
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance (gaussian; "
                                   "student-t: its scale squared), in standardised target units (the training "
@@ -134,6 +139,8 @@ class SparseGPRegressionSettings(SiteSettings, SparseGPSettings):
                                 "log link; targets are non-negative counts, not standardised)")
     dof: float = Field(4.0, gt=0.0, description="student-t: the degrees of freedom ν (the start, when train_dof)")
     train_dof: bool = Field(True, description="student-t: learn ν (false: keep dof)")
+    dispersion: float = Field(1.0, gt=0.0, description="negative-binomial: the starting dispersion r (variance "
+                              "μ + μ²/r)")
 
 
 COUNT_LIKELIHOODS = ("poisson", "negative-binomial")
@@ -153,15 +160,18 @@ class SparseGPRegressorSpec(SparseGPSpec):
 
     def build(self, settings: SparseGPRegressionSettings, binding: dict) -> PowerEPSparseGP:
         return PowerEPSparseGP(LIKELIHOODS[settings.likelihood](), alpha=settings.alpha, jitter=settings.jitter,
-                               site_updates=self.site_updates(settings))
+                               site_updates=self.site_updates(settings), priors=settings.leaf_priors())
 
     def likelihood_params(self, settings: SparseGPRegressionSettings) -> dict:
         """The Gaussian's noise variance starts at ``noise_variance`` (default :data:`INITIAL_NOISE_VARIANCE`),
-        the Student-t's scale at its square root (standardised units) and ``ν`` at ``dof``."""
+        the Student-t's scale at its square root (standardised units) and ``ν`` at ``dof``, the negative
+        binomial's dispersion at ``dispersion``."""
         if settings.likelihood == "gaussian":
             return Gaussian.init_params(settings.noise_variance)
         if settings.likelihood == "student-t":
             return StudentT.init_params(settings.noise_variance ** 0.5, settings.dof)
+        if settings.likelihood == "negative-binomial":
+            return NegativeBinomial.init_params(settings.dispersion)
         return super().likelihood_params(settings)
 
     def check(self, data, settings: SparseGPRegressionSettings, block_rows: int) -> None:
@@ -180,11 +190,11 @@ class SparseGPRegressorSpec(SparseGPSpec):
     def frozen(self, settings: SparseGPRegressionSettings, params: SparseGPParams) -> SparseGPParams:
         """With site updates the factor moves only by them; the inducing inputs unless ``train_inducing``;
         the Student-t's ``ν`` unless ``train_dof``; the noise (the Gaussian's variance, the Student-t's scale)
-        unless ``train_noise``."""
+        unless ``train_noise``; the likelihood's parameters named in ``fixed``."""
         fixed = ({"factor_shift", "factor_chol"} if self.site_updates(settings) else set()) | (
             set() if settings.train_inducing else {"inducing"}) | (
             set() if settings.train_dof or settings.likelihood != "student-t" else {"raw_dof"}) | (
-            set() if settings.train_noise else {"raw_noise_variance", "raw_scale"})
+            set() if settings.train_noise else {"raw_noise_variance", "raw_scale"}) | settings.fixed_leaves()
         return leaves_named(params, fixed)
 
 

@@ -30,12 +30,13 @@ import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from ..data.sizes import bucket
 from ..errors import InputError, did_you_mean
+from ..optimizers import optimizer_description
 
 # Fields that do not change the optimisation trajectory: they may differ when a run is resumed
 # (``epochs`` only without the cosine schedule, whose decay is spread over all the steps).
@@ -50,7 +51,9 @@ class TrainConfig(BaseModel):
 
     Attributes:
         model: the model's own settings (the ``[model]`` table), validated by the model.
-        learning_rate: Adam's initial step size.
+        optimizer: the optax optimiser, by name (``"adam"``, the default) or as a table with its ``name`` and
+            settings (``{name = "sgd", momentum = 0.9}``; :mod:`pep_gp.pipeline.optimizers`).
+        learning_rate: the optimiser's initial step size.
         lr_schedule: ``constant``; ``cosine`` (decays to ``lr_final_fraction`` of it at the last
             step); ``exponential`` (multiplied by ``lr_decay`` every epoch).
         lr_decay, lr_final_fraction: parameters of the schedules above.
@@ -84,6 +87,7 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: dict[str, Any] = Field(default_factory=dict)
+    optimizer: Annotated[str | dict[str, Any], BeforeValidator(optimizer_description)] = "adam"
     learning_rate: float = Field(0.05, gt=0.0)
     lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
     lr_decay: float = Field(0.9, gt=0.0, le=1.0)
@@ -206,7 +210,8 @@ def load_config(path: Path | None, base: dict[str, Any] | None = None, settings:
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
             raise InputError(f"{path}: not a readable TOML file ({error})") from None
     for key, value in (settings or {}).items():
-        values[key] = {**values.get(key, {}), **value} if isinstance(value, dict) else value
+        merge = isinstance(value, dict) and isinstance(values.get(key, {}), dict)
+        values[key] = {**values.get(key, {}), **value} if merge else value
     values.update({key: value for key, value in overrides.items() if value is not None})
     try:
         return TrainConfig(**values)

@@ -1,5 +1,6 @@
-"""The optimiser of a training job: optax Adam over the trainable leaves, its learning-rate schedule, and
-the job's compiled step (:func:`compiled_step`), cached so that equal jobs compile once."""
+"""The optimiser of a training job: the optax optimiser its config names (Adam by default,
+:mod:`pep_gp.pipeline.optimizers`) over the trainable leaves, its learning-rate schedule, and the job's compiled
+step (:func:`compiled_step`), cached so that equal jobs compile once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import jax
 import optax
 
 from ..models import ModelSpec
+from ..optimizers import build_optimizer
 from ..models.protocol import uses_site_updates
 from ..runs.config import TrainConfig
 from .class_groups import ClassParallelStep
@@ -20,7 +22,11 @@ from .step import TrainStep, training_step
 def adam(learning_rate: optax.ScalarOrSchedule, frozen: Callable[[Any], Any] | None = None) -> optax.GradientTransformation:
     """optax Adam (default moments, as the papers use) that leaves the leaves ``frozen(params)`` marks
     True where they are."""
-    base = optax.adam(learning_rate)
+    return keeping(optax.adam(learning_rate), frozen)
+
+
+def keeping(base: optax.GradientTransformation, frozen: Callable[[Any], Any] | None) -> optax.GradientTransformation:
+    """``base`` on the leaves ``frozen(params)`` marks False; a zero update (their bits kept) on the others."""
     if frozen is None:
         return base
     labels = lambda params: jax.tree_util.tree_map(lambda f: "frozen" if f else "train", frozen(params))
@@ -61,8 +67,8 @@ def step_arguments(spec: ModelSpec, settings: Any, config: TrainConfig, steps_pe
     """The keyword arguments of :func:`~pep_gp.pipeline.training.step.training_step` for a job: its
     optimiser and, for a model with site updates, ``sites`` and the damping schedule (also those of the
     class-parallel step, :class:`~pep_gp.pipeline.training.class_groups.ClassParallelStep`)."""
-    optimizer = adam(learning_rate(config, steps_per_epoch, total_steps),
-                     lambda params: spec.frozen(settings, params))
+    optimizer = keeping(build_optimizer(config.optimizer, learning_rate(config, steps_per_epoch, total_steps)),
+                        lambda params: spec.frozen(settings, params))
     if not uses_site_updates(spec, settings):
         return {"optimizer": optimizer}
     return {"optimizer": optimizer, "sites": True, "damping": settings.damping_schedule(steps_per_epoch)}
