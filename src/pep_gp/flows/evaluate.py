@@ -24,15 +24,17 @@ from .train import is_transient
 def evaluate_metrics(run_dir: str, data: str | None, cluster: str, table: str | None = None,
                      target: str | None = None, sep: str | None = None) -> dict[str, Any]:
     """The held-out metrics of :func:`~pep_gp.pipeline.runs.run.evaluate` (or with ``table``,
-    :func:`~pep_gp.pipeline.runs.run.evaluate_table`) on a connected backend."""
+    :func:`~pep_gp.pipeline.runs.run.evaluate_table`) of the run, opened and checked (:meth:`Run.open`) before the
+    backend of ``cluster`` starts."""
     from ..pipeline.engine import connect
-    from ..pipeline.runs.run import evaluate, evaluate_table
+    from ..pipeline.runs.run import Run, evaluate, evaluate_table
 
+    run = Run.open(Path(run_dir))
     backend = connect(cluster)
     try:
         if table is not None:
-            return evaluate_table(Path(run_dir), table, target, sep, backend)
-        return evaluate(Path(run_dir), data, backend)
+            return evaluate_table(run, table, target, sep, backend)
+        return evaluate(run, data, backend)
     finally:
         backend.close()
 
@@ -100,9 +102,6 @@ def evaluate_command(
         if table is None and (target is not None or sep is not None):
             raise InputError(f"{'--target' if target is not None else '--sep'}: reads a table: pass --input too")
         use_cluster(cluster, tls_ca_file, tls_cert, tls_key)
-        from ..pipeline.runs.run import Run  # JAX: after the cheap checks
-
-        Run.open(run_dir)  # fail fast, before a cluster (or a Prefect server) starts
         run = evaluate_run
         if prefect_requested(prefect):
             prefect_quietly()

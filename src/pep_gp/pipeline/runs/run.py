@@ -175,9 +175,16 @@ def training_store(run_dir: Path, manifest: RunManifest) -> Store:
     return store
 
 
-def evaluate_table(run_dir: Path, table: str | Path, target: str | None = None, sep: str | None = None,
+def opened(run: Run | Path) -> Run:
+    """``run`` itself, or the run directory ``run`` opened (:meth:`Run.open`): a caller that opened it already
+    (``pep evaluate``, before its backend starts) passes it on, and nothing is read twice."""
+    return run if isinstance(run, Run) else Run.open(Path(run))
+
+
+def evaluate_table(run_dir: Run | Path, table: str | Path, target: str | None = None, sep: str | None = None,
                    backend: Backend | None = None) -> dict[str, Any]:
-    """Held-out metrics of the newest checkpoint of ``run_dir`` on a labelled CSV or Parquet table: its
+    """Held-out metrics of the newest checkpoint of ``run_dir`` (a directory, or a :class:`Run` opened) on a
+    labelled CSV or Parquet table: its
     columns checked and read as ``pep predict --input`` reads them
     (:func:`~pep_gp.pipeline.data.predictions.open_input`), made into features by the run's transformation,
     its ``target`` column (default: the run's) encoded with the run's labels, and scored block by block as
@@ -193,10 +200,10 @@ def evaluate_table(run_dir: Path, table: str | Path, target: str | None = None, 
     from ..data.predictions import open_input
     from ..data.table_scan import rows_to_keep
 
-    run = Run.open(run_dir)
+    run = opened(run_dir)
     predictive = run.spec.predictive(run.model, run.targets)
     if predictive is None or run.transforms is None:
-        raise InputError(f"{run_dir}: --model {run.spec.name} has no held-out evaluation" if predictive is None else
+        raise InputError(f"{run.directory}: --model {run.spec.name} has no held-out evaluation" if predictive is None else
                          f"{run.restored.path}: manifest has no 'transforms' (written by an older pep); train the run again")
     target = target or run.transforms.target
     labelled = run.transforms.model_copy(update={"target": target})
@@ -220,8 +227,9 @@ def evaluate_table(run_dir: Path, table: str | Path, target: str | None = None, 
             **scored(run, str(table), f"sha256:{file_digest(Path(table))}")}
 
 
-def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
-    """Held-out metrics of the newest checkpoint of ``run_dir`` on the test split of ``data`` (by
+def evaluate(run_dir: Run | Path, data: str | Path | None = None, backend: Backend | None = None) -> dict[str, Any]:
+    """Held-out metrics of the newest checkpoint of ``run_dir`` (a directory, or a :class:`Run` opened) on the
+    test split of ``data`` (by
     default the store it was trained on, :func:`training_store`), its features matched to the run's by
     name, moved to the run's offsets (another store of the same table centres its columns by its own,
     :meth:`~pep_gp.pipeline.data.transforms.Transforms.shift_from`) and standardised with the training
@@ -233,13 +241,13 @@ def evaluate(run_dir: Path, data: str | Path | None = None, backend: Backend | N
         InputError: a store of other features (naming the missing and extra ones), or a model without a
             held-out evaluation.
     """
-    run = Run.open(run_dir)
-    store = open_store(data) if data is not None else training_store(run_dir, run.manifest)
+    run = opened(run_dir)
+    store = open_store(data) if data is not None else training_store(run.directory, run.manifest)
     run.spec.check(store, run.settings, run.manifest.config.rows_per_block)
     columns = run.store_columns(store)
     predictive = run.spec.predictive(run.model, run.targets)
     if predictive is None:
-        raise InputError(f"{run_dir}: --model {run.spec.name} has no held-out evaluation")
+        raise InputError(f"{run.directory}: --model {run.spec.name} has no held-out evaluation")
     shift = 0.0 if run.transforms is None else run.transforms.shift_from(store.transforms)
     source = BlockSource.of(store, "test", run.manifest.config.rows_per_block, run.targets, columns=columns,
                             statistics={"x_mean": np.asarray(run.manifest.x_mean) - shift, "x_std": run.manifest.x_std})
