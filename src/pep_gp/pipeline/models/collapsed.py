@@ -9,7 +9,7 @@ has no per-block predictive.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 from pydantic import Field
@@ -19,7 +19,7 @@ from ...core.kernels import Kernel, SquaredExponential
 from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
 from ...core.parameters import unconstrained
 from ..errors import InputError
-from .protocol import InducingSettings, SpecBase, check_task, settings_kernel
+from .protocol import InducingSettings, SpecBase, check_task, settings_kernel, settings_mean
 from .sparse_gp import INITIAL_NOISE_VARIANCE, check_given_inducing, check_inducing
 
 
@@ -29,6 +29,8 @@ class CollapsedSettings(InducingSettings):
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC")
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="starting noise variance, in "
                                   "standardised target units (the training targets' variance is 1)")
+
+    takes_mean: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ class CollapsedRegressionSpec(SpecBase):
     def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
              kernel: Kernel | None = None, noise_variance: float | None = None) -> RegressionParams:
         """k-means inducing inputs unless given (``inducing``, else ``inducing_points``), and ``kernel`` (default a squared exponential of variance 1)
-        with the median distance for a lengthscale left unset, one per input (Bui et al. 2017, §7)."""
+        with the median distance for a lengthscale left unset, one per input (Bui et al. 2017, §7), and the
+        settings' mean function (default zero)."""
         inducing = settings.inducing_points if inducing is None else inducing
         if inducing is None:
             check_inducing(settings, x.shape[0])
@@ -59,7 +62,9 @@ class CollapsedRegressionSpec(SpecBase):
         kernel = kernel or settings_kernel(settings) or SquaredExponential()
         noise_variance = settings.noise_variance if noise_variance is None else noise_variance
         raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
-        return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z))
+        mean = settings_mean(settings)
+        return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z),
+                                **({} if mean is None else {"mean": mean.build(z.shape[1])}))
 
     def predictive(self, model: CollapsedRegression, targets: Any) -> None:
         """None: predictions need the training rows (see the module docstring)."""
