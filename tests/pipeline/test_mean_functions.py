@@ -10,6 +10,7 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
 from pep_gp import CollapsedGPRegressor, DeepGPRegressor, SparseGPRegressor, load
@@ -82,6 +83,8 @@ def test_a_users_pytree_mean_fits_predicts_and_a_saved_run_rebuilds_it(tmp_path)
 
 
 def test_the_mean_table_and_set_are_validated_by_the_model_settings():
+    given = Linear(bias=0.5)
+    assert clone(SparseGPRegressor(mean_function=given)).get_params()["mean_function"] == given
     spec = get_model("sparse-gp-regressor")
     config = load_config(None, settings=parse_settings(["model.mean_function=linear"]))
     assert model_settings(spec, config.model).mean_function == {"name": "linear", "bias": 0.0}
