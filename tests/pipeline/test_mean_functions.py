@@ -101,3 +101,21 @@ def test_models_without_a_mean_refuse_one_in_one_line():
         model_settings(get_model("multiclass-sep"), {"mean_function": "linear"})
     with pytest.raises(ValueError, match=r"^DeepGPRegressor: mean_function: .*zero mean only[^\n]*$"):
         DeepGPRegressor(mean_function="constant").fit(np.zeros((4, 1)), np.arange(4.0))
+
+
+@pytest.mark.heavy  # a store run and a load: ~25 s on 2 shared cores
+def test_a_store_run_trains_the_configs_mean_and_a_loaded_run_reports_it(regression_store, tmp_path):
+    """``pep train``'s path: ``[model] mean_function = "linear"`` trains a linear mean with the rest; the loaded
+    run's mean is the trained one to the bit, reported in the store's units."""
+    from pep_gp.pipeline.training.trainer import TrainJob, train
+    from tests.trainstores import FAST
+
+    config = FAST.model_copy(update={"model": {**FAST.model, "mean_function": "linear"}, "epochs": 2})
+    result = train(TrainJob("sparse-gp-regressor", regression_store, config, tmp_path / "run"))
+    assert isinstance(result.params.mean, Linear) and np.any(np.asarray(result.params.mean.weights) != 0.0)
+    loaded = load(tmp_path / "run")
+    np.testing.assert_array_equal(loaded.params_.mean.weights, result.params.mean.weights)
+    mean, std = (np.asarray(regression_store.attrs[k]) for k in ("x_mean", "x_std"))
+    shift, scale = float(regression_store.attrs["y_mean"]), float(regression_store.attrs["y_std"])
+    expected = result.params.mean.in_data_units(mean, std, shift, scale)
+    assert repr(loaded.mean_function_) == repr(expected)
