@@ -38,6 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import float64
+
 MEANS: dict[str, type] = {}
 """The mean-function classes by name (``"constant"``, ``"linear"``, a user's): what ``mean_function`` names."""
 
@@ -250,9 +252,11 @@ class InDataUnits:
                  scale: float):
         self.mean, self.x_mean, self.x_std, self.shift, self.scale = mean, x_mean, x_std, shift, scale
 
-    def __call__(self, x):
-        x = (jnp.asarray(x, dtype=jnp.float64) - jnp.asarray(self.x_mean)) / jnp.asarray(self.x_std)
-        return self.shift + self.scale * self.mean(x)
+    def __call__(self, x) -> np.ndarray:
+        """The mean at rows ``x`` of the data's inputs, ``[B]`` float64 (evaluated in JAX's float64 scope)."""
+        with float64():
+            x = (jnp.asarray(x, dtype=float) - jnp.asarray(self.x_mean)) / jnp.asarray(self.x_std)
+            return np.asarray(self.shift + self.scale * self.mean(x))
 
     def __repr__(self):
         return f"{self.shift:.4g} + {self.scale:.4g}·{self.mean!r} of the standardised inputs"
