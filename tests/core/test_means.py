@@ -72,15 +72,15 @@ def test_collapsed_evidence_with_a_mean_at_z_equal_x_is_the_exact_gp_evidence_of
     """At Z = X and zero jitter every α gives ``log N(y − m(X); 0, K + σ²I)`` (measured ~1e-14 relative)."""
     x, y = data
     built = mean.build(2)
-    params = RegressionParams(oracles.se_bank(LS, VAR), **unconstrained(RegressionParams, noise_variance=jnp.asarray(NOISE)),
-                              inducing=jnp.asarray(x), mean=built)
+    noise = unconstrained(RegressionParams, noise_variance=jnp.asarray(NOISE))
+    params = RegressionParams(oracles.se_bank(LS, VAR), **noise, inducing=jnp.asarray(x), mean=built)
     model = CollapsedRegression(alpha=alpha, jitter=0.0)
     evidence = model.data_energy(params, (), jnp.asarray(x), jnp.asarray(y), jnp.ones(len(y), bool))
     exact = oracles.exact_gp_evidence(x, y - np.asarray(built(jnp.asarray(x))), LS, VAR, NOISE)
     assert float(evidence) == pytest.approx(exact, rel=1e-8)
     mean_f, _ = model.predict_f(params, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x[:5] + 0.1))
-    zero_f, _ = model.predict_f(params._replace(mean=means.Zero()), jnp.asarray(x), jnp.asarray(y - built(jnp.asarray(x))),
-                                jnp.asarray(x[:5] + 0.1))
+    zero_f, _ = model.predict_f(params._replace(mean=means.Zero()), jnp.asarray(x),
+                                jnp.asarray(y - built(jnp.asarray(x))), jnp.asarray(x[:5] + 0.1))
     np.testing.assert_allclose(mean_f, zero_f + built(jnp.asarray(x[:5] + 0.1)), rtol=1e-12, atol=1e-12)
 
 

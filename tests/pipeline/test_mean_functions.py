@@ -56,8 +56,8 @@ def test_a_linear_mean_recovers_a_linear_trends_slope():
     fitted = model.mean_function_
     assert isinstance(fitted, Linear)
     assert abs(fitted.weights[0] - SLOPE) < 4 * standard_error
-    np.testing.assert_allclose(fitted(jnp.asarray(x)), model.params_.mean(jnp.asarray((x - model.x_mean_) / model.x_std_))
-                               * model.targets_.scale + model.targets_.shift, rtol=1e-12)
+    trained = model.params_.mean(jnp.asarray((x - model.x_mean_) / model.x_std_))
+    np.testing.assert_allclose(fitted(jnp.asarray(x)), trained * model.targets_.scale + model.targets_.shift, rtol=1e-12)
 
 
 @pytest.mark.heavy  # a fit, a save and a load: ~30 s on 2 shared cores

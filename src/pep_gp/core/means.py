@@ -128,7 +128,7 @@ class MeanFunction:
             value = getattr(self, field)
             value = jnp.zeros(shape, dtype=float) if value is None else jnp.asarray(value, dtype=float)
             if shape is not None and value.shape != shape:
-                raise ValueError(f"{self.name}: {field} needs shape {shape} for {dims} input columns; "
+                raise ValueError(f"mean function {self.name!r}: {field} needs shape {shape} for {dims} input columns; "
                                  f"got {value.shape}")
             values[field] = value
         return self.replace(**values)

@@ -62,9 +62,8 @@ class CollapsedRegressionSpec(SpecBase):
         kernel = kernel or settings_kernel(settings) or SquaredExponential()
         noise_variance = settings.noise_variance if noise_variance is None else noise_variance
         raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
-        mean = settings_mean(settings)
         return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z),
-                                **({} if mean is None else {"mean": mean.build(z.shape[1])}))
+                                mean=settings_mean(settings).build(z.shape[1]))
 
     def predictive(self, model: CollapsedRegression, targets: Any) -> None:
         """None: predictions need the training rows (see the module docstring)."""

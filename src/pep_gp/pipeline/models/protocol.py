@@ -102,9 +102,9 @@ MeanSetting = Annotated[dict[str, Any] | None, BeforeValidator(mean_description)
 """The ``mean_function`` field of a model's settings (:func:`mean_description`)."""
 
 
-def settings_mean(settings: "ModelSettings") -> MeanFunction | None:
-    """The mean-function object of ``settings.mean_function`` (None: the zero mean)."""
-    return None if settings.mean_function is None else mean_from_dict(settings.mean_function)
+def settings_mean(settings: "ModelSettings") -> MeanFunction:
+    """The mean-function object of ``settings.mean_function`` (:class:`~pep_gp.core.means.Zero` when None)."""
+    return Zero() if settings.mean_function is None else mean_from_dict(settings.mean_function)
 
 
 class ModelSettings(BaseModel):
