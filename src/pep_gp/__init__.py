@@ -43,7 +43,7 @@ _EXPORTS = {
     "TensorBoardLogger": "pep_gp.pipeline.training.tracking",
 }
 
-_MODULES = ("core", "flows", "kernels", "pipeline")
+_MODULES = ("core", "flows", "kernels", "means", "pipeline")
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

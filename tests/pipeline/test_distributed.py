@@ -35,7 +35,9 @@ def without_seconds(history):
     pytest.param("sparse-gp-classifier", "binary_store", {"kernel": "matern52"},  # the first's path, another kernel
                  marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-classifier-matern52"),
     pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52", **PAIRWISE}, marks=pytest.mark.slow,
-                 id="multiclass-sep-matern52")])
+                 id="multiclass-sep-matern52"),
+    pytest.param("sparse-gp-regressor", "regression_store", {"mean_function": "linear"},  # a mean's leaves too
+                 marks=pytest.mark.slow, id="sparse-gp-regressor-linear-mean")])
 @pytest.mark.heavy
 def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings, one_worker, cluster, tmp_path,
                                                           request):

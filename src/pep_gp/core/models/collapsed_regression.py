@@ -32,6 +32,7 @@ from ..gaussian import LOG_2PI
 from ..kernels import Kernel, SquaredExponential
 from ..linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
 from ..log_prior import with_log_prior
+from ..means import MeanFunction, Zero
 from ..parameters import SOFTPLUS, constrained
 
 
@@ -133,11 +134,13 @@ def predict_f(
 
 class RegressionParams(NamedTuple):
     """Trainable state of the collapsed model: the kernel (hyper-parameters ``[1, ·]``), the unconstrained noise
-    variance (softplus, as the Gaussian likelihood's) and the inducing inputs."""
+    variance (softplus, as the Gaussian likelihood's), the inducing inputs and the prior's mean function
+    (:mod:`pep_gp.core.means`; :class:`~pep_gp.core.means.Zero`, no leaves, by default)."""
 
     kernel: Kernel
     raw_noise_variance: jnp.ndarray  # []
     inducing: jnp.ndarray  # Z, [M, D]
+    mean: MeanFunction = Zero()
 
     BIJECTIONS = {"raw_noise_variance": ("noise_variance", SOFTPLUS)}
 
@@ -151,7 +154,9 @@ class CollapsedRegression:
     """:func:`log_marginal_likelihood` in the model protocol (:mod:`pep_gp.pipeline.models.protocol`).
 
     The sites are integrated out in closed form, so the objective is not a sum over blocks: it is
-    trained with the whole training set as one block (its data term), and nothing is shared.
+    trained with the whole training set as one block (its data term), and nothing is shared. With a mean
+    function ``m`` (``params.mean``) the prior is ``f ~ GP(m, k)``: the evidence is that of ``y − m(x)`` under
+    the zero-mean model and the predictive mean is shifted by ``m(x*)`` (Rasmussen & Williams 2006, §2.7).
 
     Args:
         alpha: Power-EP power in [0, 1]; 0 selects the VFE (Titsias) bound.
@@ -172,15 +177,16 @@ class CollapsedRegression:
         return with_log_prior(jnp.zeros((), params.inducing.dtype), params, self.priors)
 
     def data_energy(self, params: RegressionParams, shared, x, y, mask):
-        """``log Z_PEP(α)`` of the rows with ``mask``."""
-        return log_marginal_likelihood(params.kernel, params.inducing, params.noise_variance, x, y, self.alpha,
-                                       self.jitter, mask)
+        """``log Z_PEP(α)`` of the rows with ``mask`` (of ``y − m(x)``)."""
+        return log_marginal_likelihood(params.kernel, params.inducing, params.noise_variance, x,
+                                       params.mean.minus(x, y), self.alpha, self.jitter, mask)
 
     def predict_f(self, params: RegressionParams, x_train, y_train, x_new, full_cov: bool = False):
         """Latent mean and variance (``full_cov``: covariance) at ``x_new`` given the training rows
-        (:func:`predict_f`)."""
-        return predict_f(params.kernel, params.inducing, params.noise_variance, x_train, y_train, x_new,
-                         self.alpha, self.jitter, full_cov)
+        (:func:`predict_f` of ``y_train − m(x_train)``, its mean plus ``m(x_new)``)."""
+        mean, spread = predict_f(params.kernel, params.inducing, params.noise_variance, x_train,
+                                 params.mean.minus(x_train, y_train), x_new, self.alpha, self.jitter, full_cov)
+        return params.mean.plus(x_new, mean), spread
 
     def predict_y(self, params: RegressionParams, x_train, y_train, x_new):
         """Predictive mean and variance of ``y`` at ``x_new`` given the training rows."""

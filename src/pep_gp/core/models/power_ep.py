@@ -17,7 +17,10 @@ As α → 0 the cavity becomes q and ``F`` the uncollapsed VFE bound ``−KL(q�
 (Bui, Yan & Turner 2017 eqs. 144–146); ``alpha=0`` is that branch exactly. α = 1 is the (tied) EP energy.
 
 The GP, its tied factor (a Cholesky factor moved by the optimiser), ``q`` and the cavity are a bank of
-one sparse GP (:mod:`pep_gp.core.bank`, G = 1); this module adds the likelihood's per-row term.
+one sparse GP (:mod:`pep_gp.core.bank`, G = 1); this module adds the likelihood's per-row term. A mean
+function ``m`` (``params.mean``) makes the prior ``f ~ GP(m, k)``: the GP above is ``g = f − m``, each row's
+likelihood sees ``μ_n + m(x_n)`` (a Gaussian's exact sites the targets ``y_n − m(x_n)``), and the predictive
+mean is shifted by ``m(x*)`` (Rasmussen & Williams 2006, §2.7).
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ from ..kernels import Kernel, SquaredExponential
 from ..likelihoods import scaled_log_tilted
 from ..log_prior import with_log_prior
 from ..linalg import DEFAULT_JITTER, cholesky
+from ..means import MeanFunction, Zero
 
 
 class SparseGPParams(NamedTuple):
     """The trainable state: the kernel (its hyper-parameters stored as logarithms, :mod:`pep_gp.core.kernels`),
-    inducing inputs and the tied factor.
+    inducing inputs, the tied factor and the prior's mean function (:mod:`pep_gp.core.means`;
+    :class:`~pep_gp.core.means.Zero`, no leaves, by default).
 
     Logarithms, as every model's kernel: an Adam step is then a relative change. With softplus it is an
     absolute one, and the amplitude of a nearly separable problem (σ_f² ≈ 50 on breast cancer, from 1)
@@ -51,6 +56,7 @@ class SparseGPParams(NamedTuple):
     likelihood: dict  # the likelihood's unconstrained parameters
     factor_shift: jnp.ndarray  # η = N θ₁, [M]
     factor_chol: jnp.ndarray  # lower-triangular L with Λ = N θ₂ = LLᵀ, [M, M]
+    mean: MeanFunction = Zero()  # m of the prior f ~ GP(m, k)
 
 
 class GaussianSites(NamedTuple):
@@ -122,11 +128,13 @@ class PowerEPSparseGP:
         likelihood_params: dict | None = None,
         seed: int = 0,
         ard: bool = True,
+        mean: MeanFunction | None = None,
     ) -> SparseGPParams:
         """Starting state: ``kernel`` (default a squared exponential of variance 1), its lengthscales left
         unset the median distance, k-means inducing inputs unless ``inducing``, and a tied factor with
         ``Λ = K_uu⁻¹`` and ``η = 0`` (q(u) = N(0, K_uu/2): a non-zero start avoids the saddle at Λ = 0).
-        ``ard=False``: an unset lengthscale is one shared by the inputs."""
+        ``ard=False``: an unset lengthscale is one shared by the inputs. ``mean``: the prior's mean function
+        at its starting values (default :class:`~pep_gp.core.means.Zero`)."""
         lengthscales, _, z = initial_kernel_and_inducing(x, num_inducing, inducing=inducing, seed=seed)
         if not ard:
             lengthscales = np.exp(np.mean(np.log(lengthscales), keepdims=True))
@@ -138,6 +146,7 @@ class PowerEPSparseGP:
             likelihood=lik,
             factor_shift=jnp.zeros(z.shape[0]),
             factor_chol=jnp.zeros((z.shape[0], z.shape[0])),
+            mean=Zero() if mean is None else mean.build(z.shape[1]),
         )
         inverse = bank.prior_factors(self.sparse_gp(params)).inverse[0]  # K_uu⁻¹ = PᵀP
         return params._replace(factor_chol=cholesky(inverse.T @ inverse))
@@ -170,22 +179,23 @@ class PowerEPSparseGP:
     def data_energy(self, params: SparseGPParams, shared: StepShared, x, y, mask):
         """Data term of one block: ``Σ_n mask_n (1/α) log Z̃_n`` under the cavity ``shared``
         (``Σ mask_n E_q[log p]`` at α = 0). Rows with ``mask = 0`` (padding) contribute exactly zero to
-        the value and the gradient."""
+        the value and the gradient. The cavity's latent mean is shifted by the prior's mean ``m(x_n)``."""
         marginals = bank.latent_marginals(self.sparse_gp(params), shared.prior, shared.cavity, x)
-        terms = scaled_log_tilted(self.likelihood, params.likelihood, y, marginals.mean[:, 0], marginals.var[:, 0],
-                                  self.alpha)
+        terms = scaled_log_tilted(self.likelihood, params.likelihood, y, params.mean.plus(x, marginals.mean[:, 0]),
+                                  marginals.var[:, 0], self.alpha)
         return jnp.sum(jnp.where(mask, terms, 0.0))
 
     def site_stats(self, params: SparseGPParams, shared: StepShared, x, y, mask) -> GaussianSites:
         """The exact Power-EP sites of a Gaussian likelihood, summed over the block's rows: whatever the
         cavity, row ``n``'s site is ``t_n(u) ∝ N(y_n; υ_nᵀu, σ² + αd_n)`` with ``υ_n = K_uu⁻¹k_n`` and the
         FITC variance ``d_n = k_nn − k_nᵀK_uu⁻¹k_n`` (Bui, Yan & Turner 2017, §3.1), so the tied factor's
-        SEP update (Li et al. 2015) is exact and a full-batch step gives the collapsed PEP-α posterior."""
+        SEP update (Li et al. 2015) is exact and a full-batch step gives the collapsed PEP-α posterior. With a
+        mean function the sites are those of ``y_n − m(x_n)``."""
         rows = bank.row_projections(self.sparse_gp(params), shared.prior, x)
         directions = rows.directions[0]
         weight = jnp.where(mask, 1.0 / (self.likelihood.noise_variance(params.likelihood)
                                         + self.alpha * rows.fitc_var[0]), 0.0)
-        return GaussianSites(((weight * y) @ directions)[None],
+        return GaussianSites(((weight * params.mean.minus(x, y)) @ directions)[None],
                              jnp.einsum("b,bm,bn->mn", weight, directions, directions)[None],
                              jnp.sum(mask.astype(directions.dtype))[None])
 
@@ -217,9 +227,9 @@ class PowerEPSparseGP:
 
     def predict_f(self, params: SparseGPParams, x, full_cov: bool = False):
         """Posterior mean ``[B]`` and variance ``[B]`` (``full_cov``: covariance ``[B, B]``) of the latent
-        function at ``x`` (:func:`pep_gp.core.bank.latent_moments`)."""
+        function at ``x`` (:func:`pep_gp.core.bank.latent_moments`, the mean plus the prior's ``m(x)``)."""
         mean, spread = bank.latent_moments(self.sparse_gp(params), *self._posterior(params), x, full_cov)
-        return mean[:, 0], spread[0] if full_cov else spread[:, 0]
+        return params.mean.plus(x, mean[:, 0]), spread[0] if full_cov else spread[:, 0]
 
     def predict_y(self, params: SparseGPParams, x):
         """The likelihood's predictive distribution at ``x`` (mean/variance, or class-1 probability)."""

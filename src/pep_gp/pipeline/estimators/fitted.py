@@ -19,6 +19,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ...core import float64
 from ...core.likelihoods import Probit
+from ...core.means import MeanFunction, Zero
 from ...core.models.multiclass_likelihoods import MultiClassLikelihood, Pairwise
 from ..data.datasets import ArrayData
 from ..data.frames import TableChunk
@@ -201,6 +202,19 @@ class FittedGP(BaseEstimator):
         printed readably; a deep GP's are each layer's ``params_.layers[l].kernel``."""
         check_is_fitted(self)
         return self.params_.kernel
+
+    @property
+    def mean_function_(self):
+        """The fitted prior mean in the data's own units: a function of the inputs as given to ``fit``, in the
+        latent function's units (a regressor's targets; a classifier's or a count model's ``f``),
+        ``shift + scale·m((x − x_mean_)/x_std_)`` of the mean ``m`` the model trained in standardised units
+        (``params_.mean``; :meth:`~pep_gp.core.means.MeanFunction.in_data_units`: a ``Constant`` or ``Linear``
+        in closed form). A regressor's zero mean is the training targets' mean, ``Constant(shift)``.
+        docs/how-to/mean-functions.md."""
+        check_is_fitted(self)
+        mean = getattr(self.params_, "mean", None)
+        mean = mean if isinstance(mean, MeanFunction) else Zero()
+        return mean.in_data_units(self.x_mean_, self.x_std_, *self._latent_units())
 
     def log_marginal_likelihood(self) -> float:
         """The approximate log marginal likelihood of the training targets (in their own units) at the

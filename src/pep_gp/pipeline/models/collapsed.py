@@ -20,7 +20,7 @@ from ...core.models.collapsed_regression import CollapsedRegression, RegressionP
 from ...core.parameters import unconstrained
 from ..errors import InputError
 from .likelihood_parameters import LikelihoodParameterSettings
-from .protocol import InducingSettings, SpecBase, check_task, leaves_named, settings_kernel
+from .protocol import InducingSettings, SpecBase, check_task, leaves_named, settings_kernel, settings_mean
 from .sparse_gp import INITIAL_NOISE_VARIANCE, check_given_inducing, check_inducing
 
 
@@ -33,6 +33,7 @@ class CollapsedSettings(LikelihoodParameterSettings, InducingSettings):
                                   "standardised target units (the training targets' variance is 1)")
 
     takes_priors = True  # the kernel's prior= and the noise's are added to the objective (a MAP fit)
+    takes_mean = True  # a mean_function= is carried through the energy, the predictive and the draws
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class CollapsedRegressionSpec(SpecBase):
     def init(self, model: CollapsedRegression, x, settings: CollapsedSettings, seed: int, *, inducing=None,
              kernel: Kernel | None = None, noise_variance: float | None = None) -> RegressionParams:
         """k-means inducing inputs unless given (``inducing``, else ``inducing_points``), and ``kernel`` (default a squared exponential of variance 1)
-        with the median distance for a lengthscale left unset, one per input (Bui et al. 2017, §7)."""
+        with the median distance for a lengthscale left unset, one per input (Bui et al. 2017, §7), and the
+        settings' mean function (default zero)."""
         inducing = settings.inducing_points if inducing is None else inducing
         if inducing is None:
             check_inducing(settings, x.shape[0])
@@ -63,7 +65,8 @@ class CollapsedRegressionSpec(SpecBase):
         kernel = kernel or settings_kernel(settings) or SquaredExponential()
         noise_variance = settings.noise_variance if noise_variance is None else noise_variance
         raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
-        return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z))
+        return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z),
+                                mean=settings_mean(settings).build(z.shape[1]))
 
     def frozen(self, settings: CollapsedSettings, params: RegressionParams) -> RegressionParams:
         """The inducing inputs unless ``train_inducing``, and the noise when ``fixed`` names it."""

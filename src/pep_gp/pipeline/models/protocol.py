@@ -33,6 +33,8 @@ import optax
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ...core.kernels import Kernel, from_dict, parse
+from ...core.means import MeanFunction, Zero
+from ...core.means import from_dict as mean_from_dict
 from ...core.parameters import fixed_leaves
 
 from ..data.blocks import TargetScaling
@@ -86,6 +88,25 @@ def settings_kernel(settings: "ModelSettings") -> Kernel | None:
     return None if settings.kernel is None else from_dict(settings.kernel)
 
 
+def mean_description(value: Any) -> dict[str, Any] | None:
+    """A ``mean_function`` setting as its JSON description (:meth:`~pep_gp.core.means.MeanFunction.to_dict`): from
+    a mean-function object, a description table (``[model.mean_function]``) or a registered name such as
+    ``"linear"``; None (and the zero mean) is the model's zero mean."""
+    if value is None:
+        return None
+    mean = mean_from_dict(value)
+    return None if isinstance(mean, Zero) else mean.to_dict()
+
+
+MeanSetting = Annotated[dict[str, Any] | None, BeforeValidator(mean_description)]
+"""The ``mean_function`` field of a model's settings (:func:`mean_description`)."""
+
+
+def settings_mean(settings: "ModelSettings") -> MeanFunction:
+    """The mean-function object of ``settings.mean_function`` (:class:`~pep_gp.core.means.Zero` when None)."""
+    return Zero() if settings.mean_function is None else mean_from_dict(settings.mean_function)
+
+
 class ModelSettings(BaseModel):
     """Settings every model section has (the ``[model]`` table of a training config); a model's own
     settings subclass it. Unknown keys and out-of-range values are refused."""
@@ -97,6 +118,12 @@ class ModelSettings(BaseModel):
     jitter: float = Field(1.4901161193847656e-08, ge=0.0, description="relative jitter on K_uu")
     kernel: KernelSetting = Field(None, description="the covariance function: a spelling such as 'matern52+linear', "
                                   "a [model.kernel] table or a pep_gp.kernels object; none: the squared exponential")
+    mean_function: MeanSetting = Field(None, description="the prior's mean, in standardised units: 'constant', "
+                                       "'linear', a [model.mean_function] table or a pep_gp.means object; none: zero")
+
+    takes_mean: ClassVar[bool] = False
+    """Whether the model carries a mean function (the Power-EP sparse GPs and the collapsed regressor); the
+    others refuse one other than zero."""
 
     at_the_rows: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     """Settings the trainer imposes when the inducing inputs are the training inputs (``num_inducing`` capped
@@ -113,6 +140,14 @@ class ModelSettings(BaseModel):
             raise ValueError("kernel: this model takes no priors yet (the sparse-gp-regressor, "
                              "sparse-gp-classifier and collapsed regressor do); leave out the kernel's prior=")
         return self
+
+    @field_validator("mean_function")
+    @classmethod
+    def _carried(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and not cls.takes_mean:
+            raise ValueError("this model takes the zero mean only (sparse-gp-regressor, sparse-gp-classifier and "
+                             "CollapsedGPRegressor carry a mean function)")
+        return value
 
     def __hash__(self) -> int:
         """Settings key compiled programs: hashed by their JSON (the kernel's description is a table)."""

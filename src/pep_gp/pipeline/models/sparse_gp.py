@@ -27,7 +27,8 @@ from ..data.blocks import TargetScaling
 from .likelihood_parameters import LikelihoodParameterSettings
 from .predictive import BinaryLikelihoodPredictive, LikelihoodPredictive
 from ..data.validation import check_num_inducing
-from .protocol import InducingSettings, ModelSettings, SiteSettings, SpecBase, leaves_named, settings_kernel
+from .protocol import (InducingSettings, ModelSettings, SiteSettings, SpecBase, leaves_named, settings_kernel,
+                       settings_mean)
 from .registry import register
 
 # Initial noise variance of the Gaussian likelihood in standardised target units: var(y)/100, as the
@@ -42,6 +43,7 @@ class SparseGPSettings(InducingSettings):
     ard: bool = Field(False, description="one lengthscale per input (ARD); false: one shared by the standardised inputs")
 
     takes_priors = True  # the kernel's prior= and the likelihood's are added to the energy (a MAP fit)
+    takes_mean = True  # a mean_function= is carried through the energy, the predictive and the draws
 
     at_the_rows: ClassVar[Mapping[str, Any]] = MappingProxyType({"alpha": 0.0})
     """With the inducing inputs at the N training inputs the tied energy at α > 0 is biased: the cavity removes
@@ -110,12 +112,13 @@ class SparseGPSpec(SpecBase):
     def init(self, model: PowerEPSparseGP, x, settings: SparseGPSettings, seed: int) -> SparseGPParams:
         """k-means inducing inputs unless ``inducing_points`` (standardised by the trainer), the settings'
         kernel (default a squared exponential of unit variance, an unset lengthscale the median distance,
-        ``ard``: one per input) and the likelihood's starting parameters (:meth:`likelihood_params`)."""
+        ``ard``: one per input), the likelihood's starting parameters (:meth:`likelihood_params`) and the
+        settings' mean function (default zero)."""
         if settings.inducing_points is None:
             check_inducing(settings, x.shape[0])
         return model.init(x, settings.num_inducing, inducing=settings.inducing_points,
                           kernel=settings_kernel(settings), likelihood_params=self.likelihood_params(settings),
-                          seed=seed, ard=settings.ard)
+                          seed=seed, ard=settings.ard, mean=settings_mean(settings))
 
     def likelihood_params(self, settings: SparseGPSettings) -> dict:
         """The likelihood's starting parameters: those it starts from itself."""
