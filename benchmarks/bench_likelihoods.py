@@ -25,6 +25,7 @@ The sparse GPs run with ``num_inducing=50`` and ``max_iter=1000`` (classifiers: 
 defaults; the deep GP at its defaults but ``max_iter=500``.
 
 Usage:  .venv/bin/python -m benchmarks.bench_likelihoods [--splits 3] [--sections outliers counts binary coverage] [--smoke]
+        (a run of some sections keeps the committed JSON's others, with the command and commit that wrote them)
         .venv/bin/python -m benchmarks.bench_likelihoods --table     # the docs table of the committed JSON
 Writes: benchmarks/results/bench_likelihoods.json
 """
@@ -222,6 +223,16 @@ def table(result: dict) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n\n" + note
 
 
+def kept_sections(previous: dict, rerun: list[str]) -> dict:
+    """The sections of the committed JSON ``previous`` that a run of ``rerun`` only leaves as they were, and
+    under ``kept_sections`` the command and commit that wrote each of them (so a run of one section keeps
+    the page's other rows)."""
+    kept = [name for name in SECTIONS if name not in rerun and name in previous]
+    made = {name: previous.get("kept_sections", {}).get(name, {key: previous.get(key) for key in ("command", "commit")})
+            for name in kept}
+    return {**{name: previous[name] for name in kept}, **({"kept_sections": made} if kept else {})}
+
+
 def cli() -> argparse.ArgumentParser:
     """The command line of ``python -m benchmarks.bench_likelihoods``."""
     parser = arguments(__doc__, splits=3)
@@ -245,6 +256,8 @@ def main() -> None:
     for name in args.sections:
         payload[name] = sections[name](args.splits)
     payload["seconds"] = time.perf_counter() - start
+    if not args.smoke:
+        payload.update(kept_sections(read_results(NAME), args.sections))
     path = write_results(NAME + "_smoke" * args.smoke, payload)
     print(table(json.loads(path.read_text())))
 

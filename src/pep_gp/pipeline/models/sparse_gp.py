@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
+import jax.numpy as jnp
 import numpy as np
 from pydantic import Field
 
@@ -176,6 +177,15 @@ class SparseGPRegressorSpec(SparseGPSpec):
         if settings.likelihood == "negative-binomial":
             return NegativeBinomial.init_params(settings.dispersion)
         return super().likelihood_params(settings)
+
+    def settle(self, model: PowerEPSparseGP, params: SparseGPParams, x, y, settings: SparseGPRegressionSettings,
+               n_total) -> SparseGPParams:
+        """The starting params given the training rows ``x, y`` (model units, a sample of them): the Student-t's
+        tied factor at its sites' fixed point (:meth:`~pep_gp.core.models.power_ep.PowerEPSparseGP.settled`),
+        every other likelihood's as :meth:`init` left it."""
+        if settings.likelihood != "student-t":
+            return params
+        return model.settled(params, jnp.asarray(x), jnp.asarray(y), n_total)
 
     def check(self, data, settings: SparseGPRegressionSettings, block_rows: int) -> None:
         """A regression dataset; for a count likelihood its training targets must be non-negative integers."""

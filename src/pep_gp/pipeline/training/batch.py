@@ -35,10 +35,10 @@ class EngineBatch:
         return self.engine.map_sum_kept(fn, inputs)
 
 
-def init_sample(source: Any, seed: int) -> np.ndarray:
-    """The standardised inputs of about :data:`INIT_ROWS` training rows of ``source``: whole blocks drawn
-    with ``seed``, in order."""
+def init_sample(source: Any, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The standardised inputs and the targets (model units) of about :data:`INIT_ROWS` training rows of
+    ``source``: whole blocks drawn with ``seed``, in order."""
     count = min(source.n_blocks, math.ceil(INIT_ROWS / source.block_rows))
     chosen = np.sort(np.random.default_rng(seed).choice(source.n_blocks, count, replace=False))
     blocks = [source.read(int(b)) for b in chosen]
-    return np.concatenate([b.x[b.mask] for b in blocks])
+    return np.concatenate([b.x[b.mask] for b in blocks]), np.concatenate([b.y[b.mask] for b in blocks])

@@ -210,9 +210,11 @@ class Trainer:
                 params = self._initial_params
                 if params is None:
                     source = self.train.source
-                    params = self.spec.init(self.model, init_sample(source, self.job.config.seed),
-                                            self.settings.in_model_units(source.x_mean, source.x_std),
+                    x, y = init_sample(source, self.job.config.seed)
+                    params = self.spec.init(self.model, x, self.settings.in_model_units(source.x_mean, source.x_std),
                                             self.job.config.seed)
+                    if hasattr(self.spec, "settle"):  # a start that depends on the targets too
+                        params = self.spec.settle(self.model, params, x, y, self.settings, self.data_size)
                 self._start = self.step_fn.init(params)
         return LoopState(self._start.params, self._start.opt_state, np.asarray(self.schedule.key_data, np.uint32))
 

