@@ -174,18 +174,22 @@ class Pass:
         big = table(self.work / "big.csv", rows=300_000, seed=2)
         out = self.work / "big-predictions.csv"
         args = [PEP, "predict", "--run-dir", str(self.run), "--input", str(big), "--out", str(out)]
+
+        def hidden() -> list[str]:  # a predict's output while it is written, and its lock
+            return sorted(p.name for p in self.work.iterdir() if p.name.startswith(f".{out.stem}.predict-"))
+
         first = subprocess.Popen(args, cwd=self.work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
-        while not any(p.name.startswith(f".{out.name}.predict") and not p.name.endswith(".lock")
-                      for p in self.work.iterdir()) and time.monotonic() < deadline and first.poll() is None:
+        while not any(not name.endswith(".lock") for name in hidden()) and first.poll() is None \
+                and time.monotonic() < deadline:
             time.sleep(0.02)
         first.send_signal(signal.SIGKILL)
         first.wait()
-        left = sorted(p.name for p in self.work.iterdir() if p.name.startswith(f".{out.name}"))
+        left = hidden()
         again = launched(args, self.work)
-        after = sorted(p.name for p in self.work.iterdir() if p.name.startswith(f".{out.name}"))
-        again.lines.append(f"left by kill -9: {left}; after the next predict: {after}")
-        return again, bool(left) and not after and again.code == 0 and out.exists()
+        after = hidden()
+        again.lines.append(f"left by kill -9: {left}; after the next predict: {after}")  # beside its own message
+        return again, first.returncode == -signal.SIGKILL and bool(left) and not after and again.code == 0 and out.exists()
 
     def evaluate_other_data(self):
         other_csv = table(self.work / "other.csv", seed=3)
@@ -193,7 +197,7 @@ class Pass:
                            "other.zarr"], self.work)
         before = (self.run / "metrics.json").read_bytes()
         evaluated = launched([PEP, "evaluate", "--run-dir", str(self.run), "--data", "other.zarr", "--json"], self.work)
-        records = list((self.run / "evaluations").glob("other-*.json"))
+        records = list((self.run / "evaluations").glob("other.zarr-*.json"))
         kept = (self.run / "metrics.json").read_bytes() == before
         return [ingest, evaluated], ingest.code == 0 and evaluated.code == 0 and kept and len(records) == 1
 
@@ -229,7 +233,8 @@ class Pass:
         return out, out.code == 2 and len(out.lines) == 1 and "line 16" in out.message
 
     def integer_ids(self):
-        out = launched([PEP, "predict", "--run-dir", str(self.run), "--input", str(self.csv), "--out", "ids.parquet"],
+        pd.read_csv(self.csv).to_parquet(self.work / "t.parquet")  # a typed input: its integer ids stay integers
+        out = launched([PEP, "predict", "--run-dir", str(self.run), "--input", "t.parquet", "--out", "ids.parquet"],
                        self.work)
         ids = pd.read_parquet(self.work / "ids.parquet")["id"] if out.code == 0 else None
         out.lines.append(f"id column dtype: {None if ids is None else ids.dtype}")
