@@ -101,6 +101,7 @@ def test_a_link_taken_down_mid_step_reruns_the_step_on_the_worker_left(cluster, 
     assert time.monotonic() - started < RUN_TIMEOUT
 
 
+@pytest.mark.exhaustive  # the link-down path again, then the link back up: .ci/run's infra stage leaves it out
 def test_a_link_that_comes_back_after_the_run_moved_on_changes_nothing(cluster, store, reference, tmp_path):
     training, run_dir = start_training(cluster, store, tmp_path)
     cluster.network.set_link("w1", up=False)
