@@ -29,11 +29,9 @@ from ..pipeline.jsonio import dumps
 from ..pipeline.data.ingest import (
     Progress,
     Steps,
-    check_destination,
     ingest,
     no_progress,
     publish,
-    resolve_test_size,
     stage,
     write,
 )
@@ -240,16 +238,13 @@ def ingest_command(
                  categorical=list(names(categorical)), na=na, sep=sep, max_categories=max_categories,
                  synthetic_rows=synthetic_rows)
     with user_errors("pep ingest"):
-        # Fail fast on bad options or inputs, before anything is read (or a Prefect server started).
+        # The options' combinations here; the source, the test size and the destination are checked once, by the
+        # flow, before it reads a row (ingest_run: open_source; pipeline.data.ingest.ingest).
         if (out is None) == (append is None):
             raise InputError("--out/--append: expected one of them (--out to create a store, --append to grow one)")
-        opened = open_source(source, source_request(paths, target, task, **table))
         if append is not None:
             _check_append_options(test_size=test_size, chunk_rows=chunk_rows, overwrite=overwrite or None,
                                   features=table["features"], drop=table["drop"], categorical=table["categorical"])
-        else:
-            resolve_test_size(opened, test_size)
-            check_destination(out, overwrite)
         if chunk_rows is not None and chunk_rows < 1:
             raise InputError(f"--chunk-rows: expected a positive row count, found {chunk_rows}")
         run = ingest_run
