@@ -26,7 +26,7 @@ from tests import tiny
 # checks with the same estimator classes as the trainer's regressors; exact EP; untied multi-class EP). The others are
 # the same estimator classes over another model spec: the whole contract with -m exhaustive. In the default tier every
 # estimator takes the fit-free checks below, and fits, predicts and round-trips at the tiny shapes
-# (tests/pipeline/test_tiny_estimators.py).
+# (tests/pipeline/test_tiny_estimators.py; the costliest five there are heavy).
 SHARING = ["SparseGPRegressor", "SparseGPClassifier", "DirectMultiClassGPClassifier", "TiedEPClassifier",
            "DeepGPRegressor", "DeepGPClassifier"]
 OWN = ["MultiClassGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier", "MultiClassEPClassifier",
