@@ -1,7 +1,8 @@
 """Every public estimator (the estimator of every registered model and the three with fits of their own) at the
 standard tiny shapes and settings (:mod:`tests.tiny`): it fits, predicts what its task promises, and a pickle,
-a saved run and a refit all predict the same bits (in the default tier, but for the costliest five: :data:`HEAVY`). A model added to the registry, or an
-estimator added to ``pep_gp``, is tested here without a line of its own."""
+a saved run and a refit all predict the same bits (in the default tier, but for the costliest five:
+:data:`HEAVY`). A model added to the registry, or an estimator added to ``pep_gp``, is tested here without a
+line of its own."""
 
 from __future__ import annotations
 
