@@ -20,13 +20,13 @@ from tests import tiny
 # cache and 56 s in a process whose cache held most of its programs (2 cores under load); with the programs cached,
 # CollapsedGPRegressor's took 22 s at 20 L-BFGS iterations (11 s in 1,009 energy evaluations, 4 s predicting) and 8 s
 # at 5. So the settings are the shortest fits that pass the checks' accuracy floors (tests/tiny.py: the deep
-# multi-class classifier at 3 steps is 33 % right on three blobs), and the whole contract stays out of the default tier: it
-# runs in .ci/run for one classifier through the trainer (multi-class SEP's, whose checks fit binary and multi-class
-# labels), the multi-class deep GP (the trainer's deep path with a predictive of its own; it passes every check) and
-# each estimator with a fit of its own (the collapsed regressor, which takes the regressor checks with the same
-# estimator classes as the trainer's regressors; exact EP; untied multi-class EP). The others are the same estimator
-# classes over another model spec: the whole contract with -m exhaustive. In the default tier every estimator takes
-# the fit-free checks below, and fits, predicts and round-trips at the tiny shapes
+# multi-class classifier at 3 steps is 33 % right on three blobs), and the whole contract stays out of the default
+# tier: it runs in .ci/run for one classifier through the trainer (multi-class SEP's, whose checks fit binary and
+# multi-class labels), the multi-class deep GP (the trainer's deep path with a predictive of its own; it passes every
+# check) and each estimator with a fit of its own (the collapsed regressor, which takes the regressor checks with the
+# same estimator classes as the trainer's regressors; exact EP; untied multi-class EP). The others are the same
+# estimator classes over another model spec: the whole contract with -m exhaustive. In the default tier every
+# estimator takes the fit-free checks below, and fits, predicts and round-trips at the tiny shapes
 # (tests/pipeline/test_tiny_estimators.py; the costliest five there are heavy).
 SHARING = ["SparseGPRegressor", "SparseGPClassifier", "DirectMultiClassGPClassifier", "TiedEPClassifier",
            "DeepGPRegressor", "DeepGPClassifier"]
