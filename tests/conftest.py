@@ -12,12 +12,14 @@ from pathlib import Path
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+import numpy as np
 import pytest
 from filelock import FileLock
 
 import pep_gp.core
 from pep_gp.pipeline.engine.compilation import (COMPILATION_CACHE_ENV, release_compiled_programs_if_crowded,
                                                 use_compilation_cache)
+from tests import tiny
 from tests.messy_runs import MessyRun, messy_run
 
 
@@ -73,3 +75,9 @@ def messy_classifier(tmp_path_factory):
 def messy_regressor(tmp_path_factory):
     """A ``sparse-gp-regressor`` run trained by ``pep ingest`` and ``pep train`` on a messy CSV."""
     return messy_run_once(tmp_path_factory, "regression")
+
+
+@pytest.fixture(scope="session")
+def tiny_data() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The standard tiny data sets of :mod:`tests.tiny`, by task: ``"regression"``, ``"binary"``, ``"multiclass"``."""
+    return tiny.data()

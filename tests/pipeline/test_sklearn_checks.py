@@ -10,30 +10,33 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import check_estimator, estimator_checks_generator
 
 import pep_gp
+from tests import tiny
 
-# Small models, the shortest fits that still pass the checks' accuracy floors (check_classifiers_train,
-# check_regressors_train): the checks fit each estimator dozens of times on toy data.
-SETTINGS = {"ExactGPClassifier": {"max_iter": 5},
-            # the class's contract, on the paper's likelihood: "auto" takes the softmax on data this small (the
-            # same estimator class and outputs; tests/pipeline/test_likelihood_estimators.py fits it), at ~50×
-            # the step's cost over the checks' dozens of fits
-            "MultiClassGPClassifier": {"num_inducing": 5, "max_iter": 20, "learning_rate": 0.1,
-                                       "likelihood": "pairwise"},
-            "DeepGPRegressor": {"num_inducing": 5, "max_iter": 60, "learning_rate": 0.05}}  # 20 steps fail R² > 0.5
-# The whole contract runs in .ci/run for one classifier through the trainer (multi-class SEP's, whose checks fit
-# binary and multi-class labels) and for each estimator with a fit of its own (the collapsed regressor, which
-# takes the regressor checks with the same estimator classes as the trainer's regressors; exact EP; untied
-# multi-class EP). The others are the same estimator classes over another model spec (the trainer's, with models
-# that tests/test_models.py and the registry's tests check): they take the constructor checks below (quick
-# tier), and the whole contract with -m exhaustive.
+# Where the checks' time goes: each check fits on data of its own width (1 to 30 features, 1 to 4 classes: about ten
+# widths per estimator) and every new width compiles the model's programs again, while rows are padded to one size
+# (pep_gp.pipeline.data.sizes) and predictions go in blocks of one size; then each of the ~50 fits takes its max_iter
+# steps or L-BFGS iterations (the exact-GP and untied EP programs are sized by the rows: a compilation per row count).
+# Compiling dominates: MultiClassDeepGPClassifier's contract took 118 s of CPU under pytest with a fresh compilation
+# cache and 56 s in a process whose cache held most of its programs (2 cores under load); with the programs cached,
+# CollapsedGPRegressor's took 22 s at 20 L-BFGS iterations (11 s in 1,009 energy evaluations, 4 s predicting) and 8 s
+# at 5. So the settings are the shortest fits that pass the checks' accuracy floors (tests/tiny.py: the deep
+# multi-class classifier at 3 steps is 33 % right on three blobs), and the whole contract stays out of the default
+# tier: it runs in .ci/run for one classifier through the trainer (multi-class SEP's, whose checks fit binary and
+# multi-class labels), the multi-class deep GP (the trainer's deep path with a predictive of its own; it passes every
+# check) and each estimator with a fit of its own (the collapsed regressor, which takes the regressor checks with the
+# same estimator classes as the trainer's regressors; exact EP; untied multi-class EP). The others are the same
+# estimator classes over another model spec: the whole contract with -m exhaustive. In the default tier every
+# estimator takes the fit-free checks below, and fits, predicts and round-trips at the tiny shapes
+# (tests/pipeline/test_tiny_estimators.py; the costliest five there are heavy).
 SHARING = ["SparseGPRegressor", "SparseGPClassifier", "DirectMultiClassGPClassifier", "TiedEPClassifier",
            "DeepGPRegressor", "DeepGPClassifier"]
-NAMES = ["MultiClassGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier", "MultiClassEPClassifier",
-         *(pytest.param(name, marks=pytest.mark.exhaustive) for name in SHARING)]
+OWN = ["MultiClassGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier", "MultiClassEPClassifier",
+       "MultiClassDeepGPClassifier"]
+NAMES = [*OWN, *(pytest.param(name, marks=pytest.mark.exhaustive) for name in SHARING)]
 
 
 def estimator(name: str):
-    return getattr(pep_gp, name)(**SETTINGS.get(name, {"num_inducing": 5, "max_iter": 20, "learning_rate": 0.1}))
+    return getattr(pep_gp, name)(**tiny.SETTINGS[name])
 
 
 @pytest.mark.slow
@@ -87,8 +90,8 @@ def test_a_kernel_object_passes_the_parameter_checks():
                                         learning_rate=0.1), PARAMETER_CHECKS)
 
 
-@pytest.mark.parametrize("name", SHARING)
-def test_an_estimator_sharing_a_path_passes_the_constructor_checks(name):
+@pytest.mark.parametrize("name", [*OWN, *SHARING])
+def test_every_estimator_passes_the_constructor_checks(name):
     """Each estimator's own constructor (its parameters, defaults and repr) against scikit-learn's rules: what
-    the whole contract checks of it beyond the path it shares with another estimator."""
+    the whole contract checks of it without fitting (its fits at the tiny shapes: test_tiny_estimators.py)."""
     run_checks(estimator(name), CONSTRUCTOR_CHECKS)
