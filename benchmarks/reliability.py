@@ -281,11 +281,15 @@ CASES: dict[str, tuple[str, Callable[[Pass], tuple]]] = {
 }
 
 
-def main() -> None:
+def cli():
     parser = arguments(__doc__, name="reliability")
     parser.add_argument("--field-mb", type=int, default=1024, help="the long field's size in MB")
     parser.add_argument("--only", nargs="+", choices=sorted(CASES), help="run these cases only")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     results = []
     with temporary_directory("pep-reliability-") as work:
         cases = Pass(work, args.field_mb)
