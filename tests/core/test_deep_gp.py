@@ -128,6 +128,7 @@ def test_fixed_input_marginals_are_the_bank_projection():
                                inverse_k @ covariance @ inverse_k, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_uncertain_input_at_zero_variance_is_the_fixed_row_projection():
     model, params, x, _ = _model_and_params((3, 2))
     layer = params.layers[1]
@@ -209,6 +210,7 @@ def test_energy_gradient_matches_central_differences(hidden, likelihood):
     oracles.assert_gradient_matches_central_differences(energy, jax.grad(energy), flat, eps=1e-6)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_minibatch_estimates_average_to_the_full_energy():
     """One epoch's batches (a permutation cut into equal parts): the mean of ``G + (N/|B|)Σ_B log Z`` is F."""
     model, params, x, y = _model_and_params((2,), n=24)

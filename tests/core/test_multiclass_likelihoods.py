@@ -85,6 +85,7 @@ def test_a_likelihood_defined_here_is_asked_for_everything_the_model_computes():
     np.testing.assert_array_equal(np.asarray(stats.count), np.full(3, 24.0))  # a factor a row: n_{B,c} = rows
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_a_likelihood_defined_here_trains_by_site_updates_and_draws_its_own_labels():
     """Three full-batch SEP updates of the tied factors under the tempered softmax are accepted and finite
     (its sites are the whole-row ones, moment-matched from its ``log Z``); its labels are drawn as it says."""

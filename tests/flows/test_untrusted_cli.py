@@ -84,6 +84,7 @@ def test_zarr_v2_store_and_seed_beyond_32_bits(store, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_a_deleted_chunk_or_a_label_outside_the_classes_fails_the_run(store, tmp_path):
     path = copy_of(Path(store.path), tmp_path)
     chunk_files(path, "test/y")[0].unlink()

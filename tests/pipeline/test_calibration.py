@@ -55,6 +55,7 @@ def test_ece_and_brier_match_a_plain_numpy_implementation(seed, n, classes, shar
     assert report["test_error"] == pytest.approx(np.mean(proba.argmax(axis=1) != labels))
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_block_sums_reduce_to_the_report_of_all_rows():
     """Two padded blocks summed (as the engine sums them) give the report of the rows at once."""
     rng = np.random.default_rng(0)

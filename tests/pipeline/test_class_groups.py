@@ -69,6 +69,7 @@ def trained(step, groups, x, y, class_rows):
     return state, energies
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_every_grouping_gives_the_same_bits_and_the_step_of_all_classes(problem):
     """G = 1, 2 (also on two threads) and 5 groups of C = 10 classes: the same bits after a few steps; the step
     of all classes at once to rounding."""

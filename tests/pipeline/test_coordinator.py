@@ -52,6 +52,7 @@ def test_segments_and_resume_are_bit_identical(binary_store, tmp_path):
     assert strip(rest.history) == strip(whole.history)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_more_epochs_continue_a_finished_run(binary_store, tmp_path):
     longer = train(job(binary_store, tmp_path / "a", epochs=4))
     train(job(binary_store, tmp_path / "b", epochs=2))

@@ -70,6 +70,7 @@ def test_killing_a_worker_mid_run_changes_nothing(binary_store, cluster, tmp_pat
     assert without_seconds(result.history) == without_seconds(reference.history)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_a_client_that_gave_up_on_its_scheduler_mid_step_reconnects_and_changes_nothing(binary_store, tmp_path):
     """Dask's client closes itself when its scheduler stays away past the reconnection window, at any moment,
     also between the engine's check for a closed client and the step's calls: those calls fail in ways of

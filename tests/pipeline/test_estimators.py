@@ -95,6 +95,7 @@ def test_frozen_inducing_inputs_stay_put(regression_data):
     assert not np.array_equal(model.params_.kernel.lengthscales.raw, start.params_.kernel.lengthscales.raw)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_inducing_points_are_capped_by_the_rows_with_a_note(regression_data):
     x, y = regression_data
     model = SparseGPRegressor(num_inducing=200, max_iter=0).fit(x, y)

@@ -115,6 +115,7 @@ def test_auto_fits_full_batch_where_the_rows_fit_one_batch_and_tol_stops_it(monk
         SparseGPClassifier(**quick, solver="lbfgs", early_stopping=True).fit(x, labels)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_a_full_batch_fit_saves_loads_warm_starts_and_streams(tmp_path):
     x, y = sine(40)
     labels = (y > 0).astype(int)

@@ -79,6 +79,7 @@ def test_the_kernel_table_and_set_are_validated_by_the_model_settings():
         model_settings(spec, {"kernel": {"name": "peroidic"}})
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_max_iter_0_gives_the_objective_at_the_given_kernel_and_noise(data):
     """``CollapsedGPRegressor(kernel=…, noise_variance=…, max_iter=0)`` with M = N (the inducing inputs are the
     training inputs) returns the exact evidence at exactly those values: scikit-learn's

@@ -33,6 +33,7 @@ def classifier(data):
         return ExactGPClassifier(max_iter=5).fit(x, np.where(y > 0, "yes", "no"))
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 @pytest.mark.parametrize("alpha", [1.0, 0.0])
 def test_collapsed_predict_f_with_inducing_at_the_inputs_is_the_exact_gp_posterior(data, alpha):
     """M = N (the k-means inducing inputs are the training inputs, no jitter): FITC (α = 1) and VFE (α = 0)

@@ -64,6 +64,7 @@ def test_a_worker_lost_between_a_steps_two_passes_changes_nothing(three_class_st
     assert leaves_equal(distributed, reference)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_a_pass_is_one_direct_call_per_worker_and_no_task(three_class_store, cluster):
     from distributed import get_task_stream
 
