@@ -115,7 +115,7 @@ def test_bad_input_fails_cleanly(store, tmp_path, args, message):
 @pytest.mark.heavy
 def test_evaluate_without_a_run(tmp_path):
     done = pep("evaluate", "--run-dir", str(tmp_path / "run"), check=False)
-    assert done.returncode == 2 and "no complete checkpoint (train first with `pep train`)" in done.stderr
+    assert done.returncode == 2 and "run: no such run directory (train first with `pep train`)" in done.stderr
 
 
 # One model of each kind of training state (a tied factor; QP's sites; the deep GP's layers; C tied factors, with a

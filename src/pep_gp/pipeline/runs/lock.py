@@ -54,7 +54,7 @@ def hold_run_dir(run_dir: Path, what: str = "pep train", create: bool = True) ->
 
 def _acquire(run_dir: Path, what: str, create: bool) -> int:
     if not create and not run_dir.is_dir():
-        raise InputError(f"{run_dir}: no such run directory")
+        raise InputError(f"{run_dir}: no such run directory (train first with `pep train`)")
     run_dir.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
