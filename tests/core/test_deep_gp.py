@@ -224,6 +224,7 @@ def test_minibatch_estimates_average_to_the_full_energy():
     assert float(np.mean(estimates)) == pytest.approx(float(jax.jit(model.energy)(params, x, y)), rel=1e-12)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_masked_rows_add_nothing():
     model, params, x, y = _model_and_params((2,))
     shared = model.step_shared(params, 100)

@@ -129,6 +129,7 @@ def test_more_groups_than_classes_is_refused(problem):
         step.init(params, CLASSES + 1)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_a_rejected_site_update_leaves_every_class_as_it_was_as_the_step_of_all_classes_does(problem):
     """A minibatch with a non-finite row: both steps reject the site update and the ascent, and the
     parameters stay the bits they were (the class-parallel step after computing the cavities with the new

@@ -60,6 +60,7 @@ def test_more_epochs_continue_a_finished_run(binary_store, tmp_path):
     assert leaves_equal(continued.params, longer.params)
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_resume_refusals(binary_store, tmp_path):
     train(job(binary_store, tmp_path), until_step=4)
     with pytest.raises(InputError, match="already holds checkpoints; pass --resume"):

@@ -205,6 +205,7 @@ def test_classifier_rejects_bad_input(make, message):
         SparseGPClassifier(num_inducing=3, max_iter=1).fit(*make(x, y))
 
 
+@pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_bad_settings_are_rejected_by_name(regression_data):
     x, y = regression_data
     with pytest.raises(ValueError, match=r"SparseGPRegressor: alpha: Input should be less than or equal to 1"):
