@@ -144,6 +144,17 @@ def _scored(task: str, y_test, proba=None, mean=None, std=None, rate=None) -> di
             "coverage_90": float(np.mean(np.abs(y_test - mean) <= Z90 * std))}
 
 
+def _predicted(task: str, model, x_test, y_test) -> dict:
+    """:func:`_scored` of a fitted scikit-learn-style ``model`` (pep's estimators, scikit-learn's): its
+    probabilities, its Poisson rate, or its predictive mean and standard deviation."""
+    if task in ("binary", "multiclass"):
+        return _scored(task, y_test, proba=model.predict_proba(x_test))
+    if task == "counts":
+        return _scored(task, y_test, rate=model.predict(x_test))
+    mean, std = model.predict(x_test, return_std=True)
+    return _scored(task, y_test, mean=mean, std=std)
+
+
 def _pep(fit: str, task: str, x_train, y_train, x_test, y_test) -> dict:
     import jax.monitoring
 
@@ -161,13 +172,8 @@ def _pep(fit: str, task: str, x_train, y_train, x_test, y_test) -> dict:
     fit_seconds = time.time() - start
     compile_count, compile_seconds = len(compiles), float(sum(compiles))
     predicting = time.time()
-    if task in ("binary", "multiclass"):
-        scored = _scored(task, y_test, proba=model.predict_proba(x_test))
-    elif task == "counts":
-        scored = _scored(task, y_test, rate=model.predict(x_test))
-    else:
-        mean, std = model.predict(x_test, return_std=True)
-        scored = _scored(task, y_test, mean=mean, std=std)
+    scored = _predicted(task, model, x_test, y_test)
+    if task == "regression":
         low, high = model.predict_quantiles(x_test, (0.05, 0.95)).T
         scored["coverage_90"] = float(np.mean((y_test >= low) & (y_test <= high)))  # its own predictive's quantiles
     steps = int(getattr(model, "n_iter_", 0) or 0)
@@ -198,13 +204,7 @@ def _sklearn(fit: str, task: str, x_train, y_train, x_test, y_test) -> dict:
     model.fit(x_train, y_train)
     fit_seconds = time.time() - start
     predicting = time.time()
-    if task in ("binary", "multiclass"):
-        scored = _scored(task, y_test, proba=model.predict_proba(x_test))
-    elif task == "counts":
-        scored = _scored(task, y_test, rate=model.predict(x_test))
-    else:
-        mean, std = model.predict(x_test, return_std=True)
-        scored = _scored(task, y_test, mean=mean, std=std)
+    scored = _predicted(task, model, x_test, y_test)
     return {**scored, "imported": imported, "predict_seconds": time.time() - predicting, "fit_seconds": round(fit_seconds, 3)}
 
 
