@@ -91,6 +91,10 @@ def table(name: str):
 
         year, counts = coal_counts()
         x, y = year[:, None].astype(np.float64), counts.astype(np.float64)
+    elif name == "diabetes":  # scikit-learn's own copy (not in benchmarks.datasets' catalogue)
+        from sklearn.datasets import load_diabetes
+
+        x, y = load_diabetes(return_X_y=True)
     else:
         from .datasets import load
 
