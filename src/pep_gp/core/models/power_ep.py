@@ -176,12 +176,18 @@ class PowerEPSparseGP:
             kernel=kernel.bank(1, z.shape[1], lengthscales),
             inducing=jnp.asarray(z),
             likelihood=lik,
-            factor_shift=jnp.zeros(z.shape[0]),
-            factor_chol=jnp.zeros((z.shape[0], z.shape[0])),
+            factor_shift=jnp.asarray(np.zeros(z.shape[0])),  # placed, not computed: no program to compile
+            factor_chol=jnp.asarray(np.zeros((z.shape[0], z.shape[0]))),
             mean=Zero() if mean is None else mean.build(z.shape[1]),
         )
+        return params._replace(factor_chol=self._prior_precision_chol(params))
+
+    @partial(jax.jit, static_argnums=0)
+    def _prior_precision_chol(self, params: SparseGPParams):
+        """``chol(K_uu⁻¹)``, the starting factor's, in one compiled program (op by op, each of its array operations
+        was a program of its own to compile in every new process)."""
         inverse = bank.prior_factors(self.sparse_gp(params)).inverse[0]  # K_uu⁻¹ = PᵀP
-        return params._replace(factor_chol=cholesky(inverse.T @ inverse))
+        return cholesky(inverse.T @ inverse)
 
     # ----------------------------------------------------------------------------------------------
     def step_shared(self, params: SparseGPParams, n_total) -> StepShared:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 import optax
@@ -303,11 +304,12 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
         return params, opt_state, ok, value
 
     site_update, ascend = jax.jit(site_update), jax.jit(ascend, static_argnames="structure")
+    optimizer_init = jax.jit(optimizer.init)  # one program, not one per array operation of the optimiser's state
 
     def init(params) -> StepState:
         with float64():
             params = strongly_typed(params)
-            return StepState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+            return StepState(params, optimizer_init(params), jnp.asarray(np.zeros((), np.int32)))
 
     def update(state: StepState, batch: Minibatch) -> tuple[StepState, StepInfo]:
         with float64():
