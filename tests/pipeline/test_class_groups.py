@@ -11,6 +11,7 @@ import pytest
 
 from pep_gp.core import float64
 from pep_gp.core.models.multiclass import MultiClassGP
+from pep_gp.pipeline.engine import Pass
 from pep_gp.pipeline.engine.cache import compiled_program, resolve
 from pep_gp.pipeline.models.protocol import leaves_named
 from pep_gp.pipeline.training.class_groups import ClassParallelStep, InProcessGroups
@@ -26,14 +27,13 @@ class OneBlock:
     def __init__(self, x, y, mask, scale, data_size):
         self.rows, self.scale, self.data_size = (x, y, mask), scale, data_size
 
-    def sum_keeping(self, fn, inputs):
-        fn, self.inputs = resolve(fn, inputs)
-        result, self.kept = compiled_program(fn)(self.inputs, *self.rows)
-        return result
-
-    def sum_kept(self, fn, inputs):
+    def submit(self, fn, inputs, kept=None, keep=False):
+        if kept is None:
+            fn, self.inputs = resolve(fn, inputs)
+            result, self.kept = compiled_program(fn)(self.inputs, *self.rows)
+            return Pass(result)
         x, y, mask = self.rows
-        return compiled_program(fn)(inputs, self.inputs, self.kept, y, mask)
+        return Pass(compiled_program(fn)(inputs, self.inputs, self.kept, y, mask))
 
 
 def a_problem(likelihood: str = "pairwise", classes: int = CLASSES):
