@@ -14,9 +14,18 @@ processes or a remote cluster):
   ``engine.submit(fn2, inputs2, first)``, which sums ``fn2(inputs2, shared, kept_b, y_b, mask_b)`` over the
   first pass's blocks (``shared``: that pass's block inputs, held once per process), sending only
   ``inputs2``. A step of a model with site updates makes its two passes this way.
+* ``backend.place(objects) -> Placement`` leaves objects resident where blocks are computed (one per Dask
+  worker, or in this process one per thread; ``backend.slots`` of them side by side);
+  ``Placement.each(method, args)`` calls a method of every one at once and ``Placement.release()`` lets them
+  go (:mod:`pep_gp.pipeline.engine.residents`). The class groups of the class-parallel step live this way
+  (:mod:`pep_gp.pipeline.training.class_parallel`).
+* A step that leaves its state where it is computed returns handles (:class:`Handle`), not arrays:
+  ``gather()`` moves the arrays (a checkpoint, an evaluation, the end of a run: :func:`gathered`) and
+  ``retain()`` keeps them beyond the next step (the trainer's best parameters: :func:`retained`).
 
 The coordinator keeps no state of a pass beyond its handle: a backend's method set is ``sum`` (a pass,
-keeping or not), ``sum_kept`` (a pass from a keeping pass's handle), ``map_ordered`` and ``close``.
+keeping or not), ``sum_kept`` (a pass from a keeping pass's handle), ``slots`` and ``place``, ``map_ordered``
+and ``close``.
 
 Backends:
 
@@ -80,7 +89,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..data.blocks import BlockSource
 from .backends import Backend, DaskBackend, InProcess
@@ -89,8 +98,29 @@ from ..cluster_address import CLUSTER_HELP, parse_cluster
 from .clusters import connect, connected
 from .summation import tree_sum
 
-__all__ = ["CLUSTER_HELP", "Backend", "DaskBackend", "Engine", "InProcess", "Pass", "connect", "connected",
-           "parse_cluster", "tree_sum"]
+__all__ = ["CLUSTER_HELP", "Backend", "DaskBackend", "Engine", "Handle", "InProcess", "Pass", "connect",
+           "connected", "gathered", "parse_cluster", "retained", "tree_sum"]
+
+
+@runtime_checkable
+class Handle(Protocol):
+    """State a step left where it was computed (Dask's futures are the model)."""
+
+    def gather(self) -> Any:
+        """The arrays, moved here."""
+
+    def retain(self) -> "Handle":
+        """A handle to the same state that outlives the step's next update."""
+
+
+def gathered(value: Any) -> Any:
+    """``value`` as arrays: a :class:`Handle` gathered, anything else as it is."""
+    return value.gather() if isinstance(value, Handle) else value
+
+
+def retained(value: Any) -> Any:
+    """``value`` kept beyond the step's next update: a :class:`Handle` retained, arrays as they are."""
+    return value.retain() if isinstance(value, Handle) else value
 
 
 class Pass:

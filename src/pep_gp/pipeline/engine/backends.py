@@ -9,9 +9,7 @@ import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Callable, Protocol
 
 import jax
@@ -20,9 +18,8 @@ from distributed.protocol import to_serialize
 
 from ..data.blocks import BlockSource
 from .cache import Keeping, Kept, NotHeld, sum_blocks, sum_kept_blocks
-from .compilation import use_compilation_cache
+from .residents import InThreads, OnComputeThread, Placement, Residents
 from .summation import inflate, join_subtrees, payload_bytes, subtrees
-from .threads import hold_compute_threads, pin_compute_threads
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +45,14 @@ class Backend(Protocol):
     def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
         """``Σ_b fn(inputs, shared, part_b, y_b, mask_b)`` over the blocks of the keeping pass ``keeping``
         (:func:`~pep_gp.pipeline.engine.cache.sum_kept_blocks`)."""
+
+    @property
+    def slots(self) -> int:
+        """Objects :meth:`place` runs side by side: the workers, or this process's cores."""
+
+    def place(self, objects: list[Any]) -> Placement:
+        """``objects`` resident where blocks are computed, their calls side by side
+        (:mod:`pep_gp.pipeline.engine.residents`)."""
 
     def map_ordered(self, fn: Callable, items: Iterable, window: int) -> Iterator:
         """``fn(item)`` for each item, yielded in the items' order, with at most ``window`` items taken
@@ -75,6 +80,14 @@ class InProcess:
     def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
         return sum_kept_blocks(fn, inputs, source, keeping.blocks, self.kept, keeping.token,
                                (keeping.fn, keeping.inputs), to_host=False)
+
+    @property
+    def slots(self) -> int:
+        return len(os.sched_getaffinity(0))
+
+    def place(self, objects: list[Any]) -> Placement:
+        """``objects`` in this process, each on a thread of its own when there are several."""
+        return InThreads(objects, threads=len(objects) > 1)
 
     def map_ordered(self, fn: Callable, items: Iterable, window: int = 1) -> Iterator:
         return map(fn, items)
@@ -110,33 +123,6 @@ class Call:
     keep: str | None = None  # first pass: keep each block's part under this token
     kept: str | None = None  # second pass: from the parts of this keeping pass
     first: tuple[int, Any] | None = None  # second pass: the first pass's function and inputs, for parts not here
-
-
-class OnComputeThread(WorkerPlugin):
-    """A Dask worker plugin that answers the coordinator's direct calls of its ``handler`` (no task, no
-    scheduler) with :meth:`answer`, run on one compute thread of its own: it pins the compute threads and
-    turns on the persistent compilation cache (:mod:`pep_gp.pipeline.engine.compilation`, from the worker's
-    own environment)."""
-
-    handler: str
-
-    def setup(self, worker: Any) -> None:
-        pin_compute_threads()
-        use_compilation_cache()
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="pep-compute", initializer=hold_compute_threads)
-        worker.handlers[self.handler] = self.handle
-
-    def teardown(self, worker: Any) -> None:
-        worker.handlers.pop(self.handler, None)
-        self.thread.shutdown(wait=False)
-
-    async def handle(self, **message: Any) -> Any:
-        return to_serialize(await asyncio.get_running_loop().run_in_executor(self.thread, partial(self.answer,
-                                                                                                  **message)))
-
-    def answer(self, **message: Any) -> Any:
-        """The reply to a call with the keyword arguments ``message``."""
-        raise NotImplementedError
 
 
 class WorkerEngine(OnComputeThread):
@@ -420,6 +406,14 @@ class DaskBackend:
     @property
     def n_workers(self) -> int:
         return max(1, len(self.client.nthreads()))
+
+    @property
+    def slots(self) -> int:
+        return self.n_workers
+
+    def place(self, objects: list[Any]) -> Placement:
+        """One of ``objects`` on each of the first workers (:class:`~pep_gp.pipeline.engine.residents.Residents`)."""
+        return Residents(self.client, objects)
 
     def map_ordered(self, fn: Callable, items: Iterable, window: int) -> Iterator:
         """See :meth:`Backend.map_ordered`: ``fn`` is sent once to every worker, each item in its own

@@ -32,6 +32,8 @@ fused kernel, so the rounding of Adam's moments followed the program's boundarie
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
@@ -329,8 +331,22 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
 
 
 class TrainStep(NamedTuple):
-    """``init(params) -> StepState`` and ``update(state, batch) -> (StepState, StepInfo)``."""
+    """``init(params) -> StepState``, ``update(state, batch) -> (StepState, StepInfo)`` and ``release()``, which
+    lets go what the step holds where blocks are computed between updates (a step over rows: nothing beyond its
+    kept passes, which the next step's replace; the class-parallel step: its class groups)."""
 
     init: Callable[[Any], StepState]
     update: Callable[[StepState, Minibatch], tuple[StepState, StepInfo]]
     parts: StepParts
+    release: Callable[[], None] = lambda: None
+
+
+@contextlib.contextmanager
+def released(current: Callable[[], TrainStep]) -> Iterator[None]:
+    """Around a segment of training: afterwards what the step ``current()`` holds is released (the trainer's
+    at the end: a resumed run may have built another), raised or not; a later segment's step places it again
+    from the arrays the loop's state holds."""
+    try:
+        yield
+    finally:
+        current().release()
