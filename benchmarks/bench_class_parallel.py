@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,8 @@ from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.engine.clusters import local_cluster
 from pep_gp.pipeline.engine.threads import compute_threads
-from pep_gp.pipeline.training.class_groups import ClassParallelStep, InProcessGroups, StoreRows, WorkerGroups
+from pep_gp.pipeline.engine.residents import InThreads, Residents
+from pep_gp.pipeline.training.class_groups import ClassParallelStep, Groups, StoreRows
 from pep_gp.pipeline.training.optimiser import step_arguments
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 
@@ -64,8 +66,8 @@ TRAINED = (("none", "rows"), ("none", "classes"), ("local:1:pinned", "classes"),
            ("local:2:pinned", "rows"))
 
 
-class TimedGroups(InProcessGroups):
-    """:class:`InProcessGroups` that adds up the seconds of each group's calls."""
+class TimedThreads(InThreads):
+    """:class:`InThreads` (one after the other) that adds up the seconds of each group's calls."""
 
     def __init__(self, groups: list):
         super().__init__(groups)
@@ -73,7 +75,7 @@ class TimedGroups(InProcessGroups):
 
     def each(self, method: str, args: list[tuple]) -> list:
         results = []
-        for g, (group, arguments) in enumerate(zip(self.groups, args)):
+        for g, (group, arguments) in enumerate(zip(self.objects, args)):
             started = time.perf_counter()
             results.append(jax.block_until_ready(getattr(group, method)(*arguments)))
             self.seconds[g] += time.perf_counter() - started
@@ -108,11 +110,12 @@ def run(rows: int, steps: int) -> dict[str, Any]:
         arguments = step_arguments(trainer.spec, trainer.settings, trainer.job.config,
                                    trainer.schedule.steps_per_epoch, 0)
         parallel = ClassParallelStep(trainer.model, arguments["optimizer"], arguments["damping"])
-        grouped = TimedGroups(parallel.init(state.params, 2))
+        grouped = Groups(parallel.init(state.params, 2), TimedThreads)
         backend = local_cluster(2, "local:2:pinned", pinned=True)
         try:
-            variants = {"grouped": grouped, "grouped-threads": InProcessGroups(parallel.init(state.params, 2), True),
-                        **{f"workers-{w}": WorkerGroups(backend.client, parallel.init(state.params, w))
+            variants = {"grouped": grouped,
+                        "grouped-threads": Groups(parallel.init(state.params, 2), partial(InThreads, threads=True)),
+                        **{f"workers-{w}": Groups(parallel.init(state.params, w), partial(Residents, backend.client))
                            for w in (1, 2)}}
             seconds: dict[str, list[float]] = {name: [] for name in ("today", *variants)}
             group_seconds, total_grouped = [], 0.0
@@ -128,19 +131,19 @@ def run(rows: int, steps: int) -> dict[str, Any]:
                 trainer.step(state)
                 seconds["today"].append(time.perf_counter() - started)
                 for name, groups in variants.items():
-                    before = list(grouped.seconds)
+                    before = list(grouped.placement.seconds)
                     started = time.perf_counter()
                     info = parallel.update(groups, s, on_device if name.startswith("grouped") else stored, y, mask, scale,
                                            trainer.data_size)
                     jax.block_until_ready(info)
                     seconds[name].append(time.perf_counter() - started)
                     if s == WARM_UP - 1 and name.startswith("workers"):
-                        groups.residents.sent = groups.residents.received = 0
+                        groups.placement.sent = groups.placement.received = 0
                     if name == "grouped" and s >= WARM_UP:
-                        group_seconds.append([after - b for after, b in zip(grouped.seconds, before)])
+                        group_seconds.append([after - b for after, b in zip(grouped.placement.seconds, before)])
                         total_grouped += seconds[name][-1]
             traffic = {name: tuple(round(count / steps / len(groups.sizes))
-                                   for count in (groups.residents.sent, groups.residents.received))
+                                   for count in (groups.placement.sent, groups.placement.received))
                        for name, groups in variants.items() if name.startswith("workers")}
             digests = {"today": digest((state.params, state.opt_state)),
                        **{name: digest(parallel.state(groups)) for name, groups in variants.items()}}

@@ -49,6 +49,11 @@ def timed(times: dict[str, list[float]], name: str, call: Callable[[], Any]) -> 
     return result
 
 
+def summed(handle: Any) -> tuple[Any, Any]:
+    """A keeping pass's sum and its handle (:class:`~pep_gp.pipeline.engine.Pass`), for :func:`timed`."""
+    return handle.sum(), handle
+
+
 def profile(store: Store, steps: int, batch_size: int, kernel_products: str = "float64") -> dict[str, Any]:
     """Median milliseconds of each piece of a step, and of the direct block calls."""
     model = {**PAPER_MNIST.model, "kernel_products": kernel_products}
@@ -70,12 +75,13 @@ def profile(store: Store, steps: int, batch_size: int, kernel_products: str = "f
                 shared, pullback = timed(times, "step-shared quantities + pullback",
                                          lambda: compiled.prepare(params, size))
                 structure = jax.tree_util.tree_structure(shared)
-                stats = timed(times, "site statistics (engine)",
-                              lambda: batch.sum_keeping(compiled.site_term, (params, shared)))
+                stats, first = timed(times, "site statistics (engine)",
+                                     lambda: summed(batch.submit(compiled.site_term, (params, shared), keep=True)))
                 params, shared, _ = timed(times, "tied-factor update + cavities",
                                           lambda: compiled.site_update(params, shared, stats, state.step, size))
                 value, grad = timed(times, "data term + gradient (engine)",
-                                    lambda: batch.sum_kept(compiled.data_term, trainer.model.held(shared)))
+                                    lambda: batch.submit(compiled.data_term, trainer.model.held(shared),
+                                                         kept=first).sum())
                 state.params, state.opt_state, *_ = timed(
                     times, "global term + chain rule + Adam",
                     lambda: compiled.ascend(params, state.opt_state, shared, pullback, value, grad, scale, size,

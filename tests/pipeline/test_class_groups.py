@@ -4,6 +4,8 @@ every grouping of the classes in this process (on Dask workers: test_class_paral
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,9 +13,11 @@ import pytest
 
 from pep_gp.core import float64
 from pep_gp.core.models.multiclass import MultiClassGP
+from pep_gp.pipeline.engine import Pass
 from pep_gp.pipeline.engine.cache import compiled_program, resolve
+from pep_gp.pipeline.engine.residents import InThreads
 from pep_gp.pipeline.models.protocol import leaves_named
-from pep_gp.pipeline.training.class_groups import ClassParallelStep, InProcessGroups
+from pep_gp.pipeline.training.class_groups import ClassParallelStep, Groups
 from pep_gp.pipeline.training.optimiser import adam
 from pep_gp.pipeline.training.step import StepState, training_step
 
@@ -26,14 +30,13 @@ class OneBlock:
     def __init__(self, x, y, mask, scale, data_size):
         self.rows, self.scale, self.data_size = (x, y, mask), scale, data_size
 
-    def sum_keeping(self, fn, inputs):
-        fn, self.inputs = resolve(fn, inputs)
-        result, self.kept = compiled_program(fn)(self.inputs, *self.rows)
-        return result
-
-    def sum_kept(self, fn, inputs):
+    def submit(self, fn, inputs, kept=None, keep=False):
+        if kept is None:
+            fn, self.inputs = resolve(fn, inputs)
+            result, self.kept = compiled_program(fn)(self.inputs, *self.rows)
+            return Pass(result)
         x, y, mask = self.rows
-        return compiled_program(fn)(inputs, self.inputs, self.kept, y, mask)
+        return Pass(compiled_program(fn)(inputs, self.inputs, self.kept, y, mask))
 
 
 def a_problem(likelihood: str = "pairwise", classes: int = CLASSES):
@@ -74,9 +77,10 @@ def test_every_grouping_gives_the_same_bits_and_the_step_of_all_classes(problem)
     """G = 1, 2 (also on two threads) and 5 groups of C = 10 classes: the same bits after a few steps; the step
     of all classes at once to rounding."""
     step, params, x, y, class_rows = problem
-    one, energies = trained(step, InProcessGroups(step.init(params, 1)), x, y, class_rows)
+    one, energies = trained(step, Groups(step.init(params, 1)), x, y, class_rows)
     for n_groups, threads in ((2, False), (5, False), (2, True)):
-        again, _ = trained(step, InProcessGroups(step.init(params, n_groups), threads), x, y, class_rows)
+        again, _ = trained(step, Groups(step.init(params, n_groups), partial(InThreads, threads=threads)), x, y,
+                           class_rows)
         for got, want in zip(jax.tree_util.tree_leaves(again), jax.tree_util.tree_leaves(one), strict=True):
             np.testing.assert_array_equal(got, want)
 
@@ -102,7 +106,7 @@ def test_the_exact_likelihood_split_by_classes_is_its_step_of_all_classes():
     """With ``likelihood="exact"`` (a row's one factor touches every class) two groups of 4 classes give the
     step of all classes, to rounding."""
     step, params, x, y, class_rows = a_problem("exact", classes=4)
-    state, energies = trained(step, InProcessGroups(step.init(params, 2)), x, y, class_rows)
+    state, energies = trained(step, Groups(step.init(params, 2)), x, y, class_rows)
     assert_the_step_of_all_classes(step, params, x, y, class_rows, state, energies)
 
 
@@ -110,12 +114,12 @@ def test_a_step_from_the_gathered_state_in_other_groups_continues_with_the_same_
     """What a checkpoint holds (the state of all classes, as the step of all classes has it) starts groups
     of any size that continue the run bit for bit."""
     step, params, x, y, class_rows = problem
-    straight, _ = trained(step, InProcessGroups(step.init(params, 2)), x, y, class_rows)
-    groups = InProcessGroups(step.init(params, 2))
+    straight, _ = trained(step, Groups(step.init(params, 2)), x, y, class_rows)
+    groups = Groups(step.init(params, 2))
     *first, last = minibatches(x, y)
     for s, xb, yb, mask, scale in first:
         step.update(groups, s, xb, yb, mask, scale, class_rows)
-    resumed = InProcessGroups(step.groups(*step.state(groups), 5))
+    resumed = Groups(step.groups(*step.state(groups), 5))
     s, xb, yb, mask, scale = last
     step.update(resumed, s, xb, yb, mask, scale, class_rows)
     for got, want in zip(jax.tree_util.tree_leaves(step.state(resumed)), jax.tree_util.tree_leaves(straight),
@@ -138,7 +142,7 @@ def test_a_rejected_site_update_leaves_every_class_as_it_was_as_the_step_of_all_
     *_, (s, xb, yb, mask, scale) = minibatches(x, y)
     with float64():
         xb = xb.at[0, 0].set(jnp.nan)
-    groups = InProcessGroups(step.init(params, 2))
+    groups = Groups(step.init(params, 2))
     before = step.state(groups)
     info = step.update(groups, s, xb, yb, mask, scale, class_rows)
     whole = training_step(step.model, step.optimizer, sites=True, damping=step.damping)
@@ -154,19 +158,18 @@ def test_a_lost_worker_of_the_groups_is_a_clear_error_that_says_how_to_resume(pr
     import dask
     from distributed import Client
 
-    from pep_gp.pipeline.engine.residents import ResidentLost
-    from pep_gp.pipeline.training.class_groups import WorkerGroups
+    from pep_gp.pipeline.engine.residents import ResidentLost, Residents
 
     step, params, *_ = problem
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):  # a client that gives up on a worker soon
         client = Client(cluster.client.scheduler.address, security=cluster.client.security)
-    groups = WorkerGroups(client, step.init(params, 1))
+    groups = Groups(step.init(params, 1), partial(Residents, client))
     try:
-        lost = groups.residents.workers[0]
-        groups.residents.workers = ["tls://127.0.0.1:9"]  # the worker's address after it was lost
+        lost = groups.placement.workers[0]
+        groups.placement.workers = ["tls://127.0.0.1:9"]  # the worker's address after it was lost
         with pytest.raises(ResidentLost, match=r"tls://127.0.0.1:9: a worker holding .* --resume"):
             step.state(groups)
     finally:
-        groups.residents.workers = [lost]
-        groups.close()
+        groups.placement.workers = [lost]
+        groups.release()
         client.close()

@@ -53,9 +53,9 @@ def test_a_worker_lost_between_a_steps_two_passes_changes_nothing(three_class_st
     site_term = Derived(RowSiteTerm(model), WithShared(Prepare(model), pullback=True))  # the trainer's
 
     def two_passes(engine: Engine, between=lambda: None):
-        stats = engine.map_sum_keeping(site_term, (params, n_total), blocks)
+        first = engine.submit(site_term, (params, n_total), blocks, keep=True)
         between()
-        return stats, engine.map_sum_kept(RowDataTerm(model), model.held(shared))
+        return first.sum(), engine.submit(RowDataTerm(model), model.held(shared), first).sum()
 
     reference = two_passes(trainer.train)
     pids = cluster.client.run(os.getpid)

@@ -45,9 +45,10 @@ def test_the_trainers_sep_step_equals_the_plain_formulation(three_class_store, a
     # the trainer's path
     n = jnp.asarray(size, jnp.float64)
     shared, pullback = parts.prepare(params, n)
-    stats = batch.sum_keeping(parts.site_term, (params, shared, pullback))
+    first = batch.submit(parts.site_term, (params, shared, pullback), keep=True)
+    stats = first.sum()
     refined, refreshed, ok = parts.site_update(params, shared, stats, jnp.int32(1), n)
-    value, grad = batch.sum_kept(parts.data_term, model.held(refreshed))
+    value, grad = batch.submit(parts.data_term, model.held(refreshed), kept=first).sum()
     energy, gradient = minibatch_energy(model, size, refined, refreshed, pullback, value, grad, batch.scale,
                                         jax.tree_util.tree_structure(shared))
 

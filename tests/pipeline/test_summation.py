@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pep_gp.pipeline.engine import Engine, InProcess
+from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.engine.summation import (Zero, inflate, join_subtrees, structural_zeros, subtrees, tree_sum,
                                              without_zeros)
 from pep_gp.pipeline.engine.cache import Derived
@@ -70,25 +70,25 @@ def test_the_two_passes_keep_the_rows_and_equal_the_plain_block_terms(three_clas
     n_total = jnp.asarray(trainer.data_size, jnp.float64)
     shared, pullback = jax.jit(Prepare(model))(params, n_total)
     engine, blocks = trainer.train, [0, 3, 5]
-    engine.map_sum_keeping(Derived(RowSiteTerm(model), WithShared(Prepare(model), pullback=True)), (params, n_total),
-                           blocks)
+    first = engine.submit(Derived(RowSiteTerm(model), WithShared(Prepare(model), pullback=True)), (params, n_total),
+                          blocks, keep=True)
     assert sorted(backend.kept.parts) == blocks
     step_sized = {np.shape(leaf) for leaf in jax.tree_util.tree_leaves(pullback)
                   if np.ndim(leaf) == 3 and np.shape(leaf)[1] == np.shape(leaf)[2]}
     for part in backend.kept.parts.values():  # the step's pullback is held once per process, not in each part
         assert sum(np.shape(leaf) in step_sized for leaf in jax.tree_util.tree_leaves(part)) <= 2  # was 10
-    two_pass = engine.map_sum_kept(RowDataTerm(model), model.held(shared))
+    two_pass = engine.submit(RowDataTerm(model), model.held(shared), first).sum()
     value, (grad_params, grad_shared) = engine.map_sum(DataTerm(model), (params, shared), blocks)
     (through_shared,) = pullback(grad_shared)  # the blocks pull back their own part: equal up to rounding
     plain = value, (jax.tree_util.tree_map(jnp.add, grad_params, through_shared), None)
     backend.kept.start("another pass", *backend.kept.first)  # nothing held: the parts are computed again
-    again = engine.map_sum_kept(RowDataTerm(model), model.held(shared))
+    again = engine.submit(RowDataTerm(model), model.held(shared), first).sum()
     for a, b, c in zip(jax.tree_util.tree_leaves(two_pass), jax.tree_util.tree_leaves(plain),
                        jax.tree_util.tree_leaves(again), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14 * float(np.max(np.abs(b))))
         assert np.asarray(a).tobytes() == np.asarray(c).tobytes()
-    with pytest.raises(RuntimeError, match="map_sum_keeping"):
-        Engine(InProcess(), engine.source).map_sum_kept(RowDataTerm(model), model.held(shared))
+    with pytest.raises(ValueError, match="keep=True"):
+        engine.submit(RowDataTerm(model), model.held(shared), engine.submit(DataTerm(model), (params, shared), blocks))
 
 
 def test_a_rejected_ascent_changes_nothing_and_an_accepted_one_is_adams():

@@ -1,12 +1,31 @@
-"""The distributed engine: sums of a per-block function over blocks, in a fixed order.
+"""The distributed engine: one protocol for every distributed computation of pep, with handles in the
+style of Dask's futures (what a computation leaves stays where it was computed until it is asked for).
 
-``Engine.map_sum(fn, inputs, blocks)`` evaluates ``fn(inputs, x, y, mask)`` on each listed block of a
-:class:`~pep_gp.pipeline.data.blocks.BlockSource` and returns the sum of the results. It knows nothing about
-models: ``fn`` is any hashable, picklable function returning a pytree (the trainer passes ``value_and_grad``
-of a model's data term, its site statistics, or a held-out metric function). A step of a model with site
-updates makes two passes over the same blocks: :meth:`Engine.map_sum_keeping` sums the first and leaves
-each block's by-product (the rows' projections and their pullback) where the block was computed, and
-:meth:`Engine.map_sum_kept` sums the second from them, sending only its own (small) inputs.
+The protocol, served alike by every backend (:class:`InProcess`, :class:`DaskBackend` over local worker
+processes or a remote cluster):
+
+* ``engine.submit(fn, inputs, blocks, keep=False) -> Pass`` evaluates ``fn(inputs, x, y, mask)`` on each
+  listed block of a :class:`~pep_gp.pipeline.data.blocks.BlockSource`; ``Pass.sum()`` is the sum of the
+  results in a fixed order (:func:`tree_sum`; :meth:`Engine.map_sum` is ``submit(...).sum()``). ``fn`` knows
+  nothing of the engine: any hashable, picklable function returning a pytree (``value_and_grad`` of a
+  model's data term, its site statistics, a held-out metric).
+* ``keep=True``: ``fn`` returns ``(result, kept)`` and each block's ``kept`` stays where the block was
+  computed; the :class:`Pass` is then a handle to them, given as the ``blocks`` of a second
+  ``engine.submit(fn2, inputs2, first)``, which sums ``fn2(inputs2, shared, kept_b, y_b, mask_b)`` over the
+  first pass's blocks (``shared``: that pass's block inputs, held once per process), sending only
+  ``inputs2``. A step of a model with site updates makes its two passes this way.
+* ``backend.place(objects) -> Placement`` leaves objects resident where blocks are computed (one per Dask
+  worker, or in this process one per thread; ``backend.slots`` of them side by side);
+  ``Placement.each(method, args)`` calls a method of every one at once and ``Placement.release()`` lets them
+  go (:mod:`pep_gp.pipeline.engine.residents`). The class groups of the class-parallel step live this way
+  (:mod:`pep_gp.pipeline.training.class_parallel`).
+* A step that leaves its state where it is computed returns handles (:class:`Handle`), not arrays:
+  ``gather()`` moves the arrays (a checkpoint, an evaluation, the end of a run: :func:`gathered`) and
+  ``retain()`` keeps them beyond the next step (the trainer's best parameters: :func:`retained`).
+
+The coordinator keeps no state of a pass beyond its handle: a backend's method set is ``sum`` (a pass,
+keeping or not), ``sum_kept`` (a pass from a keeping pass's handle), ``slots`` and ``place``, ``map_ordered``
+and ``close``.
 
 Backends:
 
@@ -70,7 +89,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..data.blocks import BlockSource
 from .backends import Backend, DaskBackend, InProcess
@@ -79,8 +98,41 @@ from ..cluster_address import CLUSTER_HELP, parse_cluster
 from .clusters import connect, connected
 from .summation import tree_sum
 
-__all__ = ["CLUSTER_HELP", "Backend", "DaskBackend", "Engine", "InProcess", "connect", "connected", "parse_cluster",
-           "tree_sum"]
+__all__ = ["CLUSTER_HELP", "Backend", "DaskBackend", "Engine", "Handle", "InProcess", "Pass", "connect",
+           "connected", "gathered", "parse_cluster", "retained", "tree_sum"]
+
+
+@runtime_checkable
+class Handle(Protocol):
+    """State a step left where it was computed (Dask's futures are the model)."""
+
+    def gather(self) -> Any:
+        """The arrays, moved here."""
+
+    def retain(self) -> "Handle":
+        """A handle to the same state that outlives the step's next update."""
+
+
+def gathered(value: Any) -> Any:
+    """``value`` as arrays: a :class:`Handle` gathered, anything else as it is."""
+    return value.gather() if isinstance(value, Handle) else value
+
+
+def retained(value: Any) -> Any:
+    """``value`` kept beyond the step's next update: a :class:`Handle` retained, arrays as they are."""
+    return value.retain() if isinstance(value, Handle) else value
+
+
+class Pass:
+    """A pass submitted to an :class:`Engine`: its sum and, for a keeping pass, the handle to what each of its
+    blocks kept where it was computed (give it as the ``blocks`` of :meth:`Engine.submit`)."""
+
+    def __init__(self, total: Any, keeping: Keeping | None = None):
+        self._total, self.keeping = total, keeping
+
+    def sum(self) -> Any:
+        """The pass's sum over its blocks, in :func:`tree_sum`'s order."""
+        return self._total
 
 
 class Engine:
@@ -88,25 +140,25 @@ class Engine:
 
     def __init__(self, backend: Backend, source: BlockSource):
         self.backend, self.source = backend, source
-        self.keeping: Keeping | None = None  # the latest keeping pass, for map_sum_kept
+
+    def submit(self, fn: Callable, inputs: Any, blocks: Sequence[int] | Pass, keep: bool = False) -> Pass:
+        """``Σ_{b in blocks} fn(inputs, *block_b)`` as a :class:`Pass` (see the module docstring); with
+        ``keep``, ``fn`` returns ``(result, kept)`` and the pass sums the results. ``blocks`` a keeping
+        :class:`Pass`: ``Σ_b fn(inputs, shared, kept_b, y_b, mask_b)`` over its blocks, from what it kept.
+
+        Raises:
+            ValueError: ``blocks`` is a pass that kept nothing, or ``keep`` is asked of a second pass.
+        """
+        if not isinstance(blocks, Pass):
+            keeping = Keeping(uuid.uuid4().hex, fn, inputs, list(blocks)) if keep else None
+            return Pass(self.backend.sum(fn, inputs, self.source, list(blocks), keep=keeping), keeping)
+        if blocks.keeping is None or keep:
+            raise ValueError("a second pass runs from a pass submitted with keep=True, and keeps nothing itself")
+        return Pass(self.backend.sum_kept(fn, inputs, self.source, blocks.keeping))
 
     def map_sum(self, fn: Callable, inputs: Any, blocks: Sequence[int]) -> Any:
-        """``Σ_{b in blocks} fn(inputs, *block_b)``, summed by :func:`tree_sum` in ``blocks`` order."""
-        return self.backend.sum(fn, inputs, self.source, list(blocks))
-
-    def map_sum_keeping(self, fn: Callable, inputs: Any, blocks: Sequence[int]) -> Any:
-        """:meth:`map_sum` of ``fn(...)[0]`` for an ``fn`` returning ``(result, kept)``; each block's
-        ``kept`` stays where the block was computed, for the next :meth:`map_sum_kept`."""
-        self.keeping = Keeping(uuid.uuid4().hex, fn, inputs, list(blocks))
-        return self.backend.sum(fn, inputs, self.source, list(blocks), keep=self.keeping.token)
-
-    def map_sum_kept(self, fn: Callable, inputs: Any) -> Any:
-        """``Σ_b fn(inputs, shared, kept_b, y_b, mask_b)`` over the blocks of the latest
-        :meth:`map_sum_keeping`, with what it kept and ``shared``, that pass's block inputs (held once per
-        process, not per block); only ``inputs`` travel."""
-        if self.keeping is None:
-            raise RuntimeError("map_sum_kept needs a map_sum_keeping call first")
-        return self.backend.sum_kept(fn, inputs, self.source, self.keeping)
+        """``submit(fn, inputs, blocks).sum()``."""
+        return self.submit(fn, inputs, blocks).sum()
 
     def rows(self, blocks: Sequence[int]) -> int:
         """Real rows in ``blocks`` (the minibatch size |B|)."""

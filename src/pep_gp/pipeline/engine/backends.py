@@ -9,9 +9,7 @@ import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Callable, Protocol
 
 import jax
@@ -20,9 +18,8 @@ from distributed.protocol import to_serialize
 
 from ..data.blocks import BlockSource
 from .cache import Keeping, Kept, NotHeld, sum_blocks, sum_kept_blocks
-from .compilation import use_compilation_cache
+from .residents import InThreads, OnComputeThread, Placement, Residents
 from .summation import inflate, join_subtrees, payload_bytes, subtrees
-from .threads import hold_compute_threads, pin_compute_threads
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +36,23 @@ class Backend(Protocol):
     def n_workers(self) -> int:
         """Processes that compute (1 in-process)."""
 
-    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: str | None = None) -> Any:
-        """``Σ_b fn(inputs, *block_b)`` (:func:`~pep_gp.pipeline.engine.cache.sum_blocks`; with a ``keep``
-        token, each block's kept part stays where the block was computed)."""
+    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int],
+            keep: Keeping | None = None) -> Any:
+        """``Σ_b fn(inputs, *block_b)`` (:func:`~pep_gp.pipeline.engine.cache.sum_blocks`; with ``keep``, a
+        keeping pass's handle, each block's kept part stays where the block was computed, and the backend
+        records in ``keep`` where that is)."""
 
     def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
         """``Σ_b fn(inputs, shared, part_b, y_b, mask_b)`` over the blocks of the keeping pass ``keeping``
         (:func:`~pep_gp.pipeline.engine.cache.sum_kept_blocks`)."""
+
+    @property
+    def slots(self) -> int:
+        """Objects :meth:`place` runs side by side: the workers, or this process's cores."""
+
+    def place(self, objects: list[Any]) -> Placement:
+        """``objects`` resident where blocks are computed, their calls side by side
+        (:mod:`pep_gp.pipeline.engine.residents`)."""
 
     def map_ordered(self, fn: Callable, items: Iterable, window: int) -> Iterator:
         """``fn(item)`` for each item, yielded in the items' order, with at most ``window`` items taken
@@ -64,12 +71,23 @@ class InProcess:
     def __init__(self) -> None:
         self.kept = Kept()
 
-    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: str | None = None) -> Any:
-        return sum_blocks(fn, inputs, source, blocks, None if keep is None else self.kept, keep or "", to_host=False)
+    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int],
+            keep: Keeping | None = None) -> Any:
+        if keep is None:
+            return sum_blocks(fn, inputs, source, blocks, to_host=False)
+        return sum_blocks(fn, inputs, source, blocks, self.kept, keep.token, to_host=False)
 
     def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
         return sum_kept_blocks(fn, inputs, source, keeping.blocks, self.kept, keeping.token,
                                (keeping.fn, keeping.inputs), to_host=False)
+
+    @property
+    def slots(self) -> int:
+        return len(os.sched_getaffinity(0))
+
+    def place(self, objects: list[Any]) -> Placement:
+        """``objects`` in this process, each on a thread of its own when there are several."""
+        return InThreads(objects, threads=len(objects) > 1)
 
     def map_ordered(self, fn: Callable, items: Iterable, window: int = 1) -> Iterator:
         return map(fn, items)
@@ -105,33 +123,6 @@ class Call:
     keep: str | None = None  # first pass: keep each block's part under this token
     kept: str | None = None  # second pass: from the parts of this keeping pass
     first: tuple[int, Any] | None = None  # second pass: the first pass's function and inputs, for parts not here
-
-
-class OnComputeThread(WorkerPlugin):
-    """A Dask worker plugin that answers the coordinator's direct calls of its ``handler`` (no task, no
-    scheduler) with :meth:`answer`, run on one compute thread of its own: it pins the compute threads and
-    turns on the persistent compilation cache (:mod:`pep_gp.pipeline.engine.compilation`, from the worker's
-    own environment)."""
-
-    handler: str
-
-    def setup(self, worker: Any) -> None:
-        pin_compute_threads()
-        use_compilation_cache()
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="pep-compute", initializer=hold_compute_threads)
-        worker.handlers[self.handler] = self.handle
-
-    def teardown(self, worker: Any) -> None:
-        worker.handlers.pop(self.handler, None)
-        self.thread.shutdown(wait=False)
-
-    async def handle(self, **message: Any) -> Any:
-        return to_serialize(await asyncio.get_running_loop().run_in_executor(self.thread, partial(self.answer,
-                                                                                                  **message)))
-
-    def answer(self, **message: Any) -> Any:
-        """The reply to a call with the keyword arguments ``message``."""
-        raise NotImplementedError
 
 
 class WorkerEngine(OnComputeThread):
@@ -219,24 +210,25 @@ class DaskBackend:
         self._sent: dict[str, set[int]] = {}  # worker -> the numbers it holds
         self._listed: tuple[float, list[str]] = (-math.inf, [])
         self._lost: set[str] = set()  # workers whose call failed (not planned on again)
-        self._keeping: tuple[str, set[str]] | None = None  # the latest keeping pass and its workers
         self._engine_scheduler: str | None = None  # the id of the scheduler the engine was registered with
         self._register_engine()
 
-    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: str | None = None) -> Any:
+    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int],
+            keep: Keeping | None = None) -> Any:
         """Each worker sums a whole subtree of the step's tree over its blocks and sends one partial sum
         (results zero by construction stay behind); the inputs go once to each worker."""
         host = jax.device_get(inputs)
 
         def once(plan: dict[range, str]) -> Any:
             if keep is not None:
-                self._keeping = (keep, set(plan.values()))
+                keep.workers = set(plan.values())
 
             def call(worker: str, span: range) -> Call:
                 fn_ref, source_ref, objects = self._refs(worker, fn, source)
-                return Call(fn_ref, source_ref, [blocks[i] for i in span], host, objects, keep=keep)
+                return Call(fn_ref, source_ref, [blocks[i] for i in span], host, objects,
+                            keep=None if keep is None else keep.token)
 
-            return self._call(plan, call)
+            return self._call(plan, call, keep)
 
         return self._with_retries(len(blocks), once)
 
@@ -248,7 +240,7 @@ class DaskBackend:
         first_host = None
 
         def once(plan: dict[range, str]) -> Any:
-            took_part = self._keeping[1] if self._keeping and self._keeping[0] == keeping.token else set()
+            took_part = set(keeping.workers)
 
             def call(worker: str, span: range) -> Call:
                 nonlocal first_host
@@ -261,7 +253,7 @@ class DaskBackend:
                 return Call(fn_ref, source_ref, [blocks[i] for i in span], host, objects, kept=keeping.token,
                             first=first)
 
-            return self._call(plan, call)
+            return self._call(plan, call, keeping)
 
         return self._with_retries(len(blocks), once)
 
@@ -279,8 +271,10 @@ class DaskBackend:
         objects = {ref: thing for ref, thing in zip(refs, (fn, source)) if ref not in sent}
         return refs[0], refs[1], objects
 
-    def _call(self, plan: dict[range, str], make: Callable[[str, range], Call]) -> dict[range, Any]:
-        """One :class:`Call` to each planned worker, all in flight at once; their partial sums by span."""
+    def _call(self, plan: dict[range, str], make: Callable[[str, range], Call],
+              keeping: Keeping | None = None) -> dict[range, Any]:
+        """One :class:`Call` to each planned worker, all in flight at once; their partial sums by span. A
+        worker whose call failed holds no kept parts of ``keeping`` (the pass's keeping handle, if any)."""
         calls = {span: (worker, make(worker, span)) for span, worker in plan.items()}
 
         async def all_calls() -> list[Any]:
@@ -294,13 +288,13 @@ class DaskBackend:
         failed = [(worker, reply) for (worker, _), reply in zip(calls.values(), replies)
                   if isinstance(reply, BaseException)]
         for worker, error in failed:
-            self._forget(worker, lost=not isinstance(error, NotHeld))
+            self._forget(worker, lost=not isinstance(error, NotHeld), keeping=keeping)
         # A worker without the engine answers None (Dask's "no handler"): one that joined a scheduler restarted
         # at its address, which lost the plugins registered with it. Register the engine again and re-run.
         unanswered = [worker for (worker, _), reply in zip(calls.values(), replies)
                       if not isinstance(reply, (BaseException, tuple, list))]
         for worker in unanswered:
-            self._forget(worker, lost=False)
+            self._forget(worker, lost=False, keeping=keeping)
         if unanswered and not failed:
             self._register_engine()
             raise EngineMissing(f"worker {unanswered[0]} had no pep engine (it joined a restarted scheduler); "
@@ -316,11 +310,12 @@ class DaskBackend:
         self.traffic.received += sum(payload_bytes(part) for part in sums)
         return dict(zip(calls, sums))
 
-    def _forget(self, worker: str, lost: bool) -> None:
-        """After a failed call: ``worker`` holds nothing pep sent it; ``lost``, it is not planned on again."""
+    def _forget(self, worker: str, lost: bool, keeping: Keeping | None) -> None:
+        """After a failed call: ``worker`` holds nothing pep sent it, nor parts of ``keeping``; ``lost``, it is
+        not planned on again."""
         self._sent.pop(worker, None)
-        if self._keeping is not None:
-            self._keeping[1].discard(worker)
+        if keeping is not None:
+            keeping.workers.discard(worker)
         if lost:
             self._lost.add(worker)
 
@@ -411,6 +406,14 @@ class DaskBackend:
     @property
     def n_workers(self) -> int:
         return max(1, len(self.client.nthreads()))
+
+    @property
+    def slots(self) -> int:
+        return self.n_workers
+
+    def place(self, objects: list[Any]) -> Placement:
+        """One of ``objects`` on each of the first workers (:class:`~pep_gp.pipeline.engine.residents.Residents`)."""
+        return Residents(self.client, objects)
 
     def map_ordered(self, fn: Callable, items: Iterable, window: int) -> Iterator:
         """See :meth:`Backend.map_ordered`: ``fn`` is sent once to every worker, each item in its own

@@ -7,6 +7,7 @@ import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -191,14 +192,17 @@ class NotHeld(LookupError):
     sends it again."""
 
 
-class Keeping(NamedTuple):
-    """A step's first pass, as the coordinator remembers it: its token, its block function and inputs
-    (what computes a block's kept part again) and its blocks."""
+@dataclass
+class Keeping:
+    """What a keeping pass's handle (:class:`~pep_gp.pipeline.engine.Pass`) holds on the coordinator: its
+    token, its block function and inputs (what computes a block's kept part again), its blocks and the
+    workers whose parts are still there (a backend's own record: after a failed call a worker's are not)."""
 
     token: str
     fn: Callable
     inputs: Any
     blocks: list[int]
+    workers: set[str] = field(default_factory=set)
 
 
 class Kept:

@@ -4,6 +4,7 @@ writes and reads the files)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engine import Handle, gathered, retained
 from ..errors import InputError
 from . import checkpoint
 from .config import TrainConfig
@@ -42,14 +44,23 @@ class LoopState:
     best_mean: float = float("-inf")  # the best window mean of the step energies
 
     def keep_best(self, params: Any, energy: float, window_mean: float) -> bool:
-        """Record ``params`` if the step that started from them (``step``) had the best energy so far,
-        and the window mean if it is the best so far; whether ``params`` were recorded."""
+        """Record ``params`` (a step's handle retained: :func:`~pep_gp.pipeline.engine.retained`) if the step
+        that started from them (``step``) had the best energy so far, and the window mean if it is the best so
+        far; whether ``params`` were recorded."""
         if window_mean > self.best_mean:
             self.best_mean = window_mean
         if energy > self.best_energy:
-            self.best_params, self.best_energy, self.best_step = params, energy, self.step
+            self.best_params, self.best_energy, self.best_step = retained(params), energy, self.step
             return True
         return False
+
+    def gathered(self) -> LoopState:
+        """This state with its params, optimiser state and best params as arrays (a step's handles gathered,
+        :func:`~pep_gp.pipeline.engine.gathered`): what a checkpoint writes and a run returns."""
+        parts = {"params": self.params, "opt_state": self.opt_state, "best_params": self.best_params}
+        if not any(isinstance(part, Handle) for part in parts.values()):
+            return self
+        return dataclasses.replace(self, **{name: gathered(part) for name, part in parts.items()})
 
 
 def save_state(run_dir: Path, state: LoopState, run: dict[str, Any], keep: int) -> Path:

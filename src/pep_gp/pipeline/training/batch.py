@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Engine
+from ..engine import Engine, Pass
 
 INIT_ROWS = 5_000  # training rows sampled to place the inducing inputs (k-means) and lengthscales
 
@@ -25,14 +25,8 @@ class EngineBatch:
     scale: float
     data_size: Any  # the model's spec's data_size: N, or the rows of each class
 
-    def sum(self, fn: Callable, inputs: Any) -> Any:
-        return self.engine.map_sum(fn, inputs, self.blocks)
-
-    def sum_keeping(self, fn: Callable, inputs: Any) -> Any:
-        return self.engine.map_sum_keeping(fn, inputs, self.blocks)
-
-    def sum_kept(self, fn: Callable, inputs: Any) -> Any:
-        return self.engine.map_sum_kept(fn, inputs)
+    def submit(self, fn: Callable, inputs: Any, kept: Pass | None = None, keep: bool = False) -> Pass:
+        return self.engine.submit(fn, inputs, self.blocks if kept is None else kept, keep=keep)
 
 
 def init_sample(source: Any, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -26,16 +26,15 @@ optimiser moments and what a step keeps; a step is (:meth:`ClassParallelStep.upd
 
 Every per-class computation is one compiled program over one class, so a class's numbers do not depend on
 the group that holds it: the parameters after any number of steps are the same bits for every grouping, in
-this process or on workers (:class:`~pep_gp.pipeline.engine.residents.Residents`). They equal the step of
+this process or on workers (:class:`Groups`, placed by the engine's backend). They equal the step of
 :mod:`~pep_gp.pipeline.training.step` (whose programs cover all classes at once) to rounding.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache, partial
-from typing import Any, Callable, NamedTuple, Protocol
+from functools import lru_cache
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -48,7 +47,7 @@ from ...core.models import multiclass_sites as sites
 from ...core.models.multiclass import MultiClassGP
 from ..data.blocks import BlockSource
 from ..engine.cache import BLOCKS
-from ..engine.residents import Residents
+from ..engine.residents import InThreads, Placement
 from .step import StepInfo, all_finite, guarded_update, minibatch_energy, strongly_typed
 
 
@@ -251,63 +250,30 @@ def _columns(per_class: list) -> tuple:
     return tuple(jnp.concatenate(parts, axis=1) for parts in zip(*per_class))
 
 
-class Groups(Protocol):
-    """Where the class groups live: :class:`InProcessGroups`, or
-    :class:`~pep_gp.pipeline.engine.residents.Residents` (one group per Dask worker)."""
+class Groups:
+    """Class groups where they are computed (a :class:`~pep_gp.pipeline.engine.residents.Placement` of them:
+    ``place``, a backend's ``place``, or :class:`~pep_gp.pipeline.engine.residents.InThreads` in this
+    process), and what the coordinator carries from one step to the next.
 
-    sizes: list[int]  # the number of classes of each group, in class order
-    pending: Any  # the latest step's guard while its optimiser steps are still to be taken, else None
-    keep_start: bool  # the latest step's start is to be kept as the best parameters (ClassGroup.catch_up)
+    Args:
+        groups: the class groups, in class order (:meth:`ClassParallelStep.groups`).
+        place: places them (on Dask workers: a step sends each worker the minibatch's rows and its columns of
+            the ``[B, C]`` numbers, and receives its classes' columns and scalars).
+    """
+
+    def __init__(self, groups: list[ClassGroup], place: Callable[[list], Placement] = InThreads):
+        self.sizes = [len(group.params) for group in groups]  # the number of classes of each group, in class order
+        self.pending = None  # the latest step's guard while its optimiser steps are still to be taken
+        self.keep_start = False  # the latest step's start is to be kept as the best parameters (ClassGroup.catch_up)
+        self.placement = place(groups)
 
     def each(self, method: str, args: list[tuple]) -> list:
         """``group.method(*args[g])`` on every group ``g``, the results in group order."""
+        return self.placement.each(method, args)
 
-    def close(self) -> None:
+    def release(self) -> None:
         """Release the groups (their threads, or their memory on the workers)."""
-
-
-class InProcessGroups:
-    """The class groups in this process: computed one after the other, or with ``threads``, each group's
-    calls on a thread of its own, all at once (the same programs, so the same bits; XLA runs them outside
-    Python's lock, so groups can share the cores of one process)."""
-
-    def __init__(self, groups: list[ClassGroup], threads: bool = False):
-        self.groups, self.sizes, self.pending, self.keep_start = groups, [len(group.params) for group in groups], None, False
-        self.threads = ThreadPoolExecutor(len(groups), thread_name_prefix="pep-class-group") if threads else None
-
-    def each(self, method: str, args: list[tuple]) -> list:
-        calls = [partial(_in_float64, getattr(group, method), arguments) for group, arguments in zip(self.groups, args)]
-        if self.threads is None:
-            return [call() for call in calls]
-        return list(self.threads.map(lambda call: jax.block_until_ready(call()), calls))
-
-    def close(self) -> None:
-        """Stop the groups' threads."""
-        if self.threads is not None:
-            self.threads.shutdown()
-
-
-def _in_float64(method: Callable, arguments: tuple) -> Any:
-    """``method(*arguments)`` in float64 (JAX's precision setting is per thread)."""
-    with float64():
-        return method(*arguments)
-
-
-class WorkerGroups:
-    """The class groups on the workers of a Dask cluster, one group per worker, resident between steps
-    (:class:`~pep_gp.pipeline.engine.residents.Residents`): a step sends each worker the minibatch's rows and
-    its columns of the ``[B, C]`` numbers, and receives its classes' columns and scalars."""
-
-    def __init__(self, client: Any, groups: list[ClassGroup]):
-        self.residents, self.pending, self.keep_start = Residents(client, groups), None, False
-        self.sizes = [len(group.params) for group in groups]
-
-    def each(self, method: str, args: list[tuple]) -> list:
-        return self.residents.each(method, args)
-
-    def close(self) -> None:
-        """Release the groups on the workers."""
-        self.residents.close()
+        self.placement.release()
 
 
 @dataclass(frozen=True)

@@ -1,70 +1,69 @@
 """The class-parallel step as the trainer runs it (``TrainConfig.parallel_over = "classes"``): the step of
-:mod:`pep_gp.pipeline.training.class_groups` with its groups placed where the blocks are computed (one group
-per Dask worker, or in this process one per core, each on a thread of its own; at most one per class) and
-its state left there between steps.
+:mod:`pep_gp.pipeline.training.class_groups` with its groups placed where the blocks are computed (the
+backend's ``place``: one group per Dask worker, or in this process one per core, each on a thread of its own;
+at most one per class) and its state left there between steps.
 
-A step returns :class:`Held` handles instead of the parameters and optimiser state, so it moves only the
-``[B, C]`` numbers that couple the classes (Villacampa-Calvo & Hernández-Lobato 2017, eq. 6); the trainer
-gathers the arrays where it needs them (:meth:`ClassParallelTraining.arrays`: an evaluation, a checkpoint,
-the end of a run), and places the groups again from arrays it is given (a fresh start, a checkpoint
-resumed). The parameters a step started from stay with the groups until the next step, so the trainer can
-keep them as its best (:meth:`ClassParallelTraining.pinned`) without moving them.
+It is an ordinary step (``init``, ``update``, ``parts``, ``release`` of a
+:class:`~pep_gp.pipeline.training.step.TrainStep`) whose state holds :class:`Held` handles instead of the
+parameters and optimiser state, so a step moves only the ``[B, C]`` numbers that couple the classes
+(Villacampa-Calvo & Hernández-Lobato 2017, eq. 6): the trainer gathers the arrays where it needs them
+(``gather()``: an evaluation, a checkpoint, the end of a run, :func:`~pep_gp.pipeline.engine.gathered`), and
+the step places the groups again from arrays it is given (a fresh start, a checkpoint resumed). The parameters
+a step started from stay with the groups until the next step, so the trainer can keep them as its best
+(``retain()``) without moving them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import os
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..engine import DaskBackend
+from ..engine import Backend
 from ..engine.cache import BLOCKS
 from ..errors import InputError
 from ..models.protocol import spreads_classes
-from ..runs.state import LoopState
-from .class_groups import ClassParallelStep, InProcessGroups, StoreRows, WorkerGroups
-from .step import StepInfo, StepState
+from .class_groups import ClassParallelStep, Groups, StoreRows
+from .step import StepInfo, StepState, TrainStep
 
 
 @dataclass(frozen=True, eq=False)
 class Held:
     """The parameters (``part`` "params"), optimiser state ("opt_state") or kept best parameters ("best") of
-    all classes as the groups of ``owner`` hold them after its step ``version``."""
+    all classes as the groups of ``owner`` hold them after its step ``version``: a handle
+    (:class:`~pep_gp.pipeline.engine.Handle`)."""
 
     owner: "ClassParallelTraining"
     version: int
     part: str
 
+    def gather(self) -> Any:
+        """The arrays, gathered from the groups (once per step)."""
+        return self.owner.arrays(self)
+
+    def retain(self) -> "Held":
+        """These parameters, the latest step's start, kept by the groups as the best beyond the next step
+        (with the next call): the handle of part "best"."""
+        return self.owner.pinned(self)
+
 
 class ClassParallelTraining:
-    """``update(StepState, batch) -> (StepState, StepInfo)`` (a
-    :class:`~pep_gp.pipeline.training.step.TrainStep`'s) of ``step``, its groups on ``backend``'s workers.
+    """The :class:`~pep_gp.pipeline.training.step.TrainStep` of ``step``, its groups placed by ``backend``.
 
     Args:
         step: the class-parallel step of the job's model and optimiser.
-        backend: a :class:`~pep_gp.pipeline.engine.DaskBackend` (one group per worker) or the in-process one.
+        plain: the job's step over rows (its ``init`` and the ``parts`` of the evidence are this step's too).
+        backend: where the groups are placed (one per slot, at most one per class).
     """
 
-    def __init__(self, step: ClassParallelStep, backend: Any):
+    def __init__(self, step: ClassParallelStep, plain: TrainStep, backend: Backend):
         self.step, self.backend = step, backend
-        self.groups: InProcessGroups | WorkerGroups | None = None
+        self.init, self.parts = plain.init, plain.parts
+        self.groups: Groups | None = None
         self.version = 0  # raised by every step and every placement: a Held names one state of one placement
         self.best_version: int | None = None
         self._gathered: dict[tuple[int, str], Any] = {}
-
-    @classmethod
-    def replacing(cls, previous: "ClassParallelTraining | None", step: ClassParallelStep,
-                  backend: Any) -> "ClassParallelTraining":
-        """The class-parallel training of ``step`` after ``previous`` (None: the first), whose groups are
-        released (:meth:`close`)."""
-        if previous is not None:
-            previous.close()
-        return cls(step, backend)
 
     def update(self, state: StepState, batch: Any) -> tuple[StepState, StepInfo]:
         """One step on ``batch`` (an ``EngineBatch`` of the trainer: its engine's source, blocks, ``N/|B|`` and
@@ -79,12 +78,9 @@ class ClassParallelTraining:
         self.version += 1
         return StepState(self._held("params"), self._held("opt_state"), state.count + 1), info
 
-    def pinned(self, start: Any) -> Any:
-        """``start``, the parameters the latest step started from, kept as the best: a :class:`Held` is kept
-        by the groups (with the next call) and named by the Held of part "best" returned; arrays are kept
-        as they are."""
-        if not isinstance(start, Held):
-            return start
+    def pinned(self, start: Held) -> Held:
+        """:meth:`Held.retain`: ``start``, the parameters the latest step started from, kept by the groups as
+        the best (with the next call)."""
         if start.owner is not self or start.part != "params" or start.version != self.version - 1:
             raise RuntimeError(f"only the latest step's start can be kept as the best: {start}")
         self.groups.keep_start = True
@@ -110,10 +106,10 @@ class ClassParallelTraining:
                     self.step.state(self.groups))
         return self._gathered[key]
 
-    def close(self) -> None:
+    def release(self) -> None:
         """Release the groups (on the workers: their memory); a later :meth:`update` places them again."""
         if self.groups is not None:
-            self.groups.close()
+            self.groups.release()
         self.groups, self._gathered, self.best_version = None, {}, None
         self.version += 1
 
@@ -126,16 +122,10 @@ class ClassParallelTraining:
                 and (state.params.part, state.opt_state.part) == ("params", "opt_state"))
 
     def _place(self, params: Any, opt_state: Any) -> None:
-        """Groups of ``params`` and ``opt_state``: one per worker of a Dask backend, else one per core of this
-        process, each on a thread of its own (at most one per class either way)."""
-        self.close()
-        classes = self.step.model.num_classes
-        if isinstance(self.backend, DaskBackend):
-            count = min(self.backend.n_workers, classes)
-            self.groups = WorkerGroups(self.backend.client, self.step.groups(params, opt_state, count))
-        else:
-            count = min(len(os.sched_getaffinity(0)), classes)
-            self.groups = InProcessGroups(self.step.groups(params, opt_state, count), threads=count > 1)
+        """Groups of ``params`` and ``opt_state``, one per slot of the backend (at most one per class)."""
+        self.release()
+        count = min(self.backend.slots, self.step.model.num_classes)
+        self.groups = Groups(self.step.groups(params, opt_state, count), self.backend.place)
 
 
 def check_parallel_over(parallel_over: str, spec: Any, settings: Any) -> None:
@@ -145,31 +135,3 @@ def check_parallel_over(parallel_over: str, spec: Any, settings: Any) -> None:
         raise InputError(f"parallel_over = classes spreads the classes of multi-class SEP (--model "
                          f"multiclass-sep) over the workers; --model {spec.name} is spread by rows: leave "
                          "parallel_over at rows")
-
-
-def as_arrays(classes: ClassParallelTraining | None, value: Any) -> Any:
-    """``value`` (params, optimiser state) as arrays: gathered where the class-parallel step ``classes`` holds
-    it (:meth:`ClassParallelTraining.arrays`); as it is for a step over rows (``classes`` None)."""
-    return value if classes is None else classes.arrays(value)
-
-
-def with_arrays(classes: ClassParallelTraining | None, loop: LoopState) -> LoopState:
-    """``loop`` with its params, optimiser state and best params as arrays (:func:`as_arrays`): what a
-    checkpoint writes and a run returns."""
-    if classes is None:
-        return loop
-    return dataclasses.replace(loop, params=classes.arrays(loop.params), opt_state=classes.arrays(loop.opt_state),
-                               best_params=classes.arrays(loop.best_params))
-
-
-@contextlib.contextmanager
-def released(current: Callable[[], ClassParallelTraining | None]) -> Iterator[None]:
-    """Around a segment of training: afterwards the groups of the class-parallel step ``current()`` (the
-    trainer's at the end: a resumed run may have built another) are released, raised or not; a later segment
-    places them again from the arrays the loop's state holds (:func:`with_arrays`)."""
-    try:
-        yield
-    finally:
-        classes = current()
-        if classes is not None:
-            classes.close()

@@ -11,11 +11,13 @@ from typing import Any
 import jax
 import optax
 
+from ..engine import Backend
 from ..models import ModelSpec
 from ..optimizers import build_optimizer
 from ..models.protocol import uses_site_updates
 from ..runs.config import TrainConfig
 from .class_groups import ClassParallelStep
+from .class_parallel import ClassParallelTraining, check_parallel_over
 from .step import TrainStep, training_step
 
 
@@ -60,6 +62,22 @@ def class_parallel_step(spec: ModelSpec, settings: Any, model: Any, trajectory: 
     config = TrainConfig.model_validate_json(trajectory)
     arguments = step_arguments(spec, settings, config, steps_per_epoch, total_steps)
     return ClassParallelStep(model, arguments["optimizer"], arguments["damping"])
+
+
+def step_of(parallel_over: str, backend: Backend, spec: ModelSpec, settings: Any, model: Any, trajectory: str,
+            steps_per_epoch: int, total_steps: int) -> TrainStep:
+    """The step a trainer runs: :func:`compiled_step`, or for ``parallel_over = "classes"`` the class-parallel
+    step with its groups placed by ``backend`` (:class:`~pep_gp.pipeline.training.class_parallel.ClassParallelTraining`,
+    a new one each call: it holds the groups).
+
+    Raises:
+        InputError: ``parallel_over = "classes"`` with a model whose classes cannot be spread.
+    """
+    check_parallel_over(parallel_over, spec, settings)
+    job = (spec, settings, model, trajectory, steps_per_epoch, total_steps)
+    if parallel_over != "classes":
+        return compiled_step(*job)
+    return ClassParallelTraining(class_parallel_step(*job), compiled_step(*job), backend)
 
 
 def step_arguments(spec: ModelSpec, settings: Any, config: TrainConfig, steps_per_epoch: int,

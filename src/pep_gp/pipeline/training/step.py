@@ -18,8 +18,9 @@ Each ``update(state, batch)`` (Villacampa-Calvo & Hernández-Lobato 2017, §2.3)
 
 A model whose block term factors through per-row quantities that a site update leaves unchanged
 (:class:`RowSplit`, the multi-class SEP model) has them computed once per block: the site-statistics
-pass keeps them, with their pullback, where the block was computed, and the data-term pass uses them
-with the refreshed (held) part of ``S`` — the only thing the second pass sends.
+pass keeps them, with their pullback, where the block was computed (its handle, a
+:class:`~pep_gp.pipeline.engine.Pass`), and the data-term pass submitted from that handle uses them with the
+refreshed (held) part of ``S`` — the only thing the second pass sends.
 
 ``batch`` is a :class:`Minibatch`: sums over the minibatch's blocks in a fixed order
 (:class:`~pep_gp.pipeline.engine.Engine`). Every backend runs the same compiled programs — the three
@@ -31,6 +32,8 @@ fused kernel, so the rounding of Adam's moments followed the program's boundarie
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
@@ -66,16 +69,12 @@ class Minibatch(Protocol):
     scale: float  # N / |B|
     data_size: Any  # the training data's size as the model's energy takes it (ModelSpec.data_size): N, or N_c
 
-    def sum(self, fn: Callable, inputs: Any) -> Any:
-        """``Σ_blocks fn(inputs, x, y, mask)`` over the minibatch, in a fixed order."""
-
-    def sum_keeping(self, fn: Callable, inputs: Any) -> Any:
-        """:meth:`sum` of ``fn(...)[0]`` for ``fn`` returning ``(result, kept)``; each block's ``kept``
-        stays where the block was computed, for :meth:`sum_kept`."""
-
-    def sum_kept(self, fn: Callable, inputs: Any) -> Any:
-        """``Σ_blocks fn(inputs, keeping_inputs, kept, y, mask)`` with what the latest :meth:`sum_keeping`
-        kept and the block inputs it ran with."""
+    def submit(self, fn: Callable, inputs: Any, kept: Any = None, keep: bool = False) -> Any:
+        """``Σ_blocks fn(inputs, x, y, mask)`` over the minibatch, in a fixed order, as a handle whose ``sum()``
+        is the sum (:class:`~pep_gp.pipeline.engine.Pass`). With ``keep``, ``fn`` returns ``(result, kept)``
+        and each block's ``kept`` stays where the block was computed; that handle given as ``kept``, the sum
+        is ``Σ_blocks fn(inputs, keeping_inputs, kept, y, mask)`` from what it kept and the block inputs it
+        ran with."""
 
 
 @runtime_checkable
@@ -319,13 +318,13 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
             structure = jax.tree_util.tree_structure(shared)
             sites_ok = jnp.asarray(True)
             if sites:
-                stats = (batch.sum_keeping(Derived(site_term, WithShared(prepare, pullback=True)), (params, size))
-                         if rows else batch.sum(Derived(site_term, with_shared), (params, size)))
-                params, shared, sites_ok = site_update(params, shared, stats, state.count, size)
-                value, grad = (batch.sum_kept(data_term, model.held(shared)) if rows
-                               else batch.sum(data_term, (params, shared)))
+                first = (batch.submit(Derived(site_term, WithShared(prepare, pullback=True)), (params, size), keep=True)
+                         if rows else batch.submit(Derived(site_term, with_shared), (params, size)))
+                params, shared, sites_ok = site_update(params, shared, first.sum(), state.count, size)
+                value, grad = (batch.submit(data_term, model.held(shared), kept=first) if rows
+                               else batch.submit(data_term, (params, shared))).sum()
             else:
-                value, grad = batch.sum(Derived(data_term, with_shared), (params, size))
+                value, grad = batch.submit(Derived(data_term, with_shared), (params, size)).sum()
             params, opt_state, ok, energy = ascend(params, state.opt_state, shared, pullback, value, grad,
                                                    batch.scale, size, structure)
             return StepState(params, opt_state, state.count + 1), StepInfo(energy, ok, sites_ok)
@@ -334,8 +333,22 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
 
 
 class TrainStep(NamedTuple):
-    """``init(params) -> StepState`` and ``update(state, batch) -> (StepState, StepInfo)``."""
+    """``init(params) -> StepState``, ``update(state, batch) -> (StepState, StepInfo)`` and ``release()``, which
+    lets go what the step holds where blocks are computed between updates (a step over rows: nothing beyond its
+    kept passes, which the next step's replace; the class-parallel step: its class groups)."""
 
     init: Callable[[Any], StepState]
     update: Callable[[StepState, Minibatch], tuple[StepState, StepInfo]]
     parts: StepParts
+    release: Callable[[], None] = lambda: None
+
+
+@contextlib.contextmanager
+def released(current: Callable[[], TrainStep]) -> Iterator[None]:
+    """Around a segment of training: afterwards what the step ``current()`` holds is released (the trainer's
+    at the end: a resumed run may have built another), raised or not; a later segment's step places it again
+    from the arrays the loop's state holds."""
+    try:
+        yield
+    finally:
+        current().release()

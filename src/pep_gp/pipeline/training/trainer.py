@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import numpy as np
 
 from ...core import float64
 from ..data.transforms import transforms_of
-from ..engine import Backend, Engine, InProcess
+from ..engine import Backend, Engine, InProcess, gathered
 from ..engine.compilation import release_compiled_programs_if_crowded, use_compilation_cache
 from ..engine.threads import compute_threads
 from ..models import HeldOut
@@ -36,14 +35,13 @@ from ..runs.lock import hold_run_dir
 from ..runs.resume import ResumeRules
 from ..runs.state import LoopState, save_state
 from .batch import EngineBatch, init_sample
-from .class_parallel import ClassParallelTraining, as_arrays, check_parallel_over, released, with_arrays
 from . import evidence
 from .endings import collapse, end_at_best_if_collapsed, idling, refuse_non_finite_end
 from .job import TrainJob, TrainResult
-from .optimiser import class_parallel_step, compiled_step
+from .optimiser import step_of
 from .progress import Progress, no_progress, told
 from .sampling import MinibatchSchedule
-from .step import StepState
+from .step import StepState, released
 from .stopping import StoppingRule
 
 
@@ -86,9 +84,8 @@ class Trainer:
                                                                  chosen.notes)
         self.transforms = transforms_of(store).to_json()  # copied into every checkpoint: runs predict alone
         self.model = spec.build(self.settings, self.binding)
-        check_parallel_over(config.parallel_over, spec, self.settings)
         self.backend = backend
-        self.classes: ClassParallelTraining | None = None  # the class-parallel step (parallel_over = classes)
+        self.step_fn: Any = None  # the step of the newest store version (_follow)
         self.data_size = spec.data_size(self.binding, n_total)
         blocks = partial(store.blocks, block_rows=block_rows, targets=self.targets, standardize=config.standardize,
                          statistics=chosen.statistics)
@@ -130,9 +127,9 @@ class Trainer:
         self.stopping = StoppingRule.for_run(config.tol, self.n_total, self.schedule.steps_per_epoch)
         job = (self.spec, self.settings, self.model, config.trajectory().model_dump_json(),
                self.schedule.steps_per_epoch, self.total_steps if config.lr_schedule == "cosine" else 0)
-        self.step_fn = compiled_step(*job)
-        if config.parallel_over == "classes":  # a new step: the groups of the last one are released
-            self.classes = ClassParallelTraining.replacing(self.classes, class_parallel_step(*job), self.backend)
+        if self.step_fn is not None:  # a new step: what the last one holds is released
+            self.step_fn.release()
+        self.step_fn = step_of(config.parallel_over, self.backend, *job)
 
     # ---------------------------------------------------------------------------------------------
     def run(self, *, resume: bool = False, until_step: int | None = None, segment_steps: int | None = None,
@@ -155,7 +152,7 @@ class Trainer:
         """
         run_dir = self.job.run_dir
         holding = hold_run_dir(run_dir) if run_dir is not None else contextlib.nullcontext()
-        with holding, compute_threads(), released(lambda: self.classes):
+        with holding, compute_threads(), released(lambda: self.step_fn):
             if self._state is None or resume:
                 self._state, path = self.restore_or_init(resume)
                 notes = self.notes
@@ -180,7 +177,7 @@ class Trainer:
                 if ended:
                     end_at_best_if_collapsed(self.stopping, state)
                 if self.schedule.ends_epoch(state.step - 1) or ended:
-                    params = as_arrays(self.classes, state.params)
+                    params = gathered(state.params)
                     asked = told(progress, "epoch", record=self.end_epoch(state), params=params)
                     if asked is not None and not ended:  # stopped at the epoch's record: the run ends here
                         stopped, ended = asked, True
@@ -196,7 +193,7 @@ class Trainer:
                                  or (stops_early and self.stopping.converged(state.energies)))
             if state.step >= self.total_steps:
                 refuse_non_finite_end(state)
-            self._state = state = with_arrays(self.classes, state)  # arrays again, before the groups are released
+            self._state = state = state.gathered()  # arrays again, before the step's state is released
         return TrainResult(state.params, state.step, self.total_steps, len(state.history), state.seconds, path,
                            state.history, state.rejected, state.rejected_sites,
                            self.stopping.converged(state.energies), self.stopping.gain_per_row(state.energies),
@@ -236,7 +233,7 @@ class Trainer:
         over the training data, once a run), which :func:`pep_gp.load` reports as an estimator's ``fit`` does."""
         if self.job.run_dir is None:
             return None
-        job, source, loop = self.job, self.train.source, with_arrays(self.classes, loop)
+        job, source, loop = self.job, self.train.source, loop.gathered()
         lml = self.log_marginal_likelihood(loop.params) if final else math.nan
         run = {**self.frame.manifest_fields(self.spec, job.store, job.config, source, self.transforms),
                "total_steps": self.total_steps, "steps_per_epoch": self.schedule.steps_per_epoch,
@@ -254,7 +251,7 @@ class Trainer:
         blocks = self.schedule.blocks(state.step)
         batch = EngineBatch(self.train, blocks, self.n_total / self.train.rows(blocks), self.data_size)
         step_state = StepState(state.params, state.opt_state, np.int32(state.step))
-        new, info = (self.step_fn if self.classes is None else self.classes).update(step_state, batch)
+        new, info = self.step_fn.update(step_state, batch)
         energy, accepted, sites_accepted = jax.device_get(tuple(info))  # the step's one read from the device
         state.params, state.opt_state = new.params, new.opt_state
         state.rejected += int(not accepted)
@@ -262,9 +259,8 @@ class Trainer:
         state.rejected_sites += int(not sites_accepted)
         state.last_energy = float(energy)
         state.energies = (state.energies + [state.last_energy])[-self.stopping.history:]
-        if (accepted and state.keep_best(start, state.last_energy, self.stopping.window_mean(state.energies))
-                and self.classes is not None):
-            state.best_params = self.classes.pinned(start)
+        if accepted:
+            state.keep_best(start, state.last_energy, self.stopping.window_mean(state.energies))
         if math.isfinite(state.last_energy):
             total, count = state.epoch_energy
             state.epoch_energy = (total + state.last_energy, count + 1)
@@ -289,7 +285,7 @@ class Trainer:
         energy = total / count if count else float("nan")
         record = {"epoch": self.epoch_offset + self.schedule.epoch_of(state.step - 1) + 1, "step": state.step,
                   "energy": energy, "energy_per_row": energy / self.n_total,
-                  **self.evaluate(as_arrays(self.classes, state.params)), "rejected_steps": state.rejected,
+                  **self.evaluate(gathered(state.params)), "rejected_steps": state.rejected,
                   "rejected_site_updates": state.rejected_sites, "seconds": round(state.seconds, 3)}
         state.history.append(record)
         state.epoch_energy = (0.0, 0)
