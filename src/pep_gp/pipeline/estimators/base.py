@@ -36,6 +36,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..data.datasets import ArrayData
+from ..data.stores import Store
 from ..data.transforms import NumericFeature, Transforms, label_value
 from ..data.validation import check_class_labels
 from ..errors import InputError
@@ -50,6 +51,7 @@ from ..training.display import both, progress_display
 from ..training.full_batch import FULL_BATCH_ROWS, FullBatchFit
 from ..training.trainer import Trainer, TrainJob, TrainResult
 from .fitted import FittedGP, GPClassifierMixin, GPRegressorMixin
+from .stores import is_store, opened_store, table_reading
 from .validation import ValidationStopping
 
 FIT_FIELDS: dict[str, Any] = {
@@ -76,7 +78,7 @@ steps by name, or a dict of its ``name`` and settings, :mod:`pep_gp.pipeline.opt
 :mod:`pep_gp.pipeline.training.full_batch`; ``"adam"``: the trainer's minibatch Adam steps; ``"auto"``: L-BFGS
 where the training rows fit one batch of at most :data:`~pep_gp.pipeline.training.full_batch.FULL_BATCH_ROWS`
 rows and ``tol > 0``, without ``early_stopping``, except for the deep GPs and the multi-class SEP and tied-EP
-classifiers, docs/how-to/training.md), ``batch_size`` (rows per step; None: all rows),
+classifiers and for a fit from a store, which takes ``pep train``'s Adam steps, docs/how-to/training.md), ``batch_size`` (rows per step; None: all rows),
 ``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr), ``cluster``
 (``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``), ``warm_start`` (scikit-learn's:
 ``fit`` starts from the previous fit's parameters, in its frame, :meth:`GPEstimator.fit`), ``callbacks`` (a list
@@ -167,10 +169,10 @@ class GPEstimator(FittedGP):
     _streams: ClassVar[bool] = True  # trained in minibatches over its rows: partial_fit is offered
     _full_batch: ClassVar[bool] = True  # solver="auto" fits it by L-BFGS where the rows fit one batch (else Adam)
 
-    def _solver(self, config: TrainConfig, n_rows: int) -> str:
-        """The solver of a ``fit`` on ``n_rows`` training rows (see ``solver`` in :data:`FIT_FIELDS`): ``"lbfgs"``
-        or ``"adam"`` (ValueError for another value, or ``"lbfgs"`` with ``early_stopping``, whose evaluations
-        are the epochs of minibatch training)."""
+    def _solver(self, config: TrainConfig, n_rows: int, from_store: bool) -> str:
+        """The solver of a ``fit`` on ``n_rows`` training rows, of a store when ``from_store`` (see ``solver`` in
+        :data:`FIT_FIELDS`): ``"lbfgs"`` or ``"adam"`` (ValueError for another value, or ``"lbfgs"`` with
+        ``early_stopping``, whose evaluations are the epochs of minibatch training)."""
         if self.solver not in ("auto", "lbfgs", "adam"):
             raise ValueError(f"{type(self).__name__}: solver must be 'auto', 'lbfgs' or 'adam'; got {self.solver!r}")
         if self.solver == "lbfgs" and self.early_stopping:
@@ -178,10 +180,10 @@ class GPEstimator(FittedGP):
                              "use solver='adam' (or 'auto') with it")
         if self.solver != "auto":
             return self.solver
-        fits = n_rows <= FULL_BATCH_ROWS and config.batch_size >= n_rows
+        fits = not from_store and n_rows <= FULL_BATCH_ROWS and config.batch_size >= n_rows
         return "lbfgs" if fits and self._full_batch and self.tol > 0 and not self.early_stopping else "adam"
 
-    def fit(self, X, y):
+    def fit(self, X, y=None):
         """Fit the model by maximising its energy (the approximate log marginal likelihood): full batch by
         L-BFGS where the rows fit one batch (``solver``, :mod:`pep_gp.pipeline.training.full_batch`: until its
         tolerance or ``max_iter`` iterations), else with the trainer's minibatch Adam steps, until the stopping
@@ -200,15 +202,28 @@ class GPEstimator(FittedGP):
         With ``warm_start=True`` on a fitted estimator, the fit starts from its parameters (a new Adam state,
         steps counted from 0) and keeps its frame: the inputs' standardisation, the targets' scaling, the
         model's settings and classes of the first fit (new data is standardised as the old was, so the
-        parameters keep their meaning; a label outside ``classes_`` is refused)."""
-        self._refuse_inducing_beyond(X)
+        parameters keep their meaning; a label outside ``classes_`` is refused).
+
+        ``X`` may instead be a pep store (its path, or an opened
+        :class:`~pep_gp.pipeline.data.stores.Store`; ``y`` None): the fit then trains on the store's training
+        split and targets block by block, never holding more than a batch of its rows (the minibatch Adam steps
+        of ``pep train --model NAME --data STORE``, whose parameters it ends with, bit for bit, at the same
+        settings; its test split is scored every epoch as there), and the fitted estimator reads new rows as a
+        run of that store does (:func:`~pep_gp.pipeline.estimators.stores.table_reading`): the store's
+        ``feature_names_in_``, or for a table's store ``transforms_``, so that ``predict`` takes a DataFrame of
+        the table's own columns; ``classes_`` are the store's labels. ``early_stopping``, which holds out rows of
+        ``X``, is refused with a store.
+
+        Raises:
+            ValueError: a bad setting, ``y`` given with a store, a path that is not a pep store, a store of the
+                other task, or (``warm_start``) a store of other features or classes than the fitted ones."""
         warm = bool(self.warm_start) and hasattr(self, "params_")
         name = type(self).__name__
         monitor = ValidationStopping.of(name, self.n_iter_no_change, self.tol) if self.early_stopping else None
-        data = self._training_data(X, y, classes=self.classes_ if warm and self._is_classifier else None,
-                                   reset=not warm, validation=monitor is not None)
+        data = self._data(X, y, classes=self.classes_ if warm and self._is_classifier else None, reset=not warm,
+                          validation=monitor is not None)
         config = self._config(data.n_rows("train"))
-        solver = self._solver(config, data.n_rows("train"))
+        solver = self._solver(config, data.n_rows("train"), isinstance(data, Store))
         with self._trainer(data, config, warm_from=self if warm else None, monitor=monitor,
                            rows_represented=self._rows_represented(data.n_rows("train"))) as (
                 trainer, progress, energies):
@@ -230,15 +245,61 @@ class GPEstimator(FittedGP):
         self._fitted_on(data)
         return self
 
-    def _refuse_inducing_beyond(self, X) -> None:
-        """ValueError when ``inducing_points`` has more rows than ``X``, before anything is sized by them (the
-        settings hold them as lists: ten million points for a 120-row fit took minutes to be refused)."""
+    def _data(self, X, y, classes: np.ndarray | None = None, reset: bool = True,
+              validation: bool = False) -> ArrayData | Store:
+        """The training data of a fit: the store ``X`` names (:meth:`_store_data`), or the validated arrays
+        ``X, y`` (:meth:`_training_data`)."""
+        if is_store(X):
+            return self._store_data(X, y, classes, reset, validation)
+        self._refuse_inducing_beyond(len(X))
+        return self._training_data(X, y, classes=classes, reset=reset, validation=validation)
+
+    def _store_data(self, X, y, classes: np.ndarray | None, reset: bool, validation: bool) -> Store:
+        """The store ``X`` names, opened and checked (:func:`~pep_gp.pipeline.estimators.stores.opened_store`).
+        With ``reset`` the estimator takes the store's features, how it reads new rows and its classes;
+        otherwise (``warm_start``, ``partial_fit`` after the first call) they must be those it was fitted on.
+        ``classes`` (``partial_fit``'s) must be the store's labels."""
+        name = type(self).__name__
+        self._refuse_store(X)
+        if validation:
+            raise ValueError(f"{name}: early_stopping holds out validation_fraction of the rows of X, which a store "
+                             "keeps on disk; fit a store without early_stopping (pep train's held-out scores of its "
+                             "test split are the store's own validation)")
+        store = opened_store(name, X, y, self.spec.task)
+        self._refuse_inducing_beyond(store.n_rows("train"))
+        transforms = store.transforms
+        if reset:
+            for attribute in ("transforms_", "feature_names_in_"):
+                vars(self).pop(attribute, None)
+            self.n_features_in_ = len(store.feature_names)
+            for attribute, value in table_reading(transforms, list(store.feature_names)).items():
+                setattr(self, attribute, value)
+        else:
+            fitted = self._transforms()
+            if (fitted.feature_names, fitted.offsets.tolist()) != (transforms.feature_names, transforms.offsets.tolist()):
+                raise ValueError(f"{name}: {store.path} holds the features {list(transforms.feature_names)} (offsets "
+                                 f"{transforms.offsets.tolist()}), not those the estimator was fitted on "
+                                 f"({list(fitted.feature_names)}, offsets {fitted.offsets.tolist()})")
+        if self._is_classifier:
+            labels = list(transforms.labels)
+            if classes is not None and {label_value(c) for c in classes} != set(labels):
+                raise ValueError(f"{name}: classes={list(classes)} are not the classes of {store.path} ({labels})")
+            if not reset and [label_value(c) for c in self.classes_] != labels:
+                raise ValueError(f"{name}: {store.path} holds the classes {labels} (by class index), not the "
+                                 f"{self.classes_.tolist()} the estimator was fitted on")
+            self.classes_ = np.asarray(labels)
+        return store
+
+    def _refuse_inducing_beyond(self, n_rows: int) -> None:
+        """ValueError when ``inducing_points`` has more rows than the ``n_rows`` training rows, before anything
+        is sized by them (the settings hold them as lists: ten million points for a 120-row fit took minutes to
+        be refused)."""
         points = getattr(self, "inducing_points", None)
-        if points is not None and len(points) > len(X):
-            raise ValueError(f"inducing_points has {len(points):,} rows, more than the {len(X):,} training rows")
+        if points is not None and len(points) > n_rows:
+            raise ValueError(f"inducing_points has {len(points):,} rows, more than the {n_rows:,} training rows")
 
     @available_if(lambda self: self._streams)
-    def partial_fit(self, X, y, classes=None):
+    def partial_fit(self, X, y=None, classes=None):
         """One pass (epoch) of training steps over the rows ``X, y``, continuing from the previous
         ``partial_fit``: stochastic EP over a stream (Li, Hernández-Lobato & Turner 2015), as ``pep train
         --resume --new-rows-only`` takes on a grown store.
@@ -249,23 +310,27 @@ class GPEstimator(FittedGP):
         Adam state, its minibatch order drawn as a grown run's (:mod:`pep_gp.pipeline.training.sampling`), and
         its energy's data term is scaled to every row seen so far (the tied factor stands for them all), or to
         ``num_data`` rows when the stream's size is known: then ``partial_fit`` over its parts, in the order
-        ``fit`` draws its minibatches, takes exactly ``fit``'s steps on the whole.
+        ``fit`` draws its minibatches, takes exactly ``fit``'s steps on the whole. ``X`` may be a pep store
+        (``y`` None, ``classes`` not needed): the epoch is then over its training split's blocks, read as ``fit``
+        reads a store.
         One call on fresh data takes exactly the steps of ``fit`` with ``max_iter`` one epoch and ``tol=0``; a
         call after ``fit`` continues from its parameters, in its frame, counting the rows it was fitted on.
 
         Args:
-            X: inputs [n, D].
-            y: labels (within ``classes``) or targets [n].
-            classes: classifiers: every label the stream may hold, on the first call (later: None or the same).
+            X: inputs [n, D], or a store.
+            y: labels (within ``classes``) or targets [n]; None with a store.
+            classes: classifiers: every label the stream may hold, on the first call (later: None or the same);
+                with a store, None or the store's labels.
 
         Raises:
-            ValueError: no ``classes`` on a classifier's first call, other ``classes`` later, a label outside
-                them, or inputs of another width than the first call's.
+            ValueError: no ``classes`` on a classifier's first call on arrays, other ``classes`` later, a label
+                outside them, inputs of another width than the first call's, or a store of other features or
+                classes than the estimator's (and :meth:`fit`'s reasons to refuse a store).
         """
         first = not hasattr(self, "n_rows_seen_")
-        if self._is_classifier:
+        if self._is_classifier and not is_store(X):
             classes = self._stream_classes(classes, first)
-        data = self._training_data(X, y, classes=classes, reset=first)
+        data = self._data(X, y, classes=classes, reset=first)
         config = self._config(data.n_rows("train")).model_copy(update={"epochs": 1, "max_steps": None})
         seen = data.n_rows("train") + (0 if first else self.n_rows_seen_)
         with self._trainer(data, config, stream_from=None if first else self,

@@ -50,6 +50,8 @@ class CollapsedGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
 
     spec = COLLAPSED
     _streams = False  # conditions on all its training rows: no partial_fit
+    _rows_in_memory = ("conditions its predictions on all its training rows at once; SparseGPRegressor fits a store "
+                       "in minibatches")
 
     def _config(self, n_rows: int) -> TrainConfig:
         rows = bucket(n_rows)

@@ -7,6 +7,7 @@ Training lives in :mod:`pep_gp.pipeline.estimators.base`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -30,6 +31,7 @@ from ..models import ModelSettings
 from ..models.predictive import (Latent, Quantiles, Scored, apply, check_quantiles, class_probabilities,
                                  predict_in_blocks)
 from ..runs.config import DEFAULT_BLOCK_ROWS
+from .stores import is_store
 from .validation import validation_split
 
 PREDICT_BLOCK_ROWS = DEFAULT_BLOCK_ROWS
@@ -49,6 +51,13 @@ class FittedGP(BaseEstimator):
     _is_classifier: ClassVar[bool]
     _binary: ClassVar[bool] = False  # a classifier of exactly two classes
     Settings: ClassVar[type[ModelSettings]]
+    _rows_in_memory: ClassVar[str] = ""  # why the model fits arrays only, when it keeps its training rows
+
+    def _refuse_store(self, X) -> None:
+        """ValueError when ``X`` names a store and the model keeps its training rows in memory."""
+        if self._rows_in_memory and is_store(X):
+            raise ValueError(f"{type(self).__name__} fits arrays X, y only, not a store "
+                             f"({os.fspath(getattr(X, 'path', X))}): it {self._rows_in_memory}")
 
     def _settings(self) -> dict[str, Any]:
         """The spec's settings from the constructor arguments (ValueError naming a bad one)."""
@@ -65,7 +74,13 @@ class FittedGP(BaseEstimator):
         """Validated training data (sets ``n_features_in_``, ``feature_names_in_`` when ``reset``, else checks
         them; sets ``classes_``: ``y``'s labels, or ``classes`` when given, which every label must be among);
         with ``validation``, ``validation_fraction`` of the rows held out as its test split
-        (:func:`~pep_gp.pipeline.estimators.validation.validation_split`)."""
+        (:func:`~pep_gp.pipeline.estimators.validation.validation_split`). An estimator fitted on a table's
+        store (``transforms_``) is continued on its store only: arrays of its raw values are not its features."""
+        if reset:
+            vars(self).pop("transforms_", None)
+        elif getattr(self, "transforms_", None) is not None:
+            raise ValueError(f"{type(self).__name__}: fitted on a table's store, whose features are its columns "
+                             "encoded and less their offsets; continue it on a store of that table")
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=not self._is_classifier, reset=reset)
         if not self._is_classifier:
             return self._array_data(X, np.asarray(y, dtype=np.float64), "regression", validation)

@@ -21,6 +21,7 @@ from ..runs.growth import Frame
 from ..runs.run import Run
 from . import models  # noqa: F401  (defines the built-in estimators, which add themselves to ESTIMATORS)
 from .base import GPEstimator, estimator_for
+from .stores import table_reading
 
 
 def load(run_dir: str | Path) -> GPEstimator:
@@ -65,10 +66,7 @@ def load(run_dir: str | Path) -> GPEstimator:
         counts = manifest.model_binding.get("class_counts")
         fitted["classes_"] = np.asarray(labels or list(range(len(counts) if counts else 2)))
     names = manifest.feature_names or (None if transforms is None else list(transforms.feature_names))
-    if transforms is not None and not transforms.is_identity:
-        fitted["transforms_"] = transforms  # predict takes the table's own columns, encoded and centred as at ingest
-    elif names and names != [f"x{j}" for j in range(len(names))]:
-        fitted["feature_names_in_"] = np.asarray(names, dtype=object)
+    fitted.update(table_reading(transforms, names))
     for name, value in fitted.items():
         setattr(estimator, name, value)
     return estimator

@@ -85,6 +85,7 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
 
     _is_classifier = True
     _binary = True
+    _rows_in_memory = "keeps one EP site per training row (O(N³)); SparseGPClassifier fits a store in minibatches"
 
     def __init__(self, *, projection: str = "kl", alpha: float = 1.0, kernel=None, max_iter: int = 100, seed: int = 0):
         self.projection = projection
@@ -93,8 +94,10 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
         self.max_iter = max_iter
         self.seed = seed
 
-    def fit(self, X, y):
-        """Fit the sites, the amplitude and the lengthscale (see the class docstring)."""
+    def fit(self, X, y=None):
+        """Fit the sites, the amplitude and the lengthscale (see the class docstring); arrays only (a store is
+        refused, naming the estimator that fits one)."""
+        self._refuse_store(X)
         named_projection(self.projection)
         if not 0.0 < float(self.alpha) <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha!r}")
@@ -171,10 +174,14 @@ class MultiClassEPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
 
     _is_classifier = True
     Settings = UntiedMultiClassSettings
+    _rows_in_memory = ("keeps one EP factor per training row and class; MultiClassGPClassifier fits a store in "
+                       "minibatches")
     __init__ = generated_init(UntiedMultiClassSettings, UNTIED_FIT_FIELDS, "the untied multi-class model")
 
-    def fit(self, X, y):
-        """Fit the factors, hyper-parameters and inducing inputs (see the class docstring)."""
+    def fit(self, X, y=None):
+        """Fit the factors, hyper-parameters and inducing inputs (see the class docstring); arrays only (a store
+        is refused, naming the estimator that fits one)."""
+        self._refuse_store(X)
         settings = UntiedMultiClassSettings(**self._settings())
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive; got {self.learning_rate!r}")
