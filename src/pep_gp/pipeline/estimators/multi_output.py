@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ...core import float64
 from ...core.initialisation import initial_kernel_and_inducing
-from ...core.kernels import Kernel, SquaredExponential, from_dict
+from ...core.kernels import SquaredExponential, from_dict
 from ...core.linalg import DEFAULT_JITTER
 from ...core.models.multi_output_regression import MultiOutputParams, MultiOutputRegression
 from ...core.parameters import unconstrained
@@ -127,6 +127,10 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
     def fit(self, X, y):
         """Maximise the collapsed bound over the kernels, noises, mixing weights and (``train_inducing``) the
         inducing inputs (see the class docstring)."""
+        shape = np.shape(y)
+        if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] == 0):
+            raise ValueError(f"MultiOutputGPRegressor: y must hold one row of targets per row of X, [N] or [N, P] "
+                             f"with P ≥ 1; got shape {shape}")
         X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
         y = self._targets(y)
         try:
@@ -153,9 +157,6 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
         """``y`` as ``[N, P]`` (one column for ``[N]``; ``n_outputs_`` and whether predictions drop the axis)."""
-        if y.ndim not in (1, 2) or (y.ndim == 2 and y.shape[1] == 0):
-            raise ValueError(f"MultiOutputGPRegressor: y must hold one row of targets per row of X, [N] or [N, P] "
-                             f"with P ≥ 1; got shape {y.shape}")
         self._one_output = y.ndim == 1
         y = y.reshape(y.shape[0], -1)
         self.n_outputs_ = y.shape[1]
