@@ -66,9 +66,10 @@ def test_bad_y_shapes_are_refused(rows, y, message):
 
 @pytest.mark.parametrize("settings, message", [
     ({"latents": 2}, "latents is the LMC's number of latent GPs"),
-    ({"outputs": "lmc", "latents": 0}, "latents is the LMC's number of latent GPs"),
+    ({"outputs": "lmc", "latents": 0}, "latents: Input should be greater than or equal to 1"),
     ({"outputs": "lmc", "shared_kernel": True}, "shared_kernel applies to outputs='independent'"),
-    ({"outputs": "coregional"}, "outputs must be 'independent' or 'lmc'"),
+    ({"outputs": "coregional"}, "outputs: Input should be 'independent' or 'lmc'"),
+    ({"alpha": 1.5}, "alpha: Input should be less than or equal to 1"),
     ({"inducing_points": np.zeros((3, 2))}, "inducing_points has 2 columns"),
 ])
 def test_bad_settings_are_refused(rows, settings, message):

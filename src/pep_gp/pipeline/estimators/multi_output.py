@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sklearn.base import RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -31,11 +32,43 @@ from ..data.ingest import default_chunk_rows
 from ..data.moments import Moments
 from ..data.validation import check_num_inducing
 from ..models.predictive import predict_in_blocks
-from ..models.protocol import kernel_description, leaves_named
+from ..models.protocol import InducingPoints, KernelSetting, leaves_named
 from ..models.sparse_gp import INITIAL_NOISE_VARIANCE
-from ..runs.config import DEFAULT_MAX_STEPS, TrainConfig
 from ..training.full_batch import GRADIENT_TOL, MEMORY, QUIET_ITERATIONS, FlatParams
+from .base import FIT_FIELDS, generated_init
 from .fitted import PREDICT_BLOCK_ROWS, FittedGP
+
+
+class MultiOutputSettings(BaseModel):
+    """The settings of :class:`MultiOutputGPRegressor` (unknown keys and out-of-range values refused)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    outputs: Literal["independent", "lmc"] = Field("independent", description="independent outputs sharing the "
+                                                   "inducing inputs, or the linear model of coregionalisation")
+    latents: int | None = Field(None, ge=1, description="the LMC's latent GPs Q (None: one per output)")
+    shared_kernel: bool = Field(False, description="independent outputs: one kernel for every output (GPflow's "
+                                "SharedIndependent) instead of one each (SeparateIndependent)")
+    kernel: KernelSetting = Field(None, description="each latent GP's kernel (default a squared exponential with "
+                                  "one lengthscale per input; the LMC's variance held at 1)")
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC")
+    num_inducing: int = Field(50, ge=1, description="inducing points M shared by the latent GPs; capped by the "
+                              "training rows")
+    inducing_points: InducingPoints = Field(None, description="starting inducing inputs [M, D] in the inputs' own "
+                                            "units; none: k-means")
+    train_inducing: bool = Field(True, description="optimise the inducing inputs")
+    noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="every output's starting noise "
+                                  "variance, in standardised target units")
+    jitter: float = Field(DEFAULT_JITTER, ge=0.0, description="relative jitter on each K_uu")
+
+    @model_validator(mode="after")
+    def _of_the_chosen_outputs(self) -> "MultiOutputSettings":
+        if self.latents is not None and self.outputs != "lmc":
+            raise ValueError("latents is the LMC's number of latent GPs: set outputs='lmc' with it")
+        if self.shared_kernel and self.outputs != "independent":
+            raise ValueError("shared_kernel applies to outputs='independent' (the LMC's latent GPs each have "
+                             "their own kernel)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -103,25 +136,9 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
     """
 
     _is_classifier = False
-
-    def __init__(self, *, outputs: str = "independent", latents: int | None = None, shared_kernel: bool = False,
-                 kernel=None, alpha: float = 0.5, num_inducing: int = 50, inducing_points=None,
-                 train_inducing: bool = True, noise_variance: float = INITIAL_NOISE_VARIANCE,
-                 jitter: float = DEFAULT_JITTER, max_iter: int = DEFAULT_MAX_STEPS,
-                 tol: float = TrainConfig.model_fields["tol"].default, seed: int = 0):
-        self.outputs = outputs
-        self.latents = latents
-        self.shared_kernel = shared_kernel
-        self.kernel = kernel
-        self.alpha = alpha
-        self.num_inducing = num_inducing
-        self.inducing_points = inducing_points
-        self.train_inducing = train_inducing
-        self.noise_variance = noise_variance
-        self.jitter = jitter
-        self.max_iter = max_iter
-        self.tol = tol
-        self.seed = seed
+    Settings = MultiOutputSettings
+    __init__ = generated_init(MultiOutputSettings, {name: FIT_FIELDS[name] for name in ("max_iter", "tol", "seed")},
+                              "the multi-output regressor")
 
     # ------------------------------------------------------------------------------------------------ fit
     def fit(self, X, y):
@@ -131,13 +148,16 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
         if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] == 0):
             raise ValueError(f"MultiOutputGPRegressor: y must hold one row of targets per row of X, [N] or [N, P] "
                              f"with P ≥ 1; got shape {shape}")
+        settings = MultiOutputSettings(**self._settings())
+        self._check_fit_fields()
         X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
         y = self._targets(y)
-        try:
-            self.model_ = MultiOutputRegression(self.outputs, float(self.alpha), float(self.jitter))
-        except ValueError as error:
-            raise ValueError(f"MultiOutputGPRegressor: {error}") from None
-        self._check_settings(X.shape[0])
+        if settings.inducing_points is not None:
+            try:
+                check_num_inducing(settings.num_inducing, settings.inducing_points, X.shape[0], X.shape[1])
+            except ValueError as error:
+                raise ValueError(f"MultiOutputGPRegressor: {error}") from None
+        self.model_ = MultiOutputRegression(settings.outputs, settings.alpha, settings.jitter)
         chunk_rows = default_chunk_rows(X.shape[1])  # the statistics pep ingest and every estimator compute
         x_moments, y_moments = Moments.of_chunks(X, chunk_rows), Moments.of_chunks(y, chunk_rows)
         self.x_mean_, self.x_std_ = x_moments.mean, x_moments.std()
@@ -145,8 +165,8 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
         self.x_train_ = (X - self.x_mean_) / self.x_std_
         self.y_train_ = (y - self.y_mean_) / self.y_std_
         with float64():
-            start = self._initial_params(self.x_train_, self.y_train_)
-            params, self.n_iter_, self.converged_, energy = self._lbfgs(start)
+            start = self._initial_params(settings, self.x_train_, self.y_train_)
+            params, self.n_iter_, self.converged_, energy = self._lbfgs(start, settings.train_inducing)
         self.params_ = jax.tree_util.tree_map(np.asarray, jax.device_get(params))
         self.log_marginal_likelihood_value_ = energy - X.shape[0] * float(np.sum(np.log(self.y_std_)))
         if not self.converged_ and self.tol > 0 and self.max_iter > 0:
@@ -162,46 +182,33 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
         self.n_outputs_ = y.shape[1]
         return y
 
-    def _check_settings(self, n_rows: int) -> None:
-        name = "MultiOutputGPRegressor"
-        if self.latents is not None and (self.outputs != "lmc" or not isinstance(self.latents, (int, np.integer))
-                                         or isinstance(self.latents, bool) or self.latents < 1):
-            raise ValueError(f"{name}: latents is the LMC's number of latent GPs, a positive integer with "
-                             f"outputs='lmc'; got latents={self.latents!r} with outputs={self.outputs!r}")
-        if self.shared_kernel and self.outputs != "independent":
-            raise ValueError(f"{name}: shared_kernel applies to outputs='independent' (the LMC's latent GPs each "
-                             "have their own kernel)")
-        for field, low in (("max_iter", 0), ("seed", 0)):
+    def _check_fit_fields(self) -> None:
+        for field in ("max_iter", "seed"):
             value = getattr(self, field)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name}: {field} must be a non-negative integer; got {value!r}")
-        if not (float(self.tol) >= 0 and float(self.noise_variance) > 0 and float(self.jitter) >= 0):
-            raise ValueError(f"{name}: tol and jitter must be non-negative and noise_variance positive; got "
-                             f"tol={self.tol!r}, jitter={self.jitter!r}, noise_variance={self.noise_variance!r}")
-        try:
-            check_num_inducing(self.num_inducing, self.inducing_points, n_rows, self.n_features_in_)
-        except ValueError as error:
-            if self.inducing_points is not None or "exceeds" not in str(error):
-                raise ValueError(f"{name}: {error}") from None  # more rows than M: M is capped below
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"MultiOutputGPRegressor: {field} must be a non-negative integer; got {value!r}")
+        if not float(self.tol) >= 0:
+            raise ValueError(f"MultiOutputGPRegressor: tol must be non-negative; got {self.tol!r}")
 
-    def _initial_params(self, x: np.ndarray, y: np.ndarray) -> MultiOutputParams:
+    def _initial_params(self, settings: MultiOutputSettings, x: np.ndarray, y: np.ndarray) -> MultiOutputParams:
         """k-means inducing inputs (or ``inducing_points``, standardised), the median distance for each
         lengthscale left unset, the settings' noise for every output, and the LMC's ``W`` from the targets'
         correlation (its top ``Q`` eigenvectors times the roots of their eigenvalues; beyond ``P`` columns
         small draws of ``seed``)."""
-        given = None if self.inducing_points is None else (np.asarray(self.inducing_points, float) - self.x_mean_) / self.x_std_
-        lengthscales, _, z = initial_kernel_and_inducing(x, min(int(self.num_inducing), x.shape[0]), inducing=given,
+        points = settings.inducing_points
+        given = None if points is None else (np.asarray(points, float) - self.x_mean_) / self.x_std_
+        lengthscales, _, z = initial_kernel_and_inducing(x, min(settings.num_inducing, x.shape[0]), inducing=given,
                                                          seed=int(self.seed))
         n_outputs = y.shape[1]
-        lmc = self.outputs == "lmc"
-        latents = (self.latents or n_outputs) if lmc else 1 if self.shared_kernel else n_outputs
+        lmc = settings.outputs == "lmc"
+        latents = (settings.latents or n_outputs) if lmc else 1 if settings.shared_kernel else n_outputs
         try:
-            kernel = (from_dict(kernel_description(self.kernel)) if self.kernel is not None
+            kernel = (from_dict(settings.kernel) if settings.kernel is not None
                       else SquaredExponential(variance=1.0, fixed=("variance",) if lmc else ()))
             kernel = kernel.bank(latents, x.shape[1], lengthscales)
         except ValueError as error:
             raise ValueError(f"MultiOutputGPRegressor: kernel: {error}") from None
-        noise = unconstrained(MultiOutputParams, noise_variance=jnp.full(n_outputs, float(self.noise_variance)))
+        noise = unconstrained(MultiOutputParams, noise_variance=jnp.full(n_outputs, settings.noise_variance))
         mixing = None
         if lmc:
             values, vectors = np.linalg.eigh(y.T @ y / y.shape[0])  # ascending
@@ -212,10 +219,10 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
             mixing = jnp.asarray(mixing)
         return MultiOutputParams(kernel, **noise, inducing=jnp.asarray(z), mixing=mixing)
 
-    def _lbfgs(self, start: MultiOutputParams) -> tuple[MultiOutputParams, int, bool, float]:
+    def _lbfgs(self, start: MultiOutputParams, train_inducing: bool) -> tuple[MultiOutputParams, int, bool, float]:
         """L-BFGS-B on ``−log Z_PEP`` over the free leaves: ``(params, iterations, converged, log Z)`` (the
         stopping rule of :class:`~pep_gp.pipeline.training.full_batch.FullBatchFit`)."""
-        flat = FlatParams(start, leaves_named(start, set() if self.train_inducing else {"inducing"}))
+        flat = FlatParams(start, leaves_named(start, set() if train_inducing else {"inducing"}))
         x, y = jnp.asarray(self.x_train_), jnp.asarray(self.y_train_)
         state = {"energy": math.nan, "quiet": 0, "iterations": 0}
 
