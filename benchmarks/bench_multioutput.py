@@ -36,7 +36,7 @@ import warnings
 import numpy as np
 from scipy import stats
 
-from ._common import arguments, machine, standard_error, uptime, write_results
+from ._common import arguments, machine, standard_error, train_exact_gpytorch, uptime, write_results
 
 TABLES = ("linnerud", "cars93")
 FITS = ("pep-independent", "pep-lmc", "pep-separate", "gpytorch-multitask")
@@ -96,15 +96,7 @@ def fit_gpytorch(x_train, y_train, x_test) -> tuple[np.ndarray, np.ndarray]:
         def forward(self, x):
             return gpytorch.distributions.MultitaskMultivariateNormal(self.mean(x), self.covar(x))
 
-    model = Multitask().double()
-    model.train()
-    optimiser = torch.optim.Adam(model.parameters(), lr=0.1)
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
-    for _ in range(50):
-        optimiser.zero_grad()
-        (-mll(model(tx), ty)).backward()
-        optimiser.step()
-    model.eval()
+    model = train_exact_gpytorch(Multitask().double(), tx, ty, steps=50, learning_rate=0.1)
     with torch.no_grad():
         predictive = model.likelihood(model(sx))
         return (predictive.mean.numpy() * std_y + mean_y, np.sqrt(predictive.variance.numpy()) * std_y)
