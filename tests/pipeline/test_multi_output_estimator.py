@@ -18,7 +18,7 @@ def rows():
     return x, 3.0 * y + np.array([5.0, -1.0]), np.linspace(-3, 3, 7)[:, None]
 
 
-@pytest.mark.heavy  # three fits: ~25 s at a load of 20 on two cores, most of it compiling
+@pytest.mark.heavy  # three fits: ~30 s at a load of 20 on two cores, most of it compiling
 def test_independent_outputs_are_separate_collapsed_fits(rows):
     """With the inducing inputs held, the joint objective is the sum of the outputs' own, so the joint fit is
     the separate fits: evidence and predictions as theirs (measured 1e-12 relative and 1e-7)."""
@@ -36,7 +36,7 @@ def test_independent_outputs_are_separate_collapsed_fits(rows):
     assert joint.converged_ and joint.log_marginal_likelihood() == pytest.approx(evidence, rel=1e-10)
 
 
-@pytest.mark.heavy  # one LMC fit: ~15 s at a load of 20 on two cores
+@pytest.mark.heavy  # one LMC fit: ~30 s at a load of 20 on two cores
 def test_lmc_fit_predicts_with_a_covariance_across_outputs(rows):
     """The LMC's covariance across outputs at each row is symmetric, positive definite, its diagonal the
     predictive variance, and its noise the fitted noise; the fit follows both outputs."""
@@ -77,7 +77,7 @@ def test_bad_settings_are_refused(rows, settings, message):
         MultiOutputGPRegressor(**settings).fit(rows[0], rows[1])
 
 
-@pytest.mark.heavy  # a short fit: ~14 s at a load of 20 on two cores (tests/pipeline/test_tiny_estimators.py fits one too)
+@pytest.mark.heavy  # a short fit: 7–14 s at a load of 20 on two cores (tests/pipeline/test_tiny_estimators.py fits one too)
 def test_one_dimensional_targets_are_one_output(rows):
     x, y, x_new = rows
     with warnings.catch_warnings():
