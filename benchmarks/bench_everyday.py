@@ -49,7 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import arguments, machine, standard_error, temporary_directory, uptime, write_results
+from ._common import (arguments, machine, standard_error, temporary_directory, train_exact_gpytorch, uptime,
+                      write_results)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -234,17 +235,9 @@ def _gpytorch(fit: str, task: str, x_train, y_train, x_test, y_test) -> dict:
             def forward(self, x):
                 return gpytorch.distributions.MultivariateNormal(self.mean(x), self.covar(x))
 
-        model = Exact()
-        model.train()
-        optimiser = torch.optim.Adam(model.parameters(), lr=0.1)
-        mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
-        for _ in range(50):
-            optimiser.zero_grad()
-            (-mll(model(tx), ty)).backward()
-            optimiser.step()
+        model = train_exact_gpytorch(Exact(), tx, ty, steps=50, learning_rate=0.1)
         fit_seconds = time.time() - start
         predicting = time.time()
-        model.eval()
         with torch.no_grad(), gpytorch.settings.fast_pred_var():
             predictive = model.likelihood(model(sx))
             mean = predictive.mean.numpy().astype(np.float64) * std_y + mean_y

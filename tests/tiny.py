@@ -25,6 +25,7 @@ SETTINGS = {
     "DeepGPClassifier": {"num_inducing": INDUCING, "max_iter": 20, "learning_rate": 0.1},
     "MultiClassDeepGPClassifier": {"num_inducing": INDUCING, "max_iter": 20, "learning_rate": 0.1},  # 3: 33 % right
     "CollapsedGPRegressor": {"num_inducing": INDUCING, "max_iter": 5},
+    "MultiOutputGPRegressor": {"num_inducing": INDUCING, "max_iter": 5},
     "ExactGPClassifier": {"max_iter": 2},
     "MultiClassEPClassifier": {"num_inducing": INDUCING, "max_iter": 10, "learning_rate": 0.1},
 }

@@ -29,6 +29,7 @@ _ESTIMATORS = ("SparseGPRegressor", "SparseGPClassifier", "MultiClassGPClassifie
 _EXPORTS = {
     **{name: "pep_gp.pipeline.estimators.models" for name in _ESTIMATORS},
     "CollapsedGPRegressor": "pep_gp.pipeline.estimators.collapsed",
+    "MultiOutputGPRegressor": "pep_gp.pipeline.estimators.multi_output",
     "ExactGPClassifier": "pep_gp.pipeline.estimators.untied",
     "MultiClassEPClassifier": "pep_gp.pipeline.estimators.untied",
     "load": "pep_gp.pipeline.estimators.runs",

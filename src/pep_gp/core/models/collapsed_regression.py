@@ -36,13 +36,53 @@ from ..means import MeanFunction, Zero
 from ..parameters import SOFTPLUS, constrained
 
 
+class Conditioned(NamedTuple):
+    """The Gaussian sites of the collapsed fixed point given the projected rows (Bui, Yan & Turner 2017, §3.6)."""
+
+    site_variance: jnp.ndarray  # G_n = αD_nn + σ_n², [N]
+    chol_inner: jnp.ndarray  # J = chol(I + A₀ G⁻¹ A₀ᵀ), [M, M]
+    inner_target: jnp.ndarray  # b = J⁻¹A₀(y/G), [M]
+
+
 class _Factorisation(NamedTuple):
     chol_uu: jnp.ndarray  # L, [M, M]
     projected: jnp.ndarray  # A₀ = L⁻¹K_uf, [M, N]
     residual: jnp.ndarray  # D_nn ≥ 0, [N]
-    site_variance: jnp.ndarray  # G_n = αD_nn + σ², [N]
-    chol_inner: jnp.ndarray  # J, [M, M]
-    inner_target: jnp.ndarray  # b = J⁻¹A₀(y/G), [M]
+    sites: Conditioned
+
+
+def condition(projected, residual, noise_variance, y, alpha, mask) -> Conditioned:
+    """The sites of the rows with ``mask`` given the whitened cross-covariances ``A₀ = L⁻¹K_uf`` [M, N], the
+    residual variances ``D_nn`` [N] and the noise variance ``σ_n²`` (one, or one per row) (the others are
+    left out of every sum)."""
+    site_variance = alpha * residual + noise_variance
+    scaled = projected * (mask / jnp.sqrt(site_variance))
+    inner = jnp.eye(projected.shape[0], dtype=projected.dtype) + scaled @ scaled.T
+    chol_inner = cholesky(inner)
+    return Conditioned(site_variance, chol_inner, solve_lower(chol_inner, projected @ (mask * y / site_variance)))
+
+
+def evidence(sites: Conditioned, residual, noise_variance, y, alpha: float, mask):
+    """``log Z_PEP(α)`` of the rows with ``mask`` from their :func:`condition` (module docstring; Bui, Yan &
+    Turner 2017, §3.6, eq. 128), ``σ_n²`` one or one per row (each row's factor has its own noise)."""
+    row_sum = lambda terms: jnp.sum(jnp.where(mask, terms, 0.0))
+    value = (
+        -0.5 * row_sum(jnp.full(y.shape[0], LOG_2PI))
+        - jnp.sum(jnp.log(jnp.diagonal(sites.chol_inner)))
+        - 0.5 * row_sum(jnp.log(sites.site_variance))
+        - 0.5 * row_sum(y**2 / sites.site_variance)
+        + 0.5 * jnp.sum(sites.inner_target**2)
+    )
+    if alpha == 0.0:  # VFE trace term, the α → 0 limit of the last term (Bui, Yan & Turner 2017 eq. 130)
+        return value - 0.5 * row_sum(residual / noise_variance)
+    return value - (1.0 - alpha) / (2.0 * alpha) * row_sum(jnp.log1p(alpha * residual / noise_variance))
+
+
+def posterior(sites: Conditioned, projected_new):
+    """``(C*ᵀJ⁻ᵀb, J⁻¹C*)`` for the whitened test cross-covariances ``C* = L⁻¹K_u*`` [M, B]: the predictive
+    mean and the factor whose squares the predictive (co)variance adds back (Bui, Yan & Turner 2017, §3.6)."""
+    mean = projected_new.T @ solve_upper_from_lower(sites.chol_inner, sites.inner_target)
+    return mean, solve_lower(sites.chol_inner, projected_new)
 
 
 def _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, mask) -> _Factorisation:
@@ -50,12 +90,8 @@ def _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, mask) -> _
     chol_uu = cholesky(kernel.gram(inducing[None])[0], jitter * kernel.amplitude()[0])
     projected = solve_lower(chol_uu, kernel.cross(inducing[None], x)[0])
     residual = jnp.maximum(kernel.diag(x)[0] - jnp.sum(projected**2, axis=0), 0.0)
-    site_variance = alpha * residual + noise_variance
-    scaled = projected * (mask / jnp.sqrt(site_variance))
-    inner = jnp.eye(inducing.shape[0], dtype=x.dtype) + scaled @ scaled.T
-    chol_inner = cholesky(inner)
-    inner_target = solve_lower(chol_inner, projected @ (mask * y / site_variance))
-    return _Factorisation(chol_uu, projected, residual, site_variance, chol_inner, inner_target)
+    return _Factorisation(chol_uu, projected, residual,
+                          condition(projected, residual, noise_variance, y, alpha, mask))
 
 
 def log_marginal_likelihood(
@@ -92,17 +128,7 @@ def log_marginal_likelihood(
         raise ValueError(f"alpha must lie in [0, 1]; got {alpha}")
     mask = jnp.ones(x.shape[0], bool) if mask is None else mask
     f = _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, mask)
-    row_sum = lambda terms: jnp.sum(jnp.where(mask, terms, 0.0))
-    evidence = (
-        -0.5 * row_sum(jnp.full(x.shape[0], LOG_2PI))
-        - jnp.sum(jnp.log(jnp.diagonal(f.chol_inner)))
-        - 0.5 * row_sum(jnp.log(f.site_variance))
-        - 0.5 * row_sum(y**2 / f.site_variance)
-        + 0.5 * jnp.sum(f.inner_target**2)
-    )
-    if alpha == 0.0:  # VFE trace term, the α → 0 limit of the last term (Bui, Yan & Turner 2017 eq. 130)
-        return evidence - 0.5 * row_sum(f.residual) / noise_variance
-    return evidence - (1.0 - alpha) / (2.0 * alpha) * row_sum(jnp.log1p(alpha * f.residual / noise_variance))
+    return evidence(f.sites, f.residual, noise_variance, y, alpha, mask)
 
 
 def predict_f(
@@ -124,8 +150,7 @@ def predict_f(
     """
     f = _factorise(kernel, inducing, noise_variance, x, y, alpha, jitter, jnp.ones(x.shape[0], bool))
     c = solve_lower(f.chol_uu, kernel.cross(inducing[None], x_new)[0])
-    mean = c.T @ solve_upper_from_lower(f.chol_inner, f.inner_target)
-    reduced = solve_lower(f.chol_inner, c)
+    mean, reduced = posterior(f.sites, c)
     if full_cov:
         return mean, kernel.gram(x_new[None])[0] - c.T @ c + reduced.T @ reduced
     var = kernel.diag(x_new)[0] - jnp.sum(c**2, axis=0) + jnp.sum(reduced**2, axis=0)
