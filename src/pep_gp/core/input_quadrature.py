@@ -32,7 +32,7 @@ Sobol points mapped to the normal and mirrored (``±ξ``, so odd moments are exa
 deterministic. The Matérn kernels have a kink at ``h = z`` that no such rule resolves: the error falls only
 algebraically with the points per dimension (slowest for Matérn ½, fastest for ⁵⁄₂) and grows with ``s/ℓ²``;
 at ``s = ℓ²/4`` in two dimensions and 5 points, the largest error of ``ψ₁`` over 20 inducing inputs was
-9e-3·σ² (Matérn ½), 3e-3·σ² (³⁄₂) and 9e-4·σ² (⁵⁄₂), against 10⁶-draw Monte Carlo.
+9e-3·σ² (Matérn ½), 3e-3·σ² (³⁄₂) and 9e-4·σ² (⁵⁄₂), against 4·10⁶-draw Monte Carlo (unit lengthscales).
 """
 
 from __future__ import annotations
