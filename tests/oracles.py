@@ -28,6 +28,12 @@ def se_kernel(x1, x2, lengthscales, variance):
     return variance * np.exp(-0.5 * np.sum(d**2, axis=-1))
 
 
+def matern52_kernel(x1, x2, lengthscales, variance):
+    """``σ²(1 + √5r + 5r²/3)exp(−√5r)`` (Rasmussen & Williams 2006, eq. 4.17)."""
+    r = np.sqrt(5.0 * np.sum(((x1[:, None, :] - x2[None, :, :]) / np.asarray(lengthscales)) ** 2, axis=-1))
+    return variance * (1.0 + r + r**2 / 3.0) * np.exp(-r)
+
+
 def gaussian_log_evidence(y, cov):
     """``log N(y; 0, cov)``."""
     return multivariate_normal(mean=np.zeros(len(y)), cov=cov).logpdf(y)

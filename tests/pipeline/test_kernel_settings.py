@@ -1,6 +1,6 @@
 """Kernels as users give them: ``kernel=`` on the estimators (an object, a table, a spelling), fixed values that a
 fit leaves bit-identical, scikit-learn's ``clone``/``set_params``, the fitted ``kernel_``, a saved run that
-rebuilds its kernel, the deep GPs' refusal, and ``[model.kernel]``/``--set`` through the settings."""
+rebuilds its kernel, a deep GP's kernel that does not fit a layer, and ``[model.kernel]``/``--set`` through the settings."""
 
 from __future__ import annotations
 
@@ -54,8 +54,9 @@ def test_kernels_clone_set_params_and_spellings_are_one_setting(data):
     assert settings["kernel"] == (Matern52() + Linear()).to_dict()
     with pytest.raises(ValueError, match=r"kernel: .*unknown kernel 'matern25'.*did you mean 'matern52'"):
         _fit(SparseGPRegressor(kernel="matern25"), x, y)
-    with pytest.raises(ValueError, match="the deep GPs take only the squared exponential"):
-        _fit(DeepGPRegressor(kernel=Matern52()), x, y)
+    with pytest.raises(ValueError, match=r"kernel of layer 2 \(3 inputs: the previous layer's\): matern52: "
+                                         r"lengthscales needs 1 or 3 values"):
+        _fit(DeepGPRegressor(kernel=Matern52(lengthscales=[0.5, 1.0]), hidden_dims=(3,), num_inducing=4), x, y)
 
 
 @pytest.mark.heavy  # a whole training run, saved and loaded
@@ -69,10 +70,11 @@ def test_a_saved_run_rebuilds_its_kernel_and_predicts_bit_identically(data, tmp_
 
 
 def test_the_kernel_table_and_set_are_validated_by_the_model_settings():
-    spec = get_model("multiclass-sep")
     config = load_config(None, settings=parse_settings(["model.kernel=matern32*periodic"]))
-    settings = model_settings(spec, config.model)
-    assert [term["name"] for term in settings.kernel["terms"]] == ["matern32", "periodic"]
+    for name in ("multiclass-sep", "deep-gp", "deep-gp-classifier", "deep-gp-multiclass"):
+        settings = model_settings(get_model(name), config.model)
+        assert [term["name"] for term in settings.kernel["terms"]] == ["matern32", "periodic"]
+    spec = get_model("multiclass-sep")
     table = {"kernel": {"name": "matern52", "lengthscales": 0.5, "fixed": ["lengthscales"]}}
     assert model_settings(spec, table).kernel == Matern52(0.5, fixed="lengthscales").to_dict()
     with pytest.raises(InputError, match=r"model.kernel: Value error, unknown kernel 'peroidic'.*did you mean 'periodic'"):

@@ -154,6 +154,12 @@ class Kernel:
         """A scale of the kernel's values per GP, ``[G]``: what the models' relative jitter multiplies."""
         return self.variance.value
 
+    def polynomial_degree(self) -> int | None:
+        """The degree of ``k(x, x')`` as a polynomial in ``x`` (:class:`Linear` 1, :class:`Constant` 0, a sum the
+        larger, a product the sum of its terms'), None for a kernel that is none: how many Gauss–Hermite points
+        integrate it exactly under a Gaussian input (:mod:`pep_gp.core.input_quadrature`)."""
+        return None
+
     def log_prior(self):
         """``Σ log p(r)`` over the priors of every term's parameters, each a density of the stored logarithm
         ``r`` (:mod:`pep_gp.core.priors`: the value's density plus ``log |dθ/dr| = r``); None without priors."""
@@ -473,6 +479,9 @@ class Linear(Kernel):
     def __init__(self, variance=1.0, *, fixed=(), active_dims=None, prior=None):
         _init(self, fixed, active_dims, prior, variance=variance)
 
+    def polynomial_degree(self):
+        return 1
+
     def _gram(self, z):
         return self.variance.value[:, None, None] * _symmetric_gram(z)
 
@@ -492,6 +501,9 @@ class Constant(Kernel):
 
     def __init__(self, variance=1.0, *, fixed=(), active_dims=None, prior=None):
         _init(self, fixed, active_dims, prior, variance=variance)
+
+    def polynomial_degree(self):
+        return 0
 
     def _gram(self, z):
         return jnp.broadcast_to(self.variance.value[:, None, None], (z.shape[0], z.shape[1], z.shape[1])).astype(z.dtype)
@@ -527,6 +539,10 @@ class _Combination(Kernel):
     def terms(self):
         return self.left.terms() + self.right.terms()
 
+    def polynomial_degree(self):
+        degrees = (self.left.polynomial_degree(), self.right.polynomial_degree())
+        return None if None in degrees else self.combine_degrees(*degrees)
+
     def bank(self, groups, dims, lengthscales=None):
         return type(self)(self.left.bank(groups, dims, lengthscales), self.right.bank(groups, dims, lengthscales))
 
@@ -545,6 +561,7 @@ class Sum(_Combination):
     """``k1 + k2``."""
 
     symbol = "+"
+    combine_degrees = staticmethod(max)
 
     @staticmethod
     def combine(a, b):
@@ -560,6 +577,10 @@ class Product(_Combination):
     @staticmethod
     def combine(a, b):
         return a * b
+
+    @staticmethod
+    def combine_degrees(a, b):
+        return a + b
 
     def __repr__(self):
         wrap = lambda k: f"({k!r})" if isinstance(k, Sum) else repr(k)

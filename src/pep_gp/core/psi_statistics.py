@@ -107,13 +107,13 @@ def cavities_and_posteriors(prior: PriorFactors, factor: CholeskyFactor, scale) 
 
 def fixed_input_marginals(bank: Bank, prior: PriorFactors, gaussian: Projected, x) -> Marginals:
     """Mean ``kᵀa`` and variance ``[κ − ‖L⁻¹k‖²]_{≥d} + ‖Pk‖²`` ``[B, G]`` of every GP's output at the
-    rows ``x`` ``[B, D]``, ``k = k(Z, x)``: as :func:`pep_gp.core.bank.latent_marginals`, with one product
-    of ``[L⁻¹; P]`` with the rows instead of three."""
+    rows ``x`` ``[B, D]``, ``k = k(Z, x)`` and ``κ = k(x, x) + d`` (any kernel): as
+    :func:`pep_gp.core.bank.latent_marginals`, with one product of ``[L⁻¹; P]`` with the rows instead of three."""
     cross = bank.kernel.cross(bank.inducing, x)  # [G, M, B]
     num_inducing = cross.shape[1]
     projections = jnp.concatenate([prior.inverse, gaussian.spread], axis=1) @ cross  # [G, 2M, B]
-    kappa = bank.kernel.variance.value + bank.diagonal
-    fitc = jnp.maximum(kappa[:, None] - jnp.sum(projections[:, :num_inducing] ** 2, axis=1), bank.diagonal[:, None])
+    kappa = bank.kernel.diag(x) + bank.diagonal[:, None]  # [G, B]
+    fitc = jnp.maximum(kappa - jnp.sum(projections[:, :num_inducing] ** 2, axis=1), bank.diagonal[:, None])
     spread = jnp.sum(projections[:, num_inducing:] ** 2, axis=1)
     return Marginals(jnp.einsum("gmb,gm->bg", cross, gaussian.mean_weights), (fitc + spread).T)
 

@@ -1,7 +1,7 @@
 """Deep Gaussian processes with approximate EP (Bui et al. 2016): the energy ``F = G + Σ_blocks L``.
 
 Layer ``l`` maps its ``D_{l−1}``-dimensional input through ``G_l`` independent FITC sparse GPs (one per
-output dimension, each with its own inducing inputs ``Z``, ARD RBF kernel and tied factor) plus Gaussian
+output dimension, each with its own inducing inputs ``Z``, kernel and tied factor) plus Gaussian
 noise ``σ_l²``; the last layer has one GP and the model's likelihood (Gaussian: the observation noise
 ``σ_L²``; probit: none, as the authors' code). Each layer is a bank of :mod:`pep_gp.core.bank` with
 ``G = G_l``; all N tied factors of a GP are one Gaussian ``t(u)`` (the stored total ``Nθ₁``, as the
@@ -14,8 +14,10 @@ power α; 1 is the paper). The energy is
 ``(m_n, v_n)`` the moments of the output GP at row ``n`` obtained by propagating moments through the
 layers under the cavities (probabilistic-backprop style, Bui et al. 2016, §5 and App. D): layer 1 sees
 the fixed row (:func:`pep_gp.core.psi_statistics.fixed_input_marginals`), every later layer the diagonal
-Gaussian of the previous layer's outputs plus its noise
-(:func:`pep_gp.core.psi_statistics.uncertain_input_marginals`). What a layer's rows need from its
+Gaussian of the previous layer's outputs plus its noise: in closed form for the ARD squared exponential, the
+paper's kernel (:func:`pep_gp.core.psi_statistics.uncertain_input_marginals`), by quadrature over the input
+for any other kernel of :mod:`pep_gp.core.kernels` (:func:`pep_gp.core.input_quadrature.quadrature_input_marginals`,
+the same ``points`` per dimension in every layer). What a layer's rows need from its
 ``u``-distribution is computed once per step (:class:`LayerInputs`). The minibatch estimate scales the
 ``log Z̃`` sum by ``N/|B|`` (§6; the trainer's step does that). Prediction is the same forward pass under
 ``q`` (§7), or the Monte Carlo mixture of :meth:`DeepGP.predict_mixture`. With one layer this is exactly
@@ -33,7 +35,8 @@ import numpy as np
 
 from .. import bank
 from ..initialisation import kmeans_inducing, median_lengthscale
-from ..kernels import SquaredExponential
+from ..input_quadrature import DEFAULT_POINTS, input_rule, quadrature_input_marginals
+from ..kernels import Kernel, SquaredExponential
 from ..likelihoods import Gaussian, scaled_log_tilted
 from ..linalg import cholesky_and_inverse
 from ..parameters import Positive
@@ -51,7 +54,7 @@ class LayerParams(NamedTuple):
     """One layer: ``G`` sparse GPs (hyper-parameters ``[G, ·]``, or ``[1, ·]`` shared by the layer) and
     the noise of its outputs (a hidden layer's Gaussian noise, or the model's likelihood for the last)."""
 
-    kernel: SquaredExponential  # ℓ [G or 1, D_in], σ_f² [G or 1] (the ψ-statistics' closed forms are the SE's)
+    kernel: Kernel  # hyper-parameters [G or 1, ·] (SE: ℓ [G or 1, D_in], σ_f² [G or 1])
     inducing: jnp.ndarray  # Z, [G, M, D_in]
     factor_shift: jnp.ndarray  # η = Nθ₁'s linear part, [G, M]
     factor_chol: jnp.ndarray  # L with Λ = LLᵀ: strict lower part as is, diagonal as log (authors' code), [G, M, M]
@@ -70,7 +73,7 @@ class LayerInputs(NamedTuple):
 
     prior: bank.PriorFactors  # chol(K) and its inverse
     gaussian: Projected  # a = K⁻¹m̂, P with K⁻¹V̂K⁻¹ = PᵀP, log-normaliser
-    pairs: Any  # PairTerms of a layer with Gaussian inputs (every layer but the first); else None
+    pairs: Any  # PairTerms of a squared-exponential layer with Gaussian inputs (not the first); else None
 
 
 class StepShared(NamedTuple):
@@ -93,6 +96,19 @@ def _random_factor(rng: np.random.Generator, width: int, num_inducing: int, scal
     ``N(0, scale²)`` entries."""
     raw = np.tril(scale * rng.normal(size=(width, num_inducing, num_inducing)))
     return scale * rng.normal(size=(width, num_inducing)), raw
+
+
+def _layer_kernel(kernel: Kernel | None, index: int, hypers: int, dims: int, log_ell: float) -> Kernel:
+    """Layer ``index``'s starting kernel for ``hypers`` sets of hyper-parameters on ``dims`` inputs: ``kernel``
+    (:meth:`~pep_gp.core.kernels.Kernel.bank`, an unset lengthscale ``exp(log_ell)``), default the ARD
+    squared exponential of unit variance; ValueError naming the layer when ``kernel`` does not fit."""
+    if kernel is None:
+        return SquaredExponential(lengthscales=np.exp(np.full((hypers, dims), log_ell)), variance=np.ones(hypers))
+    try:
+        return kernel.bank(hypers, dims, np.exp(np.full(dims, log_ell)))
+    except ValueError as error:
+        raise ValueError(f"kernel of layer {index + 1} ({dims} inputs: "
+                         f"{'the data' if index == 0 else 'the previous layer'}'s): {error}") from None
 
 
 def _concatenate(trees: list):
@@ -122,6 +138,8 @@ class DeepGP:
         likelihood: the output's likelihood (:class:`~pep_gp.core.likelihoods.Gaussian` or ``Probit``).
         alpha: the Power-EP power, in [:data:`ALPHA_FLOOR`, 1]; 1 is Bui et al.'s approximate EP.
         jitter: relative jitter on every ``K_uu`` (the authors' code adds 1e-6).
+        quadrature_points: Gauss–Hermite points per input dimension of a layer with Gaussian inputs whose
+            kernel is not the squared exponential (:func:`pep_gp.core.input_quadrature.input_rule`).
 
     Example:
         >>> model = DeepGP(Gaussian(), alpha=1.0)
@@ -134,20 +152,22 @@ class DeepGP:
     likelihood: Any
     alpha: float = 1.0
     jitter: float = 1e-6
+    quadrature_points: int = DEFAULT_POINTS
 
     def __post_init__(self):
+        if self.quadrature_points < 2:
+            raise ValueError(f"quadrature_points must be at least 2; got {self.quadrature_points}")
         if not ALPHA_FLOOR <= self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in [{ALPHA_FLOOR:g}, 1] (below {ALPHA_FLOOR:g} the energy cancels "
                              f"catastrophically); got {self.alpha}")
 
     def layer_bank(self, layer: LayerParams) -> bank.Bank:
         """The constrained GPs of one layer, shared hyper-parameters broadcast to every GP."""
-        width, _, dims = layer.inducing.shape
-        lengthscales, variance = layer.kernel.lengthscales, layer.kernel.variance
-        kernel = layer.kernel.replace(
-            lengthscales=Positive(jnp.broadcast_to(lengthscales.raw, (width, dims)), lengthscales.fixed),
-            variance=Positive(jnp.broadcast_to(variance.raw, (width,)), variance.fixed))
-        return bank.Bank(kernel, layer.inducing, self.jitter * kernel.variance.value)
+        width = layer.inducing.shape[0]
+        kernel = jax.tree_util.tree_map(
+            lambda param: Positive(jnp.broadcast_to(param.raw, (width, *param.raw.shape[1:])), param.fixed),
+            layer.kernel, is_leaf=lambda node: isinstance(node, Positive))
+        return bank.Bank(kernel, layer.inducing, self.jitter * kernel.amplitude())
 
     @property
     def output_width(self) -> int:
@@ -164,7 +184,8 @@ class DeepGP:
 
     # ----------------------------------------------------------------------------------------------
     def init(self, x, hidden_dims: tuple = (), num_inducing: int = 100, *, likelihood_params: dict | None = None,
-             noise_variance: float = 0.01, share_hypers: bool = False, seed: int = 0) -> DeepGPParams:
+             noise_variance: float = 0.01, share_hypers: bool = False, seed: int = 0,
+             kernel: Kernel | None = None) -> DeepGPParams:
         """The authors' code's starting state (Bui et al. 2016, §8.1) for standardised ``x`` ``[N, D]``.
 
         Layer 1: k-means inducing inputs (random rows above 20,000 rows), lengthscales the median
@@ -173,6 +194,10 @@ class DeepGP:
         layer starts from the same ``Z``; hidden noise ``noise_variance`` (0.01 = (0.1·std y)²); random
         tied factors, 10× smaller above layer 1. Every leaf is a strongly typed float64 array, so the
         programs compiled for the first step serve every later one.
+
+        ``kernel`` (default the ARD squared exponential above) is every layer's: its values as given, a
+        lengthscale left unset the layer's start above; a value per column or ``active_dims`` must fit
+        every layer's inputs (the data's columns, then the widths ``hidden_dims``).
         """
         x = np.asarray(x, dtype=np.float64)
         rng = np.random.default_rng(seed)
@@ -192,8 +217,7 @@ class DeepGP:
             noise = (self.likelihood.init_params() if likelihood_params is None else likelihood_params) if last \
                 else Gaussian.init_params(noise_variance)
             layers.append(LayerParams(
-                kernel=SquaredExponential(lengthscales=np.exp(np.full((hypers, dims), log_ell)),
-                                          variance=np.ones(hypers)),
+                kernel=_layer_kernel(kernel, index, hypers, dims, log_ell),
                 inducing=np.broadcast_to(z, (width, *z.shape)), factor_shift=shift, factor_chol=chol,
                 likelihood=noise,
             ))
@@ -220,8 +244,9 @@ class DeepGP:
         for index, (start, end) in enumerate(zip((0, *ends[:-1]), ends)):
             part = lambda tree: jax.tree_util.tree_map(lambda leaf: leaf[start:end], tree)
             layer_prior, layer_gaussian = part(prior), part(gaussian)
+            closed_form = index > 0 and isinstance(params.layers[index].kernel, SquaredExponential)
             pairs = (pair_terms(self.layer_bank(params.layers[index]), trace_weights(layer_prior, layer_gaussian))
-                     if index else None)
+                     if closed_form else None)
             inputs.append(LayerInputs(layer_prior, layer_gaussian, pairs))
         return tuple(inputs)
 
@@ -274,8 +299,12 @@ class DeepGP:
         marginals = fixed_input_marginals(self.layer_bank(params.layers[0]), first.prior, first.gaussian, x)
         for previous, layer, layer_in in zip(params.layers[:-1], params.layers[1:], inputs[1:]):
             var = marginals.var + Gaussian.noise_variance(previous.likelihood)
-            marginals = uncertain_input_marginals(self.layer_bank(layer), layer_in.gaussian, layer_in.pairs,
-                                                  marginals.mean, var)
+            gps = self.layer_bank(layer)
+            if layer_in.pairs is not None:  # the squared exponential's closed forms
+                marginals = uncertain_input_marginals(gps, layer_in.gaussian, layer_in.pairs, marginals.mean, var)
+            else:
+                rule = input_rule(layer.kernel, var.shape[-1], self.quadrature_points)
+                marginals = quadrature_input_marginals(gps, layer_in.prior, layer_in.gaussian, rule, marginals.mean, var)
         return marginals
 
     def posteriors(self, params: DeepGPParams) -> tuple[LayerInputs, ...]:

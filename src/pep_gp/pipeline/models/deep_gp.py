@@ -10,15 +10,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
+from ...core.input_quadrature import DEFAULT_POINTS
 from ...core.likelihoods import Gaussian, Probit
 from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams
 from ...core.models.multiclass_deep_gp import ClassPairs, MultiClassDeepGP
 from ..data.blocks import TargetScaling
 from .multiclass import MultiClassSpec
 from .predictive import MixturePredictive, MultiClassPredictive
-from .protocol import ModelSettings, SpecBase
+from .protocol import ModelSettings, SpecBase, settings_kernel
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
 
@@ -36,14 +37,9 @@ class DeepGPSettings(ModelSettings):
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0,
                                   description="starting noise variance of every layer, in standardised units")
     jitter: float = Field(1e-6, ge=0.0, description="relative jitter on every K_uu (the authors' code: 1e-6)")
-
-    @field_validator("kernel")
-    @classmethod
-    def _squared_exponential_only(cls, value):
-        if value not in (None, {"name": "se"}):
-            raise ValueError("the deep GPs take only the squared exponential ('se', started from the data): their "
-                             "ψ-statistics are its closed forms (Bui et al. 2016, App. D)")
-        return value
+    quadrature_points: int = Field(DEFAULT_POINTS, ge=2, description="Gauss–Hermite points per input dimension of "
+                                   "the hidden layers' ψ-statistics for a kernel other than the squared exponential "
+                                   "(whose are closed forms)")
 
 
 @dataclass(frozen=True)
@@ -63,14 +59,17 @@ class DeepGPSpec(SparseGPSpec):
 
     def build(self, settings: DeepGPSettings, binding: dict) -> DeepGP:
         likelihood = Gaussian() if self.task == "regression" else Probit()
-        return DeepGP(likelihood, alpha=settings.alpha, jitter=settings.jitter)
+        return DeepGP(likelihood, alpha=settings.alpha, jitter=settings.jitter,
+                      quadrature_points=settings.quadrature_points)
 
     def init(self, model: DeepGP, x, settings: DeepGPSettings, seed: int) -> DeepGPParams:
-        """The authors' starting values (:meth:`pep_gp.core.models.deep_gp.DeepGP.init`)."""
+        """The authors' starting values (:meth:`pep_gp.core.models.deep_gp.DeepGP.init`) with the settings'
+        kernel in every layer (default the squared exponential)."""
         check_inducing(settings, x.shape[0])
         return model.init(x, settings.hidden_dims, settings.num_inducing,
                           likelihood_params=self.output_params(model, settings),
-                          noise_variance=settings.noise_variance, share_hypers=settings.share_hypers, seed=seed)
+                          noise_variance=settings.noise_variance, share_hypers=settings.share_hypers, seed=seed,
+                          kernel=settings_kernel(settings))
 
     def output_params(self, model: DeepGP, settings: DeepGPSettings) -> dict:
         """The starting parameters of the last layer's likelihood: the Gaussian's noise, the probit's none."""
@@ -106,7 +105,7 @@ class MultiClassDeepGPSpec(DeepGPSpec):
 
     def build(self, settings: MultiClassDeepGPSettings, binding: dict) -> MultiClassDeepGP:
         return MultiClassDeepGP(ClassPairs(len(binding["class_counts"])), alpha=settings.alpha,
-                                jitter=settings.jitter)
+                                jitter=settings.jitter, quadrature_points=settings.quadrature_points)
 
     def output_params(self, model: MultiClassDeepGP, settings: MultiClassDeepGPSettings) -> dict:
         """``σ_{0,c} = class_noise`` for every class."""
