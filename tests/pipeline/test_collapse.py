@@ -2,7 +2,6 @@
 where every probability was ~0.5, and reported converged) ends at its best parameters, is reported as not
 converged, warns, and makes ``pep train`` exit 1 unless ``--allow-degenerate``."""
 
-import warnings
 
 import numpy as np
 import pytest

@@ -5,24 +5,17 @@ classifier fits and predicts its own probabilities, and each records its likelih
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pytest
 from scipy import special, stats
-from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
 from pep_gp import MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
 from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.runs.run import load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
-
-
-def fit(estimator, x, y):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return estimator.fit(x, y)
+from tests.fits import fit
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,10 @@ and ``pep predict``."""
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.exceptions import ConvergenceWarning
 from typer.testing import CliRunner
 
 import pep_gp
@@ -18,12 +16,7 @@ from pep_gp import CollapsedGPRegressor, SparseGPRegressor
 from pep_gp.flows.cli import app
 from pep_gp.pipeline.runs.config import TrainConfig, parse_settings
 from pep_gp.pipeline.training.trainer import TrainJob, train
-
-
-def fit(estimator, x, y):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return estimator.fit(x, y)
+from tests.fits import fit
 
 
 @pytest.fixture(scope="module")

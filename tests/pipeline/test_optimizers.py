@@ -5,14 +5,12 @@ line listing the choices."""
 
 from __future__ import annotations
 
-import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
 from pep_gp import SparseGPClassifier, SparseGPRegressor
@@ -21,12 +19,7 @@ from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.optimizers import OPTIMIZERS, build_optimizer
 from pep_gp.pipeline.runs.config import load_config, parse_settings
 from pep_gp.pipeline.training.trainer import TrainJob, train
-
-
-def fit(estimator, x, y):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return estimator.fit(x, y)
+from tests.fits import fit
 
 
 @pytest.fixture(scope="module")

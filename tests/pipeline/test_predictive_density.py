@@ -8,13 +8,11 @@ rows inside ``predict_quantiles``' intervals for counts). With a Student-t of ν
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import integrate, special, stats
-from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
 from pep_gp import SparseGPRegressor
@@ -22,6 +20,7 @@ from pep_gp.pipeline.runs.predict import predict
 from pep_gp.pipeline.runs.config import TrainConfig
 from pep_gp.pipeline.runs.run import evaluate
 from pep_gp.pipeline.training.trainer import TrainJob, train
+from tests.fits import fit
 
 
 def gaussian_expectation_by_quad(g, mean, var, marks=(), epsabs=0.0, epsrel=1e-13) -> float:
@@ -92,12 +91,6 @@ def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(r
                                          epsabs=1e-13, epsrel=1e-12) for end in row]
            for row, m, v in zip(ends, mean, var)]
     np.testing.assert_allclose(cdf, np.broadcast_to([0.05, 0.95], (10, 2)), rtol=0, atol=2e-3)
-
-
-def fit(estimator, x, y):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return estimator.fit(x, y)
 
 
 @pytest.mark.heavy

@@ -4,13 +4,11 @@ lengthscale from collapsing; a saved run keeps its priors; a model that cannot t
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pytest
 import scipy.optimize
 from scipy import stats
-from sklearn.exceptions import ConvergenceWarning
 
 import pep_gp
 from pep_gp import CollapsedGPRegressor, MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
@@ -27,12 +25,7 @@ from pep_gp.pipeline.training.trainer import TrainJob, train
 
 from tests.core.test_priors import numpy_map_objective
 from tests.trainstores import leaves_equal
-
-
-def fit(estimator, x, y):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return estimator.fit(x, y)
+from tests.fits import fit
 
 
 @pytest.mark.heavy
