@@ -163,13 +163,15 @@ def label_mode(mean, var, y, steps: int = 40):
         excess = rise - fall
         low, high = jnp.where(excess > 0, u, low), jnp.where(excess > 0, high, u)
         guess = u - excess / (rise_slope - fall_slope)
-        return (low, high, jnp.where((guess > low) & (guess < high), guess, 0.5 * (low + high))), None
+        width = jax.lax.rsqrt(jnp.exp(fall) * fall_slope - jnp.exp(rise) * rise_slope)
+        return (low, high, jnp.where((guess > low) & (guess < high), guess, 0.5 * (low + high))), (u, width)
 
+    # One step more than ``steps``: its ``terms`` at the last iterate give the width (the program then holds
+    # one copy of ``terms``, whose ``log_ndtr`` is most of its compilation), its own update is discarded.
     low = own_centre
     high = jnp.maximum(own_centre + 60.0 * own_scale, jnp.max(centre + 60.0 * scale, axis=1, keepdims=True))
-    (_, _, mode), _ = jax.lax.scan(newton, (low, high, 0.5 * (low + high)), None, length=steps)
-    rise, rise_slope, fall, fall_slope = terms(mode)
-    return mode, jax.lax.rsqrt(jnp.exp(fall) * fall_slope - jnp.exp(rise) * rise_slope)
+    _, (iterates, widths) = jax.lax.scan(newton, (low, high, 0.5 * (low + high)), None, length=steps + 1)
+    return iterates[-1], widths[-1]
 
 
 def log_cdf(u, mean, var, quadrature: SoftmaxQuadrature = SoftmaxQuadrature()):
