@@ -75,9 +75,9 @@ class TimedThreads(InThreads):
 
     def each(self, method: str, args: list[tuple]) -> list:
         results = []
-        for g, (group, arguments) in enumerate(zip(self.objects, args)):
+        for g, (group, given) in enumerate(zip(self.objects, args)):
             started = time.perf_counter()
-            results.append(jax.block_until_ready(getattr(group, method)(*arguments)))
+            results.append(jax.block_until_ready(getattr(group, method)(*given)))
             self.seconds[g] += time.perf_counter() - started
         return results
 

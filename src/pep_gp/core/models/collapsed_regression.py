@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from ..gaussian import LOG_2PI
-from ..kernels import Kernel, SquaredExponential
+from ..kernels import Kernel
 from ..linalg import DEFAULT_JITTER, cholesky, solve_lower, solve_upper_from_lower
 from ..log_prior import with_log_prior
 from ..means import MeanFunction, Zero
