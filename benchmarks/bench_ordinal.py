@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import arguments, temporary_directory, write_results
+from benchmarks._common import arguments, read_results, temporary_directory, write_results
 
 NAME = "bench_ordinal"
 DATASET = "political-information"
@@ -122,6 +122,19 @@ def gpflow_version(python: str) -> str | None:
     return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
 
 
+def table(result: dict) -> str:
+    """Markdown: each method's mean test NLL, error, MAE and seconds per fit over the splits (± one standard error)."""
+    def cell(stat: dict, digits: int) -> str:
+        return f"{stat['mean']:.{digits}f}" + ("" if stat["se"] is None else f" ± {stat['se']:.{digits}f}")
+
+    lines = [f"| method ({result['splits']} splits of {result['dataset']['rows']:,} rows) | test NLL | error | MAE "
+             "(classes) | seconds per fit |", "|---|---|---|---|---|"]
+    for method, stats in result["summary"].items():
+        lines.append(f"| {method} | {cell(stats['nll'], 4)} | {cell(stats['error'], 3)} | {cell(stats['mae'], 3)} "
+                     f"| {cell(stats['seconds'], 1)} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
     if args.gpflow_worker is not None:
@@ -167,6 +180,7 @@ def main(argv=None) -> None:
                             "inducing": "k-means centres", "optimizer": "Scipy L-BFGS", "maxiter": args.steps,
                             "bin_edges": "fixed at pep's starting cut points (GPflow's Ordinal learns only σ)"},
         "summary": summary, "fits": fits})
+    print(table(read_results(args.name)))
 
 
 if __name__ == "__main__":

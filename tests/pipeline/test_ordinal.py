@@ -1,6 +1,7 @@
 """Ordinal regression end to end (``OrdinalGPClassifier``, ``--model sparse-gp-ordinal``): a fit on a synthetic
 ordinal problem recovers the latent function's ordering and keeps its cut points ordered, its probabilities
-sum to one, and the saved run gives ``pep predict`` the estimator's probabilities."""
+sum to one, and the saved run gives ``pep predict`` (its function, in this process) the estimator's
+probabilities."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from pep_gp import OrdinalGPClassifier
-from tests.flows.test_train_cli import pep
+from pep_gp.pipeline.runs.predict import predict
 
 CUTS = np.array([-1.2, -0.2, 0.9, 1.8])
 
@@ -42,8 +43,7 @@ def test_a_fit_recovers_the_latent_ordering_and_pep_predict_reads_its_run(tmp_pa
 
     model.save(tmp_path / "run")
     pd.DataFrame(new_x, columns=["x0", "x1"]).to_csv(tmp_path / "new.csv", index=False)
-    pep("predict", "--run-dir", str(tmp_path / "run"), "--input", str(tmp_path / "new.csv"), "--out",
-        str(tmp_path / "p.csv"), "--quiet")
+    predict(tmp_path / "run", tmp_path / "new.csv", tmp_path / "p.csv")  # what pep predict runs
     written = pd.read_csv(tmp_path / "p.csv")
     np.testing.assert_allclose(written[[f"proba_{k}" for k in range(1, 6)]].to_numpy(), proba, rtol=1e-12, atol=1e-15)
     assert written["label"].tolist() == model.predict(new_x).tolist()
