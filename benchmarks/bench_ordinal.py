@@ -1,7 +1,7 @@
 """Ordinal regression on a real table: pep's OrdinalGPClassifier (a sparse GP through the ordinal probit with
 learned cut points, Chu & Ghahramani 2005) beside scikit-learn's multinomial LogisticRegression (which ignores
 the order) and GPflow's SVGP with its ``Ordinal`` likelihood (whose bin edges are fixed, a common scale σ
-learned), on the same random 80/20 splits of pscl's ``politicalInformation`` (1,790 interviews, 5 ordered
+learned; its outer edges made finite, see :func:`gpflow_worker`), on the same random 80/20 splits of pscl's ``politicalInformation`` (1,790 interviews, 5 ordered
 ratings, 6 inputs).
 
 Each fit is scored on its test rows by the mean negative log probability of the true class (NLL), the error
@@ -77,8 +77,21 @@ def gpflow_worker(path: str) -> None:
     ``Φ((b_k − m)/√(σ² + v)) − Φ((b_{k−1} − m)/√(σ² + v))`` of its latent ``(m, v)``."""
     import gpflow
     import tensorflow as tf
+    from gpflow.likelihoods.utils import inv_probit
     from scipy.cluster.vq import kmeans2
     from scipy.special import ndtr
+
+    class Ordinal(gpflow.likelihoods.Ordinal):
+        """GPflow's ``Ordinal`` with its outer edges at ±1,000 instead of ±∞: TensorFlow 2.21's float64
+        ``erf(±∞)`` is NaN (``erf(±1000)`` is ±1), which made the lowest and the highest label's log probability,
+        and so the ELBO, NaN from the start (L-BFGS stopped at iteration 0)."""
+
+        def _scalar_log_prob(self, X, F, Y):
+            Y = tf.cast(Y, tf.int64)
+            scaled = self.bin_edges / self.sigma
+            left = tf.gather(tf.concat([scaled, np.array([1e3])], 0), Y)
+            right = tf.gather(tf.concat([np.array([-1e3]), scaled], 0), Y)
+            return tf.math.log(inv_probit(left - F / self.sigma) - inv_probit(right - F / self.sigma) + 1e-6)
 
     data = np.load(path)
     x, y, x_test = data["x_train"], data["y_train"].astype(np.int64), data["x_test"]
@@ -89,7 +102,7 @@ def gpflow_worker(path: str) -> None:
     tf.random.set_seed(int(data["seed"]))
     z = kmeans2(x, m, seed=int(data["seed"]), minit="++")[0]
     model = gpflow.models.SVGP(gpflow.kernels.SquaredExponential(lengthscales=np.ones(x.shape[1])),
-                               gpflow.likelihoods.Ordinal(edges), z, num_data=x.shape[0])
+                               Ordinal(edges), z, num_data=x.shape[0])
     start = time.perf_counter()
     result = gpflow.optimizers.Scipy().minimize(model.training_loss_closure((x, y[:, None].astype(np.float64))),
                                                 model.trainable_variables, options={"maxiter": int(data["steps"])})
