@@ -108,7 +108,7 @@ def test_cut_points_start_at_the_class_frequencies_under_the_unit_prior():
         Ordinal(1)
 
 
-@pytest.mark.parametrize("alpha", [1.0, 0.5])
+@pytest.mark.parametrize("alpha", [1.0, pytest.param(0.5, marks=pytest.mark.heavy)])  # 0.5: the rule's gradient
 def test_log_z_gradients_match_central_differences(alpha):
     """``∂log Z̃/∂`` (the cut points' leaves), ``∂/∂m`` and ``∂/∂v`` summed over every class of four at three
     cavities (the closed form at α = 1, the rule's held nodes otherwise), against central differences of
