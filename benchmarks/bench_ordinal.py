@@ -28,7 +28,8 @@ NAME = "bench_ordinal"
 DATASET = "political-information"
 
 
-def parser():
+def cli():
+    """The command line of ``python -m benchmarks.bench_ordinal``."""
     parser = arguments(__doc__, name=NAME, splits=5, steps=500)
     parser.add_argument("--num-inducing", type=int, default=50, help="inducing points M (default: %(default)s)")
     parser.add_argument("--gpflow-python", default=None, help="a Python with gpflow and tensorflow (default: none, "
@@ -149,7 +150,7 @@ def table(result: dict) -> str:
 
 
 def main(argv=None) -> None:
-    args = parser().parse_args(argv)
+    args = cli().parse_args(argv)
     if args.gpflow_worker is not None:
         return gpflow_worker(args.gpflow_worker)
     from sklearn.model_selection import train_test_split
