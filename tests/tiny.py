@@ -17,6 +17,7 @@ SETTINGS = {
     "SparseGPClassifier": {"num_inducing": INDUCING, "max_iter": 5},
     # the class's contract on the paper's likelihood: "auto" takes the softmax on data this small (the same
     # estimator class and outputs; tests/pipeline/test_likelihood_estimators.py fits it), at ~50× the step's cost
+    "OrdinalGPClassifier": {"num_inducing": INDUCING, "max_iter": 5},
     "MultiClassGPClassifier": {"num_inducing": INDUCING, "max_iter": 20, "learning_rate": 0.1,
                                "likelihood": "pairwise"},
     "DirectMultiClassGPClassifier": {"num_inducing": INDUCING, "max_iter": 5, "likelihood": "pairwise"},

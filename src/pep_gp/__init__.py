@@ -24,8 +24,9 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
-_ESTIMATORS = ("SparseGPRegressor", "SparseGPClassifier", "MultiClassGPClassifier", "DirectMultiClassGPClassifier",
-               "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier", "MultiClassDeepGPClassifier")
+_ESTIMATORS = ("SparseGPRegressor", "SparseGPClassifier", "OrdinalGPClassifier", "MultiClassGPClassifier",
+               "DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier",
+               "MultiClassDeepGPClassifier")
 _EXPORTS = {
     **{name: "pep_gp.pipeline.estimators.models" for name in _ESTIMATORS},
     "CollapsedGPRegressor": "pep_gp.pipeline.estimators.collapsed",

@@ -22,7 +22,7 @@ SETTINGS = {"deep-gp": {"num_inducing": 6, "hidden_dims": [2]}, "deep-gp-classif
 # One model of each way through the trainer in .ci/run (no site updates, a regression target's scaling, multi-class
 # SEP's sites, a deep GP's layers); the others' settings reach their estimators as the registry test checks
 # (tests/test_models.py), and take this loop with -m exhaustive.
-SHARING = {"deep-gp-classifier", "deep-gp-multiclass", "multiclass-direct", "tied-ep-classifier"}
+SHARING = {"deep-gp-classifier", "deep-gp-multiclass", "multiclass-direct", "sparse-gp-ordinal", "tied-ep-classifier"}
 
 
 @pytest.mark.slow

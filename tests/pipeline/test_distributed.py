@@ -37,7 +37,9 @@ def without_seconds(history):
     pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52", **PAIRWISE}, marks=pytest.mark.slow,
                  id="multiclass-sep-matern52"),
     pytest.param("sparse-gp-regressor", "regression_store", {"mean_function": "linear"},  # a mean's leaves too
-                 marks=pytest.mark.slow, id="sparse-gp-regressor-linear-mean")])
+                 marks=pytest.mark.slow, id="sparse-gp-regressor-linear-mean"),
+    pytest.param("sparse-gp-ordinal", "three_class_store", {},  # the first's path, the cut points' leaves
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-ordinal")])
 @pytest.mark.heavy
 def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings, one_worker, cluster, tmp_path,
                                                           request):

@@ -12,9 +12,11 @@ Example:
 
 from __future__ import annotations
 
+import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
 
-from ..models import deep_gp, multiclass, sparse_gp, tied_ep
+from ..models import deep_gp, multiclass, ordinal, sparse_gp, tied_ep
 from .base import ESTIMATORS, GPEstimator
 from .fitted import GPClassifierMixin, GPRegressorMixin
 
@@ -31,6 +33,34 @@ class SparseGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     Labels may be any two values; ``classes_`` holds them sorted. ``pep train --model sparse-gp-classifier``."""
 
     spec = sparse_gp.CLASSIFIER
+
+
+class OrdinalGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
+    """Ordinal regression: ordered labels of one latent sparse GP through the ordinal probit with learned cut
+    points (Chu & Ghahramani 2005), tied Power-EP factor. The labels' sorted order (``classes_``: numbers, or
+    codes of the categories in their order) is the ordinal scale; ``predict_proba`` gives every class's
+    probability and ``predict`` the most probable class, as scikit-learn's classifiers do.
+    ``pep train --model sparse-gp-ordinal``."""
+
+    spec = ordinal.ORDINAL
+
+    @property
+    def cut_points_(self) -> np.ndarray:
+        """The learned cut points ``b_1 < … < b_{C−1}`` on the latent scale of ``predict_f``."""
+        check_is_fitted(self)
+        return np.asarray(self.model_.likelihood.cut_points(self.params_.likelihood))
+
+    def sample_y(self, X, n_samples: int = 1, seed: int = 0) -> np.ndarray:
+        """Draws of the labels at the rows of ``X``, values of ``classes_``: from each joint draw of
+        :meth:`sample_f`, the class of ``f + ε`` (``ε ~ N(0, 1)``) among the cut points. The same ``seed``
+        gives the same draws; limits as :meth:`sample_f`.
+
+        Returns:
+            ``[n_samples, n]``.
+        """
+        rng = np.random.default_rng(seed)
+        f = self._draw_f(X, n_samples, rng)
+        return self.classes_[self.model_.likelihood.sample_labels(f, rng, self.params_.likelihood)]
 
 
 class MultiClassGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):

@@ -42,16 +42,18 @@ class BinaryPredictive:
 
 
 @dataclass(frozen=True)
-class BinaryLikelihoodPredictive:
-    """A binary classifier of any likelihood: ``log p(y = c | x) = log ∫ N(f; m, v) p(c|f) df`` from the latent
-    ``(m, v) = predict_f(x)``, the likelihood's ``log Z̃`` at α = 1 (e.g. by quadrature for the logistic)."""
+class LikelihoodClassPredictive:
+    """A classifier of one latent function and any likelihood of its labels: ``log p(y = c | x) =
+    log ∫ N(f; m, v) p(c|f) df`` for each label ``c`` (the likelihood's ``n_classes``, else 0 and 1) from the
+    latent ``(m, v) = predict_f(x)``, the likelihood's ``log Z̃`` at α = 1 (e.g. by quadrature for the
+    logistic, in closed form for the ordinal probit)."""
 
     model: Any  # predict_f(params, x) -> (mean, var); likelihood; params.likelihood
 
     def __call__(self, params, x) -> dict:
         mean, var = self.model.predict_f(params, x)
         log_z = [self.model.likelihood.log_tilted(params.likelihood, jnp.full_like(mean, label), mean, var, 1.0)
-                 for label in (0.0, 1.0)]
+                 for label in range(getattr(self.model.likelihood, "n_classes", 2))]
         return {"log_proba": jnp.stack(log_z, axis=1)}
 
 
@@ -189,7 +191,7 @@ class Latent:
         return {"mean": mean, "cov" if self.full_cov else "var": spread}
 
 
-for _cls, _data in ((BinaryPredictive, []), (BinaryLikelihoodPredictive, []), (MultiClassPredictive, []), (GaussianPredictive, ["targets"]),
+for _cls, _data in ((BinaryPredictive, []), (LikelihoodClassPredictive, []), (MultiClassPredictive, []), (GaussianPredictive, ["targets"]),
                     (MixturePredictive, ["targets"]), (LikelihoodPredictive, ["targets"])):
     jax.tree_util.register_dataclass(_cls, data_fields=_data, meta_fields=["model"])
 jax.tree_util.register_dataclass(Latent, data_fields=[], meta_fields=["model", "full_cov"])

@@ -138,15 +138,16 @@ class ModelSettings(BaseModel):
         if (self.kernel is not None and not self.takes_priors
                 and any(term.prior for term in from_dict(self.kernel).terms())):
             raise ValueError("kernel: this model takes no priors yet (the sparse-gp-regressor, "
-                             "sparse-gp-classifier and collapsed regressor do); leave out the kernel's prior=")
+                             "sparse-gp-classifier, sparse-gp-ordinal and collapsed regressor do); leave out the "
+                             "kernel's prior=")
         return self
 
     @field_validator("mean_function")
     @classmethod
     def _carried(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None and not cls.takes_mean:
-            raise ValueError("this model takes the zero mean only (sparse-gp-regressor, sparse-gp-classifier and "
-                             "CollapsedGPRegressor carry a mean function)")
+            raise ValueError("this model takes the zero mean only (sparse-gp-regressor, sparse-gp-classifier, "
+                             "sparse-gp-ordinal and CollapsedGPRegressor carry a mean function)")
         return value
 
     def __hash__(self) -> int:

@@ -26,7 +26,7 @@ from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from ..errors import InputError
 from ..data.blocks import TargetScaling
 from .likelihood_parameters import LikelihoodParameterSettings
-from .predictive import BinaryLikelihoodPredictive, LikelihoodPredictive
+from .predictive import LikelihoodClassPredictive, LikelihoodPredictive
 from ..data.validation import check_num_inducing
 from .protocol import (InducingSettings, ModelSettings, SiteSettings, SpecBase, leaves_named, settings_kernel,
                        settings_mean)
@@ -102,10 +102,10 @@ class SparseGPSpec(SpecBase):
 
     def predictive(self, model: PowerEPSparseGP, targets: TargetScaling):
         """A probit classifier's closed form and a Gaussian regressor's moments; else the likelihood's own
-        ``log Z̃`` (:class:`~pep_gp.pipeline.models.predictive.BinaryLikelihoodPredictive`) or quantiles
+        ``log Z̃`` (:class:`~pep_gp.pipeline.models.predictive.LikelihoodClassPredictive`) or quantiles
         (:class:`~pep_gp.pipeline.models.predictive.LikelihoodPredictive`)."""
         if self.task == "classification" and model.likelihood.name != "probit":
-            return BinaryLikelihoodPredictive(model)
+            return LikelihoodClassPredictive(model)
         if self.task == "regression" and model.likelihood.name != "gaussian":
             return LikelihoodPredictive(model, targets)
         return super().predictive(model, targets)
