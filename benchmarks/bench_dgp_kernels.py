@@ -49,7 +49,7 @@ def step_function(kernel: str | None, points: int, x, y, hidden, num_inducing):
     return compiled, params, {"flops": analysis.get("flops", 0.0), "bytes": analysis.get("bytes accessed", 0.0)}
 
 
-def main():
+def cli():
     parser = arguments(__doc__, name="bench_dgp_kernels", steps=10)
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default: %(default)s)")
     parser.add_argument("--rows", type=int, default=455, help="training rows (default: %(default)s, Boston's)")
@@ -57,8 +57,12 @@ def main():
     parser.add_argument("--inducing", type=int, default=100, help="M per GP (default: %(default)s)")
     parser.add_argument("--hidden", type=int, nargs="*", default=[2], help="hidden widths (default: %(default)s)")
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    return parser
+
+
+def main():
     with float64():
-        run(parser.parse_args())
+        run(cli().parse_args())
 
 
 def run(args):

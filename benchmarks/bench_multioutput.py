@@ -149,11 +149,15 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def cli():
     parser = arguments(__doc__, name="bench_multioutput", splits=3)
     parser.add_argument("--tables", nargs="+", default=list(TABLES), choices=TABLES)
     parser.add_argument("--fits", nargs="+", default=list(FITS), choices=FITS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     load_before = uptime()
     tables = {}
     for table in args.tables:

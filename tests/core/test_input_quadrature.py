@@ -44,7 +44,11 @@ KERNELS = {
 }
 
 
-@pytest.mark.parametrize("name", list(KERNELS))
+HEAVY_KERNELS = {"matern52+linear", "matern12"}  # 8 s each on two cores; the others take the same rule
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.heavy) if name in HEAVY_KERNELS else name
+                                  for name in KERNELS])
 def test_moments_at_a_gaussian_input_match_monte_carlo(name):
     """``ψ₁ᵀa`` and ``ψ₀ − tr(K⁻¹ψ₂) + tr(PᵀPψ₂) + aᵀψ₂a − (ψ₁ᵀa)²`` by the rule (16 points per dimension)
     against 2·10⁴ draws of the input (the moments at each drawn row exact, the law of total variance over the
@@ -108,6 +112,7 @@ def test_the_linear_kernel_takes_its_closed_form():
             np.testing.assert_allclose(moments.var[b, g], expected_var, rtol=1e-8)
 
 
+@pytest.mark.heavy  # 6 s on two cores
 def test_at_zero_variance_the_rule_is_the_fixed_row():
     gps, prior, gaussian, mean, _ = _layer(Matern52())
     fixed = fixed_input_marginals(gps, prior, gaussian, mean)

@@ -92,7 +92,7 @@ def test_lmc_bound_is_the_dense_pep_formula_of_the_stacked_vector(data, alpha):
     assert value == pytest.approx(expected, rel=1e-10)
 
 
-@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("shared", [pytest.param(False, marks=pytest.mark.heavy), True])  # separate kernels: 7 s
 def test_independent_outputs_are_the_sum_of_single_output_bounds(data, shared):
     """The bound and the predictive of independent outputs are those of the outputs' own collapsed models."""
     x, y, z, _, x_new = data

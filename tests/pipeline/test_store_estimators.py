@@ -54,6 +54,7 @@ def training_arrays(store):
     return x.astype(np.float64), y
 
 
+@pytest.mark.heavy  # 10-15 s on two cores: compiling a fit's programs at the store's block size
 def test_fit_from_a_store_takes_the_steps_of_fit_on_its_training_rows(stores):
     store = stores["classification"]
     fitted = SparseGPClassifier(**SETTINGS).fit(Path(store.path))
@@ -63,6 +64,7 @@ def test_fit_from_a_store_takes_the_steps_of_fit_on_its_training_rows(stores):
     assert fitted.data_checksum_ == store.checksum and fitted.n_rows_seen_ == 60
 
 
+@pytest.mark.heavy  # 10-15 s on two cores: compiling a fit's programs at the store's block size
 def test_partial_fit_from_a_store_continues_as_on_its_training_rows(stores):
     store = stores["regression"]
     settings = {name: value for name, value in SETTINGS.items() if name not in ("max_iter", "tol")}
@@ -76,6 +78,7 @@ def test_partial_fit_from_a_store_continues_as_on_its_training_rows(stores):
     assert streamed.targets_ == in_memory.targets_  # the store's y_mean and y_std
 
 
+@pytest.mark.heavy  # 10-15 s on two cores: compiling a fit's programs at the store's block size
 def test_a_fit_from_a_table_store_predicts_the_tables_raw_rows(table):
     """The oracle: the same fit on the store's rows in memory, predicting rows encoded by hand (one-hot city,
     income less its mean over every ingested row)."""
