@@ -251,7 +251,8 @@ class GPEstimator(FittedGP):
         ``X, y`` (:meth:`_training_data`)."""
         if is_store(X):
             return self._store_data(X, y, classes, reset, validation)
-        self._refuse_inducing_beyond(len(X))
+        if getattr(self, "inducing_points", None) is not None:  # len(X) only then: X may be any array-like
+            self._refuse_inducing_beyond(len(X))
         return self._training_data(X, y, classes=classes, reset=reset, validation=validation)
 
     def _store_data(self, X, y, classes: np.ndarray | None, reset: bool, validation: bool) -> Store:
