@@ -176,8 +176,8 @@ class PowerEPSparseGP:
             kernel=kernel.bank(1, z.shape[1], lengthscales),
             inducing=jnp.asarray(z),
             likelihood=lik,
-            factor_shift=jnp.asarray(np.zeros(z.shape[0])),  # placed, not computed: no program to compile
-            factor_chol=jnp.asarray(np.zeros((z.shape[0], z.shape[0]))),
+            factor_shift=jnp.zeros(z.shape[0]),
+            factor_chol=jnp.zeros((z.shape[0], z.shape[0])),
             mean=Zero() if mean is None else mean.build(z.shape[1]),
         )
         return params._replace(factor_chol=self._prior_precision_chol(params))

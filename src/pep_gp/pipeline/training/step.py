@@ -37,7 +37,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
-import numpy as np
 import jax
 import jax.numpy as jnp
 import optax
@@ -308,7 +307,7 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
     def init(params) -> StepState:
         with float64():
             params = strongly_typed(params)
-            return StepState(params, optimizer_init(params), jnp.asarray(np.zeros((), np.int32)))
+            return StepState(params, optimizer_init(params), jnp.zeros((), jnp.int32))
 
     def update(state: StepState, batch: Minibatch) -> tuple[StepState, StepInfo]:
         with float64():
