@@ -97,6 +97,7 @@ def test_classes_keep_merge_and_renumber():
     assert load("iris", classes=2).x.shape == (100, 4)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [name for name in NAMES if CATALOGUE[name].source.startswith("mlbench")])
 def test_each_mlbench_set_has_the_docs_tables_shape(name):

@@ -79,6 +79,7 @@ def test_every_page_has_commands_and_only_listed_ones_are_not_run():
     assert skipped == set(NOT_RUN_HERE)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.long
 def test_the_readme_and_quick_start_commands_run_verbatim(tmp_path):
@@ -104,6 +105,7 @@ def check_quick_start(directory: Path) -> None:
     assert json.loads(evaluation.stdout)["test_error"] < 0.2  # the label is a threshold on income by city
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.long
 def test_pep_demo_beats_logistic_regression(tmp_path):

@@ -89,6 +89,7 @@ def test_the_check_command_fails_on_a_stale_page_and_the_command_rewrites_it(tmp
     assert generate.stale_pages() == ["config.md"]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_check_command_passes_on_the_committed_pages():
     done = subprocess.run([sys.executable, "-m", "docs.generate", "--check"], cwd=REFERENCE.parents[1],

@@ -128,6 +128,7 @@ def test_the_registry_is_the_runs_commands(monkeypatch):
         results.module_of("other")
 
 
+@pytest.mark.heavy
 def test_the_check_command_passes_on_the_committed_pages():
     done = subprocess.run([sys.executable, "-m", "docs.results", "--check"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)

@@ -82,6 +82,7 @@ CONFIG = TrainConfig(model={"sigma": 0.5, "prior_precision": 2.0}, learning_rate
                      block_rows=100, checkpoint_every=40, keep_checkpoints=2)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_model_defined_here_trains_resumes_and_evaluates(linear_model, tmp_path):
     regression_store = make_store(tmp_path / "regression.zarr", task="regression")
@@ -113,6 +114,7 @@ def test_a_model_defined_here_trains_resumes_and_evaluates(linear_model, tmp_pat
     assert metrics["rmse"] == whole.history[-1]["rmse"]
 
 
+@pytest.mark.heavy
 def test_pep_gp_load_gives_a_fitted_estimator_of_a_model_defined_here(linear_model, tmp_path):
     """Issue 37, item 8: the estimator registry is open. ``pep_gp.load`` of a run of a model registered
     outside pep (with no estimator class of its own) gives an estimator, made for the spec, that predicts

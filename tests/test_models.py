@@ -62,6 +62,7 @@ def _block_term(trainer, rows: slice = slice(None)):
     return at
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_registered_model_end_to_end_at_tiny_sizes(name, stores, tmp_path):

@@ -7,7 +7,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.heavy
 def test_pep_gp_kernels_is_reachable_from_import_pep_gp_and_loaded_when_used():
     script = ("import sys, pep_gp\nbefore = 'jax' in sys.modules\nkernel = pep_gp.kernels.Matern52() + pep_gp.kernels.Linear()\n"
               "print(before, type(kernel).__name__, 'kernels' in dir(pep_gp), pep_gp.kernels is sys.modules['pep_gp.kernels'])")

@@ -56,6 +56,7 @@ def test_the_editable_install_imports_the_source_tree(tmp_path):
     assert imported_from(None, tmp_path) == PACKAGE / "core" / "__init__.py"
 
 
+@pytest.mark.heavy
 def test_a_users_pipeline_module_and_flows_folder_live_beside_pep(tmp_path):
     """The user's script sits beside a ``pipeline.py`` and a Prefect-style ``flows/`` folder (no
     ``__init__.py``); both are the user's, and pep's estimators, store reader and CLI import too."""
@@ -161,6 +162,7 @@ def imported_at_import_time(tree: ast.AST) -> set[str]:
     return names
 
 
+@pytest.mark.heavy
 def test_every_module_imports_only_what_the_plain_install_brings():
     """What ``pip install -e .`` installs (the README's main job) is all that any module of pep imports when it is
     imported; a package of an extra (tracking, infra, bench) is imported inside the function that needs it. (The

@@ -38,6 +38,7 @@ def test_inducing_at_training_inputs_gives_exact_gp_evidence(data, alpha):
     assert _lml(x, y, x, alpha, jitter=0.0) == pytest.approx(exact, rel=1e-10)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.01])
 def test_jitter_moves_the_evidence_at_every_alpha(data, alpha):
     """Relative jitter 1e-6 on K_uu with Z = X moves the objective by 1e-7..1e-5 relative, α = 1 included
@@ -47,6 +48,7 @@ def test_jitter_moves_the_evidence_at_every_alpha(data, alpha):
     assert 1e-7 < abs(_lml(x, y, x, alpha, jitter=1e-6) / exact - 1) < 1e-5
 
 
+@pytest.mark.heavy
 def test_alpha_one_is_fitc(data):
     x, y, z = data
     assert _lml(x, y, z, 1.0, jitter=0.0) == pytest.approx(oracles.fitc_evidence(x, y, z, LS, VAR, NOISE), rel=1e-10)
@@ -89,6 +91,7 @@ def test_prediction_matches_eq7(data):
     np.testing.assert_allclose(var, VAR - np.einsum("ij,ji->i", qsf, np.linalg.solve(kbar, qsf.T)), rtol=1e-7)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
 def test_gradient_matches_central_differences(data, alpha):
     x, y, z = data
@@ -128,6 +131,7 @@ def _sklearn_gram(name, a, b):
     return KERNELS[name][1]()(a, b)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_every_kernel_gives_the_exact_evidence_fitc_and_vfe(data, name):
     """With Z = X (no jitter) the collapsed objective at α = 0.5 is scikit-learn's exact-GP evidence

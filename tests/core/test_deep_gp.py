@@ -94,6 +94,7 @@ def _monte_carlo_moments(layers, row, rng, samples=SAMPLES):
     return mean[0], var[0], errors
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_psi_statistics_match_monte_carlo():
     """ψ₁ and the ψ₂ traces ``Σ W_mm' [ψ₂]_mm'`` of random symmetric ``W`` against 10⁶ draws of the input."""
@@ -114,6 +115,7 @@ def test_psi_statistics_match_monte_carlo():
             np.testing.assert_allclose(traces[b, c], np.sum(weights[c] * psi2, axis=(-1, -2)), atol=1e-2)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_fixed_input_marginals_are_the_bank_projection():
     """``[L⁻¹; P]`` applied to the rows equals :func:`pep_gp.core.bank.latent_marginals` with the bank's
@@ -136,6 +138,7 @@ def test_fixed_input_marginals_are_the_bank_projection():
                                inverse_k @ covariance @ inverse_k, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_uncertain_input_at_zero_variance_is_the_fixed_row_projection():
     model, params, x, _ = _model_and_params((3, 2))
@@ -151,6 +154,7 @@ def test_uncertain_input_at_zero_variance_is_the_fixed_row_projection():
     np.testing.assert_allclose(uncertain.var, fixed.var, rtol=1e-8)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("hidden", [(), (2,), (3, 2)])
 def test_propagated_moments_match_monte_carlo(hidden):
@@ -164,6 +168,7 @@ def test_propagated_moments_match_monte_carlo(hidden):
         assert abs(float(var[row]) - mc_var) < 1e-3
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_matern_layers_propagated_moments_match_monte_carlo():
     """A deep GP of three Matérn-5/2 layers (two with Gaussian inputs, their ψ-statistics by 16² Gauss–Hermite
@@ -179,6 +184,7 @@ def test_matern_layers_propagated_moments_match_monte_carlo():
         assert abs(float(var[row]) - mc_var) < 4 * error_var
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_one_layer_is_the_tied_power_ep_sparse_gp(alpha):
     model, params, x, y = _model_and_params((), alpha=alpha)
@@ -193,6 +199,7 @@ def test_one_layer_is_the_tied_power_ep_sparse_gp(alpha):
                                rtol=1e-10)
 
 
+@pytest.mark.heavy
 def test_one_layer_log_z_is_the_exact_integral():
     """``log Z_n = log ∫ N(u; m̂, V̂) N(y_n; f_n(u)) du = log N(y_n; kᵀK⁻¹m̂, FITC + kᵀK⁻¹V̂K⁻¹k + σ²)``."""
     model, params, x, y = _model_and_params(())
@@ -206,6 +213,7 @@ def test_one_layer_log_z_is_the_exact_integral():
     np.testing.assert_allclose(rows, expected, rtol=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_one_data_point_energy_is_its_log_z():
     """N = 1: the cavity is the prior, ``F = log Z_1`` (Bui et al. 2016)."""
@@ -223,6 +231,7 @@ def test_one_data_point_energy_is_its_log_z():
     np.testing.assert_allclose(prior_only, model.propagate(params, posteriors, x), rtol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("hidden, likelihood", [((2,), Gaussian()), ((2,), Probit()), ((2, 2), Gaussian())])
 def test_energy_gradient_matches_central_differences(hidden, likelihood):
@@ -233,6 +242,7 @@ def test_energy_gradient_matches_central_differences(hidden, likelihood):
     oracles.assert_gradient_matches_central_differences(energy, jax.grad(energy), flat, eps=1e-6)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_minibatch_estimates_average_to_the_full_energy():
     """One epoch's batches (a permutation cut into equal parts): the mean of ``G + (N/|B|)Σ_B log Z`` is F."""
@@ -247,6 +257,7 @@ def test_minibatch_estimates_average_to_the_full_energy():
     assert float(np.mean(estimates)) == pytest.approx(float(jax.jit(model.energy)(params, x, y)), rel=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_masked_rows_add_nothing():
     model, params, x, y = _model_and_params((2,))
@@ -260,6 +271,7 @@ def test_masked_rows_add_nothing():
     np.testing.assert_allclose(ravel_pytree(grad)[0], ravel_pytree(ref_grad)[0], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_data_term_in_row_chunks_equals_one_pass(monkeypatch):
     """Chunks of 6 rows (20 rows: the last chunk padded) give the value and gradient of one pass over all rows."""
@@ -296,6 +308,7 @@ def _hidden_quadrature(model, params, x, nodes=48):
     return np.outer(w, w).reshape(-1) / np.pi, out.mean.reshape(hidden.shape[:2]), out.var.reshape(hidden.shape[:2])
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_two_layer_mixture_matches_quadrature_over_the_hidden_layer():
     """Hidden width 2: the Monte Carlo mixture (20,000 paths) against Gauss–Hermite quadrature of the same
@@ -319,6 +332,7 @@ def test_two_layer_mixture_matches_quadrature_over_the_hidden_layer():
     np.testing.assert_allclose(expected_mean, np.sum(weights * means, axis=1), rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.heavy
 def test_the_mixture_is_seeded_and_scored_from_its_components():
     """``mixture_log_density`` and ``mixture_moments`` are the log-mean-exp and the law of total variance
     of :meth:`predict_mixture`'s components; the same key gives the same mixture, another key another."""
@@ -359,6 +373,7 @@ def energy_rounding_error(params, x, y, alpha: float) -> float:
     return float(np.max(np.abs(energies - np.polyval(np.polyfit(alphas - alpha, energies, 2), alphas - alpha))))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_the_alpha_floor_keeps_the_energy_free_of_cancellation():
     """Issue 27: at α ≤ 1e-6 the energy cancelled catastrophically (1.7e-2 off at α = 1e-12). At the floor

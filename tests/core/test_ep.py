@@ -24,6 +24,7 @@ def _box(b):
     return site_data([0, 0], [1, 1], weight=[1.0, -1.0], offset=[b, b])
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("b, z_ep, z_true", [(0.1, 0.0866590335, 0.0796556746), (0.5, 0.4106398736, 0.3829249225),
                                              (1.0, 0.7102628497, 0.6826894921), (2.0, 0.9584686387, 0.9544997361)])
 def test_symmetric_box_overestimates_the_evidence(b, z_ep, z_true):
@@ -45,6 +46,7 @@ def test_probit_box_overestimates_the_evidence(w, c, z_ep, z_true):
     assert z > z_true
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("n, ratio", [(1, 1.0), (2, 0.884795), (5, 0.768910), (10, 0.701772)])
 def test_repeated_heavisides_underestimate_and_equal_power_ep(n, ratio):
     """Swaroop 2017, §5: N copies of h(−x) (Z_true = ½) give Z_EP/Z_true of the report; Power EP with power
@@ -72,6 +74,7 @@ def test_quantile_propagation_shrinks_the_box_variance(b, var_ep, var_qp):
         assert float(result.posterior.cov[0, 0]) == pytest.approx(expected, rel=2e-6)
 
 
+@pytest.mark.heavy
 def test_fitc_two_point_example():
     """Swaroop 2017, §7: the project's FITC (collapsed PEP at α = 1) on y = 0 at x = (1, 0), σ_f = ℓ = 0.5, σ_n = 0.1:
     exact with inducing inputs at the data, ln p_FITC − ln p_true = 0.0582977467 with one at 0.5."""
@@ -96,6 +99,7 @@ def _cov(x, log_theta):
     return kernel.gram(x[None])[0] + 1e-8 * jnp.eye(x.shape[0])
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("projection", ["kl", "wasserstein"])
 def test_parallel_damped_reaches_the_sequential_fixed_point(projection):
@@ -108,6 +112,7 @@ def test_parallel_damped_reaches_the_sequential_fixed_point(projection):
     np.testing.assert_allclose(parallel.posterior.mean, sequential.posterior.mean, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_evidence_gradient_is_the_gaussian_parts_at_the_fixed_point():
     """R&W §5.5.2: d log Z_EP/dθ = ∂/∂θ of the Gaussian part with the sites fixed (central differences of
@@ -135,6 +140,7 @@ def test_bad_settings_are_refused():
         EP(Probit(), schedule="random").check()
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("projection", ["kl", "wasserstein"])
 def test_small_powers_converge_down_to_the_floor_and_below_it_are_refused(projection):

@@ -29,6 +29,7 @@ def _log_z_ep(likelihood, cov, index, weight, offset):
 
 # --- Case 1c: the d-dimensional box (Swaroop 2017, §4) -----------------------------------------------------
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("b, d, log_z_ep", [(0.5, 2, -1.7800773369), (1.0, 2, -0.6842403333),
                                             pytest.param(0.5, 5, -4.4501933422, marks=pytest.mark.slow),
                                             pytest.param(1.0, 5, -1.7106008331, marks=pytest.mark.slow)])

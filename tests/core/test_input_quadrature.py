@@ -47,6 +47,7 @@ KERNELS = {
 HEAVY_KERNELS = {"matern52+linear", "matern12"}  # 8 s each on two cores; the others take the same rule
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.heavy) if name in HEAVY_KERNELS else name
                                   for name in KERNELS])
 def test_moments_at_a_gaussian_input_match_monte_carlo(name):
@@ -68,6 +69,7 @@ def test_moments_at_a_gaussian_input_match_monte_carlo(name):
     assert np.all(np.abs(moments.var - mc_var) < 4 * error_var), (moments.var, mc_var)
 
 
+@pytest.mark.heavy
 def test_the_squared_exponential_by_quadrature_is_its_closed_form():
     """The rule on the squared exponential (16 points per dimension) against Titsias & Lawrence's ψ-statistics
     (:func:`~pep_gp.core.psi_statistics.uncertain_input_marginals`): the integrand is smooth, so the
@@ -80,6 +82,7 @@ def test_the_squared_exponential_by_quadrature_is_its_closed_form():
     np.testing.assert_allclose(by_rule.var, closed.var, rtol=1e-9)
 
 
+@pytest.mark.heavy
 def test_the_linear_kernel_takes_its_closed_form():
     """A linear kernel's ψ-statistics in closed form in numpy, ``ψ₀ = σ²Σ(μ² + s)``, ``ψ₁ = σ²Zμ``,
     ``ψ₂ = σ⁴Z(μμᵀ + diag s)Zᵀ``, equal the rule's 2 points per dimension (exact for its degree) to rounding;
@@ -112,6 +115,7 @@ def test_the_linear_kernel_takes_its_closed_form():
             np.testing.assert_allclose(moments.var[b, g], expected_var, rtol=1e-8)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # 6 s on two cores
 def test_at_zero_variance_the_rule_is_the_fixed_row():
     gps, prior, gaussian, mean, _ = _layer(Matern52())
@@ -144,6 +148,7 @@ def test_the_rules_integrate_the_normals_moments():
         input_rule(Matern52(), 2, 1)
 
 
+@pytest.mark.heavy
 def test_the_rule_runs_under_jit_and_differentiates():
     """The rule's nodes are constants: the moments compile and have finite gradients in the input's mean and
     variance and in the kernel's hyper-parameters (a Matérn kernel's kink is at a node only by accident)."""

@@ -60,6 +60,7 @@ def _check(kernel, reference, z=Z, x=X):
         np.testing.assert_allclose(diag[g], np.diag(reference(g, x, x)), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["se", "matern12", "matern32", "matern52", "rq", "linear", "constant"])
 def test_each_kernel_equals_scikit_learns(name):
     ls = lambda g: LS[g, 0] if name == "rq" else LS[g]
@@ -92,6 +93,7 @@ def test_sums_products_and_active_dims_equal_scikit_learns_composition():
     _check(2.0 * k.SquaredExponential(LS, VAR), lambda g, a, b: 2.0 * _sklearn("se", g)(a, b))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kernel", [
     k.SquaredExponential(LS, VAR), k.Matern12(LS, VAR), k.Matern32(LS, VAR), k.Matern52(LS, VAR),
     k.RationalQuadratic(LS, VAR, 0.8), k.Periodic(LS, VAR, 1.5), k.Linear(VAR) + k.Constant(0.5),
@@ -112,6 +114,7 @@ def test_gradients_match_central_differences(kernel):
         oracles.assert_gradient_matches_central_differences(fn, jax.grad(fn), flat, eps=1e-6, rtol=1e-6)
 
 
+@pytest.mark.heavy
 def test_gram_diagonal_has_a_finite_gradient_for_matern12():
     """``r = 0`` on a Gram matrix's diagonal (and at repeated inducing inputs) gives zero, not NaN, gradients."""
     with jax.enable_x64(True):
@@ -121,6 +124,7 @@ def test_gram_diagonal_has_a_finite_gradient_for_matern12():
     assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(grads))
 
 
+@pytest.mark.heavy
 @settings(max_examples=25, deadline=None)
 @given(st.sampled_from(["se", "matern12", "matern32", "matern52", "rq", "periodic", "linear+se", "se*periodic"]),
        st.integers(0, 2**31 - 1), st.floats(0.05, 20.0))

@@ -45,6 +45,7 @@ def test_every_likelihood_is_tested():
                        | {QuadratureLikelihood} | {type(case[0]) for case in QUADRATURE_CASES})  # the last in their own file
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("lik, y, alpha", SITE_LIKELIHOODS)
 def test_tilted_moments_match_adaptive_quadrature(lik, y, alpha):
@@ -64,6 +65,7 @@ def test_tilted_moments_match_adaptive_quadrature(lik, y, alpha):
         assert var == pytest.approx(second / z - (first / z) ** 2, rel=1e-7, abs=1e-9 * v), (m, v)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("alpha, tol", [(1.0, 1e-10), (0.5, 1e-9)])
 def test_probit_tilted_normaliser_matches_adaptive_quadrature(alpha, tol):
@@ -77,6 +79,7 @@ def test_probit_tilted_normaliser_matches_adaptive_quadrature(alpha, tol):
             assert got == pytest.approx(ref, abs=tol), (y, m, v)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.1, 0.5, 0.9])
 def test_probit_power_expectation_matches_scipy_quad(alpha):
@@ -93,6 +96,7 @@ def test_probit_power_expectation_matches_scipy_quad(alpha):
     np.testing.assert_allclose(nu, nu_ref, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [0.1, 0.5, 0.9])
 def test_probit_tilted_gradient_is_finite_and_exact_at_zero_cavity_variance(alpha):
     """``∂log Z̃/∂(m, v)`` at ``v = 0`` is ``α∂log Φ(sm)/∂m`` and ``½E[h'']/Z`` (Price's theorem), not NaN."""
@@ -105,6 +109,7 @@ def test_probit_tilted_gradient_is_finite_and_exact_at_zero_cavity_variance(alph
             np.testing.assert_allclose(np.array(grad), [(2 * y - 1) * slope, 0.5 * curvature], rtol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("lik, y", LIKELIHOODS)
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.1])
@@ -116,6 +121,7 @@ def test_tilted_normaliser_matches_quadrature(lik, y, alpha):
         assert got == pytest.approx(ref, abs=1e-9), (m, v)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("lik, y", LIKELIHOODS)
 def test_expected_log_prob_is_the_small_alpha_limit(lik, y):
     params, logp = _params(lik), _log_density(lik, y)

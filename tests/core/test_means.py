@@ -66,6 +66,7 @@ def test_zero_adds_exactly_nothing(data):
     assert means.Zero().plus(x, y) is y and means.Zero().minus(x, y) is y
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
 @pytest.mark.parametrize("mean", MEANS[1:], ids=lambda m: m.name)
 def test_collapsed_evidence_with_a_mean_at_z_equal_x_is_the_exact_gp_evidence_of_y_less_the_mean(data, mean, alpha):
@@ -84,6 +85,7 @@ def test_collapsed_evidence_with_a_mean_at_z_equal_x_is_the_exact_gp_evidence_of
     np.testing.assert_allclose(mean_f, zero_f + built(jnp.asarray(x[:5] + 0.1)), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.heavy
 def test_the_power_ep_energy_with_a_mean_is_the_zero_mean_energy_of_the_shifted_targets(data):
     """The Gaussian likelihood sees ``f = m(x) + g(x)``: its energy with a mean equals that of ``y − m(x)``
     without one, and the predictive mean is shifted by ``m(x*)`` with the variance unchanged."""

@@ -52,6 +52,7 @@ def _stacked(a, b, mixing):
                for q in range(mixing.shape[1]))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
 def test_lmc_bound_at_training_inputs_is_the_stacked_exact_evidence(data, alpha):
     """Z = X, no jitter: every α gives ``log N(vec y; 0, Σ_q (w_q w_qᵀ) ⊗ K_q + Σ ⊗ I)``."""
@@ -62,6 +63,7 @@ def test_lmc_bound_at_training_inputs_is_the_stacked_exact_evidence(data, alpha)
     assert value == pytest.approx(oracles.gaussian_log_evidence(y.T.reshape(-1), cov), rel=1e-8)
 
 
+@pytest.mark.heavy
 def test_lmc_predictive_at_training_inputs_is_the_stacked_exact_gp(data):
     """Z = X, α = 1: the mean and the covariance across the outputs at each test row are the exact GP's."""
     x, y, _, mixing, x_new = data
@@ -77,6 +79,7 @@ def test_lmc_predictive_at_training_inputs_is_the_stacked_exact_gp(data):
     np.testing.assert_allclose(var, np.diagonal(cov, axis1=1, axis2=2) + NOISE, rtol=1e-12)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.1])
 def test_lmc_bound_is_the_dense_pep_formula_of_the_stacked_vector(data, alpha):
     """M < N: eq. 128 with ``K_uu = blockdiag(K_q,ZZ)``, ``K_uf`` of blocks ``W_pq K_q,ZX`` and each observation's
@@ -92,6 +95,7 @@ def test_lmc_bound_is_the_dense_pep_formula_of_the_stacked_vector(data, alpha):
     assert value == pytest.approx(expected, rel=1e-10)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("shared", [pytest.param(False, marks=pytest.mark.heavy), True])  # separate kernels: 7 s
 def test_independent_outputs_are_the_sum_of_single_output_bounds(data, shared):
     """The bound and the predictive of independent outputs are those of the outputs' own collapsed models."""
@@ -125,6 +129,7 @@ def test_lmc_with_identity_mixing_is_independent_outputs(data):
     np.testing.assert_allclose(cov, independent_cov, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # ~20 s each at a load of 20 on two cores (one compiled bound and gradient, 2·|θ| evaluations)
 @pytest.mark.parametrize("outputs", ["lmc", "independent"])
 def test_gradient_matches_central_differences(data, outputs):

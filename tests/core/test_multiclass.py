@@ -38,6 +38,7 @@ def _random_gaussian(rng, m):
 # Factor refinement against the tilted distribution (eqs. 34, 43-55 with the sign fix of eq. 53)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("gap, alpha", [(1.5, 1.0), (-0.3, 1.0), (-4.0, 1.0), (-0.3, 0.5), (-4.0, 0.1)])
 def test_refined_sites_match_tilted_moments_by_quadrature(gap, alpha):
     """q_new = cavity × site^α has the moments of cavity × φ^α (Power EP; α = 1 is eqs. 43–55)."""
@@ -70,6 +71,7 @@ def test_refined_sites_match_tilted_moments_by_quadrature(gap, alpha):
         np.testing.assert_allclose(q_cov, cov + np.outer(gain, gain) * (t_var - ww), rtol=1e3 * tol, atol=tol)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.1, 0.5, 0.9])
 def test_power_sites_match_scipy_quad_at_every_cavity_width(alpha):
@@ -170,6 +172,7 @@ def _run_ep(model, params, x, y, iterations, damping, state=None):
     return params, state, trace
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_sep_with_one_binary_data_point_equals_ep_at_every_iteration(alpha):
@@ -187,6 +190,7 @@ def test_sep_with_one_binary_data_point_equals_ep_at_every_iteration(alpha):
     )
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_sep_with_one_data_point_equals_ep_for_three_classes():
     """One point, C = 3: its two factors share the label class. With symmetric other classes EP's two
@@ -207,6 +211,7 @@ def test_sep_with_one_data_point_equals_ep_for_three_classes():
     )
 
 
+@pytest.mark.heavy
 def test_ep_incremental_sums_equal_the_site_sums():
     model, params, x, y = _problem()
     params, state, _ = _run_ep(model, params, x, y, 5, 0.5)
@@ -215,6 +220,7 @@ def test_ep_incremental_sums_equal_the_site_sums():
     np.testing.assert_allclose(params.factor.shift, rebuilt.shift, atol=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_eq10_matches_finite_differences_of_log_zq_at_ep_convergence(alpha):
@@ -246,6 +252,7 @@ def test_sep_batch_converges_to_a_fixed_point():
     assert eigenvalues.min() > -1e-10  # sums of C¹υυᵀ with C¹ > 0
 
 
+@pytest.mark.heavy
 def test_non_finite_site_statistics_are_rejected():
     model, params, x, y = _problem()
     n, size = x.shape[0], model.data_size(y)
@@ -270,6 +277,7 @@ def _padded_chunks(x, y, size):
         yield jnp.concatenate([xc, 100.0 * jnp.ones((pad, x.shape[1]))]), jnp.concatenate([yc, jnp.zeros(pad, int)]), mask
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("factor", ["natural", "cholesky"])
 def test_chunked_masked_terms_sum_to_the_whole(factor):
@@ -295,6 +303,7 @@ def test_chunked_masked_terms_sum_to_the_whole(factor):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_direct_mode_gradient_matches_finite_differences():
     model, _, x, y = _problem(n=15)
@@ -320,6 +329,7 @@ def test_direct_mode_gradient_matches_finite_differences():
         assert float(g[flat_index]) == pytest.approx(fd, rel=1e-5, abs=1e-6), i
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_paper_mode_holds_the_factor_and_agrees_in_value_with_direct_mode():
     model, params, x, y = _problem()
@@ -363,6 +373,7 @@ def _variational_bound(model, params, x, y):
     return total
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_small_power_approaches_the_variational_bound():
     model, params, x, y = _problem(n=12)
@@ -377,6 +388,7 @@ def test_small_power_approaches_the_variational_bound():
 # Predictive distribution (eq. 68)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_predictive_quadrature_matches_scipy_quad():
     """Within 1e-9 of ``scipy.integrate.quad`` (absolute, per class probability) on 40 random rows (C = 3..7,
@@ -395,6 +407,7 @@ def test_predictive_quadrature_matches_scipy_quad():
         assert probs.sum() == pytest.approx(1.0, abs=1e-9)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_refreshed_shared_quantities_equal_fresh_ones_after_a_site_update():
     """After an EP update (only the factor moves) site_update keeps the prior factors and recomputes
@@ -408,6 +421,7 @@ def test_refreshed_shared_quantities_equal_fresh_ones_after_a_site_update():
     assert not np.allclose(refreshed.cavity.mean, shared.cavity.mean)  # the factor did move
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_one_class_minibatch_at_small_n_keeps_a_valid_factor():
     """Eight rows of class 0 hold 16 factors of class 0, more than the n_0 = 13.3 of N = 10 rows: the
@@ -430,6 +444,7 @@ def test_a_one_class_minibatch_at_small_n_keeps_a_valid_factor():
         assert np.linalg.eigvalsh(precision).min() > -1e-10 * np.abs(precision).max()
 
 
+@pytest.mark.heavy
 def test_minibatch_updates_of_one_batch_reach_the_fixed_point_of_its_copies():
     """SEP with scale N/|B| = 3: updating on one batch as if it were a third of N = 3|B| rows reaches the
     same tied factor as full-batch SEP on the batch repeated three times (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1)."""
@@ -451,6 +466,7 @@ def test_minibatch_updates_of_one_batch_reach_the_fixed_point_of_its_copies():
     assert not np.allclose(alone.factor.precision, minibatch.factor.precision, rtol=0.1)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_untied_ep_skips_and_counts_rows_whose_refined_sites_are_not_finite(monkeypatch):
     """Untied EP is guarded like SEP: a row whose refinement is not finite keeps its old sites and is
@@ -472,6 +488,7 @@ def test_untied_ep_skips_and_counts_rows_whose_refined_sites_are_not_finite(monk
     assert np.count_nonzero(np.asarray(new_state.scalars.other_precision)) > 0  # the other rows moved
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_float32_kernel_products_keep_energy_gradient_and_site_statistics():
     """``MultiClassGP(kernel_products="float32")`` on 60-dimensional inputs after a few SEP updates: the

@@ -102,6 +102,7 @@ def numpy_energy(model, params, x, y, nodes=40):
     return energy
 
 
+@pytest.mark.heavy
 def test_energy_matches_an_independent_numpy_computation():
     model, params, x, y = _problem((2,))
     energy = float(jax.jit(model.energy)(params, x, y))
@@ -120,6 +121,7 @@ def _without_a_hidden_layer():
     return model, params, MultiClassGP(CLASSES, jitter=model.jitter), same, x, y
 
 
+@pytest.mark.heavy
 def test_without_a_hidden_layer_it_is_the_direct_multiclass_gp():
     """No hidden layer (the identity map, no noise): the energy is the multi-class GP's."""
     model, params, reference, same, x, y = _without_a_hidden_layer()
@@ -127,6 +129,7 @@ def test_without_a_hidden_layer_it_is_the_direct_multiclass_gp():
     assert abs(energy - expected) <= 1e-12 * abs(expected)
 
 
+@pytest.mark.heavy
 def test_an_identity_hidden_layer_without_noise_gives_the_one_layer_model():
     """The output layer of a width-2 model fed the rows themselves as a Gaussian of zero variance (the ψ path:
     a hidden layer fixed to the identity map, no hidden noise) gives the data term and the output GPs'
@@ -149,6 +152,7 @@ def test_an_identity_hidden_layer_without_noise_gives_the_one_layer_model():
     np.testing.assert_allclose(identity_cavities, one_layer_cavities, rtol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_predictive_probabilities_are_eq_68_on_the_propagated_moments():
     """Without a hidden layer, the multi-class GP's predictive; with one, eq. (68) by ``scipy.integrate.quad``."""
@@ -162,6 +166,7 @@ def test_predictive_probabilities_are_eq_68_on_the_propagated_moments():
                                    oracles.multiclass_predictive_probabilities(mean[row], var[row]), atol=1e-9)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_energy_gradient_matches_central_differences():
     model, params, x, y = _problem((2,), n=6, num_inducing=3)

@@ -24,6 +24,7 @@ def _pair(gap, rng):
     return sites.Projections(jnp.asarray(a_k + gap), jnp.asarray(w_y)), sites.Projections(jnp.asarray(a_k), jnp.asarray(w_k)), 0.4, 0.7
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("gap, label_noise", [(1.0, 0.05), (-0.5, 0.05), (-3.0, 0.01), (-4.0, 0.2)])
 def test_refined_sites_match_the_tilted_moments_of_the_label_noise_factor(gap, label_noise):
     """``log Z`` and the tilted mean along each class's direction within 1e-9 of nested scipy quadrature;
@@ -80,6 +81,7 @@ def test_the_label_noise_likelihood_is_normalised_over_the_labels():
         assert np.log(total) == pytest.approx(sites.log_label_noise_normaliser(eps, num_classes), abs=1e-12)
 
 
+@pytest.mark.heavy
 def test_label_noise_predictive_matches_scipy_quad_and_sums_to_one():
     """The predictive of the label-noise likelihood within 1e-9 of ``scipy.integrate.quad`` (absolute, per class)
     on three random rows of four classes at ε = 0.01 and 0.3; probabilities sum to 1 and are floored above the ε = 0 ones' extremes."""
@@ -133,6 +135,7 @@ def _three_site_updates(label_noise):
     return model, params, x, y, stats
 
 
+@pytest.mark.heavy
 def test_zero_label_noise_keeps_the_papers_factors_to_the_last_bits():
     """``label_noise = 0`` (given or left out) takes the paper's path in :mod:`multiclass_sites`: the pinned
     numbers of the code before the option, to the last bit."""
@@ -150,6 +153,7 @@ def test_zero_label_noise_keeps_the_papers_factors_to_the_last_bits():
         np.testing.assert_allclose(predictive, PINNED_SITES[25:], rtol=0, atol=4.5e-16)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_zero_label_noise_is_the_papers_model_to_the_last_bits():
     """``label_noise = 0`` takes the paper's code path: the pinned numbers of the model before the option (equal

@@ -63,6 +63,7 @@ def test_names_are_the_likelihood_objects_and_are_refused_as_before():
         MultiClassGP(3, likelihood="softmax", label_noise=0.1)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
 def test_a_likelihood_defined_here_is_asked_for_everything_the_model_computes():
     """At ``T = 1`` the tempered softmax is the softmax: the data term, the site statistics and the predictive

@@ -35,6 +35,7 @@ def _reference(offset, sd):
     return integral(lambda t: np.exp(-np.exp(-t))), integral(lambda t: np.exp(-t - np.exp(-t)))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("sd", [1e-3, 0.3, 0.99, 1.01, 2.0, 10.0])
 def test_the_convolutions_match_adaptive_quadrature_on_both_sides_of_the_switch(sd):
     """``F`` within rel 1e-4 wherever ``F > 10⁻³``, and ``p`` within rel 1e-3 wherever ``p > 10⁻⁶``, at offsets
@@ -60,6 +61,7 @@ def _rows(rng):
     return mean, sd**2, np.array([0, 1, 2, 3, 1, 0])
 
 
+@pytest.mark.heavy
 def test_the_label_s_probability_is_the_expected_softmax_within_monte_carlo_error():
     """``exp(softmax_log_probs(…, y)) = E[softmax(f)_{y}]`` within four Monte Carlo standard errors of 400,000
     draws per row (the softmax averaged over Gaussian draws of ``f``) plus the rule's relative 1e-4 (which
@@ -86,6 +88,7 @@ def _hard_rows(rows: int, classes: int, seed: int):
     return jnp.asarray(mean), jnp.asarray(var), jnp.asarray(rng.integers(0, classes, rows))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("classes", [2, 4, pytest.param(10, marks=pytest.mark.exhaustive)])  # 10: 30 s more
 def test_the_label_s_rule_matches_a_much_finer_rule_in_log_z_and_its_derivatives(classes):

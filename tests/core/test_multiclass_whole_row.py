@@ -23,6 +23,7 @@ def _cavity(rng, rows=3, classes=4):
             rng.uniform(0.1, 1.0, (rows, classes)), rng.integers(0, classes, rows))
 
 
+@pytest.mark.heavy
 def test_exact_log_partition_is_the_probability_that_the_label_s_latent_is_the_largest():
     """``Z_i = P(argmax_c (t^c + ε^c) = y_i)`` for ``t^c ~ N(a^c, w^c)``, ``ε^c ~ N(0, s^c)`` (eq. 1 under the
     cavity): within four Monte Carlo standard errors of 400,000 draws per row."""
@@ -35,6 +36,7 @@ def test_exact_log_partition_is_the_probability_that_the_label_s_latent_is_the_l
     assert np.all(np.abs(np.exp(log_z) - frequency) < 4 * standard_error)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("likelihood, rel", [("exact", 1e-5), ("softmax", 1e-3)])
 def test_whole_row_sites_are_the_tilted_moments_of_each_class_from_derivatives_of_log_z(likelihood, rel):
     """``C¹ = ν/(1 − νw)``, ``C² = (g + νa)/(1 − νw)`` with ``g``, ``ν`` from central differences of the
@@ -86,6 +88,7 @@ def _fit_offsets(likelihood: str, counts, updates: int = 30):
     return np.exp(np.asarray(model.predict(params, x[:1])))[0], float(jax.jit(model.energy)(params, x, y))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # three SEP fits, each compiling its site statistics (the whole-row ones through a quadrature)
 def test_the_whole_row_likelihoods_give_back_the_class_frequencies_and_their_likelihood():
     """With nothing to learn but the class frequencies (0.1, 0.3, 0.6 of 300 rows), the exact and the softmax

@@ -50,6 +50,7 @@ def test_the_walker_finds_a_vmapped_cholesky():
     assert _batched_lapack(jax.make_jaxpr(jax.vmap(jnp.linalg.cholesky))(eye).jaxpr)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("likelihood", [Gaussian(), Probit()])
 def test_power_ep_energy(data, likelihood):
     x, labels, _ = data
@@ -59,6 +60,7 @@ def test_power_ep_energy(data, likelihood):
     _assert_unbatched(lambda p: model.energy(p, jnp.asarray(x), jnp.asarray(labels)), params)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("factor", ["natural", "cholesky"])
 def test_multiclass_energy_and_prediction(data, factor):
     x, _, classes = data

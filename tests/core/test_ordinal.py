@@ -54,6 +54,7 @@ def quad_moments(cuts, k, mean, var, alpha):
     return math.log(z), tilted_mean, integral(lambda f: (f - tilted_mean) ** 2) / z
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.1])
 def test_tilted_normaliser_and_moments_match_adaptive_quadrature(alpha):
     """To 1e-10 (measured: 3e-14): ``log Z̃`` absolutely, the mean in cavity deviations, the variance relative
@@ -130,6 +131,7 @@ def test_log_z_gradients_match_central_differences(alpha):
         np.testing.assert_allclose(float(grads[k]), difference, rtol=1e-6)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_energy_gradient_in_the_cut_points_matches_central_differences():
     """``∂F/∂`` (the cut points' leaves) of a sparse GP's whole Power-EP energy at α = 0.5 (Bui, Yan & Turner 2017

@@ -55,6 +55,7 @@ def _dense_energy_terms(z, shift, precision, n, alpha):
     return phi_q - phi_p + n / alpha * (phi_c - phi_q), cav_cov @ (s * shift), cav_cov
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.05])
 def test_global_and_data_terms_match_dense_formulas(regression, alpha):
@@ -77,6 +78,7 @@ def test_global_and_data_terms_match_dense_formulas(regression, alpha):
     assert float(local) == pytest.approx(np.sum(log_z) / alpha, rel=1e-8)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.01])
 def test_identical_sites_give_the_exact_evidence(alpha):
     """N copies of one Gaussian observation at one input: the tied factor is exact (Z = x, M = 1)."""
@@ -88,6 +90,7 @@ def test_identical_sites_give_the_exact_evidence(alpha):
     assert float(energy) == pytest.approx(exact, rel=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_alpha_zero_at_the_vfe_optimum_is_the_titsias_bound(regression):
     x, y, z = regression
@@ -99,6 +102,7 @@ def test_alpha_zero_at_the_vfe_optimum_is_the_titsias_bound(regression):
         assert float(energy) == pytest.approx(bound, rel=rel)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_probit_alpha_zero_is_the_uncollapsed_vfe_bound(regression):
     """α = 0 equals −KL(q‖p) + Σ E_q[log Φ] (Bui, Yan & Turner 2017 eqs. 145–146), computed densely with quadrature."""
@@ -123,6 +127,7 @@ def test_probit_alpha_zero_is_the_uncollapsed_vfe_bound(regression):
     assert gaps[0] / gaps[1] == pytest.approx(10.0, rel=0.05)  # the gap closes as O(α)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("likelihood", [Gaussian(), pytest.param(Probit(), marks=pytest.mark.exhaustive)],
                          ids=["gaussian", "probit"])  # the padding and the chunks are the same code for each
@@ -145,6 +150,7 @@ def test_padding_and_chunking_do_not_change_the_data_term(regression, likelihood
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("likelihood, alpha", [(Gaussian(), 1.0), (Gaussian(), 0.5), (Probit(), 0.5), (Probit(), 1.0), (Probit(), 0.0)])
 def test_energy_gradient_matches_central_differences(regression, likelihood, alpha):
@@ -160,6 +166,7 @@ def test_energy_gradient_matches_central_differences(regression, likelihood, alp
     oracles.assert_gradient_matches_central_differences(energy, jax.grad(energy), flat, eps=1e-6)
 
 
+@pytest.mark.heavy
 def test_predictions_match_dense_posterior(regression):
     x, _, z = regression
     shift, precision = _random_factor(np.random.default_rng(4), 6, 40)
@@ -176,6 +183,7 @@ def test_predictions_match_dense_posterior(regression):
     np.testing.assert_allclose(model.predict_y(params, jnp.asarray(x)), stats.norm.cdf(np.asarray(mean) / np.sqrt(1 + np.asarray(var))), rtol=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_one_shared_lengthscale_is_the_ard_kernel_with_equal_lengthscales(regression):
     """``ard=False`` starts from the geometric mean of the lengthscales and stores one; the energy, its
@@ -207,6 +215,7 @@ def test_alpha_outside_unit_interval_is_rejected():
         PowerEPSparseGP(Probit(), alpha=-0.1)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
 def test_exact_gaussian_site_updates_give_the_collapsed_posterior(regression, alpha):
     """A full-batch, undamped site update sets the tied factor to the product of the exact Power-EP sites

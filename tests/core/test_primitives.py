@@ -24,6 +24,7 @@ def _random_spd(rng, m):
     return a @ a.T + m * np.eye(m)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("form", ["natural", "cholesky"])
 def test_bank_gaussians_match_dense_natural_parameters(form):
     """``p_g·t_g^s`` of the bank (whitened form) against the dense natural-parameter formulas:
@@ -52,6 +53,7 @@ def test_bank_gaussians_match_dense_natural_parameters(form):
             np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
 
 
+@pytest.mark.heavy
 def test_bank_latent_covariance_is_the_sparse_gp_predictive():
     """``latent_moments(full_cov=True)`` against ``K_xz K⁻¹m`` and ``K_xx + dI − K_xz K⁻¹K_zx +
     K_xz K⁻¹VK⁻¹K_zx`` in numpy for a bank of two GPs (Titsias 2009, eq. 6); its diagonal is the marginal
@@ -114,6 +116,7 @@ def _difference_form(ls, amp, z, x):
     return one(z, z), one(z, jnp.broadcast_to(x, (z.shape[0],) + x.shape))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("offset", [1e6, 1e8])
 def test_kernels_have_no_cancellation_far_from_the_origin(offset):
     """Inputs sharing an offset of 1e6 or 1e8: values equal the exact-difference oracle (the differences
@@ -173,6 +176,7 @@ def test_positive_bijection_round_trips(value):
         assert float(positive(unconstrain_positive(value))) == pytest.approx(value, rel=1e-9)
 
 
+@pytest.mark.heavy
 def test_cholesky_and_inverse_gradient_matches_autodiff_and_finite_differences():
     """The matrix-product backward pass of cholesky_and_inverse equals autodiff through a Cholesky and
     a triangular solve (symmetrised), and central differences along a symmetric direction."""
@@ -227,6 +231,7 @@ def test_every_parameter_table_round_trips(cls):
         np.testing.assert_allclose(value, values[name], rtol=1e-12)
 
 
+@pytest.mark.heavy
 def test_float32_kernel_products_stay_within_their_stated_error():
     """``products="float32"`` (images: D = 784, pixels in [0, 1], ℓ² the median distance as the
     multi-class model starts): the squared distances differ from the float64 kernel's by less than

@@ -71,6 +71,7 @@ def rows():
     return x, np.sin(2 * x[:, 0]) + 0.2 * rng.normal(size=9)
 
 
+@pytest.mark.heavy
 def test_the_map_objective_equals_the_numpy_one_at_several_values(rows):
     x, y = rows
     (ls, ls_scipy), (var, var_scipy), (noise, noise_scipy) = PRIORS

@@ -29,6 +29,7 @@ def _project(likelihood, y, mu, sigma):
     return [np.asarray(v) for v in kl(*args)], [np.asarray(v) for v in wasserstein(*args)]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("mu, sigma, y, z, mean, sd_ep, sd_qp", PROBIT)
 def test_probit_projections_match_the_spec_table(mu, sigma, y, z, mean, sd_ep, sd_qp):
@@ -39,6 +40,7 @@ def test_probit_projections_match_the_spec_table(mu, sigma, y, z, mean, sd_ep, s
     assert np.sqrt(v_qp) == pytest.approx(sd_qp, abs=1e-10)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mu, sigma, y, z, mean, sd_ep, sd_qp", POISSON)
 def test_poisson_square_link_projections_match_the_spec_table(mu, sigma, y, z, mean, sd_ep, sd_qp):
     """Closed-form moments (the Gaussian's raw moments) and σ* to the spec's 8–10 digits."""
@@ -49,8 +51,10 @@ def test_poisson_square_link_projections_match_the_spec_table(mu, sigma, y, z, m
     assert np.sqrt(v_qp) == pytest.approx(sd_qp, abs=1e-8)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mu, sigma, y", [(0.5, 1.0, 1), (-3.0, 5.0, 1), (0.1, 100.0, 1)] + [
-    pytest.param(*case, marks=pytest.mark.slow) for case in [(2.0, 0.5, -1), (-4.0, 0.3, 1), (-6.0, 1.0, 1)]] + [
+    pytest.param(*case, marks=[pytest.mark.slow, pytest.mark.exhaustive])
+    for case in [(2.0, 0.5, -1), (-4.0, 0.3, 1), (-6.0, 1.0, 1)]] + [
     pytest.param(8.0, 30.0, -1, marks=[pytest.mark.slow, pytest.mark.exhaustive])])  # its reference: 20 s of quad
 def test_quantile_std_matches_owens_t_quadrature(mu, sigma, y):
     """σ* against scipy quadrature of φ(Φ⁻¹(F)) with F the Owen's-T closed form (Zhang et al. 2020 eq. 45), cavities from
@@ -61,6 +65,7 @@ def test_quantile_std_matches_owens_t_quadrature(mu, sigma, y):
     assert np.sqrt(v_qp) == pytest.approx(std, rel=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_quantile_std_matches_mpmath():
     """High precision (18 digits, ``mpmath.quad``) for the widest case of the spec table."""
@@ -71,6 +76,7 @@ def test_quantile_std_matches_mpmath():
     assert np.sqrt(v_qp) == pytest.approx(std, rel=1e-11)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mu, sigma, y", [(-3.0, 5.0, 1)])
 def test_wasserstein_distance_is_the_variance_gap(mu, sigma, y):
     """Zhang et al. 2020 Thm 2 (eqs. 70–71): W₂²(q̃, N(μ, σ*²)) = σ²_EP − σ*², with W₂² computed through the quantile
@@ -115,8 +121,10 @@ HEAVISIDE_WORST = [(z * sigma, sigma) for sigma in (0.1, 1.0, 10.0) for z in (1.
 QUICK = [(0.0, 1.0), (-8.0, 1.0), (-35.0, 1.0)]  # ~5 s each (the oracle): the rest with -m slow
 
 
-@pytest.mark.parametrize("mu, sigma", [case if case in QUICK else pytest.param(*case, marks=pytest.mark.slow)
-                                       for case in HEAVISIDE_WORST])
+@pytest.mark.heavy
+@pytest.mark.parametrize("mu, sigma", [
+    case if case in QUICK else pytest.param(*case, marks=[pytest.mark.slow, pytest.mark.exhaustive])
+    for case in HEAVISIDE_WORST])
 def test_heaviside_qp_meets_its_stated_accuracy_in_the_worst_cases(mu, sigma):
     """The tilted distribution of a step is a truncated normal; σ* against its closed-form CDF at 30 digits.
     The worst cases of the rule: at the edge of the support ``F`` starts linearly and ``φ(Φ⁻¹(F)) ≈

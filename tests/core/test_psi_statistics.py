@@ -88,6 +88,7 @@ CASES = {"moderate": dict(seed=0), "offset 30": dict(seed=1, offset=30.0),
          "near-fixed input": dict(seed=2, var_range=(1e-9, 1e-7)), "wide input": dict(seed=3, var_range=(2.0, 5.0))}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", list(CASES))
 def test_psi2_traces_and_gradients_match_mpmath(case):
     """``J = Σ_{b,g,r} u_bgr tr(W_gr ψ₂_gb)`` and ``∂J`` w.r.t. ℓ, σ_f², Z, the input's mean and variance and

@@ -62,6 +62,7 @@ def quad_moments(log_prob, y, mean, var, alpha):
     return np.log(z), tilted_mean, integral(lambda f: (f - tilted_mean) ** 2) / z
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("likelihood, values, ys", CASES, ids=lambda c: getattr(c, "name", ""))
 def test_tilted_normaliser_and_moments_match_adaptive_quadrature(likelihood, values, ys):
     """To 1e-8: ``log Z̃`` absolutely, the mean in cavity deviations, the variance relative to the cavity's;
@@ -78,6 +79,7 @@ def test_tilted_normaliser_and_moments_match_adaptive_quadrature(likelihood, val
             assert abs(var[i] - expected[2]) < 1e-8 * v[i], (y[i], m[i], v[i], alpha)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_rule_gives_the_probits_closed_form_and_monte_carlo():
     """The composite rule on ``log Φ(sf)`` (centre 0, unit scale) against the probit's closed-form tilted
@@ -101,6 +103,7 @@ def test_the_rule_gives_the_probits_closed_form_and_monte_carlo():
     assert np.all(np.abs(half[1] - mean) < 5 * np.sqrt(half[2] * (w**2).mean(1)) / z / 1e3)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("likelihood, values", [(StudentT(), (0.3, 3.0)),
                                                 (NegativeBinomial(), (1.5,)),
                                                 (Poisson(), ()), (BernoulliLogistic(), ())],
@@ -149,6 +152,7 @@ def test_the_predictive_moments_are_those_of_draws(likelihood, values):
     assert abs(var - y.var()) < 0.03 * var
 
 
+@pytest.mark.heavy
 def test_the_logistic_predictive_probability_is_the_integral_of_the_sigmoid():
     m, v = 0.8, 2.0
     expected = integrate.quad(lambda f: norm.pdf(f, m, np.sqrt(v)) / (1 + np.exp(-f)), -np.inf, np.inf,
@@ -161,6 +165,7 @@ def test_every_quadrature_likelihood_is_tested_here():
     assert {name for name, cls in LIKELIHOODS.items() if issubclass(cls, QuadratureLikelihood)} == tested
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("likelihood, values", [(Poisson(), ()), (NegativeBinomial(), (2.5,)),
                                                 (StudentT(), (0.5, 2.5))], ids=lambda c: getattr(c, "name", ""))
 def test_predictive_quantiles_are_those_of_draws(likelihood, values):
@@ -186,6 +191,7 @@ def test_predictive_quantiles_are_those_of_draws(likelihood, values):
         assert np.mean(got == expected) >= 0.8
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("likelihood, values", [(Poisson(), ()), (NegativeBinomial(), (2.5,)),
                                                 (StudentT(), (0.5, 2.5)), (StudentT(), (0.5, 1.5))],
                          ids=lambda c: getattr(c, "name", str(c)))

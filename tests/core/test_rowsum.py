@@ -17,6 +17,7 @@ def _term(params, x, y, mask):
     return jnp.sum(jnp.where(mask, jnp.log1p((prediction - y) ** 2), 0.0))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("chunk", [1, 3, 7, 64])
 def test_chunked_sum_and_gradient_equal_the_whole_sum(chunk):
     rng = np.random.default_rng(0)

@@ -22,6 +22,7 @@ def _random_state(model, seed):
     return params._replace(factor=factor), x[:1]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("projection", ["kl", "wasserstein"])
 @pytest.mark.parametrize("seed, y", [(0, 1.0), (1, 0.0)])
@@ -47,6 +48,7 @@ def test_one_site_update_gives_the_untied_projection(projection, seed, y):
     assert float(q.var[0, 0]) == pytest.approx(float(untied.posterior.cov[0, 0]), rel=1e-8)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1])
 def test_quantile_sites_keep_the_mean_and_shrink_the_variance(seed):
@@ -76,6 +78,7 @@ def test_quantile_sites_keep_the_mean_and_shrink_the_variance(seed):
     assert bool(jnp.all(qp_var <= ep_var * (1 + 1e-12))) and float(jnp.mean(qp_var < ep_var * (1 - 1e-9))) > 0.5
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("projection", ["kl", "wasserstein"])
 def test_a_row_far_from_every_inducing_input_leaves_the_other_sites_to_update(projection):

@@ -51,6 +51,7 @@ def test_a_gross_outliers_site_keeps_the_mean_and_no_negative_precision():
     np.testing.assert_allclose(shift[1], (tilted_mean[1] - mean[1]) / 0.05 / 0.5, rtol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_settled_factor_is_the_fixed_point_of_the_student_t_sites():
     rng = np.random.default_rng(1)

@@ -12,6 +12,7 @@ from tests.flows.test_train_cli import pep
 from tests.trainstores import FAST, config_toml, make_store
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.long
 def test_deep_gp_train_and_evaluate_json(tmp_path):

@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from pep_gp.flows.cli import app
@@ -34,6 +35,7 @@ def ingest(csv, out):
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.heavy
 def test_a_store_of_the_same_features_in_another_order_scores_as_the_training_store(messy_classifier, tmp_path):
     run_dir = copy_of(messy_classifier.run_dir, tmp_path)
     table = pd.read_csv(messy_classifier.train_csv, sep=";")

@@ -18,6 +18,7 @@ def run(*args):
     return CliRunner().invoke(app, ["ingest", *map(str, args)])
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize(("target", "n_classes"), [(None, 3), ("delayed", 2), ("delay", None)])
 def test_airline_bundled_flights_json(tmp_path, target, n_classes):
@@ -36,6 +37,7 @@ def test_airline_bundled_flights_json(tmp_path, target, n_classes):
     assert open_store(out).n_classes == n_classes
 
 
+@pytest.mark.heavy
 def test_synthetic_airline_rows_are_labelled_synthetic_in_the_store_and_the_summary(tmp_path):
     out = tmp_path / "S.zarr"
     result = run("airline", "--synthetic-rows", 25_000, "--target", "delayed", "--out", out, "--json")

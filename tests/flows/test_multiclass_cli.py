@@ -10,6 +10,7 @@ from tests.flows.test_train_cli import pep
 from tests.trainstores import config_for, config_toml, make_store
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_multiclass_sep_train_and_evaluate_json(tmp_path):
     store = make_store(tmp_path / "three-class.zarr", n_classes=3)

@@ -19,12 +19,13 @@ SETTINGS = {"deep-gp": {"num_inducing": 6, "hidden_dims": [2]}, "deep-gp-classif
             **{name: {"num_inducing": 6, **PAIRWISE} for name in MULTICLASS_MODELS}}
 
 
-# One model of each way through the trainer in .ci/run (no site updates, a regression target's scaling, multi-class
-# SEP's sites, a deep GP's layers); the others' settings reach their estimators as the registry test checks
-# (tests/test_models.py), and take this loop with -m exhaustive.
+# One model of each way through the trainer (no site updates, a regression target's scaling, multi-class SEP's
+# sites, a deep GP's layers); the others' settings reach their estimators as the registry test checks
+# (tests/test_models.py). All of them -m exhaustive: .ci/run's 25 minutes leave no room for this loop.
 SHARING = {"deep-gp-classifier", "deep-gp-multiclass", "multiclass-direct", "sparse-gp-ordinal", "tied-ep-classifier"}
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.exhaustive) if name in SHARING else name
                                   for name in sorted(MODELS)])

@@ -23,6 +23,7 @@ from tests import datafiles
 from tests.messy_runs import pep
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_messy_csv_from_ingest_to_predictions_of_yes_and_no(messy_classifier, tmp_path):
     out = tmp_path / "predictions.csv"
@@ -37,6 +38,7 @@ def test_a_messy_csv_from_ingest_to_predictions_of_yes_and_no(messy_classifier, 
     assert (predictions["label"] == np.where(probabilities[:, 1] > 0.5, "yes", "no")).all()
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow  # a second `pep train` (~30 s)
 def test_a_messy_csv_from_ingest_to_predictions_of_a_number_with_intervals(messy_regressor, tmp_path):
     out = tmp_path / "predictions.parquet"

@@ -60,6 +60,7 @@ def pep(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_train_and_evaluate_json(store, config_file, tmp_path):
     run_dir = tmp_path / "run"
@@ -112,6 +113,7 @@ def test_bad_input_fails_cleanly(store, tmp_path, args, message):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_evaluate_without_a_run(tmp_path):
     done = pep("evaluate", "--run-dir", str(tmp_path / "run"), check=False)
@@ -161,6 +163,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_training_on_a_real_scheduler_and_two_workers(store, config_file, tmp_path):
     port = free_port()
@@ -184,6 +187,7 @@ def test_training_on_a_real_scheduler_and_two_workers(store, config_file, tmp_pa
             process.wait(timeout=30)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_settings_from_the_command_line_are_validated_like_the_config_file(store, tmp_path):
     """``--set``, ``--seed``, ``--learning-rate`` and ``--max-steps`` reach the run's config; a run cut short
@@ -198,6 +202,7 @@ def test_settings_from_the_command_line_are_validated_like_the_config_file(store
     assert (config["learning_rate"], config["seed"], config["max_steps"]) == (0.03, 5, 3)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_log_to_writes_the_run_to_mlflow_and_tensorboard(store, tmp_path):
     """``--log-to`` repeated and comma-separated: the run's settings, its 3 steps' energies, its epochs' metrics
@@ -227,6 +232,7 @@ def test_log_to_writes_the_run_to_mlflow_and_tensorboard(store, tmp_path):
     assert events.Scalars("final/test_nll")[0].value == np.float32(summary["test_nll"])
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_deep_gp_run_takes_the_model_s_own_defaults_where_nothing_was_given(regression_store, tmp_path):
     """``pep train --model deep-gp``: Adam at 0.01 without early stopping (the model's ``train_defaults``)
@@ -241,6 +247,7 @@ def test_a_deep_gp_run_takes_the_model_s_own_defaults_where_nothing_was_given(re
     assert config["model"] == {"num_inducing": 4}
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_pep_train_at_its_defaults_converges_like_the_estimator(tmp_path):
     """A 480-row store (384 training rows): ``pep train`` at its defaults trains until the stopping rule

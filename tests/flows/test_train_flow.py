@@ -33,6 +33,7 @@ def artifacts(*keys):
     return {artifact.key: artifact for artifact in asyncio.run(read())}
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_train_flow_publishes_artifacts_and_files(store, tmp_path):
     run_dir = tmp_path / "Flow Run"
@@ -61,6 +62,7 @@ def test_a_full_batch_run_checkpoints_every_checkpoint_every_steps_not_every_epo
         "step-00000005", "step-00000010", "step-00000012"]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_retried_segment_resumes_from_the_newest_checkpoint(store, tmp_path):
     reference = train(TrainJob(MODEL, store, FAST, tmp_path / "reference"))

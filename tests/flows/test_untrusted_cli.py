@@ -101,6 +101,7 @@ def strict_json(text: str):
     return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON pep wrote"))
 
 
+@pytest.mark.heavy
 def test_an_idling_toy_run_exits_1_and_its_json_is_strict(monkeypatch, tmp_path):
     """The stop rule at the command line, on the toy model whose first step jumps past its NaN trap: exit 1
     with one line at step 11, and the manifest's history (epochs with no finite energy) is strict JSON."""
@@ -114,6 +115,7 @@ def test_an_idling_toy_run_exits_1_and_its_json_is_strict(monkeypatch, tmp_path)
     assert manifests[11]["rejected_steps"] == 10 and manifests[11]["history"][1]["energy"] is None
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_an_idling_run_fails_and_no_json_holds_nan(store, tmp_path):
     """Audit: at learning rate 100, 59 of 60 steps were rejected and `pep train` exited 0, its `--json` and

@@ -144,6 +144,7 @@ def test_the_training_job_script_requeues_itself_before_its_walltime():
     assert subprocess.run(["bash", "-n", str(SBATCH)]).returncode == 0
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_the_training_job_script_resumes_a_requeued_run_to_the_same_parameters(tmp_path):
     """The job script run as SLURM would run it (``bash``), twice, on a small store: cut short after 3 steps

@@ -39,6 +39,7 @@ def reference_ece_and_brier(labels, proba, bins=15):
     return ece, brier, counts
 
 
+@pytest.mark.heavy
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([1, 200]), classes=st.sampled_from([2, 5]),
        sharpness=st.floats(0.1, 10.0))  # few shapes: each new one compiles
@@ -55,6 +56,7 @@ def test_ece_and_brier_match_a_plain_numpy_implementation(seed, n, classes, shar
     assert report["test_error"] == pytest.approx(np.mean(proba.argmax(axis=1) != labels))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_block_sums_reduce_to_the_report_of_all_rows():
     """Two padded blocks summed (as the engine sums them) give the report of the rows at once."""
@@ -90,6 +92,7 @@ def test_gaussian_crps_matches_the_integral_of_the_squared_cdf_difference(mean, 
     assert closed == pytest.approx(below + above, abs=1e-9)
 
 
+@pytest.mark.heavy
 def test_central_intervals_of_a_true_gaussian_predictive_cover_their_level():
     """Rows drawn from the predictive itself: each coverage within 4 binomial standard errors of its level,
     and the mean CRPS is near the expected score E[σ]/√π of a calibrated Gaussian."""
@@ -105,6 +108,7 @@ def test_central_intervals_of_a_true_gaussian_predictive_cover_their_level():
     assert narrow["coverage_90"] < 0.7
 
 
+@pytest.mark.heavy
 def test_an_estimators_report_maps_its_labels_to_the_columns_of_predict_proba():
     """``calibration_report`` (both mixins) gives :func:`calibration` / :func:`regression_calibration` of
     its predictions; a label it was not fitted on is refused."""

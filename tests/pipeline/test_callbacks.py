@@ -96,6 +96,7 @@ def test_without_early_stopping_a_fit_with_callbacks_is_bit_identical_to_the_tra
     assert model.validation_scores_ is None and model.best_validation_score_ is None
 
 
+@pytest.mark.heavy
 def test_early_stopping_ends_at_the_best_validation_score_before_max_iter(rows):
     """Labels with a fifth flipped: the held-out NLL stops improving long before 300 steps; the fit ends at
     the parameters of its best score, which re-scoring the same stratified tenth of the rows reproduces."""
@@ -131,6 +132,7 @@ def test_early_stopping_needs_a_model_that_scores_held_out_rows(rows):
         CollapsedGPRegressor(early_stopping=True).fit(X, y.astype(float))
 
 
+@pytest.mark.heavy
 def test_a_fit_logs_its_parameters_energies_and_final_metrics_to_mlflow(rows, tmp_path, monkeypatch):
     """Into a local ``file:`` tracking directory (MLflow 3 asks for ``MLFLOW_ALLOW_FILE_STORE`` there; ``pep
     train``'s test logs to a SQLite one)."""

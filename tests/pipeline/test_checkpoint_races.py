@@ -80,6 +80,7 @@ for step in range(2, 100_000):
 """
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_a_reader_beside_a_writer_process_never_fails(tmp_path):
     """A writer process saving with ``keep=1`` (each save removes the previous checkpoint) and 300 restores

@@ -72,6 +72,7 @@ def trained(step, groups, x, y, class_rows):
     return state, energies
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_every_grouping_gives_the_same_bits_and_the_step_of_all_classes(problem):
     """G = 1, 2 (also on two threads) and 5 groups of C = 10 classes: the same bits after a few steps; the step
@@ -101,6 +102,7 @@ def assert_the_step_of_all_classes(step, params, x, y, class_rows, state_of_grou
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(float(np.max(np.abs(want))), 1e-300))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # compiles the per-class programs and the whole step again, for the exact likelihood
 def test_the_exact_likelihood_split_by_classes_is_its_step_of_all_classes():
     """With ``likelihood="exact"`` (a row's one factor touches every class) two groups of 4 classes give the
@@ -110,6 +112,7 @@ def test_the_exact_likelihood_split_by_classes_is_its_step_of_all_classes():
     assert_the_step_of_all_classes(step, params, x, y, class_rows, state, energies)
 
 
+@pytest.mark.heavy
 def test_a_step_from_the_gathered_state_in_other_groups_continues_with_the_same_bits(problem):
     """What a checkpoint holds (the state of all classes, as the step of all classes has it) starts groups
     of any size that continue the run bit for bit."""
@@ -154,6 +157,7 @@ def test_a_rejected_site_update_leaves_every_class_as_it_was_as_the_step_of_all_
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.heavy
 def test_a_lost_worker_of_the_groups_is_a_clear_error_that_says_how_to_resume(problem, cluster):
     import dask
     from distributed import Client

@@ -65,6 +65,7 @@ def test_a_resumed_run_ends_with_the_straight_runs_bits(three_class_store, strai
     assert timeless(resumed.history) == timeless(straight.history)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # trains the row-parallel run it then refuses to resume by classes
 def test_resuming_a_row_parallel_run_by_classes_is_refused(three_class_store, tmp_path):
     train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "rows"), until_step=4)
@@ -78,6 +79,7 @@ def test_a_model_without_classes_to_spread_is_refused(binary_store, tmp_path):
                        tmp_path / "run"))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_on_two_then_one_worker_the_run_has_the_bits_of_this_process(three_class_store, straight, tmp_path):
     """A run cut after 6 steps on two pinned workers (the same XLA partitioning as this process; groups of 1

@@ -34,6 +34,7 @@ def test_a_collapse_is_a_fall_of_the_window_mean_far_below_the_best():
     assert rule.converged(collapsed) and rule.fall_per_row(float("-inf"), rise[:5]) == 0.0  # flat, yet collapsed
 
 
+@pytest.mark.heavy
 def test_a_collapsing_run_ends_at_its_best_params(regression_store, tmp_path, monkeypatch):
     monkeypatch.setitem(MODELS, "toy", COLLAPSING)
     config = FAST.model_copy(update={"epochs": 10, "checkpoint_every": 100, "model": SETTINGS})

@@ -47,6 +47,7 @@ def _posterior(model, x, y, x_new, jitter):
                 np.array(cov.tolist(), dtype=float) * scale**2)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
 def test_without_jitter_predict_f_at_the_inputs_is_the_exact_gp_posterior(alpha):
     """``K_XX`` positive definite in float64 (cond ≈ 1e6 here), ``jitter=0``: mean and covariance equal the exact
@@ -61,6 +62,7 @@ def test_without_jitter_predict_f_at_the_inputs_is_the_exact_gp_posterior(alpha)
     np.testing.assert_allclose(cov, exact_cov, rtol=0, atol=1e-8)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
 def test_the_jitter_alone_moves_predict_f_from_the_exact_gp(alpha=0.5):
     """30 inputs on a line: ``K_XX`` is singular in float64 (cond ≈ 1e18), so ``K_uu`` needs its jitter. The

@@ -45,6 +45,7 @@ def compiled_programs():
         jax.monitoring.unregister_event_duration_listener(listener)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("model, store", [("multiclass-sep", "three_class_store"),
                                           ("multiclass-direct", "three_class_store"),
                                           ("sparse-gp-classifier", "binary_store"),
@@ -79,6 +80,7 @@ def test_each_program_of_a_step_compiles_once(model, store, tmp_path, request):
     assert reseeded.step_fn is trainer.step_fn and not again, f"a new seed compiled again: {dict(again)}"
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("name", ["MultiClassGPClassifier", "MultiClassEPClassifier"])
 def test_folds_of_another_size_and_class_balance_share_the_compiled_programs(name):
@@ -155,6 +157,7 @@ print(json.dumps({"cache_hits": len(hits)}))
 """
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_fit_in_a_second_process_loads_the_default_cache_with_the_same_bits(tmp_path):
     """With ``$PEP_COMPILATION_CACHE`` unset (the default: the per-user directory, here under a temporary
@@ -202,6 +205,7 @@ def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
     use_compilation_cache()  # the test run's own cache again (tests/conftest.py), for the next tests here
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_compiled_programs_are_released_before_the_mappings_run_out(monkeypatch):
     """Past a fraction of ``vm.max_map_count`` every compiled program is released (a process that had

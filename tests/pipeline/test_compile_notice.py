@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import jax.monitoring
 import jax.numpy as jnp
+import pytest
 from rich.console import Console
 
 from pep_gp.pipeline.engine import compilation
@@ -76,6 +77,7 @@ jax.jit(lambda x: jnp.tan(x) * 3)(jnp.ones(5)).block_until_ready()
 """
 
 
+@pytest.mark.heavy
 def test_xla_log_lines_are_off_while_a_program_compiles_and_back_after():
     """XLA's alarm is a C++ ERROR line written while a compilation runs; with the C++ log at its most verbose
     (``TF_CPP_MIN_LOG_LEVEL=0``), a compilation inside the block writes almost nothing (the few lines come from

@@ -43,6 +43,7 @@ def regression_data():
     return x, np.sin(2 * x[:, 0]) + 0.1 * rng.normal(size=60)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_regressor_stops_when_the_energy_stops_rising(regression_data):
     x, y = regression_data
@@ -60,6 +61,7 @@ def test_regressor_stops_when_the_energy_stops_rising(regression_data):
     assert gain < 500 / 25 * 1e-4
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("make", [
     lambda: CollapsedGPRegressor(num_inducing=10, max_iter=30, solver="adam"),  # the stopping rule's warning
@@ -79,6 +81,7 @@ def test_a_fit_cut_short_by_max_iter_warns(regression_data, make):
     assert not model.converged_ and model.n_iter_ == 30 and model.energy_trace_.shape == (30,)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_untied_ep_stops_in_windows_and_matches_one_uninterrupted_run(monkeypatch):
     x, y = load_iris(return_X_y=True)
@@ -91,6 +94,7 @@ def test_untied_ep_stops_in_windows_and_matches_one_uninterrupted_run(monkeypatc
     np.testing.assert_allclose(one_call.energy_trace_, windows.energy_trace_, rtol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_damping_floor_keeps_full_batch_sep_at_the_fixed_point():
     """Wine, full-batch SEP at learning rate 0.05: with the paper's ρ_t = 0.5·0.99^t alone the factor

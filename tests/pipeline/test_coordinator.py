@@ -21,6 +21,7 @@ def job(store, run_dir, model="sparse-gp-classifier", settings=None, **changes):
     return TrainJob(model, store, FAST.model_copy(update={**changes, "model": model_settings}), run_dir)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_classifier_learns_and_leaves_checkpoints(binary_store, tmp_path):
     events = []
@@ -41,6 +42,7 @@ def test_classifier_learns_and_leaves_checkpoints(binary_store, tmp_path):
     assert {"brier", "ece", "ece_binning", "reliability"} <= set(evaluation)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_segments_and_resume_are_bit_identical(binary_store, tmp_path):
     whole = train(job(binary_store, tmp_path / "whole"))
@@ -60,6 +62,7 @@ def test_more_epochs_continue_a_finished_run(binary_store, tmp_path):
     assert leaves_equal(continued.params, longer.params)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_resume_refusals(binary_store, tmp_path):
     train(job(binary_store, tmp_path), until_step=4)
@@ -72,6 +75,7 @@ def test_resume_refusals(binary_store, tmp_path):
         train(job(other, tmp_path), resume=True)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_model_must_fit_the_store(binary_store, regression_store, tmp_path):
     with pytest.raises(InputError, match="needs a regression store; this store holds a classification task"):
@@ -86,6 +90,7 @@ def test_model_must_fit_the_store(binary_store, regression_store, tmp_path):
         train(job(binary_store, tmp_path, settings={"alpha": 2.0}))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_regressor_reports_rmse_in_target_units(regression_store, tmp_path):
     # 20 inducing inputs (fixed at a subset of the rows): FAST's 6 leave sin(2x) in 3-D underfitted
@@ -98,6 +103,7 @@ def test_regressor_reports_rmse_in_target_units(regression_store, tmp_path):
                                        "training_data"}  # which data was scored (issue 62, item 5)
 
 
+@pytest.mark.heavy
 def test_evaluate_on_another_store_uses_the_training_statistics(binary_store, tmp_path):
     train(job(binary_store, tmp_path))
     other = make_store(tmp_path / "other.zarr", seed=1)
@@ -127,6 +133,7 @@ def test_a_run_idling_on_rejected_steps_stops_with_an_error(regression_store, tm
         train(job(regression_store, tmp_path / "short", model="toy", learning_rate=0.05, epochs=2))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("damping", [1.0, 0.5])
 def test_damped_site_updates(regression_store, tmp_path, monkeypatch, damping):
     """Full-batch steps: post_mean_t = (1 − (1 − ρ)^t) Σy/(1 + N) exactly as the damped recursion."""
@@ -139,6 +146,7 @@ def test_damped_site_updates(regression_store, tmp_path, monkeypatch, damping):
     assert checkpoint.has_checkpoints(tmp_path)
 
 
+@pytest.mark.heavy
 def test_segments_continue_silently_and_only_a_resume_says_resumed(binary_store, tmp_path):
     """The flow trains in per-epoch segments on one trainer: later segments continue in memory and do not
     report a resume; a new trainer asked to resume reports the checkpoint it resumed from."""

@@ -27,6 +27,7 @@ def test_every_leaf_of_the_starting_state_is_strongly_typed_float64():
             assert leaf.dtype == np.float64 and not leaf.weak_type, jax.tree_util.keystr(path)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_each_program_of_a_deep_gp_fit_compiles_once():
     """Steps 2–6 of a fit through the trainer (as the estimators run it) compile nothing."""

@@ -34,6 +34,7 @@ def test_the_deep_gps_default_to_bui_et_al_s_fixed_steps_in_the_estimators_and_t
     assert (job.config.learning_rate, job.config.tol, job.config.total_steps(4)) == (0.01, 0.0, 8)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # deep GP fits
 def test_targets_are_standardised_and_results_in_user_units():
     """At the starting state (``max_iter=0``) an affine change of ``y`` moves the predictions with it and
@@ -48,6 +49,7 @@ def test_targets_are_standardised_and_results_in_user_units():
     assert lml10 == pytest.approx(lml - 40 * np.log(10.0), rel=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a short deep GP fit
 def test_a_matern_deep_gp_fits_predicts_and_reloads(tmp_path):
     """``DeepGPRegressor(kernel=Matern52())`` on the tiny regression table: every layer's kernel is a learned
@@ -68,6 +70,7 @@ def test_a_matern_deep_gp_fits_predicts_and_reloads(tmp_path):
     np.testing.assert_array_equal(load(tmp_path / "run").predict(x), mean)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow  # two fits, ~50 s on the shared 2-core machine (compilation)
 def test_a_deep_gp_fits_a_step_better_than_one_gp():
     x, y = step_data(120, 1)
@@ -82,6 +85,7 @@ def test_a_deep_gp_fits_a_step_better_than_one_gp():
     assert scores[(2,)] > scores[()] + 0.1, scores
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow  # ~45 s on the shared 2-core machine (compilation)
 def test_classifier_separates_a_disc_that_logistic_regression_cannot():
     rng = np.random.default_rng(0)

@@ -29,15 +29,16 @@ def without_seconds(history):
     ("sparse-gp-classifier", "binary_store", {}),
     pytest.param("tied-ep-classifier", "binary_store", {"projection": "wasserstein"},  # QP's site updates: sums
                  marks=[pytest.mark.slow, pytest.mark.exhaustive]),  # of the same block statistics as EP's
-    pytest.param("deep-gp", "regression_store", {}, marks=pytest.mark.slow),
+    pytest.param("deep-gp", "regression_store", {}, marks=[pytest.mark.slow, pytest.mark.exhaustive]),
     pytest.param("deep-gp-multiclass", "three_class_store", {}, id="deep-gp-multiclass",  # deep-gp's, C outputs
                  marks=[pytest.mark.slow, pytest.mark.exhaustive]),
     pytest.param("sparse-gp-classifier", "binary_store", {"kernel": "matern52"},  # the first's path, another kernel
                  marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-classifier-matern52"),
-    pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52", **PAIRWISE}, marks=pytest.mark.slow,
+    pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52", **PAIRWISE},
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive],
                  id="multiclass-sep-matern52"),
     pytest.param("sparse-gp-regressor", "regression_store", {"mean_function": "linear"},  # a mean's leaves too
-                 marks=pytest.mark.slow, id="sparse-gp-regressor-linear-mean"),
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-regressor-linear-mean"),
     pytest.param("sparse-gp-ordinal", "three_class_store", {},  # the first's path, the cut points' leaves
                  marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-ordinal")])
 @pytest.mark.heavy
@@ -54,6 +55,7 @@ def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings
         assert without_seconds(result.history) == without_seconds(reference.history)
 
 
+@pytest.mark.heavy
 def test_killing_a_worker_mid_run_changes_nothing(binary_store, cluster, tmp_path):
     reference = train(TrainJob("sparse-gp-classifier", binary_store, FAST, tmp_path / "reference"))
     pids = cluster.client.run(os.getpid)
@@ -72,6 +74,7 @@ def test_killing_a_worker_mid_run_changes_nothing(binary_store, cluster, tmp_pat
     assert without_seconds(result.history) == without_seconds(reference.history)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_a_client_that_gave_up_on_its_scheduler_mid_step_reconnects_and_changes_nothing(binary_store, tmp_path):
     """Dask's client closes itself when its scheduler stays away past the reconnection window, at any moment,
@@ -98,6 +101,7 @@ def test_a_client_that_gave_up_on_its_scheduler_mid_step_reconnects_and_changes_
     assert result.steps == result.total_steps and leaves_equal(result.params, reference.params)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_pinned_clusters_agree_with_each_other(binary_store, tmp_path):
     """``local:N:pinned`` workers see one core each: 1 and 2 pinned workers give identical results."""

@@ -34,6 +34,7 @@ def test_blocks_are_standardised_padded_and_masked(binary_store):
         source.read(9)
 
 
+@pytest.mark.heavy
 def test_map_sum_equals_the_full_data_term(binary_store):
     spec = MODELS["sparse-gp-classifier"]
     settings = spec.Settings(**FAST.model)

@@ -22,6 +22,7 @@ def nbytes(tree) -> int:
     return sum(np.asarray(leaf).nbytes for leaf in jax.tree_util.tree_leaves(tree))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_bytes_per_step_are_the_models(cluster, tmp_path):
     store = make_store(tmp_path / "wide.zarr", n_rows=600, n_features=300, n_classes=3)

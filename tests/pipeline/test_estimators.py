@@ -52,6 +52,7 @@ def _hypers(model):
             float(constrained(model.params_)["noise_variance"]))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.01])
 def test_collapsed_regressor_with_inducing_at_the_inputs_gives_the_exact_evidence(regression_data, alpha):
     """M = N: the k-means inducing inputs are the training inputs, and the collapsed PEP-α evidence is the
@@ -64,6 +65,7 @@ def test_collapsed_regressor_with_inducing_at_the_inputs_gives_the_exact_evidenc
     assert model.log_marginal_likelihood() == pytest.approx(exact, rel=1e-8)
 
 
+@pytest.mark.heavy
 def test_collapsed_regressor_alpha_zero_and_one_are_vfe_and_fitc(regression_data):
     x, y = regression_data
     for alpha, oracle in ((0.0, oracles.titsias_bound), (1.0, oracles.fitc_evidence)):
@@ -73,6 +75,7 @@ def test_collapsed_regressor_alpha_zero_and_one_are_vfe_and_fitc(regression_data
         assert model.log_marginal_likelihood() == pytest.approx(expected, rel=1e-8)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_regressors_train_and_predict_in_the_users_units(regression_data):
     x, y = regression_data
@@ -86,6 +89,7 @@ def test_regressors_train_and_predict_in_the_users_units(regression_data):
         assert np.all(std > 0) and np.mean(np.abs(mean - 5 * y - 3) / std) < 2.0
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_frozen_inducing_inputs_stay_put(regression_data):
     x, y = regression_data
@@ -95,6 +99,7 @@ def test_frozen_inducing_inputs_stay_put(regression_data):
     assert not np.array_equal(model.params_.kernel.lengthscales.raw, start.params_.kernel.lengthscales.raw)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_inducing_points_are_capped_by_the_rows_with_a_note(regression_data):
     x, y = regression_data
@@ -104,6 +109,7 @@ def test_inducing_points_are_capped_by_the_rows_with_a_note(regression_data):
                             "fixed; alpha = 0 there (was 0.5)"]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_inducing_inputs_capped_at_the_rows_are_the_rows_and_stay_there():
     """Issue 37, item 7: on 10 rows the capped inducing inputs are the training inputs and are not moved
@@ -118,6 +124,7 @@ def test_inducing_inputs_capped_at_the_rows_are_the_rows_and_stay_there():
     assert model.n_iter_ == 5 and "kept fixed" in model.notes_[0]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.filterwarnings("ignore:The optimal value found:sklearn.exceptions.ConvergenceWarning")  # a restart at the noise's bound
 def test_on_tiny_data_the_regressor_is_the_exact_gp_and_its_intervals_cover():
@@ -156,6 +163,7 @@ def test_estimators_clone_like_sklearn():
     assert params["num_inducing"] == 7 and params["alpha"] == 0.3 and params["max_iter"] == FIT_FIELDS["max_iter"]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_breast_cancer_classification():
     """At the defaults the fit converges, and its test NLL is no worse than logistic regression's on the same
@@ -175,6 +183,7 @@ def test_breast_cancer_classification():
     assert difference.mean() < difference.std(ddof=1) / np.sqrt(len(rows))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_classifier_keeps_label_values():
     rng = np.random.default_rng(1)
@@ -220,6 +229,7 @@ def test_bad_settings_are_rejected_by_name(regression_data):
         SparseGPRegressor(num_inducing=5, max_iter=1, tol=0).fit(x, y).predict(np.ones((2, 3)))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_alpha_changes_the_fitted_classifier():
     """α is the Power-EP power of the tied factor: fits at α = 1 and α = 0.05 from the same start differ

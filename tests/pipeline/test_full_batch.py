@@ -41,6 +41,7 @@ def trainer_energy(trainer, params) -> float:
                            trainer.n_total / trainer.n_rows)
 
 
+@pytest.mark.heavy
 def test_one_evaluation_is_the_trainers_energy_and_its_gradient():
     """The full-batch objective is the trainer's (:func:`~pep_gp.pipeline.training.evidence.energy`), with
     the gradient of its value."""
@@ -62,6 +63,7 @@ def test_one_evaluation_is_the_trainers_energy_and_its_gradient():
             np.testing.assert_allclose(gradient[i], slope, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.heavy
 def test_the_collapsed_regressor_at_the_rows_reaches_the_exact_gp_evidence_in_tens_of_iterations():
     """At Z = X (M capped by the rows) the collapsed bound is the exact GP evidence (Bui, Yan & Turner 2017,
     §3): L-BFGS reaches the maximum scikit-learn's exact GP finds on the same standardised rows, in tens of
@@ -96,6 +98,7 @@ def test_site_sweeps_and_lbfgs_reach_the_minibatch_paths_optimum():
         np.testing.assert_allclose(a, b, atol=1e-2 * np.std(y))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # two iterations or steps each
 @pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
 def test_auto_fits_full_batch_where_the_rows_fit_one_batch_and_tol_stops_it(monkeypatch):
@@ -115,6 +118,7 @@ def test_auto_fits_full_batch_where_the_rows_fit_one_batch_and_tol_stops_it(monk
         SparseGPClassifier(**quick, solver="lbfgs", early_stopping=True).fit(x, labels)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_a_full_batch_fit_saves_loads_warm_starts_and_streams(tmp_path):
     x, y = sine(40)
@@ -139,6 +143,7 @@ def test_a_full_batch_fit_saves_loads_warm_starts_and_streams(tmp_path):
     assert np.all(np.isfinite(streamed.predict_proba(x)))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_full_batch_fit_in_process_and_on_two_workers_is_bit_identical(cluster):
     """Its value and gradient are the engine's block sums in the blocks' order, so the iterates are too."""

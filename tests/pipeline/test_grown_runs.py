@@ -62,6 +62,7 @@ def test_a_run_resumes_on_its_grown_store_in_its_own_frame(grown, tmp_path):
     assert [r["epoch"] for r in result.history] == [1, 2] and np.isfinite(result.history[-1]["test_nll"])
 
 
+@pytest.mark.heavy
 def test_a_grown_run_is_reproducible(grown, tmp_path):
     _, store, run = grown
     job = lambda name: TrainJob("sparse-gp-classifier", store, CONFIG, copy_run(run, tmp_path / name))

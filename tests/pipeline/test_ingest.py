@@ -84,6 +84,7 @@ def test_source_split_mnist_and_airline_data_expo(tmp_path):
     assert summary.rows_dropped_total == 5 and summary.rows_dropped["plane has no year of manufacture"] == 2
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.skipif(not DEBIAN_DIR.is_dir(), reason="apt-get install -y dataset-fashion-mnist")
 def test_real_fashion_mnist(tmp_path):

@@ -31,6 +31,7 @@ def _fit(estimator, x, y):
         return estimator.fit(x, y)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_fixed_hyper_parameter_is_bit_identical_after_100_steps_and_the_others_move(data):
     x, y = data
@@ -81,6 +82,7 @@ def test_the_kernel_table_and_set_are_validated_by_the_model_settings():
         model_settings(spec, {"kernel": {"name": "peroidic"}})
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 def test_max_iter_0_gives_the_objective_at_the_given_kernel_and_noise(data):
     """``CollapsedGPRegressor(kernel=…, noise_variance=…, max_iter=0)`` with M = N (the inducing inputs are the
@@ -108,6 +110,7 @@ def test_max_iter_0_gives_the_objective_at_the_given_kernel_and_noise(data):
     assert float(sparse.model_.likelihood.noise_variance(sparse.params_.likelihood)) == pytest.approx(0.05, rel=1e-14)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_untied_multi_class_classifier_starts_from_the_given_kernel():
     from pep_gp import MultiClassEPClassifier
@@ -126,6 +129,7 @@ def _matern52(a, b, lengthscales, variance):
     return variance * sk.Matern(lengthscales, nu=2.5)(a, b)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_given_inducing_points_give_the_pep_alpha_objective_at_exactly_those_values(data):
     """``inducing_points=Z`` (the inputs' units), ``train_inducing=False``, a fixed Matérn 5/2 and the starting noise:
@@ -182,6 +186,7 @@ def test_inducing_points_in_the_model_table_set_num_inducing():
         model_settings(spec, {"inducing_points": [[0.0, 1.0], [2.0, 3.0]], "num_inducing": 5})
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow  # a compile of its own: 17 s at load 7 on 2 cores (the estimator test covers the same trainer path)
 def test_a_store_run_places_the_configs_inducing_points_with_the_stores_statistics(regression_store, tmp_path):
     """``pep train``'s path: ``[model] inducing_points`` in the store's units become ``(Z − x_mean)/x_std`` of the

@@ -33,6 +33,7 @@ def classifier(data):
         return ExactGPClassifier(max_iter=5).fit(x, np.where(y > 0, "yes", "no"))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a default-tier test of several seconds (the README's tests stay within 5 minutes)
 @pytest.mark.parametrize("alpha", [1.0, 0.0])
 def test_collapsed_predict_f_with_inducing_at_the_inputs_is_the_exact_gp_posterior(data, alpha):
@@ -61,6 +62,7 @@ def test_collapsed_predict_f_with_inducing_at_the_inputs_is_the_exact_gp_posteri
     assert draws.shape == (3, len(x_new)) and np.array_equal(draws, model.sample_y(x_new, n_samples=3, seed=1))
 
 
+@pytest.mark.heavy
 def test_classifier_predict_f_agrees_with_its_own_sample_f_draws(classifier, data):
     """The mean and variance of 20,000 joint draws match ``predict_f`` within 5 Monte Carlo standard errors
     (the variance's is ``v·√(2/S)``), and their covariance the full covariance."""

@@ -30,6 +30,7 @@ def curve():
     return x, f, y, outlier
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_student_t_fit_ignores_the_outlier_the_gaussian_follows(curve, tmp_path):
     x, f, y, outlier = curve
@@ -72,6 +73,7 @@ def test_a_student_t_regressor_at_its_defaults_beats_the_gaussian_on_gross_outli
     assert scores["student-t"][1] < scores["gaussian"][1] - 1.0  # −0.69 against 1.13 nats
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_poisson_fit_recovers_the_rate_of_counts(curve):
     """Counts of rate exp(1 + sin x): the fitted log-rate within 0.3 (RMS) of the truth, the counts kept
@@ -91,6 +93,7 @@ def test_a_poisson_fit_recovers_the_rate_of_counts(curve):
         fit(SparseGPRegressor(likelihood="poisson", max_iter=1), x, counts - 0.5)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_negative_binomial_fit_recovers_the_rate_and_beats_poisson_on_over_dispersed_counts():
     """80 counts drawn from NB(rate e^{1.5 + sin x}, dispersion r = 1) (variance μ + μ²): the fitted
@@ -113,6 +116,7 @@ def test_a_negative_binomial_fit_recovers_the_rate_and_beats_poisson_on_over_dis
     assert nb_nll < poisson_nll - 0.05
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_logistic_classifier_predicts_its_sigmoid_integral(curve):
     x, _, y, _ = curve
@@ -129,6 +133,7 @@ def test_a_logistic_classifier_predicts_its_sigmoid_integral(curve):
     assert np.all(np.abs((draws == "up").mean(axis=0) - proba) < 5 * np.sqrt(proba * (1 - proba) / 4_000) + 1e-9)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_softmax_classifier_predicts_its_expected_softmax_and_draws_its_labels(curve, tmp_path):
     """``MultiClassGPClassifier()`` on three bands of ``sin(x)`` (60 rows: ``likelihood = "auto"`` takes the softmax,
@@ -165,6 +170,7 @@ def test_an_unknown_likelihood_is_refused_naming_the_choices():
         SparseGPRegressor(likelihood="cauchy").fit(np.zeros((4, 1)), np.zeros(4))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_pep_train_takes_the_likelihood_from_the_model_section_and_records_it(regression_store, tmp_path):
     """``[model] likelihood = "student-t"`` (``--set model.likelihood=student-t``) on a store: the run's
@@ -181,6 +187,7 @@ def test_pep_train_takes_the_likelihood_from_the_model_section_and_records_it(re
                                rtol=1e-12, err_msg=f"dof moved although train_dof is false ({raw_dof})")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("likelihood", ["gaussian", pytest.param("student-t", marks=pytest.mark.heavy)])
 def test_a_noise_not_trained_keeps_its_value_to_the_bit_and_a_trained_one_moves(likelihood):
     """``train_noise=False`` holds a known measurement noise: the fitted noise parameter has the bits it

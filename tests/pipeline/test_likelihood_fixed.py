@@ -30,6 +30,7 @@ def bits(value) -> bytes:
     return np.asarray(value, np.float64).tobytes()
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("solver", ["lbfgs", "adam"])
 def test_a_fixed_gaussian_noise_keeps_its_bits_and_the_kernel_moves(curve, solver):
@@ -57,6 +58,7 @@ def test_a_fixed_student_t_parameter_keeps_its_bits_and_the_other_moves(curve, l
     assert abs(float(model.params_.likelihood[moved]) - float(initial[moved])) > 1e-4
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_fixed_negative_binomial_dispersion_keeps_its_bits():
     rng = np.random.default_rng(1)
@@ -90,6 +92,7 @@ def test_a_name_the_likelihood_does_not_have_is_refused_in_one_line(curve, kwarg
     assert "\n" not in message and all(word in message for word in words), message
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_pep_train_takes_fixed_from_set_and_the_run_keeps_it_through_load_and_predict(regression_store, tmp_path):
     """``--set model.fixed=noise_variance``: the run's noise has the bits it started from, the manifest records

@@ -60,6 +60,7 @@ def test_a_linear_mean_recovers_a_linear_trends_slope():
     np.testing.assert_allclose(fitted(jnp.asarray(x)), trained * model.targets_.scale + model.targets_.shift, rtol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a fit, a save and a load: ~30 s on 2 shared cores
 def test_a_users_pytree_mean_fits_predicts_and_a_saved_run_rebuilds_it(tmp_path):
     """A registered pytree mean trains with the rest (its parameters move from their start), carries the
@@ -103,6 +104,7 @@ def test_models_without_a_mean_refuse_one_in_one_line():
         DeepGPRegressor(mean_function="constant").fit(np.zeros((4, 1)), np.arange(4.0))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a store run and a load: ~25 s on 2 shared cores
 def test_a_store_run_trains_the_configs_mean_and_a_loaded_run_reports_it(regression_store, tmp_path):
     """``pep train``'s path: ``[model] mean_function = "linear"`` trains a linear mean with the rest; the loaded

@@ -18,6 +18,7 @@ def rows():
     return x, 3.0 * y + np.array([5.0, -1.0]), np.linspace(-3, 3, 7)[:, None]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # three fits: ~30 s at a load of 20 on two cores, most of it compiling
 def test_independent_outputs_are_separate_collapsed_fits(rows):
     """With the inducing inputs held, the joint objective is the sum of the outputs' own, so the joint fit is
@@ -36,6 +37,7 @@ def test_independent_outputs_are_separate_collapsed_fits(rows):
     assert joint.converged_ and joint.log_marginal_likelihood() == pytest.approx(evidence, rel=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # one LMC fit: ~30 s at a load of 20 on two cores
 def test_lmc_fit_predicts_with_a_covariance_across_outputs(rows):
     """The LMC's covariance across outputs at each row is symmetric, positive definite, its diagonal the

@@ -58,6 +58,7 @@ def test_an_undecided_model_is_never_built():
         spec.build(model_settings(spec, {}), {"class_counts": [10, 10, 10]})
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy  # a fit and a load: ~10 s of compiling
 def test_a_saved_estimator_loads_with_its_inducing_points_capped_by_the_rows(tmp_path):
     """``num_inducing = 50`` on 30 rows trains on the 30 rows as inducing inputs; the saved run records that,
@@ -75,6 +76,7 @@ def test_a_saved_estimator_loads_with_its_inducing_points_capped_by_the_rows(tmp
     np.testing.assert_allclose(loaded.predict_proba(x), clf.predict_proba(x), rtol=0, atol=1e-12)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_run_resumes_only_with_the_settings_it_trained_with(three_class_store, tmp_path, monkeypatch):
     """A run whose ``auto`` was decided otherwise by the pep that wrote it (here: one whose budget took the
@@ -96,6 +98,7 @@ def test_a_run_resumes_only_with_the_settings_it_trained_with(three_class_store,
         train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "run"), resume=True)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_decisions_are_told_once_per_run_not_once_per_segment(three_class_store):
     """A run trained in segments by one trainer (``pep train``'s flow) tells its notes at its start, not again

@@ -26,6 +26,7 @@ def _fit(iris, method="sep", **kw):
     return ESTIMATORS[method](**settings).fit(x, y)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["sep", "direct", "ep"])
 def test_full_batch_training_fits_iris_and_raises_the_evidence(iris, method):
@@ -41,6 +42,7 @@ def test_full_batch_training_fits_iris_and_raises_the_evidence(iris, method):
     np.testing.assert_array_equal(clf.predict(x), np.argmax(proba, axis=1))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["sep", "ep"])
 def test_minibatch_training_pads_the_last_batch(iris, method):
@@ -50,6 +52,7 @@ def test_minibatch_training_pads_the_last_batch(iris, method):
     assert clf.score(x, y) > 0.8
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_power_ep_option_trains(iris):
     x, y = iris
@@ -58,6 +61,7 @@ def test_power_ep_option_trains(iris):
     assert clf.score(x, y) > 0.85
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("method", ["sep", "ep"])
 def test_label_noise_option_reaches_the_model_and_its_predictive(iris, method):
@@ -72,6 +76,7 @@ def test_label_noise_option_reaches_the_model_and_its_predictive(iris, method):
     assert clf.score(x, y) > 0.8
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["sep", "ep"])
 def test_float32_kernel_products_give_the_float64_fit(iris, method):
@@ -84,6 +89,7 @@ def test_float32_kernel_products_give_the_float64_fit(iris, method):
     assert not np.array_equal(fast.energy_trace_, exact.energy_trace_)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_string_labels_and_sklearn_clone(iris):
     x, y = iris
@@ -113,6 +119,7 @@ def test_bad_input_is_refused_with_a_clear_message(kw, X, y, match):
         MultiClassGPClassifier(**({"num_inducing": 2} | kw)).fit(X, y)
 
 
+@pytest.mark.heavy
 def test_prediction_input_is_checked(iris):
     clf = _fit(iris, max_iter=0)
     with pytest.raises(ValueError, match="X has 3 features, but MultiClassGPClassifier is expecting 4 features"):
@@ -131,6 +138,7 @@ def _wine_split_12():
     return scaler.transform(x[train]), y[train], scaler.transform(x[test]), y[test]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_an_untied_ep_fit_that_collapses_ends_at_its_best_window_and_says_so():
     """Issue 62: at Adam's 0.05 the untied model's evidence on this split climbed to a window mean of −23.9

@@ -26,6 +26,7 @@ def job(store, run_dir, model=SEP, settings=None, **config):
                     run_dir)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_sep_in_process_one_and_two_workers_are_bit_identical(three_class_store, cluster, tmp_path):
     reference = train(job(three_class_store, tmp_path / "in-process"))
@@ -40,6 +41,7 @@ def test_sep_in_process_one_and_two_workers_are_bit_identical(three_class_store,
         assert without_seconds(result.history) == without_seconds(reference.history)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("model, store, settings", [(SEP, "three_class_store", None),
                                                     ("multiclass-direct", "three_class_store", None),
@@ -56,6 +58,7 @@ def test_interrupted_run_resumes_to_identical_params(model, store, settings, tmp
     assert evaluate(tmp_path / "cut")["test_nll"] == reference.history[-1]["test_nll"]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_sep_improves_held_out_nll(three_class_store, tmp_path):
     trainer = Trainer(job(three_class_store, tmp_path, epochs=4), InProcess())
@@ -69,6 +72,7 @@ def test_sep_improves_held_out_nll(three_class_store, tmp_path):
     assert result.rejected_steps == 0 and after["n_test"] == 100
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_float32_kernel_products_follow_the_float64_run(three_class_store, tmp_path):
     """``kernel_products = "float32"`` through the trainer: every epoch's held-out NLL and energy within
@@ -83,6 +87,7 @@ def test_float32_kernel_products_follow_the_float64_run(three_class_store, tmp_p
     assert load_run(tmp_path / "float32").meta["config"]["model"]["kernel_products"] == "float32"
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_stores_and_powers_that_do_not_fit_are_refused(binary_store, regression_store, three_class_store, tmp_path):
     with pytest.raises(InputError, match="needs a classification store"):
@@ -100,6 +105,7 @@ def test_stores_and_powers_that_do_not_fit_are_refused(binary_store, regression_
     assert np.isfinite(binary.history[-1]["test_nll"])
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.parametrize("model", [SEP, "multiclass-direct"])
 def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradient(three_class_store, tmp_path,

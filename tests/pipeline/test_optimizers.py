@@ -40,6 +40,7 @@ def test_adam_by_name_is_optax_adam_to_the_bit():
                        for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_one_sgd_step_moves_every_parameter_by_the_learning_rate_times_the_gradient(rows):
     x, y = rows

@@ -24,6 +24,7 @@ def ordinal_rows(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
     return x, f, 1 + np.searchsorted(CUTS, f + 0.3 * rng.standard_normal(n))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_fit_recovers_the_latent_ordering_and_pep_predict_reads_its_run(tmp_path):
     """150 rows of 5 ordered classes: on 300 new rows the posterior latent mean ranks as the true ``f`` does

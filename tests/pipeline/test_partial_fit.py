@@ -42,6 +42,7 @@ def test_partial_fit_over_halves_continues_steps_state_and_frame(rows):
     assert model.energy_trace_[2:].mean() < 1.5 * model.energy_trace_[:2].mean()
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_partial_fit_over_halves_given_num_data_is_fit_on_the_whole():
     """The stream's size given (``num_data``) and nothing else drawn from the data (the inducing inputs and the

@@ -41,9 +41,11 @@ def _outputs(model, x):
 
 SHARING = ["DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor"]
 """Estimators whose predictive another estimator's shares (multi-class SEP's, the binary classifier's, the deep
-classifier's): .ci/run loads the others (-m exhaustive: these too)."""
+classifier's). Both groups -m exhaustive: in .ci/run each public estimator round-trips at the tiny shapes
+(tests/pipeline/test_tiny_estimators.py)."""
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.long
 @pytest.mark.timeout(1800)  # the fits, and a fresh process that compiles their predictives
@@ -70,6 +72,7 @@ def test_joblib_files_predict_bit_identically_in_a_fresh_process(tmp_path, names
         assert loaded.dtype == np.float64 and loaded.tobytes() == expected.tobytes(), name
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("name", ["SparseGPClassifier", "MultiClassGPClassifier", "SparseGPRegressor"])
 def test_a_saved_estimator_loads_as_itself(name, tmp_path):

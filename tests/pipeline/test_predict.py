@@ -79,6 +79,7 @@ def test_classifier_predictions_are_the_models_in_the_users_labels(classifier, t
     assert out["label"].tolist() == np.where(probabilities[:, 1] > probabilities[:, 0], "yes", "no").tolist()
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow  # trains a second run (~30 s); the classifier's tests cover the rest
 def test_regressor_predictions_mean_std_and_intervals(regressor, tmp_path):
     new = regressor.parent / "new.csv"
@@ -105,6 +106,7 @@ def test_csv_parquet_and_zarr_outputs_hold_the_same_values(classifier, tmp_path)
         assert csv[column].tolist() == parquet[column].tolist() == group[column][:].tolist()
 
 
+@pytest.mark.heavy
 def test_a_cluster_of_two_workers_gives_the_same_bits_as_this_process(classifier, cluster, tmp_path):
     new, store = classifier.parent / "new.csv", classifier.parent / "s.zarr"
     for name, backend in (("here", None), ("cluster", cluster)):
@@ -126,6 +128,7 @@ def test_a_store_input_is_its_rows_of_model_features(classifier, tmp_path):
     np.testing.assert_array_equal(out[["proba_no", "proba_yes"]].to_numpy(), predictor(X)["proba"])
 
 
+@pytest.mark.heavy
 def test_unseen_text_values_get_zero_one_hot_columns_and_are_counted(classifier, tmp_path):
     table = pd.read_csv(classifier.parent / "new.csv", sep=";")
     table.loc[[2, 5], "city"] = ["Rome", "Oslo"]
@@ -192,6 +195,7 @@ def test_bad_predict_inputs_are_refused_before_anything_is_written(classifier, t
     assert sorted(p.name for p in tmp_path.iterdir()) == before and (tmp_path / "exists.csv").read_text() == "keep me"
 
 
+@pytest.mark.heavy
 def test_a_collapsed_regression_run_is_refused(tmp_path, monkeypatch):
     monkeypatch.setitem(MODELS, COLLAPSED.name, COLLAPSED)
     datafiles.write_messy_csv(tmp_path / "t.csv", n_rows=60, task="regression")
@@ -224,6 +228,7 @@ def test_a_run_loads_as_an_estimator_of_the_tables_own_columns(classifier, tmp_p
                                   pd.read_parquet(tmp_path / "store.parquet")[["proba_no", "proba_yes"]].to_numpy())
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_an_estimator_saved_predicts_through_pep_predict_bit_identically(tmp_path):
     """``estimator.save`` → ``pep predict`` gives the estimator's own probabilities, in its labels."""
@@ -316,6 +321,7 @@ def test_a_full_disk_leaves_no_temporary_file(classifier, tmp_path, monkeypatch)
     assert datafiles.listing(tmp_path) == set()
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_sigterm_mid_predict_removes_the_temporary_output(classifier, tmp_path):
     """Issue 37, item 4: SIGTERM after the first rows are written (the process signals itself): exit status

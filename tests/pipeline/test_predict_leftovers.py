@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from pep_gp.pipeline.runs.predict import predict
 
 WRITER = ("import os, signal, sys; from pathlib import Path; import pandas as pd\n"
@@ -18,6 +20,7 @@ WRITER = ("import os, signal, sys; from pathlib import Path; import pandas as pd
           "    os.kill(os.getpid(), signal.SIGKILL if sys.argv[2] == 'die' else signal.SIGSTOP)\n")
 
 
+@pytest.mark.heavy
 def test_a_killed_predicts_output_is_removed_by_the_next(messy_classifier, tmp_path):
     out = tmp_path / "p.csv"
     alive = subprocess.Popen([sys.executable, "-c", WRITER, str(out), "stop"], stdout=subprocess.PIPE, text=True)

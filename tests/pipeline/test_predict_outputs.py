@@ -44,6 +44,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return {"sparse": directory / "sparse", "deep": directory / "deep", "new": directory / "new.csv"}
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("model", ["sparse", "deep"])
 def test_latent_and_quantile_columns_are_the_loaded_runs_predict_f_and_predict_quantiles(runs, model, tmp_path):
@@ -68,6 +69,7 @@ def test_latent_and_quantile_columns_are_the_loaded_runs_predict_f_and_predict_q
         assert np.max(np.abs(quantiles - gaussian)) > 1e-4
 
 
+@pytest.mark.heavy
 def test_samples_are_inverse_cdf_draws_seeded_by_row(runs, tmp_path):
     """A value drawn for row r is the predictive's quantile at the uniform of (seed, r); the same seed gives
     the same draws, another seed others; a Parquet input numbers its rows from 0 as a CSV numbers lines."""
@@ -87,6 +89,7 @@ def test_samples_are_inverse_cdf_draws_seeded_by_row(runs, tmp_path):
                                rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.heavy
 def test_label_draws_follow_the_probabilities(messy_classifier, tmp_path):
     """400 label draws per row of the messy classifier: labels of the run, each row's frequency of 'yes'
     within 5 binomial standard errors of its probability; --latent adds the probit's f (p = Φ(f/√(1+v)))."""
@@ -102,6 +105,7 @@ def test_label_draws_follow_the_probabilities(messy_classifier, tmp_path):
     np.testing.assert_allclose(p, np.vectorize(NormalDist().cdf)(f), rtol=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_cluster_of_two_workers_writes_the_same_outputs(runs, messy_classifier, cluster, tmp_path):
     jobs = [(runs["deep"], runs["new"], None, dict(latent=True, quantiles=LEVELS, samples=3, seed=1)),

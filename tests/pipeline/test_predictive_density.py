@@ -53,6 +53,7 @@ def student_t_log_predictive(y, mean, var, scale, dof) -> np.ndarray:
                      for row in zip(y, mean, var)])
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(regression_store, tmp_path):
     """ν = 1.5, held: the held-out NLL of the trainer's last evaluation and of ``pep evaluate`` equal the mean
@@ -93,6 +94,7 @@ def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(r
     np.testing.assert_allclose(cdf, np.broadcast_to([0.05, 0.95], (10, 2)), rtol=0, atol=2e-3)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("likelihood", ["poisson", "negative-binomial"])
 def test_a_count_regressors_report_gives_its_predictive_probability_mass(likelihood):

@@ -28,6 +28,7 @@ from tests.trainstores import leaves_equal
 from tests.fits import fit
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_collapsed_fit_with_strong_priors_reaches_scipys_optimum_of_the_numpy_objective():
     rng = np.random.default_rng(5)
@@ -62,6 +63,7 @@ def tiny():
     return np.sort(rng.uniform(0, 1, 8))[:, None], rng.normal(size=8)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_on_a_tiny_table_a_prior_keeps_the_lengthscale_from_collapsing(tiny):
     x, y = tiny
@@ -103,6 +105,7 @@ def test_pep_train_takes_priors_from_the_model_tables(regression_store, tmp_path
     assert pep_gp.load(tmp_path / "map").model_.priors == (("raw_noise_variance", Gamma(2.0, 10.0)),)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_minibatch_step_adds_the_log_prior_once_not_scaled_by_the_rows(curve):
     """With minibatches of 20 of 60 rows the step's estimate is ``G + log p(θ) + (N/|B|)·Σ_B L``: the first step's
@@ -126,6 +129,7 @@ def curve():
     return x, np.sin(x[:, 0]) + 0.3 * rng.normal(size=60)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_classifier_takes_a_kernel_prior(tiny):
     x, _ = tiny

@@ -21,6 +21,7 @@ from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from tests.trainstores import config_for, leaves_equal
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_pinned_workers_give_the_in_process_bits(binary_store, three_class_store, tmp_path):
     def column_sum() -> bytes:  # XLA:CPU splits this reduction by its thread pool's size

@@ -26,6 +26,7 @@ def _close(actual, expected):
         np.testing.assert_allclose(got, want, rtol=0, atol=REL * max(float(np.max(np.abs(want))), 1e-300))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_the_trainers_sep_step_equals_the_plain_formulation(three_class_store, alpha, tmp_path):

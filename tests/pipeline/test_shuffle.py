@@ -53,6 +53,7 @@ def test_rejects_empty_capacity():
         ShuffleBuffer(0, seed=1)
 
 
+@pytest.mark.heavy
 def test_date_sorted_airline_rows_are_spread_over_every_chunk(tmp_path):
     """The bundled flights are sorted by date; after ingest every chunk spans (almost) the whole year."""
     ingest(open_source("airline", SourceRequest((), "delayed")), tmp_path / "a.zarr", seed=0)

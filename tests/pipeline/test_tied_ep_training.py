@@ -18,6 +18,7 @@ from tests.pipeline.test_multiclass_training import job
 MODEL = "tied-ep-classifier"
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_ep_and_qp_sites_learn_the_binary_store(binary_store, tmp_path):
     counts = np.asarray(binary_store.attrs["class_counts"]["test"], float)

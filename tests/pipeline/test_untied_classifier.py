@@ -21,6 +21,7 @@ def _data(n=40, seed=1):
     return x, (x[:, 0] - 0.5 * x[:, 1] + 0.4 * rng.normal(size=n) > 0).astype(int)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_predictions_match_the_dense_formulas():
     """``predict_latent`` against ``k*ᵀK⁻¹μ`` and ``k** − k*ᵀK⁻¹k* + k*ᵀK⁻¹ΣK⁻¹k*`` in numpy."""
@@ -38,6 +39,7 @@ def test_predictions_match_the_dense_formulas():
     np.testing.assert_allclose(var, 2.0 - np.sum(ks * a, 0) + np.sum(a * (np.asarray(q.cov) @ a), 0), rtol=1e-7, atol=1e-10)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_untied_ep_and_qp_fit_and_agree_on_labels():
     """Both maximise the EP evidence above its starting value; the same predicted labels; QP's latent
@@ -68,6 +70,7 @@ def test_bad_settings_are_refused():
         ExactGPClassifier().fit(x, np.arange(len(y)) % 3)
 
 
+@pytest.mark.heavy
 def test_untied_fit_reports_its_iterations_and_warns_when_max_iter_cuts_it_short():
     """``n_iter_``/``converged_`` as every estimator's; a fit stopped by ``max_iter`` raises scikit-learn's
     ``ConvergenceWarning`` at the caller's ``fit`` line, a converged one raises none."""
@@ -83,6 +86,7 @@ def test_untied_fit_reports_its_iterations_and_warns_when_max_iter_cuts_it_short
     assert full.log_marginal_likelihood() > short.log_marginal_likelihood()
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_exact_gp_classifier_takes_a_kernel_and_keeps_its_fixed_values():
     """``kernel=`` a Matérn 5/2 with its lengthscale fixed: a fit keeps the lengthscale bit for bit and moves the
@@ -112,6 +116,7 @@ def test_the_exact_gp_classifier_takes_a_kernel_and_keeps_its_fixed_values():
         ExactGPClassifier(kernel="matern25").fit(x, y)
 
 
+@pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_repeated_rows_give_the_fit_of_the_distinct_rows():
     """Each row repeated 2–5 times (and one input given both labels): the fit, hyper-parameters and
