@@ -35,7 +35,6 @@ def ingest(csv, out):
     assert result.exit_code == 0, result.output
 
 
-@pytest.mark.heavy
 def test_a_store_of_the_same_features_in_another_order_scores_as_the_training_store(messy_classifier, tmp_path):
     run_dir = copy_of(messy_classifier.run_dir, tmp_path)
     table = pd.read_csv(messy_classifier.train_csv, sep=";")

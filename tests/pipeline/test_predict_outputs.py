@@ -69,7 +69,6 @@ def test_latent_and_quantile_columns_are_the_loaded_runs_predict_f_and_predict_q
         assert np.max(np.abs(quantiles - gaussian)) > 1e-4
 
 
-@pytest.mark.heavy
 def test_samples_are_inverse_cdf_draws_seeded_by_row(runs, tmp_path):
     """A value drawn for row r is the predictive's quantile at the uniform of (seed, r); the same seed gives
     the same draws, another seed others; a Parquet input numbers its rows from 0 as a CSV numbers lines."""
