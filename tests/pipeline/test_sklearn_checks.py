@@ -21,9 +21,9 @@ from tests import tiny
 # CollapsedGPRegressor's took 22 s at 20 L-BFGS iterations (11 s in 1,009 energy evaluations, 4 s predicting) and 8 s
 # at 5. So the settings are the shortest fits that pass the checks' accuracy floors (tests/tiny.py: the deep
 # multi-class classifier at 3 steps is 33 % right on three blobs), and the whole contract stays out of the default
-# tier: it runs in .ci/run for the collapsed regressor (40 s on 2 cores at a load of 25: a fit of its own, and the regressor checks with the
-# same estimator classes as the trainer's regressors). One classifier through the trainer (multi-class SEP's,
-# whose checks fit binary and multi-class labels: 114 s), the multi-class deep GP (the trainer's deep path with a
+# tier: it runs in .ci/run for the collapsed regressor (40 s on 2 cores at a load of 25: a fit of its own, and
+# the regressor checks with the same estimator classes as the trainer's regressors). One classifier through the
+# trainer (multi-class SEP's, whose checks fit binary and multi-class labels: 114 s), the multi-class deep GP (the trainer's deep path with a
 # predictive of its own; it passes every check), exact EP and untied multi-class EP, whose fits are their own, and
 # the others, the same estimator classes over another model spec, take the whole contract with -m exhaustive
 # (.ci/run's 25 minutes leave no room for them). In the default tier every
