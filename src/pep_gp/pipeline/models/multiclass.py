@@ -41,8 +41,7 @@ as C² where a pairwise row grows as C: 33× a pairwise step at 3 classes, 56× 
 (``benchmarks/results/bench_multiclass_likelihoods.json``); at the defaults the softmax took 107 s on wine's 133
 rows (the pairwise likelihood 6 s, the same test NLL), more than 600 s on satellite's first three classes (2,400
 training rows) and more than 30 minutes on glass (171 rows, 6 classes), where the pairwise likelihood took 40 s
-and 26 s of CPU by Adam's steps and, full batch (L-BFGS with damped site sweeps), 34 s and 40 s to a test NLL of
-0.023 and 0.680 against logistic regression's 0.021 and 1.075 (issue 63; ``docs/results/multiclass.md``). Before,
+and 26 s of CPU (issue 63; ``docs/results/multiclass.md``). Before,
 ``auto`` took the softmax up to 50,000 training rows × classes² (every everyday table), for its calibration on
 noisy labels: on carData's Chile survey the pairwise likelihood is 0.146 nats behind logistic regression, the
 softmax 0.006 ahead; ``likelihood = "softmax"`` takes it at any size."""
