@@ -24,8 +24,7 @@ from tests.trainstores import PAIRWISE, leaves_equal, make_store
 SETTINGS = {"deep-gp": {"num_inducing": 5, "hidden_dims": [2]}, "deep-gp-classifier": {"num_inducing": 5, "hidden_dims": [2]},
             "deep-gp-multiclass": {"num_inducing": 5, "hidden_dims": []},
             **{name: {"num_inducing": 5, **PAIRWISE} for name in ("multiclass-sep", "multiclass-direct")}}
-# (the softmax that likelihood = "auto" takes on stores this small goes end to end through pep train in
-# tests/pipeline/test_likelihood_estimators.py)
+# (the softmax goes end to end through pep train in tests/pipeline/test_likelihood_estimators.py)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ ROWS, FEATURES, INDUCING, CLASSES = 60, 3, 5, 3
 SETTINGS = {
     "SparseGPRegressor": {"num_inducing": INDUCING, "max_iter": 5},
     "SparseGPClassifier": {"num_inducing": INDUCING, "max_iter": 5},
-    # the class's contract on the paper's likelihood: "auto" takes the softmax on data this small (the same
-    # estimator class and outputs; tests/pipeline/test_likelihood_estimators.py fits it), at ~50× the step's cost
+    # the class's contract on the paper's likelihood (what "auto" takes; the softmax, the same estimator class
+    # and outputs at ~50× the step's cost, is fitted in tests/pipeline/test_likelihood_estimators.py)
     "OrdinalGPClassifier": {"num_inducing": INDUCING, "max_iter": 5},
     "MultiClassGPClassifier": {"num_inducing": INDUCING, "max_iter": 20, "learning_rate": 0.1,
                                "likelihood": "pairwise"},

@@ -27,8 +27,8 @@ FAST = TrainConfig(model={"num_inducing": 6}, epochs=3, batch_size=96, block_row
 
 PAIRWISE = {"likelihood": "pairwise", "train_inducing": True}
 """The multi-class settings the pipeline's tests train with: the paper's pairwise likelihood (eq. 6) with learned
-inducing inputs, which ``likelihood = "auto"`` replaces by the softmax on stores this small (at ~50× a pairwise
-step's cost); tests/pipeline/test_multiclass_defaults.py tests that choice."""
+inducing inputs, stated so that they do not hang on what ``likelihood = "auto"`` takes (the same today;
+tests/pipeline/test_multiclass_defaults.py tests that choice)."""
 
 MULTICLASS_MODELS = ("multiclass-sep", "multiclass-direct")
 

@@ -136,16 +136,14 @@ def test_a_logistic_classifier_predicts_its_sigmoid_integral(curve):
 @pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_softmax_classifier_predicts_its_expected_softmax_and_draws_its_labels(curve, tmp_path):
-    """``MultiClassGPClassifier()`` on three bands of ``sin(x)`` (60 rows: ``likelihood = "auto"`` takes the softmax,
-    with fixed inducing inputs, and says so): ``predict_proba`` is the softmax averaged over draws of
+    """``MultiClassGPClassifier(likelihood="softmax")`` on three bands of ``sin(x)`` (60 rows; its inducing inputs
+    fixed, as the fit's notes say): ``predict_proba`` is the softmax averaged over draws of
     ``predict_f``'s Gaussians (within 5 Monte Carlo standard errors plus the rule's 1e-4), ``sample_y``'s labels
     (the argmax under Gumbel noise) come at those rates, and the saved run loads as the softmax model it is."""
     x, f, _, _ = curve
     labels = np.digitize(f, [-0.5, 0.5])
-    model = fit(MultiClassGPClassifier(num_inducing=8, max_iter=60), x, labels)
-    assert model.likelihood == "auto" and model.notes_[:2] == [
-        "likelihood = auto: softmax (60 training rows × 3² classes = 540 ≤ 50,000)",
-        "train_inducing = none: false (with the softmax likelihood)"]
+    model = fit(MultiClassGPClassifier(num_inducing=8, max_iter=60, likelihood="softmax"), x, labels)
+    assert model.notes_[:1] == ["train_inducing = none: false (with the softmax likelihood)"]
     assert np.mean(model.predict(x) == labels) > 0.8
     model.save(tmp_path / "run")
     loaded = pep_gp.load(tmp_path / "run")

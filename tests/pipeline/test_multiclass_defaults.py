@@ -1,7 +1,7 @@
-"""What the multi-class model leaves to the data (issue 37, item 7): ``likelihood = "auto"`` is the softmax with
-fixed inducing inputs up to :data:`~pep_gp.pipeline.models.multiclass.SOFTMAX_WORK` training rows × classes², the
-paper's pairwise likelihood with learned ones above it; a run records what was chosen and resumes, predicts and
-loads with it; a model left undecided is never built."""
+"""What the multi-class model leaves to the data (issue 37, item 7; issue 63): ``likelihood = "auto"`` is the
+paper's pairwise likelihood with learned inducing inputs (:data:`~pep_gp.pipeline.models.multiclass.AUTO_LIKELIHOOD`),
+the softmax takes fixed ones; a run records what was chosen and resumes, predicts and loads with it; a model left
+undecided is never built."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,6 @@ import pep_gp
 from pep_gp import MultiClassGPClassifier
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import get_model, model_settings
-from pep_gp.pipeline.models.multiclass import SOFTMAX_WORK
 
 
 def _chosen(rows: int, classes: int, **given):
@@ -18,31 +17,22 @@ def _chosen(rows: int, classes: int, **given):
     return spec.chosen(model_settings(spec, given), {"class_counts": [rows // classes] * classes}, rows)
 
 
-@pytest.mark.parametrize("rows, classes, likelihood, train_inducing", [
-    (1_701, 4, "softmax", False),  # carData's Chile survey: 27,216
-    (SOFTMAX_WORK // 9, 3, "softmax", False),  # at the budget
-    (SOFTMAX_WORK // 9 + 1, 3, "pairwise", True),  # one row over it
-    (1_437, 10, "pairwise", True),  # scikit-learn's digits: 143,700
-])
-def test_auto_takes_the_softmax_with_fixed_inducing_inputs_up_to_the_work_budget(rows, classes, likelihood,
-                                                                                  train_inducing):
+@pytest.mark.parametrize("rows, classes", [(133, 3), (1_701, 4), (2_400, 3), (1_437, 10), (100_000, 3)])
+def test_auto_takes_the_pairwise_likelihood_with_learned_inducing_inputs_at_every_size(rows, classes):
     settings, notes = _chosen(rows, classes)
-    assert (settings.likelihood, settings.train_inducing) == (likelihood, train_inducing)
-    work = rows * classes**2
-    assert notes == (f"likelihood = auto: {likelihood} ({rows:,} training rows × {classes}² classes = {work:,} "
-                     f"{'≤' if work <= SOFTMAX_WORK else '>'} {SOFTMAX_WORK:,})",
-                     f"train_inducing = none: {str(train_inducing).lower()} (with the {likelihood} likelihood)")
+    assert (settings.likelihood, settings.train_inducing) == ("pairwise", True)
+    assert notes == ("likelihood = auto: pairwise", "train_inducing = none: true (with the pairwise likelihood)")
 
 
 @pytest.mark.parametrize("given, likelihood, train_inducing", [
-    ({"alpha": 0.5}, "pairwise", True),  # the whole-row likelihoods are EP's (α = 1)
-    ({"label_noise": 0.1}, "pairwise", True),  # the softmax takes no label noise
-    ({"train_inducing": True}, "softmax", True),  # a given choice is kept
+    ({"alpha": 0.5}, "pairwise", True),
+    ({"label_noise": 0.1}, "pairwise", True),
+    ({"likelihood": "softmax"}, "softmax", False),  # the softmax's inducing inputs stay where they start
+    ({"likelihood": "softmax", "train_inducing": True}, "softmax", True),  # a given choice is kept
     ({"likelihood": "exact"}, "exact", True),
     ({"likelihood": "pairwise", "train_inducing": False}, "pairwise", False),
 ])
-def test_what_is_given_is_kept_and_auto_steps_aside_for_settings_the_softmax_refuses(given, likelihood,
-                                                                                   train_inducing):
+def test_what_is_given_is_kept(given, likelihood, train_inducing):
     settings, _ = _chosen(300, 3, **given)
     assert (settings.likelihood, settings.train_inducing) == (likelihood, train_inducing)
     assert settings.model_dump(exclude={"likelihood", "train_inducing"}) == model_settings(
@@ -79,20 +69,19 @@ def test_a_saved_estimator_loads_with_its_inducing_points_capped_by_the_rows(tmp
 @pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_a_run_resumes_only_with_the_settings_it_trained_with(three_class_store, tmp_path, monkeypatch):
-    """A run whose ``auto`` was decided otherwise by the pep that wrote it (here: one whose budget took the
-    pairwise likelihood on this store) is refused on resume, naming the settings, rather than trained on as
-    another model; the same config resumes with the same choice."""
+    """A run whose ``auto`` is decided otherwise by the pep that resumes it (here: one whose ``auto`` is the
+    softmax, as it was on tables this small before issue 63) is refused on resume, naming the settings, rather
+    than trained on as another model; the same config resumes with the same choice."""
     from pep_gp.pipeline.models import multiclass
     from pep_gp.pipeline.runs.run import load_run
     from pep_gp.pipeline.training.trainer import TrainJob, train
     from tests.trainstores import FAST
 
-    monkeypatch.setattr(multiclass, "SOFTMAX_WORK", 0)
     train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "run"), until_step=2)
     assert load_run(tmp_path / "run").meta["model_settings"]["likelihood"] == "pairwise"
     assert train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "run"), until_step=3,
                  resume=True).steps == 3
-    monkeypatch.undo()
+    monkeypatch.setattr(multiclass, "AUTO_LIKELIHOOD", "softmax")
     with pytest.raises(InputError, match=r"trained with other model settings than its config gives here "
                                          r"\(likelihood: 'pairwise' → 'softmax'; train_inducing: True → False\)"):
         train(TrainJob("multiclass-sep", three_class_store, FAST, tmp_path / "run"), resume=True)

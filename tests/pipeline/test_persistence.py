@@ -54,7 +54,7 @@ classifier's). Both groups -m exhaustive: in .ci/run each public estimator round
 def test_joblib_files_predict_bit_identically_in_a_fresh_process(tmp_path, names):
     x = np.random.default_rng(5).normal(size=(17, 3))
     np.save(tmp_path / "x.npy", x)
-    for name in names:  # the multi-class ones on eq. (6): auto's softmax pickles as the same class (loaded below)
+    for name in names:  # the multi-class ones on eq. (6), stated: a softmax pickles as the same class (loaded below)
         model = _fitted(name, **(PAIRWISE if name in ("MultiClassGPClassifier", "DirectMultiClassGPClassifier") else {}))
         joblib.dump(model, tmp_path / f"{name}.joblib")
         np.save(tmp_path / f"{name}.expected.npy", _outputs(model, x))

@@ -33,14 +33,18 @@ from .registry import register
 from .sparse_gp import check_inducing
 
 
-SOFTMAX_WORK = 50_000
-"""The training rows × classes² up to which ``likelihood = "auto"`` is the softmax. A softmax row integrates
-each class's Gaussian–Gumbel convolution over breakpoints placed for every class, growing about as C² where a
-pairwise row grows as C (``benchmarks/results/bench_multiclass_likelihoods.json``: 33× a pairwise step at 3
-classes, 56× at 10);
-50,000 (carData's Chile survey: 1,701 rows of 4 classes, 27,216) keeps a full-batch softmax fit of a few
-hundred steps within minutes on one core (``docs/results/multiclass.md``). Above it, ``auto`` takes the
-paper's pairwise likelihood (eq. 6) for its cost; ``likelihood = "softmax"`` takes the softmax at any size."""
+AUTO_LIKELIHOOD = "pairwise"
+"""What ``likelihood = "auto"`` takes: the paper's product of pairwise probits (eq. 6), with learned inducing
+inputs, whose fit at the estimator's defaults takes seconds of CPU where the softmax's takes minutes. A softmax
+row integrates each class's Gaussian–Gumbel convolution over breakpoints placed for every class, growing about
+as C² where a pairwise row grows as C: 33× a pairwise step at 3 classes, 56× at 10
+(``benchmarks/results/bench_multiclass_likelihoods.json``); at the defaults the softmax took 107 s on wine's 133
+rows (the pairwise likelihood 6 s, the same test NLL), more than 600 s on satellite's first three classes (2,400
+training rows) and more than 30 minutes on glass (171 rows, 6 classes), where the pairwise likelihood took 40 s
+and 26 s of CPU (issue 63; ``docs/results/multiclass.md``). Before,
+``auto`` took the softmax up to 50,000 training rows × classes² (every everyday table), for its calibration on
+noisy labels: on carData's Chile survey the pairwise likelihood is 0.146 nats behind logistic regression, the
+softmax 0.006 ahead; ``likelihood = "softmax"`` takes it at any size."""
 
 
 class MultiClassSettings(SiteSettings):
@@ -64,8 +68,8 @@ class MultiClassSettings(SiteSettings):
         "auto", description="what a row's factor is: pairwise, the product of its C − 1 pairwise probits (the "
         "paper's eq. 6); exact, the probability of the maximum (eq. 1), on which noisy labels do not push the fit "
         "to overconfidence; softmax, the multinomial logit exp(f_y)/Σ exp(f_k), logistic regression's link "
-        "(both need alpha = 1); auto: softmax where the training rows × classes² are at most 50,000 (its "
-        "integrals cost ~30–60× a pairwise step), else pairwise, and pairwise with alpha < 1 or label_noise")
+        "(both need alpha = 1); auto: pairwise (a softmax step costs "
+        "~30–60× a pairwise one; softmax is the better calibrated on noisy labels)")
     train_inducing: bool | None = Field(None, description="optimise the inducing inputs; none: fixed with the "
                                         "softmax likelihood (learned ones overfit EP's energy on noisy tables), "
                                         "learned with the others")
@@ -88,23 +92,13 @@ class MultiClassSettings(SiteSettings):
             check_likelihood(value, info.data.get("alpha", 1.0), info.data.get("label_noise", 0.0))
         return value
 
-    def chosen(self, train_rows: int, num_classes: int) -> tuple["MultiClassSettings", tuple[str, ...]]:
-        """These settings with ``likelihood = "auto"`` and ``train_inducing = None`` decided for a training split
-        of ``train_rows`` rows and ``num_classes`` classes (:data:`SOFTMAX_WORK`), the rest as they are, and a
-        note for each decision saying why."""
+    def chosen(self) -> tuple["MultiClassSettings", tuple[str, ...]]:
+        """These settings with ``likelihood = "auto"`` (:data:`AUTO_LIKELIHOOD`) and ``train_inducing = None``
+        decided, the rest as they are, and a note for each decision."""
         likelihood, notes = self.likelihood, []
         if likelihood == "auto":
-            if self.alpha != 1.0:
-                likelihood, reason = "pairwise", "alpha < 1"
-            elif self.label_noise != 0.0:
-                likelihood, reason = "pairwise", "label_noise > 0"
-            else:
-                work = train_rows * num_classes**2
-                affordable = work <= SOFTMAX_WORK
-                likelihood = "softmax" if affordable else "pairwise"
-                reason = (f"{train_rows:,} training rows × {num_classes}² classes = {work:,} "
-                          f"{'≤' if affordable else '>'} {SOFTMAX_WORK:,}")
-            notes.append(f"likelihood = auto: {likelihood} ({reason})")
+            likelihood = AUTO_LIKELIHOOD
+            notes.append(f"likelihood = auto: {likelihood}")
         train = likelihood != "softmax" if self.train_inducing is None else self.train_inducing
         if self.train_inducing is None:
             notes.append(f"train_inducing = none: {str(train).lower()} (with the {likelihood} likelihood)")
@@ -146,9 +140,8 @@ class MultiClassSpec(SpecBase):
 
     def chosen(self, settings: MultiClassSettings, binding: dict[str, Any],
                train_rows: int) -> tuple[MultiClassSettings, tuple[str, ...]]:
-        """The settings decided for the training split, with a note for each decision
-        (:meth:`MultiClassSettings.chosen`)."""
-        return settings.chosen(train_rows, len(binding["class_counts"]))
+        """The settings decided for a run, with a note for each decision (:meth:`MultiClassSettings.chosen`)."""
+        return settings.chosen()
 
     def build(self, settings: MultiClassSettings, binding: dict[str, Any]) -> MultiClassGP:
         if not settings.is_chosen:
