@@ -10,9 +10,9 @@ blocks, M = 200 per class) on ``--cluster`` (``local:2``: TLS with temporary cre
 fresh process with a fresh cluster, the engines alternating ``--rounds`` times so both see the same load
 (``bench_engine --one``). CPU time is what counts on a shared machine: per step, the coordinator process's
 CPU in all (``coordinator_cpu_seconds``) and by kind of thread (``coordinator_cpu_by_thread``: the
-trainer's Python on the main thread, Dask's event loop, XLA's threads running the coordinator's compiled
-programs, other), and *serving*, the coordinator's CPU less its compiled programs (main + event loop +
-other): what the engine costs it. The parameters' digest after the run says whether both engines gave the
+trainer's Python on the main thread, Dask's event loop, XLA's named threads, and other threads, unnamed
+ones that JAX's runtime starts and runs programs on), and *serving*, main + event loop: the coordinator's
+CPU less its compiled programs, what the engine and the trainer's Python cost it. The parameters' digest after the run says whether both engines gave the
 same bits.
 
 Writes ``benchmarks/results/bench_coordinator.json`` (with ``uptime``'s load before and after) and prints
@@ -30,7 +30,7 @@ from benchmarks.bench_engine import ROOT, run_one
 
 INDUCING = 200
 ENGINES = ("old", "new")
-SERVING = ("main", "event loop", "other")  # the threads that are not the coordinator's compiled programs
+SERVING = ("main", "event loop")  # the threads that do not run the coordinator's compiled programs
 
 
 def serving(row: dict[str, Any]) -> float:
@@ -43,7 +43,7 @@ def table(result: dict[str, Any]) -> str:
     with the same bits."""
     digests = {row["params_sha256"] for rounds in result["runs"].values() for row in rounds}
     lines = ["| engine | round | s / step (median) | coordinator CPU, ms / step | main | event loop | XLA "
-             "| other | serving (all but XLA) | payload / worker | same bits |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| other (JAX's) | serving (main + event loop) | payload / worker | same bits |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for engine in ENGINES:
         for number, row in enumerate(result["runs"][engine], 1):
             threads = row["coordinator_cpu_by_thread"]
