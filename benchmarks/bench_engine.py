@@ -23,7 +23,11 @@ both see the same load). Per step it reports the median and minimum seconds, and
 * ``pass_overhead_seconds``: per pass, its wall time less the slowest worker's time in it (in-process:
   nothing, the pass is the work) — what the engine adds;
 * ``worker_seconds``: the slowest worker's block computations per step (in-process: the passes);
-* ``coordinator_cpu_seconds``: CPU time of the coordinator process per step (all its threads);
+* ``coordinator_cpu_seconds``: CPU time of the coordinator process per step (all its threads), and
+  ``coordinator_cpu_by_thread``: the same per kind of thread (Linux's per-thread ``schedstat``): ``main``
+  (the trainer's Python), ``event loop`` (Dask's comms: serialising, TLS, framing; before the cluster had a
+  process of its own, also the scheduler and the nannies), ``XLA`` (the coordinator's compiled programs)
+  and ``other``;
 * ``bytes_per_worker``: the array payloads sent and received per step and worker, and the bytes on the
   wire per worker (this process's TCP counters, ``ss``);
 * ``params_sha256``: a digest of the parameters after the last step (the same bits give the same digest).
@@ -65,6 +69,27 @@ def digest(tree: Any) -> str:
     for leaf in jax.tree_util.tree_leaves(tree):
         hasher.update(np.asarray(leaf).tobytes())
     return hasher.hexdigest()
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's threads, summed by kind: ``main``, ``event loop`` (Dask's,
+    named ``IO loop``), ``XLA`` (its thread pools, named ``tf_…``) and ``other`` (Linux's per-thread
+    ``schedstat``; threads that ended are not counted)."""
+    import threading
+
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    main = threading.main_thread().native_id
+    kinds = dict.fromkeys(("main", "event loop", "XLA", "other"), 0.0)
+    for tid in map(int, os.listdir("/proc/self/task")):
+        try:
+            seconds = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+            name = names.get(tid) or Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except (OSError, IndexError):  # the thread ended meanwhile
+            continue
+        kind = ("main" if tid == main else "event loop" if name == "IO loop"
+                else "XLA" if name.startswith(("tf_", "XLA")) else "other")
+        kinds[kind] += seconds
+    return kinds
 
 
 def timed_passes(backend: Any) -> list[float]:
@@ -124,6 +149,7 @@ def measure(store_path: Path, inducing: int, cluster: str, steps: int, block_row
             for _ in range(2):
                 trainer.step(state)
             walls, cpus, pass_walls, tasks, counted = [], [], [], [], 0
+            threads = thread_cpu()
             for _ in range(steps):
                 del passes[:]
                 started, cpu = time.perf_counter(), time.process_time()
@@ -137,12 +163,14 @@ def measure(store_path: Path, inducing: int, cluster: str, steps: int, block_row
                 pass_walls.append(sum(passes))
                 tasks.append(task)
                 counted += made
+            threads = {kind: (seconds - threads[kind]) / steps for kind, seconds in thread_cpu().items()}
             row: dict[str, Any] = {
                 "seconds_per_step": round(float(np.median(walls)), 4), "min_seconds_per_step": round(min(walls), 4),
                 "coordinator_seconds": round(float(np.median(np.subtract(walls, pass_walls))), 4),
                 "pass_overhead_seconds": round((sum(pass_walls) - sum(tasks)) / counted, 4),
                 "worker_seconds": round(float(np.median(tasks)), 4),
-                "coordinator_cpu_seconds": round(float(np.median(cpus)), 4)}
+                "coordinator_cpu_seconds": round(float(np.median(cpus)), 4),
+                "coordinator_cpu_by_thread": {kind: round(seconds, 4) for kind, seconds in threads.items()}}
             if cluster != "in-process":
                 workers, traffic = len(backend.client.nthreads()), backend.traffic
                 sent, received, wire = traffic.sent, traffic.received, socket_bytes(os.getpid())

@@ -7,6 +7,10 @@ from __future__ import annotations
 import asyncio
 import operator
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,6 +72,47 @@ def test_a_foreign_process_cannot_use_a_local_cluster():
         assert backend.client.submit(operator.add, 1, 2).result() == 3  # and its tasks still run
     finally:
         backend.close()
+
+
+def ended(pid: int, within_s: float) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_the_scheduler_and_the_nannies_run_outside_the_coordinator_and_end_with_it():
+    """The scheduler's and the nannies' event loop costs the coordinator's process nothing (issue 66): they run
+    in a process of their own, which closing the backend ends, workers included."""
+    backend = connect("local:1")
+    try:
+        scheduler = backend.client.run_on_scheduler(os.getpid)
+        nannies, workers = backend.client.run(os.getpid, nanny=True), backend.client.run(os.getpid)
+        assert scheduler != os.getpid() and os.getpid() not in nannies.values()
+        assert backend.client.submit(operator.add, 1, 2).result() == 3
+    finally:
+        backend.close()
+    assert all(ended(pid, 30) for pid in (scheduler, *nannies.values(), *workers.values()))
+
+
+def test_a_killed_coordinator_leaves_no_cluster_behind():
+    """The cluster's process closes the cluster when its coordinator ends, even by SIGKILL."""
+    code = ("import os, time; from pep_gp.pipeline.engine import connect; backend = connect('local:1'); "
+            "print(backend.client.run_on_scheduler(os.getpid), *backend.client.run(os.getpid).values(), "
+            "flush=True); time.sleep(600)")
+    coordinator = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(pid) for pid in coordinator.stdout.readline().split()]
+    finally:
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait()
+    assert len(pids) == 2 and all(ended(pid, 60) for pid in pids)
 
 
 @pytest.mark.parametrize("cluster", ["tcp://10.1.2.3:8786", "tcp://node1.example.org:8786", "tcp://0.0.0.0:8786"])

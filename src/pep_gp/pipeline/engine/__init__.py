@@ -31,7 +31,8 @@ Backends:
 
 * :class:`InProcess` — no Dask; blocks are computed in this process (notebooks, estimators, tests).
 * :class:`DaskBackend` — a ``LocalCluster`` of worker *processes* (``local:N``; ``local:N:pinned``
-  gives worker ``i`` core ``i mod cores`` alone: no oversubscription, the same bits, see below) or an
+  gives worker ``i`` core ``i mod cores`` alone: no oversubscription, the same bits, see below; its scheduler
+  and nannies in a process of their own, :mod:`~pep_gp.pipeline.engine.cluster_process`) or an
   existing scheduler (``tcp://HOST:PORT``). Every worker runs a resident
   :class:`~pep_gp.pipeline.engine.backends.WorkerEngine` (a Dask worker plugin), and a pass over a
   step's blocks is one direct call to each worker, all in flight at once, over the cluster's own

@@ -20,6 +20,7 @@ from typing import Any
 from ..cluster_address import CLUSTER_HELP, TLS_CONFIG, parse_cluster
 from ..errors import InputError
 from .backends import Backend, DaskBackend, InProcess, OneCorePerWorker
+from .cluster_process import ClusterProcess
 from .threads import COMPUTE_ENV
 
 
@@ -45,7 +46,8 @@ def connect(cluster: str) -> Backend:
 
 
 def local_cluster(n_workers: int, description: str, pinned: bool = False, security: bool = True) -> DaskBackend:
-    """A ``LocalCluster`` of ``n_workers`` single-threaded worker processes on 127.0.0.1 and its backend.
+    """A ``LocalCluster`` of ``n_workers`` single-threaded worker processes on 127.0.0.1 and its backend; the
+    cluster (scheduler and nannies) runs in a process of its own (:class:`ClusterProcess`).
 
     Args:
         n_workers: worker processes.
@@ -55,7 +57,8 @@ def local_cluster(n_workers: int, description: str, pinned: bool = False, securi
             what they cost (``benchmarks/bench_trust.py``).
     """
     import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
+    from distributed.security import Security
 
     method = dask.config.get("distributed.worker.multiprocessing-method")
     settings = {
@@ -64,15 +67,19 @@ def local_cluster(n_workers: int, description: str, pinned: bool = False, securi
         # Dask's default MALLOC_TRIM_THRESHOLD_=65536 makes glibc return every freed XLA buffer to
         # the OS: measured 1.7x slower block evaluations (56 vs 33 ms for 4 x 2500 rows, M = 100).
         "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-        # The scheduler runs in this process, on the coordinator's event loop, and its 20 ms health tick
-        # (which only notices a blocked loop) cost the coordinator 24 ms of CPU per second idle, 11 at 1 s.
+        # The scheduler's 20 ms health tick only notices a blocked event loop; it cost 24 ms of CPU per
+        # second idle (11 at 1 s), now in the cluster's own process rather than the coordinator's.
         "distributed.admin.tick.interval": "1s",
     }
+    # security: temporary TLS credentials, so only this process and its workers can connect
+    options = {"n_workers": n_workers, "threads_per_worker": 1, "processes": True,
+               "security": Security.temporary() if security else None, "dashboard_address": "127.0.0.1:0",
+               "env": COMPUTE_ENV, "silence_logs": logging.ERROR}
     with dask.config.set(settings):
-        # security=True: temporary TLS credentials, so only this process and its workers can connect
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, security=security or None,
-                               dashboard_address="127.0.0.1:0", env=COMPUTE_ENV, silence_logs=logging.ERROR)
-    client = Client(cluster)
+        # The scheduler and the nannies in a process of their own: none of their event loop's work is the
+        # coordinator's (pep_gp.pipeline.engine.cluster_process).
+        cluster = ClusterProcess(options, dask.config.config)
+    client = Client(cluster.scheduler_address, security=cluster.security)
     client.run(_quiet_worker_logs)
     if pinned:
         client.register_plugin(OneCorePerWorker())
