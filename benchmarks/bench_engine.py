@@ -93,10 +93,12 @@ def thread_cpu() -> dict[str, float]:
 
 
 def timed_passes(backend: Any) -> list[float]:
-    """Wraps ``backend.sum`` and ``backend.sum_kept`` (on the instance) so each call's wall seconds are
-    appended to the returned list."""
+    """Wraps ``backend.sum`` (and an older engine's ``backend.sum_kept``, on the instance) so each call's wall
+    seconds are appended to the returned list."""
     seconds: list[float] = []
     for name in ("sum", "sum_kept"):
+        if not hasattr(backend, name):
+            continue
         method = getattr(backend, name)
 
         def timed(*args: Any, method: Any = method, **kwargs: Any) -> Any:

@@ -92,3 +92,18 @@ def test_one_place_writes_a_run_manifest():
             named.append(name)
     assert writers == ["pep_gp.pipeline.runs.manifest"]
     assert named == ["pep_gp.pipeline.runs.checkpoint"]
+
+
+TRAINER_LINES = 300
+"""Issue 64: the trainer is the loop; the resume rules (``runs.resume``), the manifest (``runs.manifest``) and the
+class-parallel state (``training.class_parallel``) live in their own modules."""
+
+
+def test_the_trainer_is_the_loop():
+    """``trainer.py`` had grown to 609 lines (issue 64): it stays within :data:`TRAINER_LINES`, and its
+    ``Trainer`` takes its resume rules from ``runs.resume`` and builds no manifest itself."""
+    path = PACKAGE / "pipeline" / "training" / "trainer.py"
+    text = path.read_text()
+    assert len(text.splitlines()) <= TRAINER_LINES
+    imported = imports("pep_gp.pipeline.training.trainer", path, set(modules()))
+    assert "pep_gp.pipeline.runs.resume" in imported and "pep_gp.pipeline.runs.manifest" not in imported

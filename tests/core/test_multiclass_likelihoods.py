@@ -1,7 +1,8 @@
 """Multi-class likelihoods are objects (issue 64, item 4): the model asks its likelihood for the factor counts,
 the data term, the sites, the predictive and the label draws, never its name, so a new likelihood is one
-class. Shown with a test-only one, the tempered softmax ``exp(f_y/T)/Σ_k exp(f_k/T)``, the softmax of
-``f/T`` (:mod:`pep_gp.core.models.multiclass_softmax`)."""
+class. Shown with two test-only ones: the label's probit ``Φ(f_y)``, whose row terms have closed forms (the default
+tier), and the tempered softmax ``exp(f_y/T)/Σ_k exp(f_k/T)``, the softmax of ``f/T``
+(:mod:`pep_gp.core.models.multiclass_softmax`), asked for everything the model computes and trained (heavy)."""
 
 from dataclasses import dataclass
 from typing import ClassVar
@@ -10,10 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
+from pep_gp.core.bank import Marginals
 from pep_gp.core.models import multiclass_softmax as softmax
 from pep_gp.core.models.multiclass import MultiClassGP
-from pep_gp.core.models.multiclass_likelihoods import Exact, Pairwise, Softmax, WholeRow
+from pep_gp.core.models.multiclass_likelihoods import Exact, Pairwise, Softmax, WholeRow, label_side
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,55 @@ def test_names_are_the_likelihood_objects_and_are_refused_as_before():
         MultiClassGP(3, alpha=0.5, likelihood=TemperedSoftmax())
     with pytest.raises(ValueError, match="likelihood = 'softmax' takes no label_noise"):
         MultiClassGP(3, likelihood="softmax", label_noise=0.1)
+
+
+@dataclass(frozen=True)
+class LabelProbit(WholeRow):
+    """``p(y | f) ∝ Φ(f_y)``: the label's latent value above zero, a closed form under the cavity
+    ``f_y ~ N(a_y, w_y + s_y)``: ``log Z = log Φ(a_y/√(1 + w_y + s_y))`` (Rasmussen & Williams 2006, eq. 3.82)."""
+
+    name: ClassVar[str] = "label-probit"
+
+    def row_log_partition(self, model, mean, var, fitc, y):
+        return jax.scipy.stats.norm.logcdf(label_side(mean, y)[:, 0] / jnp.sqrt(1.0 + label_side(var + fitc, y)[:, 0]))
+
+    def predict(self, model, mean, var):
+        return jax.nn.log_softmax(jax.scipy.stats.norm.logcdf(mean / jnp.sqrt(1.0 + var)), axis=1)
+
+
+def test_a_likelihood_defined_here_is_what_the_model_asks_of_a_row():
+    """Fast (a few rows, no fit): the model's factor counts, a row's ``log Z``, a block's data term and its
+    sites under a cavity are the test-only likelihood's; the sites, moment-matched from its ``log Z``, are
+    probit EP's in closed form on the label's class (Rasmussen & Williams 2006, eqs. 3.58–3.59, with
+    ``ν = r(r + z)/(1 + w + s)``, ``r = N(z)/Φ(z)``) and zero on the others."""
+    rng = np.random.default_rng(0)
+    mean, var, fitc = (rng.normal(0.0, 2.0, (4, 3)), rng.uniform(0.2, 1.0, (4, 3)), rng.uniform(0.1, 0.5, (4, 3)))
+    y, mask = np.array([0, 1, 2, 0]), np.array([True, True, False, True])
+    model = MultiClassGP(3, likelihood=LabelProbit())
+
+    @jax.jit  # one program: compiling each operation on its own took seconds
+    def asked(mean, var, fitc, y, mask):
+        marginals = Marginals(mean, var)
+        return (model.factor_counts(jnp.asarray([2.0, 3.0, 5.0])), model.site_counts(y, mask),
+                model.row_log_partition(mean, var, fitc, y), model.row_energy(marginals, fitc, y, mask),
+                model.row_site_coefficients(marginals, fitc, y, mask))
+
+    counts, site_counts, log_z, energy, (precision, shift) = asked(mean, var, fitc, y, mask)
+    np.testing.assert_array_equal(counts, np.full(3, 10.0))  # a whole-row factor: n_c = N
+    np.testing.assert_array_equal(site_counts, np.full(3, 3.0))
+    rows = np.arange(4)
+    a, total = mean[rows, y], 1.0 + var[rows, y] + fitc[rows, y]
+    z = a / np.sqrt(total)
+    np.testing.assert_allclose(log_z, scipy.stats.norm.logcdf(z), rtol=1e-12)
+    np.testing.assert_allclose(energy, np.sum(scipy.stats.norm.logcdf(z)[mask]), rtol=1e-12)
+    ratio = np.exp(scipy.stats.norm.logpdf(z) - scipy.stats.norm.logcdf(z))
+    nu, slope = ratio * (ratio + z) / total, ratio / np.sqrt(total)
+    expected_precision, expected_shift = np.zeros((4, 3)), np.zeros((4, 3))
+    expected_precision[rows, y] = nu / (1.0 - nu * var[rows, y])
+    expected_shift[rows, y] = (slope + nu * a) / (1.0 - nu * var[rows, y])
+    expected_precision[~mask], expected_shift[~mask] = 0.0, 0.0
+    np.testing.assert_allclose(precision, expected_precision, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(shift, expected_shift, rtol=1e-10, atol=1e-14)
 
 
 @pytest.mark.exhaustive

@@ -1,7 +1,10 @@
 """The engine's handles (issue 64 item 3): a keeping pass is a handle given to the second pass, which sums
-from what each block kept, against numpy on the same rows; and a second pass needs a pass that kept something."""
+from what each block kept, against numpy on the same rows; a second pass needs a pass that kept something; a
+released pass's kept parts are gone, in this process and on Dask workers."""
 
 from __future__ import annotations
+
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -49,3 +52,47 @@ def test_a_second_pass_needs_a_pass_that_kept_its_rows(binary_store):
             engine.submit(kept_term, 1.0, plain)
         with pytest.raises(ValueError, match="keeps nothing"):
             engine.submit(kept_term, 1.0, kept, keep=True)
+
+
+def _kept_parts(dask_worker) -> tuple[str | None, list[int]]:
+    """The token and blocks of what the pep engine on ``dask_worker`` keeps (run there by ``client.run``)."""
+    kept = dask_worker.plugins["pep-worker-engine"].kept
+    return kept.token, sorted(kept.parts)
+
+
+def test_a_released_pass_lets_its_kept_parts_go_and_runs_no_second_pass(binary_store):
+    source = BlockSource.of(binary_store, "train", 48, TargetScaling())
+    backend = InProcess()
+    engine = Engine(backend, source)
+    with float64():
+        first = engine.submit(projected, np.ones(3), [0, 2], keep=True)
+        assert sorted(backend.kept.parts) == [0, 2]
+        later = engine.submit(projected, np.ones(3), [1], keep=True)  # replaces the first pass's parts
+        first.release()  # no longer held here: the later pass's stay
+        assert sorted(backend.kept.parts) == [1] and backend.kept.first is not None
+        later.release()
+        later.release()  # a second time: nothing to do
+        assert backend.kept.parts == {} and backend.kept.first is None and later.released
+        with pytest.raises(ValueError, match="before it is released"):
+            engine.submit(kept_term, 1.0, later)
+        plain = engine.submit(lambda weights, x, y, mask: jnp.sum(x @ weights), np.ones(3), [0])
+        plain.release()  # kept nothing: nothing to let go
+        assert plain.released
+
+
+@pytest.mark.heavy  # a cluster's start, seconds
+def test_a_released_pass_lets_its_kept_parts_go_on_the_workers(binary_store, cluster):
+    """Dask's ``Future.release`` is the model: the workers that computed a keeping pass drop what it kept."""
+    engine = Engine(cluster, BlockSource.of(binary_store, "train", 48, TargetScaling()))
+    with float64():
+        first = engine.submit(projected, np.ones(3), [0, 1, 2, 3], keep=True)
+    held = cluster.client.run(_kept_parts)
+    token = first.keeping.token
+    assert sorted(block for _, blocks in held.values() for block in blocks) == [0, 1, 2, 3]
+    assert {kept_token for kept_token, _ in held.values()} == {token}
+    first.release()
+    deadline = time.monotonic() + 30
+    while any(blocks for _, blocks in cluster.client.run(_kept_parts).values()):
+        assert time.monotonic() < deadline, "the workers still hold the released pass's parts"
+        time.sleep(0.05)
+    assert {kept_token for kept_token, _ in cluster.client.run(_kept_parts).values()} == {None}

@@ -13,7 +13,9 @@ processes or a remote cluster):
   computed; the :class:`Pass` is then a handle to them, given as the ``blocks`` of a second
   ``engine.submit(fn2, inputs2, first)``, which sums ``fn2(inputs2, shared, kept_b, y_b, mask_b)`` over the
   first pass's blocks (``shared``: that pass's block inputs, held once per process), sending only
-  ``inputs2``. A step of a model with site updates makes its two passes this way.
+  ``inputs2``. ``Pass.release()`` lets the kept parts go where they are (as Dask's ``Future.release``); a
+  later keeping pass replaces them too. A step of a model with site updates makes its two passes this way
+  and releases the first after the second.
 * ``backend.place(objects) -> Placement`` leaves objects resident where blocks are computed (one per Dask
   worker, or in this process one per thread; ``backend.slots`` of them side by side);
   ``Placement.each(method, args)`` calls a method of every one at once and ``Placement.release()`` lets them
@@ -23,9 +25,10 @@ processes or a remote cluster):
   ``gather()`` moves the arrays (a checkpoint, an evaluation, the end of a run: :func:`gathered`) and
   ``retain()`` keeps them beyond the next step (the trainer's best parameters: :func:`retained`).
 
-The coordinator keeps no state of a pass beyond its handle: a backend's method set is ``sum`` (a pass,
-keeping or not), ``sum_kept`` (a pass from a keeping pass's handle), ``slots`` and ``place``, ``map_ordered``
-and ``close``.
+The coordinator keeps no state of a pass beyond its handle: a backend's method set is ``sum`` (a pass:
+plain, keeping, or from a keeping pass's handle), ``release`` (a keeping pass's parts), ``slots`` and
+``place``, ``map_ordered`` (prediction's chunks of an input table, in order, outside the block protocol: they
+are not blocks of a store and are not summed) and ``close``.
 
 Backends:
 
@@ -60,7 +63,7 @@ worker's memory is therefore bounded by the budget plus :data:`LATEST_CALL_MB` w
 rows N: a store that fits in the budget is read once, a larger one costs a re-read per block per epoch.
 A step's first pass also leaves what it keeps per block in that process's
 :class:`~pep_gp.pipeline.engine.cache.Kept` (for multi-class SEP a few [C, M, rows] arrays per block, and
-the pass's inputs) until the next step's first pass replaces it.
+the pass's inputs) until the step releases it after its second pass (:meth:`Pass.release`).
 
 Determinism: every block's result is computed by the same compiled function on the same inputs,
 whatever process computes it, and the per-block results are summed in a fixed binary tree over the
@@ -126,14 +129,23 @@ def retained(value: Any) -> Any:
 
 class Pass:
     """A pass submitted to an :class:`Engine`: its sum and, for a keeping pass, the handle to what each of its
-    blocks kept where it was computed (give it as the ``blocks`` of :meth:`Engine.submit`)."""
+    blocks kept where it was computed (give it as the ``blocks`` of :meth:`Engine.submit`) and the backend
+    that holds it."""
 
-    def __init__(self, total: Any, keeping: Keeping | None = None):
-        self._total, self.keeping = total, keeping
+    def __init__(self, total: Any, keeping: Keeping | None = None, backend: Backend | None = None):
+        self._total, self.keeping, self._backend = total, keeping, backend
+        self.released = False
 
     def sum(self) -> Any:
         """The pass's sum over its blocks, in :func:`tree_sum`'s order."""
         return self._total
+
+    def release(self) -> None:
+        """Let go what the pass's blocks kept, where they were computed (Dask's ``Future.release``): no second
+        pass runs from it afterwards. Nothing to do for a pass that kept nothing, or a second time."""
+        if self.keeping is not None and not self.released:
+            self._backend.release(self.keeping)
+        self.released = True
 
 
 class Engine:
@@ -148,14 +160,18 @@ class Engine:
         :class:`Pass`: ``Σ_b fn(inputs, shared, kept_b, y_b, mask_b)`` over its blocks, from what it kept.
 
         Raises:
-            ValueError: ``blocks`` is a pass that kept nothing, or ``keep`` is asked of a second pass.
+            ValueError: ``blocks`` is a pass that kept nothing or was released, or ``keep`` is asked of a
+                second pass.
         """
-        if not isinstance(blocks, Pass):
-            keeping = Keeping(uuid.uuid4().hex, fn, inputs, list(blocks)) if keep else None
-            return Pass(self.backend.sum(fn, inputs, self.source, list(blocks), keep=keeping), keeping)
-        if blocks.keeping is None or keep:
-            raise ValueError("a second pass runs from a pass submitted with keep=True, and keeps nothing itself")
-        return Pass(self.backend.sum_kept(fn, inputs, self.source, blocks.keeping))
+        of = None
+        if isinstance(blocks, Pass):
+            if blocks.keeping is None or keep:
+                raise ValueError("a second pass runs from a pass submitted with keep=True, and keeps nothing itself")
+            if blocks.released:
+                raise ValueError("a second pass runs from a keeping pass before it is released")
+            of, blocks = blocks.keeping, blocks.keeping.blocks
+        keeping = Keeping(uuid.uuid4().hex, fn, inputs, list(blocks)) if keep else None
+        return Pass(self.backend.sum(fn, inputs, self.source, list(blocks), keep=keeping, of=of), keeping, self.backend)
 
     def map_sum(self, fn: Callable, inputs: Any, blocks: Sequence[int]) -> Any:
         """``submit(fn, inputs, blocks).sum()``."""

@@ -17,7 +17,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from ..data.blocks import BlockSource
-from .cache import Keeping, Kept, NotHeld, sum_blocks, sum_kept_blocks
+from .cache import Keeping, Kept, NotHeld, sum_blocks
 from .residents import InThreads, OnComputeThread, Placement, Residents
 from .summation import inflate, join_subtrees, payload_bytes, subtrees
 
@@ -36,15 +36,16 @@ class Backend(Protocol):
     def n_workers(self) -> int:
         """Processes that compute (1 in-process)."""
 
-    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int],
-            keep: Keeping | None = None) -> Any:
-        """``Σ_b fn(inputs, *block_b)`` (:func:`~pep_gp.pipeline.engine.cache.sum_blocks`; with ``keep``, a
-        keeping pass's handle, each block's kept part stays where the block was computed, and the backend
-        records in ``keep`` where that is)."""
+    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: Keeping | None = None,
+            of: Keeping | None = None) -> Any:
+        """A pass: ``Σ_b fn(inputs, *block_b)`` (:func:`~pep_gp.pipeline.engine.cache.sum_blocks`). With
+        ``keep``, a keeping pass's handle, each block's kept part stays where the block was computed, and the
+        backend records in ``keep`` where that is; with ``of``, the pass sums
+        ``fn(inputs, shared, part_b, y_b, mask_b)`` from the parts the keeping pass ``of`` left (``blocks``
+        are its blocks)."""
 
-    def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
-        """``Σ_b fn(inputs, shared, part_b, y_b, mask_b)`` over the blocks of the keeping pass ``keeping``
-        (:func:`~pep_gp.pipeline.engine.cache.sum_kept_blocks`)."""
+    def release(self, keeping: Keeping) -> None:
+        """Drop the parts the keeping pass ``keeping`` left where its blocks were computed."""
 
     @property
     def slots(self) -> int:
@@ -71,15 +72,14 @@ class InProcess:
     def __init__(self) -> None:
         self.kept = Kept()
 
-    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int],
-            keep: Keeping | None = None) -> Any:
-        if keep is None:
-            return sum_blocks(fn, inputs, source, blocks, to_host=False)
-        return sum_blocks(fn, inputs, source, blocks, self.kept, keep.token, to_host=False)
+    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: Keeping | None = None,
+            of: Keeping | None = None) -> Any:
+        return sum_blocks(fn, inputs, source, blocks, self.kept, None if keep is None else keep.token,
+                          None if of is None else of.token, None if of is None else (of.fn, of.inputs),
+                          to_host=False)
 
-    def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
-        return sum_kept_blocks(fn, inputs, source, keeping.blocks, self.kept, keeping.token,
-                               (keeping.fn, keeping.inputs), to_host=False)
+    def release(self, keeping: Keeping) -> None:
+        self.kept.release(keeping.token)
 
     @property
     def slots(self) -> int:
@@ -121,7 +121,7 @@ class Call:
     inputs: Any
     objects: dict[int, Any]  # functions and sources this worker has not been sent
     keep: str | None = None  # first pass: keep each block's part under this token
-    kept: str | None = None  # second pass: from the parts of this keeping pass
+    of: str | None = None  # second pass: from the parts of this keeping pass
     first: tuple[int, Any] | None = None  # second pass: the first pass's function and inputs, for parts not here
 
 
@@ -129,8 +129,9 @@ class WorkerEngine(OnComputeThread):
     """Dask worker plugin, resident on every worker (also ones that join later or are restarted by their
     nanny, and workers started outside pep, e.g. ``dask worker``), that answers the coordinator's direct
     calls (``pep_sum``, a :class:`Call`) with the partial sum of the call's blocks and its seconds
-    (:class:`OnComputeThread`). It holds the functions and sources it was sent and what its latest keeping
-    pass kept (a :class:`Kept`)."""
+    (:class:`OnComputeThread`), and ``pep_sum`` calls with ``release`` (a keeping pass's token) by dropping
+    what that pass kept. It holds the functions and sources it was sent and what its latest keeping pass kept
+    (a :class:`Kept`)."""
 
     name, handler = "pep-worker-engine", "pep_sum"
 
@@ -139,8 +140,11 @@ class WorkerEngine(OnComputeThread):
         self.kept = Kept()
         super().setup(worker)
 
-    def answer(self, call: Call) -> tuple[Any, float]:
-        """:meth:`compute`'s partial sum and its seconds."""
+    def answer(self, call: Call | None = None, release: str | None = None) -> tuple[Any, float] | None:
+        """:meth:`compute`'s partial sum of ``call`` and its seconds; or, given ``release``, nothing, after
+        dropping what the keeping pass ``release`` kept here."""
+        if call is None:
+            return self.kept.release(release)
         started = time.perf_counter()
         return self.compute(call), time.perf_counter() - started
 
@@ -155,10 +159,7 @@ class WorkerEngine(OnComputeThread):
             self.objects.popitem(last=False)
         fn, source = self.objects[call.fn], self.objects[call.source]
         first = None if call.first is None else (self.objects[call.first[0]], call.first[1])
-        if call.kept is None:
-            return sum_blocks(fn, call.inputs, source, call.blocks, None if call.keep is None else self.kept,
-                              call.keep or "")
-        return sum_kept_blocks(fn, call.inputs, source, call.blocks, self.kept, call.kept, first)
+        return sum_blocks(fn, call.inputs, source, call.blocks, self.kept, call.keep, call.of, first)
 
 
 class OneCorePerWorker(WorkerPlugin):
@@ -213,49 +214,49 @@ class DaskBackend:
         self._engine_scheduler: str | None = None  # the id of the scheduler the engine was registered with
         self._register_engine()
 
-    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int],
-            keep: Keeping | None = None) -> Any:
+    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: Keeping | None = None,
+            of: Keeping | None = None) -> Any:
         """Each worker sums a whole subtree of the step's tree over its blocks and sends one partial sum
-        (results zero by construction stay behind); the inputs go once to each worker."""
-        host = jax.device_get(inputs)
+        (results zero by construction stay behind); the inputs go once to each worker. A pass ``of`` a keeping
+        pass runs where that one ran, and only ``inputs`` travel: a worker that did not take part in it (after
+        a lost worker, or a call that failed) is sent the keeping pass's inputs too, and computes the parts
+        again (the same bits)."""
+        host, first_host = jax.device_get(inputs), None
 
         def once(plan: dict[range, str]) -> Any:
+            took_part = set() if of is None else set(of.workers)
             if keep is not None:
                 keep.workers = set(plan.values())
-
-            def call(worker: str, span: range) -> Call:
-                fn_ref, source_ref, objects = self._refs(worker, fn, source)
-                return Call(fn_ref, source_ref, [blocks[i] for i in span], host, objects,
-                            keep=None if keep is None else keep.token)
-
-            return self._call(plan, call, keep)
-
-        return self._with_retries(len(blocks), once)
-
-    def sum_kept(self, fn: Callable, inputs: Any, source: BlockSource, keeping: Keeping) -> Any:
-        """As :meth:`sum`, where the keeping pass ran: only ``inputs`` travel. A worker that did not take
-        part in it (after a lost worker, or a call that failed) is sent its inputs too, and computes the
-        parts again (the same bits)."""
-        host, blocks = jax.device_get(inputs), keeping.blocks
-        first_host = None
-
-        def once(plan: dict[range, str]) -> Any:
-            took_part = set(keeping.workers)
 
             def call(worker: str, span: range) -> Call:
                 nonlocal first_host
                 fn_ref, source_ref, objects = self._refs(worker, fn, source)
                 first = None
-                if worker not in took_part:
-                    first_ref, _, more = self._refs(worker, keeping.fn, source)
-                    first_host = jax.device_get(keeping.inputs) if first_host is None else first_host
+                if of is not None and worker not in took_part:
+                    first_ref, _, more = self._refs(worker, of.fn, source)
+                    first_host = jax.device_get(of.inputs) if first_host is None else first_host
                     first, objects = (first_ref, first_host), {**objects, **more}
-                return Call(fn_ref, source_ref, [blocks[i] for i in span], host, objects, kept=keeping.token,
+                return Call(fn_ref, source_ref, [blocks[i] for i in span], host, objects,
+                            keep=None if keep is None else keep.token, of=None if of is None else of.token,
                             first=first)
 
-            return self._call(plan, call, keeping)
+            return self._call(plan, call, keep or of)
 
         return self._with_retries(len(blocks), once)
+
+    def release(self, keeping: Keeping) -> None:
+        """Each worker that holds parts of ``keeping`` is told to drop them, without waiting for its answer (as
+        Dask's ``Future.release``): a worker lost meanwhile held nothing, and a later keeping pass replaces them
+        anyway."""
+        workers, keeping.workers = sorted(keeping.workers), set()
+        if not workers or self.client.status != "running":
+            return
+
+        async def release_all() -> None:
+            await asyncio.gather(*(self.client.rpc(worker).pep_sum(release=keeping.token) for worker in workers),
+                                 return_exceptions=True)
+
+        self.client.loop.add_callback(release_all)
 
     def _refs(self, worker: str, fn: Callable, source: BlockSource) -> tuple[int, int, dict[int, Any]]:
         """The numbers of ``fn`` and ``source`` in a :class:`Call` to ``worker``, and those of the two it

@@ -206,10 +206,11 @@ class Keeping:
 
 
 class Kept:
-    """What the latest keeping pass (:func:`sum_blocks` with ``kept``) kept per block in this process, and
+    """What the latest keeping pass (:func:`sum_blocks` with ``keep``) kept per block in this process, and
     how to compute a block's part again. One per process that computes blocks (the in-process backend's,
-    each worker's :class:`~pep_gp.pipeline.engine.backends.WorkerEngine`); a new keeping pass replaces
-    the older one (a step keeps its first pass's rows for its second pass only)."""
+    each worker's :class:`~pep_gp.pipeline.engine.backends.WorkerEngine`); held until the pass is released
+    (:meth:`release`) or a new keeping pass replaces it (a step keeps its first pass's rows for its second
+    pass only)."""
 
     def __init__(self) -> None:
         self.token: str | None = None
@@ -219,6 +220,11 @@ class Kept:
     def start(self, token: str, fn: Callable, inputs: Any) -> None:
         """Drop what is held and hold the parts of the keeping pass ``token`` from now on."""
         self.token, self.first, self.parts = token, (fn, inputs), {}
+
+    def release(self, token: str) -> None:
+        """Drop what the keeping pass ``token`` kept here (nothing if a later pass replaced it)."""
+        if token == self.token:
+            self.token, self.first, self.parts = None, None, {}
 
     def part(self, token: str, index: int, block: Block, first: tuple[Callable, Any] | None) -> Any:
         """Block ``index``'s part of the keeping pass ``token``: held, or computed again (the same bits)
@@ -254,51 +260,45 @@ def _result_zeros(fn: Callable, compiled: Callable, args: tuple) -> list[bool]:
 
 
 def sum_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], kept: Kept | None = None,
-               token: str = "", to_host: bool = True) -> Any:
+               keep: str | None = None, of: str | None = None, first: tuple[Callable, Any] | None = None,
+               to_host: bool = True) -> Any:
     """``Σ_b fn(inputs, *block_b)`` over ``blocks`` in :func:`~pep_gp.pipeline.engine.summation.tree_sum`'s
-    order (``fn`` may be :class:`Derived`). With ``kept``, ``fn`` returns ``(result, kept part)`` and each block's part stays in ``kept``
-    under ``token`` for :func:`sum_kept_blocks`. ``to_host``: numpy arrays, with the results that
-    are zero by construction as :class:`~pep_gp.pipeline.engine.summation.Zero` (what travels from a
-    worker); else JAX arrays on the device (in-process)."""
+    order (``fn`` may be :class:`Derived`), this process's share of a pass.
+
+    * ``keep``: ``fn`` returns ``(result, kept part)`` and each block's part stays in ``kept`` under the
+      token ``keep``; the pass sums the results.
+    * ``of``: the pass sums ``fn(inputs, shared, part_b, y_b, mask_b)`` from the parts the keeping pass ``of``
+      left in ``kept``, ``shared`` that pass's block inputs (a :class:`Derived` function's derived ones), held
+      once per process rather than copied into every block's part. A block whose part is not there (this
+      process did not compute it, or was restarted) has it computed again from ``first``, the keeping pass's
+      function and inputs, or the ones ``kept`` holds (:meth:`Kept.part`), which gives the same bits.
+
+    ``to_host``: numpy arrays, with the results that are zero by construction as
+    :class:`~pep_gp.pipeline.engine.summation.Zero` (what travels from a worker); else JAX arrays on the device
+    (in-process).
+
+    Raises:
+        NotHeld: ``of`` and neither ``first`` nor the keeping pass's function and inputs are here."""
     with float64(), compute_threads():
-        fn, inputs = resolve(fn, inputs)
+        if of is None:
+            fn, inputs = resolve(fn, inputs)
+        else:
+            shared = kept.shared(of, first)
         compiled = compiled_program(fn)
-        if kept is not None:
-            kept.start(token, fn, inputs)
+        if keep is not None:
+            kept.start(keep, fn, inputs)
         results = []
         for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
-            result = compiled(inputs, *block)
-            if kept is not None:
+            args = ((inputs, *block) if of is None
+                    else (inputs, shared, kept.part(of, index, block, first), block.y, block.mask))
+            result = compiled(*args)
+            if keep is not None:
                 result, kept.parts[index] = result
             results.append(result)
         if not to_host:
             return _device_sum(results)
         # The results' leaves come first among fn's outputs (before what is kept).
-        zeros = _result_zeros(fn, compiled, (inputs, *block))[:len(jax.tree_util.tree_leaves(results[0]))]
-        return tree_sum([without_zeros(part, zeros) for part in jax.device_get(results)])
-
-
-def sum_kept_blocks(fn: Callable, inputs: Any, source: BlockSource, blocks: Sequence[int], kept: Kept, token: str,
-                    first: tuple[Callable, Any] | None = None, to_host: bool = True) -> Any:
-    """``Σ_b fn(inputs, shared, part_b, y_b, mask_b)`` as :func:`sum_blocks`, from the parts the keeping
-    pass ``token`` left in ``kept``, with ``shared`` that pass's block inputs (a :class:`Derived` function's
-    derived ones), held once per process rather than copied into every block's part. A block whose part is
-    not there (this process did not compute it, or was restarted) has it computed again from ``first``, the
-    keeping pass's function and inputs, or the ones ``kept`` holds (:meth:`Kept.part`), which gives the
-    same bits.
-
-    Raises:
-        NotHeld: neither ``first`` nor the keeping pass's function and inputs are here."""
-    with float64(), compute_threads():
-        compiled = compiled_program(fn)
-        shared = kept.shared(token, first)
-        results = []
-        for index, block in zip(blocks, BLOCKS.get_all(source, blocks)):
-            part = kept.part(token, index, block, first)
-            results.append(compiled(inputs, shared, part, block.y, block.mask))
-        if not to_host:
-            return _device_sum(results)
-        zeros = _result_zeros(fn, compiled, (inputs, shared, part, block.y, block.mask))
+        zeros = _result_zeros(fn, compiled, args)[:len(jax.tree_util.tree_leaves(results[0]))]
         return tree_sum([without_zeros(part, zeros) for part in jax.device_get(results)])
 
 

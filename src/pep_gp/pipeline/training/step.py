@@ -73,7 +73,7 @@ class Minibatch(Protocol):
         is the sum (:class:`~pep_gp.pipeline.engine.Pass`). With ``keep``, ``fn`` returns ``(result, kept)``
         and each block's ``kept`` stays where the block was computed; that handle given as ``kept``, the sum
         is ``Σ_blocks fn(inputs, keeping_inputs, kept, y, mask)`` from what it kept and the block inputs it
-        ran with."""
+        ran with; the handle's ``release()`` lets what it kept go."""
 
 
 @runtime_checkable
@@ -322,6 +322,7 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
                 params, shared, sites_ok = site_update(params, shared, first.sum(), state.count, size)
                 value, grad = (batch.submit(data_term, model.held(shared), kept=first) if rows
                                else batch.submit(data_term, (params, shared))).sum()
+                first.release()  # the kept rows, where they were computed
             else:
                 value, grad = batch.submit(Derived(data_term, with_shared), (params, size)).sum()
             params, opt_state, ok, energy = ascend(params, state.opt_state, shared, pullback, value, grad,
@@ -333,8 +334,8 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
 
 class TrainStep(NamedTuple):
     """``init(params) -> StepState``, ``update(state, batch) -> (StepState, StepInfo)`` and ``release()``, which
-    lets go what the step holds where blocks are computed between updates (a step over rows: nothing beyond its
-    kept passes, which the next step's replace; the class-parallel step: its class groups)."""
+    lets go what the step holds where blocks are computed between updates (a step over rows: nothing, it releases
+    its kept pass within the update; the class-parallel step: its class groups)."""
 
     init: Callable[[Any], StepState]
     update: Callable[[StepState, Minibatch], tuple[StepState, StepInfo]]
