@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pep_gp import HeteroscedasticGPRegressor, SparseGPRegressor
-from tests.flows.test_train_cli import pep
+from pep_gp.pipeline.runs.predict import predict
 
 
 def noisy_rows(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -40,8 +40,7 @@ def test_the_noise_tracks_the_truth_beats_the_homoscedastic_fit_and_pep_predict_
     mean, std = model.predict(new_x, return_std=True)
     model.save(tmp_path / "run")
     pd.DataFrame(new_x, columns=["x0"]).to_csv(tmp_path / "new.csv", index=False)
-    pep("predict", "--run-dir", str(tmp_path / "run"), "--input", str(tmp_path / "new.csv"), "--out",
-        str(tmp_path / "p.csv"), "--quiet")
+    predict(tmp_path / "run", tmp_path / "new.csv", tmp_path / "p.csv")  # what pep predict runs
     written = pd.read_csv(tmp_path / "p.csv")
     np.testing.assert_allclose(written["mean"].to_numpy(), mean, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(written["std"].to_numpy(), std, rtol=1e-12, atol=1e-15)
