@@ -28,8 +28,8 @@ from tests import tiny
 # estimator classes over another model spec: the whole contract with -m exhaustive. In the default tier every
 # estimator takes the fit-free checks below, and fits, predicts and round-trips at the tiny shapes
 # (tests/pipeline/test_tiny_estimators.py; the costliest five there are heavy).
-SHARING = ["SparseGPRegressor", "SparseGPClassifier", "OrdinalGPClassifier", "DirectMultiClassGPClassifier",
-           "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier"]
+SHARING = ["SparseGPRegressor", "HeteroscedasticGPRegressor", "SparseGPClassifier", "OrdinalGPClassifier",
+           "DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier"]
 OWN = ["MultiClassGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier", "MultiClassEPClassifier",
        "MultiClassDeepGPClassifier"]
 NAMES = [*OWN, *(pytest.param(name, marks=pytest.mark.exhaustive) for name in SHARING)]
