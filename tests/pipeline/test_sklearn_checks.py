@@ -29,8 +29,8 @@ from tests import tiny
 # (.ci/run's 25 minutes leave no room for them). In the default tier every
 # estimator takes the fit-free checks below, and fits, predicts and round-trips at the tiny shapes
 # (tests/pipeline/test_tiny_estimators.py; the costliest five there are heavy).
-SHARING = ["SparseGPRegressor", "SparseGPClassifier", "OrdinalGPClassifier", "DirectMultiClassGPClassifier",
-           "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier"]
+SHARING = ["SparseGPRegressor", "HeteroscedasticGPRegressor", "SparseGPClassifier", "OrdinalGPClassifier",
+           "DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier"]
 OWN = ["MultiClassGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier", "MultiClassEPClassifier",
        "MultiClassDeepGPClassifier"]
 IN_CI = ["CollapsedGPRegressor"]

@@ -182,6 +182,16 @@ def power_ep_global_term(q: Gaussians, cavity: Gaussians, counts, alpha: float):
     return jnp.sum(q.log_normaliser + (counts / alpha) * (cavity.log_normaliser - q.log_normaliser))
 
 
+def variational_global_term(q: Gaussians, factor: CholeskyFactor):
+    """``Σ_g φ(q_g) − φ(p_g) − E_{q_g}[log t_g]`` with ``E_q[log t] = ηᵀm − ½tr(Λ(V + mmᵀ))``, ``Λ = LLᵀ``: the
+    α → 0 limit of :func:`power_ep_global_term`, where the cavity is ``q`` (Bui, Yan & Turner 2017, eqs. 144–146)."""
+    chol_t = jnp.swapaxes(jnp.tril(factor.chol), -1, -2)  # Lᵀ, [G, M, M]
+    expected_log_factor = (jnp.einsum("gm,gm->g", factor.shift, q.mean)
+                           - 0.5 * (jnp.sum((chol_t @ q.sqrt_cov) ** 2, axis=(-2, -1))
+                                    + jnp.sum(jnp.einsum("gmn,gn->gm", chol_t, q.mean) ** 2, axis=-1)))
+    return jnp.sum(q.log_normaliser - expected_log_factor)
+
+
 def one_gp_bank(params, jitter: float) -> Bank:
     """A single sparse GP as a bank of one: ``params`` holds ``kernel`` (a kernel of one GP) and ``inducing``
     ``[M, D]``; the jitter on ``K_uu`` is ``jitter`` times the kernel's amplitude (``σ_f²`` of a stationary one)."""

@@ -105,34 +105,38 @@ def newton_quantiles(problem: QuantileProblem, steps: int = 100, tol: float = 1e
     return jax.lax.while_loop(unfinished, newton, (0, low, high, start, jnp.zeros(levels.shape, bool)))[3]
 
 
-def mixture_problem(means, stds, levels) -> QuantileProblem:
-    """The quantiles of equally weighted Gaussian mixtures as a :class:`QuantileProblem`: per row ``b`` the
-    ``y`` with ``(1/S) Σ_s Φ((y − μ_sb)/σ_sb) = p`` for each level ``p`` of row ``b``, bracketed by
+def mixture_problem(means, stds, levels, weights=None) -> QuantileProblem:
+    """The quantiles of Gaussian mixtures as a :class:`QuantileProblem`: per row ``b`` the ``y`` with
+    ``Σ_s w_s Φ((y − μ_sb)/σ_sb) = p`` for each level ``p`` of row ``b``, bracketed by
     ``[min_s(μ − 9σ), max_s(μ + 9σ)]`` (where the CDF is below ``Φ(−9) ≈ 1e-19`` and above
     ``1 − 1e-19``), from the Gaussian of the mixture's mean and variance.
 
     Args:
         means, stds: the components, ``[S, B]`` each (``σ > 0``).
         levels: ``[B, Q]`` in ``(0, 1)``.
+        weights: the components' weights ``w_s`` ``[S]``, summing to 1; None: equal, ``1/S``.
     """
 
     def standardised(y):  # [S, B, Q]
         return (y[None] - means[..., None]) / stds[..., None]
 
+    def mixed(values):  # Σ_s w_s values_s
+        return jnp.mean(values, axis=0) if weights is None else jnp.tensordot(weights, values, axes=1)
+
     def cdf(y):
-        return jnp.mean(ndtr(standardised(y)), axis=0)
+        return mixed(ndtr(standardised(y)))
 
     def density(y):
-        return jnp.mean(jnp.exp(-0.5 * standardised(y) ** 2) / stds[..., None], axis=0) / math.sqrt(2.0 * math.pi)
+        return mixed(jnp.exp(-0.5 * standardised(y) ** 2) / stds[..., None]) / math.sqrt(2.0 * math.pi)
 
-    mean = jnp.mean(means, axis=0)
-    std = jnp.sqrt(jnp.mean(stds**2 + means**2, axis=0) - mean**2)
+    mean = mixed(means)
+    std = jnp.sqrt(mixed(stds**2 + means**2) - mean**2)
     return QuantileProblem(cdf, density, jnp.min(means - 9.0 * stds, axis=0)[:, None],
                            jnp.max(means + 9.0 * stds, axis=0)[:, None], mean[:, None] + std[:, None] * ndtri(levels),
                            levels, std[:, None])
 
 
-def mixture_quantiles(means, stds, levels):
+def mixture_quantiles(means, stds, levels, weights=None):
     """The quantiles ``[B, Q]`` of :func:`mixture_problem` by Newton's method (:func:`newton_quantiles`); one
     component (``S = 1``) gives the Gaussian's own quantile ``μ + σΦ⁻¹(p)`` to rounding."""
-    return newton_quantiles(mixture_problem(means, stds, levels))
+    return newton_quantiles(mixture_problem(means, stds, levels, weights))

@@ -46,6 +46,16 @@ def scaled_log_tilted(likelihood, params, y, mean, var, alpha: float):
     return likelihood.log_tilted(params, y, mean, var, alpha) / alpha
 
 
+def gaussian_log_tilted(noise_var, y, mean, var, alpha):
+    """``log ∫ N(f; m, v) N(y; f, σ²)^α df = −(α/2)log(2πσ²) − ½log(1 + αv/σ²) − ½α(y−m)²/(αv + σ²)`` at the
+    noise variance ``σ²`` (Bui, Yan & Turner 2017 eq. 127)."""
+    return (
+        -0.5 * alpha * (LOG_2PI + jnp.log(noise_var))
+        - 0.5 * jnp.log1p(alpha * var / noise_var)
+        - 0.5 * alpha * (y - mean) ** 2 / (alpha * var + noise_var)
+    )
+
+
 @dataclass(frozen=True)
 class Gaussian:
     """``p(y|f) = N(y; f, σ_y²)``; closed-form tilted normaliser (Bui, Yan & Turner 2017 eq. 127)."""
@@ -61,13 +71,8 @@ class Gaussian:
         return positive(params["raw_noise_variance"])
 
     def log_tilted(self, params, y, mean, var, alpha):
-        """``−(α/2)log(2πσ²) − ½log(1 + αv/σ²) − ½α(y−m)²/(αv + σ²)`` (Bui, Yan & Turner 2017 eq. 127)."""
-        s2 = self.noise_variance(params)
-        return (
-            -0.5 * alpha * (LOG_2PI + jnp.log(s2))
-            - 0.5 * jnp.log1p(alpha * var / s2)
-            - 0.5 * alpha * (y - mean) ** 2 / (alpha * var + s2)
-        )
+        """:func:`gaussian_log_tilted` at the noise variance ``σ_y²``."""
+        return gaussian_log_tilted(self.noise_variance(params), y, mean, var, alpha)
 
     def expected_log_prob(self, params, y, mean, var):
         s2 = self.noise_variance(params)

@@ -204,11 +204,7 @@ class PowerEPSparseGP:
         Villacampa-Calvo & Hernández-Lobato 2017, eq. 10). Plus ``log p(θ)`` with priors, once per step."""
         q = bank.gaussians(shared.prior, tied_factor(params), 1.0)
         if self.alpha == 0.0:
-            chol_t = jnp.tril(params.factor_chol).T
-            mean, sqrt_cov = q.mean[0], q.sqrt_cov[0]
-            expected_log_factor = (params.factor_shift @ mean
-                                   - 0.5 * (jnp.sum((chol_t @ sqrt_cov) ** 2) + jnp.sum((chol_t @ mean) ** 2)))
-            value = q.log_normaliser[0] - expected_log_factor
+            value = bank.variational_global_term(q, tied_factor(params))
         else:
             value = bank.power_ep_global_term(q, shared.cavity, n_total, self.alpha)
         value = sep.hold_gradient(value, sep.prior_surrogate(shared.prior, q)) if self.site_updates else value

@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ..models import deep_gp, multiclass, ordinal, sparse_gp, tied_ep
+from ..models import deep_gp, heteroscedastic, multiclass, ordinal, sparse_gp, tied_ep
 from .base import ESTIMATORS, GPEstimator
 from .fitted import GPClassifierMixin, GPRegressorMixin
 
@@ -26,6 +26,21 @@ class SparseGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
     α → 0 the variational (VFE) limit. ``pep train --model sparse-gp-regressor``."""
 
     spec = sparse_gp.REGRESSOR
+
+
+class HeteroscedasticGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
+    """Heteroscedastic regression: a sparse GP for the mean and one for the log noise variance,
+    ``y ~ N(f(x), σ₀² e^{g(x)})`` (Lázaro-Gredilla & Titsias 2011), tied Power-EP factors.
+    ``predict(X, return_std=True)`` gives each row's predictive deviation, its own noise included;
+    :meth:`predict_noise_std` the noise alone. ``pep train --model sparse-gp-heteroscedastic``."""
+
+    spec = heteroscedastic.HETEROSCEDASTIC
+
+    def predict_noise_std(self, X) -> np.ndarray:
+        """The noise's standard deviation at the rows of ``X`` (targets' units): ``√E[σ₀² e^{g(x)}]`` under the
+        posterior of ``g``, ``predict``'s variance less ``predict_f``'s."""
+        _, std = self.predict(X, return_std=True)
+        return np.sqrt(np.maximum(std**2 - self.predict_f(X)[1], 0.0))
 
 
 class SparseGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):

@@ -109,8 +109,12 @@ class LikelihoodPredictive(GaussianPredictive):
     :class:`GaussianPredictive`, and the quantiles of ``∫ p(y|f) N(f; m, v) df`` by the likelihood's own
     ``quantiles`` (quadrature over ``f`` and Newton's method on the CDF; bisection to integers for counts)."""
 
+    def latents(self, params, x):
+        """The latent moments the likelihood takes: ``predict_f``'s mean and variance."""
+        return self.model.predict_f(params, x)
+
     def quantiles(self, params, x, levels):
-        mean, var = self.model.predict_f(params, x)
+        mean, var = self.latents(params, x)
         values = self.model.likelihood.quantiles(params.likelihood, mean, var, levels)
         return values * self.targets.scale + self.targets.shift
 
@@ -130,8 +134,19 @@ class LikelihoodPredictive(GaussianPredictive):
 
     def _in_model_units(self, params, x, y):
         """The latent mean and variance at ``x`` and the targets ``y`` (target units) in the model's units."""
-        mean, var = self.model.predict_f(params, x)
+        mean, var = self.latents(params, x)
         return mean, var, (y - self.targets.shift) / self.targets.scale
+
+
+@dataclass(frozen=True)
+class HeteroscedasticPredictive(LikelihoodPredictive):
+    """A regressor of two latent functions, the mean and the log noise variance
+    (:class:`~pep_gp.core.models.heteroscedastic.HeteroscedasticSparseGP`): as :class:`LikelihoodPredictive`,
+    from both latents' moments ``[B, 2]`` (``predict_latents``); its density, CDF and quantiles are those of
+    the scale mixture ``∫ N(y; m_f, v_f + σ₀² e^g) N(g; m_g, v_g) dg``."""
+
+    def latents(self, params, x):
+        return self.model.predict_latents(params, x)
 
 
 def log_density(predictive: Callable, params, x, y, out: dict):
@@ -192,7 +207,8 @@ class Latent:
 
 
 for _cls, _data in ((BinaryPredictive, []), (LikelihoodClassPredictive, []), (MultiClassPredictive, []), (GaussianPredictive, ["targets"]),
-                    (MixturePredictive, ["targets"]), (LikelihoodPredictive, ["targets"])):
+                    (MixturePredictive, ["targets"]), (LikelihoodPredictive, ["targets"]),
+                    (HeteroscedasticPredictive, ["targets"])):
     jax.tree_util.register_dataclass(_cls, data_fields=_data, meta_fields=["model"])
 jax.tree_util.register_dataclass(Latent, data_fields=[], meta_fields=["model", "full_cov"])
 for _wrapper in (Quantiles, Scored):

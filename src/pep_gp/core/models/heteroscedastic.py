@@ -1,0 +1,147 @@
+"""Heteroscedastic sparse GP regression: two latent sparse GPs of the same inputs, the mean ``f`` and the log
+noise variance ``g``, through ``y ~ N(f, σ₀² e^g)`` (:class:`~pep_gp.core.heteroscedastic.HeteroscedasticGaussian`;
+Lázaro-Gredilla & Titsias 2011; Saul et al. 2016), with tied Power-EP factors moved by the gradient of the energy.
+
+The two GPs are a bank of two (:mod:`pep_gp.core.bank`, G = 2: kernels ``[2, ·]``, inducing inputs ``Z_f``,
+``Z_g`` ``[2, M, D]``), each with its own tied factor ``t_g(u_g)`` (Cholesky form), as the multi-class model
+ties one factor per class (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1): ``q(u_f, u_g) = q(u_f)q(u_g)``,
+as GPflow's SVGP with two independent latent GPs holds it. With ``N`` rows and power ``α`` the energy is that
+of the one-GP model (:mod:`pep_gp.core.models.power_ep`, Bui, Yan & Turner 2017 eq. 110 with tied factors)
+summed over the bank, with a row's term over both latent values:
+
+    G = Σ_{h ∈ {f, g}} φ(q_h) − φ(p_h) + (N/α)(φ(cav_h) − φ(q_h)),
+    L = Σ_n (1/α) log ∫∫ N(f_n; μ_n^f, v_n^f) N(g_n; μ_n^g, v_n^g) p(y_n | f_n, g_n)^α df_n dg_n,
+
+each cavity ``p_h·t_h^(1 − α/N)``; ``α = 0`` is the variational bound ``−KL(q‖p) + Σ_n E_q[log p(y_n | f_n, g_n)]``
+(Bui, Yan & Turner 2017 eqs. 144–146), the chained GP's (Saul et al. 2016, §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import bank
+from ..heteroscedastic import HeteroscedasticGaussian
+from ..initialisation import initial_kernel_and_inducing
+from ..kernels import Kernel, SquaredExponential
+from ..likelihoods import scaled_log_tilted
+from ..linalg import DEFAULT_JITTER, cholesky, per_matrix
+from .power_ep import StepShared
+
+LATENTS = 2  # f and g
+
+
+class HeteroscedasticParams(NamedTuple):
+    """The trainable state: the two GPs' kernels (hyper-parameters ``[2, ·]``, ``f``'s then ``g``'s), their
+    inducing inputs, the likelihood's unconstrained ``σ₀²`` and their tied factors."""
+
+    kernel: Kernel  # [2, ·]
+    inducing: jnp.ndarray  # Z_f, Z_g, [2, M, D]
+    likelihood: dict  # {"raw_noise_variance"}: σ₀²
+    factor: bank.CholeskyFactor  # η_h [2, M], L_h [2, M, M]
+
+
+@dataclass(frozen=True)
+class HeteroscedasticSparseGP:
+    """Sparse GP regression with an input-dependent noise (module docstring); the state is
+    :class:`HeteroscedasticParams`.
+
+    Args:
+        alpha: the power, in [0, 1]; 0 is the variational (chained GP) bound, 1 is EP.
+        jitter: relative jitter on each ``K_uu``.
+        likelihood: the heteroscedastic Gaussian (its quadrature rules).
+
+    Example:
+        >>> x = jnp.linspace(-2.0, 2.0, 30)[:, None]; y = jnp.sin(2.0 * x[:, 0])
+        >>> model = HeteroscedasticSparseGP()
+        >>> params = model.init(x, num_inducing=6)
+        >>> [a.shape for a in model.predict_f(params, x)]
+        [(30,), (30,)]
+    """
+
+    alpha: float = 0.5
+    jitter: float = DEFAULT_JITTER
+    likelihood: HeteroscedasticGaussian = HeteroscedasticGaussian()
+
+    def __post_init__(self):
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"alpha must lie in [0, 1]; got {self.alpha}")
+
+    def sparse_gps(self, params: HeteroscedasticParams) -> bank.Bank:
+        """The two GPs as a bank, the jitter ``jitter·σ_h`` on each ``K_uu``."""
+        return bank.Bank(params.kernel, params.inducing, self.jitter * params.kernel.amplitude())
+
+    def init(self, x, num_inducing: int, *, inducing=None, kernel: Kernel | None = None,
+             noise_variance: float = 1.0, seed: int = 0, ard: bool = True) -> HeteroscedasticParams:
+        """Starting state: ``kernel`` (default a squared exponential of variance 1) for both GPs, its lengthscales
+        left unset the median distance (one shared by the inputs unless ``ard``), both GPs' inducing inputs at the
+        k-means centres unless ``inducing``, ``σ₀² = noise_variance`` and each tied factor at ``Λ = K_uu⁻¹``,
+        ``η = 0`` (as :meth:`~pep_gp.core.models.power_ep.PowerEPSparseGP.init`)."""
+        lengthscales, _, z = initial_kernel_and_inducing(x, num_inducing, inducing=inducing, seed=seed)
+        if not ard:
+            lengthscales = np.exp(np.mean(np.log(lengthscales), keepdims=True))
+        kernel = SquaredExponential() if kernel is None else kernel
+        size = z.shape[0]
+        params = HeteroscedasticParams(
+            kernel=kernel.bank(LATENTS, z.shape[1], lengthscales),
+            inducing=jnp.asarray(np.stack([z] * LATENTS)),
+            likelihood=self.likelihood.init_params(noise_variance),
+            factor=bank.CholeskyFactor(jnp.zeros((LATENTS, size)), jnp.zeros((LATENTS, size, size))))
+        inverse = bank.prior_factors(self.sparse_gps(params)).inverse  # K_uu⁻¹ = PᵀP
+        chol = per_matrix(cholesky, jnp.swapaxes(inverse, -1, -2) @ inverse)
+        return params._replace(factor=params.factor._replace(chol=chol))
+
+    # ----------------------------------------------------------------------------------------------
+    def step_shared(self, params: HeteroscedasticParams, n_total) -> StepShared:
+        """Both ``chol(K_uu)`` and the cavities ``p_h·t_h^(1 − α/N)`` (``q`` itself at α = 0)."""
+        prior = bank.prior_factors(self.sparse_gps(params))
+        scale = 1.0 if self.alpha == 0.0 else 1.0 - self.alpha / n_total
+        return StepShared(prior, bank.gaussians(prior, params.factor, scale))
+
+    def global_energy(self, params: HeteroscedasticParams, shared: StepShared, n_total):
+        """``G`` summed over the two GPs (:func:`~pep_gp.core.bank.power_ep_global_term`; at α = 0
+        :func:`~pep_gp.core.bank.variational_global_term`)."""
+        q = bank.gaussians(shared.prior, params.factor, 1.0)
+        if self.alpha == 0.0:
+            return bank.variational_global_term(q, params.factor)
+        return bank.power_ep_global_term(q, shared.cavity, n_total, self.alpha)
+
+    def data_energy(self, params: HeteroscedasticParams, shared: StepShared, x, y, mask):
+        """``Σ_n mask_n (1/α) log Z̃_n`` of one block under the cavities (``Σ mask_n E_q[log p]`` at α = 0);
+        masked (padding) rows contribute exactly zero."""
+        marginals = bank.latent_marginals(self.sparse_gps(params), shared.prior, shared.cavity, x)  # [B, 2]
+        terms = scaled_log_tilted(self.likelihood, params.likelihood, y, marginals.mean, marginals.var, self.alpha)
+        return jnp.sum(jnp.where(mask, terms, 0.0))
+
+    def energy(self, params: HeteroscedasticParams, x, y):
+        """The whole energy ``G + L`` on in-memory rows."""
+        n = x.shape[0]
+        shared = self.step_shared(params, n)
+        return self.global_energy(params, shared, n) + self.data_energy(params, shared, x, y, jnp.ones(n, bool))
+
+    # ----------------------------------------------------------------------------------------------
+    def predict_latents(self, params: HeteroscedasticParams, x):
+        """Posterior means and variances of ``f`` and ``g`` at the rows ``x``, ``[B, 2]`` each."""
+        gps = self.sparse_gps(params)
+        prior = bank.prior_factors(gps)
+        return tuple(bank.latent_marginals(gps, prior, bank.gaussians(prior, params.factor, 1.0), x))
+
+    def predict_f(self, params: HeteroscedasticParams, x, full_cov: bool = False):
+        """Posterior mean ``[B]`` and variance ``[B]`` (``full_cov``: covariance ``[B, B]``) of ``f``
+        (:func:`~pep_gp.core.bank.latent_moments`)."""
+        gps = self.sparse_gps(params)
+        prior = bank.prior_factors(gps)
+        mean, spread = bank.latent_moments(gps, prior, bank.gaussians(prior, params.factor, 1.0), x, full_cov)
+        return mean[:, 0], spread[0] if full_cov else spread[:, 0]
+
+    def predict_y(self, params: HeteroscedasticParams, x):
+        """Predictive mean and variance of ``y``, the noise ``E[σ₀² e^g]`` of each row included."""
+        return self.likelihood.predict(params.likelihood, *self.predict_latents(params, x))
+
+
+jax.tree_util.register_static(HeteroscedasticSparseGP)

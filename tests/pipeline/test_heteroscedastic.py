@@ -1,0 +1,46 @@
+"""Heteroscedastic regression end to end (``HeteroscedasticGPRegressor``, ``--model sparse-gp-heteroscedastic``):
+on rows whose noise grows with ``x`` the fitted noise tracks the truth and the held-out NLL beats the
+homoscedastic ``SparseGPRegressor``'s; the saved run gives ``pep predict`` the estimator's predictions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pep_gp import HeteroscedasticGPRegressor, SparseGPRegressor
+from pep_gp.pipeline.runs.predict import predict
+
+
+def noisy_rows(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``x`` uniform on ``[−3, 3]``, ``y = sin(x) + σ(x)ε`` with the noise deviation ``σ(x) = 0.05 + 0.15(x + 3)``
+    (0.05 to 0.95), and ``σ(x)``."""
+    x = rng.uniform(-3.0, 3.0, size=(n, 1))
+    std = 0.05 + 0.15 * (x[:, 0] + 3.0)
+    return x, np.sin(x[:, 0]) + std * rng.standard_normal(n), std
+
+
+@pytest.mark.heavy
+def test_the_noise_tracks_the_truth_beats_the_homoscedastic_fit_and_pep_predict_reads_its_run(tmp_path):
+    """150 rows, 300 held out (seed 0): the fitted noise deviation correlates with the true one above 0.95 and its
+    median ratio to it lies in [0.8, 1.3]; the held-out NLL is below the homoscedastic sparse GP's by more than
+    0.1 nats (measured: 0.58 against 0.82); ``pep predict`` of the saved run writes the same means and
+    deviations (to 1e-12)."""
+    rng = np.random.default_rng(0)
+    x, y, _ = noisy_rows(150, rng)
+    new_x, new_y, new_std = noisy_rows(300, rng)
+    model = HeteroscedasticGPRegressor(num_inducing=15).fit(x, y)
+    noise = model.predict_noise_std(new_x)
+    assert np.corrcoef(noise, new_std)[0, 1] > 0.95
+    assert 0.8 < np.median(noise / new_std) < 1.3
+    homoscedastic = SparseGPRegressor(num_inducing=15).fit(x, y)
+    nll = model.calibration_report(new_x, new_y)["test_nll"]
+    assert nll < homoscedastic.calibration_report(new_x, new_y)["test_nll"] - 0.1
+
+    mean, std = model.predict(new_x, return_std=True)
+    model.save(tmp_path / "run")
+    pd.DataFrame(new_x, columns=["x0"]).to_csv(tmp_path / "new.csv", index=False)
+    predict(tmp_path / "run", tmp_path / "new.csv", tmp_path / "p.csv")  # what pep predict runs
+    written = pd.read_csv(tmp_path / "p.csv")
+    np.testing.assert_allclose(written["mean"].to_numpy(), mean, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(written["std"].to_numpy(), std, rtol=1e-12, atol=1e-15)
