@@ -20,6 +20,7 @@ def noisy_rows(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
     return x, np.sin(x[:, 0]) + std * rng.standard_normal(n), std
 
 
+@pytest.mark.exhaustive  # 136 s at load ~20: .ci/run fits the estimator at the tiny shapes (test_tiny_estimators)
 @pytest.mark.heavy
 def test_the_noise_tracks_the_truth_beats_the_homoscedastic_fit_and_pep_predict_reads_its_run(tmp_path):
     """150 rows, 300 held out (seed 0): the fitted noise deviation correlates with the true one above 0.95 and its
