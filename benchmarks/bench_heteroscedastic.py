@@ -15,13 +15,13 @@ runs in a Python that has it (``--gpflow-python``: a virtual environment with ``
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks import _gpflow
 from benchmarks._common import arguments, read_results, temporary_directory, write_results
 
 NAME = "bench_heteroscedastic"
@@ -89,23 +89,11 @@ def gpflow_worker(path: str) -> None:
 
 
 def fit_gpflow(python: str, directory: Path, x_train, y_train, x_test, y_test, num_inducing, steps, seed) -> dict:
-    path = directory / f"split{seed}.npz"
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, num_inducing=num_inducing,
-             steps=steps, seed=seed)
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([python, "-m", "benchmarks.bench_heteroscedastic", "--gpflow-worker", str(path)], cwd=root,
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"the GPflow process failed: {done.stderr[-2000:]}")
-    out = np.load(path.with_suffix(".out.npz"))
+    out = _gpflow.run_worker(python, "benchmarks.bench_heteroscedastic", directory / f"split{seed}.npz",
+                             x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
+                             num_inducing=num_inducing, steps=steps, seed=seed)
     return {"nll": float(out["nll"]), "rmse": float(out["rmse"]), "coverage_90": float(out["coverage"]),
             "n_iter": int(out["iterations"]), "seconds_in_gpflow": float(out["seconds"])}
-
-
-def gpflow_version(python: str) -> str | None:
-    done = subprocess.run([python, "-c", "import gpflow, tensorflow as tf; print(gpflow.__version__, tf.__version__)"],
-                          capture_output=True, text=True)
-    return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
 
 
 def table(result: dict) -> str:
@@ -131,7 +119,7 @@ def main(argv=None) -> None:
 
     data = load(DATASET)
     pep_settings = {"num_inducing": args.num_inducing, "max_iter": args.steps}
-    gpflow = None if args.gpflow_python is None else gpflow_version(args.gpflow_python)
+    gpflow = None if args.gpflow_python is None else _gpflow.version(args.gpflow_python)
     fits = []
     with temporary_directory() as directory:
         for split in range(args.splits):
