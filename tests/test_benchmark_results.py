@@ -23,7 +23,7 @@ from benchmarks import _common
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
 BENCHMARKS = sorted(path for path in (ROOT / "benchmarks").glob("*.py")
-                    if path.stem not in {"__init__", "_common", "_multiclass_run", "datasets"})
+                    if not path.stem.startswith("_") and path.stem != "datasets")  # the shared modules aside
 # made by an earlier bench_estimators whose data sets (and --fmnist-rows) are gone: the recorded commit regenerates them
 OLDER_ARGUMENTS = {"bench_estimators", "bench_estimators_breast_cancer", "bench_estimators_exact_ep"}
 
