@@ -93,6 +93,13 @@ def prior_factors(bank: Bank) -> PriorFactors:
     return PriorFactors(*cholesky_and_inverse(prior_covariances(bank)))
 
 
+def prior_precision_cholesky(prior: PriorFactors):
+    """``chol(K_g⁻¹) = chol(P_gᵀP_g)`` for every GP, ``[G, M, M]``: the Cholesky factor of a tied factor that
+    starts at the prior's precision (``Λ = K⁻¹``)."""
+    inverse = prior.inverse
+    return per_matrix(cholesky, jnp.swapaxes(inverse, -1, -2) @ inverse)
+
+
 def _whitened_precision(factor: Factor, chol_k):
     """``LᵀΛL`` for one GP."""
     if isinstance(factor, CholeskyFactor):

@@ -30,7 +30,7 @@ from ..heteroscedastic import HeteroscedasticGaussian
 from ..initialisation import initial_kernel_and_inducing
 from ..kernels import Kernel, SquaredExponential
 from ..likelihoods import scaled_log_tilted
-from ..linalg import DEFAULT_JITTER, cholesky, per_matrix
+from ..linalg import DEFAULT_JITTER
 from .power_ep import StepShared
 
 LATENTS = 2  # f and g
@@ -92,8 +92,7 @@ class HeteroscedasticSparseGP:
             inducing=jnp.asarray(np.stack([z] * LATENTS)),
             likelihood=self.likelihood.init_params(noise_variance),
             factor=bank.CholeskyFactor(jnp.zeros((LATENTS, size)), jnp.zeros((LATENTS, size, size))))
-        inverse = bank.prior_factors(self.sparse_gps(params)).inverse  # K_uu⁻¹ = PᵀP
-        chol = per_matrix(cholesky, jnp.swapaxes(inverse, -1, -2) @ inverse)
+        chol = bank.prior_precision_cholesky(bank.prior_factors(self.sparse_gps(params)))
         return params._replace(factor=params.factor._replace(chol=chol))
 
     # ----------------------------------------------------------------------------------------------

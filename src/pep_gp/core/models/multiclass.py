@@ -56,7 +56,7 @@ from .. import bank, sep
 from ..bank import CholeskyFactor, NaturalFactor
 from ..initialisation import squared_median_lengthscale
 from ..kernels import Kernel, ProductDtype, SquaredExponential, check_product_dtype
-from ..linalg import DEFAULT_JITTER, cholesky, per_matrix
+from ..linalg import DEFAULT_JITTER
 from . import multiclass_sites as sites
 from .multiclass_likelihoods import MultiClassLikelihood, Pairwise, check_likelihood, label_side
 from . import multiclass_softmax as softmax
@@ -223,8 +223,7 @@ class MultiClassGP:
             return params
         if factor != "cholesky":
             raise ValueError(f"factor must be 'natural' or 'cholesky'; got {factor!r}")
-        inverse = self.prior_factors(params).inverse  # chol(K⁻¹) = chol(PᵀP)
-        inv_chol = per_matrix(cholesky, jnp.swapaxes(inverse, -1, -2) @ inverse)
+        inv_chol = bank.prior_precision_cholesky(self.prior_factors(params))
         return params._replace(factor=CholeskyFactor(params.factor.shift, inv_chol))
 
     # ----------------------------------------------------------------------------------------------
