@@ -4,12 +4,21 @@ Python, and reads the worker's results from ``PATH.out.npz``."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def add_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--gpflow-python`` (the Python that runs GPflow) and the hidden ``--gpflow-worker PATH`` of the child."""
+    parser.add_argument("--gpflow-python", default=None, help="a Python with gpflow and tensorflow (default: none, "
+                        "GPflow not run)")
+    parser.add_argument("--gpflow-worker", default=None, help=argparse.SUPPRESS)  # the child process's split
+    return parser
 
 
 def run_worker(python: str, module: str, path: Path, **split) -> np.lib.npyio.NpzFile:

@@ -14,7 +14,6 @@ runs in a Python that has it (``--gpflow-python``: a virtual environment with ``
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -32,10 +31,7 @@ def cli():
     """The command line of ``python -m benchmarks.bench_ordinal``."""
     parser = arguments(__doc__, name=NAME, splits=5, steps=500)
     parser.add_argument("--num-inducing", type=int, default=50, help="inducing points M (default: %(default)s)")
-    parser.add_argument("--gpflow-python", default=None, help="a Python with gpflow and tensorflow (default: none, "
-                        "GPflow not run)")
-    parser.add_argument("--gpflow-worker", default=None, help=argparse.SUPPRESS)  # the child process's split
-    return parser
+    return _gpflow.add_options(parser)
 
 
 def scores(proba: np.ndarray, y: np.ndarray) -> dict:
