@@ -23,7 +23,9 @@ from tests.infra.loopback import leftovers, listening_sockets, wait_until
 from tests.test_docs_commands import blocks
 from tests.trainstores import leaves_equal
 
-pytestmark = pytest.mark.infra
+# One loopback stack (the package-scoped fixture) for every test that uses it: pytest-xdist's ``loadgroup``
+# (pyproject.toml) runs the group on one worker, so the stack starts once, not once per worker.
+pytestmark = [pytest.mark.infra, pytest.mark.xdist_group("loopback-stack")]
 
 PAGES = ("infra/README.md", "docs/how-to/clusters.md")
 RUN_COMMAND = re.compile(r"^\.venv/bin/prefect deployment run pep-pipeline/pipeline --watch --params '(.*)'$", re.M)
@@ -201,6 +203,7 @@ def test_a_prefect_worker_killed_mid_run_crashes_it_and_prefect_retry_resumes(
     assert same_result(run_dir, undisturbed[1])
 
 
+@pytest.mark.exhaustive  # resuming under Prefect again, after a SIGTERM: .ci/run's infra stage runs the SIGKILL one
 def test_a_prefect_worker_stopped_mid_run_then_a_new_run_of_the_deployment_resumes(
         stack, undisturbed, npz_input, store, tmp_path):
     """SIGTERM to the Prefect worker (``kill PID``, a stopped service): the worker stops and ends its

@@ -25,7 +25,7 @@ from pep_gp.pipeline.runs.versions import becomes_live, live_version, published
 from tests.infra.conftest import FINAL
 from tests.infra.loopback import ROOT, wait_until
 
-pytestmark = pytest.mark.infra
+pytestmark = [pytest.mark.infra, pytest.mark.xdist_group("loopback-stack")]  # the stack's group (test_prefect_server)
 
 INTERVAL = 10
 CONFIG = {"model": {"num_inducing": 6}, "epochs": 3, "batch_size": 96, "block_rows": 48, "learning_rate": 0.05,

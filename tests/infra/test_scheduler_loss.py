@@ -70,6 +70,7 @@ def kill_cluster(processes: Processes, generation: int) -> None:
     processes.kill(f"scheduler-{generation}")
 
 
+@pytest.mark.exhaustive  # the reconnecting path; .ci/run's infra stage runs the lost-for-good one and its --resume
 def test_a_scheduler_restarted_at_its_address_is_reconnected_to(processes, store, reference, tmp_path):
     port = free_port()
     address = start_cluster(processes, port, 1)
