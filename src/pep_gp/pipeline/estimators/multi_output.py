@@ -285,6 +285,12 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
         out = self._outputs(X, False, latent=True)
         return out["mean"], out["var"]
 
+    def _latent_units(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each output's ``(shift, scale)``, ``y_mean_`` and ``y_std_`` ``[P]`` (numbers for one output): so
+        ``mean_function_`` is ``Constant(y_mean_)``, each output's zero mean of standardised units in its
+        targets' units, ``[n, P]`` on rows as ``predict``'s means."""
+        return (self.y_mean_[0], self.y_std_[0]) if self._one_output else (self.y_mean_, self.y_std_)
+
     @property
     def noise_variance_(self) -> np.ndarray:
         """Each output's fitted noise variance, in the targets' units ``[P]``."""
