@@ -144,8 +144,8 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
     def fit(self, X, y):
         """Maximise the collapsed bound over the kernels, noises, mixing weights and (``train_inducing``) the
         inducing inputs (see the class docstring)."""
-        shape = np.shape(y)
-        if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] == 0):
+        shape = None if y is None else np.asarray(y).shape  # None: validate_data's own message
+        if shape is not None and (len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] == 0)):
             raise ValueError(f"MultiOutputGPRegressor: y must hold one row of targets per row of X, [N] or [N, P] "
                              f"with P ≥ 1; got shape {shape}")
         settings = MultiOutputSettings(**self._settings())
