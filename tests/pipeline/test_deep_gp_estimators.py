@@ -115,3 +115,21 @@ def test_bad_input_is_refused_by_name(arguments, X, message):
         x[3, 0] = np.nan
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         DeepGPRegressor(**{"num_inducing": 5, "max_iter": 1, **arguments}).fit(x, y)
+
+
+def test_a_deep_gps_kernel_is_each_layers_kernel_input_layer_first():
+    """``kernel_`` of a deep GP (issue 65; it read a ``params_.kernel`` that ``DeepGPParams`` lacks): the tuple of
+    its layers' kernels, input layer first (GPflux's ``f_layers[l].kernel``), each with one lengthscale per column
+    of its layer's input (the data's 3, then the hidden width 2) and one GP per output of its layer. On the state
+    the estimator's fit starts from (a deep GP's fit compiles for ~30 s; the fitted estimators' ``kernel_`` is
+    checked in tests/pipeline/test_tiny_estimators.py)."""
+    from pep_gp.kernels import Matern52
+
+    estimator = DeepGPRegressor(kernel=Matern52(), hidden_dims=(2,), num_inducing=4)
+    settings = estimator.spec.Settings(**estimator._settings())
+    estimator.params_ = estimator.spec.init(estimator.spec.build(settings, {}), step_data(20, 0)[0].repeat(3, 1),
+                                            settings, 0)
+    kernels = estimator.kernel_
+    assert [type(kernel) for kernel in kernels] == [Matern52, Matern52]
+    assert [np.shape(kernel.lengthscales.value) for kernel in kernels] == [(2, 3), (1, 2)]
+    assert repr(kernels).startswith("(Matern52(lengthscales=")

@@ -8,6 +8,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from pep_gp import CollapsedGPRegressor, MultiOutputGPRegressor
+from pep_gp.means import Constant
 
 
 @pytest.fixture
@@ -34,6 +35,7 @@ def test_independent_outputs_are_separate_collapsed_fits(rows):
         single_mean, single_std = single.predict(x_new, return_std=True)
         np.testing.assert_allclose(mean[:, p], single_mean, rtol=0, atol=1e-6 * np.std(y[:, p]))
         np.testing.assert_allclose(std[:, p], single_std, rtol=1e-6)
+        assert joint.mean_function_.constant[p] == pytest.approx(single.mean_function_.constant, rel=1e-12)
     assert joint.converged_ and joint.log_marginal_likelihood() == pytest.approx(evidence, rel=1e-10)
 
 
@@ -54,6 +56,22 @@ def test_lmc_fit_predicts_with_a_covariance_across_outputs(rows):
     np.testing.assert_allclose(std**2 - f_var, np.broadcast_to(model.noise_variance_, (7, 2)), rtol=1e-8)
     np.testing.assert_allclose(f_mean, mean, rtol=1e-12)
     assert model.score(x, y) > 0.95
+
+
+@pytest.mark.heavy  # a short LMC fit: ~15 s at a load of 5 on two cores, most of it compiling
+def test_the_fitted_mean_is_each_outputs_training_mean_where_the_predictions_revert_to_it(rows):
+    """``mean_function_`` (issue 65: it reported zero) is each output's prior mean in the targets' units, the
+    training targets' mean per column (numpy's, to rounding), ``[n, P]`` on rows; far from the data (every kernel
+    value 0) the predictive means are that prior mean."""
+    x, y, _ = rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = MultiOutputGPRegressor(outputs="lmc", num_inducing=5, max_iter=3).fit(x, y)
+    far = np.array([[1e3], [-1e3]])
+    prior = np.asarray(model.mean_function_(far))
+    assert isinstance(model.mean_function_, Constant) and prior.shape == (2, 2)
+    np.testing.assert_allclose(prior, np.broadcast_to(y.mean(axis=0), (2, 2)), rtol=1e-12)
+    np.testing.assert_allclose(model.predict(far), prior, rtol=1e-12)
 
 
 @pytest.mark.parametrize("y, message", [
@@ -87,3 +105,4 @@ def test_one_dimensional_targets_are_one_output(rows):
         model = MultiOutputGPRegressor(num_inducing=5, max_iter=3).fit(x, y[:, 0])
     mean, std = model.predict(x_new, return_std=True)
     assert model.n_outputs_ == 1 and mean.shape == std.shape == (7,) and np.all(std > 0)
+    assert model.mean_function_ == Constant(float(np.mean(y[:, 0])))

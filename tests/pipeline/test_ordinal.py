@@ -48,3 +48,68 @@ def test_a_fit_recovers_the_latent_ordering_and_pep_predict_reads_its_run(tmp_pa
     written = pd.read_csv(tmp_path / "p.csv")
     np.testing.assert_allclose(written[[f"proba_{k}" for k in range(1, 6)]].to_numpy(), proba, rtol=1e-12, atol=1e-15)
     assert written["label"].tolist() == model.predict(new_x).tolist()
+
+
+def test_a_prior_on_the_cut_points_adds_scipys_log_density_of_their_gaps():
+    """``prior={"cut_points": Gamma(2, 3)}`` (issue 65): the model the spec builds adds to its energy the log
+    density of each gap ``b_{k+1} − b_k = softplus(r_k)`` by scipy plus the softplus's log-slope ``log σ(r_k)``
+    (the convention of :mod:`pep_gp.core.priors`), at several stored values; ``b_1`` has none."""
+    from scipy import stats
+    from pep_gp.core import float64
+    from pep_gp.core.log_prior import log_prior
+    from pep_gp.core.priors import Gamma
+    from pep_gp.pipeline.models.ordinal import ORDINAL
+
+    with float64():
+        model = ORDINAL.build(ORDINAL.Settings(prior={"cut_points": Gamma(2.0, 3.0)}), {"n_classes": 4})
+        for raw in ([-0.7, 0.3, -1.1], [2.0, -2.5, 0.8], [0.0, 1.5, 4.0]):
+            ours = log_prior({"likelihood": {"raw_cut_points": np.asarray(raw)}}, model.priors)
+            gaps = np.logaddexp(0.0, raw[1:])  # softplus
+            expected = np.sum(stats.gamma(a=2.0, scale=1 / 3.0).logpdf(gaps) - np.logaddexp(0.0, -np.asarray(raw[1:])))
+            assert float(ours) == pytest.approx(expected, rel=1e-12)
+            assert np.allclose(np.diff(model.likelihood.cut_points({"raw_cut_points": np.asarray(raw)})), gaps)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"cut_points": [0.5, 0.1]}, r"cut_points: .*strictly increasing.*got \[0.5, 0.1\]"),
+    ({"cut_points": [0.0, 1.0]}, r"cut_points: 4 classes need 3 cut points; got 2"),
+    ({"fixed": "cut"}, r"fixed names \['cut'\], which likelihood 'ordinal' does not have; its parameters are "
+                       r"\['cut_points'\]"),
+])
+def test_bad_cut_point_settings_are_refused_by_name(values, message):
+    x, _, y = ordinal_rows(20, np.random.default_rng(1))
+    with pytest.raises(ValueError, match=message):
+        OrdinalGPClassifier(num_inducing=3, **values).fit(x, np.minimum(y, 4))
+
+
+@pytest.mark.heavy  # a short fit: ~10 s on 2 shared cores, compiling
+def test_fixed_cut_points_keep_their_bits_and_free_ones_move():
+    """``cut_points`` given and ``fixed="cut_points"`` (GPflow's ``Ordinal(bin_edges)``): after a fit the stored
+    cut points are those of the given ones to the bit (``cut_points_`` the given values to rounding); without
+    ``fixed`` the same fit from the same start moves them."""
+    x, _, y = ordinal_rows(60, np.random.default_rng(2))
+    given = [-1.0, 0.0, 1.0, 2.0]
+    settings = {"cut_points": given, "num_inducing": 5, "max_iter": 10}
+    fixed = OrdinalGPClassifier(fixed="cut_points", **settings).fit(x, y)
+    start = fixed.model_.likelihood.params_of(given)["raw_cut_points"]
+    assert np.asarray(fixed.params_.likelihood["raw_cut_points"]).tobytes() == np.asarray(start).tobytes()
+    np.testing.assert_allclose(fixed.cut_points_, given, rtol=0, atol=1e-12)
+    free = OrdinalGPClassifier(**settings).fit(x, y)
+    assert not np.allclose(free.cut_points_, given, rtol=0, atol=1e-6)
+
+
+def test_a_model_table_and_set_give_the_cut_point_settings():
+    """``[model]`` of ``sparse-gp-ordinal`` and ``--set`` spell them as a likelihood parameter's: ``cut_points``,
+    ``fixed`` and ``prior`` (the leaf the prior is on, with its map to the gaps)."""
+    from pep_gp.core.ordinal import Ordinal
+    from pep_gp.core.priors import Gamma
+    from pep_gp.pipeline.models import get_model, model_settings
+    from pep_gp.pipeline.runs.config import load_config, parse_settings
+
+    spec = get_model("sparse-gp-ordinal")
+    table = {"cut_points": [-1.0, 1.0], "prior": {"cut_points": {"name": "gamma", "shape": 2.0, "rate": 2.0}}}
+    settings = model_settings(spec, table)
+    assert settings.cut_points == (-1.0, 1.0)
+    assert settings.leaf_priors() == (("raw_cut_points", Gamma(2.0, 2.0), Ordinal.gaps),)
+    config = load_config(None, settings=parse_settings(["model.fixed=cut_points"]))
+    assert model_settings(spec, config.model).fixed_leaves() == {"raw_cut_points"}

@@ -24,7 +24,8 @@ from tests import tiny
 # tier: it runs in .ci/run for the collapsed regressor (40 s on 2 cores at a load of 25: a fit of its own, and
 # the regressor checks with the same estimator classes as the trainer's regressors). One classifier through the
 # trainer (multi-class SEP's, whose checks fit binary and multi-class labels: 114 s), the multi-class deep GP (the trainer's deep path with a
-# predictive of its own; it passes every check), exact EP and untied multi-class EP, whose fits are their own, and
+# predictive of its own; it passes every check), exact EP, untied multi-class EP and the multi-output regressor
+# (53 checks in 69–212 s on 2 loaded cores), whose fits are their own, and
 # the others, the same estimator classes over another model spec, take the whole contract with -m exhaustive
 # (.ci/run's 25 minutes leave no room for them). In the default tier every
 # estimator takes the fit-free checks below, and fits, predicts and round-trips at the tiny shapes
@@ -32,7 +33,7 @@ from tests import tiny
 SHARING = ["SparseGPRegressor", "HeteroscedasticGPRegressor", "SparseGPClassifier", "OrdinalGPClassifier",
            "DirectMultiClassGPClassifier", "TiedEPClassifier", "DeepGPRegressor", "DeepGPClassifier"]
 OWN = ["MultiClassGPClassifier", "CollapsedGPRegressor", "ExactGPClassifier", "MultiClassEPClassifier",
-       "MultiClassDeepGPClassifier"]
+       "MultiClassDeepGPClassifier", "MultiOutputGPRegressor"]
 IN_CI = ["CollapsedGPRegressor"]
 NAMES = [name if name in IN_CI else pytest.param(name, marks=pytest.mark.exhaustive) for name in [*OWN, *SHARING]]
 

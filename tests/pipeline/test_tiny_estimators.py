@@ -13,6 +13,7 @@ import pytest
 from sklearn.base import RegressorMixin, clone, is_classifier
 
 import pep_gp
+from pep_gp.kernels import Kernel
 from pep_gp.pipeline.estimators.fitted import FittedGP
 from pep_gp.pipeline.estimators.models import built_in
 from tests import tiny
@@ -57,6 +58,15 @@ def test_every_public_estimator_fits_predicts_and_round_trips_at_the_tiny_shapes
         assert set(model.predict(rows)) <= set(model.classes_)
     else:
         assert np.all(np.isfinite(outputs)) and np.all(outputs[1] > 0)  # means and standard deviations
+    kernels = model.kernel_ if isinstance(model.kernel_, tuple) else (model.kernel_,)  # a deep GP's: per layer
+    assert kernels and all(isinstance(kernel, Kernel) for kernel in kernels)
+    if not is_classifier(model) and name != "DeepGPRegressor":
+        # far from the data (every kernel value 0) the predictive mean is the prior's, mean_function_: the zero
+        # mean of standardised targets, the training targets' mean (a deep GP's output layer sees its hidden
+        # layers' prior there, not a far point)
+        far = np.full((2, tiny.FEATURES), 1e3)
+        np.testing.assert_allclose(model.predict(far), np.full(2, np.mean(y)), rtol=1e-12)
+        np.testing.assert_allclose(model.mean_function_(far), np.full(2, np.mean(y)), rtol=1e-12)
     assert _outputs(pickle.loads(pickle.dumps(model)), rows).tobytes() == outputs.tobytes()
     assert _outputs(clone(model).fit(x, y), rows).tobytes() == outputs.tobytes()  # a refit: the same bits
     if hasattr(model, "save") and name != "CollapsedGPRegressor":  # it keeps its rows: joblib only

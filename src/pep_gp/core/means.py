@@ -201,18 +201,21 @@ class Zero(MeanFunction):
     def minus(self, x, values):
         return values
 
-    def in_data_units(self, x_mean, x_std, shift: float = 0.0, scale: float = 1.0) -> MeanFunction:
-        return Zero() if shift == 0.0 else Constant(float(shift))
+    def in_data_units(self, x_mean, x_std, shift=0.0, scale: float = 1.0) -> MeanFunction:
+        """``Constant(shift)``: a number, or one per output ``[P]`` (a multi-output regressor's); Zero for 0."""
+        return Zero() if np.all(np.equal(shift, 0.0)) else Constant(shift)
 
 
 @register_mean("constant")
 class Constant(MeanFunction):
-    """``m(x) = c`` (GPflow's ``Constant``, GPyTorch's ``ConstantMean``)."""
+    """``m(x) = c`` (GPflow's ``Constant``, GPyTorch's ``ConstantMean``). A model trains a number ``c``; a
+    multi-output regressor's fitted mean holds one per output, ``c`` ``[P]``, and gives ``[B, P]`` (GPflow's
+    ``Constant`` of a vector ``c``)."""
 
     parameters = ("constant",)
 
     def __call__(self, x):
-        return jnp.broadcast_to(self.constant, x.shape[:1]).astype(x.dtype)
+        return jnp.broadcast_to(self.constant, x.shape[:1] + np.shape(self.constant)).astype(x.dtype)
 
     def shapes(self, dims):
         return {"constant": ()}

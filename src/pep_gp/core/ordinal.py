@@ -76,15 +76,30 @@ class Ordinal:
         if counts.shape != (self.n_classes,) or np.any(counts < 0):
             raise ValueError(f"class_counts must be {self.n_classes} non-negative counts; got {counts.tolist()}")
         cumulative = np.cumsum(counts + 0.5)[:-1] / np.sum(counts + 0.5)
-        cuts = np.sqrt(2.0) * ndtri(cumulative)
-        raw = np.concatenate([cuts[:1], np.asarray(unconstrain_positive(np.diff(cuts)))])
-        return {"raw_cut_points": jnp.asarray(raw)}
+        return self.params_of(np.sqrt(2.0) * ndtri(cumulative))
+
+    def params_of(self, cut_points) -> dict:
+        """The stored parameters of given cut points ``b_1 < … < b_{C−1}`` (:meth:`cut_points`' inverse; ValueError
+        unless ``C − 1`` strictly increasing finite values)."""
+        cuts = np.asarray(cut_points, dtype=np.float64)
+        if cuts.shape != (self.n_classes - 1,) or not (np.all(np.isfinite(cuts)) and np.all(np.diff(cuts) > 0)):
+            raise ValueError(f"{self.n_classes} classes need {self.n_classes - 1} strictly increasing finite cut "
+                             f"points; got {cuts.tolist()}")
+        return {"raw_cut_points": jnp.asarray(np.concatenate([cuts[:1], np.asarray(unconstrain_positive(np.diff(cuts)))]))}
 
     @staticmethod
     def cut_points(params):
         """``b_1 < … < b_{C−1}``: the first leaf, then the running sum of the softplus of the others."""
         raw = params["raw_cut_points"]
-        return jnp.cumsum(jnp.concatenate([raw[:1], positive(raw[1:])]))
+        return jnp.cumsum(jnp.concatenate([raw[:1], Ordinal.gaps(raw)]))
+
+    @staticmethod
+    def gaps(raw):
+        """The gaps ``b_{k+1} − b_k`` ``[C − 2]`` of the stored cut points ``raw``: the softplus of its leaves after
+        the first. A prior on the cut points is a density of each gap (positive, as every prior of
+        :mod:`pep_gp.core.priors`; ``b_1``, their location, has none), the Jacobian that of the softplus
+        (:func:`pep_gp.core.log_prior.log_prior`)."""
+        return positive(raw[1:])
 
     def edges(self, params, y):
         """The cut points below and above each label ``y`` (``[...]`` each), finite, and whether each exists: the

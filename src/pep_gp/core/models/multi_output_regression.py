@@ -43,6 +43,7 @@ import jax.numpy as jnp
 
 from ..kernels import Kernel
 from ..linalg import DEFAULT_JITTER, cholesky, per_matrix, solve_lower
+from ..log_prior import with_log_prior
 from ..parameters import SOFTPLUS, constrained
 from .collapsed_regression import condition, evidence, posterior
 
@@ -115,7 +116,12 @@ class MultiOutputRegression:
 
     def log_marginal_likelihood(self, params: MultiOutputParams, x, y):
         """``log Z_PEP(α)`` of the targets ``y`` ``[N, P]`` at the rows ``x`` ``[N, D]``: the sum of the outputs'
-        collapsed bounds (independent) or the stacked LMC bound (Bui, Yan & Turner 2017, §3.6, eq. 128)."""
+        collapsed bounds (independent) or the stacked LMC bound (Bui, Yan & Turner 2017, §3.6, eq. 128); with a
+        kernel that carries priors, plus their log density over every latent GP's values (a MAP objective,
+        :mod:`pep_gp.core.log_prior`; the same bits without)."""
+        return with_log_prior(self._log_evidence(params, x, y), params)
+
+    def _log_evidence(self, params: MultiOutputParams, x, y):
         latents = _latents(params.kernel, params.inducing, x, self.jitter)
         noise = params.noise_variance
         if self.outputs == "lmc":

@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ...core import float64
 from ...core.likelihoods import Probit
 from ...core.means import MeanFunction, Zero
+from ...core.models.deep_gp import DeepGPParams
 from ...core.models.multiclass_likelihoods import MultiClassLikelihood, Pairwise
 from ..data.datasets import ArrayData
 from ..data.frames import TableChunk
@@ -214,8 +215,12 @@ class FittedGP(BaseEstimator):
     @property
     def kernel_(self):
         """The fitted kernel with its learned values (one per latent GP, in the standardised inputs' units),
-        printed readably; a deep GP's are each layer's ``params_.layers[l].kernel``."""
+        printed readably. A deep GP's is a tuple of each layer's kernel, input layer first (its
+        ``params_.layers[l].kernel``: GPflux's ``f_layers[l].kernel``, a GPyTorch deep GP layer's
+        ``covar_module``)."""
         check_is_fitted(self)
+        if isinstance(self.params_, DeepGPParams):
+            return tuple(layer.kernel for layer in self.params_.layers)
         return self.params_.kernel
 
     @property

@@ -144,8 +144,8 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
     def fit(self, X, y):
         """Maximise the collapsed bound over the kernels, noises, mixing weights and (``train_inducing``) the
         inducing inputs (see the class docstring)."""
-        shape = np.shape(y)
-        if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] == 0):
+        shape = None if y is None else np.asarray(y).shape  # None: validate_data's own message
+        if shape is not None and (len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] == 0)):
             raise ValueError(f"MultiOutputGPRegressor: y must hold one row of targets per row of X, [N] or [N, P] "
                              f"with P ≥ 1; got shape {shape}")
         settings = MultiOutputSettings(**self._settings())
@@ -284,6 +284,12 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
                              "predict(X, return_cov=True) gives the covariance across the outputs at each row")
         out = self._outputs(X, False, latent=True)
         return out["mean"], out["var"]
+
+    def _latent_units(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each output's ``(shift, scale)``, ``y_mean_`` and ``y_std_`` ``[P]`` (numbers for one output): so
+        ``mean_function_`` is ``Constant(y_mean_)``, each output's zero mean of standardised units in its
+        targets' units, ``[n, P]`` on rows as ``predict``'s means."""
+        return (self.y_mean_[0], self.y_std_[0]) if self._one_output else (self.y_mean_, self.y_std_)
 
     @property
     def noise_variance_(self) -> np.ndarray:

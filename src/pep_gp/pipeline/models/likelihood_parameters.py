@@ -6,7 +6,9 @@ per step (:mod:`pep_gp.core.log_prior`).
 
 A likelihood's parameters are named as its settings start them: the Gaussian's ``noise_variance``; the
 Student-t's ``scale`` (started at ``√noise_variance``) and ``dof``; the negative binomial's ``dispersion``.
-The Poisson, probit and logistic likelihoods have none.
+The ordinal's ``cut_points`` are all held together (their stored leaf is one), and a prior on them is a density
+of each gap between consecutive cut points (:meth:`~pep_gp.core.ordinal.Ordinal.gaps`). The Poisson, probit and
+logistic likelihoods have none.
 
 Example:
     >>> from pep_gp.pipeline.models.sparse_gp import SparseGPRegressionSettings
@@ -30,6 +32,7 @@ LIKELIHOOD_PARAMETERS: dict[str, dict[str, str]] = {
     "student-t": {"scale": "raw_scale", "dof": "raw_dof"},
     "poisson": {},
     "negative-binomial": {"dispersion": "raw_dispersion"},
+    "ordinal": {"cut_points": "raw_cut_points"},
 }
 """Each likelihood's parameters by name, with the name of the leaf that stores each (softplus of it,
 :mod:`pep_gp.core.likelihoods`)."""
@@ -65,14 +68,19 @@ class LikelihoodParameterSettings(ModelSettings):
 
     fixed: FixedNames = Field((), description="the likelihood's parameters kept at their starting values, to the "
                               "bit (gaussian: noise_variance; student-t: scale, dof; negative-binomial: "
-                              "dispersion); a kernel's go in the kernel (its fixed=)")
+                              "dispersion; ordinal: cut_points); a kernel's go in the kernel (its fixed=)")
     prior: PriorTable = Field(None, description="priors on the likelihood's parameters (those fixed names): a table "
-                              "of name → {name = 'log-normal' | 'gamma' | 'half-normal', …}; a MAP fit. A "
-                              "kernel's go in the kernel (its prior=)")
+                              "of name → {name = 'log-normal' | 'gamma' | 'half-normal', …}; a MAP fit (ordinal: "
+                              "cut_points, a prior on each gap between them). A kernel's go in the kernel (its "
+                              "prior=)")
+
+    def likelihood_name(self) -> str:
+        """The likelihood's name (its ``likelihood`` setting; the Gaussian when the model has none)."""
+        return getattr(self, "likelihood", "gaussian")
 
     def likelihood_parameters(self) -> dict[str, str]:
         """The likelihood's parameters by name, each with the name of its stored leaf."""
-        return LIKELIHOOD_PARAMETERS[getattr(self, "likelihood", "gaussian")]
+        return LIKELIHOOD_PARAMETERS[self.likelihood_name()]
 
     def fixed_leaves(self) -> set[str]:
         """The stored leaves of the ``fixed`` parameters (what the spec's ``frozen`` holds)."""
@@ -90,7 +98,7 @@ class LikelihoodParameterSettings(ModelSettings):
         for field, names in (("fixed", self.fixed), ("prior", list(self.prior or {}))):
             unknown = [name for name in names if name not in parameters]
             if unknown:
-                likelihood = getattr(self, "likelihood", "gaussian")
+                likelihood = self.likelihood_name()
                 raise ValueError(f"{field} names {unknown}, which likelihood {likelihood!r} does not have; its "
                                  f"parameters are {list(parameters) or 'none'} (a kernel's go in the kernel: "
                                  f"{field}=)")

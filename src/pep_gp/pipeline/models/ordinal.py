@@ -15,20 +15,43 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from ...core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from ...core.ordinal import Ordinal
 from ..data.blocks import TargetScaling
+from ..errors import InputError
 from .predictive import LikelihoodClassPredictive
-from .protocol import SpecBase, check_task, settings_kernel, settings_mean
+from .likelihood_parameters import LikelihoodParameterSettings
+from .protocol import SpecBase, check_task, leaves_named, settings_kernel, settings_mean
 from .registry import register
 from .sparse_gp import SparseGPSettings, check_given_inducing, check_inducing
 
 
-class OrdinalSettings(SparseGPSettings):
+class OrdinalSettings(LikelihoodParameterSettings, SparseGPSettings):
     """Settings of the ordinal model: the sparse GP's (``alpha``, ``ard``, inducing inputs, kernel, mean
-    function). The cut points start from the training labels' cumulative frequencies
-    (:meth:`~pep_gp.core.ordinal.Ordinal.init_params`) and are learned."""
+    function) and the cut points': where they start (``cut_points``; none: from the training labels' cumulative
+    frequencies, :meth:`~pep_gp.core.ordinal.Ordinal.init_params`), ``fixed="cut_points"`` to keep them there to
+    the bit (GPflow's ``Ordinal(bin_edges)``, whose edges are constants), and ``prior={"cut_points": …}``, a
+    prior on each gap between consecutive cut points (:meth:`~pep_gp.core.ordinal.Ordinal.gaps`; a MAP fit)."""
+
+    cut_points: tuple[float, ...] | None = Field(None, description="the starting cut points b_1 < … < b_{C−1} on "
+                                                 "the latent scale, one fewer than the classes; none: from the "
+                                                 "training labels' cumulative frequencies")
+
+    def likelihood_name(self) -> str:
+        return "ordinal"
+
+    def leaf_priors(self) -> tuple[tuple, ...]:
+        """``prior``'s pair of the cut points with the map to their gaps (:meth:`~pep_gp.core.ordinal.Ordinal.gaps`)."""
+        return tuple((leaf, prior, Ordinal.gaps) for leaf, prior in super().leaf_priors())
+
+    @field_validator("cut_points")
+    @classmethod
+    def _increasing(cls, value: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if value is not None and not (len(value) >= 1 and np.all(np.isfinite(value)) and np.all(np.diff(value) > 0)):
+            raise ValueError(f"cut points must be finite and strictly increasing, at least one; got {list(value)}")
+        return value
 
 
 @dataclass(frozen=True)
@@ -39,16 +62,20 @@ class OrdinalSpec(SpecBase):
     parameterisation = "1"
 
     def check(self, data: Any, settings: OrdinalSettings, block_rows: int) -> None:
-        """A classification dataset, and ``inducing_points`` (when given) that fit it
-        (:func:`~pep_gp.pipeline.models.sparse_gp.check_given_inducing`)."""
+        """A classification dataset, ``inducing_points`` (when given) that fit it
+        (:func:`~pep_gp.pipeline.models.sparse_gp.check_given_inducing`) and one cut point fewer than its classes."""
         check_task(self, data)
         check_given_inducing(data, settings)
+        if settings.cut_points is not None and len(settings.cut_points) != data.n_classes - 1:
+            raise InputError(f"cut_points: {data.n_classes} classes need {data.n_classes - 1} cut points; got "
+                             f"{len(settings.cut_points)}")
 
     def binding(self, data: Any) -> dict[str, Any]:
         return {"n_classes": int(data.n_classes)}
 
     def build(self, settings: OrdinalSettings, binding: dict[str, Any]) -> PowerEPSparseGP:
-        return PowerEPSparseGP(Ordinal(binding["n_classes"]), alpha=settings.alpha, jitter=settings.jitter)
+        return PowerEPSparseGP(Ordinal(binding["n_classes"]), alpha=settings.alpha, jitter=settings.jitter,
+                               priors=settings.leaf_priors())
 
     def init(self, model: PowerEPSparseGP, x, settings: OrdinalSettings, seed: int) -> SparseGPParams:
         """As the sparse GP's (:meth:`~pep_gp.pipeline.models.sparse_gp.SparseGPSpec.init`), with equally
@@ -60,10 +87,18 @@ class OrdinalSpec(SpecBase):
 
     def settle(self, model: PowerEPSparseGP, params: SparseGPParams, x, y, settings: OrdinalSettings,
                n_total) -> SparseGPParams:
-        """The cut points started from the cumulative frequencies of the labels ``y`` of the starting sample
-        (:meth:`~pep_gp.core.ordinal.Ordinal.init_params`)."""
+        """The cut points started at ``cut_points``, or from the cumulative frequencies of the labels ``y`` of the
+        starting sample (:meth:`~pep_gp.core.ordinal.Ordinal.init_params`)."""
+        if settings.cut_points is not None:
+            return params._replace(likelihood=model.likelihood.params_of(settings.cut_points))
         counts = np.bincount(np.asarray(y, dtype=np.int64), minlength=model.likelihood.n_classes)
         return params._replace(likelihood=model.likelihood.init_params(counts))
+
+    def frozen(self, settings: OrdinalSettings, params: SparseGPParams) -> SparseGPParams:
+        """The sparse GP's (:meth:`~pep_gp.pipeline.models.protocol.SpecBase.frozen`) and the cut points when
+        ``fixed`` names them."""
+        fixed = (set() if settings.train_inducing else {"inducing"}) | settings.fixed_leaves()
+        return leaves_named(params, fixed)
 
     def predictive(self, model: PowerEPSparseGP, targets: TargetScaling):
         return LikelihoodClassPredictive(model)
