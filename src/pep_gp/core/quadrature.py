@@ -190,7 +190,8 @@ class TiltedQuadrature(NamedTuple):
     * with ``newton_steps > 0``, the tilted density's own: ``z = z* + σ* t`` about its mode ``z*`` on its Laplace
       scale ``σ* = (−ψ''(z*))^{−1/2}``, ``ψ(z) = −z²/2 + α log p(y | m + √v z)`` (Laplace-centred quadrature,
       Liu & Pierce 1994): a peak far from both centres and narrower than the octaves about them (a far outlier
-      of the heteroscedastic likelihood, :mod:`pep_gp.core.heteroscedastic`). :meth:`laplace` finds it.
+      of the heteroscedastic likelihood, :mod:`pep_gp.core.heteroscedastic`). :meth:`laplace` finds it from the
+      best of the other breakpoints.
 
     Each gap between sorted breakpoints gets ``panel_nodes`` Gauss–Legendre nodes. The rule depends on
     ``(m, v, c, w)`` (and ``z*``, ``σ*``) only through where its nodes go and carries no gradient; the integrand's
@@ -204,9 +205,8 @@ class TiltedQuadrature(NamedTuple):
     octaves: int = 10
     newton_steps: int = 0
 
-    def nodes(self, mean, var, centre, width, alpha=1.0, laplace=None):
-        """``z``-points ``[..., K]`` and log-weights ``[..., K]`` of ``∫ N(z) h(z) dz`` (``−inf`` on empty panels);
-        ``laplace``: the tilted density's mode and scale ``(z*, σ*)`` ``[...]`` each, for its set of breakpoints."""
+    def breaks(self, mean, var, centre, width, alpha=1.0):
+        """The breakpoints ``[..., P]`` in ``z`` of the Gaussian's, the likelihood's and the span's sets (unsorted)."""
         mean, var, centre, width = jax.lax.stop_gradient(jnp.broadcast_arrays(mean, var, centre, width))
         root_var = jnp.sqrt(var)[..., None]
         t = jnp.linspace(-self.half_width, self.half_width, self.num_breaks, dtype=mean.dtype)
@@ -217,16 +217,22 @@ class TiltedQuadrature(NamedTuple):
         low = jnp.minimum(own[..., :1], gaussian[..., :1])
         high = jnp.maximum(own[..., -1:], gaussian[..., -1:])
         between = low + (high - low) * jnp.linspace(0.0, 1.0, self.num_breaks, dtype=mean.dtype)
-        breaks = [gaussian, own, between]
+        return jnp.concatenate([gaussian, own, between], axis=-1)
+
+    def nodes(self, mean, var, centre, width, alpha=1.0, laplace=None):
+        """``z``-points ``[..., K]`` and log-weights ``[..., K]`` of ``∫ N(z) h(z) dz`` (``−inf`` on empty panels);
+        ``laplace``: the tilted density's mode and scale ``(z*, σ*)`` ``[...]`` each, for its set of breakpoints."""
+        breaks = self.breaks(mean, var, centre, width, alpha)
         if laplace is not None:
             mode, scale = jax.lax.stop_gradient(laplace)
-            breaks.append(mode[..., None] + scale[..., None] * t)
-        return gaussian_panels(jnp.concatenate(breaks, axis=-1), self.panel_nodes)
+            t = jnp.linspace(-self.half_width, self.half_width, self.num_breaks, dtype=breaks.dtype)
+            breaks = jnp.concatenate([breaks, mode[..., None] + scale[..., None] * t], axis=-1)
+        return gaussian_panels(breaks, self.panel_nodes)
 
     def laplace(self, log_density, z):
         """Mode ``z*`` and Laplace scale ``σ* = (max(−ψ''(z*), 1))^{−½} ≤ 1`` ``[...]`` of ``ψ = log_density``
         (``[..., K] → [..., K]``, elementwise), from the best of the points ``z`` ``[..., K]`` (the rule's
-        nodes) by ``newton_steps`` Newton steps ``ψ'/max(−ψ'', 1)``, each the best of it and its halvings that
+        other breakpoints) by ``newton_steps`` Newton steps ``ψ'/max(−ψ'', 1)``, each the best of it and its halvings that
         raises ``ψ`` (so ``ψ`` never falls where it is not concave; the floor 1 is the prior's curvature in
         ``z``). Carries no gradient."""
         def value(points):
@@ -271,14 +277,15 @@ def tilted_moments_by_quadrature(log_likelihood, mean, var, alpha, centre, width
         closes over (the nodes are held).
     """
     mean, var = jnp.broadcast_arrays(mean, var)
-    z, log_w = rule.nodes(mean, var, centre, width, alpha)
 
     def at(z):  # f at the points z
         return mean[..., None] + jnp.sqrt(var)[..., None] * z
 
+    laplace = None
     if rule.newton_steps:
-        laplace = rule.laplace(lambda z: alpha * log_likelihood(at(z)) - 0.5 * z**2, z)
-        z, log_w = rule.nodes(mean, var, centre, width, alpha, laplace)
+        laplace = rule.laplace(lambda z: alpha * log_likelihood(at(z)) - 0.5 * z**2,
+                               rule.breaks(mean, var, centre, width, alpha))
+    z, log_w = rule.nodes(mean, var, centre, width, alpha, laplace)
     f = at(z)
     log_terms = log_w + alpha * log_likelihood(f)
     log_z = logsumexp(log_terms, axis=-1)

@@ -42,8 +42,7 @@ class HeteroscedasticSpec(SpecBase):
     Settings = HeteroscedasticSettings
     # The default stopping rule ended L-BFGS at a local start (79 iterations; 150 rows of a noise growing with x:
     # noise std 1.7× the truth's, test NLL 0.93 against the homoscedastic fit's 0.82); run to 1,000 iterations,
-    # the same fit reached 1.14× and 0.58 (tests/pipeline/test_heteroscedastic.py, then on seed 0; since the
-    # quadrature's Laplace set that seed's fit ends with a flat noise GP, seeds 1 and 2 reach 0.97× and 1.01×).
+    # the same fit reached 1.14× and 0.58 (tests/pipeline/test_heteroscedastic.py).
     train_defaults = MappingProxyType({"max_steps": 1_000, "tol": 1e-9})
 
     def check(self, data, settings: HeteroscedasticSettings, block_rows: int) -> None:
