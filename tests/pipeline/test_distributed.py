@@ -40,7 +40,9 @@ def without_seconds(history):
     pytest.param("sparse-gp-regressor", "regression_store", {"mean_function": "linear"},  # a mean's leaves too
                  marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-regressor-linear-mean"),
     pytest.param("sparse-gp-ordinal", "three_class_store", {},  # the first's path, the cut points' leaves
-                 marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-ordinal")])
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-ordinal"),
+    pytest.param("sparse-gp-heteroscedastic", "regression_store", {},  # a bank of two GPs' energy, a row's term
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-heteroscedastic")])  # over both
 @pytest.mark.heavy
 def test_in_process_one_and_two_workers_are_bit_identical(model, store, settings, one_worker, cluster, tmp_path,
                                                           request):

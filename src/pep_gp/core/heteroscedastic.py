@@ -16,7 +16,11 @@ integral over ``f`` is the Gaussian likelihood's closed form at the noise ``s = 
     ℓ_α(g) = −(α/2) log(2πs) − ½ log(1 + αv_f/s) − ½ α(y − m_f)²/(αv_f + s),
 
 by the composite rule of :class:`~pep_gp.core.quadrature.TiltedQuadrature` (``ℓ_α`` changes from its
-``s ≪ (y − m_f)²`` to its ``s ≫`` side about ``s ≈ (y − m_f)² + αv_f``, on a unit scale of ``g``). The
+``s ≪ (y − m_f)²`` to its ``s ≫`` side about ``s ≈ (y − m_f)² + αv_f``, on a unit scale of ``g``) with its
+Laplace set about the tilted density's mode in ``g`` (Liu & Pierce 1994): an outlier under a narrow ``g`` has its
+mass far from both centres, on a scale much finer than the rule's octaves there. ``ℓ_α`` is written in
+``log s = log σ₀² + g`` and ``log(αv_f + s)`` (a log-sum-exp), finite with finite derivatives at every node: at
+small ``α`` the rule's octaves reach ``g`` where ``e^g`` overflows or vanishes. The
 ``α → 0`` term is in closed form, ``E[e^{−g}] = e^{−m_g + v_g/2}`` (Lázaro-Gredilla & Titsias 2011, §3;
 Saul et al. 2016, §3):
 
@@ -35,8 +39,10 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtr
 
 from .gaussian import LOG_2PI, mixture_quantiles
-from .likelihoods import Gaussian, gaussian_log_tilted
+from .likelihoods import Gaussian
 from .quadrature import GaussHermite, TiltedQuadrature, tilted_moments_by_quadrature
+
+NEWTON_STEPS = 8  # to the tilted density's mode in g (TiltedQuadrature.laplace)
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ class HeteroscedasticGaussian:
     """
 
     quadrature: GaussHermite = GaussHermite()
-    tilted_quadrature: TiltedQuadrature = TiltedQuadrature()
+    tilted_quadrature: TiltedQuadrature = TiltedQuadrature(newton_steps=NEWTON_STEPS)
     name: str = field(default="heteroscedastic-gaussian", init=False)
 
     @staticmethod
@@ -79,9 +85,11 @@ class HeteroscedasticGaussian:
         noise0 = self.noise_variance(params)
         centre = jnp.log(((y - f_mean) ** 2 + alpha * f_var) / noise0 + jnp.finfo(f_mean.dtype).tiny)
 
-        def log_terms(g):  # ℓ_α(g)/α at the rule's nodes [..., K]
-            return gaussian_log_tilted(noise0 * jnp.exp(g), y[..., None], f_mean[..., None], f_var[..., None],
-                                       alpha) / alpha
+        def log_terms(g):  # ℓ_α(g)/α at the rule's nodes [..., K], in log s (module docstring)
+            log_noise = jnp.log(noise0) + g
+            log_spread = jnp.logaddexp(jnp.log(alpha * f_var)[..., None], log_noise)  # log(αv_f + s)
+            return (-0.5 * alpha * (LOG_2PI + log_noise) - 0.5 * (log_spread - log_noise)
+                    - 0.5 * alpha * (y - f_mean)[..., None] ** 2 * jnp.exp(-log_spread)) / alpha
 
         return tilted_moments_by_quadrature(log_terms, g_mean, g_var, alpha, centre, jnp.ones_like(centre),
                                             self.tilted_quadrature)[0]

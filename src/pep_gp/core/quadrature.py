@@ -16,6 +16,7 @@ from jax.scipy.stats import norm
 
 DEFAULT_NUM_POINTS = 64
 MILLS_SWITCH, MILLS_TERMS = 8.0, 16  # see log_ndtr_and_mills_ratio
+NEWTON_HALVINGS = 8  # see TiltedQuadrature.laplace
 
 
 class GaussHermite(NamedTuple):
@@ -185,21 +186,27 @@ class TiltedQuadrature(NamedTuple):
       ``log(y + ½)`` and ``(y + ½)^{−½}`` for counts; ``p^α`` varies on the scale ``w/√α``), in octaves, so
       that a heavy (polynomial) tail is resolved as well as the peak;
     * the whole span between the lowest and the highest of these, evenly (the tilted density's mass lies
-      between the Gaussian's and the likelihood's, and this set resolves it when the two are far apart).
+      between the Gaussian's and the likelihood's, and this set resolves it when the two are far apart);
+    * with ``newton_steps > 0``, the tilted density's own: ``z = z* + σ* t`` about its mode ``z*`` on its Laplace
+      scale ``σ* = (−ψ''(z*))^{−1/2}``, ``ψ(z) = −z²/2 + α log p(y | m + √v z)`` (Laplace-centred quadrature,
+      Liu & Pierce 1994): a peak far from both centres and narrower than the octaves about them (a far outlier
+      of the heteroscedastic likelihood, :mod:`pep_gp.core.heteroscedastic`). :meth:`laplace` finds it from the
+      best of the other breakpoints.
 
     Each gap between sorted breakpoints gets ``panel_nodes`` Gauss–Legendre nodes. The rule depends on
-    ``(m, v, c, w)`` only through where its nodes go and carries no gradient; the integrand's dependence on
-    ``(m, v)`` and the likelihood's parameters does. Needs ``v > 0``. Measured accuracy against
-    ``scipy.integrate.quad``: ``tests/core/test_quadrature_likelihoods.py``.
+    ``(m, v, c, w)`` (and ``z*``, ``σ*``) only through where its nodes go and carries no gradient; the integrand's
+    dependence on ``(m, v)`` and the likelihood's parameters does. Needs ``v > 0``. Measured accuracy against
+    ``scipy.integrate.quad``: ``tests/core/test_quadrature_likelihoods.py``, ``tests/core/test_heteroscedastic.py``.
     """
 
     num_breaks: int = 9
     panel_nodes: int = 16
     half_width: float = 9.0
     octaves: int = 10
+    newton_steps: int = 0
 
-    def nodes(self, mean, var, centre, width, alpha=1.0):
-        """``z``-points ``[..., K]`` and log-weights ``[..., K]`` of ``∫ N(z) h(z) dz`` (``−inf`` on empty panels)."""
+    def breaks(self, mean, var, centre, width, alpha=1.0):
+        """The breakpoints ``[..., P]`` in ``z`` of the Gaussian's, the likelihood's and the span's sets (unsorted)."""
         mean, var, centre, width = jax.lax.stop_gradient(jnp.broadcast_arrays(mean, var, centre, width))
         root_var = jnp.sqrt(var)[..., None]
         t = jnp.linspace(-self.half_width, self.half_width, self.num_breaks, dtype=mean.dtype)
@@ -210,7 +217,47 @@ class TiltedQuadrature(NamedTuple):
         low = jnp.minimum(own[..., :1], gaussian[..., :1])
         high = jnp.maximum(own[..., -1:], gaussian[..., -1:])
         between = low + (high - low) * jnp.linspace(0.0, 1.0, self.num_breaks, dtype=mean.dtype)
-        return gaussian_panels(jnp.concatenate([gaussian, own, between], axis=-1), self.panel_nodes)
+        return jnp.concatenate([gaussian, own, between], axis=-1)
+
+    def nodes(self, mean, var, centre, width, alpha=1.0, laplace=None):
+        """``z``-points ``[..., K]`` and log-weights ``[..., K]`` of ``∫ N(z) h(z) dz`` (``−inf`` on empty panels);
+        ``laplace``: the tilted density's mode and scale ``(z*, σ*)`` ``[...]`` each, for its set of breakpoints."""
+        breaks = self.breaks(mean, var, centre, width, alpha)
+        if laplace is not None:
+            mode, scale = jax.lax.stop_gradient(laplace)
+            t = jnp.linspace(-self.half_width, self.half_width, self.num_breaks, dtype=breaks.dtype)
+            breaks = jnp.concatenate([breaks, mode[..., None] + scale[..., None] * t], axis=-1)
+        return gaussian_panels(breaks, self.panel_nodes)
+
+    def laplace(self, log_density, z):
+        """Mode ``z*`` and Laplace scale ``σ* = (max(−ψ''(z*), 1))^{−½} ≤ 1`` ``[...]`` of ``ψ = log_density``
+        (``[..., K] → [..., K]``, elementwise), from the best of the points ``z`` ``[..., K]`` (the rule's
+        other breakpoints) by ``newton_steps`` Newton steps ``ψ'/max(−ψ'', 1)``, each the best of it and its halvings that
+        raises ``ψ`` (so ``ψ`` never falls where it is not concave; the floor 1 is the prior's curvature in
+        ``z``). Carries no gradient."""
+        def value(points):
+            values = log_density(points)
+            return jnp.where(jnp.isnan(values), -jnp.inf, values)
+
+        def derivatives(point):  # ψ' and ψ'' at [..., 1]
+            ones = jnp.ones_like(point)
+            return jax.jvp(lambda p: jax.jvp(log_density, (p,), (ones,))[1], (point,), (ones,))
+
+        halvings = jnp.asarray(0.5 ** np.arange(NEWTON_HALVINGS), z.dtype)
+
+        def newton(_, point):
+            slope, curvature = derivatives(point)
+            trials = point + slope / jnp.maximum(-curvature, 1.0) * halvings  # [..., J]
+            values = value(trials)
+            best = jnp.argmax(values, axis=-1, keepdims=True)
+            better = jnp.take_along_axis(values, best, axis=-1) > value(point)
+            return jnp.where(better, jnp.take_along_axis(trials, best, axis=-1), point)
+
+        z = jax.lax.stop_gradient(z)
+        start = jnp.take_along_axis(z, jnp.argmax(value(z), axis=-1, keepdims=True), axis=-1)
+        mode = jax.lax.fori_loop(0, self.newton_steps, newton, start)
+        scale = jax.lax.rsqrt(jnp.maximum(-derivatives(mode)[1], 1.0))
+        return jax.lax.stop_gradient((mode[..., 0], scale[..., 0]))
 
 
 def tilted_moments_by_quadrature(log_likelihood, mean, var, alpha, centre, width,
@@ -230,8 +277,16 @@ def tilted_moments_by_quadrature(log_likelihood, mean, var, alpha, centre, width
         closes over (the nodes are held).
     """
     mean, var = jnp.broadcast_arrays(mean, var)
-    z, log_w = rule.nodes(mean, var, centre, width, alpha)
-    f = mean[..., None] + jnp.sqrt(var)[..., None] * z
+
+    def at(z):  # f at the points z
+        return mean[..., None] + jnp.sqrt(var)[..., None] * z
+
+    laplace = None
+    if rule.newton_steps:
+        laplace = rule.laplace(lambda z: alpha * log_likelihood(at(z)) - 0.5 * z**2,
+                               rule.breaks(mean, var, centre, width, alpha))
+    z, log_w = rule.nodes(mean, var, centre, width, alpha, laplace)
+    f = at(z)
     log_terms = log_w + alpha * log_likelihood(f)
     log_z = logsumexp(log_terms, axis=-1)
     tilted = jnp.exp(log_terms - log_z[..., None])
