@@ -219,12 +219,13 @@ class TiltedQuadrature(NamedTuple):
         between = low + (high - low) * jnp.linspace(0.0, 1.0, self.num_breaks, dtype=mean.dtype)
         return jnp.concatenate([gaussian, own, between], axis=-1)
 
-    def nodes(self, mean, var, centre, width, alpha=1.0, laplace=None):
+    def nodes(self, mean, var, centre, width, alpha=1.0, log_density=None):
         """``z``-points ``[..., K]`` and log-weights ``[..., K]`` of ``∫ N(z) h(z) dz`` (``−inf`` on empty panels);
-        ``laplace``: the tilted density's mode and scale ``(z*, σ*)`` ``[...]`` each, for its set of breakpoints."""
+        ``log_density``: the tilted density's log ``ψ`` in ``z`` (``[..., K] → [..., K]``), whose mode and scale
+        (:meth:`laplace`) place the Laplace set when ``newton_steps > 0``."""
         breaks = self.breaks(mean, var, centre, width, alpha)
-        if laplace is not None:
-            mode, scale = jax.lax.stop_gradient(laplace)
+        if self.newton_steps and log_density is not None:
+            mode, scale = self.laplace(log_density, breaks)
             t = jnp.linspace(-self.half_width, self.half_width, self.num_breaks, dtype=breaks.dtype)
             breaks = jnp.concatenate([breaks, mode[..., None] + scale[..., None] * t], axis=-1)
         return gaussian_panels(breaks, self.panel_nodes)
@@ -281,11 +282,7 @@ def tilted_moments_by_quadrature(log_likelihood, mean, var, alpha, centre, width
     def at(z):  # f at the points z
         return mean[..., None] + jnp.sqrt(var)[..., None] * z
 
-    laplace = None
-    if rule.newton_steps:
-        laplace = rule.laplace(lambda z: alpha * log_likelihood(at(z)) - 0.5 * z**2,
-                               rule.breaks(mean, var, centre, width, alpha))
-    z, log_w = rule.nodes(mean, var, centre, width, alpha, laplace)
+    z, log_w = rule.nodes(mean, var, centre, width, alpha, lambda z: alpha * log_likelihood(at(z)) - 0.5 * z**2)
     f = at(z)
     log_terms = log_w + alpha * log_likelihood(f)
     log_z = logsumexp(log_terms, axis=-1)

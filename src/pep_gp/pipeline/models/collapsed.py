@@ -20,7 +20,7 @@ from ...core.models.collapsed_regression import CollapsedRegression, RegressionP
 from ...core.parameters import unconstrained
 from ..errors import InputError
 from .likelihood_parameters import LikelihoodParameterSettings
-from .protocol import InducingSettings, SpecBase, check_task, leaves_named, settings_kernel, settings_mean
+from .protocol import InducingSettings, SpecBase, check_task, settings_kernel, settings_mean
 from .sparse_gp import INITIAL_NOISE_VARIANCE, check_given_inducing, check_inducing
 
 
@@ -67,10 +67,6 @@ class CollapsedRegressionSpec(SpecBase):
         raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
         return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z),
                                 mean=settings_mean(settings).build(z.shape[1]))
-
-    def frozen(self, settings: CollapsedSettings, params: RegressionParams) -> RegressionParams:
-        """The inducing inputs unless ``train_inducing``, and the noise when ``fixed`` names it."""
-        return leaves_named(params, (set() if settings.train_inducing else {"inducing"}) | settings.fixed_leaves())
 
     def predictive(self, model: CollapsedRegression, targets: Any) -> None:
         """None: predictions need the training rows (see the module docstring)."""

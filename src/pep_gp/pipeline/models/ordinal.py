@@ -23,7 +23,7 @@ from ..data.blocks import TargetScaling
 from ..errors import InputError
 from .predictive import LikelihoodClassPredictive
 from .likelihood_parameters import LikelihoodParameterSettings
-from .protocol import SpecBase, check_task, leaves_named, settings_kernel, settings_mean
+from .protocol import SpecBase, check_task, settings_kernel, settings_mean
 from .registry import register
 from .sparse_gp import SparseGPSettings, check_given_inducing, check_inducing
 
@@ -93,12 +93,6 @@ class OrdinalSpec(SpecBase):
             return params._replace(likelihood=model.likelihood.params_of(settings.cut_points))
         counts = np.bincount(np.asarray(y, dtype=np.int64), minlength=model.likelihood.n_classes)
         return params._replace(likelihood=model.likelihood.init_params(counts))
-
-    def frozen(self, settings: OrdinalSettings, params: SparseGPParams) -> SparseGPParams:
-        """The sparse GP's (:meth:`~pep_gp.pipeline.models.protocol.SpecBase.frozen`) and the cut points when
-        ``fixed`` names them."""
-        fixed = (set() if settings.train_inducing else {"inducing"}) | settings.fixed_leaves()
-        return leaves_named(params, fixed)
 
     def predictive(self, model: PowerEPSparseGP, targets: TargetScaling):
         return LikelihoodClassPredictive(model)

@@ -133,6 +133,11 @@ class ModelSettings(BaseModel):
     """Whether the model adds priors on its parameters to its energy (a MAP fit, :mod:`pep_gp.core.priors`): a
     kernel with a ``prior`` is refused by the models that do not."""
 
+    def fixed_leaves(self) -> set[str]:
+        """The stored leaves these settings keep at their starting values (:meth:`SpecBase.frozen`): none here;
+        a likelihood's ``fixed`` parameters (:mod:`pep_gp.pipeline.models.likelihood_parameters`)."""
+        return set()
+
     @model_validator(mode="after")
     def _priors_taken(self) -> "ModelSettings":
         if (self.kernel is not None and not self.takes_priors
@@ -360,7 +365,7 @@ class SpecBase:
         return TargetScaling()
 
     def frozen(self, settings: ModelSettings, params: Any) -> Any:
-        fixed = set() if settings.train_inducing else {"inducing"}
+        fixed = (set() if settings.train_inducing else {"inducing"}) | settings.fixed_leaves()
         return leaves_named(params, fixed | ({"factor"} if self.has_sites else set()))
 
     def predictive(self, model: Energy, targets: TargetScaling) -> Callable:
