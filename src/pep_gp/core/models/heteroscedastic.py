@@ -14,6 +14,12 @@ summed over the bank, with a row's term over both latent values:
 
 each cavity ``p_h·t_h^(1 − α/N)``; ``α = 0`` is the variational bound ``−KL(q‖p) + Σ_n E_q[log p(y_n | f_n, g_n)]``
 (Bui, Yan & Turner 2017 eqs. 144–146), the chained GP's (Saul et al. 2016, §3).
+
+A mean function ``m`` (``params.mean``) makes ``f``'s prior ``GP(m, k_f)`` as in the one-GP model: the bank's
+first GP is ``f − m``, each row's likelihood sees ``μ_n^f + m(x_n)`` and the predictive mean of ``f`` is shifted
+by ``m(x*)`` (Rasmussen & Williams 2006, §2.7); ``g`` keeps its zero mean, ``σ₀²`` being its level. Priors on
+the kernels' values (both GPs') and on ``σ₀²`` add ``log p(θ)`` to ``G`` once per step (a MAP fit,
+:mod:`pep_gp.core.log_prior`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from ..initialisation import initial_kernel_and_inducing
 from ..kernels import Kernel, SquaredExponential
 from ..likelihoods import scaled_log_tilted
 from ..linalg import DEFAULT_JITTER
+from ..log_prior import with_log_prior
+from ..means import MeanFunction, Zero
 from .power_ep import StepShared
 
 LATENTS = 2  # f and g
@@ -38,12 +46,14 @@ LATENTS = 2  # f and g
 
 class HeteroscedasticParams(NamedTuple):
     """The trainable state: the two GPs' kernels (hyper-parameters ``[2, ·]``, ``f``'s then ``g``'s), their
-    inducing inputs, the likelihood's unconstrained ``σ₀²`` and their tied factors."""
+    inducing inputs, the likelihood's unconstrained ``σ₀²``, their tied factors and the mean function of ``f``'s
+    prior (:class:`~pep_gp.core.means.Zero`, no leaves, by default)."""
 
     kernel: Kernel  # [2, ·]
     inducing: jnp.ndarray  # Z_f, Z_g, [2, M, D]
     likelihood: dict  # {"raw_noise_variance"}: σ₀²
     factor: bank.CholeskyFactor  # η_h [2, M], L_h [2, M, M]
+    mean: MeanFunction = Zero()  # m of f's prior f ~ GP(m, k_f)
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,8 @@ class HeteroscedasticSparseGP:
         alpha: the power, in [0, 1]; 0 is the variational (chained GP) bound, 1 is EP.
         jitter: relative jitter on each ``K_uu``.
         likelihood: the heteroscedastic Gaussian (its quadrature rules).
+        priors: priors on ``σ₀²``, ``(leaf name, prior)`` pairs; with them and the kernel's own priors the global
+            term adds ``log p(θ)`` (:mod:`pep_gp.core.log_prior`).
 
     Example:
         >>> x = jnp.linspace(-2.0, 2.0, 30)[:, None]; y = jnp.sin(2.0 * x[:, 0])
@@ -67,6 +79,7 @@ class HeteroscedasticSparseGP:
     alpha: float = 0.5
     jitter: float = DEFAULT_JITTER
     likelihood: HeteroscedasticGaussian = HeteroscedasticGaussian()
+    priors: tuple = ()  # ((likelihood leaf, prior), ...): pep_gp.core.priors
 
     def __post_init__(self):
         if not 0.0 <= self.alpha <= 1.0:
@@ -77,11 +90,13 @@ class HeteroscedasticSparseGP:
         return bank.Bank(params.kernel, params.inducing, self.jitter * params.kernel.amplitude())
 
     def init(self, x, num_inducing: int, *, inducing=None, kernel: Kernel | None = None,
-             noise_variance: float = 1.0, seed: int = 0, ard: bool = True) -> HeteroscedasticParams:
+             noise_variance: float = 1.0, seed: int = 0, ard: bool = True,
+             mean: MeanFunction | None = None) -> HeteroscedasticParams:
         """Starting state: ``kernel`` (default a squared exponential of variance 1) for both GPs, its lengthscales
         left unset the median distance (one shared by the inputs unless ``ard``), both GPs' inducing inputs at the
         k-means centres unless ``inducing``, ``σ₀² = noise_variance`` and each tied factor at ``Λ = K_uu⁻¹``,
-        ``η = 0`` (as :meth:`~pep_gp.core.models.power_ep.PowerEPSparseGP.init`)."""
+        ``η = 0`` (as :meth:`~pep_gp.core.models.power_ep.PowerEPSparseGP.init`); ``mean``: ``f``'s prior mean at
+        its starting values (default :class:`~pep_gp.core.means.Zero`)."""
         lengthscales, _, z = initial_kernel_and_inducing(x, num_inducing, inducing=inducing, seed=seed)
         if not ard:
             lengthscales = np.exp(np.mean(np.log(lengthscales), keepdims=True))
@@ -91,7 +106,8 @@ class HeteroscedasticSparseGP:
             kernel=kernel.bank(LATENTS, z.shape[1], lengthscales),
             inducing=jnp.asarray(np.stack([z] * LATENTS)),
             likelihood=self.likelihood.init_params(noise_variance),
-            factor=bank.CholeskyFactor(jnp.zeros((LATENTS, size)), jnp.zeros((LATENTS, size, size))))
+            factor=bank.CholeskyFactor(jnp.zeros((LATENTS, size)), jnp.zeros((LATENTS, size, size))),
+            mean=Zero() if mean is None else mean.build(z.shape[1]))
         chol = bank.prior_precision_cholesky(bank.prior_factors(self.sparse_gps(params)))
         return params._replace(factor=params.factor._replace(chol=chol))
 
@@ -104,17 +120,20 @@ class HeteroscedasticSparseGP:
 
     def global_energy(self, params: HeteroscedasticParams, shared: StepShared, n_total):
         """``G`` summed over the two GPs (:func:`~pep_gp.core.bank.power_ep_global_term`; at α = 0
-        :func:`~pep_gp.core.bank.variational_global_term`)."""
+        :func:`~pep_gp.core.bank.variational_global_term`), plus ``log p(θ)`` with priors."""
         q = bank.gaussians(shared.prior, params.factor, 1.0)
         if self.alpha == 0.0:
-            return bank.variational_global_term(q, params.factor)
-        return bank.power_ep_global_term(q, shared.cavity, n_total, self.alpha)
+            value = bank.variational_global_term(q, params.factor)
+        else:
+            value = bank.power_ep_global_term(q, shared.cavity, n_total, self.alpha)
+        return with_log_prior(value, params, self.priors)
 
     def data_energy(self, params: HeteroscedasticParams, shared: StepShared, x, y, mask):
         """``Σ_n mask_n (1/α) log Z̃_n`` of one block under the cavities (``Σ mask_n E_q[log p]`` at α = 0);
-        masked (padding) rows contribute exactly zero."""
+        masked (padding) rows contribute exactly zero. ``f``'s cavity mean is shifted by its prior's ``m(x_n)``."""
         marginals = bank.latent_marginals(self.sparse_gps(params), shared.prior, shared.cavity, x)  # [B, 2]
-        terms = scaled_log_tilted(self.likelihood, params.likelihood, y, marginals.mean, marginals.var, self.alpha)
+        terms = scaled_log_tilted(self.likelihood, params.likelihood, y, with_mean(params, x, marginals.mean),
+                                  marginals.var, self.alpha)
         return jnp.sum(jnp.where(mask, terms, 0.0))
 
     def energy(self, params: HeteroscedasticParams, x, y):
@@ -125,22 +144,32 @@ class HeteroscedasticSparseGP:
 
     # ----------------------------------------------------------------------------------------------
     def predict_latents(self, params: HeteroscedasticParams, x):
-        """Posterior means and variances of ``f`` and ``g`` at the rows ``x``, ``[B, 2]`` each."""
+        """Posterior means and variances of ``f`` and ``g`` at the rows ``x``, ``[B, 2]`` each (``f``'s mean with its
+        prior's ``m(x)``)."""
         gps = self.sparse_gps(params)
         prior = bank.prior_factors(gps)
-        return tuple(bank.latent_marginals(gps, prior, bank.gaussians(prior, params.factor, 1.0), x))
+        mean, var = bank.latent_marginals(gps, prior, bank.gaussians(prior, params.factor, 1.0), x)
+        return with_mean(params, x, mean), var
 
     def predict_f(self, params: HeteroscedasticParams, x, full_cov: bool = False):
         """Posterior mean ``[B]`` and variance ``[B]`` (``full_cov``: covariance ``[B, B]``) of ``f``
-        (:func:`~pep_gp.core.bank.latent_moments`)."""
+        (:func:`~pep_gp.core.bank.latent_moments`, the mean plus the prior's ``m(x)``)."""
         gps = self.sparse_gps(params)
         prior = bank.prior_factors(gps)
         mean, spread = bank.latent_moments(gps, prior, bank.gaussians(prior, params.factor, 1.0), x, full_cov)
-        return mean[:, 0], spread[0] if full_cov else spread[:, 0]
+        return params.mean.plus(x, mean[:, 0]), spread[0] if full_cov else spread[:, 0]
 
     def predict_y(self, params: HeteroscedasticParams, x):
         """Predictive mean and variance of ``y``, the noise ``E[σ₀² e^g]`` of each row included."""
         return self.likelihood.predict(params.likelihood, *self.predict_latents(params, x))
+
+
+def with_mean(params: HeteroscedasticParams, x, means):
+    """The latent means ``[B, 2]`` of ``f − m`` and ``g`` as those of ``f`` and ``g``: ``f``'s column plus ``m(x)``
+    (the same array with the zero mean)."""
+    if isinstance(params.mean, Zero):
+        return means
+    return jnp.stack([params.mean.plus(x, means[:, 0]), means[:, 1]], axis=1)
 
 
 jax.tree_util.register_static(HeteroscedasticSparseGP)
