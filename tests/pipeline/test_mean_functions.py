@@ -13,7 +13,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
-from pep_gp import CollapsedGPRegressor, DeepGPRegressor, SparseGPRegressor, load
+from pep_gp import CollapsedGPRegressor, MultiClassDeepGPClassifier, SparseGPRegressor, load
 from pep_gp.means import Linear, MeanFunction, register_mean
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import get_model, model_settings
@@ -100,8 +100,8 @@ def test_the_mean_table_and_set_are_validated_by_the_model_settings():
 def test_models_without_a_mean_refuse_one_in_one_line():
     with pytest.raises(InputError, match=r"model.mean_function: Value error, this model takes the zero mean only"):
         model_settings(get_model("multiclass-sep"), {"mean_function": "linear"})
-    with pytest.raises(ValueError, match=r"^DeepGPRegressor: mean_function: .*zero mean only[^\n]*$"):
-        DeepGPRegressor(mean_function="constant").fit(np.zeros((4, 1)), np.arange(4.0))
+    with pytest.raises(ValueError, match=r"^MultiClassDeepGPClassifier: mean_function: .*zero mean only[^\n]*$"):
+        MultiClassDeepGPClassifier(mean_function="constant").fit(np.zeros((4, 1)), np.arange(4) % 2)
 
 
 @pytest.mark.exhaustive

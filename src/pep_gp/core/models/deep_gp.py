@@ -22,12 +22,20 @@ the same ``points`` per dimension in every layer). What a layer's rows need from
 ``log Z̃`` sum by ``N/|B|`` (§6; the trainer's step does that). Prediction is the same forward pass under
 ``q`` (§7), or the Monte Carlo mixture of :meth:`DeepGP.predict_mixture`. With one layer this is exactly
 :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`.
+
+The output GP may have a prior mean ``m`` (``params.mean``, in the model's units, a function of the last layer's
+input): ``f_L = m(h) + g(h)`` with ``g`` the GP above, whose moments the pass gives. With a fixed input (one
+layer) ``m(x)`` is added to the mean; with a Gaussian input ``h ~ N(μ, S)`` (``S`` diagonal) the moments of
+``m(h)`` and its covariance with ``g`` are added in closed form for a constant or a linear mean
+(:func:`with_output_mean`). The hidden layers keep the zero mean (Bui et al. 2016; Salimbeni & Deisenroth 2017
+use the identity there). A kernel's priors add ``log p(θ)`` over every layer's values to ``G`` (a MAP fit,
+:mod:`pep_gp.core.log_prior`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +47,8 @@ from ..input_quadrature import DEFAULT_POINTS, input_rule, quadrature_input_marg
 from ..kernels import Kernel, SquaredExponential
 from ..likelihoods import Gaussian, scaled_log_tilted
 from ..linalg import cholesky_and_inverse
+from ..log_prior import with_log_prior
+from ..means import Constant, Linear, MeanFunction, Zero
 from ..parameters import Positive
 from ..rowsum import row_chunked_sum
 from ..psi_statistics import (Projected, cavities_and_posteriors, fixed_input_marginals, pair_terms,
@@ -62,9 +72,11 @@ class LayerParams(NamedTuple):
 
 
 class DeepGPParams(NamedTuple):
-    """The trainable state: the layers, input to output."""
+    """The trainable state: the layers, input to output, and the output GP's prior mean (a function of the last
+    layer's input; :class:`~pep_gp.core.means.Zero`, no leaves, by default)."""
 
     layers: tuple  # of LayerParams
+    mean: MeanFunction = Zero()  # m of f_L = m(h) + g(h)
 
 
 class LayerInputs(NamedTuple):
@@ -114,6 +126,41 @@ def _layer_kernel(kernel: Kernel | None, index: int, hypers: int, dims: int, log
 def _concatenate(trees: list):
     """The layers' pytrees of per-GP arrays joined along the GP axis."""
     return jax.tree_util.tree_map(lambda *leaves: jnp.concatenate(leaves), *trees)
+
+
+GAUSSIAN_INPUT_MEANS = (Zero, Constant, Linear)
+"""The output means whose moments under a Gaussian input are closed forms (:func:`with_output_mean`): those a
+deep GP with hidden layers takes."""
+
+
+def check_output_mean(mean: MeanFunction, hidden_dims: tuple) -> None:
+    """ValueError unless ``mean`` can be the output GP's of a deep GP with hidden layers ``hidden_dims``: any mean
+    without them (the input is the fixed row), else one of :data:`GAUSSIAN_INPUT_MEANS`."""
+    if hidden_dims and not isinstance(mean, GAUSSIAN_INPUT_MEANS):
+        raise ValueError(f"mean function {mean.name!r}: a deep GP with hidden layers takes a constant or linear output "
+                         "mean (its moments under the hidden layer's Gaussian are closed forms); a mean of one's own "
+                         "needs hidden_dims=()")
+
+
+def with_output_mean(mean: MeanFunction, layer: Callable, inputs, input_var=None) -> bank.Marginals:
+    """The moments ``[B, 1]`` of ``f = m(h) + g(h)``, ``g``'s being ``layer(inputs)`` (a function of the input's
+    mean), at fixed rows ``h = inputs`` (``input_var`` None) or for ``h ~ N(inputs, diag input_var)``.
+
+    Fixed rows, or a constant: ``m(h)`` is added to the mean. A linear ``m(h) = wᵀh + b`` of a Gaussian input adds
+    ``wᵀμ + b`` to the mean and ``wᵀSw + 2 Cov(wᵀh, g)`` to the variance, where
+    ``Cov(wᵀh, g) = Cov(wᵀh, E[g|h]) = (Sw)ᵀ E[∇_h E[g|h]] = (Sw)ᵀ ∇_μ E[g]`` (Stein's lemma; the derivative of
+    the propagated mean along ``Sw``, one forward-mode pass through the layer). The zero mean returns
+    ``layer(inputs)`` itself, the same bits."""
+    if isinstance(mean, Zero):
+        return layer(inputs)
+    if input_var is None or isinstance(mean, Constant):
+        marginals = layer(inputs)
+        return marginals._replace(mean=mean.plus(inputs, marginals.mean[:, 0])[:, None])
+    direction = input_var * mean.weights  # S w, [B, D]
+    marginals, slope = jax.jvp(layer, (inputs,), (direction,))
+    spread = jnp.sum(direction * mean.weights, axis=-1)  # wᵀSw
+    return bank.Marginals(mean.plus(inputs, marginals.mean[:, 0])[:, None],
+                          marginals.var + (spread + 2.0 * slope.mean[:, 0])[:, None])
 
 
 class Mixture(NamedTuple):
@@ -185,7 +232,7 @@ class DeepGP:
     # ----------------------------------------------------------------------------------------------
     def init(self, x, hidden_dims: tuple = (), num_inducing: int = 100, *, likelihood_params: dict | None = None,
              noise_variance: float = 0.01, share_hypers: bool = False, seed: int = 0,
-             kernel: Kernel | None = None) -> DeepGPParams:
+             kernel: Kernel | None = None, mean: MeanFunction | None = None) -> DeepGPParams:
         """The authors' code's starting state (Bui et al. 2016, §8.1) for standardised ``x`` ``[N, D]``.
 
         Layer 1: k-means inducing inputs (random rows above 20,000 rows), lengthscales the median
@@ -197,8 +244,11 @@ class DeepGP:
 
         ``kernel`` (default the ARD squared exponential above) is every layer's: its values as given, a
         lengthscale left unset the layer's start above; a value per column or ``active_dims`` must fit
-        every layer's inputs (the data's columns, then the widths ``hidden_dims``).
+        every layer's inputs (the data's columns, then the widths ``hidden_dims``). ``mean``: the output GP's prior
+        mean at its starting values (default :class:`~pep_gp.core.means.Zero`; :func:`check_output_mean`).
         """
+        mean = Zero() if mean is None else mean
+        check_output_mean(mean, hidden_dims)
         x = np.asarray(x, dtype=np.float64)
         rng = np.random.default_rng(seed)
         if x.shape[0] > KMEANS_ROWS:
@@ -222,7 +272,7 @@ class DeepGP:
                 likelihood=noise,
             ))
         return jax.tree_util.tree_map(lambda leaf: jnp.asarray(np.asarray(leaf, dtype=np.float64)),
-                                      DeepGPParams(tuple(layers)))
+                                      DeepGPParams(tuple(layers), mean.build(inputs[-1])))
 
     # ----------------------------------------------------------------------------------------------
     def _stacked(self, params: DeepGPParams) -> tuple[bank.PriorFactors, bank.CholeskyFactor]:
@@ -260,10 +310,11 @@ class DeepGP:
 
     def global_energy(self, params: DeepGPParams, shared: StepShared, n_total):
         """``Σ_{l,g} φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))``, the log-normaliser part of the boxed ``F`` (``N`` the
-        GP's :meth:`factor_counts`)."""
+        GP's :meth:`factor_counts`), plus ``log p(θ)`` of the kernels' priors."""
         posterior = shared.posterior_log_normaliser
         cavity = jnp.concatenate([inputs.gaussian.log_normaliser for inputs in shared.layers])
-        return jnp.sum(posterior + (self.factor_counts(params, n_total) / self.alpha) * (cavity - posterior))
+        value = jnp.sum(posterior + (self.factor_counts(params, n_total) / self.alpha) * (cavity - posterior))
+        return with_log_prior(value, params)
 
     def data_energy(self, params: DeepGPParams, shared: StepShared, x, y, mask):
         """``Σ_n mask_n (1/α) log Z̃_n`` of one block, moments propagated under the cavities; rows with
@@ -294,18 +345,29 @@ class DeepGP:
     def output_marginals(self, params: DeepGPParams, inputs: tuple[LayerInputs, ...], x) -> bank.Marginals:
         """Mean and variance ``[B, G_L]`` of the last layer's GPs at rows ``x``, each layer's ``u``
         distributed as in ``inputs`` (cavities in training, ``q`` in prediction): one moment-matching
-        pass (Bui et al. 2016, App. D eqs. 1–7); hidden outputs are diagonal Gaussians with their noise added."""
+        pass (Bui et al. 2016, App. D eqs. 1–7); hidden outputs are diagonal Gaussians with their noise added.
+        The output GP's prior mean is added to the last layer's moments (:func:`with_output_mean`)."""
         first = inputs[0]
-        marginals = fixed_input_marginals(self.layer_bank(params.layers[0]), first.prior, first.gaussian, x)
-        for previous, layer, layer_in in zip(params.layers[:-1], params.layers[1:], inputs[1:]):
+        first_layer = lambda rows: fixed_input_marginals(self.layer_bank(params.layers[0]), first.prior,
+                                                         first.gaussian, rows)
+        if len(params.layers) == 1:
+            return with_output_mean(params.mean, first_layer, x)
+        marginals = first_layer(x)
+        for previous, layer, layer_in in zip(params.layers[:-2], params.layers[1:-1], inputs[1:-1]):
             var = marginals.var + Gaussian.noise_variance(previous.likelihood)
-            gps = self.layer_bank(layer)
-            if layer_in.pairs is not None:  # the squared exponential's closed forms
-                marginals = uncertain_input_marginals(gps, layer_in.gaussian, layer_in.pairs, marginals.mean, var)
-            else:
-                rule = input_rule(layer.kernel, var.shape[-1], self.quadrature_points)
-                marginals = quadrature_input_marginals(gps, layer_in.prior, layer_in.gaussian, rule, marginals.mean, var)
-        return marginals
+            marginals = self._gaussian_input_marginals(layer, layer_in, marginals.mean, var)
+        var = marginals.var + Gaussian.noise_variance(params.layers[-2].likelihood)
+        last_layer = lambda mean: self._gaussian_input_marginals(params.layers[-1], inputs[-1], mean, var)
+        return with_output_mean(params.mean, last_layer, marginals.mean, var)
+
+    def _gaussian_input_marginals(self, layer: LayerParams, layer_in: LayerInputs, mean, var) -> bank.Marginals:
+        """A layer's output moments ``[B, G]`` for the inputs ``N(mean, diag var)`` ``[B, D]``: the squared
+        exponential's closed forms, any other kernel's quadrature over the input."""
+        gps = self.layer_bank(layer)
+        if layer_in.pairs is not None:  # the squared exponential's closed forms
+            return uncertain_input_marginals(gps, layer_in.gaussian, layer_in.pairs, mean, var)
+        rule = input_rule(layer.kernel, var.shape[-1], self.quadrature_points)
+        return quadrature_input_marginals(gps, layer_in.prior, layer_in.gaussian, rule, mean, var)
 
     def posteriors(self, params: DeepGPParams) -> tuple[LayerInputs, ...]:
         """Every layer's :class:`LayerInputs` under ``q``."""
@@ -335,8 +397,9 @@ class DeepGP:
         out (:func:`~pep_gp.core.psi_statistics.fixed_input_marginals`), and each ``u`` enters a row's
         predictive once, so ``p(f_L|x) = ∫ Π_l N(h_l; m_l(h_{l−1}), v_l(h_{l−1}) + σ_l²) dh_{1:L−1}``
         exactly; its Monte Carlo estimate draws ``samples`` paths ``h_1 → … → h_{L−1}`` per row (one
-        Gaussian draw per hidden layer) and keeps the last layer's Gaussian for each path. As GPyTorch's
-        deep GPs predict (Salimbeni & Deisenroth 2017), for the approximate-EP model.
+        Gaussian draw per hidden layer) and keeps the last layer's Gaussian for each path, its mean plus the
+        output's prior mean at the path's ``h_{L−1}``. As GPyTorch's deep GPs predict (Salimbeni & Deisenroth
+        2017), for the approximate-EP model.
 
         Args:
             params: the fitted parameters.
@@ -359,6 +422,8 @@ class DeepGP:
             noise = jax.random.normal(draw, (samples, rows, mean.shape[2]), dtype=mean.dtype)
             hidden = mean + jnp.sqrt(var + Gaussian.noise_variance(layer.likelihood)) * noise
         mean, var = self._layer_at_rows(params.layers[-1], inputs[-1], hidden)
+        mean = mean if isinstance(params.mean, Zero) else mean + params.mean(
+            hidden.reshape(-1, hidden.shape[-1])).reshape(*hidden.shape[:2], 1)
         shape = (samples, x.shape[0])
         return Mixture(jnp.broadcast_to(mean[..., 0], shape), jnp.broadcast_to(var[..., 0], shape))
 

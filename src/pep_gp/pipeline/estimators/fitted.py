@@ -229,11 +229,15 @@ class FittedGP(BaseEstimator):
         latent function's units (a regressor's targets; a classifier's or a count model's ``f``),
         ``shift + scale·m((x − x_mean_)/x_std_)`` of the mean ``m`` the model trained in standardised units
         (``params_.mean``; :meth:`~pep_gp.core.means.MeanFunction.in_data_units`: a ``Constant`` or ``Linear``
-        in closed form). A regressor's zero mean is the training targets' mean, ``Constant(shift)``.
-        docs/how-to/mean-functions.md."""
+        in closed form). A regressor's zero mean is the training targets' mean, ``Constant(shift)``. A deep GP's
+        with hidden layers is a function of the last hidden layer's outputs, not of the inputs: its values are in
+        the targets' units, its argument as the model sees it. docs/how-to/mean-functions.md."""
         check_is_fitted(self)
         mean = getattr(self.params_, "mean", None)
         mean = mean if isinstance(mean, MeanFunction) else Zero()
+        if isinstance(self.params_, DeepGPParams) and len(self.params_.layers) > 1:
+            width = self.params_.layers[-1].inducing.shape[-1]
+            return mean.in_data_units(np.zeros(width), np.ones(width), *self._latent_units())
         return mean.in_data_units(self.x_mean_, self.x_std_, *self._latent_units())
 
     def log_marginal_likelihood(self) -> float:

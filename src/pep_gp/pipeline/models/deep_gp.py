@@ -2,7 +2,12 @@
 al. 2016, :class:`pep_gp.core.models.deep_gp.DeepGP`) with a Gaussian or probit output, or one output GP per
 class with the multi-class factors of Villacampa-Calvo & Hernández-Lobato (2017)
 (:class:`pep_gp.core.models.multiclass_deep_gp.MultiClassDeepGP`; the binding holds the training class
-counts, as ``multiclass-sep``'s)."""
+counts, as ``multiclass-sep``'s).
+
+A kernel's ``prior=`` is a prior on every layer's values (the layers share the kernel's spelling); ``mean_function=``
+is the output GP's prior mean, a function of the last layer's input (the data's standardised columns with no
+hidden layers, else the last hidden layer's outputs), in the model's units: a constant or linear one with hidden
+layers (:func:`~pep_gp.core.models.deep_gp.check_output_mean`). The multi-class deep GP takes priors, not a mean."""
 
 from __future__ import annotations
 
@@ -10,16 +15,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ...core.input_quadrature import DEFAULT_POINTS
 from ...core.likelihoods import Gaussian, Probit
-from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams
+from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams, check_output_mean
 from ...core.models.multiclass_deep_gp import ClassPairs, MultiClassDeepGP
 from ..data.blocks import TargetScaling
 from .multiclass import MultiClassSpec
 from .predictive import MixturePredictive, MultiClassPredictive
-from .protocol import ModelSettings, SpecBase, settings_kernel
+from .protocol import ModelSettings, SpecBase, settings_kernel, settings_mean
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
 
@@ -40,6 +45,17 @@ class DeepGPSettings(ModelSettings):
     quadrature_points: int = Field(DEFAULT_POINTS, ge=2, description="Gauss–Hermite points per input dimension of "
                                    "the hidden layers' ψ-statistics for a kernel other than the squared exponential "
                                    "(whose are closed forms)")
+
+    takes_priors = True  # a kernel's prior= on every layer's values is added to the energy (a MAP fit)
+    takes_mean = True  # the output GP's mean_function= is carried through the moment propagation and the mixture
+
+    @model_validator(mode="after")
+    def _output_mean_propagates(self) -> "DeepGPSettings":
+        try:
+            check_output_mean(settings_mean(self), self.hidden_dims)
+        except ValueError as error:
+            raise ValueError(f"mean_function: {error}") from None
+        return self
 
 
 @dataclass(frozen=True)
@@ -64,12 +80,12 @@ class DeepGPSpec(SparseGPSpec):
 
     def init(self, model: DeepGP, x, settings: DeepGPSettings, seed: int) -> DeepGPParams:
         """The authors' starting values (:meth:`pep_gp.core.models.deep_gp.DeepGP.init`) with the settings'
-        kernel in every layer (default the squared exponential)."""
+        kernel in every layer (default the squared exponential) and the output's mean function (default zero)."""
         check_inducing(settings, x.shape[0])
         return model.init(x, settings.hidden_dims, settings.num_inducing,
                           likelihood_params=self.output_params(model, settings),
                           noise_variance=settings.noise_variance, share_hypers=settings.share_hypers, seed=seed,
-                          kernel=settings_kernel(settings))
+                          kernel=settings_kernel(settings), mean=settings_mean(settings))
 
     def output_params(self, model: DeepGP, settings: DeepGPSettings) -> dict:
         """The starting parameters of the last layer's likelihood: the Gaussian's noise, the probit's none."""
@@ -88,6 +104,8 @@ class MultiClassDeepGPSettings(DeepGPSettings):
                                                           "Θ^α = Θ; see MultiClassDeepGP)")
     class_noise: float = Field(1.0, gt=0.0, description="starting latent noise variance σ_0,c of every class's output "
                                "GP (Villacampa-Calvo & Hernández-Lobato 2017: 1)")
+
+    takes_mean = False  # one mean for every class's output GP would shift all classes alike
 
 
 @dataclass(frozen=True)
