@@ -82,7 +82,7 @@ Z90 = 1.6448536269514722  # the standard normal's 95 % quantile: a central 90 % 
 
 # --- the table --------------------------------------------------------------------------------------------------
 
-def table(name: str):
+def load_table(name: str):
     """``(x_train, y_train, x_test, y_test, task, classes)`` of ``name``: one stratified 80/20 split, seed 0."""
     from sklearn.model_selection import train_test_split
 
@@ -118,7 +118,7 @@ def child(fit: str, name: str, out: Path) -> None:
 
     started = psutil.Process().create_time()
     loading = time.time()
-    x_train, y_train, x_test, y_test, task = table(name)
+    x_train, y_train, x_test, y_test, task = load_table(name)
     loading = time.time() - loading
     before_import = time.time()
     if fit.startswith("GPyTorch"):
@@ -290,6 +290,51 @@ def _gpytorch(fit: str, task: str, x_train, y_train, x_test, y_test) -> dict:
     return {**scored, "imported": imported, "predict_seconds": time.time() - predicting,
             "fit_seconds": round(fit_seconds, 3), "steps": steps,
             "seconds_per_step": round(fit_seconds / steps, 5), "torch_threads": torch.get_num_threads()}
+
+
+# --- the docs table ---------------------------------------------------------------------------------------------
+
+def _seconds(record: dict) -> str:
+    return f"{record['seconds_to_fitted']:.1f}" if "seconds_to_fitted" in record else record.get("ended", "–")
+
+
+def _fit_row(name: str, fit: str, record: dict, gpytorch: dict | None, task: str) -> str:
+    """One row of :func:`table`: a fit's seconds in both processes (and their ratio to GPyTorch's), its compiled
+    programs, steps and scores, and its test NLL's difference to the linear model (± the paired standard error)."""
+    first, second = record.get("first_process", record), record.get("second_process", {})
+    if "seconds_to_fitted" not in first:
+        return f"| {name} | {fit} | {_seconds(first)} | | | | | | | |"
+    ratio = ""
+    if gpytorch and "seconds_to_fitted" in gpytorch.get("first_process", {}) and fit in PEP_FITS[task] + list(OPTIONS):
+        mine = [first["seconds_to_fitted"] / gpytorch["first_process"]["seconds_to_fitted"]]
+        if "seconds_to_fitted" in second and "seconds_to_fitted" in gpytorch.get("second_process", {}):
+            mine.append(second["seconds_to_fitted"] / gpytorch["second_process"]["seconds_to_fitted"])
+        ratio = " (" + ", ".join(f"{value:.2f}×" for value in mine) + ")"
+    programs = (f"{first['programs']} ({first['longest_compile_or_load_seconds']:.1f} s)" if first.get("programs")
+                else "–")
+    steps = f"{first['steps']} {first['solver'] or ''}".strip() if first.get("steps") else "–"
+    score = f"{first['error']:.3f}" if "error" in first else f"{first['rmse']:.3g}"
+    coverage = f"{first['coverage_90']:.2f}" if "coverage_90" in first else "–"
+    linear = PEERS[task][0]
+    versus = first.get("nll_minus_peer", {}).get(linear)
+    against = f"{versus['difference']:+.4f} ± {versus['standard_error']:.4f}" if versus else "–"
+    return (f"| {name} | {fit} | {_seconds(first)}{ratio} | {_seconds(second) if second else '–'} | {programs} "
+            f"| {steps} | {first['test_nll']:.4f} | {score} | {coverage} | {against} |")
+
+
+def table(result: dict) -> str:
+    """The docs table of a run: per table and fit, seconds from the process's start to a fitted model in a fresh
+    process and in a second one (pep's ratio to GPyTorch's in each, in brackets), the compiled programs (the
+    longest compile or cache load), steps and solver, test NLL, error or RMSE, 90 % coverage, and the NLL's
+    difference to the linear model's (negative: pep better)."""
+    lines = ["| table | fit | fresh process, s (× GPyTorch) | second process, s | programs (longest, s) "
+             "| steps | test NLL | error / RMSE | 90 % coverage | NLL − linear model (± s.e.) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, entry in result["tables"].items():
+        fits = entry["fits"]
+        gpytorch = next((record for fit, record in fits.items() if fit.startswith("GPyTorch")), None)
+        lines += [_fit_row(name, fit, record, gpytorch, entry["task"]) for fit, record in fits.items()]
+    return "\n".join(lines)
 
 
 # --- the parent -------------------------------------------------------------------------------------------------

@@ -99,7 +99,6 @@ class TiedEPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     tied-ep-classifier``."""
 
     spec = tied_ep.TIED_EP
-    _full_batch = False  # its full-batch site sweeps are not measured yet: Adam's steps (docs/how-to/training.md)
 
 
 class DeepGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
