@@ -2,8 +2,8 @@
 estimator's fit or a test), the protocol every backend serves (:class:`Backend`), and objects placed in this
 process (:class:`InThreads`, the in-process :class:`Placement`).
 
-Nothing here imports Dask: a fit in this process loads neither ``dask`` nor ``distributed`` (about 0.5 s of
-CPU on this project's 2-core machine, a tenth of a second process's fit, issue 63). The Dask backend and
+Nothing here imports Dask: a fit in this process loads neither ``dask`` nor ``distributed`` (with Zarr, imported
+where a store is opened, 0.7 s of the 7.4 s of CPU a second process's fit of Boston took: issue 63). The Dask backend and
 its worker plugins are in :mod:`pep_gp.pipeline.engine.backends` and :mod:`pep_gp.pipeline.engine.residents`.
 """
 

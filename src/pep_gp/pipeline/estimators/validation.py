@@ -31,7 +31,7 @@ def validation_split(name: str, x: np.ndarray, y: np.ndarray, fraction: Any, see
     """
     if isinstance(fraction, bool) or not isinstance(fraction, (float, int, np.floating)) or not 0 < fraction < 1:
         raise ValueError(f"{name}: validation_fraction must lie in (0, 1); got {fraction!r}")
-    from sklearn.model_selection import train_test_split  # with early stopping only: 0.1 s of CPU a fit skips
+    from sklearn.model_selection import train_test_split  # with early stopping only: 0.15 s of CPU a fit skips
 
     try:
         x_fit, x_validation, y_fit, y_validation = train_test_split(
