@@ -56,7 +56,8 @@ from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.engine import InProcess
 from pep_gp.pipeline.engine.clusters import local_cluster
 from pep_gp.pipeline.engine.threads import compute_threads
-from pep_gp.pipeline.engine.residents import InThreads, Residents
+from pep_gp.pipeline.engine.in_process import InThreads
+from pep_gp.pipeline.engine.residents import Residents
 from pep_gp.pipeline.training.class_groups import ClassParallelStep, Groups, StoreRows
 from pep_gp.pipeline.training.optimiser import step_arguments
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob

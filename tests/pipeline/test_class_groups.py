@@ -15,7 +15,7 @@ from pep_gp.core import float64
 from pep_gp.core.models.multiclass import MultiClassGP
 from pep_gp.pipeline.engine import Pass
 from pep_gp.pipeline.engine.cache import compiled_program, resolve
-from pep_gp.pipeline.engine.residents import InThreads
+from pep_gp.pipeline.engine.in_process import InThreads
 from pep_gp.pipeline.models.protocol import leaves_named
 from pep_gp.pipeline.training.class_groups import ClassParallelStep, Groups
 from pep_gp.pipeline.training.optimiser import adam

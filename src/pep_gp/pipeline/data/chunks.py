@@ -19,11 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import zarr
 
 from ..errors import InputError
+
+if TYPE_CHECKING:  # imported where a store is opened: a fit from arrays in memory never loads Zarr
+    import zarr
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "test")
@@ -67,6 +70,8 @@ def open_root(path: str) -> zarr.Group:
         raise InputError(f"{path}: no such store on Dask worker {worker.name!r} ({worker.address}, host "
                          f"{socket.gethostname()}); every worker must see the store at the path the trainer "
                          "opened it at (a shared file system, or an fsspec URL)")
+    import zarr
+
     try:
         return zarr.open_group(path, mode="r", zarr_format=ZARR_FORMAT)
     except (FileNotFoundError, ValueError, TypeError, KeyError) as exc:

@@ -17,6 +17,7 @@ import numpy as np
 
 from .blocks import FixedBlocks, TargetScaling, input_statistics
 from .moments import Moments
+from .stores import default_chunk_rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,8 +61,6 @@ class ArrayData:
 
     def __init__(self, x: np.ndarray, y: np.ndarray, task: str, n_classes: int | None = None,
                  target_statistics: bool = True, held_out: tuple[np.ndarray, np.ndarray] | None = None):
-        from .ingest import default_chunk_rows
-
         self.x, self.y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
         self.held_out = None if held_out is None else tuple(np.asarray(a, dtype=np.float64) for a in held_out)
         self.task, self.n_classes = task, n_classes

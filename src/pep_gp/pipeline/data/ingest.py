@@ -43,21 +43,12 @@ from .shuffle import ShuffleBuffer, capacity_for
 from .sources import RowBlock, Source
 from .split import choose_test_rows, parse_test_size
 from .staging import staging_directory, swap_into_place
-from .stores import SCHEMA_VERSION, SPLITS, check_chunk_rows, create_split_arrays, data_checksum
+from .stores import SCHEMA_VERSION, SPLITS, check_chunk_rows, create_split_arrays, data_checksum, default_chunk_rows
 from .stores import finish_store
 from .stores import write_chunk as store_chunk
 
-DEFAULT_CHUNK_ROWS = 10_000
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the store is float32: larger magnitudes are refused
-CHUNK_BYTES = 2**20  # wide rows get fewer rows per chunk: reading one training block stays cheap
 
-
-def default_chunk_rows(n_features: int) -> int:
-    """Rows per chunk when none is given: :data:`DEFAULT_CHUNK_ROWS`, fewer when a chunk of float32 rows
-    would exceed :data:`CHUNK_BYTES` (Fashion-MNIST's 784 features: 334 rows). Training reads blocks of
-    a few hundred rows in random order, and a read decompresses whole chunks (10,000 such rows: 28 ms
-    per 200-row block, measured)."""
-    return max(1, min(DEFAULT_CHUNK_ROWS, CHUNK_BYTES // (4 * max(n_features, 1))))
 STAGING = "_staging"
 
 Progress = Callable[[str, int, int | None], None]

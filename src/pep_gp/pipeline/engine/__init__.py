@@ -96,10 +96,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..data.blocks import BlockSource
-from .backends import Backend, DaskBackend, InProcess
 from .cache import Keeping
 from ..cluster_address import CLUSTER_HELP, parse_cluster
 from .clusters import connect, connected
+from .in_process import Backend, InProcess
 from .summation import tree_sum
 
 __all__ = ["CLUSTER_HELP", "Backend", "DaskBackend", "Engine", "Handle", "InProcess", "Pass", "connect",
@@ -180,3 +180,13 @@ class Engine:
     def rows(self, blocks: Sequence[int]) -> int:
         """Real rows in ``blocks`` (the minibatch size |B|)."""
         return sum(self.source.rows_in(b) for b in blocks)
+
+
+def __getattr__(name: str):
+    """:class:`~pep_gp.pipeline.engine.backends.DaskBackend`, imported when first asked for (PEP 562): a process
+    that computes in itself never imports Dask (:mod:`pep_gp.pipeline.engine.in_process`)."""
+    if name == "DaskBackend":
+        from .backends import DaskBackend
+
+        return DaskBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import jax
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -18,82 +18,14 @@ from distributed.protocol import to_serialize
 
 from ..data.blocks import BlockSource
 from .cache import Keeping, Kept, NotHeld, sum_blocks
-from .residents import InThreads, OnComputeThread, Placement, Residents
+from .in_process import Placement
+from .residents import OnComputeThread, Residents
 from .summation import inflate, join_subtrees, payload_bytes, subtrees
 
 log = logging.getLogger(__name__)
 
 STEP_ATTEMPTS = 3  # a pass whose calls fail (lost workers or scheduler, closed connections) is re-run this often
 HELD_OBJECTS = 64  # block functions and sources a worker holds (and the coordinator numbers), least recently used out
-
-
-class Backend(Protocol):
-    """Where blocks are computed. Sums follow the fixed tree of :mod:`pep_gp.pipeline.engine.summation`."""
-
-    description: str
-
-    @property
-    def n_workers(self) -> int:
-        """Processes that compute (1 in-process)."""
-
-    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: Keeping | None = None,
-            of: Keeping | None = None) -> Any:
-        """A pass: ``Σ_b fn(inputs, *block_b)`` (:func:`~pep_gp.pipeline.engine.cache.sum_blocks`). With
-        ``keep``, a keeping pass's handle, each block's kept part stays where the block was computed, and the
-        backend records in ``keep`` where that is; with ``of``, the pass sums
-        ``fn(inputs, shared, part_b, y_b, mask_b)`` from the parts the keeping pass ``of`` left (``blocks``
-        are its blocks)."""
-
-    def release(self, keeping: Keeping) -> None:
-        """Drop the parts the keeping pass ``keeping`` left where its blocks were computed."""
-
-    @property
-    def slots(self) -> int:
-        """Objects :meth:`place` runs side by side: the workers, or this process's cores."""
-
-    def place(self, objects: list[Any]) -> Placement:
-        """``objects`` resident where blocks are computed, their calls side by side
-        (:mod:`pep_gp.pipeline.engine.residents`)."""
-
-    def map_ordered(self, fn: Callable, items: Iterable, window: int) -> Iterator:
-        """``fn(item)`` for each item, yielded in the items' order, with at most ``window`` items taken
-        from ``items`` and not yet yielded (memory stays bounded whatever their number)."""
-
-    def close(self) -> None:
-        """Release what the backend started."""
-
-
-class InProcess:
-    """Computes every block in this process."""
-
-    description = "in-process"
-    n_workers = 1
-
-    def __init__(self) -> None:
-        self.kept = Kept()
-
-    def sum(self, fn: Callable, inputs: Any, source: BlockSource, blocks: list[int], keep: Keeping | None = None,
-            of: Keeping | None = None) -> Any:
-        return sum_blocks(fn, inputs, source, blocks, self.kept, None if keep is None else keep.token,
-                          None if of is None else of.token, None if of is None else (of.fn, of.inputs),
-                          to_host=False)
-
-    def release(self, keeping: Keeping) -> None:
-        self.kept.release(keeping.token)
-
-    @property
-    def slots(self) -> int:
-        return len(os.sched_getaffinity(0))
-
-    def place(self, objects: list[Any]) -> Placement:
-        """``objects`` in this process, each on a thread of its own when there are several."""
-        return InThreads(objects, threads=len(objects) > 1)
-
-    def map_ordered(self, fn: Callable, items: Iterable, window: int = 1) -> Iterator:
-        return map(fn, items)
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass

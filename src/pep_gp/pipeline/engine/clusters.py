@@ -15,13 +15,16 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cluster_address import CLUSTER_HELP, TLS_CONFIG, parse_cluster
 from ..errors import InputError
-from .backends import Backend, DaskBackend, InProcess, OneCorePerWorker
+from .in_process import Backend, InProcess
 from .cluster_process import ClusterProcess
 from .threads import COMPUTE_ENV
+
+if TYPE_CHECKING:
+    from .backends import DaskBackend
 
 
 def connect(cluster: str) -> Backend:
@@ -41,6 +44,8 @@ def connect(cluster: str) -> Backend:
         cluster_object.scale(jobs=int(argument))
         from distributed import Client
 
+        from .backends import DaskBackend
+
         return DaskBackend(Client(cluster_object), cluster, cluster_object)
     return InProcess()
 
@@ -59,6 +64,8 @@ def local_cluster(n_workers: int, description: str, pinned: bool = False, securi
     import dask
     from distributed import Client
     from distributed.security import Security
+
+    from .backends import DaskBackend, OneCorePerWorker
 
     method = dask.config.get("distributed.worker.multiprocessing-method")
     settings = {
@@ -155,6 +162,8 @@ def jobqueue_cluster(system: str) -> Any:
 def _existing_cluster(address: str) -> DaskBackend:
     from distributed import Client
 
+    from .backends import DaskBackend
+
     security = client_security(address)
     try:
         client = Client(address, security=security)  # waits Dask's connect timeout (30 s by default), as it reconnects
@@ -167,16 +176,19 @@ def _existing_cluster(address: str) -> DaskBackend:
 @contextmanager
 def connected(cluster: Any) -> Iterator[Backend]:
     """The backend of ``cluster`` — a ``--cluster`` value (:func:`connect`) or a ``distributed.Client`` the
-    caller owns — closed at the end of the block if it was started here."""
+    caller owns — closed at the end of the block if it was started here. A value needs no Dask to be checked
+    (an in-process fit never imports it)."""
+    if isinstance(cluster, str):
+        backend = connect(cluster)
+        try:
+            yield backend
+        finally:
+            backend.close()
+        return
     from distributed import Client
 
-    if isinstance(cluster, Client):
-        yield DaskBackend(cluster, f"client {cluster.scheduler.address}")
-        return
-    if not isinstance(cluster, str):
+    from .backends import DaskBackend
+
+    if not isinstance(cluster, Client):
         raise InputError(f"cluster: expected {CLUSTER_HELP}, or a distributed.Client; found {cluster!r}")
-    backend = connect(cluster)
-    try:
-        yield backend
-    finally:
-        backend.close()
+    yield DaskBackend(cluster, f"client {cluster.scheduler.address}")

@@ -1,10 +1,11 @@
 """Objects resident where blocks are computed, kept between calls: a backend's ``place(objects)`` (a
-:class:`Placement`). On Dask workers (:class:`Residents`) there is one per worker, whose methods the coordinator
-calls directly — one call per worker, all in flight at once, over the cluster's own connections (TLS where the
-cluster uses it; no task, no scheduler in the way), as :class:`~pep_gp.pipeline.engine.backends.WorkerEngine`
-answers the engine's passes; in this process (:class:`InThreads`) each object's calls run on a thread of its
-own. The class groups of the class-parallel step (:mod:`pep_gp.pipeline.training.class_groups`) live this way:
-each worker holds its classes' parameters and optimiser moments, and a step sends only the per-row numbers that
+:class:`~pep_gp.pipeline.engine.in_process.Placement`). On Dask workers (:class:`Residents`) there is one per
+worker, whose methods the coordinator calls directly — one call per worker, all in flight at once, over the
+cluster's own connections (TLS where the cluster uses it; no task, no scheduler in the way), as
+:class:`~pep_gp.pipeline.engine.backends.WorkerEngine` answers the engine's passes; in this process
+(:class:`~pep_gp.pipeline.engine.in_process.InThreads`) each object's calls run on a thread of its own. The
+class groups of the class-parallel step (:mod:`pep_gp.pipeline.training.class_groups`) live this way: each
+worker holds its classes' parameters and optimiser moments, and a step sends only the per-row numbers that
 couple the classes."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Callable, Protocol
+from typing import Any
 
 import jax
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -23,44 +24,6 @@ from ...core import float64
 from .compilation import use_compilation_cache
 from .summation import payload_bytes
 from .threads import hold_compute_threads, pin_compute_threads
-
-
-class Placement(Protocol):
-    """Objects resident where blocks are computed (a backend's ``place(objects)``), in order."""
-
-    def each(self, method: str, args: list[tuple]) -> list:
-        """``objects[i].method(*args[i])`` for every object ``i`` at once, the results in order."""
-
-    def release(self) -> None:
-        """Let the objects go (their threads, or their memory on the workers)."""
-
-
-class InThreads:
-    """Objects placed in this process: called one after the other, or with ``threads``, each object's calls on
-    a thread of its own, all at once (the same programs, so the same bits; XLA runs them outside Python's lock,
-    so the objects can share the cores of one process)."""
-
-    def __init__(self, objects: list[Any], threads: bool = False):
-        self.objects = objects
-        self.threads = ThreadPoolExecutor(len(objects), thread_name_prefix="pep-resident") if threads else None
-
-    def each(self, method: str, args: list[tuple]) -> list:
-        calls = [partial(_in_float64, getattr(thing, method), arguments)
-                 for thing, arguments in zip(self.objects, args)]
-        if self.threads is None:
-            return [call() for call in calls]
-        return list(self.threads.map(lambda call: jax.block_until_ready(call()), calls))
-
-    def release(self) -> None:
-        """Stop the objects' threads."""
-        if self.threads is not None:
-            self.threads.shutdown()
-
-
-def _in_float64(method: Callable, arguments: tuple) -> Any:
-    """``method(*arguments)`` in float64 (JAX's precision setting is per thread)."""
-    with float64():
-        return method(*arguments)
 
 
 class OnComputeThread(WorkerPlugin):
@@ -116,7 +79,7 @@ class ResidentHost(OnComputeThread):
 
 class Residents:
     """One object resident on each of the first ``len(objects)`` workers of ``client`` (in the sorted order
-    of their addresses): the :class:`Placement` of a Dask backend.
+    of their addresses): the :class:`~pep_gp.pipeline.engine.in_process.Placement` of a Dask backend.
 
     Args:
         client: a connected ``distributed.Client`` with at least ``len(objects)`` workers.

@@ -28,7 +28,7 @@ from ...core.kernels import SquaredExponential, from_dict
 from ...core.linalg import DEFAULT_JITTER
 from ...core.models.multi_output_regression import MultiOutputParams, MultiOutputRegression
 from ...core.parameters import unconstrained
-from ..data.ingest import default_chunk_rows
+from ..data.stores import default_chunk_rows
 from ..data.moments import Moments
 from ..data.validation import check_num_inducing
 from ..models.predictive import predict_in_blocks

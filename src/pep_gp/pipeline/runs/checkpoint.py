@@ -36,17 +36,18 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import jax
 import numpy as np
-import zarr
-from zarr.core.sync import sync as zarr_sync  # Zarr's own event loop (also where one already runs: a notebook)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import InputError
 from ..files import check_received_tree, fsync, fsync_tree
 from ..jsonio import dumps
+
+if TYPE_CHECKING:  # imported where a checkpoint is written or read: a fit without one never loads Zarr
+    import zarr
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -144,6 +145,8 @@ def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, 
             arrays[name].append(array)
             leaves[name].append({"path": jax.tree_util.keystr(key_path), "shape": list(array.shape),
                                  "dtype": array.dtype.str, "sha256": _digest(array)})
+    from zarr.core.sync import sync as zarr_sync  # Zarr's own event loop (also where one already runs: a notebook)
+
     zarr_sync(_write_arrays(path, arrays))
     fsync_tree(path)
     manifest = {"format": FORMAT, "step": step, "leaves": leaves, **meta}
@@ -162,6 +165,8 @@ def save(run_dir: Path, step: int, trees: Mapping[str, Any], meta: Mapping[str, 
 async def _write_arrays(path: Path, arrays: Mapping[str, list[np.ndarray]]) -> None:
     """The Zarr group at ``path``: a group per tree, an array per leaf (``name/0000``, …), all written at
     once — one round trip to Zarr's event loop, not a few per array (the latency of a checkpoint of small leaves)."""
+    import zarr.api.asynchronous
+
     group = await zarr.api.asynchronous.open_group(str(path), mode="w", zarr_format=3)
     trees = [await group.create_group(name) for name in arrays]
     await asyncio.gather(*(tree.create_array(f"{index:04d}", data=array)
@@ -214,7 +219,7 @@ def _is_intact(path: Path, reference: Mapping[str, Any]) -> bool:
                                     for name, entries in leaves.items()}
         if described(manifest["leaves"]) != described(reference):
             return False
-        group = zarr.open_group(str(path), mode="r", zarr_format=3)
+        group = _opened(path)
         for name, entries in manifest["leaves"].items():
             for index, entry in enumerate(entries):
                 _read_leaf(group, name, index, entry)
@@ -255,9 +260,18 @@ def newest_manifest(run_dir: Path, check: Callable[[dict[str, Any]], Any] = lamb
     return None
 
 
+def _opened(path: Path) -> zarr.Group:
+    """The checkpoint's Zarr group at ``path``, read only."""
+    import zarr
+
+    return zarr.open_group(str(path), mode="r", zarr_format=3)
+
+
 def _read_leaf(group: zarr.Group, name: str, index: int, entry: Mapping[str, Any]) -> np.ndarray:
     """Leaf ``index`` of tree ``name``, after its Zarr metadata agrees with the manifest's ``entry`` (no
     allocation a damaged header sizes) and before it is returned, its bytes with the entry's digest."""
+    import zarr
+
     array = group[f"{name}/{index:04d}"]
     if not isinstance(array, zarr.Array):
         raise ValueError(f"'{name}/{index:04d}' is not an array")
@@ -272,7 +286,7 @@ def _read_leaf(group: zarr.Group, name: str, index: int, entry: Mapping[str, Any
 
 def _load(path: Path, manifest: Mapping[str, Any], templates: Mapping[str, Any]) -> dict[str, Any]:
     """The pytrees of a checkpoint, shaped like ``templates``; ValueError if anything disagrees."""
-    group = zarr.open_group(str(path), mode="r", zarr_format=3)
+    group = _opened(path)
     trees = {}
     for name, template in templates.items():
         template_leaves, treedef = jax.tree_util.tree_flatten_with_path(template)

@@ -47,7 +47,7 @@ from ...core.models import multiclass_sites as sites
 from ...core.models.multiclass import MultiClassGP
 from ..data.blocks import BlockSource
 from ..engine.cache import BLOCKS
-from ..engine.residents import InThreads, Placement
+from ..engine.in_process import InThreads, Placement
 from .step import StepInfo, all_finite, guarded_update, minibatch_energy, strongly_typed
 
 
@@ -251,8 +251,8 @@ def _columns(per_class: list) -> tuple:
 
 
 class Groups:
-    """Class groups where they are computed (a :class:`~pep_gp.pipeline.engine.residents.Placement` of them:
-    ``place``, a backend's ``place``, or :class:`~pep_gp.pipeline.engine.residents.InThreads` in this
+    """Class groups where they are computed (a :class:`~pep_gp.pipeline.engine.in_process.Placement` of them:
+    ``place``, a backend's ``place``, or :class:`~pep_gp.pipeline.engine.in_process.InThreads` in this
     process), and what the coordinator carries from one step to the next.
 
     Args:

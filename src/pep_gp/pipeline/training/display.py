@@ -23,15 +23,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING, Any
 
 from ..engine.compilation import COMPILATION_CACHE_ENV, slow_compiles_told
 from .callbacks import StopTraining
 from .trainer import Progress as ProgressCallback
 from .trainer import no_progress
+
+if TYPE_CHECKING:  # imported where a display is drawn: a quiet fit (an estimator's default) never loads rich
+    from rich.console import Console
 
 METRIC_NAMES = ("test_error", "rmse", "test_nll")
 COMPILING = "compiling the training step …"
@@ -59,6 +59,8 @@ def progress_display(enabled: bool, title: str = "training", console: Console | 
         with slow_compiles_told(None):
             yield no_progress
         return
+    from rich.console import Console
+
     console = console or Console(stderr=True)
     told = lambda program, seconds: console.print(slow_compile_text(title, program, seconds), soft_wrap=True)
     with slow_compiles_told(told):
@@ -83,6 +85,8 @@ def slow_compile_text(title: str, program: str, seconds: float) -> str:
 @contextmanager
 def _terminal_line(console: Console, title: str) -> Iterator[ProgressCallback]:
     """One line updated in place."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                TextColumn("{task.fields[energy]}"), TextColumn("{task.fields[epoch]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as display:
