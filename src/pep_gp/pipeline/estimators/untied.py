@@ -41,6 +41,9 @@ class UntiedMultiClassSettings(MultiClassSettings):
                                             "per-row sites untied EP stores")
     train_inducing: bool = Field(True, description="optimise the inducing inputs")
 
+    takes_priors = False  # the untied fit adds no prior term yet
+    takes_mean = False
+
 
 UNTIED_LEARNING_RATE = 0.01
 """Adam's step on the untied model's hyper-parameters (log-amplitude, log-lengthscales, log-noise, inducing
