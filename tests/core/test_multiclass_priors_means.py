@@ -134,3 +134,28 @@ def test_a_stacked_mean_gives_each_class_its_own_parameters_and_refuses_another_
         assert means.Zero().stacked(CLASSES, 2).each(x) is None
     with pytest.raises(ValueError, match=r"constant needs shape \(\) .* or \(3,\) .*got \(2,\)"):
         means.Constant([1.0, 2.0]).stacked(CLASSES, 2)
+
+
+@means.register_mean("test-multiclass-quadratic")
+class Quadratic(means.MeanFunction):
+    """``a·x₀² + c``: a user's own mean, as the docs show it."""
+
+    parameters = ("a", "c")
+
+    def __call__(self, x):
+        return self.a * x[:, 0] ** 2 + self.c
+
+
+def test_a_users_stacked_mean_read_in_the_datas_units_is_each_classs_own():
+    """A user's mean has no closed form in the data's units: its reading for each latent
+    (:meth:`~pep_gp.core.means.InDataUnits.for_each_latent`) is ``m_c((x − x_mean)/x_std)`` of every class's own
+    parameters, ``[B, C]``."""
+    x = np.array([[1.0, 4.0], [3.0, -2.0], [0.5, 0.0]])
+    x_mean, x_std = np.array([1.0, 0.5]), np.array([2.0, 3.0])
+    with float64():
+        stacked = Quadratic(a=0.0, c=0.0).stacked(CLASSES, 2).replace(a=jnp.asarray([1.0, -2.0, 0.5]),
+                                                                      c=jnp.asarray([0.1, 0.2, 0.3]))
+    reading = stacked.in_data_units(x_mean, x_std).for_each_latent()
+    z = (x - x_mean) / x_std
+    expected = np.stack([a * z[:, 0] ** 2 + c for a, c in zip([1.0, -2.0, 0.5], [0.1, 0.2, 0.3])], axis=1)
+    np.testing.assert_allclose(reading(x), expected, rtol=1e-14)
