@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 from pep_gp.core import float64
+from pep_gp.core.kernels import SquaredExponential
+from pep_gp.core.means import Linear
 from pep_gp.core.models.multiclass import MultiClassGP
+from pep_gp.core.priors import Gamma
 from pep_gp.pipeline.engine import Pass
 from pep_gp.pipeline.engine.cache import compiled_program, resolve
 from pep_gp.pipeline.engine.in_process import InThreads
@@ -109,6 +112,19 @@ def test_the_exact_likelihood_split_by_classes_is_its_step_of_all_classes():
     step of all classes, to rounding."""
     step, params, x, y, class_rows = a_problem("exact", classes=4)
     state, energies = trained(step, Groups(step.init(params, 2)), x, y, class_rows)
+    assert_the_step_of_all_classes(step, params, x, y, class_rows, state, energies)
+
+
+@pytest.mark.heavy  # compiles the per-class programs and the whole step again, with a mean and a prior
+def test_a_mean_and_a_prior_split_by_classes_are_their_step_of_all_classes():
+    """Each class's own linear mean (its slice of ``[C, D]`` weights) and its kernel's prior term, in two groups
+    of 4 classes: the step of all classes, to rounding, and the means train."""
+    step, _, x, y, class_rows = a_problem(classes=4)
+    with float64():
+        params = step.model.init(x, 3, kernel=SquaredExponential(prior={"lengthscales": Gamma(2.0, 1.0)}),
+                                 mean=Linear())
+    state, energies = trained(step, Groups(step.init(params, 2)), x, y, class_rows)
+    assert np.all(np.asarray(state[0].mean.weights) != 0.0)
     assert_the_step_of_all_classes(step, params, x, y, class_rows, state, energies)
 
 

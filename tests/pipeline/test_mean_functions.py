@@ -99,7 +99,7 @@ def test_the_mean_table_and_set_are_validated_by_the_model_settings():
 
 def test_models_without_a_mean_refuse_one_in_one_line():
     with pytest.raises(InputError, match=r"model.mean_function: Value error, this model takes the zero mean only"):
-        model_settings(get_model("multiclass-sep"), {"mean_function": "linear"})
+        model_settings(get_model("deep-gp-multiclass"), {"mean_function": "linear"})
     with pytest.raises(ValueError, match=r"^MultiClassDeepGPClassifier: mean_function: .*zero mean only[^\n]*$"):
         MultiClassDeepGPClassifier(mean_function="constant").fit(np.zeros((4, 1)), np.arange(4) % 2)
 

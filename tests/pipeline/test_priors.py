@@ -11,7 +11,7 @@ import scipy.optimize
 from scipy import stats
 
 import pep_gp
-from pep_gp import CollapsedGPRegressor, MultiClassGPClassifier, SparseGPClassifier, SparseGPRegressor
+from pep_gp import CollapsedGPRegressor, DeepGPClassifier, SparseGPClassifier, SparseGPRegressor
 from pep_gp.core import float64
 from pep_gp.core.log_prior import log_prior
 from pep_gp.core.priors import Gamma, HalfNormal, LogNormal
@@ -140,7 +140,7 @@ def test_the_classifier_takes_a_kernel_prior(tiny):
 
 
 @pytest.mark.parametrize("estimator", [
-    lambda: MultiClassGPClassifier(num_inducing=4, kernel=SquaredExponential(prior={"variance": LogNormal()})),
+    lambda: DeepGPClassifier(num_inducing=4, kernel=SquaredExponential(prior={"variance": LogNormal()})),
     lambda: SparseGPRegressor(prior={"lengthscales": LogNormal()}),
     lambda: SparseGPRegressor(prior={"noise_variance": {"name": "beta"}}),
 ])

@@ -53,7 +53,7 @@ def test_untied_ep_and_qp_fit_and_agree_on_labels():
     assert np.array_equal(ep.predict(x), qp.predict(x))
     assert ep.score(x, y) > 0.85
     with float64():
-        cov = _prior_cov(ep.params_, jnp.asarray(ep.x_train_))
+        cov = _prior_cov(ep.params_.kernel, jnp.asarray(ep.x_train_))
         variances = {name: np.diag(np.asarray(EP(Probit(), name, damping=0.5, schedule="parallel").run(
             cov, ep.site_data_).posterior.cov)) for name in ("kl", "wasserstein")}
     assert np.all(variances["wasserstein"] <= variances["kl"] * (1 + 1e-9))

@@ -73,6 +73,7 @@ class RowProjections(NamedTuple):
 
     directions: jnp.ndarray  # [G, B, M]
     fitc_var: jnp.ndarray  # [G, B]
+    prior_mean: jnp.ndarray | None = None  # m_g(x), [B, G]: the prior's mean (pep_gp.core.means); None: zero
 
 
 class Marginals(NamedTuple):

@@ -16,6 +16,10 @@ Mean functions:
   registered under a name with :func:`register_mean` (which also makes it a pytree, and what a saved run
   names it by: the class must be registered again, its module imported, before the run is loaded).
 
+A model of several latent functions (the multi-class models, one per class) gives each its own copy of the mean:
+:meth:`MeanFunction.stacked` puts a leading axis of one entry per latent function on every parameter and
+:meth:`MeanFunction.each` evaluates them all, ``[B, G]``.
+
 The models train in standardised units (inputs less their mean over their deviation; regression targets
 likewise, :mod:`pep_gp.pipeline.data.blocks`), and a mean function acts there: ``Constant(0.0)`` starts at
 the training targets' mean, and ``Linear``'s weights are per standardised input. :meth:`MeanFunction.in_data_units`
@@ -137,6 +141,33 @@ class MeanFunction:
         """The shape each parameter must have for ``dims`` input columns (None: any)."""
         return {field: None for field in self.parameters}
 
+    def stacked(self, count: int, dims: int) -> "MeanFunction":
+        """This mean for ``count`` latent functions of inputs of ``dims`` columns (a multi-class model's, one per
+        class), each with parameters of its own: every parameter ``[count, *shape]`` (:meth:`shapes`), a value of
+        one function's shape starting every function there and one of ``[count, *shape]`` giving each its own
+        (``Constant([c_1, …, c_C])``); a parameter of any shape (None) is one function's. :meth:`each` evaluates
+        it. ValueError naming a parameter of another shape."""
+        values = {}
+        for field, shape in self.shapes(dims).items():
+            value = getattr(self, field)
+            value = jnp.zeros(shape, dtype=float) if value is None else jnp.asarray(value, dtype=float)
+            if shape is not None and value.shape not in (shape, (count, *shape)):
+                raise ValueError(f"mean function {self.name!r}: {field} needs shape {shape} (one value for every latent "
+                                 f"function) or {(count, *shape)} (one for each of {count}) for {dims} input "
+                                 f"columns; got {value.shape}")
+            own = shape is not None and value.shape == (count, *shape)
+            values[field] = value if own else jnp.broadcast_to(value, (count, *value.shape))
+        return self.replace(**values)
+
+    def each(self, x):
+        """``m_g(x)`` of every latent function of a :meth:`stacked` mean, ``[B, G]`` for rows ``x`` ``[B, D]`` (each
+        function's parameters are its slice of the leading axis)."""
+        return jax.vmap(lambda mean: mean(x), out_axes=1)(self)
+
+    def plus_each(self, x, values):
+        """``values + m_g(x)`` (``values`` ``[B, G]``) for a :meth:`stacked` mean: the latent functions' means."""
+        return values + self.each(x)
+
     def in_data_units(self, x_mean, x_std, shift: float = 0.0, scale: float = 1.0) -> "MeanFunction":
         """This mean (of inputs standardised as ``(x − x_mean)/x_std``, in latent units ``(f − shift)/scale``)
         as a function of the data's own inputs in the targets' units: ``shift + scale·m((x − x_mean)/x_std)``;
@@ -201,6 +232,14 @@ class Zero(MeanFunction):
     def minus(self, x, values):
         return values
 
+    def plus_each(self, x, values):
+        return values
+
+    def each(self, x):
+        """No latent function's mean: None (:meth:`plus_each` adds nothing, so a model that adds it only when
+        there is one computes what it computes without one, bit for bit)."""
+        return None
+
     def in_data_units(self, x_mean, x_std, shift=0.0, scale: float = 1.0) -> MeanFunction:
         """``Constant(shift)``: a number, or one per output ``[P]`` (a multi-output regressor's); Zero for 0."""
         return Zero() if np.all(np.equal(shift, 0.0)) else Constant(shift)
@@ -221,13 +260,14 @@ class Constant(MeanFunction):
         return {"constant": ()}
 
     def in_data_units(self, x_mean, x_std, shift: float = 0.0, scale: float = 1.0) -> MeanFunction:
-        return Constant(shift + scale * float(self.constant))
+        return Constant(shift + scale * np.asarray(self.constant, dtype=float))
 
 
 @register_mean("linear")
 class Linear(MeanFunction):
     """``m(x) = wᵀx + b`` (GPflow's ``Linear``, GPyTorch's ``LinearMean``): ``weights`` ``[D]`` (zeros when left
-    out), ``bias`` a number."""
+    out), ``bias`` a number. A multi-class model's fitted mean holds one row of weights and one bias per class,
+    ``weights`` ``[C, D]`` and ``bias`` ``[C]``, and gives ``[B, C]`` (GPflow's ``Linear`` of a matrix)."""
 
     parameters = ("weights", "bias")
 
@@ -235,14 +275,14 @@ class Linear(MeanFunction):
         return None if field == "weights" else 0.0
 
     def __call__(self, x):
-        return x @ self.weights + self.bias
+        return x @ self.weights.T + self.bias
 
     def shapes(self, dims):
         return {"weights": (dims,), "bias": ()}
 
     def in_data_units(self, x_mean, x_std, shift: float = 0.0, scale: float = 1.0) -> MeanFunction:
         weights = np.asarray(self.weights, dtype=float) / np.asarray(x_std, dtype=float)
-        bias = shift + scale * (float(self.bias) - float(weights @ np.asarray(x_mean, dtype=float)))
+        bias = shift + scale * (np.asarray(self.bias, dtype=float) - weights @ np.asarray(x_mean, dtype=float))
         return Linear(weights=scale * weights, bias=bias)
 
 
@@ -252,14 +292,20 @@ class InDataUnits:
     closed form; ``mean`` is the fitted mean itself)."""
 
     def __init__(self, mean: MeanFunction, x_mean: tuple[float, ...], x_std: tuple[float, ...], shift: float,
-                 scale: float):
+                 scale: float, each: bool = False):
         self.mean, self.x_mean, self.x_std, self.shift, self.scale = mean, x_mean, x_std, shift, scale
+        self.each = each  # ``mean`` is :meth:`~MeanFunction.stacked`: one function per latent, [B, G]
+
+    def for_each_latent(self) -> "InDataUnits":
+        """The same reading of a :meth:`~MeanFunction.stacked` mean (a multi-class model's): ``[B, G]``."""
+        return InDataUnits(self.mean, self.x_mean, self.x_std, self.shift, self.scale, each=True)
 
     def __call__(self, x) -> np.ndarray:
-        """The mean at rows ``x`` of the data's inputs, ``[B]`` float64 (evaluated in JAX's float64 scope)."""
+        """The mean at rows ``x`` of the data's inputs, ``[B]`` (``[B, G]`` for each latent) float64 (evaluated in
+        JAX's float64 scope)."""
         with float64():
             x = (jnp.asarray(x, dtype=float) - jnp.asarray(self.x_mean)) / jnp.asarray(self.x_std)
-            return np.asarray(self.shift + self.scale * self.mean(x))
+            return np.asarray(self.shift + self.scale * (self.mean.each(x) if self.each else self.mean(x)))
 
     def __repr__(self):
         return f"{self.shift:.4g} + {self.scale:.4g}·{self.mean!r} of the standardised inputs"

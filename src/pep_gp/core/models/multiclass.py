@@ -39,6 +39,13 @@ Two ways to train, chosen by the type of ``params.factor``:
 The C latent GPs, their tied factors, ``q`` and the cavities are a bank of sparse GPs
 (:mod:`pep_gp.core.bank`, G = C); this module adds the per-row factors of eq. (6).
 
+A mean function (``params.mean``, :meth:`~pep_gp.core.means.MeanFunction.stacked`: one per class, each with its
+own parameters) makes class ``c``'s prior ``f_c ~ GP(m_c, k_c)``: the bank above holds ``g_c = f_c − m_c``, every
+row's factors see the cavity's ``a_c + m_c(x)`` (:meth:`MultiClassGP.class_marginals`), a site computed in ``f_c``,
+``exp(μ̃ f − ½Δ f²)``, is ``exp((μ̃ − Δm_c) g − ½Δ g²)`` in ``g_c`` (:meth:`MultiClassGP.site_sums`), and the
+predictive mean is shifted by ``m_c(x*)`` (Rasmussen & Williams 2006, §2.7). Priors on the kernels'
+hyper-parameters add ``log p(θ)`` to the global term once per step (a MAP fit, :mod:`pep_gp.core.log_prior`).
+
 Reference: Villacampa-Calvo & Hernández-Lobato, "Scalable Multi-Class Gaussian Process Classification
 using Expectation Propagation", ICML 2017 (arXiv 1706.07258); errata as noted in this module.
 """
@@ -57,6 +64,8 @@ from ..bank import CholeskyFactor, NaturalFactor
 from ..initialisation import squared_median_lengthscale
 from ..kernels import Kernel, ProductDtype, SquaredExponential, check_product_dtype
 from ..linalg import DEFAULT_JITTER
+from ..log_prior import with_log_prior
+from ..means import MeanFunction, Zero
 from . import multiclass_sites as sites
 from .multiclass_likelihoods import MultiClassLikelihood, Pairwise, check_likelihood, label_side
 from . import multiclass_softmax as softmax
@@ -64,12 +73,14 @@ from ..parameters import LOG, constrained, unconstrained
 
 
 class MultiClassParams(NamedTuple):
-    """The trainable state: per-class unconstrained hyper-parameters, inducing inputs and tied factor."""
+    """The trainable state: per-class unconstrained hyper-parameters, inducing inputs, tied factor and the
+    classes' prior means (:class:`~pep_gp.core.means.Zero`, no leaves, by default)."""
 
     kernel: Kernel  # C kernels (hyper-parameters [C, ·], logarithms as in the reference code, pep_gp.core.parameters)
     raw_noise: jnp.ndarray  # log σ_{0,c}, [C]
     inducing: jnp.ndarray  # Z_c, [C, M, D]
     factor: Union[NaturalFactor, CholeskyFactor]
+    mean: MeanFunction = Zero()  # m_c of the priors f_c ~ GP(m_c, k_c), parameters [C, ·] (MeanFunction.stacked)
 
     BIJECTIONS = {"raw_noise": ("noise", LOG)}
 
@@ -191,6 +202,7 @@ class MultiClassGP:
         noise: float = 1.0,
         factor: str = "natural",
         seed: int = 0,
+        mean: MeanFunction | None = None,
     ) -> MultiClassParams:
         """Starting state (the defaults of Villacampa-Calvo & Hernández-Lobato's (2017) code).
 
@@ -199,7 +211,8 @@ class MultiClassGP:
         lengthscale left unset ``ℓ² =`` the median distance of 1,000 random rows, one per input
         (:func:`pep_gp.core.initialisation.squared_median_lengthscale`, the reference code's start); noise 1.
         ``factor="natural"`` starts the tied factor at zero (q = prior, Villacampa-Calvo & Hernández-Lobato 2017, App. B); ``"cholesky"`` (direct
-        mode) at ``Λ̃_c = K_c⁻¹``, ``η̃ = 0``, away from the saddle at ``L = 0``.
+        mode) at ``Λ̃_c = K_c⁻¹``, ``η̃ = 0``, away from the saddle at ``L = 0``. ``mean``: every class's prior
+        mean at its starting values (:meth:`~pep_gp.core.means.MeanFunction.stacked`; default zero).
         """
         x = np.asarray(x, dtype=float)
         n, dim = x.shape
@@ -218,6 +231,7 @@ class MultiClassGP:
             factor=NaturalFactor(
                 jnp.zeros((num_classes, num_inducing)), jnp.zeros((num_classes, num_inducing, num_inducing))
             ),
+            mean=Zero() if mean is None else mean.stacked(num_classes, dim),
         )
         if factor == "natural":
             return params
@@ -282,18 +296,23 @@ class MultiClassGP:
 
     def global_energy_at(self, params: MultiClassParams, shared: StepShared, counts):
         """:meth:`global_energy` from the factor counts ``n_c`` (as :meth:`step_shared_at`: any subset of
-        the classes; the sum of the classes' values is the whole)."""
+        the classes; the sum of the classes' values is the whole). Plus ``log p(θ)`` of the classes' kernels'
+        priors (:func:`~pep_gp.core.log_prior.with_log_prior`; a sum over the classes too)."""
         if self._holds_cavity(params):
-            return sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha, shared.q)
-        q = bank.gaussians(shared.prior, params.factor, 1.0) if shared.q is None else shared.q
-        return bank.power_ep_global_term(q, shared.cavity, counts, self.alpha)
+            value = sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha, shared.q)
+        else:
+            q = bank.gaussians(shared.prior, params.factor, 1.0) if shared.q is None else shared.q
+            value = bank.power_ep_global_term(q, shared.cavity, counts, self.alpha)
+        return with_log_prior(value, params)
 
     # The block term in two parts: the rows' projections, differentiable and unchanged by a site update
     # (so a step computes them once per block for the site statistics and the data term), and what the
     # cavity makes of them.
     def block_rows(self, params: MultiClassParams, shared: StepShared, x) -> bank.RowProjections:
-        """``υ = K_c⁻¹k_c(x)`` and the FITC variances of the rows ``x`` ``[B, D]``."""
-        return bank.row_projections(self.sparse_gps(params), shared.prior, x)
+        """``υ = K_c⁻¹k_c(x)``, the FITC variances and the classes' prior means ``m_c(x)`` (None for the zero
+        mean) of the rows ``x`` ``[B, D]``."""
+        rows = bank.row_projections(self.sparse_gps(params), shared.prior, x)
+        return rows._replace(prior_mean=params.mean.each(x))
 
     def held(self, shared: StepShared) -> bank.Gaussians:
         """What a site update changes in ``shared`` and the data term holds fixed (eq. 10): the cavities."""
@@ -302,8 +321,12 @@ class MultiClassGP:
     def class_marginals(self, rows: bank.RowProjections, cavity: bank.Gaussians):
         """Each class's cavity seen along its rows' directions, and the FITC variances: ``[B, C]`` each —
         the only per-class numbers the per-row factors of eq. (6) need (any subset of the classes gives its
-        columns)."""
-        return bank.project(cavity, rows.directions), rows.fitc_var.T
+        columns). The latent ``f_c`` the factors see is ``g_c + m_c(x)``: its mean the projection plus the prior
+        mean (the projection itself for the zero mean)."""
+        marginals = bank.project(cavity, rows.directions)
+        if rows.prior_mean is not None:
+            marginals = marginals._replace(mean=marginals.mean + rows.prior_mean)
+        return marginals, rows.fitc_var.T
 
     def _pair_cavities(self, rows: bank.RowProjections, cavity: bank.Gaussians, y):
         """Cavity projections of every pair ``(i, k)``: label side ``[B, 1]``, other side ``[B, C]``."""
@@ -350,9 +373,17 @@ class MultiClassGP:
         """:meth:`site_stats` from the rows' projections and the cavities."""
         y = y.astype(jnp.int32)
         delta, mu = self.row_site_coefficients(*self.class_marginals(rows, cavity), y, mask)
-        shift, precision = sites.class_sums(jnp.swapaxes(rows.directions, 0, 1), delta, mu)
+        shift, precision = self.site_sums(rows, delta, mu)
         count = self.site_counts(y, mask)
         return SiteStats(shift, precision, count, jnp.sum(mask.astype(shift.dtype)))
+
+    def site_sums(self, rows: bank.RowProjections, delta, mu):
+        """Each class's sums of its sites in ``g_c`` (:func:`~pep_gp.core.models.multiclass_sites.class_sums`) from
+        the coefficients ``Δ``, ``μ̃`` ``[B, C]`` of sites computed in ``f_c = g_c + m_c(x)``: the shift less
+        ``Δ·m_c(x)`` (module docstring), as it is for the zero mean."""
+        if rows.prior_mean is not None:
+            mu = mu - delta * rows.prior_mean
+        return sites.class_sums(jnp.swapaxes(rows.directions, 0, 1), delta, mu)
 
     def row_site_coefficients(self, marginals: bank.Marginals, fitc, y, mask):
         """The refined sites' per-(row, class) coefficients ``Δ_i^c``, ``μ̃_i^c`` ``[B, C]`` (eqs. 26–27,
@@ -405,10 +436,12 @@ class MultiClassGP:
     # ----------------------------------------------------------------------------------------------
     def predict_latent(self, params: MultiClassParams, x, full_cov: bool = False):
         """``m*_c``, ``v*_c`` of eqs. (66)–(67) (noise included in ``κ``), ``[B, C]`` each; with ``full_cov``
-        the mean ``[B, C]`` and the covariance ``[C, B, B]`` per class (:func:`pep_gp.core.bank.latent_moments`)."""
+        the mean ``[B, C]`` and the covariance ``[C, B, B]`` per class (:func:`pep_gp.core.bank.latent_moments`);
+        the mean plus the classes' prior means ``m_c(x*)``."""
         prior = self.prior_factors(params)
-        return bank.latent_moments(self.sparse_gps(params), prior, bank.gaussians(prior, params.factor, 1.0), x,
-                                   full_cov)
+        mean, spread = bank.latent_moments(self.sparse_gps(params), prior, bank.gaussians(prior, params.factor, 1.0),
+                                           x, full_cov)
+        return params.mean.plus_each(x, mean), spread
 
     predict_f = predict_latent  # the name every model's latent moments go by
 

@@ -15,7 +15,13 @@ With a power α (``model.alpha``) every cavity removes ``φ̃^α`` and the refin
   (``1 − C¹υᵀVυ ≤ 0``, possible with damping, parallel updates or moved hyper-parameters) are skipped
   and counted; the caller may reduce the damping (the reference code halves it).
 * :func:`global_energy` + :func:`local_energy` — ``log Z_q`` of eq. (9)/(60) with the scalar form of
-  eq. (61); their gradient is eq. (10)/(12): ``q`` and every cavity held fixed in ``f̄`` coordinates.
+  eq. (61); their gradient is eq. (10)/(12): ``q`` and every cavity held fixed in ``f̄`` coordinates. Priors on
+  the kernels' hyper-parameters add ``log p(θ)`` to the global term (a MAP fit, :mod:`pep_gp.core.log_prior`).
+
+A mean function (``params.mean``, one per class) makes class ``c``'s prior ``f_c ~ GP(m_c, k_c)``: the sites, ``q``
+and the cavities stay those of ``g_c = f_c − m_c``, each factor sees its cavity's mean plus ``m_c(x_i)``, and a
+refined site ``exp(C² f − ½C¹ f²)`` is stored in ``g`` as ``exp((C² − C¹m) g − ½C¹ g²)``
+(:mod:`pep_gp.core.models.multiclass`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import bank, sep
+from ..log_prior import with_log_prior
 from . import multiclass_sites as sites
 from .multiclass import MultiClassGP, MultiClassParams, NaturalFactor, label_side
 
@@ -48,6 +55,8 @@ class _PairCavities(NamedTuple):
     other_removal: jnp.ndarray  # the same on class k, [B, C]
     label_change: jnp.ndarray  # g(θ^∖) − g(θ) on class y_i, [B, C] (eq. 61)
     other_change: jnp.ndarray  # the same on class k, [B, C]
+    label_mean: jnp.ndarray | None  # m_{y_i}(x_i), [B, 1]: the prior mean the label side's factor adds (None: zero)
+    other_mean: jnp.ndarray | None  # m_k(x_i), [B, C]
 
 
 def init_sites(num_rows: int, params: MultiClassParams) -> EPSites:
@@ -75,10 +84,14 @@ def _pair_cavities(model: MultiClassGP, params: MultiClassParams, state: EPSites
     label, label_removal = sites.remove_site(*label_q, s.label_precision, s.label_shift)
     other, other_removal = sites.remove_site(v_uu, v_uo, v_oo, mu_u, mu_o, s.other_precision, s.other_shift)
     fitc = rows.fitc_var.T
+    prior_mean = params.mean.each(x)
+    label_mean = None if prior_mean is None else label_side(prior_mean, y)
+    if prior_mean is not None:  # the factors see f = g + m (module docstring)
+        label, other = label._replace(mean=label.mean + label_mean), other._replace(mean=other.mean + prior_mean)
     return _PairCavities(
         rows, label, other, label_side(fitc, y), fitc, label_removal, other_removal,
         sites.log_normaliser_change(s.label_precision, s.label_shift, label_q[2], label_q[4]),
-        sites.log_normaliser_change(s.other_precision, s.other_shift, v_oo, mu_o),
+        sites.log_normaliser_change(s.other_precision, s.other_shift, v_oo, mu_o), label_mean, prior_mean,
     )
 
 
@@ -99,6 +112,9 @@ def update(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, 
     factors = sites.factor_mask(y, mask, num_classes)
     refined = sites.refine(cav.label, cav.other, cav.label_fitc, cav.other_fitc, model.alpha,
                            label_noise=model.label_noise)
+    if cav.other_mean is not None:  # the sites in g (module docstring)
+        refined = refined._replace(label_shift=refined.label_shift - refined.label_precision * cav.label_mean,
+                                   other_shift=refined.other_shift - refined.other_precision * cav.other_mean)
     finite = jnp.all(jnp.stack([jnp.isfinite(leaf) for leaf in refined]), axis=0)
     valid = (cav.label_removal > 0) & (cav.other_removal > 0) & finite
     refresh = mask & jnp.all(valid | ~factors, axis=1)  # rows refined this time
@@ -125,10 +141,11 @@ def site_factor(state: EPSites, y) -> NaturalFactor:
 
 
 def global_energy(model: MultiClassGP, params: MultiClassParams):
-    """``Σ_c g(q_c) − g(p_c)`` (eq. 60, first bracket); gradient: the prior term of eq. (10)."""
+    """``Σ_c g(q_c) − g(p_c)`` (eq. 60, first bracket); gradient: the prior term of eq. (10). Plus ``log p(θ)``
+    with priors."""
     prior = model.prior_factors(params)
     q = bank.gaussians(prior, params.factor, 1.0)
-    return sep.hold_gradient(jnp.sum(q.log_normaliser), sep.prior_surrogate(prior, q))
+    return with_log_prior(sep.hold_gradient(jnp.sum(q.log_normaliser), sep.prior_surrogate(prior, q)), params)
 
 
 def local_energy(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, mask):

@@ -21,6 +21,12 @@ Both projections are affine-equivariant, so ``q̃(τ)`` is projected as the stan
 hyper-parameters and inducing inputs ascend EP's energy with cavity and ``q`` held fixed in ``u``
 coordinates (Villacampa-Calvo & Hernández-Lobato 2017 eq. 10, as :class:`~pep_gp.core.models.multiclass.MultiClassGP`) — also for QP, which
 has no energy of its own (Zhang et al. 2020, Algorithm 1: the paper optimises EP's evidence at QP's sites).
+
+A mean function ``m`` (``params.mean``) makes the prior ``f ~ GP(m, k)``: the GP above is ``g = f − m``, each row's
+factor sees the cavity's ``a + m(x)``, the projected site on ``τ`` is moved back to ``g`` (``ν − ρm``), and the
+predictive mean is shifted by ``m(x*)`` (Rasmussen & Williams 2006, §2.7); EP's site updates do not change with a
+prior on the hyper-parameters, whose ``log p(θ)`` the global term adds once per step (a MAP fit,
+:mod:`pep_gp.core.log_prior`).
 """
 
 from __future__ import annotations
@@ -37,16 +43,19 @@ from ..initialisation import initial_kernel_and_inducing
 from ..likelihoods import Probit
 from ..kernels import Kernel, SquaredExponential
 from ..linalg import DEFAULT_JITTER
+from ..log_prior import with_log_prior
+from ..means import MeanFunction, Zero
 from ..projections import projection as named_projection
 
 
 class TiedEPParams(NamedTuple):
-    """The state: the kernel (hyper-parameters ``[1, ·]``), inducing inputs and the tied factor (``[1, M]``,
-    ``[1, M, M]``)."""
+    """The state: the kernel (hyper-parameters ``[1, ·]``), inducing inputs, the tied factor (``[1, M]``,
+    ``[1, M, M]``) and the prior's mean function (:class:`~pep_gp.core.means.Zero`, no leaves, by default)."""
 
     kernel: Kernel
     inducing: jnp.ndarray  # Z, [M, D]
     factor: NaturalFactor
+    mean: MeanFunction = Zero()  # m of the prior f ~ GP(m, k)
 
 
 class SiteStats(NamedTuple):
@@ -90,16 +99,17 @@ class TiedEPClassifier:
         return bank.one_gp_bank(params, self.jitter)
 
     def init(self, x, num_inducing: int, *, inducing=None, kernel: Kernel | None = None,
-             seed: int = 0) -> TiedEPParams:
+             seed: int = 0, mean: MeanFunction | None = None) -> TiedEPParams:
         """``kernel`` (default a squared exponential of variance 1; lengthscales left unset the median
-        distance, one per input), k-means inducing inputs unless ``inducing``, and the tied factor 1
-        (``q`` = prior)."""
+        distance, one per input), k-means inducing inputs unless ``inducing``, the tied factor 1
+        (``q`` = prior) and ``mean`` at its starting values (default zero)."""
         lengthscales, _, z = initial_kernel_and_inducing(x, num_inducing, inducing=inducing, seed=seed)
         size = z.shape[0]
         kernel = SquaredExponential() if kernel is None else kernel
         return TiedEPParams(kernel=kernel.bank(1, z.shape[1], lengthscales),
                             inducing=jnp.asarray(z),
-                            factor=NaturalFactor(jnp.zeros((1, size)), jnp.zeros((1, size, size))))
+                            factor=NaturalFactor(jnp.zeros((1, size)), jnp.zeros((1, size, size))),
+                            mean=Zero() if mean is None else mean.build(z.shape[1]))
 
     # ----------------------------------------------------------------------------------------------
     def step_shared(self, params: TiedEPParams, n_total) -> StepShared:
@@ -112,13 +122,15 @@ class TiedEPClassifier:
 
     def global_energy(self, params: TiedEPParams, shared: StepShared, n_total):
         """``G = φ(q) − φ(p) + N(φ(cav) − φ(q))`` (Bui, Yan & Turner 2017 eq. 110 with tied factors, α = 1), with the
-        gradient of the prior term of Villacampa-Calvo & Hernández-Lobato 2017 eq. (10) only."""
-        return sep.held_global_energy(shared.prior, params.factor, shared.cavity, n_total, 1.0)
+        gradient of the prior term of Villacampa-Calvo & Hernández-Lobato 2017 eq. (10) only; plus ``log p(θ)`` with
+        priors."""
+        return with_log_prior(sep.held_global_energy(shared.prior, params.factor, shared.cavity, n_total, 1.0), params)
 
     def data_energy(self, params: TiedEPParams, shared: StepShared, x, y, mask):
-        """``L = Σ_n mask_n log Φ(s_n m_n/√(1 + v_n))`` under the cavity (masked rows add exactly 0)."""
+        """``L = Σ_n mask_n log Φ(s_n m_n/√(1 + v_n))`` under the cavity, ``m_n`` its mean plus ``m(x_n)`` (masked
+        rows add exactly 0)."""
         marginals = bank.latent_marginals(self.sparse_gp(params), shared.prior, shared.cavity, x)
-        terms = Probit().log_tilted({}, y, marginals.mean[:, 0], marginals.var[:, 0], 1.0)
+        terms = Probit().log_tilted({}, y, params.mean.plus(x, marginals.mean[:, 0]), marginals.var[:, 0], 1.0)
         return jnp.sum(jnp.where(mask, terms, 0.0))
 
     # ----------------------------------------------------------------------------------------------
@@ -132,16 +144,20 @@ class TiedEPClassifier:
         (``w < √tiny``, about 1.5e-154 in float64), which would give its site 0/0 and, summed with the
         others, reject the whole minibatch's update. Such a row's site is zero: it carries no information
         about ``u`` (its contribution ``ρυυᵀ`` to the tied factor is of order ``w``), so the other rows'
-        sites update as without it."""
+        sites update as without it.
+
+        With a mean function the factor sees ``τ + m(x)``: the projection is of the cavity ``N(a + m, w)`` and the
+        site in ``τ`` is ``exp((ν − ρm)τ − ½ρτ²)``, ``ν − ρm = (μ* − a − m)/σ*² + aρ``."""
         rows = bank.row_projections(self.sparse_gp(params), shared.prior, x)
         cavity = bank.project(shared.cavity, rows.directions)
         a, w, scale = cavity.mean[:, 0], cavity.var[:, 0], jnp.sqrt(1.0 + rows.fitc_var[0])
         unseen = w < jnp.sqrt(jnp.finfo(w.dtype).tiny)
         w = jnp.where(unseen, 1.0, w)  # any cavity: the site is replaced by zero below
-        _, mean, var = named_projection(self.projection)(Probit(), y, a / scale, w / scale**2)
+        latent = params.mean.plus(x, a)  # the factor's cavity mean: a + m(x)
+        _, mean, var = named_projection(self.projection)(Probit(), y, latent / scale, w / scale**2)
         mean, var = scale * mean, scale**2 * var
         precision = jnp.maximum(w - var, 0.0) / (w * var)
-        shift = (mean - a) / var + a * precision
+        shift = (mean - latent) / var + a * precision
         return rows.directions[0], jnp.where(unseen, 0.0, precision), jnp.where(unseen, 0.0, shift)
 
     def site_stats(self, params: TiedEPParams, shared: StepShared, x, y, mask) -> SiteStats:
@@ -162,11 +178,11 @@ class TiedEPClassifier:
     # ----------------------------------------------------------------------------------------------
     def predict_f(self, params: TiedEPParams, x, full_cov: bool = False):
         """Mean ``[B]`` and variance ``[B]`` (``full_cov``: covariance ``[B, B]``) of the latent function at
-        ``x`` under ``q`` (:func:`pep_gp.core.bank.latent_moments`)."""
+        ``x`` under ``q`` (:func:`pep_gp.core.bank.latent_moments`, the mean plus the prior's ``m(x)``)."""
         gp = self.sparse_gp(params)
         prior = bank.prior_factors(gp)
         mean, spread = bank.latent_moments(gp, prior, bank.gaussians(prior, params.factor, 1.0), x, full_cov)
-        return mean[:, 0], spread[0] if full_cov else spread[:, 0]
+        return params.mean.plus(x, mean[:, 0]), spread[0] if full_cov else spread[:, 0]
 
     def predict_y(self, params: TiedEPParams, x):
         """``p(y = 1 | x) = Φ(m/√(1 + v))``."""

@@ -20,8 +20,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ...core import float64
 from ...core.likelihoods import Probit
-from ...core.means import MeanFunction, Zero
+from ...core.means import InDataUnits, MeanFunction, Zero
 from ...core.models.deep_gp import DeepGPParams
+from ...core.models.multiclass import MultiClassParams
 from ...core.models.multiclass_likelihoods import MultiClassLikelihood, Pairwise
 from ..data.datasets import ArrayData
 from ..data.frames import TableChunk
@@ -231,14 +232,17 @@ class FittedGP(BaseEstimator):
         (``params_.mean``; :meth:`~pep_gp.core.means.MeanFunction.in_data_units`: a ``Constant`` or ``Linear``
         in closed form). A regressor's zero mean is the training targets' mean, ``Constant(shift)``. A deep GP's
         with hidden layers is a function of the last hidden layer's outputs, not of the inputs: its values are in
-        the targets' units, its argument as the model sees it. docs/how-to/mean-functions.md."""
+        the targets' units, its argument as the model sees it. A multi-class model's holds one mean per class and
+        gives ``[n, C]`` (``Constant`` of ``[C]``, ``Linear`` of ``[C, D]`` weights). docs/how-to/mean-functions.md."""
         check_is_fitted(self)
         mean = getattr(self.params_, "mean", None)
         mean = mean if isinstance(mean, MeanFunction) else Zero()
         if isinstance(self.params_, DeepGPParams) and len(self.params_.layers) > 1:
             width = self.params_.layers[-1].inducing.shape[-1]
             return mean.in_data_units(np.zeros(width), np.ones(width), *self._latent_units())
-        return mean.in_data_units(self.x_mean_, self.x_std_, *self._latent_units())
+        fitted = mean.in_data_units(self.x_mean_, self.x_std_, *self._latent_units())
+        each_class = isinstance(self.params_, MultiClassParams) and isinstance(fitted, InDataUnits)
+        return fitted.for_each_latent() if each_class else fitted
 
     def log_marginal_likelihood(self) -> float:
         """The approximate log marginal likelihood of the training targets (in their own units) at the

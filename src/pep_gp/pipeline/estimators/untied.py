@@ -8,23 +8,24 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import jax
 import numpy as np
 from pydantic import Field
 from sklearn.base import ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted
 
 from ...core import float64
-from ...core.kernels import from_dict
+from ...core.kernels import Kernel, from_dict
+from ...core.means import MeanFunction
+from ...core.means import from_dict as mean_from_dict
 from ...core.likelihoods import Probit
 from ...core.models.ep import EP, site_data
 from ...core.models.multiclass import MultiClassGP
 from ...core.projections import projection as named_projection
 from ..models.multiclass import MultiClassSettings
-from ..models.protocol import kernel_description, settings_kernel
+from ..models.protocol import kernel_description, settings_kernel, settings_mean
 from ..data.datasets import ArrayData
 from ..models.predictive import BinaryPredictive, Latent, MultiClassPredictive
 from ..training import exact_ep, multiclass_ep as untied_multiclass
@@ -51,13 +52,21 @@ UNTIED_FIT_FIELDS = {name: FIT_FIELDS[name] for name in ("max_iter", "tol", "see
     "learning_rate": UNTIED_LEARNING_RATE, "batch_size": None}
 """The fit fields of :class:`MultiClassEPClassifier`: in this process only, full batch by default."""
 
+class ExactParams(NamedTuple):
+    """The fitted exact GP's hyper-parameters: its kernel and its prior's mean (standardised inputs)."""
+
+    kernel: Kernel
+    mean: MeanFunction
+
+
 @dataclass(frozen=True)
 class ExactGP:
     """The exact-GP EP/QP posterior in the model interface of the predictives, ``params = (kernel, sites,
-    x_train, site data)``: ``p(y = 1 | x) = Φ(m/√(1 + v))`` is :class:`BinaryPredictive` of it."""
+    x_train, site data, mean)``: ``p(y = 1 | x) = Φ(m/√(1 + v))`` is :class:`BinaryPredictive` of it."""
 
     def predict_f(self, params, x, full_cov: bool = False):
-        return exact_ep.predict(*params, x, full_cov)
+        kernel, sites, x_train, data, mean = params
+        return exact_ep.predict(kernel, sites, x_train, data, x, full_cov, mean)
 
 
 class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
@@ -66,7 +75,9 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
     parallel sweeps damped by ½; the kernel's hyper-parameters — by default the amplitude and one shared
     lengthscale of a squared exponential; ``kernel=`` any :mod:`pep_gp.kernels` kernel, table or spelling, its
     fixed values kept — maximise ``log Z_EP`` (Zhang et al. 2020, eq. 4) by L-BFGS-B, at most ``max_iter``
-    iterations. O(N³): for N up to a few thousand.
+    iterations. O(N³): for N up to a few thousand. A kernel's ``prior=`` adds ``log p(θ)`` to the evidence
+    maximised (a MAP fit); ``mean_function=`` (a name, a table or a :mod:`pep_gp.means` object, in standardised
+    inputs' units) is the latent's prior mean, trained with the kernel (``mean_function_``, in the data's units).
 
     A training row that repeats an earlier row's input and label is left out, with a warning (``n_repeated_rows_``
     counts them): the probit likelihood ``Φ(y f(x))`` has no label noise, so ``r`` copies of a row are ``r``
@@ -87,10 +98,12 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
     _binary = True
     _rows_in_memory = "keeps one EP site per training row (O(N³)); SparseGPClassifier fits a store in minibatches"
 
-    def __init__(self, *, projection: str = "kl", alpha: float = 1.0, kernel=None, max_iter: int = 100, seed: int = 0):
+    def __init__(self, *, projection: str = "kl", alpha: float = 1.0, kernel=None, mean_function=None,
+                 max_iter: int = 100, seed: int = 0):
         self.projection = projection
         self.alpha = alpha
         self.kernel = kernel
+        self.mean_function = mean_function
         self.max_iter = max_iter
         self.seed = seed
 
@@ -107,8 +120,10 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
             kernel = None if self.kernel is None else from_dict(kernel_description(self.kernel))
         except ValueError as error:
             raise ValueError(f"ExactGPClassifier: kernel: {error}") from None
-        if kernel is not None and any(term.prior for term in kernel.terms()):
-            raise ValueError("ExactGPClassifier: kernel: this model takes no priors yet; leave out the kernel's prior=")
+        try:
+            mean = mean_from_dict(self.mean_function or "zero")
+        except ValueError as error:
+            raise ValueError(f"ExactGPClassifier: mean_function: {error}") from None
         given = self._training_data(X, y)
         data = _distinct_rows(given)
         self.n_repeated_rows_ = given.x.shape[0] - data.x.shape[0]
@@ -124,10 +139,10 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
         ep = EP(Probit(), self.projection, float(self.alpha), damping=0.5, schedule="parallel")
         try:
             fitted = exact_ep.fit(ep, self.x_train_, self.site_data_, max_iter=int(self.max_iter), seed=self.seed,
-                                  kernel=kernel)
-        except ValueError as error:  # a kernel that does not fit the columns (active_dims, lengthscales)
-            raise ValueError(f"ExactGPClassifier: kernel: {error}") from None
-        self.params_ = jax.tree_util.tree_map(np.asarray, fitted.kernel)
+                                  kernel=kernel, mean=mean)
+        except ValueError as error:  # a kernel or mean that does not fit the columns (active_dims, lengthscales)
+            raise ValueError(f"ExactGPClassifier: {error}") from None
+        self.params_ = jax.tree_util.tree_map(np.asarray, ExactParams(fitted.kernel, fitted.mean))
         self.sites_ = fitted.sites
         self.log_marginal_likelihood_value_ = fitted.log_evidence
         self.n_iter_, self.converged_ = fitted.iterations, fitted.converged
@@ -137,12 +152,6 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
                           stacklevel=2)
         return self
 
-    @property
-    def kernel_(self):
-        """The fitted kernel with its learned values (in the standardised inputs' units)."""
-        check_is_fitted(self)
-        return self.params_
-
     def _predictive(self):
         return BinaryPredictive(ExactGP())
 
@@ -150,7 +159,7 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
         return Latent(ExactGP(), full_cov)
 
     def _predict_params(self):
-        return self.params_, self.sites_, self.x_train_, self.site_data_
+        return self.params_.kernel, self.sites_, self.x_train_, self.site_data_, self.params_.mean
 
 
 def _distinct_rows(data: ArrayData) -> ArrayData:
@@ -198,7 +207,7 @@ class MultiClassEPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
                                        batch_size=self.batch_size, max_steps=int(self.max_iter), tol=float(self.tol),
                                        learning_rate=float(self.learning_rate),
                                        damping=settings.damping_schedule(1 if self.batch_size is None else -(-n // self.batch_size)),
-                                       seed=self.seed, kernel=settings_kernel(settings))
+                                       seed=self.seed, kernel=settings_kernel(settings), mean=settings_mean(settings))
         self.params_, self.ep_sites_ = fitted.params, fitted.sites
         self.energy_trace_, self.n_iter_, self.converged_ = fitted.energies, fitted.energies.size, fitted.converged
         self.n_rejected_steps_, self.n_skipped_rows_ = fitted.rejected_steps, fitted.skipped_rows

@@ -28,7 +28,7 @@ from ...core.models.multiclass_sites import check_label_noise
 from ..data.blocks import TargetScaling
 from ..errors import InputError
 from .predictive import MultiClassPredictive
-from .protocol import SiteSettings, SpecBase, check_task, settings_kernel
+from .protocol import SiteSettings, SpecBase, check_task, settings_kernel, settings_mean
 from .registry import register
 from .sparse_gp import check_inducing
 
@@ -78,6 +78,9 @@ class MultiClassSettings(SiteSettings):
     kernel_products: ProductDtype = Field(
         "float64", description="dtype of the kernel's matrix products over the inputs; float32 halves that part "
         "of a step at large D (images), the EP algebra stays float64")
+
+    takes_priors = True  # the kernel's prior= is added to the global energy (a MAP fit), once per class
+    takes_mean = True  # one mean_function= per class (each its own parameters), carried to the sites and predictive
 
     @field_validator("label_noise")
     @classmethod
@@ -161,9 +164,10 @@ class MultiClassSpec(SpecBase):
     def init(self, model: MultiClassGP, x, settings: MultiClassSettings, seed: int) -> MultiClassParams:
         """A random sample of ``M`` rows per class as inducing inputs; the settings' kernel for every class
         (default the ARD squared exponential of amplitude 1, lengthscales from the median distance); noise 1
-        (the paper's §4 settings)."""
+        (the paper's §4 settings); the settings' mean function for every class (default zero)."""
         check_inducing(settings, x.shape[0])
-        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), factor=self.factor, seed=seed)
+        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), factor=self.factor, seed=seed,
+                          mean=settings_mean(settings))
 
     def predictive(self, model: MultiClassGP, targets: TargetScaling) -> Callable:
         return MultiClassPredictive(model)

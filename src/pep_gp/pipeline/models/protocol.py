@@ -122,8 +122,9 @@ class ModelSettings(BaseModel):
                                        "'linear', a [model.mean_function] table or a pep_gp.means object; none: zero")
 
     takes_mean: ClassVar[bool] = False
-    """Whether the model carries a mean function (the Power-EP sparse GPs, the heteroscedastic and the collapsed
-    regressor, the one-output deep GPs); the others refuse one other than zero."""
+    """Whether the model carries a mean function (the Power-EP sparse GPs, the multi-class models, the tied EP/QP
+    classifier, the heteroscedastic and the collapsed regressor, the one-output deep GPs); the others refuse one
+    other than zero."""
 
     at_the_rows: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     """Settings the trainer imposes when the inducing inputs are the training inputs (``num_inducing`` capped
@@ -143,8 +144,9 @@ class ModelSettings(BaseModel):
         if (self.kernel is not None and not self.takes_priors
                 and any(term.prior for term in from_dict(self.kernel).terms())):
             raise ValueError("kernel: this model takes no priors yet (the sparse-gp-regressor, "
-                             "sparse-gp-classifier, sparse-gp-ordinal, sparse-gp-heteroscedastic, the deep GPs and "
-                             "the collapsed regressor do); leave out the kernel's prior=")
+                             "sparse-gp-classifier, sparse-gp-ordinal, sparse-gp-heteroscedastic, multiclass-sep, "
+                             "multiclass-direct, tied-ep-classifier, the deep GPs and the collapsed, exact-GP and "
+                             "untied multi-class estimators do); leave out the kernel's prior=")
         return self
 
     @field_validator("mean_function")
@@ -152,8 +154,9 @@ class ModelSettings(BaseModel):
     def _carried(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None and not cls.takes_mean:
             raise ValueError("this model takes the zero mean only (sparse-gp-regressor, sparse-gp-classifier, "
-                             "sparse-gp-ordinal, sparse-gp-heteroscedastic, deep-gp, deep-gp-classifier and "
-                             "CollapsedGPRegressor carry a mean function)")
+                             "sparse-gp-ordinal, sparse-gp-heteroscedastic, multiclass-sep, multiclass-direct, "
+                             "tied-ep-classifier, deep-gp, deep-gp-classifier, CollapsedGPRegressor, "
+                             "ExactGPClassifier and MultiClassEPClassifier carry a mean function)")
         return value
 
     def __hash__(self) -> int:

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from ...core.models.tied_ep import TiedEPClassifier, TiedEPParams
-from .protocol import SiteSettings, SpecBase, settings_kernel
+from .protocol import SiteSettings, SpecBase, settings_kernel, settings_mean
 from .registry import register
 from .sparse_gp import check_inducing
 
@@ -20,6 +20,9 @@ class TiedEPSettings(SiteSettings):
 
     projection: Literal["kl", "wasserstein"] = Field(
         "kl", description="site projection: kl = EP's moment matching, wasserstein = Quantile Propagation")
+
+    takes_priors = True  # the kernel's prior= is added to EP's energy for the hyper-parameters (a MAP fit)
+    takes_mean = True  # a mean_function= shifts the latent's prior: the sites, the energy and the predictive
 
 
 @dataclass(frozen=True)
@@ -36,9 +39,10 @@ class TiedEPSpec(SpecBase):
 
     def init(self, model: TiedEPClassifier, x, settings: TiedEPSettings, seed: int) -> TiedEPParams:
         """k-means inducing inputs, the settings' kernel (default a squared exponential of unit variance, an
-        unset lengthscale the median distance), ``q`` = prior."""
+        unset lengthscale the median distance), ``q`` = prior, the settings' mean function (default zero)."""
         check_inducing(settings, x.shape[0])
-        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), seed=seed)
+        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), seed=seed,
+                          mean=settings_mean(settings))
 
 
 TIED_EP = register(TiedEPSpec("tied-ep-classifier", "classification",

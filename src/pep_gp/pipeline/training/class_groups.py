@@ -43,7 +43,6 @@ import optax
 
 from ...core import float64, sep
 from ...core.bank import Marginals
-from ...core.models import multiclass_sites as sites
 from ...core.models.multiclass import MultiClassGP
 from ..data.blocks import BlockSource
 from ..engine.cache import BLOCKS
@@ -85,7 +84,7 @@ def class_programs(model: MultiClassGP, optimizer: optax.GradientTransformation,
         return (marginals.mean, marginals.var, fitc), (shared, shared_pullback, rows, rows_pullback)
 
     def site_factor(params, rows, delta, mu, count, counts, step):
-        shift, precision = sites.class_sums(jnp.swapaxes(rows.directions, 0, 1), delta, mu)
+        shift, precision = model.site_sums(rows, delta, mu)
         new = sep.damped_factor(params.factor, shift, precision, count, counts,
                                 damping(step) if callable(damping) else damping)
         return new, sep.factor_finite(new)

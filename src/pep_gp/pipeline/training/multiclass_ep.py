@@ -44,9 +44,11 @@ class UntiedFit(NamedTuple):
 
 
 def optimizer(learning_rate):
-    """Adam on hyper-parameters and inducing inputs; the factors move only by EP updates."""
+    """Adam on hyper-parameters, inducing inputs and the classes' mean functions; the factors move only by EP
+    updates."""
     return adam(learning_rate, frozen=lambda p: p._replace(
-        kernel=fixed_leaves(p.kernel), raw_noise=False, inducing=False, factor=NaturalFactor(True, True)))
+        kernel=fixed_leaves(p.kernel), raw_noise=False, inducing=False, factor=NaturalFactor(True, True),
+        mean=jax.tree_util.tree_map(lambda _: False, p.mean)))
 
 
 def _step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y, mask, n_total, damping, learning_rate):
@@ -93,7 +95,7 @@ def batches(n_rows: int, batch_size: int | None, num_steps: int, seed: int) -> t
 
 
 def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None, max_steps: int, tol: float,
-        learning_rate: float, damping, seed: int, kernel=None) -> UntiedFit:
+        learning_rate: float, damping, seed: int, kernel=None, mean=None) -> UntiedFit:
     """Train from the model's initial state for at most ``max_steps`` steps, a window of steps per compiled
     call, until the stopping rule (:mod:`pep_gp.pipeline.training.stopping`) says converged.
 
@@ -107,6 +109,7 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
         damping: ``t ↦ ρ_t``, the factor update's step (a schedule of steps).
         kernel: the kernel every class starts from (:meth:`~pep_gp.core.models.multiclass.MultiClassGP.init`;
             None: the ARD squared exponential).
+        mean: the mean function every class starts from (None: zero).
     """
     n = x.shape[0]
     rule = StoppingRule.for_run(tol, n, 1 if batch_size is None else -(-n // batch_size))
@@ -115,7 +118,7 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
     values, ok, skipped = np.zeros(0), np.zeros(0, bool), np.zeros(0, int)
     padding = bucket(n) + 1 - n  # at least one row: the minibatches' padding index n
     with float64():
-        params = model.init(x, num_inducing, kernel=kernel, seed=seed)
+        params = model.init(x, num_inducing, kernel=kernel, seed=seed, mean=mean)
         x = jnp.asarray(np.concatenate([x, np.zeros((padding, x.shape[1]), x.dtype)]))
         y = jnp.asarray(np.concatenate([y, np.zeros(padding, y.dtype)]))
         carry = (params, optimizer(learning_rate).init(params), ep.init_sites(x.shape[0], params), jnp.asarray(0))
