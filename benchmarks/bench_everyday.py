@@ -312,7 +312,7 @@ def _fit_row(name: str, fit: str, record: dict, gpytorch: dict | None, task: str
         ratio = " (" + ", ".join(f"{value:.2f}×" for value in mine) + ")"
     programs = (f"{first['programs']} ({first['longest_compile_or_load_seconds']:.1f} s)" if first.get("programs")
                 else "–")
-    steps = f"{first['steps']} {first['solver'] or ''}".strip() if first.get("steps") else "–"
+    steps = f"{first['steps']} {first.get('solver') or ''}".strip() if first.get("steps") else "–"
     score = f"{first['error']:.3f}" if "error" in first else f"{first['rmse']:.3g}"
     coverage = f"{first['coverage_90']:.2f}" if "coverage_90" in first else "–"
     linear = PEERS[task][0]

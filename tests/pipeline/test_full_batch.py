@@ -98,6 +98,22 @@ def test_site_sweeps_and_lbfgs_reach_the_minibatch_paths_optimum():
         np.testing.assert_allclose(a, b, atol=1e-2 * np.std(y))
 
 
+@pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
+def test_the_tied_ep_classifiers_sweeps_and_lbfgs_reach_the_minibatch_paths_optimum():
+    """The tied-EP classifier's probit sites settle under damped full-batch sweeps, so ``"auto"`` fits it by
+    rounds of sweeps and L-BFGS; run to a tight tolerance they reach at least the energy of Adam's steps (full
+    batch; on these rows 0.02 nats above where Adam's stopping rule ends) and its probabilities, in a fraction
+    of the iterations."""
+    x, y = sine(60, seed=2)
+    labels = (y > 0).astype(int)
+    tight = {"num_inducing": 8, "train_inducing": False, "tol": 1e-6, "max_iter": 5_000}
+    fast = pep_gp.TiedEPClassifier(**tight).fit(x, labels)
+    slow = pep_gp.TiedEPClassifier(**tight, solver="adam").fit(x, labels)
+    assert fast.solver_ == "lbfgs" and fast.converged_ and slow.converged_ and slow.n_iter_ > 3 * fast.n_iter_
+    assert 0 <= fast.log_marginal_likelihood_value_ - slow.log_marginal_likelihood_value_ < 0.05
+    np.testing.assert_allclose(fast.predict_proba(x), slow.predict_proba(x), atol=1e-2)
+
+
 @pytest.mark.exhaustive
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # two iterations or steps each
 @pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time

@@ -11,12 +11,12 @@ import scipy.optimize
 from scipy import stats
 
 import pep_gp
-from pep_gp import CollapsedGPRegressor, DeepGPClassifier, SparseGPClassifier, SparseGPRegressor
+from pep_gp import CollapsedGPRegressor, SparseGPClassifier, SparseGPRegressor
 from pep_gp.core import float64
 from pep_gp.core.log_prior import log_prior
 from pep_gp.core.priors import Gamma, HalfNormal, LogNormal
 from pep_gp.kernels import SquaredExponential
-from pep_gp.pipeline.models import model_settings
+from pep_gp.pipeline.models import ModelSettings, model_settings
 from pep_gp.pipeline.models.protocol import settings_kernel
 from pep_gp.pipeline.models.sparse_gp import REGRESSOR
 from pep_gp.pipeline.runs.config import TrainConfig, load_config, parse_settings
@@ -139,8 +139,17 @@ def test_the_classifier_takes_a_kernel_prior(tiny):
     assert model.params_.kernel.prior == (("variance", LogNormal()),)
 
 
+def test_a_model_without_priors_refuses_a_kernels_prior_in_one_line():
+    """Every built-in model takes a kernel's prior; a model of one's own whose settings do not say it does
+    (``takes_priors``) refuses one rather than leave it out of its energy."""
+    class Plain(ModelSettings):
+        pass
+
+    with pytest.raises(ValueError, match=r"kernel: this model takes no priors[^\n]*leave out the kernel's prior="):
+        Plain(kernel=SquaredExponential(prior={"variance": LogNormal()}))
+
+
 @pytest.mark.parametrize("estimator", [
-    lambda: DeepGPClassifier(num_inducing=4, kernel=SquaredExponential(prior={"variance": LogNormal()})),
     lambda: SparseGPRegressor(prior={"lengthscales": LogNormal()}),
     lambda: SparseGPRegressor(prior={"noise_variance": {"name": "beta"}}),
 ])

@@ -143,10 +143,8 @@ class ModelSettings(BaseModel):
     def _priors_taken(self) -> "ModelSettings":
         if (self.kernel is not None and not self.takes_priors
                 and any(term.prior for term in from_dict(self.kernel).terms())):
-            raise ValueError("kernel: this model takes no priors yet (the sparse-gp-regressor, "
-                             "sparse-gp-classifier, sparse-gp-ordinal, sparse-gp-heteroscedastic, multiclass-sep, "
-                             "multiclass-direct, tied-ep-classifier, the deep GPs and the collapsed, exact-GP and "
-                             "untied multi-class estimators do); leave out the kernel's prior=")
+            raise ValueError("kernel: this model takes no priors (its settings do not set takes_priors; every "
+                             "built-in model does); leave out the kernel's prior=")
         return self
 
     @field_validator("mean_function")
