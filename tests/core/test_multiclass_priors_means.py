@@ -77,8 +77,8 @@ def test_a_kernel_prior_adds_scipys_log_density_of_every_classs_stored_values(ro
 
 @pytest.mark.parametrize("likelihood, factor", [
     ("pairwise", "natural"), pytest.param("pairwise", "cholesky", marks=pytest.mark.heavy),
-    *(pytest.param(likelihood, factor, marks=pytest.mark.heavy)  # compiles a whole-row likelihood: ~10 s (softmax ~60 s)
-      for likelihood in ("exact", "softmax") for factor in ("natural", "cholesky"))])
+    *(pytest.param(likelihood, factor, marks=[pytest.mark.heavy, pytest.mark.exhaustive])  # a whole-row likelihood
+      for likelihood in ("exact", "softmax") for factor in ("natural", "cholesky"))])  # compiled: 6-16 s idle
 def test_a_mean_common_to_the_classes_shifts_the_latents_and_changes_nothing_else(rows, likelihood, factor):
     """The pairwise probits, the probability of the maximum and the softmax depend on ``f_c − f_k`` only: with
     every class's prior mean ``c`` the energy, the sites (in ``g = f − m``) and the class probabilities are the

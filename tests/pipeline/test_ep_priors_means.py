@@ -45,7 +45,8 @@ def test_the_exact_gp_classifiers_mean_and_prior(tiny_data):
     assert_towards_the_mode(held.kernel_, free.kernel_)
 
 
-@pytest.mark.heavy  # three short untied fits: ~15 s on 2 shared cores
+@pytest.mark.exhaustive  # three short untied fits: 22 s idle (tests/core/test_ep_priors_means.py checks the terms)
+@pytest.mark.heavy
 def test_the_untied_multiclass_classifiers_per_class_means_and_prior(tiny_data):
     x, y = tiny_data["multiclass"]
     settings = tiny.SETTINGS["MultiClassEPClassifier"]
