@@ -67,7 +67,7 @@ from ..linalg import DEFAULT_JITTER
 from ..log_prior import with_log_prior
 from ..means import MeanFunction, Zero
 from . import multiclass_sites as sites
-from .multiclass_likelihoods import MultiClassLikelihood, Pairwise, check_likelihood, label_side
+from .multiclass_likelihoods import MultiClassLikelihood, Pairwise, check_likelihood
 from . import multiclass_softmax as softmax
 from ..parameters import LOG, constrained, unconstrained
 

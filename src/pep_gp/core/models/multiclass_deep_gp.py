@@ -32,7 +32,8 @@ import jax.numpy as jnp
 from ..parameters import LOG
 from . import multiclass_sites as sites
 from .deep_gp import DeepGP, DeepGPParams, LayerParams
-from .multiclass import class_factor_counts, label_side, rows_per_class
+from .multiclass import class_factor_counts, rows_per_class
+from .multiclass_likelihoods import label_side
 
 CLASS_NOISE = "raw_class_noise"
 """The key of the output layer's parameters holding ``log σ_{0,c}`` ``[C]``."""

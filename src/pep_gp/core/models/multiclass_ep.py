@@ -35,7 +35,8 @@ import jax.numpy as jnp
 from .. import bank, sep
 from ..log_prior import with_log_prior
 from . import multiclass_sites as sites
-from .multiclass import MultiClassGP, MultiClassParams, NaturalFactor, label_side
+from .multiclass import MultiClassGP, MultiClassParams, NaturalFactor
+from .multiclass_likelihoods import label_side
 
 
 class EPSites(NamedTuple):
