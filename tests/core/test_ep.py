@@ -7,7 +7,8 @@ import pytest
 
 from pep_gp.core.likelihoods import Heaviside, Probit
 from pep_gp.core.models.collapsed_regression import log_marginal_likelihood
-from pep_gp.core.models.ep import ALPHA_FLOOR, EP, gaussian_part, site_data, sweep_until, zero_sites
+from pep_gp.core.models.ep import (ALPHA_FLOOR, EP, Sites, gaussian_part, marginal_moments, posterior, site_data,
+                                   sweep_until, zero_sites)
 from tests import oracles
 
 PRIOR = jnp.eye(1)  # N(x; 0, 1)
@@ -97,6 +98,30 @@ def _classification(n=25, seed=0):
 def _cov(x, log_theta):
     kernel = oracles.se_bank(jnp.exp(log_theta[:1]) * jnp.ones(2), jnp.exp(log_theta[1]))
     return kernel.gram(x[None])[0] + 1e-8 * jnp.eye(x.shape[0])
+
+
+@pytest.mark.parametrize("lowest", [0.0, -0.3])
+def test_marginal_moments_are_the_posteriors_mean_and_variances(lowest):
+    """The parallel sweep's moments (the symmetric Cholesky form, or the general solve where a site precision is
+    negative) against ``(K⁻¹ + T)⁻¹`` by dense numpy inverses, with a site on a repeated variable."""
+    x, _ = _classification(n=12)
+    cov = _cov(x, jnp.log(jnp.array([1.2, 2.0])))
+    rng = np.random.default_rng(1)
+    data = site_data(jnp.array([*range(12), 3]), jnp.ones(13), weight=rng.uniform(0.5, 2.0, 13),
+                     offset=rng.normal(size=13))
+    precision = rng.uniform(0.0, 2.0, 13)
+    precision[5] = lowest
+    sites = Sites(jnp.asarray(precision), jnp.asarray(rng.normal(size=13)))
+    t = np.zeros(12)
+    np.add.at(t, np.asarray(data.index), np.asarray(data.weight) ** 2 * precision)
+    h = np.zeros(12)
+    np.add.at(h, np.asarray(data.index), np.asarray(data.weight) * (np.asarray(sites.shift) - precision * np.asarray(data.offset)))
+    sigma = np.linalg.inv(np.linalg.inv(np.asarray(cov)) + np.diag(t))
+    mean, variance = marginal_moments(cov, data, sites)
+    np.testing.assert_allclose(mean, sigma @ h, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(variance, np.diagonal(sigma), rtol=1e-9, atol=1e-12)
+    q = posterior(cov, data, sites)
+    np.testing.assert_allclose(variance, np.diagonal(q.cov), rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.exhaustive
