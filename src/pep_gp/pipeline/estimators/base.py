@@ -77,8 +77,8 @@ all ``max_iter`` steps), ``learning_rate`` (the optimiser's), ``optimizer`` (the
 steps by name, or a dict of its ``name`` and settings, :mod:`pep_gp.pipeline.optimizers`), ``solver`` (``"lbfgs"``: full batch, L-BFGS,
 :mod:`pep_gp.pipeline.training.full_batch`; ``"adam"``: the trainer's minibatch Adam steps; ``"auto"``: L-BFGS
 where the training rows fit one batch of at most :data:`~pep_gp.pipeline.training.full_batch.FULL_BATCH_ROWS`
-rows and ``tol > 0``, without ``early_stopping``, except for the deep GPs and the multi-class SEP
-classifier and for a fit from a store, which takes ``pep train``'s Adam steps, docs/how-to/training.md), ``batch_size`` (rows per step; None: all rows),
+rows and ``tol > 0``, without ``early_stopping``, except for the deep GPs and the multi-class SEP and
+direct classifiers and for a fit from a store, which takes ``pep train``'s Adam steps, docs/how-to/training.md), ``batch_size`` (rows per step; None: all rows),
 ``seed`` (initialisation and minibatch order), ``verbose`` (a progress display on stderr), ``cluster``
 (``"none"``, ``"local:N"``, a scheduler address, or a ``distributed.Client``), ``warm_start`` (scikit-learn's:
 ``fit`` starts from the previous fit's parameters, in its frame, :meth:`GPEstimator.fit`), ``callbacks`` (a list

@@ -88,9 +88,11 @@ class MultiClassGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
 
 class DirectMultiClassGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
     """The multi-class GP classifier with its tied factors trained by Adam on the same energy (no EP
-    updates). ``pep train --model multiclass-direct``."""
+    updates), the direct energy optimisation of Bui et al. (2016, §4.2, trained by Adam, §8).
+    ``pep train --model multiclass-direct``."""
 
     spec = multiclass.DIRECT
+    _full_batch = False  # by L-BFGS it ended behind Adam in test NLL on the everyday tables (docs/how-to/training.md)
 
 
 class TiedEPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator):
