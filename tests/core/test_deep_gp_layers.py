@@ -42,7 +42,7 @@ def _quadrature_moments(model, params, x, nodes=24):
     return mean, jnp.sum(weights * (out.var.reshape(f_mean.shape) + f_mean**2), axis=1) - mean**2
 
 
-@pytest.mark.heavy  # the pass with three forward-mode directions and the quadrature compiled: ~10 s on 2 shared cores
+@pytest.mark.heavy  # the pass with three forward-mode directions and the quadrature compiled: 33 s on 2 shared cores
 def test_per_class_linear_means_through_a_hidden_layer_match_quadrature():
     """Hidden width 2, three classes each with its own ``w_cᵀh + b_c``: the propagated moments equal 24² Gauss–Hermite
     nodes over the hidden layer to 1e-6 (exact for two layers); the means' spread and covariance with the GP count
@@ -58,7 +58,7 @@ def test_per_class_linear_means_through_a_hidden_layer_match_quadrature():
     assert np.all(np.abs(var - zero_var) > 1e-3)
 
 
-@pytest.mark.heavy  # two energies compiled: ~5 s on 2 shared cores
+@pytest.mark.heavy  # two energies and predictives compiled: 30 s on 2 shared cores
 def test_without_a_hidden_layer_per_class_means_are_the_direct_multiclass_gps():
     """No hidden layer: the energy and the predictive with a linear mean per class are the direct multi-class GP's
     with the same means (its ``params.mean``, :meth:`~pep_gp.core.means.MeanFunction.stacked`)."""
@@ -76,7 +76,7 @@ def test_init_gives_each_class_its_own_copy_of_the_mean():
     assert params.mean.weights.shape == (CLASSES, 2) and params.mean.bias.shape == (CLASSES,)
 
 
-@pytest.mark.heavy  # two global terms compiled: ~6 s on 2 shared cores
+@pytest.mark.heavy  # two global terms compiled: 6-8 s on 2 shared cores
 def test_a_kernel_per_layer_puts_its_prior_on_its_own_layer_only():
     """``kernel=[Matern52(prior=…), SquaredExponential()]``: layer 1 is a Matérn, layer 2 a squared exponential, and the
     objective with the prior less the objective without is scipy's log density of layer 1's values only (with the
@@ -98,7 +98,7 @@ def test_a_kernel_per_layer_puts_its_prior_on_its_own_layer_only():
         model.init(x, (2,), 4, kernel=[Matern52()] * 3)
 
 
-@pytest.mark.heavy  # two global terms compiled: ~6 s on 2 shared cores
+@pytest.mark.heavy  # two global terms compiled: 6-8 s on 2 shared cores
 def test_a_noise_prior_adds_scipys_log_density_of_every_layers_noise():
     """``priors=(("raw_noise_variance", LogNormal(…)),)``: the energy with it less the energy without is scipy's
     log-normal density of the hidden layer's and the output's noise variance, plus the softplus's log slope at each
@@ -112,3 +112,13 @@ def test_a_noise_prior_adds_scipys_log_density_of_every_layers_noise():
     raw = np.array([float(layer.likelihood["raw_noise_variance"]) for layer in params.layers])
     expected = np.sum(stats.lognorm(s=0.7, scale=np.exp(-2.0)).logpdf(np.logaddexp(0.0, raw)) + np.log(special.expit(raw)))
     assert difference == pytest.approx(expected, abs=1e-10)
+
+
+def test_one_kernel_is_every_layers_as_a_list_of_it_is():
+    """``kernel=k`` and ``kernel=[k, k]`` start the same state to the bit (and None, the default, as ``[None, None]``)."""
+    x = np.random.default_rng(2).normal(size=(12, 2))
+    model = DeepGP(Gaussian())
+    for one, each in ((Matern52(), [Matern52(), Matern52()]), (None, [None, None])):
+        for leaf, same in zip(jax.tree_util.tree_leaves(model.init(x, (2,), 4, kernel=one)),
+                              jax.tree_util.tree_leaves(model.init(x, (2,), 4, kernel=each))):
+            np.testing.assert_array_equal(leaf, same)
