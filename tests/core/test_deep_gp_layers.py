@@ -42,7 +42,7 @@ def _quadrature_moments(model, params, x, nodes=24):
     return mean, jnp.sum(weights * (out.var.reshape(f_mean.shape) + f_mean**2), axis=1) - mean**2
 
 
-@pytest.mark.heavy  # the pass with three forward-mode directions and the quadrature compiled: 33 s on 2 shared cores
+@pytest.mark.heavy  # the pass with two forward-mode directions and the quadrature compiled: 33 s on 2 shared cores
 def test_per_class_linear_means_through_a_hidden_layer_match_quadrature():
     """Hidden width 2, three classes each with its own ``w_cᵀh + b_c``: the propagated moments equal 24² Gauss–Hermite
     nodes over the hidden layer to 1e-6 (exact for two layers); the means' spread and covariance with the GP count
