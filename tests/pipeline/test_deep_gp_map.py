@@ -1,8 +1,8 @@
 """Priors and an output mean function in the deep GP estimators and ``--model deep-gp*`` (issue 65): a one-layer
 regressor with a linear mean predicts its fitted mean far from the data and a saved run predicts the same
 (``pep_gp.load``, ``pep predict``); ``mean_function_`` of a model with hidden layers is a function of the last
-hidden layer's outputs; the ``[model]`` tables and ``--set`` give priors and means; the multi-class deep GP takes
-priors but no mean, and a mean of one's own needs ``hidden_dims=()``, each refused in one line."""
+hidden layer's outputs; the ``[model]`` tables and ``--set`` give priors and means (the multi-class deep GP's too),
+and a mean of one's own needs ``hidden_dims=()``, refused in one line."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import pandas as pd
 import pytest
 
 import pep_gp
-from pep_gp import DeepGPRegressor, MultiClassDeepGPClassifier
+from pep_gp import DeepGPRegressor
 from pep_gp.kernels import SquaredExponential
 from pep_gp.means import Constant, Linear, MeanFunction, register_mean
 from pep_gp.pipeline.data.blocks import TargetScaling
-from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import get_model, model_settings
 from pep_gp.pipeline.models.protocol import settings_kernel, settings_mean
 from pep_gp.pipeline.runs.config import load_config, parse_settings
@@ -83,14 +82,10 @@ def test_the_model_tables_and_set_give_priors_and_means_and_refusals_are_one_lin
             settings = model_settings(get_model(name), config.model)
             assert settings_kernel(settings).prior == (("lengthscales", Gamma(2.0, 2.0)),)
             assert isinstance(settings_mean(settings), Constant)
-    multiclass = get_model("deep-gp-multiclass")
-    assert settings_kernel(model_settings(multiclass, {"kernel": load_config(path).model["kernel"]})).prior
-    with pytest.raises(InputError, match=r"model.mean_function: Value error, this model takes the zero mean only"):
-        model_settings(multiclass, {"mean_function": "constant"})
+    multiclass = model_settings(get_model("deep-gp-multiclass"), load_config(path).model)
+    assert multiclass.layer_kernels()[0].prior and isinstance(settings_mean(multiclass), Constant)
 
     with pytest.raises(ValueError, match=r"^DeepGPRegressor: : Value error, mean_function: mean function 'test-deep-cubic': a deep "
                                          r"GP with hidden layers takes a constant or linear output mean[^\n]*$"):
         DeepGPRegressor(mean_function=Cubic(a=1.0)).fit(np.zeros((4, 1)), np.arange(4.0))
     assert DeepGPRegressor(hidden_dims=(), mean_function=Cubic(a=1.0))._settings()["mean_function"]["a"] == 1.0
-    with pytest.raises(ValueError, match=r"^MultiClassDeepGPClassifier: mean_function: .*zero mean only[^\n]*$"):
-        MultiClassDeepGPClassifier(mean_function="linear").fit(np.zeros((4, 1)), np.arange(4) % 2)

@@ -32,6 +32,9 @@ def without_seconds(history):
     pytest.param("deep-gp", "regression_store", {}, marks=[pytest.mark.slow, pytest.mark.exhaustive]),
     pytest.param("deep-gp-multiclass", "three_class_store", {}, id="deep-gp-multiclass",  # deep-gp's, C outputs
                  marks=[pytest.mark.slow, pytest.mark.exhaustive]),
+    pytest.param("deep-gp-multiclass", "three_class_store",  # a mean per class, a kernel per layer, a fixed noise
+                 {"mean_function": "linear", "kernel": ["matern52", "se"], "fixed": "noise_variance"},
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive], id="deep-gp-multiclass-specified"),
     pytest.param("sparse-gp-classifier", "binary_store", {"kernel": "matern52"},  # the first's path, another kernel
                  marks=[pytest.mark.slow, pytest.mark.exhaustive], id="sparse-gp-classifier-matern52"),
     pytest.param("multiclass-sep", "three_class_store", {"kernel": "matern52", **PAIRWISE},

@@ -28,12 +28,15 @@ input): ``f_L = m(h) + g(h)`` with ``g`` the GP above, whose moments the pass gi
 layer) ``m(x)`` is added to the mean; with a Gaussian input ``h ~ N(μ, S)`` (``S`` diagonal) the moments of
 ``m(h)`` and its covariance with ``g`` are added in closed form for a constant or a linear mean
 (:func:`with_output_mean`). The hidden layers keep the zero mean (Bui et al. 2016; Salimbeni & Deisenroth 2017
-use the identity there). A kernel's priors add ``log p(θ)`` over every layer's values to ``G`` (a MAP fit,
-:mod:`pep_gp.core.log_prior`).
+use the identity there). A multi-class deep GP's ``C`` output GPs each have a mean of their own
+(:meth:`~pep_gp.core.means.MeanFunction.stacked`), the same closed forms per class. Each layer may have a kernel of
+its own (:meth:`DeepGP.init`); a kernel's priors add ``log p(θ)`` over its layer's values to ``G``, and the model's
+``priors`` (the Gaussian noise of every layer that has one) theirs (a MAP fit, :mod:`pep_gp.core.log_prior`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -123,6 +126,19 @@ def _layer_kernel(kernel: Kernel | None, index: int, hypers: int, dims: int, log
                          f"{'the data' if index == 0 else 'the previous layer'}'s): {error}") from None
 
 
+def layer_kernels(kernel: Kernel | Sequence[Kernel | None] | None, layers: int) -> tuple[Kernel | None, ...]:
+    """The kernel of each of ``layers`` layers, input layer first: one kernel (or None, the default) for every
+    layer, or a sequence of one per layer (GPflux's and GPyTorch's deep GPs build each layer with its own kernel);
+    ValueError when a sequence has another length."""
+    if kernel is None or isinstance(kernel, Kernel):
+        return (kernel,) * layers
+    kernels = tuple(kernel)
+    if len(kernels) != layers:
+        raise ValueError(f"kernel: one kernel for every layer, or a list of one per layer ({layers}: the "
+                         f"{layers - 1} hidden layers' then the output's); got a list of {len(kernels)}")
+    return kernels
+
+
 def _concatenate(trees: list):
     """The layers' pytrees of per-GP arrays joined along the GP axis."""
     return jax.tree_util.tree_map(lambda *leaves: jnp.concatenate(leaves), *trees)
@@ -142,25 +158,35 @@ def check_output_mean(mean: MeanFunction, hidden_dims: tuple) -> None:
                          "needs hidden_dims=()")
 
 
-def with_output_mean(mean: MeanFunction, layer: Callable, inputs, input_var=None) -> bank.Marginals:
-    """The moments ``[B, 1]`` of ``f = m(h) + g(h)``, ``g``'s being ``layer(inputs)`` (a function of the input's
-    mean), at fixed rows ``h = inputs`` (``input_var`` None) or for ``h ~ N(inputs, diag input_var)``.
+def with_output_mean(mean: MeanFunction, layer: Callable, inputs, input_var=None, each: bool = False) -> bank.Marginals:
+    """The moments ``[B, G]`` of ``f_g = m_g(h) + g_g(h)``, the ``g``'s being ``layer(inputs)`` (a function of the
+    input's mean), at fixed rows ``h = inputs`` (``input_var`` None) or for ``h ~ N(inputs, diag input_var)``; one
+    output (``G = 1``) with its mean ``m``, or, with ``each``, a :meth:`~pep_gp.core.means.MeanFunction.stacked` mean
+    of one ``m_g`` per output (a multi-class deep GP's, one per class).
 
     Fixed rows, or a constant: ``m(h)`` is added to the mean. A linear ``m(h) = wᵀh + b`` of a Gaussian input adds
     ``wᵀμ + b`` to the mean and ``wᵀSw + 2 Cov(wᵀh, g)`` to the variance, where
     ``Cov(wᵀh, g) = Cov(wᵀh, E[g|h]) = (Sw)ᵀ E[∇_h E[g|h]] = (Sw)ᵀ ∇_μ E[g]`` (Stein's lemma; the derivative of
-    the propagated mean along ``Sw``, one forward-mode pass through the layer). The zero mean returns
-    ``layer(inputs)`` itself, the same bits."""
+    the propagated mean along ``Sw``, one forward-mode pass through the layer; with ``each``, one pass per input
+    dimension gives ``∇_μ E[g_g]`` of every output). The zero mean returns ``layer(inputs)`` itself, the same bits."""
     if isinstance(mean, Zero):
         return layer(inputs)
+    shifted = (lambda values: mean.plus_each(inputs, values)) if each else (
+        lambda values: mean.plus(inputs, values[:, 0])[:, None])
     if input_var is None or isinstance(mean, Constant):
         marginals = layer(inputs)
-        return marginals._replace(mean=mean.plus(inputs, marginals.mean[:, 0])[:, None])
+        return marginals._replace(mean=shifted(marginals.mean))
+    if each:
+        marginals = layer(inputs)
+        along = lambda axis: jax.jvp(layer, (inputs,), (jnp.broadcast_to(axis, inputs.shape),))[1].mean
+        gradients = jax.vmap(along)(jnp.eye(inputs.shape[-1], dtype=inputs.dtype))  # ∂E[g_g]/∂μ_d, [D, B, G]
+        slope = jnp.einsum("bd,gd,dbg->bg", input_var, mean.weights, gradients)  # (S w_g)ᵀ ∇_μ E[g_g]
+        spread = jnp.einsum("bd,gd->bg", input_var, mean.weights**2)  # w_gᵀ S w_g
+        return bank.Marginals(shifted(marginals.mean), marginals.var + spread + 2.0 * slope)
     direction = input_var * mean.weights  # S w, [B, D]
     marginals, slope = jax.jvp(layer, (inputs,), (direction,))
     spread = jnp.sum(direction * mean.weights, axis=-1)  # wᵀSw
-    return bank.Marginals(mean.plus(inputs, marginals.mean[:, 0])[:, None],
-                          marginals.var + (spread + 2.0 * slope.mean[:, 0])[:, None])
+    return bank.Marginals(shifted(marginals.mean), marginals.var + (spread + 2.0 * slope.mean[:, 0])[:, None])
 
 
 class Mixture(NamedTuple):
@@ -187,6 +213,9 @@ class DeepGP:
         jitter: relative jitter on every ``K_uu`` (the authors' code adds 1e-6).
         quadrature_points: Gauss–Hermite points per input dimension of a layer with Gaussian inputs whose
             kernel is not the squared exponential (:func:`pep_gp.core.input_quadrature.input_rule`).
+        priors: priors on the layers' Gaussian noise, ``(("raw_noise_variance", prior),)`` (every layer that has
+            one: the hidden layers' and a Gaussian output's), added to ``G`` with the kernels' own priors
+            (:func:`pep_gp.core.log_prior.with_log_prior`); none by default.
 
     Example:
         >>> model = DeepGP(Gaussian(), alpha=1.0)
@@ -200,6 +229,7 @@ class DeepGP:
     alpha: float = 1.0
     jitter: float = 1e-6
     quadrature_points: int = DEFAULT_POINTS
+    priors: tuple = ()  # ((leaf name, prior), ...): pep_gp.core.priors
 
     def __post_init__(self):
         if self.quadrature_points < 2:
@@ -232,7 +262,7 @@ class DeepGP:
     # ----------------------------------------------------------------------------------------------
     def init(self, x, hidden_dims: tuple = (), num_inducing: int = 100, *, likelihood_params: dict | None = None,
              noise_variance: float = 0.01, share_hypers: bool = False, seed: int = 0,
-             kernel: Kernel | None = None, mean: MeanFunction | None = None) -> DeepGPParams:
+             kernel: Kernel | Sequence[Kernel | None] | None = None, mean: MeanFunction | None = None) -> DeepGPParams:
         """The authors' code's starting state (Bui et al. 2016, §8.1) for standardised ``x`` ``[N, D]``.
 
         Layer 1: k-means inducing inputs (random rows above 20,000 rows), lengthscales the median
@@ -242,10 +272,12 @@ class DeepGP:
         tied factors, 10× smaller above layer 1. Every leaf is a strongly typed float64 array, so the
         programs compiled for the first step serve every later one.
 
-        ``kernel`` (default the ARD squared exponential above) is every layer's: its values as given, a
-        lengthscale left unset the layer's start above; a value per column or ``active_dims`` must fit
-        every layer's inputs (the data's columns, then the widths ``hidden_dims``). ``mean``: the output GP's prior
-        mean at its starting values (default :class:`~pep_gp.core.means.Zero`; :func:`check_output_mean`).
+        ``kernel`` (default the ARD squared exponential above) is every layer's, or a sequence of one per layer
+        (input layer first; None in it the default; :func:`layer_kernels`): its values as given, a lengthscale left
+        unset the layer's start above; a value per column or ``active_dims`` must fit the inputs of the layers it is
+        in (the data's columns, then the widths ``hidden_dims``). ``mean``: the output GP's prior mean at its
+        starting values (default :class:`~pep_gp.core.means.Zero`; :func:`check_output_mean`), one copy with
+        parameters of its own per output GP when there are several (:meth:`~pep_gp.core.means.MeanFunction.stacked`).
         """
         mean = Zero() if mean is None else mean
         check_output_mean(mean, hidden_dims)
@@ -256,6 +288,7 @@ class DeepGP:
         else:
             first_z = kmeans_inducing(x, num_inducing, seed)
         widths, inputs = (*hidden_dims, self.output_width), (x.shape[1], *hidden_dims)
+        kernels = layer_kernels(kernel, len(widths))
         layers = []
         for index, (width, dims) in enumerate(zip(widths, inputs)):
             first = index == 0
@@ -267,12 +300,16 @@ class DeepGP:
             noise = (self.likelihood.init_params() if likelihood_params is None else likelihood_params) if last \
                 else Gaussian.init_params(noise_variance)
             layers.append(LayerParams(
-                kernel=_layer_kernel(kernel, index, hypers, dims, log_ell),
+                kernel=_layer_kernel(kernels[index], index, hypers, dims, log_ell),
                 inducing=np.broadcast_to(z, (width, *z.shape)), factor_shift=shift, factor_chol=chol,
                 likelihood=noise,
             ))
         return jax.tree_util.tree_map(lambda leaf: jnp.asarray(np.asarray(leaf, dtype=np.float64)),
-                                      DeepGPParams(tuple(layers), mean.build(inputs[-1])))
+                                      DeepGPParams(tuple(layers), self._output_mean(mean, inputs[-1])))
+
+    def _output_mean(self, mean: MeanFunction, dims: int) -> MeanFunction:
+        """``mean`` for the output GPs' ``dims`` inputs: its own for one output, one per output GP for several."""
+        return mean.build(dims) if self.output_width == 1 else mean.stacked(self.output_width, dims)
 
     # ----------------------------------------------------------------------------------------------
     def _stacked(self, params: DeepGPParams) -> tuple[bank.PriorFactors, bank.CholeskyFactor]:
@@ -310,11 +347,11 @@ class DeepGP:
 
     def global_energy(self, params: DeepGPParams, shared: StepShared, n_total):
         """``Σ_{l,g} φ(q) − φ(p) + (N/α)(φ(cav) − φ(q))``, the log-normaliser part of the boxed ``F`` (``N`` the
-        GP's :meth:`factor_counts`), plus ``log p(θ)`` of the kernels' priors."""
+        GP's :meth:`factor_counts`), plus ``log p(θ)`` of the kernels' priors and the model's ``priors``."""
         posterior = shared.posterior_log_normaliser
         cavity = jnp.concatenate([inputs.gaussian.log_normaliser for inputs in shared.layers])
         value = jnp.sum(posterior + (self.factor_counts(params, n_total) / self.alpha) * (cavity - posterior))
-        return with_log_prior(value, params)
+        return with_log_prior(value, params, self.priors)
 
     def data_energy(self, params: DeepGPParams, shared: StepShared, x, y, mask):
         """``Σ_n mask_n (1/α) log Z̃_n`` of one block, moments propagated under the cavities; rows with
@@ -346,19 +383,20 @@ class DeepGP:
         """Mean and variance ``[B, G_L]`` of the last layer's GPs at rows ``x``, each layer's ``u``
         distributed as in ``inputs`` (cavities in training, ``q`` in prediction): one moment-matching
         pass (Bui et al. 2016, App. D eqs. 1–7); hidden outputs are diagonal Gaussians with their noise added.
-        The output GP's prior mean is added to the last layer's moments (:func:`with_output_mean`)."""
+        The output GPs' prior mean is added to the last layer's moments (:func:`with_output_mean`)."""
+        each = self.output_width > 1  # one mean per output GP (MultiClassDeepGP)
         first = inputs[0]
         first_layer = lambda rows: fixed_input_marginals(self.layer_bank(params.layers[0]), first.prior,
                                                          first.gaussian, rows)
         if len(params.layers) == 1:
-            return with_output_mean(params.mean, first_layer, x)
+            return with_output_mean(params.mean, first_layer, x, each=each)
         marginals = first_layer(x)
         for previous, layer, layer_in in zip(params.layers[:-2], params.layers[1:-1], inputs[1:-1]):
             var = marginals.var + Gaussian.noise_variance(previous.likelihood)
             marginals = self._gaussian_input_marginals(layer, layer_in, marginals.mean, var)
         var = marginals.var + Gaussian.noise_variance(params.layers[-2].likelihood)
         last_layer = lambda mean: self._gaussian_input_marginals(params.layers[-1], inputs[-1], mean, var)
-        return with_output_mean(params.mean, last_layer, marginals.mean, var)
+        return with_output_mean(params.mean, last_layer, marginals.mean, var, each=each)
 
     def _gaussian_input_marginals(self, layer: LayerParams, layer_in: LayerInputs, mean, var) -> bank.Marginals:
         """A layer's output moments ``[B, G]`` for the inputs ``N(mean, diag var)`` ``[B, D]``: the squared

@@ -20,6 +20,11 @@ where GP ``g`` is touched by ``n_g`` factors and its cavity is ``p·t^{1 − 1/n
 :class:`~pep_gp.core.models.multiclass.MultiClassGP` at ``α = 1``. Only ``α = 1`` is offered: ``Θ^α = Θ``,
 and the multi-class model's power acts on a factor with the FITC variance integrated out, which a layer
 with uncertain inputs has no counterpart of. Prediction is eq. (68) on the propagated moments under ``q``.
+
+Each class's output GP may have a prior mean of its own, ``f_c = m_c(h) + g_c(h)`` (``params.mean``,
+:meth:`~pep_gp.core.means.MeanFunction.stacked`, as the direct multi-class GP's), whose moments the pass adds
+(:func:`~pep_gp.core.models.deep_gp.with_output_mean`); without a hidden layer the model is then the direct
+multi-class GP with the same means.
 """
 
 from __future__ import annotations

@@ -232,17 +232,19 @@ class FittedGP(BaseEstimator):
         (``params_.mean``; :meth:`~pep_gp.core.means.MeanFunction.in_data_units`: a ``Constant`` or ``Linear``
         in closed form). A regressor's zero mean is the training targets' mean, ``Constant(shift)``. A deep GP's
         with hidden layers is a function of the last hidden layer's outputs, not of the inputs: its values are in
-        the targets' units, its argument as the model sees it. A multi-class model's holds one mean per class and
-        gives ``[n, C]`` (``Constant`` of ``[C]``, ``Linear`` of ``[C, D]`` weights). docs/how-to/mean-functions.md."""
+        the targets' units, its argument as the model sees it. A multi-class model's (the deep one's included) holds
+        one mean per class and gives ``[n, C]`` (``Constant`` of ``[C]``, ``Linear`` of ``[C, D]`` weights).
+        docs/how-to/mean-functions.md."""
         check_is_fitted(self)
         mean = getattr(self.params_, "mean", None)
         mean = mean if isinstance(mean, MeanFunction) else Zero()
-        if isinstance(self.params_, DeepGPParams) and len(self.params_.layers) > 1:
+        deep = isinstance(self.params_, DeepGPParams)
+        if deep and len(self.params_.layers) > 1:
             width = self.params_.layers[-1].inducing.shape[-1]
             return mean.in_data_units(np.zeros(width), np.ones(width), *self._latent_units())
         fitted = mean.in_data_units(self.x_mean_, self.x_std_, *self._latent_units())
-        each_class = isinstance(self.params_, MultiClassParams) and isinstance(fitted, InDataUnits)
-        return fitted.for_each_latent() if each_class else fitted
+        classes = isinstance(self.params_, MultiClassParams) or (deep and self.params_.layers[-1].inducing.shape[0] > 1)
+        return fitted.for_each_latent() if classes and isinstance(fitted, InDataUnits) else fitted
 
     def log_marginal_likelihood(self) -> float:
         """The approximate log marginal likelihood of the training targets (in their own units) at the

@@ -4,33 +4,52 @@ class with the multi-class factors of Villacampa-Calvo & Hernández-Lobato (2017
 (:class:`pep_gp.core.models.multiclass_deep_gp.MultiClassDeepGP`; the binding holds the training class
 counts, as ``multiclass-sep``'s).
 
-A kernel's ``prior=`` is a prior on every layer's values (the layers share the kernel's spelling); ``mean_function=``
-is the output GP's prior mean, a function of the last layer's input (the data's standardised columns with no
-hidden layers, else the last hidden layer's outputs), in the model's units: a constant or linear one with hidden
-layers (:func:`~pep_gp.core.models.deep_gp.check_output_mean`). The multi-class deep GP takes priors, not a mean."""
+``kernel=`` is every layer's kernel, or a list of one per layer (input layer first: ``[k_hidden, k_output]``, as
+GPflux and GPyTorch build each layer with its own; a TOML ``kernel = ["matern52", "se"]`` or ``[[model.kernel]]``
+tables); a kernel's ``prior=`` is a prior on the values of the layers it is in. ``prior=`` and ``fixed=`` name
+``noise_variance``: the Gaussian noise of every layer that has one (the hidden layers' and the regressor's
+output's, which ``noise_variance`` starts). ``mean_function=`` is the output GP's prior mean, a function of the last
+layer's input (the data's standardised columns with no hidden layers, else the last hidden layer's outputs), in the
+model's units: a constant or linear one with hidden layers (:func:`~pep_gp.core.models.deep_gp.check_output_mean`);
+the multi-class deep GP gives each class's output GP its own copy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from ...core.input_quadrature import DEFAULT_POINTS
 from ...core.likelihoods import Gaussian, Probit
-from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams, check_output_mean
+from ...core.kernels import from_dict
+from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams, check_output_mean, layer_kernels
 from ...core.models.multiclass_deep_gp import ClassPairs, MultiClassDeepGP
 from ..data.blocks import TargetScaling
 from .multiclass import MultiClassSpec
 from .predictive import MixturePredictive, MultiClassPredictive
-from .protocol import ModelSettings, SpecBase, settings_kernel, settings_mean
+from .likelihood_parameters import FixedNames, LikelihoodParameterSettings, PriorTable
+from .protocol import SpecBase, kernel_description, settings_mean
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
 
 
-class DeepGPSettings(ModelSettings):
-    """Settings of the deep GPs (the ``[model]`` table)."""
+def layer_kernels_description(value: Any) -> dict[str, Any] | list[dict[str, Any] | None] | None:
+    """A deep GP's ``kernel`` setting as JSON: one kernel's description (:func:`~.protocol.kernel_description`), or
+    a list of one per layer (None in it: that layer's default)."""
+    if isinstance(value, (list, tuple)):
+        return [kernel_description(kernel) for kernel in value]
+    return kernel_description(value)
+
+
+LayerKernels = Annotated[dict | list[dict | None] | None, BeforeValidator(layer_kernels_description)]
+"""The ``kernel`` field of the deep GPs' settings (:func:`layer_kernels_description`)."""
+
+
+class DeepGPSettings(LikelihoodParameterSettings):
+    """Settings of the deep GPs (the ``[model]`` table): ``fixed`` and ``prior`` name ``noise_variance``, every
+    layer's Gaussian noise (:mod:`pep_gp.pipeline.models.likelihood_parameters`)."""
 
     hidden_dims: tuple[Annotated[int, Field(ge=1)], ...] = Field(
         (2,), description="widths of the hidden layers; () is one GP layer")
@@ -40,13 +59,22 @@ class DeepGPSettings(ModelSettings):
     share_hypers: bool = Field(False, description="one kernel per layer (the authors' code) instead of per GP "
                                                   "(the paper)")
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0,
-                                  description="starting noise variance of every layer, in standardised units")
+                                  description="starting noise variance of every layer, in standardised units (the "
+                                  "hidden layers' and the regressor's output's; fixed/prior name it noise_variance)")
+    kernel: LayerKernels = Field(None, description="the covariance function of every layer (a spelling such as "
+                                 "'matern52', a [model.kernel] table or a pep_gp.kernels object), or a list of one "
+                                 "per layer, input layer first; none: the squared exponential")
+    fixed: FixedNames = Field((), description="noise_variance: every layer's Gaussian noise kept at its start, to the "
+                              "bit; a kernel's go in the kernel (its fixed=)")
+    prior: PriorTable = Field(None, description="a prior on every layer's Gaussian noise: {noise_variance = {name = "
+                              "'log-normal' | 'gamma' | 'half-normal', …}}; a MAP fit. A kernel's go in the kernel "
+                              "(its prior=)")
     jitter: float = Field(1e-6, ge=0.0, description="relative jitter on every K_uu (the authors' code: 1e-6)")
     quadrature_points: int = Field(DEFAULT_POINTS, ge=2, description="Gauss–Hermite points per input dimension of "
                                    "the hidden layers' ψ-statistics for a kernel other than the squared exponential "
                                    "(whose are closed forms)")
 
-    takes_priors = True  # a kernel's prior= on every layer's values is added to the energy (a MAP fit)
+    takes_priors = True  # a kernel's prior= on its layers' values and the noise's are added to the energy (MAP)
     takes_mean = True  # the output GP's mean_function= is carried through the moment propagation and the mixture
 
     @model_validator(mode="after")
@@ -55,7 +83,16 @@ class DeepGPSettings(ModelSettings):
             check_output_mean(settings_mean(self), self.hidden_dims)
         except ValueError as error:
             raise ValueError(f"mean_function: {error}") from None
+        self.layer_kernels()  # ValueError naming the kernel setting: a list of another length than the layers
         return self
+
+    def layer_kernels(self):
+        """The kernel object of every layer, input layer first (None: the default, the squared exponential)."""
+        if isinstance(self.kernel, list):
+            kernel = [None if description is None else from_dict(description) for description in self.kernel]
+        else:
+            kernel = None if self.kernel is None else from_dict(self.kernel)
+        return layer_kernels(kernel, len(self.hidden_dims) + 1)
 
 
 @dataclass(frozen=True)
@@ -76,16 +113,20 @@ class DeepGPSpec(SparseGPSpec):
     def build(self, settings: DeepGPSettings, binding: dict) -> DeepGP:
         likelihood = Gaussian() if self.task == "regression" else Probit()
         return DeepGP(likelihood, alpha=settings.alpha, jitter=settings.jitter,
-                      quadrature_points=settings.quadrature_points)
+                      quadrature_points=settings.quadrature_points, priors=settings.leaf_priors())
 
     def init(self, model: DeepGP, x, settings: DeepGPSettings, seed: int) -> DeepGPParams:
         """The authors' starting values (:meth:`pep_gp.core.models.deep_gp.DeepGP.init`) with the settings'
-        kernel in every layer (default the squared exponential) and the output's mean function (default zero)."""
+        kernels (default the squared exponential) and the output's mean function (default zero); ValueError when
+        ``fixed`` or ``prior`` names a noise the model does not have (a classifier without hidden layers)."""
         check_inducing(settings, x.shape[0])
+        if (settings.fixed or settings.prior) and not settings.hidden_dims and self.task != "regression":
+            raise ValueError("fixed/prior: noise_variance is the hidden layers' Gaussian noise (and a regressor's "
+                             "output's); a classifier with hidden_dims=() has none")
         return model.init(x, settings.hidden_dims, settings.num_inducing,
                           likelihood_params=self.output_params(model, settings),
                           noise_variance=settings.noise_variance, share_hypers=settings.share_hypers, seed=seed,
-                          kernel=settings_kernel(settings), mean=settings_mean(settings))
+                          kernel=settings.layer_kernels(), mean=settings_mean(settings))
 
     def output_params(self, model: DeepGP, settings: DeepGPSettings) -> dict:
         """The starting parameters of the last layer's likelihood: the Gaussian's noise, the probit's none."""
@@ -105,7 +146,7 @@ class MultiClassDeepGPSettings(DeepGPSettings):
     class_noise: float = Field(1.0, gt=0.0, description="starting latent noise variance σ_0,c of every class's output "
                                "GP (Villacampa-Calvo & Hernández-Lobato 2017: 1)")
 
-    takes_mean = False  # one mean for every class's output GP would shift all classes alike
+    takes_mean = True  # each class's output GP has its own copy of mean_function= (MeanFunction.stacked)
 
 
 @dataclass(frozen=True)
@@ -123,7 +164,8 @@ class MultiClassDeepGPSpec(DeepGPSpec):
 
     def build(self, settings: MultiClassDeepGPSettings, binding: dict) -> MultiClassDeepGP:
         return MultiClassDeepGP(ClassPairs(len(binding["class_counts"])), alpha=settings.alpha,
-                                jitter=settings.jitter, quadrature_points=settings.quadrature_points)
+                                jitter=settings.jitter, quadrature_points=settings.quadrature_points,
+                                priors=settings.leaf_priors())
 
     def output_params(self, model: MultiClassDeepGP, settings: MultiClassDeepGPSettings) -> dict:
         """``σ_{0,c} = class_noise`` for every class."""

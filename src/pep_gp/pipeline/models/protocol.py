@@ -122,9 +122,8 @@ class ModelSettings(BaseModel):
                                        "'linear', a [model.mean_function] table or a pep_gp.means object; none: zero")
 
     takes_mean: ClassVar[bool] = False
-    """Whether the model carries a mean function (the Power-EP sparse GPs, the multi-class models, the tied EP/QP
-    classifier, the heteroscedastic and the collapsed regressor, the one-output deep GPs); the others refuse one
-    other than zero."""
+    """Whether the model carries a mean function (every built-in model does); a model whose settings do not refuse
+    one other than zero."""
 
     at_the_rows: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     """Settings the trainer imposes when the inducing inputs are the training inputs (``num_inducing`` capped
@@ -151,10 +150,8 @@ class ModelSettings(BaseModel):
     @classmethod
     def _carried(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None and not cls.takes_mean:
-            raise ValueError("this model takes the zero mean only (sparse-gp-regressor, sparse-gp-classifier, "
-                             "sparse-gp-ordinal, sparse-gp-heteroscedastic, multiclass-sep, multiclass-direct, "
-                             "tied-ep-classifier, deep-gp, deep-gp-classifier, CollapsedGPRegressor, "
-                             "ExactGPClassifier and MultiClassEPClassifier carry a mean function)")
+            raise ValueError("this model takes the zero mean only (its settings do not set takes_mean; every "
+                             "built-in model does); leave out mean_function")
         return value
 
     def __hash__(self) -> int:
