@@ -6,11 +6,14 @@ is the jitter's (:mod:`pep_gp.core.linalg`), proportional to it."""
 import mpmath
 import numpy as np
 import pytest
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from pep_gp import CollapsedGPRegressor
 from pep_gp.core.linalg import DEFAULT_JITTER
 from pep_gp.core.parameters import constrained
 from pep_gp.kernels import SquaredExponential
+from tests import tiny
 
 LENGTHSCALE, VARIANCE, NOISE = 0.6, 1.3, 0.02  # the kernel in standardised inputs, the noise in standardised y
 
@@ -84,3 +87,27 @@ def test_the_jitter_alone_moves_predict_f_from_the_exact_gp(alpha=0.5):
         np.testing.assert_allclose(cov, jittered_cov, rtol=0, atol=1e-12)
         gaps.append(np.max(np.abs(mean - exact_mean)))
     assert 1e-8 < gaps[0] < 1e-5 and 30 < gaps[0] / gaps[1] < 300, gaps
+
+
+@pytest.mark.heavy
+@pytest.mark.filterwarnings("ignore:The optimal value found:sklearn.exceptions.ConvergenceWarning")  # a restart at a bound
+def test_at_its_defaults_on_fewer_rows_than_its_inducing_points_it_fits_the_exact_gp():
+    """Up to ``num_inducing`` (200 by default) training rows the inducing inputs are the rows, so the default
+    fit is the exact GP's type-II maximum likelihood with one lengthscale per input: its hyper-parameters score
+    within 0.05 nats (the stopping rule's slack; 0.02 measured) of the maximum of the exact GP's log marginal
+    likelihood (scikit-learn's, an ARD squared exponential, 3 restarts, on the same standardised rows), and the
+    evidence it reports is that likelihood at its hyper-parameters in the targets' own units (Rasmussen &
+    Williams 2006, eq. 5.8), to the jitter's 4e-6 nats."""
+    x, y = tiny.data()["regression"]
+    model = CollapsedGPRegressor().fit(x, y)
+    assert model.model_settings_["num_inducing"] == len(y)
+    standardised, targets = (x - model.x_mean_) / model.x_std_, model.targets_(y)
+    exact = GaussianProcessRegressor(ConstantKernel() * RBF(np.ones(x.shape[1])) + WhiteKernel(),
+                                     n_restarts_optimizer=3, random_state=0).fit(standardised, targets)
+    kernel = model.kernel_.to_dict()
+    fitted = np.log([kernel["variance"][0], *kernel["lengthscales"][0],
+                     float(constrained(model.params_)["noise_variance"])])
+    at_fitted = exact.log_marginal_likelihood(fitted)
+    assert exact.log_marginal_likelihood_value_ - at_fitted < 0.05
+    jacobian = len(y) * np.log(model.targets_.scale)
+    assert model.log_marginal_likelihood() == pytest.approx(at_fitted - jacobian, abs=1e-4)
