@@ -1,7 +1,7 @@
-"""The heteroscedastic sparse GP's tied factors, held in each prior's whitened coordinates (issue 65,
-:class:`~pep_gp.core.bank.WhitenedFactor`): the same Gaussians and bound as the ``u``-coordinate
-:class:`~pep_gp.core.bank.CholeskyFactor` of the same precision, and coordinates in which L-BFGS reaches the
-optimum: with the noise GP held flat the chained bound's optimum is Titsias' (2009) collapsed bound of ``f``."""
+"""The heteroscedastic sparse GP's tied factors, held through ``q = p·t`` in each prior's whitened coordinates
+(issue 65, :class:`~pep_gp.core.bank.WhitenedPosterior`): the same Gaussians and bound as the ``u``-coordinate
+:class:`~pep_gp.core.bank.CholeskyFactor` of the same factor, and coordinates in which L-BFGS reaches the optimum:
+with the noise GP held flat the chained bound's optimum is Titsias' (2009) collapsed bound of ``f``."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ def rows():
     return jnp.asarray(x), jnp.asarray(np.sin(2.0 * x[:, 0]) + 0.2 * rng.normal(size=40)), np.linspace(-2, 2, 12)[:, None]
 
 
-def test_the_whitened_factor_is_the_cholesky_factor_of_the_same_precision():
-    """``η̂ = Lᵀη``, ``L̂ = chol(LᵀΛL)`` gives the ``u``-coordinate factor's ``q`` and cavity (mean, covariance,
-    ``φ``) and its variational global term, to rounding."""
+def test_the_whitened_posterior_is_the_cholesky_factor_of_the_same_tied_factor():
+    """``q(v) = N(m̂, ŜŜᵀ)`` with ``ŜŜᵀ = (I + LᵀΛL)⁻¹``, ``m̂ = ŜŜᵀLᵀη`` gives the ``u``-coordinate factor's ``q``
+    and cavity (mean, covariance, ``φ``) and its variational global term, to rounding."""
     with float64():
         x, _, z = rows()
         model = HeteroscedasticSparseGP(alpha=0.0)
@@ -39,12 +39,12 @@ def test_the_whitened_factor_is_the_cholesky_factor_of_the_same_precision():
         rng = np.random.default_rng(0)
         shift = jnp.asarray(rng.normal(size=(2, 12)))
         root = jnp.asarray(np.tril(rng.normal(size=(2, 12, 12))) / 12 + np.eye(12))
-        precision = root @ jnp.swapaxes(root, -1, -2)  # Λ in u coordinates
-        in_u = bank.CholeskyFactor(shift, jnp.linalg.cholesky(precision))
-        whitened_precision = jnp.swapaxes(prior.chol, -1, -2) @ precision @ prior.chol
-        whitened = bank.WhitenedFactor(jnp.einsum("gmn,gm->gn", prior.chol, shift),
-                                       jnp.linalg.cholesky(0.5 * (whitened_precision
-                                                                  + jnp.swapaxes(whitened_precision, -1, -2))))
+        in_u = bank.CholeskyFactor(shift, root)  # Λ = root rootᵀ
+        chol_t = jnp.swapaxes(prior.chol, -1, -2)
+        whitened_cov = jnp.linalg.inv(jnp.eye(12) + chol_t @ root @ jnp.swapaxes(root, -1, -2) @ prior.chol)
+        whitened_cov = 0.5 * (whitened_cov + jnp.swapaxes(whitened_cov, -1, -2))
+        whitened = bank.WhitenedPosterior(jnp.einsum("gmn,gn->gm", whitened_cov @ chol_t, shift),
+                                          jnp.linalg.cholesky(whitened_cov))
         for scale in (1.0, 0.7):
             mine, theirs = bank.gaussians(prior, whitened, scale), bank.gaussians(prior, in_u, scale)
             np.testing.assert_allclose(mine.mean, theirs.mean, rtol=1e-6, atol=1e-8)
@@ -52,7 +52,7 @@ def test_the_whitened_factor_is_the_cholesky_factor_of_the_same_precision():
                                        theirs.sqrt_cov @ jnp.swapaxes(theirs.sqrt_cov, -1, -2), rtol=1e-6, atol=1e-10)
             np.testing.assert_allclose(mine.log_normaliser, theirs.log_normaliser, rtol=1e-8)
         q = bank.gaussians(prior, in_u, 1.0)
-        assert float(bank.variational_global_term(q, whitened, prior)) == pytest.approx(
+        assert float(bank.variational_global_term(q, whitened)) == pytest.approx(
             float(bank.variational_global_term(q, in_u)), rel=1e-7)
 
 
@@ -60,10 +60,10 @@ def test_the_whitened_factor_is_the_cholesky_factor_of_the_same_precision():
 def test_lbfgs_on_the_whitened_factors_reaches_titsias_bound():
     """``α = 0``, the noise GP's variance 1e-8 (``g ≈ 0``), kernels, ``Z`` and ``σ₀²`` held: the chained bound's
     optimum over the two factors is Titsias' collapsed bound of ``f`` at the noise ``σ₀²``, ``log N(y; 0, Q + σ₀²I)
-    − tr(K − Q)/2σ₀²`` (Titsias 2009, eq. 9), which 200 L-BFGS iterations from the model's start reach to 1 nat
-    (measured 0.50). The cause of issue 65: held in ``u`` coordinates the same factors (the same start, ``Λ = K⁻¹``)
-    were 1.83 nats off after 200 iterations and 1.64 after 400, as mcycle's fits crawled for 1,000 iterations to a
-    flat noise GP."""
+    − tr(K − Q)/2σ₀²`` (Titsias 2009, eq. 9), which 200 L-BFGS iterations from the model's start reach to 1e-4 nats
+    (measured 5e-9). The cause of issue 65: held in ``u`` coordinates (``Λ = LLᵀ`` from ``Λ = K⁻¹``) the factors
+    were 1.83 nats off after 200 iterations and 1.64 after 400 (whitened, ``LᵀΛL = L̂L̂ᵀ`` from ``L̂ = I``: 0.50 and
+    0.18), as mcycle's fits crawled for 1,000 iterations to a flat noise GP."""
     with float64():
         x, y, z = rows()
         model = HeteroscedasticSparseGP(alpha=0.0)
@@ -82,4 +82,4 @@ def test_lbfgs_on_the_whitened_factors_reaches_titsias_bound():
     nystrom = k_uf.T @ np.linalg.solve(k_uu, k_uf)
     titsias = (stats.multivariate_normal(np.zeros(len(y)), nystrom + NOISE0 * np.eye(len(y))).logpdf(np.asarray(y))
                - np.sum(kappa - np.diag(nystrom)) / (2.0 * NOISE0))
-    assert titsias - 1.0 < -fit.fun <= titsias + 1e-6
+    assert titsias - 1e-4 < -fit.fun <= titsias + 1e-6
