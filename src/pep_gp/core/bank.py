@@ -9,7 +9,8 @@ GP ``g`` has inducing inputs ``Z_g`` ``[M, D]``, a kernel (:mod:`pep_gp.core.ker
 is ``p_g(u) = N(0, K_g)``, ``K_g = k_g(Z_g, Z_g) + d_g I``, and ``κ_g(x) = k_g(x, x) + d_g``. All N tied factors
 of GP ``g`` are one Gaussian ``t_g(u) = exp(η_gᵀu − ½uᵀΛ_gu)`` stored in ``u`` coordinates — natural
 parameters moved by EP updates (:class:`NaturalFactor`) or a Cholesky factor ``Λ_g = L_gL_gᵀ`` moved by
-the optimiser (:class:`CholeskyFactor`) — or through ``q_g`` in the prior's whitened coordinates (:class:`WhitenedPosterior`). Every Gaussian a method needs is ``p_g·t_g^s``: ``q`` (``s = 1``)
+the optimiser (:class:`CholeskyFactor`) — or through ``q_g`` in the prior's whitened coordinates
+(:class:`WhitenedPosterior`). Every Gaussian a method needs is ``p_g·t_g^s``: ``q`` (``s = 1``)
 or the Power-EP cavity (``s = 1 − α/n_g``, ``n_g`` the factors tied into ``t_g``).
 
 Numerics: with ``L = chol(K_g)`` and ``R = chol(I + s LᵀΛL)``, ``p·t^s`` has ``V = SSᵀ``, ``S = LR⁻ᵀ``,
@@ -138,7 +139,7 @@ def _gaussians_of_one(chol_k, factor: Factor, scales):
     one ``LᵀΛL``."""
     size = chol_k.shape[0]
     whitened_precision = _whitened_precision(factor, chol_k)
-    if isinstance(factor, WhitenedPosterior):
+    if isinstance(factor, WhitenedPosterior):  # Lᵀη = (ŜŜᵀ)⁻¹m̂
         shift = _whitened_posterior_precision(factor) @ factor.whitened_mean
     else:
         shift = chol_k.T @ factor.shift
@@ -223,8 +224,9 @@ def variational_global_term(q: Gaussians, factor: CholeskyFactor | WhitenedPoste
     ``½(M + log|ŜŜᵀ| − tr(ŜŜᵀ) − ‖m̂‖²)`` (Hensman, Matthews & Ghahramani 2015, eq. 4)."""
     if isinstance(factor, WhitenedPosterior):
         root = jnp.tril(factor.whitened_sqrt)
-        return 0.5 * jnp.sum(root.shape[-1] + 2.0 * jnp.sum(jnp.log(jnp.abs(jnp.diagonal(root, axis1=-2, axis2=-1))), -1)
-                             - jnp.sum(root**2, axis=(-2, -1)) - jnp.sum(factor.whitened_mean**2, axis=-1))
+        log_det = 2.0 * jnp.sum(jnp.log(jnp.abs(jnp.diagonal(root, axis1=-2, axis2=-1))), axis=-1)  # log|ŜŜᵀ|
+        return 0.5 * jnp.sum(root.shape[-1] + log_det - jnp.sum(root**2, axis=(-2, -1))
+                             - jnp.sum(factor.whitened_mean**2, axis=-1))
     chol_t = jnp.swapaxes(jnp.tril(factor.chol), -1, -2)  # Lᵀ, [G, M, M]
     expected_log_factor = (jnp.einsum("gm,gm->g", factor.shift, q.mean)
                            - 0.5 * (jnp.sum((chol_t @ q.sqrt_cov) ** 2, axis=(-2, -1))
