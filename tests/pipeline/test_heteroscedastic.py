@@ -28,10 +28,10 @@ def noisy_rows(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
 def test_the_noise_tracks_the_truth_beats_the_homoscedastic_fit_and_pep_predict_reads_its_run(tmp_path):
     """150 rows, 300 held out (seed 0): the fitted noise deviation correlates with the true one above 0.95 and its
     median ratio to it lies in [0.8, 1.3]; the held-out NLL is below the homoscedastic sparse GP's by more than
-    0.1 nats (measured: 0.60 against 0.82); ``pep predict`` of the saved run writes the same means and
-    deviations (to 1e-12). The fit depends on its last bits: with the rule's Newton steps started from its nodes
-    instead of its breakpoints this seed's fit ended with a flat log-noise GP (lengthscale 6e4), as mcycle's fits
-    do (docs/how-to/heteroscedastic.md); seeds 1 and 2 then tracked the noise (correlation 0.977 and 0.992)."""
+    0.1 nats (measured: 0.60 against 0.82 with the factors in ``u`` coordinates); ``pep predict`` of the saved run
+    writes the same means and deviations (to 1e-12). With the factors in ``u`` coordinates the fit depended on its
+    last bits: with the rule's Newton steps started from its nodes instead of its breakpoints this seed's fit ended
+    with a flat log-noise GP (lengthscale 6e4), as mcycle's fits did (docs/how-to/heteroscedastic.md)."""
     rng = np.random.default_rng(0)
     x, y, _ = noisy_rows(150, rng)
     new_x, new_y, new_std = noisy_rows(300, rng)

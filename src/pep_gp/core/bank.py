@@ -9,7 +9,8 @@ GP ``g`` has inducing inputs ``Z_g`` ``[M, D]``, a kernel (:mod:`pep_gp.core.ker
 is ``p_g(u) = N(0, K_g)``, ``K_g = k_g(Z_g, Z_g) + d_g I``, and ``κ_g(x) = k_g(x, x) + d_g``. All N tied factors
 of GP ``g`` are one Gaussian ``t_g(u) = exp(η_gᵀu − ½uᵀΛ_gu)`` stored in ``u`` coordinates — natural
 parameters moved by EP updates (:class:`NaturalFactor`) or a Cholesky factor ``Λ_g = L_gL_gᵀ`` moved by
-the optimiser (:class:`CholeskyFactor`). Every Gaussian a method needs is ``p_g·t_g^s``: ``q`` (``s = 1``)
+the optimiser (:class:`CholeskyFactor`) — or through ``q_g`` in the prior's whitened coordinates
+(:class:`WhitenedPosterior`). Every Gaussian a method needs is ``p_g·t_g^s``: ``q`` (``s = 1``)
 or the Power-EP cavity (``s = 1 − α/n_g``, ``n_g`` the factors tied into ``t_g``).
 
 Numerics: with ``L = chol(K_g)`` and ``R = chol(I + s LᵀΛL)``, ``p·t^s`` has ``V = SSᵀ``, ``S = LR⁻ᵀ``,
@@ -42,7 +43,21 @@ class CholeskyFactor(NamedTuple):
     chol: jnp.ndarray  # lower-triangular L_g, [G, M, M]
 
 
-Factor = Union[NaturalFactor, CholeskyFactor]
+class WhitenedPosterior(NamedTuple):
+    """Tied factors held through the Gaussian they make, ``q_g = p_g·t_g``, in the whitened coordinates
+    ``v = L_g⁻¹u`` of each GP's prior (``L_g = chol(K_g)``): ``q_g(v) = N(m̂_g, Ŝ_gŜ_gᵀ)``, GPflow's whitened
+    ``q(v)`` (Hensman, Matthews & Ghahramani 2015, §3), trained by gradient. The factor is ``t_g = q_g/p_g``:
+    ``L_gᵀΛ_gL_g = (Ŝ_gŜ_gᵀ)⁻¹ − I`` and ``L_gᵀη_g = (Ŝ_gŜ_gᵀ)⁻¹m̂_g`` (every Power-EP cavity
+    ``p·t^s = (1 − s)p + s q`` in precision is proper for ``s ∈ [0, 1]``). Neither the scale of ``K_g``'s
+    conditioning (a :class:`CholeskyFactor` starts at ``Λ = K⁻¹``, entries of 1e6 and more for a squared
+    exponential on a dense ``Z_g``) nor the zero gradient of ``Λ = LLᵀ`` at ``L = 0`` stands in the optimiser's way:
+    ``Ŝ = I``, ``m̂ = 0`` is ``q = p`` (docs/how-to/heteroscedastic.md)."""
+
+    whitened_mean: jnp.ndarray  # m̂_g, [G, M]
+    whitened_sqrt: jnp.ndarray  # lower-triangular Ŝ_g, [G, M, M]
+
+
+Factor = Union[NaturalFactor, CholeskyFactor, WhitenedPosterior]
 
 
 class Bank(NamedTuple):
@@ -101,8 +116,17 @@ def prior_precision_cholesky(prior: PriorFactors):
     return per_matrix(cholesky, jnp.swapaxes(inverse, -1, -2) @ inverse)
 
 
+def _whitened_posterior_precision(factor: WhitenedPosterior):
+    """``(ŜŜᵀ)⁻¹`` for one GP."""
+    inverse = solve_lower(jnp.tril(factor.whitened_sqrt), jnp.eye(factor.whitened_sqrt.shape[-1],
+                                                                  dtype=factor.whitened_sqrt.dtype))
+    return inverse.T @ inverse
+
+
 def _whitened_precision(factor: Factor, chol_k):
     """``LᵀΛL`` for one GP."""
+    if isinstance(factor, WhitenedPosterior):
+        return _whitened_posterior_precision(factor) - jnp.eye(chol_k.shape[0], dtype=chol_k.dtype)
     if isinstance(factor, CholeskyFactor):
         a = chol_k.T @ jnp.tril(factor.chol)
         return a @ a.T
@@ -115,7 +139,10 @@ def _gaussians_of_one(chol_k, factor: Factor, scales):
     one ``LᵀΛL``."""
     size = chol_k.shape[0]
     whitened_precision = _whitened_precision(factor, chol_k)
-    shift = chol_k.T @ factor.shift
+    if isinstance(factor, WhitenedPosterior):  # Lᵀη = (ŜŜᵀ)⁻¹m̂
+        shift = _whitened_posterior_precision(factor) @ factor.whitened_mean
+    else:
+        shift = chol_k.T @ factor.shift
 
     def at(scale):
         chol_b = cholesky(jnp.eye(size, dtype=chol_k.dtype) + scale * whitened_precision)
@@ -190,9 +217,16 @@ def power_ep_global_term(q: Gaussians, cavity: Gaussians, counts, alpha: float):
     return jnp.sum(q.log_normaliser + (counts / alpha) * (cavity.log_normaliser - q.log_normaliser))
 
 
-def variational_global_term(q: Gaussians, factor: CholeskyFactor):
+def variational_global_term(q: Gaussians, factor: CholeskyFactor | WhitenedPosterior):
     """``Σ_g φ(q_g) − φ(p_g) − E_{q_g}[log t_g]`` with ``E_q[log t] = ηᵀm − ½tr(Λ(V + mmᵀ))``, ``Λ = LLᵀ``: the
-    α → 0 limit of :func:`power_ep_global_term`, where the cavity is ``q`` (Bui, Yan & Turner 2017, eqs. 144–146)."""
+    α → 0 limit of :func:`power_ep_global_term`, where the cavity is ``q`` (Bui, Yan & Turner 2017, eqs. 144–146).
+    With ``q = p·t/Z`` it is ``−Σ_g KL(q_g‖p_g)``, for a :class:`WhitenedPosterior` in its whitened form
+    ``½(M + log|ŜŜᵀ| − tr(ŜŜᵀ) − ‖m̂‖²)`` (Hensman, Matthews & Ghahramani 2015, eq. 4)."""
+    if isinstance(factor, WhitenedPosterior):
+        root = jnp.tril(factor.whitened_sqrt)
+        log_det = 2.0 * jnp.sum(jnp.log(jnp.abs(jnp.diagonal(root, axis1=-2, axis2=-1))), axis=-1)  # log|ŜŜᵀ|
+        return 0.5 * jnp.sum(root.shape[-1] + log_det - jnp.sum(root**2, axis=(-2, -1))
+                             - jnp.sum(factor.whitened_mean**2, axis=-1))
     chol_t = jnp.swapaxes(jnp.tril(factor.chol), -1, -2)  # Lᵀ, [G, M, M]
     expected_log_factor = (jnp.einsum("gm,gm->g", factor.shift, q.mean)
                            - 0.5 * (jnp.sum((chol_t @ q.sqrt_cov) ** 2, axis=(-2, -1))

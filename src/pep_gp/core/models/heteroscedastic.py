@@ -3,7 +3,7 @@ noise variance ``g``, through ``y ~ N(f, σ₀² e^g)`` (:class:`~pep_gp.core.he
 Lázaro-Gredilla & Titsias 2011; Saul et al. 2016), with tied Power-EP factors moved by the gradient of the energy.
 
 The two GPs are a bank of two (:mod:`pep_gp.core.bank`, G = 2: kernels ``[2, ·]``, inducing inputs ``Z_f``,
-``Z_g`` ``[2, M, D]``), each with its own tied factor ``t_g(u_g)`` (Cholesky form), as the multi-class model
+``Z_g`` ``[2, M, D]``), each with its own tied factor ``t_g(u_g)`` (held through ``q_g`` whitened, :class:`~pep_gp.core.bank.WhitenedPosterior`), as the multi-class model
 ties one factor per class (Villacampa-Calvo & Hernández-Lobato 2017, §2.3.1): ``q(u_f, u_g) = q(u_f)q(u_g)``,
 as GPflow's SVGP with two independent latent GPs holds it. With ``N`` rows and power ``α`` the energy is that
 of the one-GP model (:mod:`pep_gp.core.models.power_ep`, Bui, Yan & Turner 2017 eq. 110 with tied factors)
@@ -52,7 +52,7 @@ class HeteroscedasticParams(NamedTuple):
     kernel: Kernel  # [2, ·]
     inducing: jnp.ndarray  # Z_f, Z_g, [2, M, D]
     likelihood: dict  # {"raw_noise_variance"}: σ₀²
-    factor: bank.CholeskyFactor  # η_h [2, M], L_h [2, M, M]
+    factor: bank.WhitenedPosterior  # q_h = p_h·t_h whitened by chol(K_h): m̂_h [2, M], Ŝ_h [2, M, M]
     mean: MeanFunction = Zero()  # m of f's prior f ~ GP(m, k_f)
 
 
@@ -94,22 +94,20 @@ class HeteroscedasticSparseGP:
              mean: MeanFunction | None = None) -> HeteroscedasticParams:
         """Starting state: ``kernel`` (default a squared exponential of variance 1) for both GPs, its lengthscales
         left unset the median distance (one shared by the inputs unless ``ard``), both GPs' inducing inputs at the
-        k-means centres unless ``inducing``, ``σ₀² = noise_variance`` and each tied factor at ``Λ = K_uu⁻¹``,
-        ``η = 0`` (as :meth:`~pep_gp.core.models.power_ep.PowerEPSparseGP.init`); ``mean``: ``f``'s prior mean at
-        its starting values (default :class:`~pep_gp.core.means.Zero`)."""
+        k-means centres unless ``inducing``, ``σ₀² = noise_variance`` and each tied factor at 1, ``q = p``
+        (:class:`~pep_gp.core.bank.WhitenedPosterior`: ``Ŝ = I``, ``m̂ = 0``, GPflow's SVGP start); ``mean``:
+        ``f``'s prior mean at its starting values (default :class:`~pep_gp.core.means.Zero`)."""
         lengthscales, _, z = initial_kernel_and_inducing(x, num_inducing, inducing=inducing, seed=seed)
         if not ard:
             lengthscales = np.exp(np.mean(np.log(lengthscales), keepdims=True))
         kernel = SquaredExponential() if kernel is None else kernel
         size = z.shape[0]
-        params = HeteroscedasticParams(
+        return HeteroscedasticParams(
             kernel=kernel.bank(LATENTS, z.shape[1], lengthscales),
             inducing=jnp.asarray(np.stack([z] * LATENTS)),
             likelihood=self.likelihood.init_params(noise_variance),
-            factor=bank.CholeskyFactor(jnp.zeros((LATENTS, size)), jnp.zeros((LATENTS, size, size))),
+            factor=bank.WhitenedPosterior(jnp.zeros((LATENTS, size)), jnp.broadcast_to(jnp.eye(size), (LATENTS, size, size))),
             mean=Zero() if mean is None else mean.build(z.shape[1]))
-        chol = bank.prior_precision_cholesky(bank.prior_factors(self.sparse_gps(params)))
-        return params._replace(factor=params.factor._replace(chol=chol))
 
     # ----------------------------------------------------------------------------------------------
     def step_shared(self, params: HeteroscedasticParams, n_total) -> StepShared:
