@@ -109,6 +109,7 @@ def test_a_regressor_with_a_kernel_per_layer_keeps_its_fixed_noise_to_the_bit_an
     np.testing.assert_allclose(pd.read_csv(tmp_path / "p.csv")["mean"].to_numpy(), mean[:5], rtol=1e-12)
 
 
+@pytest.mark.heavy
 @pytest.mark.exhaustive  # a two-layer multi-class fit of 20 steps, a save and a load: 60 s on 2 shared cores
 def test_the_multiclass_deep_gp_fits_a_linear_mean_per_class_and_a_saved_run_keeps_it(tmp_path):
     """Each class's output GP trains its own ``w_cᵀh + b_c`` (the rows differ); ``mean_function_`` holds them; a saved
@@ -126,6 +127,7 @@ def test_the_multiclass_deep_gp_fits_a_linear_mean_per_class_and_a_saved_run_kee
     np.testing.assert_array_equal(pep_gp.load(tmp_path / "run").predict_proba(x), proba)
 
 
+@pytest.mark.heavy
 @pytest.mark.exhaustive  # a 3-step two-layer store run and a load: 53 s on 2 shared cores
 def test_pep_train_set_records_the_layer_kernels_and_keeps_the_fixed_noise(regression_store, tmp_path):
     settings = load_config(None, settings=parse_settings([
