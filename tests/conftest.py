@@ -35,6 +35,11 @@ def pytest_configure(config):
 # another heavy test takes (a likelihood, a kernel, an α) and single options end to end. .ci/run's 25 minutes on
 # 2 cores hold the rest; a test here runs with ``-m exhaustive``.
 LEFT_TO_RELEASES = frozenset([
+    "tests/pipeline/test_heteroscedastic_map.py::test_a_linear_mean_recovers_the_slope_reverts_far_away_and_a_saved_run_predicts_the_same",  # 24 s idle
+    "tests/pipeline/test_map_distributed.py::test_a_map_fit_with_a_mean_is_bit_identical_on_two_workers[MultiClassGPClassifier]",  # 20 s idle
+    "tests/pipeline/test_heteroscedastic.py::test_pep_predict_of_a_saved_run_writes_the_estimators_predictions",  # 17 s idle
+    "tests/pipeline/test_ordinal.py::test_fixed_cut_points_keep_their_bits_and_free_ones_move",  # 12 s idle
+    "tests/pipeline/test_likelihood_fixed.py::test_a_fixed_student_t_parameter_keeps_its_bits_and_the_other_moves[student-t-dof-raw_dof-raw_scale-start0]",  # 11 s idle
     "tests/flows/test_train_cli.py::test_sigkill_then_resume_ends_bit_identical[sparse-gp-classifier-store-settings0]",  # 100 s
     "tests/pipeline/test_likelihood_estimators.py::test_a_student_t_regressor_at_its_defaults_beats_the_gaussian_on_gross_outliers",  # 55 s
     "tests/pipeline/test_class_parallel_training.py::test_the_class_parallel_run_is_the_row_parallel_run_to_rounding",  # 44 s
