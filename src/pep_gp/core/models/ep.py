@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from ..gaussian import LOG_2PI
+from ..linalg import cholesky, solve_lower
 from ..projections import projection as named_projection
 
 
@@ -110,8 +111,8 @@ def marginal_moments(cov, data: SiteData, sites: Sites):
 
     def symmetric(_):
         root = jnp.sqrt(precision)
-        factor = jnp.linalg.cholesky(jnp.eye(n) + root[:, None] * cov * root[None, :])
-        v = jax.scipy.linalg.solve_triangular(factor, root[:, None] * cov, lower=True)
+        factor = cholesky(jnp.eye(n) + root[:, None] * cov * root[None, :])
+        v = solve_lower(factor, root[:, None] * cov)
         return cov @ shift - v.T @ (v @ shift), jnp.diagonal(cov) - jnp.sum(v**2, axis=0)
 
     def general(_):
