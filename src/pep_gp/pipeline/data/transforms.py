@@ -112,7 +112,7 @@ class Transforms(BaseModel):
         labels: class index → the user's label value (classification); None for regression.
         na: ``drop``, ``fail`` or ``mean`` (``pep ingest --na``).
         id_columns: columns passed through to predictions.
-        target: the target column.
+        target: the target column, or a tuple of ``P ≥ 2`` regression target columns (``y`` ``(rows, P)``).
         task: ``classification`` or ``regression``.
     """
 
@@ -123,7 +123,7 @@ class Transforms(BaseModel):
     labels: tuple[LabelValue, ...] | None
     na: Literal["drop", "fail", "mean"]
     id_columns: tuple[str, ...] = ()
-    target: str
+    target: str | tuple[str, ...]
     task: Literal["classification", "regression"]
 
     @model_validator(mode="after")
@@ -141,7 +141,11 @@ class Transforms(BaseModel):
         fills = {feature.fill is not None for feature in self.features}
         if fills != {self.na == "mean"}:
             raise ValueError(f"features: fill values are given exactly when na is 'mean' (na is {self.na!r})")
-        overlap = set(self.id_columns) & ({feature.column for feature in self.features} | {self.target})
+        if isinstance(self.target, tuple) and (self.task != "regression" or len(self.target) < 2
+                                               or len(set(self.target)) < len(self.target)):
+            raise ValueError(f"target: expected one column, or at least 2 distinct regression target columns, "
+                             f"found {list(self.target)} for {self.task}")
+        overlap = set(self.id_columns) & ({feature.column for feature in self.features} | set(self.target_columns))
         if overlap:
             raise ValueError(f"id_columns: {sorted(overlap)} are also feature or target columns")
         return self
@@ -160,6 +164,11 @@ class Transforms(BaseModel):
     def feature_names(self) -> tuple[str, ...]:
         """The model's feature names: a numeric column's name, ``column=value`` for a one-hot one."""
         return tuple(feature.name for feature in self.features)
+
+    @property
+    def target_columns(self) -> tuple[str, ...]:
+        """The target column, or the ``P`` target columns in ``y``'s order."""
+        return self.target if isinstance(self.target, tuple) else (self.target,)
 
     @property
     def input_columns(self) -> tuple[str, ...]:
@@ -281,11 +290,13 @@ class Transforms(BaseModel):
 
     def encode_labels(self, chunk: TableChunk) -> np.ndarray:
         """Class indices (float64, as a block's ``y``) of the target column's values; a regression
-        target's values as numbers.
+        target's values as numbers (``(rows, P)`` for ``P`` target columns).
 
         Raises:
             InputError: a value is not one of :attr:`labels` (or, for regression, not a finite number).
         """
+        if isinstance(self.target, tuple):
+            return np.column_stack([finite_numbers(chunk, column) for column in self.target])
         if self.labels is None:
             return finite_numbers(chunk, self.target)
         index = {label: k for k, label in enumerate(self.labels)}

@@ -3,7 +3,8 @@
 inputs (one kernel per output, or one shared), or the linear model of coregionalisation. Like
 :class:`~pep_gp.CollapsedGPRegressor` it integrates its sites out, so it trains full batch by L-BFGS-B (the
 stopping rule of :mod:`pep_gp.pipeline.training.full_batch`) and predicts from its training rows; it has its
-own fit, not a ``pep train --model``.
+own fit, not a ``pep train --model``. It fits arrays, or the training split of a store of several targets
+(``pep ingest --target a --target b``) read whole into memory.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..models.sparse_gp import INITIAL_NOISE_VARIANCE
 from ..training.full_batch import GRADIENT_TOL, MEMORY, QUIET_ITERATIONS, FlatParams
 from .base import FIT_FIELDS, generated_init
 from .fitted import PREDICT_BLOCK_ROWS, FittedGP
+from .stores import is_store, opened_store, table_reading
 
 
 class MultiOutputSettings(BaseModel):
@@ -124,6 +126,7 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
     Attributes (after ``fit``): ``params_`` (:class:`~pep_gp.core.models.multi_output_regression.MultiOutputParams`,
     standardised units), ``model_``, ``n_outputs_``, ``x_mean_``/``x_std_``, ``y_mean_``/``y_std_`` ``[P]``,
     ``mixing_`` (the LMC's ``W`` in the targets' units, ``y_std_[:, None]·W``; None for independent outputs),
+    ``target_names_`` (fitted on a store: its targets' names, in the order of the outputs),
     ``noise_variance_`` ``[P]`` (targets' units), ``n_iter_``, ``converged_``, ``log_marginal_likelihood_value_``
     (the targets' own units).
 
@@ -141,9 +144,18 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
                               "the multi-output regressor")
 
     # ------------------------------------------------------------------------------------------------ fit
-    def fit(self, X, y):
+    def fit(self, X, y=None):
         """Maximise the collapsed bound over the kernels, noises, mixing weights and (``train_inducing``) the
-        inducing inputs (see the class docstring)."""
+        inducing inputs (see the class docstring).
+
+        ``X`` may instead be a pep store (its path, or an opened :class:`~pep_gp.pipeline.data.stores.Store`;
+        ``y`` None) of one or several regression targets: the fit is then that of its training split's rows
+        and targets (read whole, as verified chunks: the model conditions on every training row), and the
+        fitted estimator reads new rows as a run of that store does
+        (:func:`~pep_gp.pipeline.estimators.stores.table_reading`); ``target_names_`` are the store's."""
+        reading: dict[str, Any] = {}
+        if is_store(X):
+            X, y, reading = self._store_rows(X, y)
         shape = None if y is None else np.asarray(y).shape  # None: validate_data's own message
         if shape is not None and (len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] == 0)):
             raise ValueError(f"MultiOutputGPRegressor: y must hold one row of targets per row of X, [N] or [N, P] "
@@ -151,6 +163,10 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
         settings = MultiOutputSettings(**self._settings())
         self._check_fit_fields()
         X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
+        for attribute in ("transforms_", "target_names_"):
+            vars(self).pop(attribute, None)
+        for attribute, value in reading.items():
+            setattr(self, attribute, value)
         y = self._targets(y)
         if settings.inducing_points is not None:
             try:
@@ -174,6 +190,16 @@ class MultiOutputGPRegressor(RegressorMixin, FittedGP):
                           f"iterations were reached (tol={self.tol:g}); increase max_iter", ConvergenceWarning,
                           stacklevel=2)
         return self
+
+    @staticmethod
+    def _store_rows(X, y) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """``(x, y, reading)``: the training rows and targets of the store ``X`` names (checked against their
+        chunk digests), and the attributes by which the fitted estimator reads new rows and names its outputs."""
+        store = opened_store("MultiOutputGPRegressor", X, y, "regression", several_targets=True)
+        x, targets = store.chunks.rows("train", 0, store.n_rows("train"))
+        reading = table_reading(store.transforms, list(store.feature_names))
+        reading["target_names_"] = np.asarray(store.target_names, dtype=object)
+        return x, targets, reading
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
         """``y`` as ``[N, P]`` (one column for ``[N]``; ``n_outputs_`` and whether predictions drop the axis)."""

@@ -25,13 +25,15 @@ def is_store(X: Any) -> bool:
     return isinstance(X, (str, os.PathLike, Store))
 
 
-def opened_store(estimator: str, X: Any, y: Any, task: str) -> Store:
-    """The validated store ``X`` names, for an estimator of ``task``.
+def opened_store(estimator: str, X: Any, y: Any, task: str, several_targets: bool = False) -> Store:
+    """The validated store ``X`` names, for an estimator of ``task`` (of one target per row unless
+    ``several_targets``).
 
     Raises:
         ValueError: ``y`` is given (the store holds its targets).
         InputError: ``X`` is not a pep store (:func:`~pep_gp.pipeline.data.stores.open_store`'s reasons), or
-            holds another task than ``task``; each message starts with ``estimator``.
+            holds another task than ``task``, or several targets for an estimator of one; each message starts
+            with ``estimator``.
     """
     if y is not None:
         raise ValueError(f"{estimator}: y must be None when X is a store ({os.fspath(getattr(X, 'path', X))}): "
@@ -44,6 +46,10 @@ def opened_store(estimator: str, X: Any, y: Any, task: str) -> Store:
         kind = "classifier" if task == "classification" else "regressor"
         raise InputError(f"{estimator}: {store.path} holds a {store.task} task, but {estimator} is a {kind}: "
                          f"it fits a {task} store (`pep ingest ... --task {task}`)")
+    if store.n_targets > 1 and not several_targets:
+        raise InputError(f"{estimator}: {store.path} holds {store.n_targets} targets per row "
+                         f"({', '.join(map(repr, store.target_names))}); {estimator} fits one "
+                         "(MultiOutputGPRegressor fits several)")
     return store
 
 

@@ -287,10 +287,14 @@ class ModelSpec(Protocol):
 
 
 def check_task(spec: Any, data: Any, n_classes: int | None = None) -> None:
-    """InputError unless ``data`` holds ``spec``'s task (and, for a binary model, 2 classes)."""
+    """InputError unless ``data`` holds ``spec``'s task with one target per row (and, for a binary model,
+    2 classes)."""
     if data.task != spec.task:
         raise InputError(f"{data.path}: --model {spec.name} needs a {spec.task} store; this store holds a "
                          f"{data.task} task")
+    if getattr(data, "n_targets", 1) > 1:
+        raise InputError(f"{data.path}: holds {data.n_targets} targets per row ({', '.join(map(repr, data.target_names))}); "
+                         f"--model {spec.name} fits one (MultiOutputGPRegressor fits several)")
     if n_classes is not None and data.n_classes != n_classes:
         raise InputError(f"{data.path}: --model {spec.name} is binary and needs 2 classes; this store has "
                          f"{data.n_classes} (for airline, ingest with --target delayed)")

@@ -36,7 +36,7 @@ class RowBlock:
 
     Attributes:
         X: (n, D) float64 features.
-        y: (n,) float64 labels or targets.
+        y: (n,) float64 labels or targets; ``(n, P)`` for a table's ``P ≥ 2`` regression targets.
         origin: the file (or data set) the rows come from, as shown in messages.
         rows: (n,) row numbers within ``origin``, in the unit named by ``row_label``.
         row_label: ``"line"`` for text files (header is line 1), ``"row"`` or ``"item"`` otherwise.
@@ -65,7 +65,8 @@ class Source:
         name: the SOURCE name it was opened by (``airline``, ``csv``, ``sklearn:wine``, …).
         description: human-readable provenance (files, target definition).
         feature_names: names of the D feature columns.
-        target_name: name of the target (column or definition).
+        target_name: name of the target (column or definition); a table's ``P ≥ 2`` regression target
+            columns as a tuple of names.
         task: ``"classification"``, ``"regression"``, or None for a table whose task its values decide
             (known once fitted).
         n_classes: the number of classes C (labels are 0..C-1) of a classification source (a table's once
@@ -82,13 +83,18 @@ class Source:
     name: str
     description: str
     feature_names: tuple[str, ...]
-    target_name: str
+    target_name: str | tuple[str, ...]
     task: str | None
     n_classes: int | None
     default_test_size: str | None
     read: Callable[[], Iterator[RowBlock]]
     fit: Callable[..., "Source"] | None = None
     transforms: Any = None
+
+    @property
+    def target_names(self) -> tuple[str, ...]:
+        """The target's name, or the ``P`` target columns' names."""
+        return self.target_name if isinstance(self.target_name, tuple) else (self.target_name,)
 
     def fitted(self, progress: Callable[[int], None] = lambda rows: None) -> "Source":
         """The source to read blocks from: itself, or for a table what :attr:`fit` learns (reporting
@@ -107,7 +113,8 @@ class SourceRequest:
 
     Attributes:
         inputs: ``--input`` files or directory.
-        target: ``--target``: the target column of a table, or a source's target kind.
+        target: ``--target``: the target column of a table (a tuple of ``P ≥ 2`` regression target columns,
+            ``--target a --target b``), or a source's target kind.
         task: ``--task``: ``auto``, ``classification`` or ``regression``.
         features: ``--features``: the table's feature columns, in model order (default: every column
             but the target, the id columns and ``drop``).
@@ -121,7 +128,7 @@ class SourceRequest:
     """
 
     inputs: tuple[Path, ...] = ()
-    target: str | None = None
+    target: str | tuple[str, ...] | None = None
     task: str = "auto"
     features: tuple[str, ...] = ()
     drop: tuple[str, ...] = ()

@@ -192,24 +192,28 @@ TableReader = Callable[[frozenset[str], Sequence[str]], Iterator[TableChunk]]
 """``chunks(text_columns, columns)``: a fresh pass over a table's ``columns``, some read as text."""
 
 
-def _table_source(name: str, paths: Sequence[Path], header: Sequence[str], request: SourceRequest, target: str,
-                  chunks: TableReader, description: str | None = None) -> Source:
+def _table_source(name: str, paths: Sequence[Path], header: Sequence[str], request: SourceRequest,
+                  target: str | tuple[str, ...], chunks: TableReader, description: str | None = None) -> Source:
     """The :class:`Source` of a table: its columns checked, its transformation learnt by ``fit``."""
     features = _feature_columns(paths[0], header, request, target)
-    description = description or f"{name} {', '.join(map(str, paths))}, target column '{target}'"
     options = TableOptions(", ".join(map(str, paths)), features, target, request.task, request.na, request.ids,
                            frozenset(request.categorical), request.max_categories)
-    used = [*features, target]
+    targets = options.target_columns
+    quoted = ", ".join(f"'{column}'" for column in targets)
+    description = description or (f"{name} {', '.join(map(str, paths))}, target column{'s' * (len(targets) > 1)} "
+                                  f"{quoted}")
+    used = [*features, *targets]
 
     def fit(progress: Callable[[int], None] = lambda rows: None, transforms: Transforms | None = None) -> Source:
         """Learn the table's transformation, or with ``transforms`` (an append: the store's) apply that one,
         refusing values it has never seen (:func:`_transformed`)."""
         strict = transforms is not None
         if strict:
-            check_columns(paths[0], header, {"a column of the store": [*transforms.input_columns, transforms.target]})
+            check_columns(paths[0], header, {"a column of the store": [*transforms.input_columns,
+                                                                       *transforms.target_columns]})
         else:
             transforms = scan_table(lambda text: chunks(text, used), options, progress)
-        columns = [*transforms.input_columns, transforms.target]
+        columns = [*transforms.input_columns, *transforms.target_columns]
         text = frozenset(transforms.text_columns) | ({transforms.target} if text_labels(transforms) else frozenset())
         return Source(name, description, transforms.feature_names, transforms.target, transforms.task,
                       transforms.n_classes, "0.2", lambda: _transformed(chunks(text, columns), transforms, strict),
@@ -226,9 +230,9 @@ def _transformed(chunks: Iterator[TableChunk], transforms: Transforms, strict: b
     With ``strict`` (rows appended to a store, whose features and classes are fixed), a text value or a
     class label the transformation has never seen is refused, naming every such value of the block.
     """
-    used = [*transforms.input_columns, transforms.target]
+    used = [*transforms.input_columns, *transforms.target_columns]
     for chunk in chunks:
-        keep, dropped = rows_to_keep(chunk, used, transforms.na)
+        keep, dropped = rows_to_keep(chunk, used, transforms.na, len(transforms.target_columns))
         kept = chunk.subset(keep)
         unseen: dict[str, Counter] | None = {} if strict else None
         X = transforms.apply(kept, unseen)
@@ -262,32 +266,34 @@ def text_labels(transforms: Transforms) -> bool:
     return transforms.labels is not None and label_kind(transforms.labels[0]) == "text"
 
 
-def _feature_columns(path: Path, header: Sequence[str], request: SourceRequest, target: str) -> tuple[str, ...]:
+def _feature_columns(path: Path, header: Sequence[str], request: SourceRequest, target: str | tuple[str, ...]
+                     ) -> tuple[str, ...]:
     """The feature columns: ``--features`` (default: all but the target and ids) less ``--drop``.
 
     Raises:
         InputError: a named column is not in the header, the target or an id is a feature, a
             ``--categorical`` column is not a feature, or no feature is left.
     """
+    targets = target if isinstance(target, tuple) else (target,)
     check_columns(path, header, {f"the {option} column": names for option, names in (
-        ("--target", [target]), ("--id", request.ids), ("--features", request.features), ("--drop", request.drop),
+        ("--target", targets), ("--id", request.ids), ("--features", request.features), ("--drop", request.drop),
         ("--categorical", request.categorical))})
     for option, names in (("--id", request.ids), ("--features", request.features)):
         repeated = [name for name, count in Counter(names).items() if count > 1]
         if repeated:
             raise InputError(f"{option}: {repeated[0]!r} given twice; name each column once")
-        if target in names:
-            raise InputError(f"{option}: {target!r} is the --target column")
+        for name in set(targets) & set(names):
+            raise InputError(f"{option}: {name!r} is {'the' if len(targets) == 1 else 'a'} --target column")
     both = set(request.ids) & set(request.features)
     if both:
         raise InputError(f"--features: {sorted(both)[0]!r} is an --id column")
-    chosen = request.features or [c for c in header if c != target and c not in request.ids]
+    chosen = request.features or [c for c in header if c not in targets and c not in request.ids]
     features = tuple(str(c) for c in chosen if c not in request.drop)
     for name in request.categorical:
         if name not in features:
             raise InputError(f"--categorical: {name!r} is not a feature column; features are {', '.join(features)}")
     if not features:
-        raise InputError(f"{path}: expected feature columns besides '{target}', found none")
+        raise InputError(f"{path}: expected feature columns besides {', '.join(map(repr, targets))}, found none")
     return features
 
 
@@ -298,10 +304,22 @@ def _inputs(request: SourceRequest, source: str) -> tuple[Path, ...]:
     return tuple(require_file(path) for path in request.inputs)
 
 
-def _target(request: SourceRequest, source: str) -> str:
-    """The ``--target`` column name; required for tables."""
+def _target(request: SourceRequest, source: str) -> str | tuple[str, ...]:
+    """The ``--target`` column name (required for tables), or the ``P ≥ 2`` regression target columns of
+    ``--target a --target b``.
+
+    Raises:
+        InputError: no ``--target``; a column named twice; several targets with ``--task classification``.
+    """
     if not request.target:
         raise InputError(f"--target: source '{source}' needs the name of the target column")
+    if isinstance(request.target, tuple):
+        repeated = [name for name, count in Counter(request.target).items() if count > 1]
+        if repeated:
+            raise InputError(f"--target: {repeated[0]!r} given twice; name each target column once")
+        if request.task == "classification":
+            raise InputError(f"--target: {len(request.target)} target columns are regression targets; "
+                             "--task classification takes one")
     return request.target
 
 

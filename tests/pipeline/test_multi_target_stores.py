@@ -1,0 +1,97 @@
+"""Stores of several regression targets (``pep ingest --target a --target b``): ``y`` ``(rows, P)`` with one
+mean, deviation and name per target, refused when the array and the attributes disagree, refused by the models
+of one target, and fitted by ``MultiOutputGPRegressor`` as the rows they hold."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import zarr
+
+from pep_gp import MultiOutputGPRegressor, SparseGPRegressor
+from pep_gp.flows.ingest import ingest_run
+from pep_gp.pipeline.data.stores import open_store
+from pep_gp.pipeline.errors import InputError
+from tests.tiny import FEATURES, INDUCING, ROWS
+
+
+@pytest.fixture
+def table(tmp_path):
+    """A CSV of ``ROWS`` rows: ``FEATURES`` inputs and two targets, ``t1`` and ``t2``, every value a multiple of
+    1/256 (float32 holds them exactly: the store keeps the table's values, with no offsets)."""
+    rng = np.random.default_rng(0)
+    x = np.round(rng.uniform(-2, 2, size=(ROWS, FEATURES)) * 256) / 256
+    frame = pd.DataFrame(x, columns=[f"x{j}" for j in range(FEATURES)])
+    frame["t1"] = np.round((np.sin(x[:, 0]) + 0.1 * rng.normal(size=ROWS)) * 256) / 256
+    frame["t2"] = np.round((5.0 + 3.0 * np.cos(x[:, 1]) + 0.1 * rng.normal(size=ROWS)) * 256) / 256
+    path = tmp_path / "two.csv"
+    frame.to_csv(path, index=False)
+    return path, frame
+
+
+def ingested(tmp_path, path, targets, name="two.zarr"):
+    ingest_run("csv", str(tmp_path / name), [str(path)], targets, "auto", chunk_rows=16)
+    return open_store(tmp_path / name)
+
+
+def test_two_targets_are_stored_as_columns_with_their_own_statistics(tmp_path, table):
+    """Every row of the table is stored once, its targets in ``y``'s columns in ``--target`` order, and each
+    target's mean and deviation are numpy's of its stored training values (float32, as stored)."""
+    path, frame = table
+    store = ingested(tmp_path, path, ["t2", "t1"])
+    x_train, y_train = store.chunks.rows("train", 0, store.n_rows("train"))
+    x_test, y_test = store.chunks.rows("test", 0, store.n_rows("test"))
+    assert store.target_names == ("t2", "t1") and y_train.shape == (store.n_rows("train"), 2)
+    stored = np.column_stack([np.concatenate([x_train, x_test]), np.concatenate([y_train, y_test])])
+    expected = frame[[*(f"x{j}" for j in range(FEATURES)), "t2", "t1"]].to_numpy(np.float32)
+    np.testing.assert_array_equal(stored[np.argsort(stored[:, 0])], expected[np.argsort(expected[:, 0])])
+    np.testing.assert_allclose(store.attrs["y_mean"], y_train.astype(np.float64).mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(store.attrs["y_std"], y_train.astype(np.float64).std(axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"target_name": ["t1", "t2", "t3"], "y_mean": [0.0] * 3, "y_std": [1.0] * 3},
+     r"two\.zarr: array 'train/y': expected shape \(\d+, 3\), dtype float32, chunks \(16, 3\); found shape "
+     r"\(\d+, 2\), dtype float32, chunks \(16, 2\)$"),
+    ({"target_name": "t1", "y_mean": 0.0, "y_std": 1.0},
+     r"two\.zarr: array 'train/y': expected shape \(\d+,\), dtype float32, chunks \(16,\); found shape \(\d+, 2\)"),
+    ({"y_std": [1.0]}, r"two\.zarr: attribute 'y_std': expected 2 values \(one per target\) as 'target_name' names, "
+                       r"found \[1\.0\]$"),
+    ({"target_name": ["t1", "t1"]}, r"two\.zarr: attribute 'target_name': expected one name, or a list of at least "
+                                    r"2 distinct regression targets, found \['t1', 't1'\] for regression$"),
+])
+def test_a_store_whose_targets_disagree_with_its_attributes_is_refused_in_one_line(tmp_path, table, change, message):
+    store = ingested(tmp_path, table[0], ["t1", "t2"])
+    zarr.open_group(store.path, mode="r+").attrs.update(change)
+    with pytest.raises(InputError, match=message) as error:
+        open_store(store.path)
+    assert "\n" not in str(error.value)
+
+
+def test_a_model_of_one_target_refuses_a_store_of_two(tmp_path, table):
+    store = ingested(tmp_path, table[0], ["t1", "t2"])
+    with pytest.raises(InputError, match=r"^SparseGPRegressor: .*two\.zarr holds 2 targets per row \('t1', 't2'\); "
+                                         r"SparseGPRegressor fits one \(MultiOutputGPRegressor fits several\)$"):
+        SparseGPRegressor().fit(store.path)
+
+
+@pytest.mark.heavy  # two fits of one compilation: 28 s wall, ~10 s CPU at a load of 8 on two cores
+def test_multi_output_fit_of_a_store_is_the_fit_of_its_training_rows(tmp_path, table):
+    """The estimator is the oracle: fitted on the store, it predicts (mean and deviation) to the bit as when
+    fitted on the store's training rows as arrays, and names its outputs after the store's targets."""
+    store = ingested(tmp_path, table[0], ["t1", "t2"])
+    x, y = store.chunks.rows("train", 0, store.n_rows("train"))
+    x_new = store.chunks.rows("test", 0, store.n_rows("test"))[0]
+    settings = {"num_inducing": INDUCING, "max_iter": 2}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # two iterations: not converged, and the store's feature names
+        from_store = MultiOutputGPRegressor(**settings).fit(store.path)
+        from_rows = MultiOutputGPRegressor(**settings).fit(x, y)
+        mean, std = from_store.predict(x_new, return_std=True)
+        expected_mean, expected_std = from_rows.predict(x_new, return_std=True)
+    np.testing.assert_array_equal(mean, expected_mean)
+    np.testing.assert_array_equal(std, expected_std)
+    assert mean.shape == (len(x_new), 2) and list(from_store.target_names_) == ["t1", "t2"]
