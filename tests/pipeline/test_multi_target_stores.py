@@ -74,6 +74,25 @@ def test_an_append_grows_both_targets_and_their_statistics(tmp_path, table):
     np.testing.assert_allclose(grown.attrs["y_std"], y.astype(np.float64).std(axis=0), rtol=1e-12)
 
 
+def test_an_npz_y_of_several_columns_is_several_targets_and_classification_of_them_is_refused(tmp_path):
+    """``y`` ``(N, 3)`` in an ``.npz``: targets ``y0``, ``y1``, ``y2``, every row stored once; with ``--task
+    classification`` refused in one line before a row is read."""
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(30, 2)).astype(np.float32), rng.normal(size=(30, 3)).astype(np.float32)
+    np.savez(tmp_path / "m.npz", X=x, y=y)
+    args = ["ingest", "npz", "--input", str(tmp_path / "m.npz"), "--out", str(tmp_path / "m.zarr"), "--quiet"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    store = open_store(tmp_path / "m.zarr")
+    stored = np.column_stack([np.concatenate(parts) for parts in zip(*(store.chunks.rows(split, 0, store.n_rows(split))
+                                                                       for split in ("train", "test")))])
+    assert store.target_names == ("y0", "y1", "y2")
+    np.testing.assert_array_equal(stored[np.argsort(stored[:, 0])], np.column_stack([x, y])[np.argsort(x[:, 0])])
+    refused = CliRunner().invoke(app, [*args, "--overwrite", "--task", "classification"])
+    assert refused.exit_code == 2 and refused.output.strip().splitlines() == [
+        "pep ingest: error: --task classification: the 3 target columns ('y0', 'y1', 'y2') are regression targets; "
+        "a classification takes one"]
+
+
 @pytest.mark.parametrize("change, message", [
     ({"target_name": ["t1", "t2", "t3"], "y_mean": [0.0] * 3, "y_std": [1.0] * 3},
      r"two\.zarr: array 'train/y': expected shape \(\d+, 3\), dtype float32, chunks \(16, 3\); found shape "

@@ -1,4 +1,5 @@
-"""Users' own tables: CSV and Parquet files with a named target column, and ``.npz`` files with ``X``/``y``.
+"""Users' own tables: CSV and Parquet files with a named target column (or several regression target columns,
+``--target a --target b``), and ``.npz`` files with ``X``/``y`` (``y`` ``(N, P)``: ``P`` regression targets).
 
 A table is read twice, a block at a time: once to learn its transformation
 (:func:`~pep_gp.pipeline.data.table_scan.scan_table`: numeric and text columns, categories, labels, fill
@@ -80,31 +81,37 @@ def open_parquet(request: SourceRequest) -> Source:
 
 def open_npz(request: SourceRequest) -> Source:
     """``.npz`` files holding ``X`` (N, D) numbers and ``y`` (N,) labels or targets (numbers, booleans or
-    text), streamed from the archive block by block; the features are named ``x0``, ``x1``, …"""
+    text), or ``y`` (N, P) numbers, ``P ≥ 2`` regression targets named ``y0``, ``y1``, …, streamed from the
+    archive block by block; the features are named ``x0``, ``x1``, …"""
     paths = _inputs(request, "npz")
     request.refuse("npz", target=True, ids=True, sep=True)
     shapes = [_npz_shapes(path) for path in paths]
-    n_features = shapes[0][1]
-    for path, (_, d) in zip(paths[1:], shapes[1:]):
-        if d != n_features:
-            raise InputError(f"{path}: array 'X': expected {n_features} columns like {paths[0]}, found {d}")
-    header = [*(f"x{j}" for j in range(n_features)), "y"]
+    n_features, n_targets = shapes[0][1:]
+    for path, (_, d, p) in zip(paths[1:], shapes[1:]):
+        if (d, p) != (n_features, n_targets):
+            raise InputError(f"{path}: arrays 'X', 'y': expected {n_features} features and {n_targets} target(s) "
+                             f"like {paths[0]}, found {d} and {p}")
+    targets = ("y",) if n_targets == 1 else tuple(f"y{p}" for p in range(n_targets))
+    header = [*(f"x{j}" for j in range(n_features)), *targets]
 
     def chunks(text_columns: frozenset[str], columns: Sequence[str]) -> Iterator[TableChunk]:
-        for path, (n_rows, _) in zip(paths, shapes):
+        for path, (n_rows, _, _) in zip(paths, shapes):
             with (reading(path), zipfile.ZipFile(path) as archive,
                   archive.open("X.npy") as X_file, archive.open("y.npy") as y_file):
                 X_dtype, y_dtype = _npy_header(path, X_file, "X")[1], _npy_header(path, y_file, "y", "biufU")[1]
                 for start in range(0, n_rows, BLOCK_ROWS):
                     stop = min(start + BLOCK_ROWS, n_rows)
                     frame = pd.DataFrame(_read_rows(path, "X", X_file, X_dtype, (stop - start, n_features)),
-                                         columns=header[:-1])
-                    frame["y"] = _read_rows(path, "y", y_file, y_dtype, (stop - start,))
+                                         columns=header[:n_features])
+                    if n_targets == 1:
+                        frame["y"] = _read_rows(path, "y", y_file, y_dtype, (stop - start,))
+                    else:
+                        frame[list(targets)] = _read_rows(path, "y", y_file, y_dtype, (stop - start, n_targets))
                     frame = frame[list(columns)]
                     yield TableChunk(frame, pd.DataFrame(False, index=frame.index, columns=frame.columns),
                                      str(path), np.arange(start, stop))
 
-    return _table_source("npz", paths, header, request, "y", chunks,
+    return _table_source("npz", paths, header, request, targets[0] if n_targets == 1 else targets, chunks,
                          description=f"npz {', '.join(map(str, paths))} (X, y)")
 
 
@@ -199,6 +206,9 @@ def _table_source(name: str, paths: Sequence[Path], header: Sequence[str], reque
     options = TableOptions(", ".join(map(str, paths)), features, target, request.task, request.na, request.ids,
                            frozenset(request.categorical), request.max_categories)
     targets = options.target_columns
+    if len(targets) > 1 and request.task == "classification":
+        raise InputError(f"--task classification: the {len(targets)} target columns "
+                         f"({', '.join(map(repr, targets))}) are regression targets; a classification takes one")
     quoted = ", ".join(f"'{column}'" for column in targets)
     description = description or (f"{name} {', '.join(map(str, paths))}, target column{'s' * (len(targets) > 1)} "
                                   f"{quoted}")
@@ -309,7 +319,7 @@ def _target(request: SourceRequest, source: str) -> str | tuple[str, ...]:
     ``--target a --target b``.
 
     Raises:
-        InputError: no ``--target``; a column named twice; several targets with ``--task classification``.
+        InputError: no ``--target``, or a column named twice.
     """
     if not request.target:
         raise InputError(f"--target: source '{source}' needs the name of the target column")
@@ -317,9 +327,6 @@ def _target(request: SourceRequest, source: str) -> str | tuple[str, ...]:
         repeated = [name for name, count in Counter(request.target).items() if count > 1]
         if repeated:
             raise InputError(f"--target: {repeated[0]!r} given twice; name each target column once")
-        if request.task == "classification":
-            raise InputError(f"--target: {len(request.target)} target columns are regression targets; "
-                             "--task classification takes one")
     return request.target
 
 
@@ -331,8 +338,8 @@ def _parquet_file(path: Path) -> pq.ParquetFile:
         raise InputError(f"{path}: not a readable Parquet file ({exc})") from exc
 
 
-def _npz_shapes(path: Path) -> tuple[int, int]:
-    """Check an ``.npz`` file's ``X`` and ``y`` headers; return ``(rows, features)``."""
+def _npz_shapes(path: Path) -> tuple[int, int, int]:
+    """Check an ``.npz`` file's ``X`` and ``y`` headers; return ``(rows, features, targets)``."""
     with reading(path):
         try:
             archive = zipfile.ZipFile(path)
@@ -349,12 +356,13 @@ def _npz_shapes(path: Path) -> tuple[int, int]:
                 y_shape, y_dtype = _npy_header(path, y_file, "y", "biufU")
             for name, shape, dtype in (("X", X_shape, X_dtype), ("y", y_shape, y_dtype)):
                 _check_claimed_size(path, archive.getinfo(f"{name}.npy"), name, shape, dtype)
-    if len(X_shape) != 2 or len(y_shape) != 1:
-        raise InputError(f"{path}: expected 'X' of shape (N, D) and 'y' of shape (N,), "
-                         f"found {X_shape} and {y_shape}")
+    several = len(y_shape) == 2 and y_shape[1] >= 2 and y_dtype.kind in "biuf"
+    if len(X_shape) != 2 or not (len(y_shape) == 1 or several):
+        raise InputError(f"{path}: expected 'X' of shape (N, D) and 'y' of shape (N,), or (N, P) numbers for P ≥ 2 "
+                         f"regression targets; found {X_shape} and {y_shape} ({y_dtype})")
     if X_shape[0] != y_shape[0]:
         raise InputError(f"{path}: 'X' has {X_shape[0]} rows but 'y' has {y_shape[0]}")
-    return X_shape
+    return X_shape[0], X_shape[1], y_shape[1] if several else 1
 
 
 DEFLATE_MAX_RATIO = 1032  # the most DEFLATE can expand (RFC 1951: a 258-byte match per 2 bits, roughly)
