@@ -64,6 +64,16 @@ def test_two_targets_are_stored_as_columns_with_their_own_statistics(tmp_path, t
     np.testing.assert_allclose(store.attrs["y_std"], y_train.astype(np.float64).std(axis=0), rtol=1e-12)
 
 
+def test_under_na_mean_a_row_missing_any_target_is_dropped_and_one_missing_a_feature_is_filled(tmp_path, table):
+    path, frame = table
+    frame = frame.astype(object)
+    frame.loc[3, "t1"], frame.loc[5, "x1"] = None, None  # t1: not the last column
+    frame.to_csv(path, index=False)
+    store = ingested(tmp_path, path, ["t1", "t2"], "--na", "mean")
+    assert store.n_rows("train") + store.n_rows("test") == len(frame) - 1
+    assert store.attrs["rows_dropped"] == {"missing value in column 't1'": 1}
+
+
 def test_an_append_grows_both_targets_and_their_statistics(tmp_path, table):
     """Rows appended to a store of two targets take both columns, and each target's statistics are again
     numpy's of every stored training value."""
