@@ -211,6 +211,7 @@ def _with_a_linear_mean(hidden):
     return model, params._replace(mean=Linear(weights=weights, bias=[1.0, -0.5, 0.0]).stacked(CLASSES, dims)), x, y
 
 
+@pytest.mark.heavy
 def test_without_a_hidden_layer_the_mixture_is_the_moment_predictive():
     """No hidden layer: every path is the same Gaussian per class, numpy's output GPs at the rows plus the linear
     means (whose values are far from zero: a dropped mean fails), so the mixture's class probabilities are eq. (68)
