@@ -149,8 +149,8 @@ class MultiClassDeepGPSettings(DeepGPSettings):
                                "GP (Villacampa-Calvo & Hernández-Lobato 2017: 1)")
     mixture_samples: int = Field(0, ge=0, description="0: class probabilities by eq. (68) on the moments of one "
                                  "forward pass; S > 0: by eq. (68) on each of S Monte Carlo paths through the hidden "
-                                 "layers, averaged (the deep GP's mixture predictive; e.g. 256), in predict_proba, pep "
-                                 "predict and the held-out metrics")
+                                 "layers, averaged (the deep GP's mixture predictive; e.g. 256, about S times the "
+                                 "moments' cost), in predict_proba, pep predict and the held-out metrics")
 
     takes_mean = True  # each class's output GP has its own copy of mean_function= (MeanFunction.stacked)
 
