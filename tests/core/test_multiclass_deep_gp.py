@@ -13,6 +13,7 @@ from jax.flatten_util import ravel_pytree
 from scipy import special
 
 from pep_gp.core.bank import CholeskyFactor
+from pep_gp.core.means import Linear
 from pep_gp.core.models.deep_gp import tied_factor
 from pep_gp.core.models.multiclass import MultiClassGP, MultiClassParams
 from pep_gp.core.models.multiclass_deep_gp import CLASS_NOISE, ClassPairs, MultiClassDeepGP
@@ -177,7 +178,95 @@ def test_energy_gradient_matches_central_differences():
 
 @pytest.mark.parametrize("classes, kwargs, message", [
     (3, {"alpha": 0.5}, "alpha = 1 only"),
-    (1, {}, "ClassPairs of at least 2 classes")])
+    (1, {}, "ClassPairs of at least 2 classes"),
+    (3, {"mixture_samples": -1}, r"mixture_samples must be 0 \(the moment predictive\) or a number of paths; got -1")])
 def test_bad_settings_are_refused(classes, kwargs, message):
     with pytest.raises(ValueError, match=message):
         MultiClassDeepGP(ClassPairs(classes), **kwargs)
+
+
+def test_a_regressors_y_mixture_is_refused_by_name():
+    model = MultiClassDeepGP(ClassPairs(CLASSES))
+    for method in (model.predict_y_mixture, model.mixture_moments):
+        with pytest.raises(NotImplementedError, match="a multi-class deep GP gives its classes' probabilities under "
+                                                      "the mixture with mixture_log_proba"):
+            method(None, None, jax.random.key(0), 2)
+
+
+# ------------------------------------------------------------------------------------------------ mixture
+def _numpy_marginals(gps, h):
+    """Means and variances ``[S, G]`` of the GPs ``gps`` (:func:`_numpy_gps`) at the inputs ``h`` ``[S, D]`` under ``q``."""
+    moments = []
+    for gp in gps:
+        u_mean, u_cov, _, kuu = _numpy_gaussian(gp, 1.0)
+        moments.append(_numpy_conditional(gp, u_mean, u_cov, kuu, h))
+    return np.stack([m for m, _ in moments], 1), np.stack([v for _, v in moments], 1)
+
+
+def _with_a_linear_mean(hidden):
+    """:func:`_problem` whose classes' output GPs have linear means far from zero, one per class."""
+    model, params, x, y = _problem(hidden, n=6)
+    dims = params.layers[-1].inducing.shape[-1]
+    weights = np.linspace(-1.5, 1.5, CLASSES * dims).reshape(CLASSES, dims)
+    return model, params._replace(mean=Linear(weights=weights, bias=[1.0, -0.5, 0.0]).stacked(CLASSES, dims)), x, y
+
+
+@pytest.mark.heavy
+def test_without_a_hidden_layer_the_mixture_is_the_moment_predictive():
+    """No hidden layer: every path is the same Gaussian per class, numpy's output GPs at the rows plus the linear
+    means (whose values are far from zero: a dropped mean fails), so the mixture's class probabilities are eq. (68)
+    on the moments (:meth:`predict`), to 1e-12."""
+    model, params, x, y = _with_a_linear_mean(())
+
+    @jax.jit
+    def predictions(params):
+        key = jax.random.key(0)
+        return (model.predict_mixture(params, x, key, 3), model.mixture_log_proba(params, x, key, 3),
+                model.mixture_log_density(params, x, y, key, 3), model.predict(params, x))
+
+    mixture, log_proba, density, expected = predictions(params)
+    mean, var = _numpy_marginals(_numpy_gps(params.layers[0], model.jitter, last=True), np.asarray(x))
+    linear = np.asarray(x) @ np.asarray(params.mean.weights).T + np.asarray(params.mean.bias)
+    assert np.min(np.max(np.abs(linear), axis=0)) > 0.5
+    for component in range(3):
+        np.testing.assert_allclose(mixture.mean[component], mean + linear, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(mixture.var[component], var, rtol=1e-9)
+    np.testing.assert_allclose(log_proba, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(density, np.take_along_axis(expected, np.asarray(y, int)[:, None], 1)[:, 0],
+                               rtol=1e-12, atol=1e-12)
+
+
+def numpy_nested_sampling(model, params, x, paths, seed=0):
+    """``p(y = c | x)`` ``[B, C]`` of a one-hidden-layer model by brute force in numpy: per row, ``paths`` draws of
+    the hidden layer's outputs ``h ~ N(m(x), v(x) + σ²)`` under ``q``, then of every class's ``f_c`` from its GP at
+    ``h`` (with its linear mean), the label the argmax; the frequency and its binomial standard error."""
+    rng = np.random.default_rng(seed)
+    hidden_layer, output_layer = params.layers
+    hidden = _numpy_gps(hidden_layer, model.jitter, last=False)
+    output = _numpy_gps(output_layer, model.jitter, last=True)
+    noise = np.logaddexp(0.0, np.asarray(hidden_layer.likelihood["raw_noise_variance"]))  # softplus
+    weights, bias = np.asarray(params.mean.weights), np.asarray(params.mean.bias)
+    probabilities = []
+    for row in np.asarray(x):
+        mean, var = _numpy_marginals(hidden, row[None])
+        h = mean + np.sqrt(var + noise) * rng.normal(size=(paths, len(hidden)))
+        mean, var = _numpy_marginals(output, h)
+        f = mean + h @ weights.T + bias + np.sqrt(var) * rng.normal(size=var.shape)
+        probabilities.append(np.bincount(np.argmax(f, axis=1), minlength=CLASSES) / paths)
+    probabilities = np.array(probabilities)
+    return probabilities, np.sqrt(probabilities * (1 - probabilities) / paths)
+
+
+@pytest.mark.heavy
+def test_with_a_hidden_layer_the_mixture_matches_nested_sampling():
+    """One hidden layer of width 2 and linear class means: the class probabilities of the mixture (4,000 paths,
+    eq. 68 on each) against numpy's nested sampling of the same model (100,000 paths, a label drawn on each),
+    within 4 standard errors of the two estimates together (a path's probability lies in [0, 1], so its variance
+    is at most ``p(1 − p)``). The moment predictive (eq. 68 on one forward pass) is 5–50 such errors away."""
+    model, params, x, _ = _with_a_linear_mean((2,))
+    x, samples = x[:3], 4_000
+    log_proba = jax.jit(model.mixture_log_proba, static_argnums=3)(params, x, jax.random.key(5), samples)
+    probabilities = np.exp(np.asarray(log_proba))
+    expected, expected_error = numpy_nested_sampling(model, params, x, 100_000)
+    error = np.sqrt(probabilities * (1 - probabilities) / samples + expected_error**2)
+    assert np.all(np.abs(probabilities - expected) < 4 * error)

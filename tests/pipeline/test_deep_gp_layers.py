@@ -5,6 +5,7 @@ per-class output means; refusals in one line; one kernel still every layer's, th
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,6 +18,7 @@ from pep_gp.kernels import Matern32, SquaredExponential
 from pep_gp.means import Linear
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import get_model, model_settings
+from pep_gp.pipeline.models.predictive import MIXTURE_SEED, MultiClassPredictive, predict_in_blocks
 from pep_gp.pipeline.models.sparse_gp import INITIAL_NOISE_VARIANCE
 from pep_gp.pipeline.runs.config import TrainConfig, load_config, parse_settings
 from pep_gp.pipeline.runs.predict import predict
@@ -143,3 +145,39 @@ def test_pep_train_set_records_the_layer_kernels_and_keeps_the_fixed_noise(regre
     assert loaded.spec.Settings(**load_run(tmp_path / "run").meta["model_settings"]).fixed_leaves() == {
         "raw_noise_variance"}
     _assert_noise_kept_while_the_output_kernel_moved(loaded.params_, INITIAL_NOISE_VARIANCE)
+
+
+@pytest.mark.heavy
+def test_mixture_samples_give_the_multiclass_mixtures_probabilities_whatever_rows_come_with_them():
+    """``mixture_samples=S`` (issue 65): the run's predictive is the core model's Monte Carlo mixture of ``S`` paths
+    from the key of ``MIXTURE_SEED`` with common draws, so predicting 7 rows in padded blocks of 4 gives what all 7
+    together give; the default (0) keeps eq. (68) on the moments (``MultiClassPredictive``, its bits). On the state
+    a fit starts from (a deep GP's fit compiles for ~30 s; the estimators' path is the exhaustive test below)."""
+    x = np.random.default_rng(0).normal(size=(7, 3))
+    spec = get_model("deep-gp-multiclass")
+    settings = model_settings(spec, {"hidden_dims": [2], "num_inducing": 4, "mixture_samples": 16})
+    model = spec.build(settings, {"class_counts": [3, 2, 2]})
+    params = spec.init(model, x, settings, 0)
+    default = spec.build(model_settings(spec, {}), {"class_counts": [3, 2, 2]})
+    assert default.mixture_samples == 0 and isinstance(spec.predictive(default, None), MultiClassPredictive)
+    blocks = predict_in_blocks(spec.predictive(model, None), params, x, 4)["log_proba"]
+    together = jax.jit(lambda params: model.mixture_log_proba(params, x, jax.random.key(MIXTURE_SEED), 16,
+                                                              common_draws=True))(params)
+    np.testing.assert_allclose(blocks, together, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.heavy
+@pytest.mark.exhaustive  # a two-layer multi-class fit of 20 steps, a save, a load and pep predict: ~60 s on 2 shared cores
+def test_a_multiclass_deep_gp_with_mixture_samples_predicts_the_same_bits_saved_and_from_pep_predict(tmp_path):
+    x, labels = tiny.data()["multiclass"]
+    model = fit(MultiClassDeepGPClassifier(hidden_dims=(2,), mixture_samples=32,
+                                           **tiny.SETTINGS["MultiClassDeepGPClassifier"]), x, labels)
+    proba = model.predict_proba(x)
+    assert np.mean(model.classes_[np.argmax(proba, 1)] == labels) > 0.5
+    model.save(tmp_path / "run")
+    np.testing.assert_array_equal(pep_gp.load(tmp_path / "run").predict_proba(x), proba)
+    pd.DataFrame(x, columns=["x0", "x1", "x2"]).to_csv(tmp_path / "new.csv", index=False)
+    predict(tmp_path / "run", tmp_path / "new.csv", tmp_path / "p.csv")  # what pep predict runs
+    written = pd.read_csv(tmp_path / "p.csv")
+    np.testing.assert_allclose(written[[f"proba_{label}" for label in model.classes_]].to_numpy(), proba,
+                               rtol=1e-12, atol=1e-15)

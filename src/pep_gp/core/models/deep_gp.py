@@ -158,6 +158,13 @@ def check_output_mean(mean: MeanFunction, hidden_dims: tuple) -> None:
                          "needs hidden_dims=()")
 
 
+def plus_output_mean(mean: MeanFunction, inputs, values, each: bool = False):
+    """``values + m(inputs)`` for the output GPs' means ``values`` ``[B, G]`` at fixed rows ``inputs`` ``[B, D]``:
+    one output's mean ``m`` (``G = 1``) or, with ``each``, a :meth:`~pep_gp.core.means.MeanFunction.stacked` mean
+    of one ``m_g`` per output."""
+    return mean.plus_each(inputs, values) if each else mean.plus(inputs, values[:, 0])[:, None]
+
+
 def with_output_mean(mean: MeanFunction, layer: Callable, inputs, input_var=None, each: bool = False) -> bank.Marginals:
     """The moments ``[B, G]`` of ``f_g = m_g(h) + g_g(h)``, the ``g``'s being ``layer(inputs)`` (a function of the
     input's mean), at fixed rows ``h = inputs`` (``input_var`` None) or for ``h ~ N(inputs, diag input_var)``; one
@@ -171,8 +178,7 @@ def with_output_mean(mean: MeanFunction, layer: Callable, inputs, input_var=None
     dimension gives ``∇_μ E[g_g]`` of every output). The zero mean returns ``layer(inputs)`` itself, the same bits."""
     if isinstance(mean, Zero):
         return layer(inputs)
-    shifted = (lambda values: mean.plus_each(inputs, values)) if each else (
-        lambda values: mean.plus(inputs, values[:, 0])[:, None])
+    shifted = lambda values: plus_output_mean(mean, inputs, values, each)
     if input_var is None or isinstance(mean, Constant):
         marginals = layer(inputs)
         return marginals._replace(mean=shifted(marginals.mean))
@@ -190,10 +196,12 @@ def with_output_mean(mean: MeanFunction, layer: Callable, inputs, input_var=None
 
 
 class Mixture(NamedTuple):
-    """``S`` equally weighted Gaussian components of ``f_L``'s predictive per row."""
+    """``S`` equally weighted Gaussian components of ``f_L``'s predictive per row; a multi-class deep GP's
+    component is ``C`` independent Gaussians, one per class's output GP (the classes' ``f_c`` given one path
+    ``h_{L−1}``)."""
 
-    mean: jnp.ndarray  # [S, B]
-    var: jnp.ndarray  # [S, B]
+    mean: jnp.ndarray  # [S, B] (one output GP), [S, B, C] (one per class)
+    var: jnp.ndarray  # as mean
 
 
 ALPHA_FLOOR = 1e-4
@@ -451,6 +459,12 @@ class DeepGP:
         Returns:
             The components' means and variances, ``[S, B]`` each.
         """
+        mixture = self.output_mixture(params, x, key, samples, common_draws)
+        return Mixture(mixture.mean[..., 0], mixture.var[..., 0])
+
+    def output_mixture(self, params: DeepGPParams, x, key, samples: int, common_draws: bool = False) -> Mixture:
+        """The last layer's ``G_L`` GPs at ``x`` under ``q`` as :meth:`predict_mixture`'s ``samples`` paths, each
+        GP's Gaussian per path with its prior mean added: ``[S, B, G_L]`` each (same arguments)."""
         inputs = self.posteriors(params)
         hidden = x[None]  # [1, B, D]: the first layer's input is the same for every path
         for layer, layer_in in zip(params.layers[:-1], inputs):
@@ -460,10 +474,11 @@ class DeepGP:
             noise = jax.random.normal(draw, (samples, rows, mean.shape[2]), dtype=mean.dtype)
             hidden = mean + jnp.sqrt(var + Gaussian.noise_variance(layer.likelihood)) * noise
         mean, var = self._layer_at_rows(params.layers[-1], inputs[-1], hidden)
-        mean = mean if isinstance(params.mean, Zero) else mean + params.mean(
-            hidden.reshape(-1, hidden.shape[-1])).reshape(*hidden.shape[:2], 1)
-        shape = (samples, x.shape[0])
-        return Mixture(jnp.broadcast_to(mean[..., 0], shape), jnp.broadcast_to(var[..., 0], shape))
+        if not isinstance(params.mean, Zero):
+            mean = plus_output_mean(params.mean, hidden.reshape(-1, hidden.shape[-1]),
+                                    mean.reshape(-1, mean.shape[-1]), self.output_width > 1).reshape(mean.shape)
+        shape = (samples, x.shape[0], mean.shape[-1])
+        return Mixture(jnp.broadcast_to(mean, shape), jnp.broadcast_to(var, shape))
 
     def _layer_at_rows(self, layer: LayerParams, layer_in: LayerInputs, rows):
         """A layer's output marginals at fixed rows ``[S, B, D]``, shaped ``[S, B, G]``."""

@@ -19,7 +19,9 @@ where GP ``g`` is touched by ``n_g`` factors and its cavity is ``p·t^{1 − 1/n
 ``N(C − 1)``. With no hidden layer this is exactly the direct-mode energy of
 :class:`~pep_gp.core.models.multiclass.MultiClassGP` at ``α = 1``. Only ``α = 1`` is offered: ``Θ^α = Θ``,
 and the multi-class model's power acts on a factor with the FITC variance integrated out, which a layer
-with uncertain inputs has no counterpart of. Prediction is eq. (68) on the propagated moments under ``q``.
+with uncertain inputs has no counterpart of. Prediction is eq. (68) on the propagated moments under ``q``, or
+eq. (68) on each path of the deep GP's Monte Carlo mixture, averaged over the paths
+(:meth:`MultiClassDeepGP.mixture_log_proba`; the model's ``mixture_samples`` paths in the pipeline's predictive).
 
 Each class's output GP may have a prior mean of its own, ``f_c = m_c(h) + g_c(h)`` (``params.mean``,
 :meth:`~pep_gp.core.means.MeanFunction.stacked`, as the direct multi-class GP's), whose moments the pass adds
@@ -36,7 +38,7 @@ import jax.numpy as jnp
 
 from ..parameters import LOG
 from . import multiclass_sites as sites
-from .deep_gp import DeepGP, DeepGPParams, LayerParams
+from .deep_gp import DeepGP, DeepGPParams, LayerParams, Mixture
 from .multiclass import class_factor_counts, rows_per_class
 from .multiclass_likelihoods import label_side
 
@@ -94,6 +96,9 @@ class MultiClassDeepGP(DeepGP):
         likelihood: a :class:`ClassPairs` of ``C`` classes.
         alpha: 1 (the only power offered, module docstring).
         jitter: relative jitter on every ``K_uu``.
+        mixture_samples: the paths of the Monte Carlo mixture behind the pipeline's class probabilities
+            (:meth:`mixture_log_proba`: ``predict_proba``, ``pep predict``, the held-out metrics); 0, the
+            default: eq. (68) on one forward pass's moments (:meth:`predict`).
 
     The factor counts ``n_c`` need the rows of each class, which the methods take as data (``class_rows``
     ``[C]``, :meth:`data_size`), as :class:`~pep_gp.core.models.multiclass.MultiClassGP`'s do.
@@ -106,7 +111,12 @@ class MultiClassDeepGP(DeepGP):
         (30, 3)
     """
 
+    mixture_samples: int = 0
+
     def __post_init__(self):
+        if self.mixture_samples < 0:
+            raise ValueError(f"mixture_samples must be 0 (the moment predictive) or a number of paths; got "
+                             f"{self.mixture_samples}")
         if self.alpha != 1.0:
             raise ValueError(f"a multi-class deep GP takes alpha = 1 only (Θ^α = Θ); got {self.alpha}")
         if not isinstance(self.likelihood, ClassPairs) or self.likelihood.num_classes < 2:
@@ -145,9 +155,36 @@ class MultiClassDeepGP(DeepGP):
         """``log p(y = c | x)`` ``[B, C]``: eq. (68) on the moments of one forward pass under ``q``."""
         return self.predict_y(params, x)
 
-    def predict_mixture(self, params, x, key, samples, common_draws=False):
-        raise NotImplementedError("the Monte Carlo mixture predictive is for one output GP; a multi-class deep "
-                                  "GP predicts with predict (eq. 68 on the propagated moments)")
+    def predict_mixture(self, params: DeepGPParams, x, key, samples: int, common_draws: bool = False) -> Mixture:
+        """Every class's output GP at ``x`` under ``q`` as the deep GP's Monte Carlo mixture
+        (:meth:`~pep_gp.core.models.deep_gp.DeepGP.predict_mixture`, same arguments): ``samples`` paths through
+        the hidden layers, and for each path the ``C`` output GPs' Gaussians at its ``h_{L−1}``, each with its
+        class's prior mean added. Given a path the classes' ``f_c`` are independent (each has its own ``u_c``),
+        so a component is ``Π_c N(f_c; m_{s,c}, v_{s,c})``; means and variances ``[S, B, C]``."""
+        return self.output_mixture(params, x, key, samples, common_draws)
+
+    def mixture_log_proba(self, params: DeepGPParams, x, key, samples: int, common_draws: bool = False):
+        """``log p(y = c | x)`` ``[B, C]`` under :meth:`predict_mixture`:
+        ``log (1/S) Σ_s p(c | m_s, v_s)``, each path's class probabilities by eq. (68) on its component (the
+        predictive :meth:`predict` takes of the one forward pass's moments; Villacampa-Calvo & Hernández-Lobato
+        2017). Without hidden layers every path is the same Gaussian and this is :meth:`predict`. The paths'
+        probabilities are computed one path at a time (the quadrature of eq. 68 holds ``[B, K, C]`` values)."""
+        mixture = self.predict_mixture(params, x, key, samples, common_draws)
+        class_noise = params.layers[-1].likelihood
+        per_path = jax.lax.map(lambda component: self.likelihood.predict(class_noise, *component), mixture)  # [S, B, C]
+        return jax.scipy.special.logsumexp(per_path, axis=0) - jnp.log(samples)
+
+    def predict_y_mixture(self, params, x, key, samples, common_draws=False):
+        """Refused (and so :meth:`mixture_moments`): a regressor's ``y`` mixture; a class has
+        :meth:`mixture_log_proba`."""
+        raise NotImplementedError("predict_y_mixture and mixture_moments are a Gaussian output's; a multi-class deep GP "
+                                  "gives its classes' probabilities under the mixture with mixture_log_proba")
+
+    def mixture_log_density(self, params: DeepGPParams, x, y, key, samples: int):
+        """``log p(y|x)`` per row ``[B]`` at the labels ``y`` ``[B]`` (floats holding integers) under
+        :meth:`mixture_log_proba`."""
+        log_proba = self.mixture_log_proba(params, x, key, samples)
+        return jnp.take_along_axis(log_proba, y.astype(jnp.int32)[:, None], axis=1)[:, 0]
 
 
 jax.tree_util.register_static(MultiClassDeepGP)

@@ -11,7 +11,9 @@ tables); a kernel's ``prior=`` is a prior on the values of the layers it is in. 
 output's, which ``noise_variance`` starts). ``mean_function=`` is the output GP's prior mean, a function of the last
 layer's input (the data's standardised columns with no hidden layers, else the last hidden layer's outputs), in the
 model's units: a constant or linear one with hidden layers (:func:`~pep_gp.core.models.deep_gp.check_output_mean`);
-the multi-class deep GP gives each class's output GP its own copy."""
+the multi-class deep GP gives each class's output GP its own copy. The multi-class deep GP's ``mixture_samples=S``
+predicts its class probabilities from the deep GP's Monte Carlo mixture of ``S`` paths (eq. 68 on each, averaged)
+instead of eq. (68) on one forward pass's moments."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams, check_outp
 from ...core.models.multiclass_deep_gp import ClassPairs, MultiClassDeepGP
 from ..data.blocks import TargetScaling
 from .multiclass import MultiClassSpec
-from .predictive import MixturePredictive, MultiClassPredictive
+from .predictive import MixtureClassPredictive, MixturePredictive, MultiClassPredictive
 from .likelihood_parameters import FixedNames, LikelihoodParameterSettings, PriorTable
 from .protocol import SpecBase, kernel_description, settings_mean
 from .registry import register
@@ -145,6 +147,10 @@ class MultiClassDeepGPSettings(DeepGPSettings):
                                                           "Θ^α = Θ; see MultiClassDeepGP)")
     class_noise: float = Field(1.0, gt=0.0, description="starting latent noise variance σ_0,c of every class's output "
                                "GP (Villacampa-Calvo & Hernández-Lobato 2017: 1)")
+    mixture_samples: int = Field(0, ge=0, description="0: class probabilities by eq. (68) on the moments of one "
+                                 "forward pass; S > 0: by eq. (68) on each of S Monte Carlo paths through the hidden "
+                                 "layers, averaged (the deep GP's mixture predictive; e.g. 256, about S times the "
+                                 "moments' cost), in predict_proba, pep predict and the held-out metrics")
 
     takes_mean = True  # each class's output GP has its own copy of mean_function= (MeanFunction.stacked)
 
@@ -165,14 +171,16 @@ class MultiClassDeepGPSpec(DeepGPSpec):
     def build(self, settings: MultiClassDeepGPSettings, binding: dict) -> MultiClassDeepGP:
         return MultiClassDeepGP(ClassPairs(len(binding["class_counts"])), alpha=settings.alpha,
                                 jitter=settings.jitter, quadrature_points=settings.quadrature_points,
-                                priors=settings.leaf_priors())
+                                priors=settings.leaf_priors(), mixture_samples=settings.mixture_samples)
 
     def output_params(self, model: MultiClassDeepGP, settings: MultiClassDeepGPSettings) -> dict:
         """``σ_{0,c} = class_noise`` for every class."""
         return model.likelihood.init_params(settings.class_noise)
 
     def predictive(self, model: MultiClassDeepGP, targets: TargetScaling):
-        return MultiClassPredictive(model)
+        """Eq. (68) on the propagated moments, or with ``mixture_samples`` on the mixture's paths
+        (:class:`~pep_gp.pipeline.models.predictive.MixtureClassPredictive`)."""
+        return MixtureClassPredictive(model) if model.mixture_samples else MultiClassPredictive(model)
 
 
 REGRESSOR = register(DeepGPSpec("deep-gp", "regression",

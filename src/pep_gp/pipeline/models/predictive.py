@@ -68,6 +68,20 @@ class MultiClassPredictive:
 
 
 @dataclass(frozen=True)
+class MixtureClassPredictive:
+    """A multi-class deep GP classifier by its Monte Carlo mixture
+    (:meth:`~pep_gp.core.models.multiclass_deep_gp.MultiClassDeepGP.mixture_log_proba`): eq. (68) on each of the
+    model's ``mixture_samples`` paths through the hidden layers, averaged, from the key of :data:`MIXTURE_SEED` with
+    the same draws for every row, so that a row's probabilities do not depend on the rows predicted with it."""
+
+    model: Any  # a MultiClassDeepGP with mixture_samples > 0
+
+    def __call__(self, params, x) -> dict:
+        return {"log_proba": self.model.mixture_log_proba(params, x, jax.random.key(MIXTURE_SEED),
+                                                          self.model.mixture_samples, common_draws=True)}
+
+
+@dataclass(frozen=True)
 class GaussianPredictive:
     """A regressor: ``predict_y(params, x)`` (mean and variance in model units, noise included) mapped back
     to target units; its quantiles are the Gaussian's, ``mean + std·Φ⁻¹(p)``."""
@@ -88,17 +102,22 @@ class GaussianPredictive:
 MIXTURE_COMPONENTS = 256
 """Components of the deep GP's Monte Carlo mixture predictive behind its quantiles (``S`` paths per row)."""
 
+MIXTURE_SEED = 0
+"""The key, ``jax.random.key(MIXTURE_SEED)``, of every Monte Carlo mixture predictive (a deep regressor's quantiles, a
+multi-class deep GP's mixture probabilities): a run predicts the same bits in every process."""
+
 
 @dataclass(frozen=True)
 class MixturePredictive(GaussianPredictive):
     """A deep GP regressor: mean and variance of its moment-matched forward pass (Bui et al. 2016, §7), as
     :class:`GaussianPredictive`, and the quantiles of its non-Gaussian predictive, the mixture of
     :meth:`~pep_gp.core.models.deep_gp.DeepGP.predict_y_mixture` (:data:`MIXTURE_COMPONENTS` components from
-    ``jax.random.key(0)``, the same draws for every row, so that a row's quantiles do not depend on the rows
-    predicted with it)."""
+    the key of :data:`MIXTURE_SEED`, the same draws for every row, so that a row's quantiles do not depend on the
+    rows predicted with it)."""
 
     def quantiles(self, params, x, levels):
-        mixture = self.model.predict_y_mixture(params, x, jax.random.key(0), MIXTURE_COMPONENTS, common_draws=True)
+        mixture = self.model.predict_y_mixture(params, x, jax.random.key(MIXTURE_SEED), MIXTURE_COMPONENTS,
+                                               common_draws=True)
         return mixture_quantiles(mixture.mean * self.targets.scale + self.targets.shift,
                                  jnp.sqrt(mixture.var) * self.targets.scale, levels)
 
@@ -206,7 +225,8 @@ class Latent:
         return {"mean": mean, "cov" if self.full_cov else "var": spread}
 
 
-for _cls, _data in ((BinaryPredictive, []), (LikelihoodClassPredictive, []), (MultiClassPredictive, []), (GaussianPredictive, ["targets"]),
+for _cls, _data in ((BinaryPredictive, []), (LikelihoodClassPredictive, []), (MultiClassPredictive, []), (MixtureClassPredictive, []),
+                    (GaussianPredictive, ["targets"]),
                     (MixturePredictive, ["targets"]), (LikelihoodPredictive, ["targets"]),
                     (HeteroscedasticPredictive, ["targets"])):
     jax.tree_util.register_dataclass(_cls, data_fields=_data, meta_fields=["model"])
