@@ -23,6 +23,7 @@ from pep_gp.pipeline.training.trainer import TrainJob, train
 from pep_gp.priors import LogNormal
 from tests import tiny
 from tests.fits import fit
+from tests.pipeline.test_likelihood_fixed import bits
 
 SPELLED = """[model]
 class_noise = 0.2
@@ -31,10 +32,6 @@ prior = { class_noise = { name = "log-normal", mean = -2.0, sigma = 1.0 } }
 """
 BY_SET = ["model.class_noise=0.2", "model.fixed=class_noise", "model.prior.class_noise.name=log-normal",
           "model.prior.class_noise.mean=-2.0", "model.prior.class_noise.sigma=1.0"]
-
-
-def bits(value) -> bytes:
-    return np.asarray(value, np.float64).tobytes()
 
 
 def test_the_model_tables_and_set_name_class_noise_for_every_multiclass_model(tmp_path):

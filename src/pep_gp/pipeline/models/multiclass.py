@@ -95,8 +95,8 @@ class MultiClassSettings(LikelihoodParameterSettings, SiteSettings):
     kernel_products: ProductDtype = Field(
         "float64", description="dtype of the kernel's matrix products over the inputs; float32 halves that part "
         "of a step at large D (images), the EP algebra stays float64")
-    class_noise: float = Field(1.0, gt=0.0, description="starting latent noise σ_0,c of every class (Villacampa-"
-                               "Calvo & Hernández-Lobato 2017: 1); fixed/prior name it class_noise")
+    class_noise: float = Field(1.0, gt=0.0, description="starting latent noise variance σ_0,c of every class "
+                               "(Villacampa-Calvo & Hernández-Lobato 2017: 1); fixed/prior name it class_noise")
     fixed: FixedNames = Field((), description="class_noise: " + CLASS_NOISE_DESCRIPTION + ", kept at its start to the "
                               "bit; a kernel's go in the kernel (its fixed=)")
     prior: PriorTable = Field(None, description="a prior on each class's σ_0,c: {class_noise = {name = 'log-normal' | "
