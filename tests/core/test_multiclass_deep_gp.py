@@ -179,7 +179,8 @@ def test_energy_gradient_matches_central_differences():
 @pytest.mark.parametrize("classes, kwargs, message", [
     (3, {"alpha": 0.5}, "alpha = 1 only"),
     (1, {}, "ClassPairs of at least 2 classes"),
-    (3, {"mixture_samples": -1}, r"mixture_samples must be 0 \(the moment predictive\) or a number of paths; got -1")])
+    (3, {"mixture_samples": -1}, r"mixture_samples must be 0 \(the moment predictive\) or a number of paths; got -1"),
+    (3, {"quadrature_points": 1}, "quadrature_points must be at least 2")])  # the deep GP's own checks too
 def test_bad_settings_are_refused(classes, kwargs, message):
     with pytest.raises(ValueError, match=message):
         MultiClassDeepGP(ClassPairs(classes), **kwargs)

@@ -1,5 +1,6 @@
 """Priors and mean functions of the multi-class GP (issue 65): a kernel's prior adds scipy's log density of the
-stored values (once per class); a mean common to all classes changes nothing but the latent means, since every
+stored values (once per class), a prior on the classes' noises that of every ``σ_{0,c}`` (the SEP, direct, untied
+and deep multi-class models' energies); a mean common to all classes changes nothing but the latent means, since every
 multi-class likelihood sees the latents' differences only; per-class means are the zero-mean model with each
 class's latent shifted inside the likelihood; far from the data the latents revert to their means."""
 
@@ -17,7 +18,10 @@ from pep_gp.core import float64
 from pep_gp.core import means
 from pep_gp.core.kernels import SquaredExponential
 from pep_gp.core.bank import NaturalFactor
+from pep_gp.core.models import multiclass_ep
 from pep_gp.core.models.multiclass import MultiClassGP
+from pep_gp.core.models.multiclass_deep_gp import CLASS_NOISE, ClassPairs, MultiClassDeepGP
+from pep_gp.core.parameters import LOG
 from pep_gp.core.priors import Gamma, LogNormal
 
 CLASSES, ROWS = 3, 30
@@ -54,25 +58,64 @@ def outputs(model, params, x, y):
     return model.energy(params, x, y), stats, model.predict_latent(params, x), model.predict(params, x)
 
 
+NOISE = np.array([0.3, 0.7, 1.5])  # σ_{0,c}, where the class-noise prior's density is taken
+
+
+def class_noise_log_density():
+    """scipy's ``Σ_c log p_θ(σ_{0,c}) + log σ_{0,c}`` of :data:`NOISE` under Gamma(2, 3) (its log's Jacobian added)."""
+    return np.sum(stats.gamma(a=2.0, scale=1 / 3.0).logpdf(NOISE) + np.log(NOISE))
+
+
 @pytest.mark.parametrize("factor", ["natural", pytest.param("cholesky", marks=pytest.mark.heavy)])
-def test_a_kernel_prior_adds_scipys_log_density_of_every_classs_stored_values(rows, factor):
+def test_kernel_and_class_noise_priors_add_scipys_log_density_of_every_classs_values(rows, factor):
     """``F(θ) + Σ_c log p(r_c)`` with ``log p(r) = log p_θ(e^r) + r`` (:mod:`pep_gp.core.priors`), summed over the
-    C classes' lengthscales and amplitudes."""
+    C classes' lengthscales and amplitudes (the kernel's ``prior=``) and their noises ``σ_{0,c}`` (the model's
+    ``priors=(("raw_noise", prior, exp),)``)."""
     kernel = SquaredExponential(prior={"lengthscales": Gamma(2.0, 1.5), "variance": LogNormal(0.2, 0.7)})
     with float64():
         x, y = jnp.asarray(rows[0]), jnp.asarray(rows[1])
         model = MultiClassGP(CLASSES)
-        params = started(model, x, y, factor, kernel=kernel)
+        params = started(model, x, y, factor, kernel=kernel)._replace(raw_noise=jnp.log(NOISE))
         plain = params._replace(kernel=jax.tree_util.tree_unflatten(
             jax.tree_util.tree_structure(SquaredExponential().bank(CLASSES, 2, np.ones(2))),
             jax.tree_util.tree_leaves(params.kernel)))
-        difference = float(outputs(model, params, x, y)[0] - outputs(model, plain, x, y)[0])
+        with_priors = MultiClassGP(CLASSES, priors=(("raw_noise", Gamma(2.0, 3.0), LOG.forward),))
+        difference = float(outputs(with_priors, params, x, y)[0] - outputs(model, plain, x, y)[0])
     lengthscales = np.asarray(params.kernel.lengthscales.raw)
     variances = np.asarray(params.kernel.variance.raw)
     assert lengthscales.shape == (CLASSES, 2) and variances.shape == (CLASSES,)
     expected = (np.sum(stats.gamma(a=2.0, scale=1 / 1.5).logpdf(np.exp(lengthscales)) + lengthscales)
-                + np.sum(stats.lognorm(s=0.7, scale=np.exp(0.2)).logpdf(np.exp(variances)) + variances))
+                + np.sum(stats.lognorm(s=0.7, scale=np.exp(0.2)).logpdf(np.exp(variances)) + variances)
+                + class_noise_log_density())
     assert difference == pytest.approx(expected, abs=1e-10)
+
+
+@pytest.mark.heavy
+@pytest.mark.exhaustive  # two global terms compiled per model: ~10 s at a load of 4 on 2 cores
+@pytest.mark.parametrize("kind", ["untied", "deep"])
+def test_a_class_noise_prior_adds_scipys_log_density_to_the_untied_and_deep_global_terms(rows, kind):
+    """As above for the untied model's global term (``priors`` on ``raw_noise``) and the deep multi-class GP's
+    (``priors`` on its output layer's ``raw_class_noise``)."""
+    prior = Gamma(2.0, 3.0)
+    with float64():
+        x, y = jnp.asarray(rows[0]), jnp.asarray(rows[1])
+        sizes = MultiClassGP(CLASSES).data_size(y)
+        if kind == "deep":
+            plain, with_prior = (MultiClassDeepGP(ClassPairs(CLASSES), priors=priors)
+                                 for priors in ((), ((CLASS_NOISE, prior, LOG.forward),)))
+            params = plain.init(x, (), 5, likelihood_params={CLASS_NOISE: jnp.log(NOISE)})
+        else:
+            plain, with_prior = MultiClassGP(CLASSES), MultiClassGP(CLASSES, priors=(("raw_noise", prior, LOG.forward),))
+            params = plain.init(x, 5)._replace(raw_noise=jnp.log(NOISE))
+
+        @jax.jit
+        def difference(params):
+            if kind == "untied":
+                return multiclass_ep.global_energy(with_prior, params) - multiclass_ep.global_energy(plain, params)
+            shared = plain.step_shared(params, sizes)
+            return with_prior.global_energy(params, shared, sizes) - plain.global_energy(params, shared, sizes)
+
+        assert float(difference(params)) == pytest.approx(class_noise_log_density(), abs=1e-10)
 
 
 @pytest.mark.parametrize("likelihood, factor", [

@@ -44,7 +44,8 @@ own parameters) makes class ``c``'s prior ``f_c ~ GP(m_c, k_c)``: the bank above
 row's factors see the cavity's ``a_c + m_c(x)`` (:meth:`MultiClassGP.class_marginals`), a site computed in ``f_c``,
 ``exp(μ̃ f − ½Δ f²)``, is ``exp((μ̃ − Δm_c) g − ½Δ g²)`` in ``g_c`` (:meth:`MultiClassGP.site_sums`), and the
 predictive mean is shifted by ``m_c(x*)`` (Rasmussen & Williams 2006, §2.7). Priors on the kernels'
-hyper-parameters add ``log p(θ)`` to the global term once per step (a MAP fit, :mod:`pep_gp.core.log_prior`).
+hyper-parameters, and the model's ``priors`` on the classes' noises ``σ_{0,c}``, add ``log p(θ)`` to the global term
+once per step (a MAP fit, :mod:`pep_gp.core.log_prior`).
 
 Reference: Villacampa-Calvo & Hernández-Lobato, "Scalable Multi-Class Gaussian Process Classification
 using Expectation Propagation", ICML 2017 (arXiv 1706.07258); errata as noted in this module.
@@ -148,6 +149,9 @@ class MultiClassGP:
         kernel_products: dtype of the stationary kernels' matrix products over the input dimension
             (:class:`~pep_gp.core.kernels.Stationary`); ``"float32"`` halves the time of
             the O(C·M·D·(M + B)) part of a step at large D (images), the EP algebra stays float64.
+        priors: priors on the classes' noises, ``(("raw_noise", prior, LOG.forward),)`` (a density of each
+            ``σ_{0,c}``, :data:`~pep_gp.core.parameters.LOG` the stored logarithm's map), added to the global term
+            with the kernels' own priors (:func:`~pep_gp.core.log_prior.with_log_prior`); none by default.
 
     Example:
         >>> x = jax.random.normal(jax.random.key(0), (30, 2)); y = jnp.argmax(x @ jnp.ones((2, 3)), 1)
@@ -165,6 +169,7 @@ class MultiClassGP:
     likelihood: str | MultiClassLikelihood = "pairwise"
     softmax_quadrature: softmax.SoftmaxQuadrature = softmax.SoftmaxQuadrature()
     kernel_products: ProductDtype = "float64"
+    priors: tuple = ()  # ((leaf name, prior, forward), ...): pep_gp.core.priors
 
     def __post_init__(self):
         if not isinstance(self.num_classes, (int, np.integer)) or self.num_classes < 2:
@@ -297,13 +302,14 @@ class MultiClassGP:
     def global_energy_at(self, params: MultiClassParams, shared: StepShared, counts):
         """:meth:`global_energy` from the factor counts ``n_c`` (as :meth:`step_shared_at`: any subset of
         the classes; the sum of the classes' values is the whole). Plus ``log p(θ)`` of the classes' kernels'
-        priors (:func:`~pep_gp.core.log_prior.with_log_prior`; a sum over the classes too)."""
+        priors and the model's ``priors`` (:func:`~pep_gp.core.log_prior.with_log_prior`; a sum over the classes
+        too)."""
         if self._holds_cavity(params):
             value = sep.held_global_energy(shared.prior, params.factor, shared.cavity, counts, self.alpha, shared.q)
         else:
             q = bank.gaussians(shared.prior, params.factor, 1.0) if shared.q is None else shared.q
             value = bank.power_ep_global_term(q, shared.cavity, counts, self.alpha)
-        return with_log_prior(value, params)
+        return with_log_prior(value, params, self.priors)
 
     # The block term in two parts: the rows' projections, differentiable and unchanged by a site update
     # (so a step computes them once per block for the site statistics and the data term), and what the

@@ -121,6 +121,7 @@ class MultiClassDeepGP(DeepGP):
             raise ValueError(f"a multi-class deep GP takes alpha = 1 only (Θ^α = Θ); got {self.alpha}")
         if not isinstance(self.likelihood, ClassPairs) or self.likelihood.num_classes < 2:
             raise ValueError(f"likelihood must be ClassPairs of at least 2 classes; got {self.likelihood!r}")
+        super().__post_init__()  # the deep GP's own checks (quadrature_points)
 
     @property
     def output_width(self) -> int:

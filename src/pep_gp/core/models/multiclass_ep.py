@@ -143,10 +143,11 @@ def site_factor(state: EPSites, y) -> NaturalFactor:
 
 def global_energy(model: MultiClassGP, params: MultiClassParams):
     """``Σ_c g(q_c) − g(p_c)`` (eq. 60, first bracket); gradient: the prior term of eq. (10). Plus ``log p(θ)``
-    with priors."""
+    with priors (the kernels' and the model's ``priors``)."""
     prior = model.prior_factors(params)
     q = bank.gaussians(prior, params.factor, 1.0)
-    return with_log_prior(sep.hold_gradient(jnp.sum(q.log_normaliser), sep.prior_surrogate(prior, q)), params)
+    return with_log_prior(sep.hold_gradient(jnp.sum(q.log_normaliser), sep.prior_surrogate(prior, q)), params,
+                          model.priors)
 
 
 def local_energy(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, mask):

@@ -202,12 +202,14 @@ class MultiClassEPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
         x = (data.x - self.x_mean_) / self.x_std_
         with float64():
             self.model_ = MultiClassGP(int(self.classes_.size), alpha=settings.alpha, jitter=settings.jitter,
-                                       label_noise=settings.label_noise, kernel_products=settings.kernel_products)
+                                       label_noise=settings.label_noise, kernel_products=settings.kernel_products,
+                                       priors=settings.leaf_priors())
         fitted = untied_multiclass.fit(self.model_, x, data.y.astype(np.int32), int(self.num_inducing),
                                        batch_size=self.batch_size, max_steps=int(self.max_iter), tol=float(self.tol),
                                        learning_rate=float(self.learning_rate),
                                        damping=settings.damping_schedule(1 if self.batch_size is None else -(-n // self.batch_size)),
-                                       seed=self.seed, kernel=settings_kernel(settings), mean=settings_mean(settings))
+                                       seed=self.seed, kernel=settings_kernel(settings), mean=settings_mean(settings),
+                                       noise=settings.class_noise, fixed_noise="class_noise" in settings.fixed)
         self.params_, self.ep_sites_ = fitted.params, fitted.sites
         self.energy_trace_, self.n_iter_, self.converged_ = fitted.energies, fitted.energies.size, fitted.converged
         self.n_rejected_steps_, self.n_skipped_rows_ = fitted.rejected_steps, fitted.skipped_rows

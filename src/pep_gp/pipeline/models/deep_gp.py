@@ -8,7 +8,8 @@ counts, as ``multiclass-sep``'s).
 GPflux and GPyTorch build each layer with its own; a TOML ``kernel = ["matern52", "se"]`` or ``[[model.kernel]]``
 tables); a kernel's ``prior=`` is a prior on the values of the layers it is in. ``prior=`` and ``fixed=`` name
 ``noise_variance``: the Gaussian noise of every layer that has one (the hidden layers' and the regressor's
-output's, which ``noise_variance`` starts). ``mean_function=`` is the output GP's prior mean, a function of the last
+output's, which ``noise_variance`` starts); the multi-class deep GP's also name ``class_noise``, its output GPs' latent
+noises ``σ_{0,c}`` (which ``class_noise`` starts), as the multi-class GP's do. ``mean_function=`` is the output GP's prior mean, a function of the last
 layer's input (the data's standardised columns with no hidden layers, else the last hidden layer's outputs), in the
 model's units: a constant or linear one with hidden layers (:func:`~pep_gp.core.models.deep_gp.check_output_mean`);
 the multi-class deep GP gives each class's output GP its own copy. The multi-class deep GP's ``mixture_samples=S``
@@ -27,9 +28,9 @@ from ...core.input_quadrature import DEFAULT_POINTS
 from ...core.likelihoods import Gaussian, Probit
 from ...core.kernels import from_dict
 from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams, check_output_mean, layer_kernels
-from ...core.models.multiclass_deep_gp import ClassPairs, MultiClassDeepGP
+from ...core.models.multiclass_deep_gp import CLASS_NOISE, ClassPairs, MultiClassDeepGP
 from ..data.blocks import TargetScaling
-from .multiclass import MultiClassSpec
+from .multiclass import CLASS_NOISE_DESCRIPTION, CLASS_NOISE_FORWARD, MultiClassSpec
 from .predictive import MixtureClassPredictive, MixturePredictive, MultiClassPredictive
 from .likelihood_parameters import FixedNames, LikelihoodParameterSettings, PriorTable
 from .protocol import SpecBase, kernel_description, settings_mean
@@ -122,7 +123,8 @@ class DeepGPSpec(SparseGPSpec):
         kernels (default the squared exponential) and the output's mean function (default zero); ValueError when
         ``fixed`` or ``prior`` names a noise the model does not have (a classifier without hidden layers)."""
         check_inducing(settings, x.shape[0])
-        if (settings.fixed or settings.prior) and not settings.hidden_dims and self.task != "regression":
+        named = {*settings.fixed, *(settings.prior or {})}
+        if "noise_variance" in named and not settings.hidden_dims and self.task != "regression":
             raise ValueError("fixed/prior: noise_variance is the hidden layers' Gaussian noise (and a regressor's "
                              "output's); a classifier with hidden_dims=() has none")
         return model.init(x, settings.hidden_dims, settings.num_inducing,
@@ -141,18 +143,30 @@ class DeepGPSpec(SparseGPSpec):
 
 
 class MultiClassDeepGPSettings(DeepGPSettings):
-    """Settings of the multi-class deep GP: the deep GPs', at α = 1, and the classes' starting latent noise."""
+    """Settings of the multi-class deep GP: the deep GPs', at α = 1, and the classes' starting latent noise;
+    ``fixed`` and ``prior`` name ``noise_variance`` (the hidden layers') and ``class_noise`` (the output GPs')."""
 
     alpha: float = Field(1.0, ge=1.0, le=1.0, description="Power-EP power: 1 only (the output factors are steps, "
                                                           "Θ^α = Θ; see MultiClassDeepGP)")
     class_noise: float = Field(1.0, gt=0.0, description="starting latent noise variance σ_0,c of every class's output "
-                               "GP (Villacampa-Calvo & Hernández-Lobato 2017: 1)")
+                               "GP (Villacampa-Calvo & Hernández-Lobato 2017: 1); fixed/prior name it class_noise")
     mixture_samples: int = Field(0, ge=0, description="0: class probabilities by eq. (68) on the moments of one "
                                  "forward pass; S > 0: by eq. (68) on each of S Monte Carlo paths through the hidden "
                                  "layers, averaged (the deep GP's mixture predictive; e.g. 256, about S times the "
                                  "moments' cost), in predict_proba, pep predict and the held-out metrics")
+    fixed: FixedNames = Field((), description="noise_variance: the hidden layers' Gaussian noise; class_noise: "
+                              + CLASS_NOISE_DESCRIPTION + "; each kept at its start to the bit; a kernel's go in the "
+                              "kernel (its fixed=)")
+    prior: PriorTable = Field(None, description="priors on noise_variance (every hidden layer's Gaussian noise) and "
+                              "class_noise (each class's σ_0,c): a table of name → {name = 'log-normal' | 'gamma' | "
+                              "'half-normal', …}; a MAP fit. A kernel's go in the kernel (its prior=)")
 
     takes_mean = True  # each class's output GP has its own copy of mean_function= (MeanFunction.stacked)
+    leaf_forwards = MappingProxyType({CLASS_NOISE: CLASS_NOISE_FORWARD})
+
+    def likelihood_parameters(self) -> dict[str, str]:
+        """The hidden layers' ``noise_variance`` and the output GPs' ``class_noise``."""
+        return {**super().likelihood_parameters(), "class_noise": CLASS_NOISE}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ A likelihood's parameters are named as its settings start them: the Gaussian's `
 Student-t's ``scale`` (started at ``√noise_variance``) and ``dof``; the negative binomial's ``dispersion``.
 The ordinal's ``cut_points`` are all held together (their stored leaf is one), and a prior on them is a density
 of each gap between consecutive cut points (:meth:`~pep_gp.core.ordinal.Ordinal.gaps`). The Poisson, probit and
-logistic likelihoods have none.
+logistic likelihoods have none. The multi-class models' ``class_noise`` is every class's latent noise ``σ_{0,c}``
+(stored as its logarithm; one leaf of ``C`` values, held together, a prior on each;
+:mod:`pep_gp.pipeline.models.multiclass`).
 
 Example:
     >>> from pep_gp.pipeline.models.sparse_gp import SparseGPRegressionSettings
@@ -20,7 +22,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from types import MappingProxyType
+from typing import Annotated, Any, Callable, ClassVar, Mapping
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -74,6 +77,10 @@ class LikelihoodParameterSettings(ModelSettings):
                               "cut_points, a prior on each gap between them). A kernel's go in the kernel (its "
                               "prior=)")
 
+    leaf_forwards: ClassVar[Mapping[str, Callable]] = MappingProxyType({})
+    """Stored leaf → the elementwise map from it to the values its prior is a density of, for a leaf that is not
+    a softplus of them (:mod:`pep_gp.core.log_prior`): the ordinal's gaps, the multi-class noise's ``exp``."""
+
     def likelihood_name(self) -> str:
         """The likelihood's name (its ``likelihood`` setting; the Gaussian when the model has none)."""
         return getattr(self, "likelihood", "gaussian")
@@ -88,9 +95,12 @@ class LikelihoodParameterSettings(ModelSettings):
         return {parameters[name] for name in self.fixed}
 
     def leaf_priors(self) -> tuple[tuple[str, Any], ...]:
-        """``prior`` as the model's ``priors``: ``(stored leaf, prior)`` pairs in parameter order."""
+        """``prior`` as the model's ``priors``: ``(stored leaf, prior)`` pairs in parameter order, with the leaf's
+        map (:attr:`leaf_forwards`) where it has one."""
         parameters, given = self.likelihood_parameters(), self.prior or {}
-        return tuple((leaf, prior_from_dict(given[name])) for name, leaf in parameters.items() if name in given)
+        return tuple((leaf, prior_from_dict(given[name]), *([self.leaf_forwards[leaf]] if leaf in self.leaf_forwards
+                                                             else []))
+                     for name, leaf in parameters.items() if name in given)
 
     @model_validator(mode="after")
     def _names_known(self) -> "LikelihoodParameterSettings":

@@ -11,11 +11,17 @@ factor per class, O(C·M²) state).
 
 The per-class factor counts ``n_c`` need the class frequencies of the training split: the binding holds
 the training class counts (from a store's ``class_counts``, kept in checkpoints).
+
+Every class's latent noise ``σ_{0,c}`` (on the diagonal of ``K_c`` and on ``κ_c``, eqs. 1–3) starts at
+``class_noise``; ``fixed="class_noise"`` keeps it there to the bit and ``prior={"class_noise": …}`` puts a prior on
+each class's ``σ_{0,c}`` (a MAP fit), as the single-output likelihoods' parameters
+(:mod:`pep_gp.pipeline.models.likelihood_parameters`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -25,9 +31,11 @@ from ...core.kernels import ProductDtype
 from ...core.models.multiclass import MultiClassGP, MultiClassParams
 from ...core.models.multiclass_likelihoods import check_likelihood
 from ...core.models.multiclass_sites import check_label_noise
+from ...core.parameters import LOG
 from ..data.blocks import TargetScaling
 from ..errors import InputError
 from .predictive import MultiClassPredictive
+from .likelihood_parameters import FixedNames, LikelihoodParameterSettings, PriorTable
 from .protocol import SiteSettings, SpecBase, check_task, settings_kernel, settings_mean
 from .registry import register
 from .sparse_gp import check_inducing
@@ -47,7 +55,16 @@ noisy labels: on carData's Chile survey the pairwise likelihood is 0.146 nats be
 softmax 0.006 ahead; ``likelihood = "softmax"`` takes it at any size."""
 
 
-class MultiClassSettings(SiteSettings):
+CLASS_NOISE_DESCRIPTION = ("every class's latent noise σ_0,c, added to the diagonal of its K_uu and to κ "
+                           "(Villacampa-Calvo & Hernández-Lobato 2017, eqs. 1–3)")
+"""What ``fixed`` and ``prior`` say ``class_noise`` is (the multi-class deep GP's output GPs' too)."""
+
+CLASS_NOISE_FORWARD = LOG.forward
+"""The map from a stored ``σ_{0,c}`` (its logarithm, as the reference code stores it) to its value: what a prior on
+``class_noise`` is a density of (:mod:`pep_gp.core.priors`)."""
+
+
+class MultiClassSettings(LikelihoodParameterSettings, SiteSettings):
     """Settings of the multi-class models (the damping is used by ``multiclass-sep``).
 
     The tied factors' step decays by default by 0.99 per epoch (per pass over the training rows, down to the
@@ -78,9 +95,21 @@ class MultiClassSettings(SiteSettings):
     kernel_products: ProductDtype = Field(
         "float64", description="dtype of the kernel's matrix products over the inputs; float32 halves that part "
         "of a step at large D (images), the EP algebra stays float64")
+    class_noise: float = Field(1.0, gt=0.0, description="starting latent noise variance σ_0,c of every class "
+                               "(Villacampa-Calvo & Hernández-Lobato 2017: 1); fixed/prior name it class_noise")
+    fixed: FixedNames = Field((), description="class_noise: " + CLASS_NOISE_DESCRIPTION + ", kept at its start to the "
+                              "bit; a kernel's go in the kernel (its fixed=)")
+    prior: PriorTable = Field(None, description="a prior on each class's σ_0,c: {class_noise = {name = 'log-normal' | "
+                              "'gamma' | 'half-normal', …}}; a MAP fit. A kernel's go in the kernel (its prior=)")
 
     takes_priors = True  # the kernel's prior= is added to the global energy (a MAP fit), once per class
     takes_mean = True  # one mean_function= per class (each its own parameters), carried to the sites and predictive
+    leaf_forwards = MappingProxyType({"raw_noise": CLASS_NOISE_FORWARD})
+
+    def likelihood_parameters(self) -> dict[str, str]:
+        """``class_noise``, stored as ``raw_noise`` (:class:`~pep_gp.core.models.multiclass.MultiClassParams`), whatever
+        the likelihood."""
+        return {"class_noise": "raw_noise"}
 
     @field_validator("label_noise")
     @classmethod
@@ -153,7 +182,7 @@ class MultiClassSpec(SpecBase):
                              "records neither: it was written by a pep that did not record them; retrain it")
         return MultiClassGP(len(binding["class_counts"]), alpha=settings.alpha, jitter=settings.jitter,
                             label_noise=settings.label_noise, likelihood=settings.likelihood,
-                            kernel_products=settings.kernel_products)
+                            kernel_products=settings.kernel_products, priors=settings.leaf_priors())
 
     def data_size(self, binding: dict[str, Any], n_total: int) -> np.ndarray:
         """``N_c``, the rows of each class ``[C]`` for ``n_total`` rows in the training split's class
@@ -163,11 +192,12 @@ class MultiClassSpec(SpecBase):
 
     def init(self, model: MultiClassGP, x, settings: MultiClassSettings, seed: int) -> MultiClassParams:
         """A random sample of ``M`` rows per class as inducing inputs; the settings' kernel for every class
-        (default the ARD squared exponential of amplitude 1, lengthscales from the median distance); noise 1
-        (the paper's §4 settings); the settings' mean function for every class (default zero)."""
+        (default the ARD squared exponential of amplitude 1, lengthscales from the median distance); noise
+        ``class_noise`` (default 1, the paper's §4 settings); the settings' mean function for every class (default
+        zero)."""
         check_inducing(settings, x.shape[0])
-        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), factor=self.factor, seed=seed,
-                          mean=settings_mean(settings))
+        return model.init(x, settings.num_inducing, kernel=settings_kernel(settings), noise=settings.class_noise,
+                          factor=self.factor, seed=seed, mean=settings_mean(settings))
 
     def predictive(self, model: MultiClassGP, targets: TargetScaling) -> Callable:
         return MultiClassPredictive(model)

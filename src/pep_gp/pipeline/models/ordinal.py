@@ -12,6 +12,7 @@ so ``pep predict``, the held-out NLL and error and ``pep evaluate`` read it as a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -39,12 +40,10 @@ class OrdinalSettings(LikelihoodParameterSettings, SparseGPSettings):
                                                  "the latent scale, one fewer than the classes; none: from the "
                                                  "training labels' cumulative frequencies")
 
+    leaf_forwards = MappingProxyType({"raw_cut_points": Ordinal.gaps})  # a prior on each gap
+
     def likelihood_name(self) -> str:
         return "ordinal"
-
-    def leaf_priors(self) -> tuple[tuple, ...]:
-        """``prior``'s pair of the cut points with the map to their gaps (:meth:`~pep_gp.core.ordinal.Ordinal.gaps`)."""
-        return tuple((leaf, prior, Ordinal.gaps) for leaf, prior in super().leaf_priors())
 
     @field_validator("cut_points")
     @classmethod

@@ -43,15 +43,16 @@ class UntiedFit(NamedTuple):
     collapse: str | None = None  # how the fit fell from its best, which it then ends at (None: it did not)
 
 
-def optimizer(learning_rate):
-    """Adam on hyper-parameters, inducing inputs and the classes' mean functions; the factors move only by EP
-    updates."""
+def optimizer(learning_rate, fixed_noise: bool = False):
+    """Adam on hyper-parameters (the classes' noises but when ``fixed_noise``), inducing inputs and the classes'
+    mean functions; the factors move only by EP updates."""
     return adam(learning_rate, frozen=lambda p: p._replace(
-        kernel=fixed_leaves(p.kernel), raw_noise=False, inducing=False, factor=NaturalFactor(True, True),
+        kernel=fixed_leaves(p.kernel), raw_noise=fixed_noise, inducing=False, factor=NaturalFactor(True, True),
         mean=jax.tree_util.tree_map(lambda _: False, p.mean)))
 
 
-def _step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y, mask, n_total, damping, learning_rate):
+def _step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y, mask, n_total, damping, learning_rate,
+          fixed_noise):
     # Padding rows carry the out-of-range index N: gathered as zeros, dropped when scattered back.
     rows_state = jax.tree_util.tree_map(lambda a: a.at[index].get(mode="fill", fill_value=0.0), state)
     params, rows_state, skipped = ep.update(model, params, rows_state, x, y, mask, damping)
@@ -59,22 +60,22 @@ def _step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y
     rows = jnp.sum(mask)
     energy = lambda p: ep.global_energy(model, p) + n_total / rows * ep.local_energy(model, p, rows_state, x, y, mask)
     value, grad = jax.value_and_grad(energy)(params)
-    params, opt_state, ok = ascent_update(optimizer(learning_rate), params, opt_state, value, grad)
+    params, opt_state, ok = ascent_update(optimizer(learning_rate, fixed_noise), params, opt_state, value, grad)
     return params, opt_state, ok, value, skipped, state
 
 
-@partial(jax.jit, static_argnames="model")
-def _steps(model: MultiClassGP, carry, x, y, num_rows, index, mask, damping, learning_rate):
+@partial(jax.jit, static_argnames=("model", "fixed_noise"))
+def _steps(model: MultiClassGP, carry, x, y, num_rows, index, mask, damping, learning_rate, fixed_noise=False):
     """Steps as one ``lax.scan`` over the per-step row indices ``[T, S]``, masks and base damping ``[T]``,
     from and to ``carry = (params, opt_state, sites, halvings)``; ``x, y`` are the ``num_rows`` training rows
-    and padding."""
+    and padding; ``fixed_noise`` keeps the classes' noises where they are."""
 
     def step(carry, inputs):
         params, opt_state, state, halvings = carry
         rows, rows_mask, rho = inputs
         params, opt_state, ok, value, skipped, state = _step(
             model, params, opt_state, state, rows, x[rows], y[rows], rows_mask, num_rows,
-            rho * 0.5**halvings, learning_rate)
+            rho * 0.5**halvings, learning_rate, fixed_noise)
         return (params, opt_state, state, halvings + (skipped > 0)), (value, ok, skipped)
 
     return jax.lax.scan(step, carry, (index, mask, damping))
@@ -95,7 +96,8 @@ def batches(n_rows: int, batch_size: int | None, num_steps: int, seed: int) -> t
 
 
 def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None, max_steps: int, tol: float,
-        learning_rate: float, damping, seed: int, kernel=None, mean=None) -> UntiedFit:
+        learning_rate: float, damping, seed: int, kernel=None, mean=None, noise: float = 1.0,
+        fixed_noise: bool = False) -> UntiedFit:
     """Train from the model's initial state for at most ``max_steps`` steps, a window of steps per compiled
     call, until the stopping rule (:mod:`pep_gp.pipeline.training.stopping`) says converged.
 
@@ -110,6 +112,7 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
         kernel: the kernel every class starts from (:meth:`~pep_gp.core.models.multiclass.MultiClassGP.init`;
             None: the ARD squared exponential).
         mean: the mean function every class starts from (None: zero).
+        noise: the latent noise ``σ_{0,c}`` every class starts from; ``fixed_noise`` keeps it there, to the bit.
     """
     n = x.shape[0]
     rule = StoppingRule.for_run(tol, n, 1 if batch_size is None else -(-n // batch_size))
@@ -118,15 +121,17 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
     values, ok, skipped = np.zeros(0), np.zeros(0, bool), np.zeros(0, int)
     padding = bucket(n) + 1 - n  # at least one row: the minibatches' padding index n
     with float64():
-        params = model.init(x, num_inducing, kernel=kernel, seed=seed, mean=mean)
+        params = model.init(x, num_inducing, kernel=kernel, noise=noise, seed=seed, mean=mean)
         x = jnp.asarray(np.concatenate([x, np.zeros((padding, x.shape[1]), x.dtype)]))
         y = jnp.asarray(np.concatenate([y, np.zeros(padding, y.dtype)]))
-        carry = (params, optimizer(learning_rate).init(params), ep.init_sites(x.shape[0], params), jnp.asarray(0))
+        carry = (params, optimizer(learning_rate, fixed_noise).init(params), ep.init_sites(x.shape[0], params),
+                 jnp.asarray(0))
         best_mean, best = float("-inf"), (0, carry)
         while values.size < max_steps and not rule.converged(values):
             window = slice(values.size, min(max_steps, values.size + rule.window))
             carry, out = _steps(model, carry, x, y, jnp.asarray(float(n)), jnp.asarray(index[window]),
-                                jnp.asarray(mask[window]), jnp.asarray(rho[window]), float(learning_rate))
+                                jnp.asarray(mask[window]), jnp.asarray(rho[window]), float(learning_rate),
+                                fixed_noise=fixed_noise)
             values, ok, skipped = (np.concatenate([a, np.asarray(b)]) for a, b in zip((values, ok, skipped), out))
             if rule.window_mean(values) > best_mean:
                 best_mean, best = rule.window_mean(values), (values.size, carry)
