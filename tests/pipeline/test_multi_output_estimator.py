@@ -144,3 +144,23 @@ def test_the_trainers_fit_is_scipys_lbfgs_on_the_core_bound(rows, outputs):
     np.testing.assert_allclose(fitted.predict(x_new), start.predict(x_new), rtol=0, atol=1e-5 * np.std(y))
     assert fitted.log_marginal_likelihood() == pytest.approx(-result.fun - len(x) * np.sum(np.log(start.y_std_)),
                                                              abs=1e-5)
+
+
+@pytest.mark.exhaustive  # a two-worker LocalCluster and two short LMC fits: ~40 s at a load of 20 on two cores
+def test_an_lmc_map_fit_is_bit_identical_on_two_workers(rows, cluster):
+    """The trainer's one block is summed by the engine wherever it runs: on ``local:2`` the LMC's fit with a
+    kernel prior takes the same L-BFGS iterates, to the bit, as in this process."""
+    from pep_gp.kernels import SquaredExponential
+    from pep_gp.priors import Gamma
+    from tests.trainstores import leaves_equal
+
+    x, y, x_new = rows
+    kernel = SquaredExponential(variance=1.0, fixed=("variance",), prior={"lengthscales": Gamma(4.0, 4.0)})
+    settings = {"outputs": "lmc", "num_inducing": 5, "max_iter": 4, "kernel": kernel}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # four iterations, on purpose
+        here = MultiOutputGPRegressor(**settings).fit(x, y)
+        there = MultiOutputGPRegressor(**settings, cluster=cluster.client).fit(x, y)
+    assert here.solver_ == there.solver_ == "lbfgs" and here.n_iter_ == there.n_iter_ == 4
+    assert leaves_equal(here.params_, there.params_)
+    assert here.predict(x_new).tobytes() == there.predict(x_new).tobytes()
