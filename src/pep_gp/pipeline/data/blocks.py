@@ -34,6 +34,11 @@ class TargetScaling:
     shift: float | tuple[float, ...] = 0.0
     scale: float | tuple[float, ...] = 1.0
 
+    def __post_init__(self):
+        for name in ("shift", "scale"):  # a manifest's lists as tuples: the scaling stays hashable
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(map(float, getattr(self, name))))
+
     def __call__(self, y: np.ndarray) -> np.ndarray:
         return (np.asarray(y, dtype=np.float64) - np.asarray(self.shift)) / np.asarray(self.scale)
 

@@ -101,7 +101,7 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
         and targets (one block: the model conditions on every training row), and the fitted estimator reads
         new rows as a run of that store does (:func:`~pep_gp.pipeline.estimators.stores.table_reading`);
         ``target_names_`` are the store's."""
-        shape = None if y is None else np.shape(y)  # None: a store, or validate_data's own message
+        shape = None if y is None else np.asarray(y).shape  # None: a store, or validate_data's own message
         if shape is not None and (len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] == 0)):
             raise ValueError(f"MultiOutputGPRegressor: y must hold one row of targets per row of X, [N] or [N, P] "
                              f"with P ≥ 1; got shape {shape}")
