@@ -138,6 +138,22 @@ def test_independent_outputs_are_the_sum_of_single_output_bounds(data, shared):
         np.testing.assert_allclose(var[:, p], one_var, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.heavy  # pairs with the α = 0.5 case of the dense formula's test, left to releases (this one checks it)
+def test_padded_rows_masked_out_add_nothing_to_the_lmcs_dense_pep_formula(data):
+    """The trainer's block: rows padded with ``x = 0``, ``y = 0`` and ``mask = False`` leave the LMC's data term
+    the dense eq. 128 of the real rows, each row's ``P`` stacked observations masked together."""
+    x, y, z, mixing, _ = data
+    kuu = block_diag(*(oracles.se_kernel(z, z, LS[q], VAR[q]) for q in range(Q)))
+    kuf = np.vstack([np.hstack([mixing[p, q] * oracles.se_kernel(z, x, LS[q], VAR[q]) for p in range(P)])
+                     for q in range(Q)])
+    expected = oracles.pep_alpha_evidence(kuu, kuf, np.diag(_stacked(x, x, mixing)), y.T.reshape(-1),
+                                          np.repeat(NOISE, N), 0.5)
+    padded = (np.vstack([x, np.zeros((4, D))]), np.vstack([y, np.zeros((4, P))]), np.arange(N + 4) < N)
+    model = MultiOutputRegression("lmc", 0.5, jitter=0.0)
+    value = jax.jit(model.data_energy)(_params(Q, z, mixing), (), *map(jnp.asarray, padded))
+    assert float(value) == pytest.approx(expected, rel=1e-10)
+
+
 @pytest.mark.heavy  # compiles both models' predictives: ~20 s of wall time at a load of 20 on two cores
 def test_lmc_with_identity_mixing_is_independent_outputs(data):
     x, y, z, _, x_new = data

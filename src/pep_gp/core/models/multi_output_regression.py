@@ -114,23 +114,36 @@ class MultiOutputRegression:
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1]; got {self.alpha}")
 
-    def log_marginal_likelihood(self, params: MultiOutputParams, x, y):
-        """``log Z_PEP(α)`` of the targets ``y`` ``[N, P]`` at the rows ``x`` ``[N, D]``: the sum of the outputs'
-        collapsed bounds (independent) or the stacked LMC bound (Bui, Yan & Turner 2017, §3.6, eq. 128); with a
-        kernel that carries priors, plus their log density over every latent GP's values (a MAP objective,
-        :mod:`pep_gp.core.log_prior`; the same bits without)."""
-        return with_log_prior(self._log_evidence(params, x, y), params)
+    def log_marginal_likelihood(self, params: MultiOutputParams, x, y, mask=None):
+        """``log Z_PEP(α)`` of the targets ``y`` ``[N, P]`` at the rows ``x`` ``[N, D]`` with ``mask`` ``[N]``
+        (None: every row; the others are left out of every sum, each row's ``P`` observations together): the
+        sum of the outputs' collapsed bounds (independent) or the stacked LMC bound (Bui, Yan & Turner 2017,
+        §3.6, eq. 128); with a kernel that carries priors, plus their log density over every latent GP's values
+        (a MAP objective, :mod:`pep_gp.core.log_prior`; the same bits without)."""
+        return with_log_prior(self._log_evidence(params, x, y, mask), params)
 
-    def _log_evidence(self, params: MultiOutputParams, x, y):
+    def step_shared(self, params: MultiOutputParams, n_total):
+        return ()
+
+    def global_energy(self, params: MultiOutputParams, shared, n_total):
+        """The log density of the kernels' priors (zero without): the trainer's global term."""
+        return with_log_prior(jnp.zeros((), params.inducing.dtype), params)
+
+    def data_energy(self, params: MultiOutputParams, shared, x, y, mask):
+        """``log Z_PEP(α)`` of the block's rows with ``mask``: the model trains with the whole training split
+        as one block (its sites are integrated out), so this is the whole objective but the priors."""
+        return self._log_evidence(params, x, y, mask)
+
+    def _log_evidence(self, params: MultiOutputParams, x, y, mask=None):
         latents = _latents(params.kernel, params.inducing, x, self.jitter)
         noise = params.noise_variance
+        mask = jnp.ones(x.shape[0], bool) if mask is None else mask
         if self.outputs == "lmc":
             projected, residual = _stacked(latents, params.mixing)
             targets, noise = y.T.reshape(-1), jnp.repeat(noise, x.shape[0])
-            mask = jnp.ones(targets.shape[0], bool)
-            return evidence(condition(projected, residual, noise, targets, self.alpha, mask), residual, noise,
-                            targets, self.alpha, mask)
-        mask = jnp.ones(x.shape[0], bool)
+            stacked_mask = jnp.tile(mask, y.shape[1])  # output-major, as vec(y)
+            return evidence(condition(projected, residual, noise, targets, self.alpha, stacked_mask), residual,
+                            noise, targets, self.alpha, stacked_mask)
 
         def output(projected, prior_diag, noise_p, y_p):
             residual = jnp.maximum(prior_diag - jnp.sum(projected**2, axis=0), 0.0)

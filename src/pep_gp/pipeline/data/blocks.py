@@ -22,19 +22,30 @@ from .chunks import StoreChunks
 
 class Block(NamedTuple):
     x: np.ndarray  # [R, D] float64, standardised
-    y: np.ndarray  # [R] float64 targets (model units)
+    y: np.ndarray  # [R] float64 targets (model units), [R, P] for P targets per row
     mask: np.ndarray  # [R] bool, False on padding
 
 
 @dataclass(frozen=True)
 class TargetScaling:
-    """Targets in model units: ``(y − shift) / scale`` as float64 (labels use shift 0, scale 1)."""
+    """Targets in model units: ``(y − shift) / scale`` as float64 (labels use shift 0, scale 1); for ``P``
+    targets per row (``y`` ``[N, P]``) ``shift`` and ``scale`` are tuples of ``P``, one per column."""
 
-    shift: float = 0.0
-    scale: float = 1.0
+    shift: float | tuple[float, ...] = 0.0
+    scale: float | tuple[float, ...] = 1.0
+
+    def __post_init__(self):
+        for name in ("shift", "scale"):  # a manifest's lists as tuples: the scaling stays hashable
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(map(float, getattr(self, name))))
 
     def __call__(self, y: np.ndarray) -> np.ndarray:
-        return (np.asarray(y, dtype=np.float64) - self.shift) / self.scale
+        return (np.asarray(y, dtype=np.float64) - np.asarray(self.shift)) / np.asarray(self.scale)
+
+    def log_scale(self) -> float:
+        """``Σ_p log scale_p`` (``log scale`` for one target, to the bit): what a row's log density of the
+        targets in their own units is less than in model units."""
+        return sum(math.log(scale) for scale in np.atleast_1d(self.scale))
 
 
 # A pytree too, so that a compiled predictive takes the scaling as an argument (folds share one compilation).
@@ -74,7 +85,7 @@ class FixedBlocks:
         if self.n_classes is not None:
             self._check_labels(y_rows, start)
         x = np.zeros((self.block_rows, x_rows.shape[1]))
-        y = np.zeros(self.block_rows)
+        y = np.zeros((self.block_rows, *y_rows.shape[1:]))
         x[:rows] = (x_rows.astype(np.float64) - self.x_mean) / self.x_std
         y[:rows] = self.targets(y_rows)
         return Block(x, y, np.arange(self.block_rows) < rows)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .blocks import FixedBlocks, TargetScaling, input_statistics
+from .ingest import target_statistics as statistics_of_targets
 from .moments import Moments
 from .stores import default_chunk_rows
 
@@ -25,7 +26,7 @@ class ArrayBlocks(FixedBlocks):
     """The blocks of an in-memory split, cut as a store's (:class:`~pep_gp.pipeline.data.blocks.BlockSource`)."""
 
     x: np.ndarray = field(repr=False)  # [N, D] float64
-    y: np.ndarray = field(repr=False)  # [N]
+    y: np.ndarray = field(repr=False)  # [N], or [N, P] for several targets
     block_rows: int
     x_mean: tuple[float, ...]
     x_std: tuple[float, ...]
@@ -47,7 +48,8 @@ class ArrayData:
 
     Args:
         x: inputs [N, D] (validated by the caller).
-        y: class labels ``0..C−1`` (classification) or targets (regression), [N].
+        y: class labels ``0..C−1`` (classification) or targets (regression), [N], or [N, P] for ``P``
+            regression targets per row (named ``y0 … y<P-1>``, as ``pep ingest`` names an npz's columns).
         task: ``"classification"`` or ``"regression"``.
         n_classes: C for classification.
         target_statistics: regression: record the targets' mean and deviation (the trainer then
@@ -69,8 +71,7 @@ class ArrayData:
         attrs: dict[str, Any] = {"x_mean": x_moments.mean.tolist(), "x_std": x_moments.std().tolist(),
                                  "y_mean": 0.0, "y_std": 1.0, "class_counts": {"train": [], "test": []}}
         if task == "regression" and target_statistics:
-            y_moments = Moments.of_chunks(self.y, chunk_rows)
-            attrs.update(y_mean=float(y_moments.mean[0]), y_std=float(y_moments.std()[0]))
+            attrs.update(statistics_of_targets(Moments.of_chunks(self.y, chunk_rows), self.n_targets))
         elif task == "classification":
             counts = np.bincount(self.y.astype(np.int64), minlength=n_classes)
             held_out = np.zeros(0) if self.held_out is None else self.held_out[1]
@@ -84,6 +85,15 @@ class ArrayData:
     @property
     def feature_names(self) -> tuple[str, ...]:
         return tuple(f"x{i}" for i in range(self.x.shape[1]))
+
+    @property
+    def n_targets(self) -> int:
+        """Targets per row: 1 for ``y`` ``[N]``, ``P`` for ``[N, P]``."""
+        return 1 if self.y.ndim == 1 else self.y.shape[1]
+
+    @property
+    def target_names(self) -> tuple[str, ...]:
+        return ("y",) if self.y.ndim == 1 else tuple(f"y{p}" for p in range(self.n_targets))
 
     def n_rows(self, split: str) -> int:
         if split == "train":

@@ -19,7 +19,6 @@ latent moments, draws, pickling) is :mod:`pep_gp.pipeline.estimators.fitted`; th
 from __future__ import annotations
 
 import inspect
-import math
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -266,7 +265,7 @@ class GPEstimator(FittedGP):
             raise ValueError(f"{name}: early_stopping holds out validation_fraction of the rows of X, which a store "
                              "keeps on disk; fit a store without early_stopping (pep train's held-out scores of its "
                              "test split are the store's own validation)")
-        store = opened_store(name, X, y, self.spec.task)
+        store = opened_store(name, X, y, self.spec.task, several_targets=self._several_targets)
         self._refuse_inducing_beyond(store.n_rows("train"))
         transforms = store.transforms
         if reset:
@@ -475,7 +474,7 @@ class GPEstimator(FittedGP):
         self.data_checksum_ = trainer.job.store.checksum
         self.log_marginal_likelihood_value_ = (
             trainer.log_marginal_likelihood(result.params) if opt_state is None  # a full-batch fit knows its energy:
-            else result.history[-1]["energy"] - trainer.n_total * math.log(trainer.targets.scale))  # no more compiling
+            else result.history[-1]["energy"] - trainer.n_total * trainer.targets.log_scale())  # no more compiling
         unfinished = (warn and self.tol > 0 and self.max_iter > 0 and not result.converged and result.collapse is None
                       and result.stopped is None)
         if unfinished and opt_state is not None:

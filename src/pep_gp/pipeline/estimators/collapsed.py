@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from sklearn.base import RegressorMixin
 
 from ...core.models.collapsed_regression import CollapsedRegression
+from ..data.datasets import ArrayData
 from ..data.sizes import bucket
 from ..models.collapsed import COLLAPSED
 from ..models.predictive import GaussianPredictive, Latent
@@ -38,7 +40,34 @@ class ConditionedOnRows:
         return self.model.predict_y(params, x_train, y_train, x)
 
 
-class CollapsedGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
+class ConditionsOnItsRows:
+    """What an estimator of a collapsed model shares (:class:`CollapsedGPRegressor`,
+    :class:`~pep_gp.MultiOutputGPRegressor`): the model conditions its predictions on every training row, so it
+    trains full batch (one block of every row) and keeps its rows, in model units, to predict."""
+
+    _streams = False  # conditions on all its training rows: no partial_fit
+
+    def _config(self, n_rows: int) -> TrainConfig:
+        rows = bucket(n_rows)
+        config = super()._config(n_rows)
+        return config.model_copy(update={"batch_size": rows, "block_rows": rows})
+
+    def _fitted_on(self, data) -> None:
+        """Keep the rows the predictions condition on, in model units (a store's training split read whole,
+        from its verified chunks, as the trainer read it)."""
+        x, y = (data.x, data.y) if isinstance(data, ArrayData) else data.chunks.rows("train", 0, data.n_rows("train"))
+        self.x_train_ = (np.asarray(x, dtype=np.float64) - self.x_mean_) / self.x_std_
+        self.y_train_ = self.targets_(y)
+
+    def save(self, directory):
+        """Not available: the model owns its training rows (use joblib, which keeps them)."""
+        raise TypeError(f"{type(self).__name__} keeps its training rows, so save it with joblib instead")
+
+    def _predict_params(self):
+        return self.params_, self.x_train_, self.y_train_
+
+
+class CollapsedGPRegressor(ConditionsOnItsRows, GPRegressorMixin, RegressorMixin, GPEstimator):
     """Sparse GP regression with the collapsed PEP-α objective (α = 1: FITC, α = 0: VFE); with inducing
     inputs at the training inputs and ``jitter=0`` it is the exact GP for every α, evidence and ``predict_f``.
     The relative jitter on ``K_uu`` (default 1.5e-8, needed where ``K_uu`` is singular in float64) makes the
@@ -54,29 +83,11 @@ class CollapsedGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
     issue 63)."""
 
     spec = COLLAPSED
-    _streams = False  # conditions on all its training rows: no partial_fit
     _rows_in_memory = ("conditions its predictions on all its training rows at once; SparseGPRegressor fits a store "
                        "in minibatches")
-
-    def _config(self, n_rows: int) -> TrainConfig:
-        rows = bucket(n_rows)
-        config = super()._config(n_rows)
-        return config.model_copy(update={"batch_size": rows, "block_rows": rows})
-
-    def _fitted_on(self, data) -> None:
-        """Keep the rows the predictions condition on, in model units."""
-        self.x_train_ = (data.x - self.x_mean_) / self.x_std_
-        self.y_train_ = self.targets_(data.y)
-
-    def save(self, directory):
-        """Not available: the model owns its training rows (use joblib, which keeps them)."""
-        raise TypeError("CollapsedGPRegressor keeps its training rows, so save it with joblib instead")
 
     def _predictive(self):
         return GaussianPredictive(ConditionedOnRows(self.model_), self.targets_)
 
     def _latent(self, full_cov: bool):
         return Latent(ConditionedOnRows(self.model_), full_cov)
-
-    def _predict_params(self):
-        return self.params_, self.x_train_, self.y_train_

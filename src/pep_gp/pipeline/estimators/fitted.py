@@ -54,6 +54,7 @@ class FittedGP(BaseEstimator):
     _binary: ClassVar[bool] = False  # a classifier of exactly two classes
     Settings: ClassVar[type[ModelSettings]]
     _rows_in_memory: ClassVar[str] = ""  # why the model fits arrays only, when it keeps its training rows
+    _several_targets: ClassVar[bool] = False  # fits y [N, P] and stores of several targets (multi-output)
 
     def _refuse_store(self, X) -> None:
         """ValueError when ``X`` names a store and the model keeps its training rows in memory."""
@@ -83,7 +84,8 @@ class FittedGP(BaseEstimator):
         elif getattr(self, "transforms_", None) is not None:
             raise ValueError(f"{type(self).__name__}: fitted on a table's store, whose features are its columns "
                              "encoded and less their offsets; continue it on a store of that table")
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=not self._is_classifier, reset=reset)
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=not self._is_classifier, reset=reset,
+                             multi_output=self._several_targets)
         if not self._is_classifier:
             return self._array_data(X, np.asarray(y, dtype=np.float64), "regression", validation)
         if classes is None:

@@ -28,10 +28,19 @@ PositiveFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 
 
 class Targets(BaseModel):
-    """Stored targets → model units: ``(y − shift) / scale``."""
+    """Stored targets → model units: ``(y − shift) / scale``; one number each, or for ``P`` targets per row
+    (a multi-output run) one per target, as many shifts as scales."""
 
-    shift: FiniteFloat
-    scale: PositiveFloat
+    shift: FiniteFloat | list[FiniteFloat]
+    scale: PositiveFloat | list[PositiveFloat]
+
+    @model_validator(mode="after")
+    def _one_per_target(self) -> "Targets":
+        shape = [len(value) if isinstance(value, list) else None for value in (self.shift, self.scale)]
+        if shape[0] != shape[1] or shape[0] == 0:
+            raise ValueError(f"targets: expected one shift and one scale per target; got {self.shift} and "
+                             f"{self.scale}")
+        return self
 
 
 class RunManifest(BaseModel):

@@ -273,7 +273,7 @@ class Trainer:
         ``n log(scale)``, the Jacobian of standardising."""
         value = evidence.energy(self.model, self.step_fn.parts, self.train, params, self.data_size,
                                 self.n_total / self.n_rows)
-        return value - self.n_total * math.log(self.targets.scale)
+        return value - self.n_total * self.targets.log_scale()
 
     def evaluate(self, params: Any) -> dict[str, Any]:
         """Held-out metrics of ``params`` on the test split (empty without one)."""
