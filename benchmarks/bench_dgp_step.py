@@ -145,12 +145,16 @@ def launched(fit: str, name: str, cache: str, time_programs: bool) -> dict:
     return json.loads(lines[-1].removeprefix("RECORD "))
 
 
-def main() -> None:
+def cli() -> argparse.ArgumentParser:
     parser = arguments(__doc__, name="bench_dgp_step")
     parser.add_argument("--tables", nargs="+", default=["boston", "concrete", "breast-cancer"], choices=list(TABLES))
     parser.add_argument("--child", nargs=2, metavar=("FIT", "TABLE"), help=argparse.SUPPRESS)
     parser.add_argument("--programs", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     if args.child:
         return child(*args.child, args.programs)
     results = {}

@@ -108,6 +108,7 @@ def test_one_dimensional_targets_are_one_output(rows):
     assert model.mean_function_ == Constant(float(np.mean(y[:, 0])))
 
 
+@pytest.mark.heavy
 @pytest.mark.exhaustive  # three fits and a scipy L-BFGS: ~40 s at a load of 20 on two cores
 @pytest.mark.parametrize("outputs", ["independent", "lmc"])
 def test_the_trainers_fit_is_scipys_lbfgs_on_the_core_bound(rows, outputs):
@@ -146,6 +147,7 @@ def test_the_trainers_fit_is_scipys_lbfgs_on_the_core_bound(rows, outputs):
                                                              abs=1e-5)
 
 
+@pytest.mark.heavy
 @pytest.mark.exhaustive  # a two-worker LocalCluster and two short LMC fits: ~40 s at a load of 20 on two cores
 def test_an_lmc_map_fit_is_bit_identical_on_two_workers(rows, cluster):
     """The trainer's one block is summed by the engine wherever it runs: on ``local:2`` the LMC's fit with a

@@ -114,7 +114,7 @@ def one_line(error: ValidationError, what: str) -> str:
     more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
     if not first["loc"]:  # a whole-model check: its message says what is wrong
         return f"{what}: {first['msg'].removeprefix('Value error, ')}{more}"
-    return f"{what} field '{'.'.join(map(str, first['loc']))}': {first['msg']}{more}"
+    return f"{what} field '{'.'.join(map(str, first['loc']))}': {first['msg'].removeprefix('Value error, ')}{more}"
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

@@ -12,12 +12,13 @@ one), never a ``KeyError`` or ``TypeError`` deep inside a run. The same type wri
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from . import checkpoint
 from .checkpoint import one_line
@@ -31,8 +32,20 @@ class Targets(BaseModel):
     """Stored targets → model units: ``(y − shift) / scale``; one number each, or for ``P`` targets per row
     (a multi-output run) one per target, as many shifts as scales."""
 
-    shift: FiniteFloat | list[FiniteFloat]
-    scale: PositiveFloat | list[PositiveFloat]
+    shift: float | list[float]
+    scale: float | list[float]
+
+    @field_validator("shift", "scale")
+    @classmethod
+    def _finite(cls, value: float | list[float], info: ValidationInfo) -> float | list[float]:
+        """Finite numbers, and the scales positive: checked per entry, so the message is the entry's, not
+        one per member of the union."""
+        for entry in value if isinstance(value, list) else [value]:
+            if not math.isfinite(entry):
+                raise ValueError("Input should be a finite number")
+            if info.field_name == "scale" and not entry > 0.0:
+                raise ValueError("Input should be greater than 0")
+        return value
 
     @model_validator(mode="after")
     def _one_per_target(self) -> "Targets":
