@@ -86,8 +86,8 @@ def analytic_flops(classes: int, inducing: int, dim: int, rows: int, blocks: int
     pass (``2MBD`` each, the data not differentiated); ``chol(K)`` and its inverse, the cavity
     (``LᵀΛL``: two products; ``chol(I + sLᵀΛL)``, one solve) with their pullback (three products,
     :func:`pep_gp.core.linalg.cholesky_and_inverse`); the site update's cavity and ``q`` (one ``LᵀΛL``, two
-    factorisations and solves); the global term's prior part ``L⁻¹S_q`` and its backward pass (three
-    products, :func:`pep_gp.core.sep.prior_surrogate`); the rows' projections ``υ = L⁻ᵀL⁻¹k`` (two ``2M²B`` products), the
+    factorisations and solves); the global term's prior part ``L⁻¹S_q`` and its backward pass (two
+    products, ``q`` held: :func:`pep_gp.core.sep.prior_surrogate`); the rows' projections ``υ = L⁻ᵀL⁻¹k`` (two ``2M²B`` products), the
     cavity's variances along them and the site precisions ``Σ Δυυᵀ`` (``2M²B`` each), and the data term's
     backward pass through them (twice the forward's). ``pep's extra pullbacks``: what pep computes beyond
     this, each block pulling its gradient back through ``S`` itself (a Gram backward pass and the
@@ -97,7 +97,7 @@ def analytic_flops(classes: int, inducing: int, dim: int, rows: int, blocks: int
     parts = {
         "kernel products over D (Gram and cross, forward and backward)": c * (2 * 2 * m * m * d + 2 * 2 * m * b * d),
         "Cholesky factors, solves and M³ products (prior, cavities, q, prior term, pullback)":
-            c * ((chol + solve) + (2 * cube + chol + solve) + (2 * cube + 2 * (chol + solve)) + 3 * cube + 3 * cube),
+            c * ((chol + solve) + (2 * cube + chol + solve) + (2 * cube + 2 * (chol + solve)) + 2 * cube + 3 * cube),
         "row projections, site sums and their backward pass (O(B·M²))": c * (4 + 2 + 2 + 2 * 6) * m * m * b,
     }
     parts["pep's extra pullbacks (one per block)"] = blocks * c * (2 * m * m * d + 3 * cube)
