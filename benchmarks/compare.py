@@ -91,15 +91,31 @@ def _config(dataset: Dataset, epochs: int, batch: int, kernel_products: str) -> 
                                                "model": model})
 
 
-def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epochs: int, seed: int = 0,
-                 device: str = "cpu") -> dict:
-    """GPyTorch's multi-class SVGP (module docstring) on the torch ``device``: per-epoch training seconds,
-    test error and NLL."""
+class GPyTorchSVGP(NamedTuple):
+    """GPyTorch's multi-class SVGP (module docstring), ready to train: its model, likelihood, ELBO and Adam,
+    and the generator that drew its inducing inputs (the epochs' row orders continue it)."""
+
+    model: object
+    likelihood: object
+    objective: object
+    optimiser: object
+    rng: np.random.Generator
+
+    def step(self, x, y) -> None:
+        """One Adam step on the negative ELBO of the rows ``x`` ``[B, D]`` with labels ``y`` ``[B]`` (tensors)."""
+        self.optimiser.zero_grad()
+        loss = -self.objective(self.model(x), y)
+        loss.backward()
+        self.optimiser.step()
+
+
+def gpytorch_svgp(x, y, num_inducing: int, seed: int = 0, device: str = "cpu") -> GPyTorchSVGP:
+    """GPyTorch's multi-class SVGP (module docstring) for the training rows ``x`` and labels ``y`` on the torch
+    ``device``: its inducing inputs are rows drawn at random (``seed``), its lengthscales pep's start."""
     import gpytorch
     import torch
 
     torch.manual_seed(seed)
-    on_device = torch.device(device)
     classes, dim = int(y.max()) + 1, x.shape[1]
 
     class SVGP(gpytorch.models.ApproximateGP):
@@ -123,9 +139,22 @@ def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epoch
     model = SVGP(torch.from_numpy(starts))
     model.covar_module.base_kernel.lengthscale = squared_median_lengthscale(x, seed)  # pep's start (Villacampa-Calvo & Hernández-Lobato 2017, §4.4)
     likelihood = gpytorch.likelihoods.SoftmaxLikelihood(num_classes=classes, mixing_weights=False)
-    model, likelihood = model.to(on_device), likelihood.to(on_device)
+    model, likelihood = model.to(torch.device(device)), likelihood.to(torch.device(device))
     objective = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(x))
     optimiser = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=GPYTORCH_LEARNING_RATE)
+    return GPyTorchSVGP(model, likelihood, objective, optimiser, rng)
+
+
+def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epochs: int, seed: int = 0,
+                 device: str = "cpu") -> dict:
+    """GPyTorch's multi-class SVGP (:func:`gpytorch_svgp`) on the torch ``device``: per-epoch training seconds,
+    test error and NLL."""
+    import gpytorch
+    import torch
+
+    on_device = torch.device(device)
+    svgp = gpytorch_svgp(x, y, num_inducing, seed, device)
+    model, likelihood, rng = svgp.model, svgp.likelihood, svgp.rng
     train_x, train_y = torch.from_numpy(x).to(on_device), torch.from_numpy(y).to(on_device)
     records, seconds = [], 0.0
     for epoch in range(1, epochs + 1):
@@ -134,10 +163,7 @@ def run_gpytorch(x, y, x_test, y_test, num_inducing: int, batch_size: int, epoch
         started = time.perf_counter()
         for start in range(0, len(x), batch_size):
             rows = order[start:start + batch_size].to(on_device)
-            optimiser.zero_grad()
-            loss = -objective(model(train_x[rows]), train_y[rows])
-            loss.backward()
-            optimiser.step()
+            svgp.step(train_x[rows], train_y[rows])
         if on_device.type == "cuda":
             torch.cuda.synchronize()
         seconds += time.perf_counter() - started
