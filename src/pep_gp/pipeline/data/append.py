@@ -46,9 +46,8 @@ import numpy as np
 import zarr
 
 from ..errors import InputError
-from .ingest import (STAGING, IngestSummary, Progress, Staged, first_version, no_progress, stage, summarise,
-                     target_statistics)
-from .moments import Moments
+from .ingest import STAGING, IngestSummary, Progress, Staged, first_version, no_progress, stage, summarise
+from .moments import Moments, target_statistics
 from .sources import Source
 from .staging import staging_directory, swap_into_place
 from .stores import SPLITS, Store, data_checksum, finish_store, open_store, target_shape, write_chunk

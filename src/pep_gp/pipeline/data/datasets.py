@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from .blocks import FixedBlocks, TargetScaling, input_statistics
-from .ingest import target_statistics as statistics_of_targets
-from .moments import Moments
+from .moments import Moments, target_statistics as statistics_of_targets
 from .stores import default_chunk_rows
 
 

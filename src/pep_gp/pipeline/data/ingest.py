@@ -38,7 +38,7 @@ import zarr
 from dask.callbacks import Callback
 
 from ..errors import InputError
-from .moments import Moments
+from .moments import Moments, target_statistics
 from .shuffle import ShuffleBuffer, capacity_for
 from .sources import RowBlock, Source
 from .split import choose_test_rows, parse_test_size
@@ -290,15 +290,6 @@ def publish(staged: Staged, written: Written, source: Source, out: Path, overwri
     check_destination(out, overwrite)
     swap_into_place(staged.work, out)
     return attrs
-
-
-def target_statistics(y_moments: Moments | None, n_targets: int) -> dict[str, Any]:
-    """Attributes ``y_mean`` and ``y_std`` of a store from its training targets' moments: single numbers for
-    one target, a list of ``n_targets`` for more, None for classification."""
-    if y_moments is None:
-        return {"y_mean": None, "y_std": None}
-    mean, std = y_moments.mean.tolist(), y_moments.std().tolist()
-    return {"y_mean": mean[0], "y_std": std[0]} if n_targets == 1 else {"y_mean": mean, "y_std": std}
 
 
 def first_version(attrs: Mapping[str, Any]) -> dict[str, Any]:

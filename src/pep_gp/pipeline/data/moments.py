@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import reduce
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -57,3 +57,12 @@ class Moments(NamedTuple):
         """Population standard deviation, 1.0 where it is 0 (a constant column) so it can divide."""
         std = np.sqrt(self.m2 / max(self.n, 1))
         return np.where(std > 0, std, 1.0)
+
+
+def target_statistics(y_moments: Moments | None, n_targets: int) -> dict[str, Any]:
+    """Attributes ``y_mean`` and ``y_std`` of a store from its training targets' moments: single numbers for
+    one target, a list of ``n_targets`` for more, None for classification."""
+    if y_moments is None:
+        return {"y_mean": None, "y_std": None}
+    mean, std = y_moments.mean.tolist(), y_moments.std().tolist()
+    return {"y_mean": mean[0], "y_std": std[0]} if n_targets == 1 else {"y_mean": mean, "y_std": std}
