@@ -56,6 +56,7 @@ def test_ingest_runs_without_prefect_unless_asked(tmp_path):
     assert code == 0 and not loaded["prefect"] and not loaded["jax"] and open_store(tmp_path / "s.zarr").n_classes == 2
 
 
+@pytest.mark.usefixtures("prefect_harness")
 def test_ingest_with_prefect_runs_the_flow_and_publishes_its_artifact(tmp_path):
     """In this process the test harness's Prefect server is the configured API."""
     datafiles.write_messy_csv(tmp_path / "t.csv", n_rows=40)

@@ -12,6 +12,8 @@ from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.data.stores import open_store
 from tests import datafiles
 
+pytestmark = pytest.mark.usefixtures("prefect_harness")  # runs flows: one Prefect server
+
 
 def test_flow_ingests_and_publishes_a_keyed_artifact(tmp_path):
     out = tmp_path / "Wine Set.zarr"

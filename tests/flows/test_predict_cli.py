@@ -115,6 +115,7 @@ def test_a_category_never_seen_in_training_predicts_with_a_warning(messy_classif
     assert len(pd.read_csv(tmp_path / "p.csv")) == 50
 
 
+@pytest.mark.usefixtures("prefect_harness")
 def test_the_predict_flow_runs_under_prefect_and_publishes_its_summary(messy_classifier, tmp_path):
     summary = predict_flow(str(messy_classifier.run_dir), str(messy_classifier.new_csv), str(tmp_path / "p.csv"),
                            sep=";")

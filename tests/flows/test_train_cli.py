@@ -22,6 +22,8 @@ from pep_gp.pipeline.runs.run import load_run
 from pep_gp.pipeline.training.trainer import TrainJob, train
 from tests.trainstores import FAST, PAIRWISE, config_toml, leaves_equal, make_store
 
+pytestmark = pytest.mark.usefixtures("prefect_harness")  # runs flows: one Prefect server
+
 BIN = Path(sys.executable).parent
 MODEL = "sparse-gp-classifier"
 

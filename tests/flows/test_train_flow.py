@@ -18,6 +18,8 @@ from pep_gp.pipeline.training.trainer import TrainJob, train
 from pep_gp.pipeline.runs.run import load_run
 from tests.trainstores import FAST, leaves_equal, make_store
 
+pytestmark = pytest.mark.usefixtures("prefect_harness")  # runs flows: one Prefect server
+
 MODEL = "sparse-gp-classifier"
 
 
