@@ -182,12 +182,11 @@ def config_page() -> str:
 
 
 def estimator_classes() -> list[type]:
-    """Every estimator ``pep_gp`` exports: one per registered model, then the collapsed, multi-output and untied ones."""
+    """Every estimator ``pep_gp`` exports: one per registered model, then the collapsed and untied ones."""
     import pep_gp
     from pep_gp.pipeline.estimators.models import built_in
 
-    extra = [getattr(pep_gp, name) for name in ("CollapsedGPRegressor", "MultiOutputGPRegressor", "ExactGPClassifier",
-                                               "MultiClassEPClassifier")]
+    extra = [getattr(pep_gp, name) for name in ("CollapsedGPRegressor", "ExactGPClassifier", "MultiClassEPClassifier")]
     return list(built_in().values()) + extra
 
 

@@ -1,9 +1,11 @@
 """Stores of several regression targets (``pep ingest --target a --target b``): ``y`` ``(rows, P)`` with one
 mean, deviation and name per target, grown by appends, refused when the array and the attributes disagree,
-refused by the models of one target, and fitted by ``MultiOutputGPRegressor`` as the rows they hold."""
+refused by the models of one target, fitted by ``MultiOutputGPRegressor`` as the rows they hold, and by ``pep train
+--model multi-output-regressor`` into a run that predicts alone."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 import zarr
 from typer.testing import CliRunner
 
-from pep_gp import MultiOutputGPRegressor, SparseGPRegressor
+from pep_gp import MultiOutputGPRegressor, SparseGPRegressor, load
 from pep_gp.flows.cli import app
 from pep_gp.pipeline.data.stores import open_store
 from pep_gp.pipeline.models import get_model
@@ -158,6 +160,47 @@ def test_multi_output_fit_of_a_store_is_the_fit_of_its_training_rows(tmp_path, t
     np.testing.assert_allclose(mean, expected_mean, rtol=1e-12)
     np.testing.assert_allclose(std, expected_std, rtol=1e-12)
     assert mean.shape == (len(x_new), 2) and list(from_store.target_names_) == ["t1", "t2"]
+
+
+@pytest.mark.heavy  # pep train, predict, evaluate, an estimator fit: 203 s wall, 20 s CPU (~10 of it imports) at load 29
+def test_pep_train_and_predict_of_two_targets_are_the_estimators_fit_and_load_predicts_the_same(tmp_path, table):
+    """The estimator is the oracle: ``pep train`` (settings from TOML and ``--set``) then ``pep predict`` give, to
+    the bit, the predictions of ``MultiOutputGPRegressor`` fitted on the store by the same Adam steps; the run
+    loads with ``pep_gp.load`` and predicts the same, each output's training mean far from the data (its prior
+    mean, ``mean_function_``, to rounding); ``pep evaluate --input`` of the table scores every row's targets;
+    ``--interval`` is refused in one line (exit 2)."""
+    path, frame = table
+    store = ingested(tmp_path, path, ["t1", "t2"])
+    (tmp_path / "c.toml").write_text(f"max_steps = 5\n[model]\nnum_inducing = {INDUCING}\n")
+    runner, run = CliRunner(), tmp_path / "run"
+    trained = runner.invoke(app, ["train", "--model", "multi-output-regressor", "--data", str(store.path), "--run-dir",
+                                  str(run), "--config", str(tmp_path / "c.toml"), "--set", "model.outputs=lmc", "--quiet"])
+    assert trained.exit_code == 0, trained.output
+    predicted = runner.invoke(app, ["predict", "--run-dir", str(run), "--input", str(path), "--out",
+                                    str(tmp_path / "p.csv"), "--quiet"])
+    assert predicted.exit_code == 0, predicted.output
+    out, x = pd.read_csv(tmp_path / "p.csv"), frame[[f"x{j}" for j in range(FEATURES)]].to_numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # five steps: not converged
+        fitted = MultiOutputGPRegressor(num_inducing=INDUCING, outputs="lmc", max_iter=5, solver="adam").fit(store.path)
+    mean, std = fitted.predict(x, return_std=True)
+    np.testing.assert_array_equal(out[["mean_t1", "mean_t2"]].to_numpy(), mean)  # CSV's shortest repr: exact
+    np.testing.assert_array_equal(out[["std_t1", "std_t2"]].to_numpy(), std)
+    loaded = load(run)
+    assert list(loaded.target_names_) == ["t1", "t2"] and loaded.model_settings_["outputs"] == "lmc"
+    np.testing.assert_array_equal(loaded.predict(x, return_std=True), (mean, std))
+    far, y_train = np.full((2, FEATURES), 1e3), store.chunks.rows("train", 0, store.n_rows("train"))[1]
+    prior = np.broadcast_to(y_train.astype(np.float64).mean(axis=0), (2, 2))  # stored float32 values
+    np.testing.assert_allclose(loaded.predict(far), prior, rtol=1e-12)
+    np.testing.assert_allclose(loaded.mean_function_(far), loaded.predict(far), rtol=1e-12)
+    scored = runner.invoke(app, ["evaluate", "--run-dir", str(run), "--input", str(path), "--json"])
+    assert scored.exit_code == 0, scored.output  # RMSE over every row and target, as docs/how-to/multi-output.md says
+    rmse = np.sqrt(np.mean((frame[["t1", "t2"]].to_numpy() - mean) ** 2))
+    assert json.loads(scored.output)["rmse"] == pytest.approx(rmse, rel=1e-12)
+    refused = runner.invoke(app, ["predict", "--run-dir", str(run), "--input", str(path), "--out",
+                                  str(tmp_path / "q.csv"), "--interval", "0.9"])
+    assert refused.exit_code == 2 and "--interval: not available for a multi-output run" in refused.output
+    assert not (tmp_path / "q.csv").exists()
 
 
 def test_a_runs_targets_hold_one_shift_and_scale_per_target():

@@ -80,7 +80,7 @@ def table_kind(path: Path) -> str | None:
 
 
 def open_input(path: Path, transforms: Transforms, sep: str | None = None, split: str = "all",
-               target: str | None = None) -> PredictInput:
+               target: str | tuple[str, ...] | None = None) -> PredictInput:
     """The rows to predict (or, with ``target``, to score), their columns checked against the run's.
 
     Args:
@@ -88,7 +88,8 @@ def open_input(path: Path, transforms: Transforms, sep: str | None = None, split
         transforms: the run's transformation (feature and id columns).
         sep: the CSV field separator (default ``,``).
         split: a store's split to predict: ``all`` (train then test), ``train`` or ``test``.
-        target: a table's column of labels or targets, read too (``pep evaluate --input``); None for none.
+        target: a table's column of labels or targets (or the columns of a run's several targets), read too
+            (``pep evaluate --input``); None for none.
 
     Raises:
         InputError: no such file, an unknown kind, a missing feature or id column (with the closest
@@ -110,7 +111,7 @@ def open_input(path: Path, transforms: Transforms, sep: str | None = None, split
     if kind is None:
         raise InputError(f"--input {path}: expected a .csv (or compressed .csv.gz, …), .parquet or a pep store "
                          "directory")
-    labels = [] if target is None else [target]
+    labels = [] if target is None else list(target) if isinstance(target, tuple) else [target]
     columns = [*transforms.id_columns, *transforms.input_columns, *labels]
     text = frozenset([*transforms.text_columns, *(labels if text_labels(transforms) else [])])
     ids = frozenset(transforms.id_columns)

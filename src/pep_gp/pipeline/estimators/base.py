@@ -390,7 +390,7 @@ class GPEstimator(FittedGP):
         with connected(self.cluster) as backend, progress_display(bool(self.verbose), type(self).__name__) as show:
             try:
                 trainer = Trainer(TrainJob(self.spec, data, config, None), backend,
-                                  None if warm_from is None else warm_from.params_,
+                                  None if warm_from is None else warm_from._run_params(),
                                   frame=None if previous is None else previous._frame, rows_represented=rows_represented)
             except InputError as error:
                 raise ValueError(f"{type(self).__name__}: {error}") from None
@@ -437,7 +437,20 @@ class GPEstimator(FittedGP):
             transforms=self._transforms().to_json(), converged=bool(self.converged_),
             log_marginal_likelihood=float(self.log_marginal_likelihood_value_), total_steps=int(self.n_iter_),
             rejected_steps=int(self.n_rejected_steps_), rejected_site_updates=int(self.n_rejected_site_updates_))
-        return manifest.write(directory, int(self.n_iter_), {"params": self.params_}, keep=1)
+        return manifest.write(directory, int(self.n_iter_), {"params": self._run_params()}, keep=1)
+
+    def _run_params(self) -> Any:
+        """The params as the trainer starts from them and a run stores them: ``params_``."""
+        return self.params_
+
+    def _keep_params(self, params: Any) -> None:
+        """Keep the params of a fit or of a run (numpy arrays) as ``params_`` (a model that keeps more among
+        them, :meth:`_run_params`, splits them)."""
+        self.params_ = params
+
+    def _loaded(self, run: Any) -> None:
+        """What the estimator reads of its run (:func:`pep_gp.load`) besides every estimator's attributes:
+        nothing here."""
 
     def _transforms(self) -> Transforms:
         """How ``pep predict`` reads a table for this estimator: its columns (``feature_names_in_``, else
@@ -456,7 +469,7 @@ class GPEstimator(FittedGP):
         """Keep what the fit of ``trainer`` gave (``opt_state``: the Adam state that ``partial_fit`` continues
         from and ``save`` writes, when the trainer's loop did not run: a full-batch fit's fresh one)."""
         source = trainer.train.source
-        self.params_ = jax.tree_util.tree_map(np.asarray, jax.device_get(result.params))
+        self._keep_params(jax.tree_util.tree_map(np.asarray, jax.device_get(result.params)))
         self._opt_state = jax.tree_util.tree_map(np.asarray, jax.device_get(
             trainer.state.opt_state if opt_state is None else opt_state))
         self._frame = Frame(list(source.x_mean), list(source.x_std), trainer.targets, trainer.binding,

@@ -19,6 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..models import deep_gp, heteroscedastic, multiclass, ordinal, sparse_gp, tied_ep
 from .base import ESTIMATORS, GPEstimator
 from .fitted import GPClassifierMixin, GPRegressorMixin
+from .multi_output import MultiOutputGPRegressor
 
 
 class SparseGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
@@ -129,9 +130,11 @@ class MultiClassDeepGPClassifier(GPClassifierMixin, ClassifierMixin, GPEstimator
 
 
 def built_in() -> dict[str, type[GPEstimator]]:
-    """The estimators of pep's own models (this module's), by ``--model`` name: :data:`ESTIMATORS` without
-    those of plugin or test models, and without ``CollapsedGPRegressor`` (not a ``pep train`` model)."""
-    return {name: cls for name, cls in sorted(ESTIMATORS.items()) if cls.__module__ == __name__}
+    """The estimators of pep's own models, by ``--model`` name: :data:`ESTIMATORS` of this module and of
+    ``MultiOutputGPRegressor``'s, without those of plugin or test models, and without ``CollapsedGPRegressor``
+    (not a ``pep train`` model)."""
+    own = {__name__, MultiOutputGPRegressor.__module__}
+    return {name: cls for name, cls in sorted(ESTIMATORS.items()) if cls.__module__ in own}
 
 
 def model_table() -> str:

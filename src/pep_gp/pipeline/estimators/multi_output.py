@@ -4,13 +4,13 @@ inputs (one kernel per output, or one shared), or the linear model of coregional
 :class:`~pep_gp.CollapsedGPRegressor` it integrates its sites out, so it trains full batch (the whole training
 split as one block of the trainer, :mod:`pep_gp.pipeline.models.multi_output`) by the estimators' L-BFGS
 (:mod:`pep_gp.pipeline.training.full_batch`) and predicts from its training rows. It fits arrays, or the
-training split of a store of several targets (``pep ingest --target a --target b``) read whole.
+training split of a store of several targets (``pep ingest --target a --target b``) read whole. It is also
+``pep train --model multi-output-regressor``, whose runs keep their training rows
+(:class:`~pep_gp.pipeline.models.multi_output.WithRows`): ``save`` writes one, and :func:`pep_gp.load` of one
+predicts as ``pep predict`` does.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -19,38 +19,14 @@ from sklearn.base import RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ...core import float64
-from ...core.models.multi_output_regression import MultiOutputRegression
 from ..data.stores import Store
-from ..models.multi_output import MULTI_OUTPUT
+from ..data.transforms import Transforms
+from ..models.multi_output import MULTI_OUTPUT, MultiOutputPredictive, WithRows
 from ..models.predictive import predict_in_blocks
 from ..runs.config import TrainConfig
 from .base import GPEstimator
 from .collapsed import ConditionsOnItsRows
 from .fitted import PREDICT_BLOCK_ROWS
-
-
-@dataclass(frozen=True)
-class MultiOutputPredictive:
-    """The predictive of ``params = (params, x_train, y_train)`` at standardised rows in the targets' units
-    (``shift``, ``scale`` ``[P]``): ``{"mean", "var"}`` ``[B, P]`` or, with ``output_cov``, ``{"mean", "cov"}``
-    with ``cov`` ``[B, P, P]`` across the outputs; ``latent``: of ``f`` (else of ``y``, noise included)."""
-
-    model: MultiOutputRegression
-    shift: Any
-    scale: Any
-    output_cov: bool = False
-    latent: bool = False
-
-    def __call__(self, params, x) -> dict:
-        params, x_train, y_train = params
-        moments = self.model.predict_f if self.latent else self.model.predict_y
-        mean, spread = moments(params, x_train, y_train, x, self.output_cov)
-        spread = spread * (jnp.outer(self.scale, self.scale) if self.output_cov else self.scale**2)
-        return {"mean": mean * self.scale + self.shift, "cov" if self.output_cov else "var": spread}
-
-
-jax.tree_util.register_dataclass(MultiOutputPredictive, data_fields=["shift", "scale"],
-                                 meta_fields=["model", "output_cov", "latent"])
 
 
 class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
@@ -112,14 +88,44 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
         return super()._solver(config, n_rows, from_store=False)
 
     def _fitted_on(self, data) -> None:
-        """The training rows, the number of outputs, and a store's target names."""
+        """The training rows (their number in ``binding_``: a warm start's may differ from the first fit's, and a
+        saved run is read by it), the number of outputs, and a store's target names."""
         super()._fitted_on(data)
+        self.binding_ = {**self.binding_, "n_rows": self.x_train_.shape[0]}
         self._one_output = self.y_train_.ndim == 1
         self.y_train_ = self.y_train_.reshape(self.y_train_.shape[0], -1)
         self.n_outputs_ = self.y_train_.shape[1]
         vars(self).pop("target_names_", None)
         if isinstance(data, Store):
             self.target_names_ = np.asarray(data.target_names, dtype=object)
+
+    def _run_params(self) -> WithRows:
+        """The params with the training rows: what the trainer starts from and a run stores."""
+        return WithRows(self.params_, self.x_train_, self.y_train_)
+
+    def _keep_params(self, params: WithRows) -> None:
+        """``params_``, and the rows among a run's params (a fit's are then those of :meth:`_fitted_on`)."""
+        self.params_, self.x_train_, self.y_train_ = params
+
+    def _loaded(self, run) -> None:
+        """The outputs of a run: one for a run of one target (predictions ``[n]``), else the run's targets'
+        names (``target_names_``)."""
+        self.n_outputs_ = self.y_train_.shape[1]
+        targets = run.transforms.target if run.transforms is not None else "y"
+        self._one_output = isinstance(targets, str)
+        if not self._one_output:
+            self.target_names_ = np.asarray(targets, dtype=object)
+
+    def _transforms(self) -> Transforms:
+        """As every estimator's, with the targets' names (``target_names_``, else ``y0, y1, …``) for several
+        outputs: ``pep predict`` of a saved fit writes ``mean_<target>`` and ``std_<target>`` for each."""
+        transforms = super()._transforms()
+        if self.n_outputs_ < 2 or isinstance(transforms.target, tuple):
+            return transforms
+        names = getattr(self, "target_names_", [f"y{p}" for p in range(self.n_outputs_)])
+        return transforms.model_copy(update={"target": tuple(map(str, names))})
+
+    save = GPEstimator.save  # the run keeps the rows (_run_params)
 
     @property
     def y_mean_(self) -> np.ndarray:
@@ -139,7 +145,7 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
         predictive = MultiOutputPredictive(self.model_, self.y_mean_, self.y_std_, output_cov, latent)
         x = (self._model_rows(X) - self.x_mean_) / self.x_std_
         with float64():
-            params = jax.tree_util.tree_map(jnp.asarray, (self.params_, self.x_train_, self.y_train_))
+            params = jax.tree_util.tree_map(jnp.asarray, self._run_params())
             out = predict_in_blocks(predictive, params, x, PREDICT_BLOCK_ROWS)
         if self._one_output:
             return {key: value.reshape(value.shape[0]) for key, value in out.items()}

@@ -50,7 +50,7 @@ def load(run_dir: str | Path) -> GPEstimator:
                                       batch_size=config.batch_size, seed=config.seed, tol=config.tol,
                                       max_iter=config.max_steps if config.max_steps is not None else manifest.total_steps)
     fitted: dict[str, Any] = {
-        "params_": jax.tree_util.tree_map(np.asarray, restored.trees["params"]), "model_": model,
+        "model_": model,
         "x_mean_": np.asarray(manifest.x_mean, float), "x_std_": np.asarray(manifest.x_std, float),
         "targets_": run.targets, "n_features_in_": len(manifest.x_mean),
         "binding_": manifest.model_binding, "data_checksum_": manifest.dataset_checksum,
@@ -69,4 +69,6 @@ def load(run_dir: str | Path) -> GPEstimator:
     fitted.update(table_reading(transforms, names))
     for name, value in fitted.items():
         setattr(estimator, name, value)
+    estimator._keep_params(jax.tree_util.tree_map(np.asarray, restored.trees["params"]))
+    estimator._loaded(run)
     return estimator

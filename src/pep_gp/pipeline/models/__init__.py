@@ -9,7 +9,7 @@ implementing :class:`Energy` (and :class:`SiteUpdates` for EP-style factor updat
 from .predictive import HeldOut
 from .protocol import Energy, ModelSettings, ModelSpec, SiteSettings, SiteUpdates, SpecBase, chosen_settings
 from .registry import MODELS, get_model, model_settings, register
-from . import multiclass, sparse_gp, ordinal, heteroscedastic, deep_gp, tied_ep  # noqa: E402,F401  (register the built-in models)
+from . import multiclass, sparse_gp, ordinal, heteroscedastic, deep_gp, tied_ep, multi_output  # noqa: E402,F401  (register the built-in models)
 
 __all__ = ["Energy", "HeldOut", "MODELS", "ModelSettings", "ModelSpec", "SiteSettings", "SiteUpdates", "SpecBase",
            "get_model", "model_settings", "register"]

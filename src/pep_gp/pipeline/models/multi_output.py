@@ -4,13 +4,16 @@ outputs sharing the inducing inputs, or the linear model of coregionalisation) a
 As :mod:`pep_gp.pipeline.models.collapsed`, its sites are integrated out in closed form, so it trains with the
 whole training split as one block (full batch) and predicts from its training rows. Its blocks' ``y`` is
 ``[R, P]`` (a store of ``P`` targets, ``pep ingest --target a --target b``, or ``[R]`` for one), each column
-standardised by its own mean and deviation; the number of outputs is the data's (the binding).
+standardised by its own mean and deviation; the numbers of outputs and of training rows are the data's (the
+binding). The rows travel with the params, :class:`WithRows` ``(params, x, y)`` (the standardised inputs and the
+targets in model units, frozen: the energy reads the block's rows, never these), so a run holds all its
+predictive needs: ``pep predict``, ``pep evaluate`` and :func:`pep_gp.load` read them from the checkpoint.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +28,7 @@ from ...core.parameters import unconstrained
 from ..data.blocks import TargetScaling
 from ..errors import InputError
 from .protocol import InducingSettings, KernelSetting, SpecBase, settings_kernel
+from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, check_given_inducing, check_inducing
 
 
@@ -61,18 +65,63 @@ class MultiOutputSettings(InducingSettings):
         return 1 if self.shared_kernel else n_outputs
 
 
+class WithRows(NamedTuple):
+    """The params of the multi-output model in the trainer and in a run: its :class:`MultiOutputParams` and the
+    training rows its predictions condition on, ``x`` ``[N, D]`` standardised, ``y`` ``[N, P]`` in model units."""
+
+    params: MultiOutputParams
+    x: Any
+    y: Any
+
+
 @dataclass(frozen=True)
 class MultiOutputOfRows(MultiOutputRegression):
-    """:class:`~pep_gp.core.models.multi_output_regression.MultiOutputRegression` with its number of outputs
-    (the data's, from the binding), taking a block's targets ``[R]`` of one output as ``[R, 1]``."""
+    """:class:`~pep_gp.core.models.multi_output_regression.MultiOutputRegression` of the trainer, with its numbers
+    of outputs and of training rows (the data's, from the binding): its energy takes :class:`WithRows` and the
+    block's rows (a block's targets ``[R]`` of one output as ``[R, 1]``), never the rows among the params."""
 
     n_outputs: int = 1
+    n_rows: int = 0
 
-    def data_energy(self, params: MultiOutputParams, shared, x, y, mask):
-        return super().data_energy(params, shared, x, y.reshape(x.shape[0], -1), mask)
+    def step_shared(self, params: WithRows, n_total):
+        return super().step_shared(params.params, n_total)
+
+    def global_energy(self, params: WithRows, shared, n_total):
+        return super().global_energy(params.params, shared, n_total)
+
+    def data_energy(self, params: WithRows, shared, x, y, mask):
+        return super().data_energy(params.params, shared, x, y.reshape(x.shape[0], -1), mask)
 
 
 jax.tree_util.register_static(MultiOutputOfRows)
+
+
+@dataclass(frozen=True)
+class MultiOutputPredictive:
+    """The predictive of ``params = (params, x_train, y_train)`` at standardised rows in the targets' units
+    (``shift``, ``scale``: ``P`` numbers each): ``{"mean", "var"}`` ``[B, P]`` or, with ``output_cov``, ``{"mean", "cov"}``
+    with ``cov`` ``[B, P, P]`` across the outputs; ``latent``: of ``f`` (else of ``y``, noise included).
+    Its outputs have a column per target (``per_target``: ``pep predict``'s ``mean_<target>``)."""
+
+    model: MultiOutputRegression
+    shift: Any
+    scale: Any
+    output_cov: bool = False
+    latent: bool = False
+
+    per_target = True
+
+    def __call__(self, params, x) -> dict:
+        params, x_train, y_train = params
+        moments = self.model.predict_f if self.latent else self.model.predict_y
+        mean, spread = moments(params, x_train, y_train, x, self.output_cov)
+        shift, scale = jnp.asarray(self.shift), jnp.asarray(self.scale)
+        spread = spread * (jnp.outer(scale, scale) if self.output_cov else scale**2)
+        return {"mean": mean * scale + shift, "cov" if self.output_cov else "var": spread}
+
+
+jax.tree_util.register_dataclass(MultiOutputPredictive, data_fields=["shift", "scale"],
+                                 meta_fields=["model", "output_cov", "latent"])
 
 
 @dataclass(frozen=True)
@@ -92,10 +141,11 @@ class MultiOutputSpec(SpecBase):
         check_given_inducing(data, settings)
 
     def binding(self, data: Any) -> dict[str, Any]:
-        return {"n_outputs": int(getattr(data, "n_targets", 1))}
+        return {"n_outputs": int(getattr(data, "n_targets", 1)), "n_rows": int(data.n_rows("train"))}
 
     def build(self, settings: MultiOutputSettings, binding: dict) -> MultiOutputOfRows:
-        return MultiOutputOfRows(settings.outputs, settings.alpha, settings.jitter, binding["n_outputs"])
+        return MultiOutputOfRows(settings.outputs, settings.alpha, settings.jitter, binding["n_outputs"],
+                                 binding["n_rows"])
 
     def targets(self, data: Any, settings: MultiOutputSettings | None = None) -> TargetScaling:
         """Each target column standardised by its training mean and deviation (one number each for one)."""
@@ -104,10 +154,11 @@ class MultiOutputSpec(SpecBase):
             return TargetScaling(tuple(map(float, mean)), tuple(map(float, std)))
         return TargetScaling(float(mean), float(std))
 
-    def init(self, model: MultiOutputOfRows, x, settings: MultiOutputSettings, seed: int) -> MultiOutputParams:
+    def init(self, model: MultiOutputOfRows, x, settings: MultiOutputSettings, seed: int) -> WithRows:
         """k-means inducing inputs (or ``inducing_points``), each latent GP's kernel with the median distance for
         a lengthscale left unset (the LMC's default variance held at 1: the scale is ``W``'s), the settings'
-        noise for every output; the LMC's ``W`` is set from the targets by :meth:`settle`."""
+        noise for every output, and rows of zeros of the binding's shapes; the rows and the LMC's ``W`` are set
+        from the training rows by :meth:`settle`."""
         if settings.inducing_points is None:
             check_inducing(settings, x.shape[0])
         lengthscales, _, z = initial_kernel_and_inducing(x, settings.num_inducing, inducing=settings.inducing_points,
@@ -126,26 +177,34 @@ class MultiOutputSpec(SpecBase):
             beyond = latents - min(latents, model.n_outputs)
             mixing[:, latents - beyond:] = 0.1 * np.random.default_rng(seed).normal(size=(model.n_outputs, beyond))
             mixing = jnp.asarray(mixing)
-        return MultiOutputParams(kernel, **noise, inducing=jnp.asarray(z), mixing=mixing)
+        return WithRows(MultiOutputParams(kernel, **noise, inducing=jnp.asarray(z), mixing=mixing),
+                        jnp.zeros((model.n_rows, x.shape[1])), jnp.zeros((model.n_rows, model.n_outputs)))
 
-    def settle(self, model: MultiOutputOfRows, params: MultiOutputParams, x, y, settings: MultiOutputSettings,
-               n_total) -> MultiOutputParams:
-        """The LMC's first ``min(Q, P)`` columns of ``W`` from the standardised targets' correlation: its top
-        eigenvectors times the roots of their eigenvalues (at least 0.01); independent outputs as they are."""
-        if settings.outputs != "lmc":
-            return params
+    def settle(self, model: MultiOutputOfRows, params: WithRows, x, y, settings: MultiOutputSettings,
+               n_total) -> WithRows:
+        """The training rows ``x``, ``y`` (every row: the trainer's one block) kept among the params; the LMC's
+        first ``min(Q, P)`` columns of ``W`` from the standardised targets' correlation: its top eigenvectors
+        times the roots of their eigenvalues (at least 0.01)."""
         y = np.asarray(y).reshape(np.shape(y)[0], -1)
+        rows = params._replace(x=jnp.asarray(x), y=jnp.asarray(y))
+        if settings.outputs != "lmc":
+            return rows
         values, vectors = np.linalg.eigh(y.T @ y / y.shape[0])  # ascending
-        top = min(params.mixing.shape[1], y.shape[1])
-        mixing = np.array(params.mixing)
+        mixing = np.array(params.params.mixing)
+        top = min(mixing.shape[1], y.shape[1])
         mixing[:, :top] = vectors[:, ::-1][:, :top] * np.sqrt(np.maximum(values[::-1][:top], 1e-2))
-        return params._replace(mixing=jnp.asarray(mixing))
+        return rows._replace(params=params.params._replace(mixing=jnp.asarray(mixing)))
 
-    def predictive(self, model: MultiOutputOfRows, targets: TargetScaling) -> None:
-        """None: predictions need the training rows (module docstring)."""
-        return None
+    def frozen(self, settings: MultiOutputSettings, params: WithRows) -> WithRows:
+        """As every model's (:meth:`SpecBase.frozen`), and the training rows."""
+        return super().frozen(settings, params)._replace(x=True, y=True)
+
+    def predictive(self, model: MultiOutputOfRows, targets: TargetScaling) -> MultiOutputPredictive:
+        """Each output's predictive of ``y`` ``[B, P]`` from the rows among the params (:class:`WithRows`)."""
+        return MultiOutputPredictive(model, *(tuple(map(float, np.atleast_1d(value)))  # hashable, as the scaling
+                                              for value in (targets.shift, targets.scale)))
 
 
-MULTI_OUTPUT = MultiOutputSpec("multi-output-regressor", "regression",
+MULTI_OUTPUT = register(MultiOutputSpec("multi-output-regressor", "regression",
                                "collapsed Power-EP multi-output regression: independent outputs or the LMC "
-                               "(full batch)")
+                               "(full batch)"))

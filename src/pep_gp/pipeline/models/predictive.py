@@ -247,7 +247,8 @@ class HeldOut:
     """Per-block held-out sums of a predictive on labelled rows (``y`` in model units, as in blocks):
     −log p(y|x) and errors (classification), squared errors and −log p(y|x) of the predictive's own density
     (regression, :func:`log_density`); with ``calibration``, also those of the calibration report (``pep
-    evaluate``): Brier score and reliability bins, or CRPS and interval coverage."""
+    evaluate``): Brier score and reliability bins, or CRPS and interval coverage. A predictive of ``P`` targets
+    per row (``mean`` ``[B, P]``: the multi-output regressor's) is scored by :func:`over_outputs`."""
 
     predictive: Callable
     targets: TargetScaling
@@ -262,12 +263,32 @@ class HeldOut:
             if self.calibration:
                 sums |= classification_calibration_sums(jax.nn.softmax(out["log_proba"], axis=1), labels, mask)
             return sums
+        if out["mean"].ndim == 2:
+            return over_outputs(out, y, mask, self.targets, self.calibration)
         y = y * self.targets.scale + self.targets.shift
         sums = regression_sums(out["mean"], log_density(self.predictive, params, x, y, out), y, mask)
         if self.calibration:
             sums |= regression_calibration_sums(out["mean"], out["var"], y, mask,
                                                 interval_cdf(self.predictive, params, x, y))
         return sums
+
+
+def over_outputs(out: dict, y, mask, targets: TargetScaling, calibration: bool = False) -> dict:
+    """Held-out sums of a Gaussian predictive of ``P`` targets per row (``out``'s ``mean`` and ``var``
+    ``[B, P]`` in target units, ``y`` ``[B, P]`` in model units: ``(y − shift)/scale`` of ``targets``, ``P``
+    numbers each), each averaged over the outputs: every metric of :func:`~pep_gp.pipeline.metrics.finish`
+    (``rmse``, ``test_nll``, ``crps``, coverage) is then the mean over the rows and the outputs of the
+    one-output metric of each output's marginal predictive, ``test_nll`` the row's ``−log p(y_p|x)``
+    averaged over ``p`` (not the joint density of the LMC's correlated outputs), ``n_test`` the rows."""
+    mean, var = out["mean"], out["var"]
+    outputs = mean.shape[1]
+    y = y.reshape(mean.shape) * jnp.asarray(targets.scale) + jnp.asarray(targets.shift)
+    rows = jnp.repeat(mask, outputs)
+    flat = [a.reshape(-1) for a in (mean, var, y)]
+    sums = regression_sums(flat[0], gaussian_log_density(flat[2], flat[0], flat[1]), flat[2], rows)
+    if calibration:
+        sums |= regression_calibration_sums(*flat, rows)
+    return {key: jnp.sum(mask) if key == "n" else value / outputs for key, value in sums.items()}
 
 
 def check_quantiles(levels) -> tuple[float, ...]:

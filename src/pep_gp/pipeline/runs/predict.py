@@ -10,7 +10,9 @@ predicted with the model's :meth:`~pep_gp.pipeline.models.ModelSpec.predictive`:
 * classification: ``log p(y = c | x)``, normalised in float64 so that each row's probabilities sum to 1
   (the multi-class predictive integrates by quadrature, whose sum may differ from 1 in the last digits);
   the label is the most probable class, in the user's values (the first such class on a tie);
-* regression: the predictive mean and standard deviation of ``y`` (noise included), and for each
+* regression: the predictive mean and standard deviation of ``y`` (noise included; of each target,
+  ``mean_<target>`` and ``std_<target>``, for a model of several targets per row: the multi-output
+  regressor, whose runs take none of the options below), and for each
   requested level ``p`` the central interval of the model's own predictive, its quantiles of levels
   ``(1 − p)/2`` and ``(1 + p)/2`` (``mean ± Φ⁻¹((1 + p)/2)·std`` for a Gaussian predictive; a Student-t's,
   a count model's or a deep GP's by its quadrature or mixture, as ``predict_quantiles``).
@@ -105,6 +107,7 @@ class RunPredictor:
         latent: the latent moments ``predict(params, x)`` in model units (:class:`Latent`).
         targets: the regression targets' scaling (model units → the user's).
         latent_per_class: one latent function per class (a multi-class model).
+        per_target: a predictive of each target of a row (``[n, P]``; :func:`prediction_columns`).
     """
 
     model: str
@@ -118,6 +121,7 @@ class RunPredictor:
     latent: Callable | None = field(default=None, repr=False)
     targets: TargetScaling = TargetScaling()
     latent_per_class: bool = False
+    per_target: bool = False
 
     def __call__(self, x: np.ndarray, outputs: Outputs = Outputs(), rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The predictive of rows ``x`` ``[n, D]`` of model features: ``{"proba": [n, C]}`` (each row
@@ -178,7 +182,8 @@ def load_predictor(run_dir: Path, na: str | None = None) -> RunPredictor:
     transforms = transforms.for_new_rows(na or ("mean" if transforms.na == "mean" else "fail"), x_mean)
     return RunPredictor(run.spec.name, run.spec.task, predictive, jax.device_get(run.params), x_mean, x_std,
                         transforms, run.manifest.config.rows_per_block, Latent(run.model), run.targets,
-                        run.spec.task == "classification" and run.spec.n_classes != 2)
+                        run.spec.task == "classification" and run.spec.n_classes != 2,
+                        getattr(predictive, "per_target", False))
 
 
 @dataclass(frozen=True)
@@ -201,16 +206,21 @@ class ChunkPredictor:
                 chunk, dropped = chunk.subset(complete), int(np.count_nonzero(~complete))
             x, ids, rows = transforms.apply(chunk, unseen), chunk_ids(chunk, transforms.id_columns), chunk.rows
         out = self.predictor(x, self.outputs, rows)
-        return prediction_frame(out, transforms, self.outputs, ids, self.predictor.latent_per_class), unseen, dropped
+        return (prediction_frame(out, transforms, self.outputs, ids, self.predictor.latent_per_class,
+                                 self.predictor.per_target), unseen, dropped)
 
 
-def prediction_columns(transforms: Transforms, outputs: Outputs = Outputs(), latent_per_class: bool = False) -> list[str]:
-    """The output's columns after the ids: ``label`` and ``proba_<label>`` per class (classification) or
+def prediction_columns(transforms: Transforms, outputs: Outputs = Outputs(), latent_per_class: bool = False,
+                       per_target: bool = False) -> list[str]:
+    """The output's columns after the ids: ``label`` and ``proba_<label>`` per class (classification),
+    ``mean_<target>`` then ``std_<target>`` per target (``per_target``: a predictive of each target of a row), or
     ``mean``, ``std`` and ``lower_<p>``/``upper_<p>`` per interval level ``p`` (regression); then, as
     ``outputs`` asks, ``f_mean`` and ``f_var`` (``f_mean_<label>``, ``f_var_<label>`` per class of a
     multi-class model), ``q_<p>`` per quantile level ``p``, and ``sample_0`` … ``sample_<S−1>``."""
     if transforms.labels is not None:
         columns = ["label", *(f"proba_{label}" for label in transforms.labels)]
+    elif per_target:
+        columns = [f"{moment}_{target}" for moment in ("mean", "std") for target in transforms.target_columns]
     else:
         columns = ["mean", "std", *(f"{side}_{level:g}" for level in outputs.intervals for side in ("lower", "upper"))]
     if outputs.latent:
@@ -221,10 +231,12 @@ def prediction_columns(transforms: Transforms, outputs: Outputs = Outputs(), lat
 
 
 def prediction_frame(out: dict[str, np.ndarray], transforms: Transforms, outputs: Outputs, ids: pd.DataFrame,
-                     latent_per_class: bool = False) -> pd.DataFrame:
+                     latent_per_class: bool = False, per_target: bool = False) -> pd.DataFrame:
     """The ids, then the columns of :func:`prediction_columns`."""
     if "proba" in out:
         values = [transforms.decode_labels(np.argmax(out["proba"], axis=1)), *out["proba"].T]
+    elif per_target:
+        values = [*out["mean"].T, *out["std"].T]
     else:
         values = [out["mean"], out["std"], *(out["intervals"].T if outputs.intervals else ())]
     if outputs.latent:
@@ -234,17 +246,27 @@ def prediction_frame(out: dict[str, np.ndarray], transforms: Transforms, outputs
         values += ([transforms.decode_labels(draws) for draws in out["samples"].T] if "proba" in out
                    else [*out["samples"].T])
     columns = {name: ids[name] for name in ids.columns}  # their own dtypes (a Parquet input's integers)
-    columns.update(zip(prediction_columns(transforms, outputs, latent_per_class), values))
+    columns.update(zip(prediction_columns(transforms, outputs, latent_per_class, per_target), values))
     return pd.DataFrame(columns)
 
 
-def check_outputs(outputs: Outputs, task: str) -> Outputs:
-    """``pep predict``'s output options checked against the run's task.
+def check_outputs(outputs: Outputs, task: str, per_target: bool = False) -> Outputs:
+    """``pep predict``'s output options checked against the run's task (and ``per_target``: a predictive of
+    each target of a row, which gives their means and deviations only).
 
     Raises:
         InputError: an interval level out of (0, 1), a quantile level out of (0, 1), intervals or
-            quantiles for a classifier, or a negative number of samples.
+            quantiles for a classifier, any option but those two columns per target for ``per_target``, or a
+            negative number of samples.
     """
+    if per_target:
+        asked = [option for option, given in (("--interval", outputs.intervals), ("--latent", outputs.latent),
+                                              ("--quantiles", outputs.quantiles), ("--samples", outputs.samples))
+                 if given]
+        if asked:
+            raise InputError(f"{asked[0]}: not available for a multi-output run (it predicts each "
+                             "target's mean_<target> and std_<target>; MultiOutputGPRegressor's predict(X, "
+                             "return_cov=True) gives their covariance)")
     for level in outputs.intervals:
         if not 0 < level < 1:
             raise InputError(f"--interval: expected a level in (0, 1) such as 0.9, found {level}")
@@ -345,11 +367,12 @@ def prepared(run_dir: str | Path, input: str | Path, *, sep: str | None = None, 
     """
     predictor = load_predictor(Path(run_dir), na)
     job = ChunkPredictor(predictor, check_outputs(Outputs(tuple(intervals), latent, tuple(quantiles), samples, seed),
-                                                  predictor.task))
+                                                  predictor.task, predictor.per_target))
     source = open_input(Path(input), predictor.transforms, sep, split)
     check_samples(job.outputs.samples, source)
     clash = set(predictor.transforms.id_columns) & set(prediction_columns(predictor.transforms, job.outputs,
-                                                                         predictor.latent_per_class))
+                                                                         predictor.latent_per_class,
+                                                                         predictor.per_target))
     if clash:
         raise InputError(f"{run_dir}: id column {sorted(clash)[0]!r} has the name of an output column; rename it "
                          "in the table and ingest it again")

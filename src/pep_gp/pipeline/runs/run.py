@@ -205,6 +205,9 @@ def evaluate_table(run_dir: Run | Path, table: str | Path, target: str | None = 
     if predictive is None or run.transforms is None:
         raise InputError(f"{run.directory}: --model {run.spec.name} has no held-out evaluation" if predictive is None else
                          f"{run.restored.path}: manifest has no 'transforms' (written by an older pep); train the run again")
+    if target is not None and isinstance(run.transforms.target, tuple):
+        raise InputError(f"--target: {run.directory} scores each of its targets "
+                         f"({', '.join(run.transforms.target)}); leave --target out")
     target = target or run.transforms.target
     labelled = run.transforms.model_copy(update={"target": target})
     rows = open_input(Path(table), run.transforms, sep, target=target)
@@ -212,7 +215,7 @@ def evaluate_table(run_dir: Run | Path, table: str | Path, target: str | None = 
     block_rows, x_mean, x_std = run.manifest.config.rows_per_block, run.manifest.x_mean, run.manifest.x_std
     total, dropped, unseen = None, 0, {}
     for chunk in rows.chunks():
-        keep, _ = rows_to_keep(chunk, [target], "drop")
+        keep, _ = rows_to_keep(chunk, list(labelled.target_columns), "drop")
         dropped += int((~keep).sum())
         kept = chunk.subset(keep)
         if not len(kept.frame):
