@@ -18,9 +18,8 @@ from ...core.initialisation import initial_kernel_and_inducing
 from ...core.kernels import Kernel, SquaredExponential
 from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
 from ...core.parameters import unconstrained
-from ..errors import InputError
 from .likelihood_parameters import LikelihoodParameterSettings
-from .protocol import InducingSettings, SpecBase, check_task, settings_kernel, settings_mean
+from .protocol import InducingSettings, SpecBase, check_one_block, check_task, settings_kernel, settings_mean
 from .sparse_gp import check_given_inducing, check_inducing
 
 
@@ -72,9 +71,7 @@ class CollapsedRegressionSpec(SpecBase):
 
     def check(self, data: Any, settings: CollapsedSettings, block_rows: int) -> None:
         check_task(self, data)
-        if block_rows < data.n_rows("train"):
-            raise InputError(f"{data.path}: --model {self.name} needs the whole training split in one block; "
-                             f"block_rows is {block_rows} for {data.n_rows('train')} rows")
+        check_one_block(self, data, block_rows)
         check_given_inducing(data, settings)
 
     def build(self, settings: CollapsedSettings, binding: dict) -> CollapsedRegression:

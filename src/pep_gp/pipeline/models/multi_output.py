@@ -27,7 +27,7 @@ from ...core.models.multi_output_regression import MultiOutputParams, MultiOutpu
 from ...core.parameters import unconstrained
 from ..data.blocks import TargetScaling
 from ..errors import InputError
-from .protocol import InducingSettings, KernelSetting, SpecBase, settings_kernel
+from .protocol import InducingSettings, KernelSetting, SpecBase, check_one_block, settings_kernel
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, check_given_inducing, check_inducing
 
@@ -135,9 +135,7 @@ class MultiOutputSpec(SpecBase):
         if data.task != "regression":
             raise InputError(f"{data.path}: --model {self.name} needs a regression store; this store holds a "
                              f"{data.task} task")
-        if block_rows < data.n_rows("train"):
-            raise InputError(f"{data.path}: --model {self.name} needs the whole training split in one block; "
-                             f"block_rows is {block_rows} for {data.n_rows('train')} rows")
+        check_one_block(self, data, block_rows)
         check_given_inducing(data, settings)
 
     def binding(self, data: Any) -> dict[str, Any]:

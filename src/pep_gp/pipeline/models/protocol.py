@@ -286,6 +286,15 @@ class ModelSpec(Protocol):
         regression; jit-able, so it runs per block on the engine like the held-out metrics it gives."""
 
 
+def check_one_block(spec: Any, data: Any, block_rows: int) -> None:
+    """A model that conditions on its whole training split at once (the collapsed bound, the multi-output bound)
+    reads it as one block: refused in one line, with the setting that fixes it, where ``block_rows`` is fewer."""
+    rows = data.n_rows("train")
+    if block_rows < rows:
+        raise InputError(f"{data.path}: --model {spec.name} needs the whole training split in one block; "
+                         f"block_rows is {block_rows} for {rows} rows (give --set block_rows={rows})")
+
+
 def check_task(spec: Any, data: Any, n_classes: int | None = None) -> None:
     """InputError unless ``data`` holds ``spec``'s task with one target per row (and, for a binary model,
     2 classes)."""
