@@ -17,8 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from pep_gp.pipeline.training.trainer import TrainJob, train
+from tests.infra import training_faults
 from tests.infra.loopback import (DASK_WORKER_ENV, Processes, client_tls_env, cluster_certs, dask_scheduler,
                                   dask_worker, free_port, leftovers, tls_options, wait_until)
+from tests.trainstores import make_store
 
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 AUTH = f"pep:{secrets.token_hex(16)}"  # PREFECT_API_AUTH_STRING, user:password
@@ -172,3 +175,17 @@ def _healthy(api_url: str) -> bool:
         return httpx.get(f"{api_url}/health", timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@pytest.fixture(scope="session")
+def fault_store(tmp_path_factory):
+    """The binary store the fault tests train on (:mod:`tests.infra.training_faults`)."""
+    return make_store(tmp_path_factory.mktemp("fault-store") / "binary.zarr")
+
+
+@pytest.fixture(scope="session")
+def fault_reference(fault_store, tmp_path_factory):
+    """The final params of the fault tests' run, undisturbed and in this process: what a disturbed run must
+    end with, to the bit."""
+    run_dir = tmp_path_factory.mktemp("fault-reference") / "run"
+    return train(TrainJob(training_faults.MODEL, fault_store, training_faults.CONFIG, run_dir)).params
