@@ -25,6 +25,13 @@ from tests.trainstores import make_store
 
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 AUTH = f"pep:{secrets.token_hex(16)}"  # PREFECT_API_AUTH_STRING, user:password
+QUICK_POLLS = {"PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "5"}
+"""Prefect's waits between polls, shortened for the tests (what the runs do is the same): the worker asks the
+server for scheduled runs every 2 s (10 s by default: each flow run the tests start waited up to that long to be
+picked up), and a run that finds its deployment's concurrency limit taken is tried again after 5 s (30 s by
+default: the scheduled ``refresh`` run that fires while the last one trains waited up to that long after it).
+Not shorter: each try of a waiting run is a submission the server refuses, on the same loaded cores (at 1 s and
+2 s: 325 refusals in that test on a 2-core machine at load 25)."""
 
 
 def server_settings(auth: str) -> dict[str, str]:
@@ -149,7 +156,8 @@ def stack(tmp_path_factory):
     processes = Processes(home / "logs", {**client_tls_env(certs),
         "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(home / "prefect"),
         "PREFECT_API_URL": api_url, "PREFECT_API_AUTH_STRING": AUTH,
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PEP_HOME": str(clone), "PEP_DASK_SCHEDULER": scheduler})
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PEP_HOME": str(clone), "PEP_DASK_SCHEDULER": scheduler,
+        **QUICK_POLLS})
     try:
         processes.start("prefect-server", "prefect", "server", "start", "--host", "127.0.0.1",
                         "--port", str(api_port), env=server_settings(AUTH))
