@@ -25,13 +25,13 @@ from tests.trainstores import make_store
 
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 AUTH = f"pep:{secrets.token_hex(16)}"  # PREFECT_API_AUTH_STRING, user:password
-QUICK_POLLS = {"PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "5"}
-"""Prefect's waits between polls, shortened for the tests (what the runs do is the same): the worker asks the
-server for scheduled runs every 2 s (10 s by default: each flow run the tests start waited up to that long to be
-picked up), and a run that finds its deployment's concurrency limit taken is tried again after 5 s (30 s by
-default: the scheduled ``refresh`` run that fires while the last one trains waited up to that long after it).
-Not shorter: each try of a waiting run is a submission the server refuses, on the same loaded cores (at 1 s and
-2 s: 325 refusals in that test on a 2-core machine at load 25)."""
+QUICK_POLLS = {"PREFECT_WORKER_QUERY_SECONDS": "2"}
+"""The Prefect worker asks the server for scheduled runs every 2 s (10 s by default: each flow run the tests start
+waited up to that long to be picked up); what the runs do is the same. Not the deployment concurrency limit's
+wait (``PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS``, 30 s): each try of a run kept waiting logs
+the worker's refused submission to that run, and at 5 s, on a 2-core machine at load 30, runs of the scheduled
+``refresh`` logged up to 74 refusals each, past which the test's first 200 lines of a run
+(:meth:`Stack.logs`) missed the run's own."""
 
 
 def server_settings(auth: str) -> dict[str, str]:
