@@ -17,11 +17,21 @@ from typing import Any
 import httpx
 import pytest
 
+from pep_gp.pipeline.training.trainer import TrainJob, train
+from tests.infra import training_faults
 from tests.infra.loopback import (DASK_WORKER_ENV, Processes, client_tls_env, cluster_certs, dask_scheduler,
                                   dask_worker, free_port, leftovers, tls_options, wait_until)
+from tests.trainstores import make_store
 
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 AUTH = f"pep:{secrets.token_hex(16)}"  # PREFECT_API_AUTH_STRING, user:password
+QUICK_POLLS = {"PREFECT_WORKER_QUERY_SECONDS": "2"}
+"""The Prefect worker asks the server for scheduled runs every 2 s (10 s by default: each flow run the tests start
+waited up to that long to be picked up); what the runs do is the same. Not the deployment concurrency limit's
+wait (``PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS``, 30 s): each try of a run kept waiting logs
+the worker's refused submission to that run, and at 5 s, on a 2-core machine at load 30, runs of the scheduled
+``refresh`` logged up to 74 refusals each, past which the test's first 200 lines of a run
+(:meth:`Stack.logs`) missed the run's own."""
 
 
 def server_settings(auth: str) -> dict[str, str]:
@@ -146,7 +156,8 @@ def stack(tmp_path_factory):
     processes = Processes(home / "logs", {**client_tls_env(certs),
         "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(home / "prefect"),
         "PREFECT_API_URL": api_url, "PREFECT_API_AUTH_STRING": AUTH,
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PEP_HOME": str(clone), "PEP_DASK_SCHEDULER": scheduler})
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PEP_HOME": str(clone), "PEP_DASK_SCHEDULER": scheduler,
+        **QUICK_POLLS})
     try:
         processes.start("prefect-server", "prefect", "server", "start", "--host", "127.0.0.1",
                         "--port", str(api_port), env=server_settings(AUTH))
@@ -172,3 +183,17 @@ def _healthy(api_url: str) -> bool:
         return httpx.get(f"{api_url}/health", timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@pytest.fixture(scope="session")
+def fault_store(tmp_path_factory):
+    """The binary store the fault tests train on (:mod:`tests.infra.training_faults`)."""
+    return make_store(tmp_path_factory.mktemp("fault-store") / "binary.zarr")
+
+
+@pytest.fixture(scope="session")
+def fault_reference(fault_store, tmp_path_factory):
+    """The final params of the fault tests' run, undisturbed and in this process: what a disturbed run must
+    end with, to the bit."""
+    run_dir = tmp_path_factory.mktemp("fault-reference") / "run"
+    return train(TrainJob(training_faults.MODEL, fault_store, training_faults.CONFIG, run_dir)).params

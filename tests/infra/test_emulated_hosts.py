@@ -20,32 +20,20 @@ from contextlib import contextmanager
 
 import pytest
 
-from pep_gp.pipeline.runs.checkpoint import checkpoint_dir
 from pep_gp.pipeline.runs.run import load_run
-from pep_gp.pipeline.training.trainer import TrainJob, train
 from tests.infra.loopback import cluster_certs, leftovers, wait_until
 from tests.infra.namespaces import Cluster, Link, Network, namespaces_unavailable
-from tests.trainstores import FAST, config_toml, leaves_equal, make_store
+from tests.infra.training_faults import CONFIG, MODEL, STEPS, newest_step, wait_for_the_fault_point
+from tests.trainstores import config_toml, leaves_equal
 
-# infra only, like the scheduler-loss tests of minutes: heavy too would run them twice in .ci/run (its heavy stage)
-pytestmark = [pytest.mark.infra,
+# infra only, like the scheduler-loss tests: heavy too would run them twice in .ci/run (its heavy stage). One
+# pytest-xdist group with those: one worker trains their shared reference (tests/infra/training_faults.py).
+pytestmark = [pytest.mark.infra, pytest.mark.xdist_group("training-faults"),
               pytest.mark.skipif(namespaces_unavailable() is not None, reason=str(namespaces_unavailable()))]
 
-MODEL = "sparse-gp-classifier"
-CONFIG = FAST.model_copy(update={"epochs": 40})  # 200 steps, a checkpoint every 4
 LINK = Link.parse("100mbit/1ms")
-RUN_TIMEOUT = 420  # seconds a disturbed run may take in all on this loaded 2-core machine (undisturbed: ~1-2 min)
+RUN_TIMEOUT = 420  # seconds a disturbed run may take in all on this loaded 2-core machine
 RERUN = "re-running the step"  # the engine's warning when a pass is made again on the workers left
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return make_store(tmp_path_factory.mktemp("emulated-hosts") / "binary.zarr")
-
-
-@pytest.fixture(scope="module")
-def reference(store, tmp_path_factory):
-    return train(TrainJob(MODEL, store, CONFIG, tmp_path_factory.mktemp("emulated-hosts") / "reference")).params
 
 
 @pytest.fixture(scope="module")
@@ -65,20 +53,21 @@ def cluster(certs, tmp_path):
     assert not network.leftovers() and not leftovers(network.processes.token)
 
 
-def newest_step(run_dir) -> int:
-    steps = [int(p.parent.name.removeprefix("step-")) for p in checkpoint_dir(run_dir).glob("step-*/manifest.json")]
-    return max(steps, default=0)
-
-
 def start_training(cluster: Cluster, store, tmp_path):
-    """``pep train`` on the head host; (the process, its run directory), once it checkpointed step 8."""
+    """``pep train`` on the head host; (the process, its run directory), once it checkpointed step
+    :data:`~tests.infra.training_faults.FAULT_AT`."""
     (tmp_path / "config.toml").write_text(config_toml(CONFIG))
     run_dir = tmp_path / "run"
     training = cluster.network.start("head", "train", "pep", "train", "--model", MODEL, "--data", store.path,
                                      "--run-dir", str(run_dir), "--config", str(tmp_path / "config.toml"),
                                      "--cluster", cluster.address, "--json", env=cluster.client_env)
-    wait_until(lambda: newest_step(run_dir) >= 8 or training.poll() is not None, 300, "a checkpoint at step 8")
+    wait_for_the_fault_point(training, run_dir)
     return training, run_dir
+
+
+def still_running(training, run_dir) -> bool:
+    """True while ``pep train`` runs with steps to go: a fault applied before this held landed mid-run."""
+    return training.poll() is None and newest_step(run_dir) < STEPS
 
 
 def finished(cluster: Cluster, training, run_dir, reference) -> str:
@@ -87,30 +76,33 @@ def finished(cluster: Cluster, training, run_dir, reference) -> str:
     log = cluster.network.processes.log("train")
     assert "Traceback" not in log, log[-3000:]
     summary = [line for line in log.splitlines() if line.startswith("{")][-1]  # stdout's JSON
-    assert json.loads(summary)["steps"] == 200
+    assert json.loads(summary)["steps"] == STEPS
     assert leaves_equal(load_run(run_dir).trees["params"], reference)
     return log
 
 
-def test_a_link_taken_down_mid_step_reruns_the_step_on_the_worker_left(cluster, store, reference, tmp_path):
-    training, run_dir = start_training(cluster, store, tmp_path)
+def test_a_link_taken_down_mid_step_reruns_the_step_on_the_worker_left(cluster, fault_store, fault_reference,
+                                                                      tmp_path):
+    training, run_dir = start_training(cluster, fault_store, tmp_path)
     started = time.monotonic()
     cluster.network.set_link("w1", up=False)
-    log = finished(cluster, training, run_dir, reference)
+    assert still_running(training, run_dir)
+    log = finished(cluster, training, run_dir, fault_reference)
     assert RERUN in log
     assert time.monotonic() - started < RUN_TIMEOUT
 
 
 @pytest.mark.exhaustive  # the link-down path again, then the link back up: .ci/run's infra stage leaves it out
-def test_a_link_that_comes_back_after_the_run_moved_on_changes_nothing(cluster, store, reference, tmp_path):
-    training, run_dir = start_training(cluster, store, tmp_path)
+def test_a_link_that_comes_back_after_the_run_moved_on_changes_nothing(cluster, fault_store, fault_reference,
+                                                                      tmp_path):
+    training, run_dir = start_training(cluster, fault_store, tmp_path)
     cluster.network.set_link("w1", up=False)
     wait_until(lambda: RERUN in cluster.network.processes.log("train") or training.poll() is not None, 120,
                "the run to move on without w1")
     moved_on_at = newest_step(run_dir)
     cluster.network.set_link("w1", up=True)
-    finished(cluster, training, run_dir, reference)
-    assert moved_on_at < 200
+    finished(cluster, training, run_dir, fault_reference)
+    assert moved_on_at < STEPS
 
 
 @contextmanager
@@ -135,9 +127,10 @@ def a_tenth_of_the_time(pid: int, period: float = 0.1) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-def test_a_worker_slow_by_ten_times_is_waited_for_not_lost(cluster, store, reference, tmp_path):
-    training, run_dir = start_training(cluster, store, tmp_path)
+def test_a_worker_slow_by_ten_times_is_waited_for_not_lost(cluster, fault_store, fault_reference, tmp_path):
+    training, run_dir = start_training(cluster, fault_store, tmp_path)
     cluster.network.set_rate("w1", LINK.rate / 10)
     with a_tenth_of_the_time(cluster.network.processes.started["worker-w1"].pid):
-        log = finished(cluster, training, run_dir, reference)
+        assert still_running(training, run_dir)
+        log = finished(cluster, training, run_dir, fault_reference)
     assert RERUN not in log  # slow is not lost: no step was re-run

@@ -13,28 +13,16 @@ import subprocess
 
 import pytest
 
-from pep_gp.pipeline.runs.checkpoint import checkpoint_dir
 from pep_gp.pipeline.runs.run import load_run
-from pep_gp.pipeline.training.trainer import TrainJob, train
 from tests.infra.loopback import (BIN, DASK_WORKER_ENV, Processes, dask_scheduler, dask_worker, free_port, leftovers,
                                   wait_until)
-from tests.trainstores import FAST, config_toml, leaves_equal, make_store
+from tests.infra.training_faults import CONFIG, FAULT_AT, MODEL, STEPS, newest_step, wait_for_the_fault_point
+from tests.trainstores import config_toml, leaves_equal
 
-pytestmark = pytest.mark.infra
+# The emulated hosts' group (tests/infra/test_emulated_hosts.py): one pytest-xdist worker trains the reference.
+pytestmark = [pytest.mark.infra, pytest.mark.xdist_group("training-faults")]
 
-MODEL = "sparse-gp-classifier"
-CONFIG = FAST.model_copy(update={"epochs": 40})  # 200 steps, a checkpoint every 4
 QUICK_TIMEOUTS = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "10s"}
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return make_store(tmp_path_factory.mktemp("scheduler-loss") / "binary.zarr")
-
-
-@pytest.fixture(scope="module")
-def reference(store, tmp_path_factory):
-    return train(TrainJob(MODEL, store, CONFIG, tmp_path_factory.mktemp("scheduler-loss") / "reference")).params
 
 
 @pytest.fixture
@@ -60,50 +48,45 @@ def train_command(store, run_dir, config_file, address, *extra) -> tuple[str, ..
             str(config_file), "--cluster", address, "--json", *extra)
 
 
-def newest_step(run_dir) -> int:
-    steps = [int(p.parent.name.removeprefix("step-")) for p in checkpoint_dir(run_dir).glob("step-*/manifest.json")]
-    return max(steps, default=0)
-
-
 def kill_cluster(processes: Processes, generation: int) -> None:
     processes.kill(f"worker-{generation}")
     processes.kill(f"scheduler-{generation}")
 
 
 @pytest.mark.exhaustive  # the reconnecting path; .ci/run's infra stage runs the lost-for-good one and its --resume
-def test_a_scheduler_restarted_at_its_address_is_reconnected_to(processes, store, reference, tmp_path):
+def test_a_scheduler_restarted_at_its_address_is_reconnected_to(processes, fault_store, fault_reference, tmp_path):
     port = free_port()
     address = start_cluster(processes, port, 1)
     (tmp_path / "config.toml").write_text(config_toml(CONFIG))
     run_dir = tmp_path / "run"
-    training = processes.start("train", *train_command(store, run_dir, tmp_path / "config.toml", address))
-    wait_until(lambda: newest_step(run_dir) >= 8 or training.poll() is not None, 300, "a checkpoint at step 8")
+    training = processes.start("train", *train_command(fault_store, run_dir, tmp_path / "config.toml", address))
+    wait_for_the_fault_point(training, run_dir)
     kill_cluster(processes, 1)
     start_cluster(processes, port, 2)
     assert training.wait(timeout=600) == 0, processes.log("train")[-3000:]
     summary = [line for line in processes.log("train").splitlines() if line.startswith("{")][-1]  # stdout's JSON
-    assert json.loads(summary)["steps"] == 200  # (stderr, in the same log, may add the not-converged warning)
-    assert leaves_equal(load_run(run_dir).trees["params"], reference)
+    assert json.loads(summary)["steps"] == STEPS  # (stderr, in the same log, may add the not-converged warning)
+    assert leaves_equal(load_run(run_dir).trees["params"], fault_reference)
 
 
-def test_a_scheduler_lost_for_good_ends_the_run_in_one_line_and_resume_continues(processes, store, reference,
-                                                                                  tmp_path):
+def test_a_scheduler_lost_for_good_ends_the_run_in_one_line_and_resume_continues(processes, fault_store,
+                                                                                  fault_reference, tmp_path):
     address = start_cluster(processes, free_port(), 1)
     (tmp_path / "config.toml").write_text(config_toml(CONFIG))
     run_dir = tmp_path / "run"
-    training = processes.start("train", *train_command(store, run_dir, tmp_path / "config.toml", address))
-    wait_until(lambda: newest_step(run_dir) >= 8 or training.poll() is not None, 300, "a checkpoint at step 8")
+    training = processes.start("train", *train_command(fault_store, run_dir, tmp_path / "config.toml", address))
+    wait_for_the_fault_point(training, run_dir)
     kill_cluster(processes, 1)
     assert training.wait(timeout=600) == 1
     errors = [line for line in processes.log("train").splitlines() if line.startswith("pep train: error:")]
     assert len(errors) == 1 and "Traceback" not in processes.log("train"), processes.log("train")[-3000:]
     assert f"--cluster {address}: a step failed 3 times" in errors[0] and "--resume" in errors[0]
     stopped_at = newest_step(run_dir)
-    assert 8 <= stopped_at < 200
+    assert FAULT_AT <= stopped_at < STEPS
     new_address = start_cluster(processes, free_port(), 2)
-    resumed = subprocess.run([str(BIN / "pep"), *train_command(store, run_dir, tmp_path / "config.toml", new_address,
-                                                                "--resume")[1:]],
+    resumed = subprocess.run([str(BIN / "pep"), *train_command(fault_store, run_dir, tmp_path / "config.toml",
+                                                                new_address, "--resume")[1:]],
                              capture_output=True, text=True, timeout=600, env=processes.env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads(resumed.stdout)["steps"] == 200
-    assert leaves_equal(load_run(run_dir).trees["params"], reference)
+    assert json.loads(resumed.stdout)["steps"] == STEPS
+    assert leaves_equal(load_run(run_dir).trees["params"], fault_reference)
