@@ -11,6 +11,7 @@ from scipy.linalg import block_diag
 
 from pep_gp.core.models import collapsed_regression
 from pep_gp.core.models.multi_output_regression import MultiOutputParams, MultiOutputRegression
+from pep_gp.core.means import Linear
 from pep_gp.core.parameters import unconstrained
 from tests import oracles
 from tests.core.test_no_batched_lapack import _assert_unbatched
@@ -53,24 +54,26 @@ def _stacked(a, b, mixing):
 
 
 @pytest.mark.heavy  # the bound compiled twice (with and without priors): ~10 s on 2 loaded cores
-def test_a_kernel_prior_adds_scipys_log_density_of_every_latent_gps_values(data):
-    """A kernel with ``prior=`` (issue 65: the multi-output objective left it out): the bound plus, for each of
-    the ``P`` kernels, scipy's log density of each lengthscale and of the variance and the log-Jacobian ``log θ``
-    of the stored logarithm (:mod:`pep_gp.core.priors`' convention)."""
+def test_kernel_and_noise_priors_add_scipys_log_density_of_every_value(data):
+    """A kernel with ``prior=`` (issue 65: the multi-output objective left it out) and the model's prior on the
+    noises: the bound plus, for each of the ``P`` kernels, scipy's log density of each lengthscale and of the
+    variance and the log-Jacobian ``log θ`` of the stored logarithm, and for each output's noise ``σ_p²`` its log
+    density and the softplus's log-Jacobian ``log(1 − e^(−σ_p²))`` (:mod:`pep_gp.core.priors`' convention)."""
     from scipy import stats
 
     from pep_gp.core.kernels import SquaredExponential
-    from pep_gp.core.priors import Gamma, LogNormal
+    from pep_gp.core.priors import Gamma, HalfNormal, LogNormal
 
     x, y, z, _, _ = data
-    model = MultiOutputRegression("independent", 0.5)
     plain = _params(P, z)
     kernel = SquaredExponential(LS, VAR, prior={"lengthscales": Gamma(2.0, 1.5), "variance": LogNormal(0.1, 0.5)})
     with_priors = plain._replace(kernel=kernel.bank(P, D))
-    evidence = bound(model, plain, jnp.asarray(x), jnp.asarray(y))
+    evidence = bound(MultiOutputRegression("independent", 0.5), plain, jnp.asarray(x), jnp.asarray(y))
+    model = MultiOutputRegression("independent", 0.5, priors=(("raw_noise_variance", HalfNormal(0.3)),))
     ours = bound(model, with_priors, jnp.asarray(x), jnp.asarray(y))
     expected = (np.sum(stats.gamma(a=2.0, scale=1 / 1.5).logpdf(LS) + np.log(LS))
-                + np.sum(stats.lognorm(s=0.5, scale=np.exp(0.1)).logpdf(VAR) + np.log(VAR)))
+                + np.sum(stats.lognorm(s=0.5, scale=np.exp(0.1)).logpdf(VAR) + np.log(VAR))
+                + np.sum(stats.halfnorm(scale=0.3).logpdf(NOISE) + np.log(-np.expm1(-NOISE))))
     assert float(ours - evidence) == pytest.approx(expected, rel=1e-12)
 
 
@@ -83,6 +86,23 @@ def test_lmc_bound_at_training_inputs_is_the_stacked_exact_evidence(data, alpha)
     value = float(bound(model, _params(Q, x, mixing), jnp.asarray(x), jnp.asarray(y)))
     cov = _stacked(x, x, mixing) + np.kron(np.diag(NOISE), np.eye(N))
     assert value == pytest.approx(oracles.gaussian_log_evidence(y.T.reshape(-1), cov), rel=1e-8)
+
+
+@pytest.mark.heavy  # one bound and one predictive compiled: ~8 s on 2 cores
+def test_each_outputs_linear_mean_is_the_stacked_exact_gp_with_that_mean(data):
+    """Z = X, α = 1, each output its own ``m_p(x) = w_pᵀx + b_p``: the bound is ``log N(vec(y − m(X)); 0, K)`` and
+    the predictive mean the exact GP's of ``y − m(X)`` plus ``m(x*)`` (Rasmussen & Williams 2006, §2.7)."""
+    x, y, _, mixing, x_new = data
+    weights, bias = np.array([[0.5, -1.0], [2.0, 0.3], [-0.7, 0.0]]), np.array([1.0, -2.0, 0.5])
+    params = _params(Q, x, mixing)._replace(mean=Linear(weights=weights, bias=bias).stacked(P, D))
+    model = MultiOutputRegression("lmc", 1.0, jitter=0.0)
+    k = _stacked(x, x, mixing) + np.kron(np.diag(NOISE), np.eye(N))
+    about = (y - x @ weights.T - bias).T.reshape(-1)
+    value = float(bound(model, params, jnp.asarray(x), jnp.asarray(y)))
+    assert value == pytest.approx(oracles.gaussian_log_evidence(about, k), rel=1e-8)
+    mean, _ = predict_f(model, params, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_new))
+    exact = (_stacked(x_new, x, mixing) @ np.linalg.solve(k, about)).reshape(P, -1).T + x_new @ weights.T + bias
+    np.testing.assert_allclose(mean, exact, rtol=1e-8, atol=1e-10)
 
 
 @pytest.mark.heavy

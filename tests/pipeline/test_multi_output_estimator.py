@@ -8,7 +8,11 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from pep_gp import CollapsedGPRegressor, MultiOutputGPRegressor
-from pep_gp.means import Constant
+from pep_gp.core.models.multi_output_regression import MultiOutputParams
+from pep_gp.core.parameters import unconstrained
+from pep_gp.core.priors import LogNormal
+from pep_gp.kernels import SquaredExponential
+from pep_gp.means import Constant, Linear
 
 
 @pytest.fixture
@@ -74,6 +78,51 @@ def test_the_fitted_mean_is_each_outputs_training_mean_where_the_predictions_rev
     np.testing.assert_allclose(model.predict(far), prior, rtol=1e-12)
 
 
+@pytest.mark.heavy  # four short fits: ~12 s at a load of 2 on two cores, most of it compiling
+def test_a_fixed_noise_keeps_every_outputs_bits_and_a_prior_on_it_moves_the_fit(rows):
+    """``fixed="noise_variance"`` (issue 65, item 3) keeps each output's noise at its start, to the bit, while the
+    kernels move; ``prior={"noise_variance": …}`` is a density of each output's noise (a MAP fit), so a prior
+    tight about a large noise leaves the fit's noises larger than the free fit's."""
+    x, y, _ = rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fixed = MultiOutputGPRegressor(num_inducing=5, noise_variance=0.05, fixed="noise_variance",
+                                       max_iter=10).fit(x, y)
+        free = MultiOutputGPRegressor(num_inducing=5, noise_variance=0.05, max_iter=10).fit(x, y)
+        held = MultiOutputGPRegressor(num_inducing=5, noise_variance=0.05, max_iter=10,
+                                      prior={"noise_variance": LogNormal(np.log(0.5), 0.01)}).fit(x, y)
+        initial = MultiOutputGPRegressor(num_inducing=5, noise_variance=0.05, fixed="noise_variance",
+                                         max_iter=0).fit(x, y)
+    start = np.asarray(unconstrained(MultiOutputParams, noise_variance=np.full(2, 0.05))["raw_noise_variance"])
+    assert np.asarray(fixed.params_.raw_noise_variance).tobytes() == start.tobytes()
+    assert not np.allclose(fixed.params_.kernel.lengthscales.value, initial.params_.kernel.lengthscales.value)
+    assert np.all(np.abs(np.asarray(free.params_.noise_variance) - 0.05) > 1e-3)
+    np.testing.assert_allclose(held.params_.noise_variance, 0.5, rtol=0.05)
+    assert np.all(np.asarray(free.params_.noise_variance) < 0.2)
+
+
+@pytest.mark.heavy  # one short fit: ~8 s at a load of 2 on two cores, most of it compiling
+def test_each_outputs_linear_mean_recovers_its_trend_and_is_reported_in_the_targets_units(rows):
+    """``mean_function="linear"`` (issue 65, item 2) gives each output its own ``w_pᵀx + b_p``: on two linear trends
+    with noise, and kernels held at a variance of 10⁻⁶ (so the covariance is the noise's: the mean's maximum
+    likelihood is least squares), the fitted ``mean_function_`` (data units, ``Linear`` of ``[P, D]`` weights) has
+    numpy's least-squares slopes and intercepts, and far from the data the predictions follow it."""
+    x = rows[0]
+    noise = 0.05 * np.random.default_rng(1).normal(size=(x.shape[0], 2))
+    y = np.column_stack([2.0 * x[:, 0] + 1.0, -0.5 * x[:, 0] + 3.0]) + noise
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = MultiOutputGPRegressor(num_inducing=5, mean_function="linear", max_iter=50,
+                                       kernel=SquaredExponential(variance=1e-6, fixed="variance")).fit(x, y)
+    (slopes, intercepts), *_ = np.linalg.lstsq(np.column_stack([x[:, 0], np.ones(len(x))]), y, rcond=None)
+    fitted = model.mean_function_
+    assert isinstance(fitted, Linear) and np.shape(fitted.weights) == (2, 1)
+    np.testing.assert_allclose(np.ravel(fitted.weights), slopes, rtol=1e-4)
+    np.testing.assert_allclose(fitted.bias, intercepts, rtol=1e-4)
+    far = np.array([[30.0]])
+    np.testing.assert_allclose(model.predict(far), fitted(far), rtol=1e-6)
+
+
 @pytest.mark.parametrize("y, message", [
     (np.zeros((40, 2, 1)), r"y must hold one row of targets per row of X, \[N\] or \[N, P\]"),
     (np.zeros((40, 0)), r"with P ≥ 1; got shape \(40, 0\)"),
@@ -91,6 +140,8 @@ def test_bad_y_shapes_are_refused(rows, y, message):
     ({"outputs": "coregional"}, "outputs: Input should be 'independent' or 'lmc'"),
     ({"alpha": 1.5}, "alpha: Input should be less than or equal to 1"),
     ({"inducing_points": np.zeros((3, 2))}, "inducing_points has 2 columns"),
+    ({"fixed": "dof"}, r"fixed names \['dof'\], which likelihood 'gaussian' does not have; its parameters are "
+                       r"\['noise_variance'\]"),
 ])
 def test_bad_settings_are_refused(rows, settings, message):
     with pytest.raises(ValueError, match=message):

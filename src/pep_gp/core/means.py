@@ -173,7 +173,7 @@ class MeanFunction:
         as a function of the data's own inputs in the targets' units: ``shift + scale·m((x − x_mean)/x_std)``;
         in closed form for :class:`Zero`, :class:`Constant` and :class:`Linear`, else :class:`InDataUnits`."""
         return InDataUnits(self, tuple(map(float, np.ravel(x_mean))), tuple(map(float, np.ravel(x_std))),
-                           float(shift), float(scale))
+                           *(float(v) if np.ndim(v) == 0 else tuple(map(float, v)) for v in (shift, scale)))
 
     def replace(self, **values) -> "MeanFunction":
         """A copy with some fields replaced."""
@@ -280,10 +280,12 @@ class Linear(MeanFunction):
     def shapes(self, dims):
         return {"weights": (dims,), "bias": ()}
 
-    def in_data_units(self, x_mean, x_std, shift: float = 0.0, scale: float = 1.0) -> MeanFunction:
+    def in_data_units(self, x_mean, x_std, shift=0.0, scale=1.0) -> MeanFunction:
+        """In closed form; ``shift`` and ``scale`` a number, or one per latent function of a stacked mean (a
+        multi-output regressor's ``[P]``, each row of ``weights`` scaled by its own)."""
         weights = np.asarray(self.weights, dtype=float) / np.asarray(x_std, dtype=float)
         bias = shift + scale * (np.asarray(self.bias, dtype=float) - weights @ np.asarray(x_mean, dtype=float))
-        return Linear(weights=scale * weights, bias=bias)
+        return Linear(weights=np.asarray(scale, dtype=float)[..., None] * weights, bias=bias)
 
 
 class InDataUnits:
@@ -291,8 +293,8 @@ class InDataUnits:
     ``[B, D]`` of the data's own inputs (what :meth:`MeanFunction.in_data_units` gives for a mean without a
     closed form; ``mean`` is the fitted mean itself)."""
 
-    def __init__(self, mean: MeanFunction, x_mean: tuple[float, ...], x_std: tuple[float, ...], shift: float,
-                 scale: float, each: bool = False):
+    def __init__(self, mean: MeanFunction, x_mean: tuple[float, ...], x_std: tuple[float, ...],
+                 shift: float | tuple[float, ...], scale: float | tuple[float, ...], each: bool = False):
         self.mean, self.x_mean, self.x_std, self.shift, self.scale = mean, x_mean, x_std, shift, scale
         self.each = each  # ``mean`` is :meth:`~MeanFunction.stacked`: one function per latent, [B, G]
 
@@ -305,10 +307,12 @@ class InDataUnits:
         JAX's float64 scope)."""
         with float64():
             x = (jnp.asarray(x, dtype=float) - jnp.asarray(self.x_mean)) / jnp.asarray(self.x_std)
-            return np.asarray(self.shift + self.scale * (self.mean.each(x) if self.each else self.mean(x)))
+            values = self.mean.each(x) if self.each else self.mean(x)
+            return np.asarray(jnp.asarray(self.shift) + jnp.asarray(self.scale) * values)
 
     def __repr__(self):
-        return f"{self.shift:.4g} + {self.scale:.4g}·{self.mean!r} of the standardised inputs"
+        shift, scale = (np.array2string(np.asarray(v), precision=4) for v in (self.shift, self.scale))
+        return f"{shift} + {scale}·{self.mean!r} of the standardised inputs"
 
 
 def from_dict(description) -> MeanFunction:

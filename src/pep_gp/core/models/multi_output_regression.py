@@ -31,6 +31,11 @@ GPyTorch's ``IndependentMultitaskVariationalStrategy``/``LMCVariationalStrategy`
 
 The predictive at a row ``x*`` is that of the same sites (Bui, Yan & Turner 2017, eq. 7 at test points) for
 every output at once, with its ``P × P`` covariance across the outputs (diagonal for independent outputs).
+
+Each output may have a prior mean ``m_p`` (``f_p = m_p(x) + …``; a :meth:`~pep_gp.core.means.MeanFunction.stacked`
+mean of ``P`` functions, ``[N, P]`` at the rows, :meth:`~pep_gp.core.means.MeanFunction.each`): the bound is that of
+``y − m(x)`` under the zero-mean model and the predictive means are shifted by ``m(x*)`` (Rasmussen & Williams
+2006, §2.7). The default :class:`~pep_gp.core.means.Zero` adds nothing, bit for bit.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import jax.numpy as jnp
 from ..kernels import Kernel
 from ..linalg import DEFAULT_JITTER, cholesky, per_matrix, solve_lower
 from ..log_prior import with_log_prior
+from ..means import MeanFunction, Zero
 from ..parameters import SOFTPLUS, constrained
 from .collapsed_regression import condition, evidence, posterior
 
@@ -53,13 +59,15 @@ Outputs = Literal["independent", "lmc"]
 class MultiOutputParams(NamedTuple):
     """Trainable state: the kernels of the ``G`` latent GPs (hyper-parameters ``[G, ·]``: ``G = P`` separate or
     ``1`` shared independent outputs, ``Q`` for the LMC), the outputs' unconstrained noise variances ``[P]``
-    (softplus), the shared inducing inputs ``Z`` ``[M, D]`` and the LMC's mixing weights ``W`` ``[P, Q]`` (None
-    for independent outputs)."""
+    (softplus), the shared inducing inputs ``Z`` ``[M, D]``, the LMC's mixing weights ``W`` ``[P, Q]`` (None
+    for independent outputs) and the outputs' prior means (a mean :meth:`~pep_gp.core.means.MeanFunction.stacked`
+    for ``P`` functions; :class:`~pep_gp.core.means.Zero`, no leaves, by default)."""
 
     kernel: Kernel
     raw_noise_variance: jnp.ndarray  # [P]
     inducing: jnp.ndarray  # Z, [M, D]
     mixing: jnp.ndarray | None = None  # W, [P, Q]
+    mean: MeanFunction = Zero()
 
     BIJECTIONS = {"raw_noise_variance": ("noise_variance", SOFTPLUS)}
 
@@ -94,6 +102,12 @@ def _stacked(latents: _Latents, mixing):
     return projected, residual
 
 
+def _about_the_mean(mean: MeanFunction, x, y):
+    """The targets ``y`` ``[N, P]`` less each output's prior mean at the rows ``x`` (``y`` itself for the zero mean)."""
+    values = mean.each(x)
+    return y if values is None else y - values
+
+
 @dataclass(frozen=True)
 class MultiOutputRegression:
     """The collapsed PEP-α objective and predictive of ``P`` outputs (module docstring).
@@ -102,11 +116,15 @@ class MultiOutputRegression:
         outputs: ``"independent"`` or ``"lmc"``.
         alpha: Power-EP power in [0, 1]; 0 selects the VFE (Titsias) bound.
         jitter: relative jitter on each ``K_g,ZZ``.
+        priors: priors on the outputs' noises (``(("raw_noise_variance", prior),)``, a density of each of the
+            ``P`` variances, or none); with them and the kernels' own priors the global term is ``log p(θ)``
+            (a MAP fit, :mod:`pep_gp.core.log_prior`).
     """
 
     outputs: Outputs = "independent"
     alpha: float = 0.5
     jitter: float = DEFAULT_JITTER
+    priors: tuple = ()  # ((leaf, prior), ...): pep_gp.core.priors
 
     def __post_init__(self):
         if self.outputs not in ("independent", "lmc"):
@@ -118,16 +136,17 @@ class MultiOutputRegression:
         """``log Z_PEP(α)`` of the targets ``y`` ``[N, P]`` at the rows ``x`` ``[N, D]`` with ``mask`` ``[N]``
         (None: every row; the others are left out of every sum, each row's ``P`` observations together): the
         sum of the outputs' collapsed bounds (independent) or the stacked LMC bound (Bui, Yan & Turner 2017,
-        §3.6, eq. 128); with a kernel that carries priors, plus their log density over every latent GP's values
-        (a MAP objective, :mod:`pep_gp.core.log_prior`; the same bits without)."""
-        return with_log_prior(self._log_evidence(params, x, y, mask), params)
+        §3.6, eq. 128); with a kernel that carries priors, plus their log density over every latent GP's values,
+        and with :attr:`priors` that of the noises (a MAP objective, :mod:`pep_gp.core.log_prior`; the same bits
+        without)."""
+        return with_log_prior(self._log_evidence(params, x, y, mask), params, self.priors)
 
     def step_shared(self, params: MultiOutputParams, n_total):
         return ()
 
     def global_energy(self, params: MultiOutputParams, shared, n_total):
-        """The log density of the kernels' priors (zero without): the trainer's global term."""
-        return with_log_prior(jnp.zeros((), params.inducing.dtype), params)
+        """The log density of the kernels' and the noises' priors (zero without): the trainer's global term."""
+        return with_log_prior(jnp.zeros((), params.inducing.dtype), params, self.priors)
 
     def data_energy(self, params: MultiOutputParams, shared, x, y, mask):
         """``log Z_PEP(α)`` of the block's rows with ``mask``: the model trains with the whole training split
@@ -135,6 +154,7 @@ class MultiOutputRegression:
         return self._log_evidence(params, x, y, mask)
 
     def _log_evidence(self, params: MultiOutputParams, x, y, mask=None):
+        y = _about_the_mean(params.mean, x, y)
         latents = _latents(params.kernel, params.inducing, x, self.jitter)
         noise = params.noise_variance
         mask = jnp.ones(x.shape[0], bool) if mask is None else mask
@@ -156,7 +176,14 @@ class MultiOutputRegression:
     def predict_f(self, params: MultiOutputParams, x_train, y_train, x_new, output_cov: bool = False):
         """The latent ``f`` at the rows ``x_new`` ``[B, D]`` given the training rows: mean ``[B, P]`` and variance
         ``[B, P]`` or, with ``output_cov``, the covariance across the outputs at each row ``[B, P, P]``
-        (``k** − C*ᵀC* + (J⁻¹C*)ᵀ(J⁻¹C*)`` per row, Bui, Yan & Turner 2017, eq. 7 at test points)."""
+        (``k** − C*ᵀC* + (J⁻¹C*)ᵀ(J⁻¹C*)`` per row, Bui, Yan & Turner 2017, eq. 7 at test points), the means
+        those of the targets about each output's prior mean plus ``m(x*)``."""
+        mean, spread = self._zero_mean_f(params, x_train, _about_the_mean(params.mean, x_train, y_train), x_new,
+                                         output_cov)
+        return params.mean.plus_each(x_new, mean), spread
+
+    def _zero_mean_f(self, params: MultiOutputParams, x_train, y_train, x_new, output_cov: bool):
+        """:meth:`predict_f` of the zero-mean prior, given the training targets about the prior mean."""
         train = _latents(params.kernel, params.inducing, x_train, self.jitter)
         cross = per_matrix(solve_lower, train.chol_uu,
                            params.kernel.cross(jnp.broadcast_to(params.inducing, (train.chol_uu.shape[0],

@@ -19,6 +19,7 @@ from sklearn.base import RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ...core import float64
+from ...core.means import InDataUnits
 from ..data.stores import Store
 from ..data.transforms import Transforms
 from ..models.multi_output import MULTI_OUTPUT, MultiOutputPredictive, WithRows
@@ -41,7 +42,11 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
     ``f = W g`` with ``latents`` (``Q``, default ``P``) independent GPs ``g_q`` and mixing weights ``W`` ``[P, Q]``
     (GPflow's ``LinearCoregionalization``, GPyTorch's ``LMCVariationalStrategy``), each ``g_q`` its own kernel;
     the default kernel's variance is held at 1 (the scale is ``W``'s) and ``W`` starts at the top ``Q``
-    principal directions of the standardised targets' correlation. Each output has its own Gaussian noise.
+    principal directions of the standardised targets' correlation. Each output has its own Gaussian noise
+    (``fixed="noise_variance"`` keeps every output's at ``noise_variance``, to the bit; ``prior={"noise_variance":
+    …}`` is a prior on each output's, a MAP fit). ``mean_function=`` (a name, a table or a :mod:`pep_gp.means`
+    object, in standardised units) is each output's prior mean, with parameters of its own, trained with the
+    kernels (``mean_function_``, in the data's units).
 
     Inputs are standardised as every pep estimator's, and each target column by its own mean and deviation.
     ``y`` of one dimension is one output (predictions then ``[n]``, as scikit-learn's). Full batch, by the fit
@@ -142,7 +147,7 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
     # ------------------------------------------------------------------------------------------------ predict
     def _outputs(self, X, output_cov: bool, latent: bool) -> dict[str, np.ndarray]:
         check_is_fitted(self)
-        predictive = MultiOutputPredictive(self.model_, self.y_mean_, self.y_std_, output_cov, latent)
+        predictive = MultiOutputPredictive.of(self.model_, self.y_mean_, self.y_std_, output_cov, latent)
         x = (self._model_rows(X) - self.x_mean_) / self.x_std_
         with float64():
             params = jax.tree_util.tree_map(jnp.asarray, self._run_params())
@@ -174,10 +179,22 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
         return out["mean"], out["var"]
 
     def _latent_units(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each output's ``(shift, scale)``, ``y_mean_`` and ``y_std_`` ``[P]`` (numbers for one output): so
-        ``mean_function_`` is ``Constant(y_mean_)``, each output's zero mean of standardised units in its
-        targets' units, ``[n, P]`` on rows as ``predict``'s means."""
+        """Each output's ``(shift, scale)``, ``y_mean_`` and ``y_std_`` ``[P]`` (numbers for one output)."""
         return (self.y_mean_[0], self.y_std_[0]) if self._one_output else (self.y_mean_, self.y_std_)
+
+    @property
+    def mean_function_(self):
+        """Each output's fitted prior mean in the data's own units, ``[n, P]`` on rows as ``predict``'s means
+        (``[n]`` for one output): ``y_mean_ + y_std_·m_p((x − x_mean_)/x_std_)`` of the mean each output
+        trained in standardised units (``params_.mean``, one per output). Without ``mean_function`` it is
+        ``Constant(y_mean_)``; with ``"linear"`` a ``Linear`` of ``weights`` ``[P, D]`` and ``bias`` ``[P]``
+        (GPflow's ``Linear`` of a matrix). docs/how-to/mean-functions.md."""
+        check_is_fitted(self)
+        mean = self.params_.mean
+        if self._one_output:  # the only output's own parameters
+            mean = jax.tree_util.tree_map(lambda values: values[0], mean)
+        fitted = mean.in_data_units(self.x_mean_, self.x_std_, *self._latent_units())
+        return fitted.for_each_latent() if isinstance(fitted, InDataUnits) and not self._one_output else fitted
 
     @property
     def noise_variance_(self) -> np.ndarray:

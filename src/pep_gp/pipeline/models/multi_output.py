@@ -27,13 +27,16 @@ from ...core.models.multi_output_regression import MultiOutputParams, MultiOutpu
 from ...core.parameters import unconstrained
 from ..data.blocks import TargetScaling
 from ..errors import InputError
-from .protocol import InducingSettings, KernelSetting, SpecBase, check_one_block, settings_kernel
+from .likelihood_parameters import LikelihoodParameterSettings
+from .protocol import InducingSettings, KernelSetting, SpecBase, check_one_block, settings_kernel, settings_mean
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, check_given_inducing, check_inducing
 
 
-class MultiOutputSettings(InducingSettings):
-    """The settings of the multi-output models (unknown keys and out-of-range values refused)."""
+class MultiOutputSettings(LikelihoodParameterSettings, InducingSettings):
+    """The settings of the multi-output models (unknown keys and out-of-range values refused; ``fixed`` and
+    ``prior`` name ``noise_variance``, every output's Gaussian noise: kept at its start to the bit, or a prior on
+    each output's)."""
 
     outputs: Literal["independent", "lmc"] = Field("independent", description="independent outputs sharing the "
                                                    "inducing inputs, or the linear model of coregionalisation")
@@ -44,10 +47,11 @@ class MultiOutputSettings(InducingSettings):
                                   "one lengthscale per input; the LMC's variance held at 1)")
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC")
     noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="every output's starting noise "
-                                  "variance, in standardised target units")
+                                  "variance, in standardised target units (fixed/prior name it noise_variance)")
     jitter: float = Field(DEFAULT_JITTER, ge=0.0, description="relative jitter on each K_uu")
 
-    takes_priors = True  # a kernel's prior= is added to the objective over every latent GP's values (a MAP fit)
+    takes_priors = True  # a kernel's prior= over every latent GP's values, and the noises', join the objective (MAP)
+    takes_mean = True  # one mean_function= per output (each its own parameters), in the bound and the predictive
 
     @model_validator(mode="after")
     def _of_the_chosen_outputs(self) -> "MultiOutputSettings":
@@ -111,6 +115,14 @@ class MultiOutputPredictive:
 
     per_target = True
 
+    @classmethod
+    def of(cls, model: MultiOutputRegression, shift: Any, scale: Any, output_cov: bool = False,
+           latent: bool = False) -> "MultiOutputPredictive":
+        """The predictive with ``shift`` and ``scale`` (a number or ``P``) as tuples of floats: ``pep predict``'s
+        (:meth:`MultiOutputSpec.predictive`) and the estimator's are then one program, the same bits (the
+        estimator's with arrays of them was another, whose means were one ulp apart on an AVX-512 machine)."""
+        return cls(model, *(tuple(map(float, np.atleast_1d(value))) for value in (shift, scale)), output_cov, latent)
+
     def __call__(self, params, x) -> dict:
         params, x_train, y_train = params
         moments = self.model.predict_f if self.latent else self.model.predict_y
@@ -142,8 +154,8 @@ class MultiOutputSpec(SpecBase):
         return {"n_outputs": int(getattr(data, "n_targets", 1)), "n_rows": int(data.n_rows("train"))}
 
     def build(self, settings: MultiOutputSettings, binding: dict) -> MultiOutputOfRows:
-        return MultiOutputOfRows(settings.outputs, settings.alpha, settings.jitter, binding["n_outputs"],
-                                 binding["n_rows"])
+        return MultiOutputOfRows(settings.outputs, settings.alpha, settings.jitter, settings.leaf_priors(),
+                                 binding["n_outputs"], binding["n_rows"])
 
     def targets(self, data: Any, settings: MultiOutputSettings | None = None) -> TargetScaling:
         """Each target column standardised by its training mean and deviation (one number each for one)."""
@@ -155,8 +167,9 @@ class MultiOutputSpec(SpecBase):
     def init(self, model: MultiOutputOfRows, x, settings: MultiOutputSettings, seed: int) -> WithRows:
         """k-means inducing inputs (or ``inducing_points``), each latent GP's kernel with the median distance for
         a lengthscale left unset (the LMC's default variance held at 1: the scale is ``W``'s), the settings'
-        noise for every output, and rows of zeros of the binding's shapes; the rows and the LMC's ``W`` are set
-        from the training rows by :meth:`settle`."""
+        noise for every output, the settings' mean function for each output (its own parameters,
+        :meth:`~pep_gp.core.means.MeanFunction.stacked`), and rows of zeros of the binding's shapes; the rows and
+        the LMC's ``W`` are set from the training rows by :meth:`settle`."""
         if settings.inducing_points is None:
             check_inducing(settings, x.shape[0])
         lengthscales, _, z = initial_kernel_and_inducing(x, settings.num_inducing, inducing=settings.inducing_points,
@@ -167,6 +180,10 @@ class MultiOutputSpec(SpecBase):
             kernel = kernel.bank(settings.n_latents(model.n_outputs), x.shape[1], lengthscales)
         except ValueError as error:
             raise InputError(f"model.kernel: {error}") from None
+        try:
+            mean = settings_mean(settings).stacked(model.n_outputs, x.shape[1])
+        except ValueError as error:
+            raise InputError(f"model.mean_function: {error}") from None
         noise = unconstrained(MultiOutputParams, noise_variance=jnp.full(model.n_outputs, settings.noise_variance))
         mixing = None
         if lmc:  # the columns beyond P: small draws of seed; the first min(Q, P) are the targets' (settle)
@@ -175,7 +192,7 @@ class MultiOutputSpec(SpecBase):
             beyond = latents - min(latents, model.n_outputs)
             mixing[:, latents - beyond:] = 0.1 * np.random.default_rng(seed).normal(size=(model.n_outputs, beyond))
             mixing = jnp.asarray(mixing)
-        return WithRows(MultiOutputParams(kernel, **noise, inducing=jnp.asarray(z), mixing=mixing),
+        return WithRows(MultiOutputParams(kernel, **noise, inducing=jnp.asarray(z), mixing=mixing, mean=mean),
                         jnp.zeros((model.n_rows, x.shape[1])), jnp.zeros((model.n_rows, model.n_outputs)))
 
     def settle(self, model: MultiOutputOfRows, params: WithRows, x, y, settings: MultiOutputSettings,
@@ -199,8 +216,7 @@ class MultiOutputSpec(SpecBase):
 
     def predictive(self, model: MultiOutputOfRows, targets: TargetScaling) -> MultiOutputPredictive:
         """Each output's predictive of ``y`` ``[B, P]`` from the rows among the params (:class:`WithRows`)."""
-        return MultiOutputPredictive(model, *(tuple(map(float, np.atleast_1d(value)))  # hashable, as the scaling
-                                              for value in (targets.shift, targets.scale)))
+        return MultiOutputPredictive.of(model, targets.shift, targets.scale)
 
 
 MULTI_OUTPUT = register(MultiOutputSpec("multi-output-regressor", "regression",
