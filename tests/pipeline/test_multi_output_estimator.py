@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from pep_gp import CollapsedGPRegressor, MultiOutputGPRegressor
+from pep_gp import CollapsedGPRegressor, MultiOutputGPRegressor, load
 from pep_gp.core.models.multi_output_regression import MultiOutputParams
 from pep_gp.core.parameters import unconstrained
 from pep_gp.core.priors import LogNormal
@@ -149,7 +149,7 @@ def test_bad_settings_are_refused(rows, settings, message):
 
 
 @pytest.mark.heavy  # a short fit: 7–14 s at a load of 20 on two cores (tests/pipeline/test_tiny_estimators.py fits one too)
-def test_one_dimensional_targets_are_one_output(rows):
+def test_one_dimensional_targets_are_one_output(rows, tmp_path):
     x, y, x_new = rows
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -157,6 +157,23 @@ def test_one_dimensional_targets_are_one_output(rows):
     mean, std = model.predict(x_new, return_std=True)
     assert model.n_outputs_ == 1 and mean.shape == std.shape == (7,) and np.all(std > 0)
     assert model.mean_function_ == Constant(float(np.mean(y[:, 0])))
+    model.save(tmp_path / "one")
+    assert load(tmp_path / "one").predict(x_new).tobytes() == mean.tobytes()
+
+
+@pytest.mark.heavy  # a short fit: ~5 s at a load of 2 on two cores
+def test_targets_of_one_column_are_one_output_through_save_and_load(rows, tmp_path):
+    """``y`` ``[N, 1]`` is one output, its predictions ``[n]`` as scikit-learn's ``GaussianProcessRegressor``'s, and
+    so are those of the saved run loaded back (issue 65: ``[n, 1]`` when fitted, ``[n]`` when loaded)."""
+    x, y, x_new = rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = MultiOutputGPRegressor(num_inducing=5, max_iter=3).fit(x, y[:, :1])
+    mean = model.predict(x_new)
+    model.save(tmp_path / "column")
+    loaded = load(tmp_path / "column")
+    assert mean.shape == (7,) and loaded.predict(x_new).tobytes() == mean.tobytes()
+    assert np.shape(loaded.mean_function_(x_new)) == (7,) and model.n_outputs_ == loaded.n_outputs_ == 1
 
 
 @pytest.mark.heavy

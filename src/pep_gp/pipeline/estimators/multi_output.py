@@ -49,7 +49,8 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
     kernels (``mean_function_``, in the data's units).
 
     Inputs are standardised as every pep estimator's, and each target column by its own mean and deviation.
-    ``y`` of one dimension is one output (predictions then ``[n]``, as scikit-learn's). Full batch, by the fit
+    ``y`` of one dimension, or of one column, is one output (predictions then ``[n]``, as scikit-learn's
+    ``GaussianProcessRegressor``'s). Full batch, by the fit
     of every estimator and of ``pep train`` (the trainer's energy of one block of every row, L-BFGS-B: at most
     ``max_iter`` iterations, stopped when two in a row each raise the objective by less than ``tol`` nats per
     training row, :mod:`pep_gp.pipeline.training.full_batch`; ``solver="adam"`` takes Adam steps instead), on a
@@ -97,7 +98,7 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
         saved run is read by it), the number of outputs, and a store's target names."""
         super()._fitted_on(data)
         self.binding_ = {**self.binding_, "n_rows": self.x_train_.shape[0]}
-        self._one_output = self.y_train_.ndim == 1
+        self._one_output = self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1  # [N, 1]: scikit-learn's GPR's
         self.y_train_ = self.y_train_.reshape(self.y_train_.shape[0], -1)
         self.n_outputs_ = self.y_train_.shape[1]
         vars(self).pop("target_names_", None)
@@ -125,7 +126,7 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
         """As every estimator's, with the targets' names (``target_names_``, else ``y0, y1, …``) for several
         outputs: ``pep predict`` of a saved fit writes ``mean_<target>`` and ``std_<target>`` for each."""
         transforms = super()._transforms()
-        if self.n_outputs_ < 2 or isinstance(transforms.target, tuple):
+        if self._one_output or isinstance(transforms.target, tuple):
             return transforms
         names = getattr(self, "target_names_", [f"y{p}" for p in range(self.n_outputs_)])
         return transforms.model_copy(update={"target": tuple(map(str, names))})
