@@ -168,7 +168,7 @@ def test_pep_train_and_predict_of_two_targets_are_the_estimators_fit_and_load_pr
     the bit, the predictions of ``MultiOutputGPRegressor`` fitted on the store by the same Adam steps; the run
     loads with ``pep_gp.load`` and predicts the same, each output's training mean far from the data (its prior
     mean, ``mean_function_``, to rounding); ``pep evaluate --input`` of the table scores every row's targets;
-    ``--interval`` is refused in one line (exit 2)."""
+    ``--interval`` is refused in one line (exit 2), and so is ``pep evaluate --target`` of one of the targets."""
     path, frame = table
     store = ingested(tmp_path, path, ["t1", "t2"])
     (tmp_path / "c.toml").write_text(f"max_steps = 5\n[model]\nnum_inducing = {INDUCING}\n")
@@ -201,6 +201,8 @@ def test_pep_train_and_predict_of_two_targets_are_the_estimators_fit_and_load_pr
                                   str(tmp_path / "q.csv"), "--interval", "0.9"])
     assert refused.exit_code == 2 and "--interval: not available for a multi-output run" in refused.output
     assert not (tmp_path / "q.csv").exists()
+    one_target = runner.invoke(app, ["evaluate", "--run-dir", str(run), "--input", str(path), "--target", "t1"])
+    assert one_target.exit_code != 0 and "scores each of its targets (t1, t2); leave --target out" in one_target.output
 
 
 def test_a_runs_targets_hold_one_shift_and_scale_per_target():
