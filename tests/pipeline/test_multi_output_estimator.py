@@ -123,6 +123,44 @@ def test_each_outputs_linear_mean_recovers_its_trend_and_is_reported_in_the_targ
     np.testing.assert_allclose(model.predict(far), fitted(far), rtol=1e-6)
 
 
+@pytest.mark.heavy  # four short L-BFGS fits: ~10 s at a load of 2 on two cores
+def test_a_warm_start_continues_from_the_last_fit_on_more_rows_and_its_saved_run_predicts_the_same(rows, tmp_path):
+    """``warm_start=True``: a fit on 40 rows starts from the fit on 30 of them (fewer iterations than a cold fit's,
+    to an optimum of its bound within ``tol`` nats per row of the cold fit's) and conditions on the 40; a fit
+    again on the same rows starts at that optimum (two or three quiet iterations); the saved run predicts its
+    bits."""
+    x, y, x_new = rows
+    model = MultiOutputGPRegressor(num_inducing=5, warm_start=True).fit(x[:30], y[:30])
+    model.fit(x, y)
+    cold = MultiOutputGPRegressor(num_inducing=5).fit(x, y)
+    assert model.converged_ and cold.converged_ and model.n_iter_ < cold.n_iter_ and model.x_train_.shape == (40, 1)
+    assert abs(model.log_marginal_likelihood_value_ - cold.log_marginal_likelihood_value_) < 3 * model.tol * 40
+    optimum = model.log_marginal_likelihood_value_
+    model.fit(x, y)
+    assert model.converged_ and model.n_iter_ <= 3
+    assert 0 <= model.log_marginal_likelihood_value_ - optimum < 3 * model.tol * 40
+    model.save(tmp_path / "warm")
+    assert load(tmp_path / "warm").predict(x_new).tobytes() == model.predict(x_new).tobytes()
+
+
+@pytest.mark.heavy  # one short Adam fit: ~5 s at a load of 2 on two cores
+def test_early_stopping_scores_each_outputs_validation_nll_and_keeps_the_best(rows):
+    """``early_stopping`` (Adam) holds out a tenth of the rows as scikit-learn's ``train_test_split`` does; its
+    validation score is the NLL of each output's marginal predictive averaged over rows and outputs, so the best
+    score is numpy's NLL of the fitted model's predictions on those rows (the fit ends at its best parameters)."""
+    from scipy import stats
+    from sklearn.model_selection import train_test_split
+
+    x, y, _ = rows
+    model = MultiOutputGPRegressor(num_inducing=5, solver="adam", early_stopping=True, n_iter_no_change=3,
+                                   max_iter=300).fit(x, y)
+    assert model.n_iter_ < 300 and model.best_validation_score_ == min(model.validation_scores_)
+    _, x_validation, _, y_validation = train_test_split(x, y, test_size=0.1, random_state=0)
+    mean, std = model.predict(x_validation, return_std=True)
+    nll = -np.mean(stats.norm(mean, std).logpdf(y_validation))
+    assert model.best_validation_score_ == pytest.approx(nll, rel=1e-9)
+
+
 @pytest.mark.parametrize("y, message", [
     (np.zeros((40, 2, 1)), r"y must hold one row of targets per row of X, \[N\] or \[N, P\]"),
     (np.zeros((40, 0)), r"with P ≥ 1; got shape \(40, 0\)"),
