@@ -11,9 +11,9 @@ their pullback, the data term of the one block, the global term with the chain r
 for, and the three as one program: a trainer step less its programs is the host's share (Python, the engine,
 the one read of the step's energy).
 
-Usage::
+Usage (in a venv with the ``bench`` extra: ``pip install -e '.[bench]'``)::
 
-    /work/venv-bench/bin/python -m benchmarks.bench_dgp_step [--tables boston concrete breast-cancer]
+    python -m benchmarks.bench_dgp_step [--tables boston concrete breast-cancer]
         [--name bench_dgp_step]
 
 The deep GP of each table's task is fitted (:data:`DEEP_GP`).

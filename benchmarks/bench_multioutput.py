@@ -22,9 +22,9 @@ Per fit and split: test NLL per row of each output (the Gaussian predictive of t
 RMSE per output (the targets' units), fit seconds (pep's first fit of a shape includes compiling). Summaries:
 means over splits with standard errors.
 
-Usage::
+Usage (in a venv with the ``bench`` extra: ``pip install -e '.[bench]'``)::
 
-    /work/venv-bench/bin/python -m benchmarks.bench_multioutput [--splits 3] [--tables linnerud cars93]
+    python -m benchmarks.bench_multioutput [--splits 3] [--tables linnerud cars93]
         [--name bench_multioutput]
 """
 
