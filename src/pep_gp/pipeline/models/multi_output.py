@@ -30,7 +30,8 @@ from ..errors import InputError
 from .likelihood_parameters import LikelihoodParameterSettings
 from .protocol import InducingSettings, KernelSetting, SpecBase, check_one_block, settings_kernel, settings_mean
 from .registry import register
-from .sparse_gp import INITIAL_NOISE_VARIANCE, check_given_inducing, check_inducing
+from .collapsed import COLLAPSED_NOISE_VARIANCE
+from .sparse_gp import check_given_inducing, check_inducing
 
 
 class MultiOutputSettings(LikelihoodParameterSettings, InducingSettings):
@@ -46,8 +47,9 @@ class MultiOutputSettings(LikelihoodParameterSettings, InducingSettings):
     kernel: KernelSetting = Field(None, description="each latent GP's kernel (default a squared exponential with "
                                   "one lengthscale per input; the LMC's variance held at 1)")
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="0: the VFE bound, 1: FITC")
-    noise_variance: float = Field(INITIAL_NOISE_VARIANCE, gt=0.0, description="every output's starting noise "
-                                  "variance, in standardised target units (fixed/prior name it noise_variance)")
+    noise_variance: float = Field(COLLAPSED_NOISE_VARIANCE, gt=0.0, description="every output's starting noise "
+                                  "variance, in standardised target units, the collapsed regressor's (fixed/prior "
+                                  "name it noise_variance)")
     jitter: float = Field(DEFAULT_JITTER, ge=0.0, description="relative jitter on each K_uu")
 
     takes_priors = True  # a kernel's prior= over every latent GP's values, and the noises', join the objective (MAP)
