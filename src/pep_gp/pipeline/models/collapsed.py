@@ -48,7 +48,7 @@ likelihood −15,750 and the test NLL 5.242, behind linear regression's 5.187; s
 5.121. On boston, concrete and diabetes the start changes the fit's test NLL by less than 0.01. The multi-output
 regressor starts every output's noise here too, so its independent outputs start where ``P`` collapsed fits do:
 from the hundredth, on linnerud's Pulse (16 training rows, benchmarks/bench_multioutput.py) its test NLL was
-5.64 ± 2.35 where the separate fits' was 3.39 ± 0.16; from a tenth, 3.38 ± 0.16."""
+5.64 ± 2.35 where the separate fits' was 3.39 ± 0.16 (measured once); from a tenth, 3.38 ± 0.15."""
 
 
 class CollapsedSettings(LikelihoodParameterSettings, InducingSettings):
