@@ -25,11 +25,14 @@ def rows():
 
 @pytest.mark.exhaustive
 @pytest.mark.heavy  # three fits: ~30 s at a load of 20 on two cores, most of it compiling
-def test_independent_outputs_are_separate_collapsed_fits(rows):
+@pytest.mark.parametrize("prior_mean", [None, "linear"])
+def test_independent_outputs_are_separate_collapsed_fits(rows, prior_mean):
     """With the inducing inputs held, the joint objective is the sum of the outputs' own, so the joint fit is
-    the separate fits: evidence and predictions as theirs (measured 1e-12 relative and 1e-7)."""
+    the separate fits: evidence and predictions as theirs, each output's mean function as each fit's, to where
+    L-BFGS stops two different problems (measured: predictions within 3e-6 relative, a linear mean's weights,
+    which the kernel can partly carry, within 1.2e-4)."""
     x, y, x_new = rows
-    settings = {"inducing_points": x[:6], "train_inducing": False, "tol": 1e-9}
+    settings = {"inducing_points": x[:6], "train_inducing": False, "tol": 1e-9, "mean_function": prior_mean}
     joint = MultiOutputGPRegressor(**settings).fit(x, y)
     mean, std = joint.predict(x_new, return_std=True)
     evidence = 0.0
@@ -37,10 +40,12 @@ def test_independent_outputs_are_separate_collapsed_fits(rows):
         single = CollapsedGPRegressor(**settings).fit(x, y[:, p])
         evidence += single.log_marginal_likelihood()
         single_mean, single_std = single.predict(x_new, return_std=True)
-        np.testing.assert_allclose(mean[:, p], single_mean, rtol=0, atol=1e-6 * np.std(y[:, p]))
-        np.testing.assert_allclose(std[:, p], single_std, rtol=1e-6)
-        assert joint.mean_function_.constant[p] == pytest.approx(single.mean_function_.constant, rel=1e-12)
-    assert joint.converged_ and joint.log_marginal_likelihood() == pytest.approx(evidence, rel=1e-10)
+        np.testing.assert_allclose(mean[:, p], single_mean, rtol=0, atol=1e-5 * np.std(y[:, p]))
+        np.testing.assert_allclose(std[:, p], single_std, rtol=1e-5)
+        for name in ("constant",) if prior_mean is None else ("weights", "bias"):
+            np.testing.assert_allclose(np.asarray(getattr(joint.mean_function_, name))[p],
+                                       getattr(single.mean_function_, name), rtol=1e-3)
+    assert joint.converged_ and joint.log_marginal_likelihood() == pytest.approx(evidence, rel=1e-9)
 
 
 @pytest.mark.exhaustive
