@@ -51,8 +51,11 @@ def config_file(tmp_path_factory):
 
 
 def environment() -> dict[str, str]:
-    """The test's environment, pointing subprocesses at the harness's Prefect server."""
-    return {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    """The test's environment, pointing subprocesses at the harness's Prefect server where the test asked for it
+    (``prefect_harness``), else without a Prefect API, as ``pep`` runs by default."""
+    url = PREFECT_API_URL.value()
+    plain = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
+    return {**plain, "PREFECT_API_URL": url} if url else plain
 
 
 def pep(*args: str, check: bool = True) -> subprocess.CompletedProcess:
