@@ -80,15 +80,23 @@ def test_every_page_has_commands_and_only_listed_ones_are_not_run():
     assert skipped == set(NOT_RUN_HERE)
 
 
+def shared_blocks() -> list[str]:
+    """The quick start's runnable blocks that are the README's, verbatim."""
+    readme = [text for _, text in runnable("README.md")]
+    return [text for _, text in runnable("docs/quick-start.md") if text in readme]
+
+
+def test_the_quick_start_walks_through_the_readmes_steps_verbatim():
+    assert len(shared_blocks()) >= 3  # the CSV, the commands, the load: an edit of one page is made on both
+
+
 @pytest.mark.exhaustive
 @pytest.mark.slow
 @pytest.mark.long
 def test_the_readme_and_quick_start_commands_run_verbatim(tmp_path):
     """The README's blocks, then the quick start's in the same directory: a block the two pages share is the
-    same text (checked here), so it runs once for both."""
-    readme = [text for _, text in runnable("README.md")]
-    shared = [text for _, text in runnable("docs/quick-start.md") if text in readme]
-    assert len(shared) >= 3  # the CSV, the commands, the load: the quick start walks through the README's steps
+    same text (:func:`test_the_quick_start_walks_through_the_readmes_steps_verbatim`), so it runs once for both."""
+    shared = shared_blocks()
     run_blocks("README.md", tmp_path)
     run_blocks("docs/quick-start.md", tmp_path, skip=set(shared))
     check_quick_start(tmp_path)
