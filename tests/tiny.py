@@ -15,7 +15,7 @@ ROWS, FEATURES, INDUCING, CLASSES = 60, 3, 5, 3
 SETTINGS = {
     "SparseGPRegressor": {"num_inducing": INDUCING, "max_iter": 5},
     "SparseGPClassifier": {"num_inducing": INDUCING, "max_iter": 5},
-    "HeteroscedasticGPRegressor": {"num_inducing": INDUCING, "max_iter": 5},
+    "HeteroscedasticGPRegressor": {"num_inducing": INDUCING, "max_iter": 20},  # 5, 10: R² under the checks' 0.5 (at their α = 0.01)
     # the class's contract on the paper's likelihood (what "auto" takes; the softmax, the same estimator class
     # and outputs at ~50× the step's cost, is fitted in tests/pipeline/test_likelihood_estimators.py)
     "OrdinalGPClassifier": {"num_inducing": INDUCING, "max_iter": 20},  # 5: 77 % right on three blobs
