@@ -174,8 +174,9 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
         ``[n, P]`` each (``[n]`` for one output). ``full_cov`` (the covariance across rows) is not available:
         ``predict(X, return_cov=True)`` gives the covariance across the outputs at each row."""
         if full_cov:
-            raise ValueError("MultiOutputGPRegressor: full_cov across rows is not available; "
-                             "predict(X, return_cov=True) gives the covariance across the outputs at each row")
+            raise ValueError("MultiOutputGPRegressor: full_cov across rows is not available (nor, so, the joint "
+                             "draws of sample_f and sample_y); predict(X, return_cov=True) gives the covariance "
+                             "across the outputs at each row")
         out = self._outputs(X, False, latent=True)
         return out["mean"], out["var"]
 
