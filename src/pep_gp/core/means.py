@@ -193,12 +193,7 @@ class MeanFunction:
         return out
 
     def __repr__(self):
-        parts = []
-        for field, value in self.to_dict().items():
-            if field != "name":
-                text = (f"[{', '.join(f'{v:.4g}' for v in np.ravel(value))}]" if isinstance(value, list)
-                        else f"{value:.4g}")
-                parts.append(f"{field}={text}")
+        parts = [f"{field}={_short(value)}" for field, value in self.to_dict().items() if field != "name"]
         return f"{type(self).__name__}({', '.join(parts)})"
 
     def __eq__(self, other):
@@ -206,6 +201,14 @@ class MeanFunction:
 
     def __hash__(self):
         return hash(repr(self.to_dict()))
+
+
+def _short(value) -> str:
+    """A parameter's value to 4 significant digits, nested as its array is (a multi-output ``Linear``'s
+    ``[P, D]`` weights print as ``P`` rows)."""
+    if isinstance(value, list):
+        return f"[{', '.join(_short(entry) for entry in value)}]"
+    return f"{value:.4g}"
 
 
 def _real(owner: str, field: str, value):
