@@ -177,9 +177,13 @@ def row_projections(bank: Bank, prior: PriorFactors, x) -> RowProjections:
 
 
 def project(gaussians: Gaussians, directions) -> Marginals:
-    """``a = υᵀm`` and ``w = υᵀVυ`` for ``directions`` ``[G, B, M]``; outputs ``[B, G]``."""
+    """``a = υᵀm`` and ``w = υᵀVυ = ‖υᵀS‖²`` for ``directions`` ``[G, B, M]``; outputs ``[B, G]``.
+
+    ``υᵀS`` is formed ``[G, B, M]``, a plain batched matrix product, and only the ``[G, B]`` sums are
+    transposed: formed ``[B, G, M]``, XLA:CPU computed it as a slower product of the other layout plus a copy
+    of the whole array (a multi-class SEP step on digits, 10 classes, M = 50, B = 2,000: 9 % faster so)."""
     mean = jnp.einsum("gbm,gm->bg", directions, gaussians.mean)
-    var = jnp.sum(jnp.einsum("gbm,gmn->bgn", directions, gaussians.sqrt_cov) ** 2, axis=-1)
+    var = jnp.sum(jnp.einsum("gbm,gmn->gbn", directions, gaussians.sqrt_cov) ** 2, axis=-1).T
     return Marginals(mean, var)
 
 
