@@ -22,6 +22,7 @@ Writes ``benchmarks/results/NAME.json``. Needs the ``bench`` extra's data reader
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -75,11 +76,15 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def cli() -> argparse.ArgumentParser:
     parser = arguments(__doc__, name="bench_coverage", splits=5)
     parser.add_argument("--tables", nargs="+", choices=REGRESSION, default=REGRESSION)
     parser.add_argument("--fits", nargs="+", choices=FITS, default=FITS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     results: dict = {"splits": args.splits, "load_at_start": uptime(), "tables": {}}
     for name in args.tables:
         rows: dict = {fit: {"splits": []} for fit in args.fits}
