@@ -25,7 +25,7 @@ SETTINGS = {"deep-gp": {"num_inducing": 5, "hidden_dims": [2]}, "deep-gp-classif
             "deep-gp-multiclass": {"num_inducing": 5, "hidden_dims": []},
             **{name: {"num_inducing": 5, **PAIRWISE} for name in ("multiclass-sep", "multiclass-direct")}}
 # (the softmax goes end to end through pep train in tests/pipeline/test_likelihood_estimators.py)
-BATCH = {"multi-output-regressor": 256}  # one batch (and, blocks of the whole batch, one block) of every training row
+BATCH = {"multi-output-regressor": 256}  # one batch of every training row, in one block (half the batch holds them)
 
 
 @pytest.fixture(scope="module")
