@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from pep_gp.core import bank
 from pep_gp.core.likelihoods import Gaussian, Probit
 from pep_gp.core.models.power_ep import PowerEPSparseGP, SparseGPParams
 from pep_gp.core.kernels import SquaredExponential
@@ -240,3 +241,52 @@ def test_exact_gaussian_site_updates_give_the_collapsed_posterior(regression, al
     assert bool(accepted)
     np.testing.assert_allclose(mean, expected[0], rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(var, expected[1], rtol=1e-6, atol=1e-9)
+
+
+def _at_the_fixed_point(model, params, x, y):
+    """``params`` with the tied factor moved by one full-batch, undamped site update: the product of the sites."""
+    shared = model.step_shared(params, len(y))
+    stats = model.site_stats(params, shared, x, y, jnp.ones(len(y), bool))
+    return model.site_update(params, shared, stats, len(y), 1.0)[0]
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.1])
+def test_exact_site_energy_is_the_collapsed_bound_with_its_gradient(regression, alpha):
+    """With exact Gaussian sites each row's cavity removes its own site: at the sites' fixed point the energy is
+    the collapsed PEP-α bound (Bui, Yan & Turner 2017, §3.6) and its gradient with the factor held (what the
+    trainer's steps and L-BFGS use) is the bound's gradient in the kernel, the noise and the inducing inputs,
+    since EP's energy is stationary in its sites there."""
+    from pep_gp.core.models.collapsed_regression import log_marginal_likelihood
+
+    x, y, z = regression
+    model = PowerEPSparseGP(Gaussian(), alpha=alpha, jitter=0.0, site_updates=True)
+    shift, precision = _random_factor(np.random.default_rng(5), 6, 40)
+    with jax.enable_x64(True):
+        x, y = jnp.asarray(x), jnp.asarray(y)
+        params = _at_the_fixed_point(model, _params(z, shift, precision, Gaussian.init_params(NOISE)), x, y)
+        value, grad = jax.value_and_grad(lambda p: model.energy(p, x, y))(params)
+        bound, expected = jax.value_and_grad(lambda p: log_marginal_likelihood(
+            p.kernel, p.inducing, Gaussian().noise_variance(p.likelihood), x, y, alpha, 0.0))(params)
+    assert float(value) == pytest.approx(float(bound), rel=1e-10)
+    for leaf in ("kernel", "inducing", "likelihood"):
+        got, want = ravel_pytree(getattr(grad, leaf))[0], ravel_pytree(getattr(expected, leaf))[0]
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-8 * float(jnp.max(jnp.abs(want))))
+
+
+def test_a_row_whose_site_the_factor_does_not_hold_keeps_a_proper_cavity(regression):
+    """Away from the fixed point (a damped minibatch update) ``q`` may hold less of a row's site than the row
+    removes: its cavity is then cut to ``q``'s own precision along the row's direction, so the energy and its
+    gradient stay finite where the uncut cavity's variance would be negative."""
+    x, y, z = regression
+    model = PowerEPSparseGP(Gaussian(), alpha=1.0, jitter=0.0, site_updates=True)
+    params = _params(z, np.zeros(6), 1e-3 * np.eye(6), Gaussian.init_params(1e-4))  # a near-flat factor, tiny noise
+    with jax.enable_x64(True):
+        x, y = jnp.asarray(x), jnp.asarray(y)
+        shared = model.step_shared(params, 40)
+        rows = bank.row_projections(model.sparse_gp(params), shared.prior, x)
+        along = bank.project(shared.cavity, rows.directions).var[:, 0]
+        site_precision = 1.0 / (1e-4 + rows.fitc_var[0])
+        assert np.sum(np.asarray(along * site_precision) > 1.0) > 5  # rows whose site outweighs q along it
+        value, grad = jax.value_and_grad(lambda p: model.energy(p, x, y))(params)
+    assert np.isfinite(float(value)) and np.all(np.isfinite(ravel_pytree(grad)[0]))

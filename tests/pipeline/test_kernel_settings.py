@@ -133,9 +133,9 @@ def _matern52(a, b, lengthscales, variance):
 @pytest.mark.heavy
 def test_given_inducing_points_give_the_pep_alpha_objective_at_exactly_those_values(data):
     """``inducing_points=Z`` (the inputs' units), ``train_inducing=False``, a fixed Matérn 5/2 and the starting noise:
-    at ``max_iter=0`` the sparse regressor's objective is the tied Power-EP energy at its starting factor
-    (``Λ = K_uu⁻¹``, ``η = 0``) and the collapsed regressor's the PEP-α objective (Bui, Yan & Turner 2017, eqs.
-    110 and 128), both computed here with scikit-learn's Matérn on ``(Z − mean)/std``; ``Z`` is the model's
+    at ``max_iter=0`` the sparse regressor's objective is the Power-EP energy (each row's cavity without its own
+    exact site) at its starting factor (``Λ = K_uu⁻¹``, ``η = 0``) and the collapsed regressor's the PEP-α
+    objective (Bui, Yan & Turner 2017, eqs. 110 and 128), both computed here with scikit-learn's Matérn on ``(Z − mean)/std``; ``Z`` is the model's
     inducing inputs bit for bit and stays so through 100 steps while the rest moves."""
     from pep_gp import CollapsedGPRegressor
     from tests import oracles
@@ -151,7 +151,7 @@ def test_given_inducing_points_give_the_pep_alpha_objective_at_exactly_those_val
     np.testing.assert_array_equal(start.params_.inducing, zs)
     kuu, kuf, kff = _matern52(zs, zs, ls, var), _matern52(zs, xs, ls, var), np.full(len(y), var)
     jacobian = len(y) * np.log(start.targets_.scale)
-    energy = oracles.tied_power_ep_energy(kuu, kuf, kff, ys, s2, np.zeros(len(z)), np.linalg.inv(kuu), alpha)
+    energy = oracles.own_site_power_ep_energy(kuu, kuf, kff, ys, s2, np.zeros(len(z)), np.linalg.inv(kuu), alpha)
     assert start.log_marginal_likelihood() == pytest.approx(energy - jacobian, rel=1e-9)
     collapsed = CollapsedGPRegressor(**settings, max_iter=0).fit(x, y)
     assert collapsed.log_marginal_likelihood() == pytest.approx(

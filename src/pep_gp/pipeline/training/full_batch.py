@@ -15,8 +15,9 @@ A model whose tied factor moves by site updates (``uses_site_updates``) follows 
 (the step's own, every row's statistics at once) to their fixed point, then L-BFGS on the hyper-parameters,
 each of whose evaluations first moves the factor by one sweep from where the last left it (as the
 minibatch step updates the sites before its gradient), in rounds until one changes the energy by less than
-the tolerance. Exact sites (the Gaussian regressor's) are at their fixed point after that one sweep, so
-L-BFGS maximises the energy with the factor at its fixed point, in one round.
+the tolerance. Exact sites (the Gaussian regressor's) are at their fixed point after that one sweep, where
+its energy is the collapsed PEP-α bound and the gradient with the factor held is the bound's
+(:class:`~pep_gp.core.models.power_ep.PowerEPSparseGP`), so L-BFGS maximises that bound, in one round.
 
 Stopping: an L-BFGS run stops when :data:`QUIET_ITERATIONS` iterations in a row each raise the energy by less
 than ``tol`` nats per training row: the minibatch stopping rule's tolerance
