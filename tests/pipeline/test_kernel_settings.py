@@ -135,8 +135,9 @@ def test_given_inducing_points_give_the_pep_alpha_objective_at_exactly_those_val
     """``inducing_points=Z`` (the inputs' units), ``train_inducing=False``, a fixed Matérn 5/2 and the starting noise:
     at ``max_iter=0`` the sparse regressor's objective is the Power-EP energy (each row's cavity without its own
     exact site) at its starting factor (``Λ = K_uu⁻¹``, ``η = 0``) and the collapsed regressor's the PEP-α
-    objective (Bui, Yan & Turner 2017, eqs. 110 and 128), both computed here with scikit-learn's Matérn on ``(Z − mean)/std``; ``Z`` is the model's
-    inducing inputs bit for bit and stays so through 100 steps while the rest moves."""
+    objective (Bui, Yan & Turner 2017, eqs. 110 and 128), both computed here with scikit-learn's Matérn on
+    ``(Z − mean)/std``; ``Z`` is the model's inducing inputs bit for bit and stays so through 100 steps while the
+    rest moves."""
     from pep_gp import CollapsedGPRegressor
     from tests import oracles
 

@@ -256,18 +256,15 @@ class PowerEPSparseGP:
         (equal in value and first derivative at ``υ_n = υ_n⁰``, the held copy). Away from the fixed point
         (damped minibatch updates) ``q`` may hold less than a row's site along ``υ_n``: the site removed is then
         cut to ``q``'s own precision there (``αa ≤ (1 − 10⁻⁶)/c``), so every cavity is proper."""
-        gp = self.sparse_gp(params)
-        rows = bank.row_projections(gp, shared.prior, x)
+        rows = bank.row_projections(self.sparse_gp(params), shared.prior, x)
         fitc = rows.fitc_var[0]
         held = jax.lax.stop_gradient(rows.directions)
         live, fixed = bank.project(shared.cavity, rows.directions), bank.project(shared.cavity, held)
         mean, var, mean_0, var_0 = live.mean[:, 0], live.var[:, 0], fixed.mean[:, 0], fixed.var[:, 0]
-        precision = jax.lax.stop_gradient(1.0 / (self.likelihood.noise_variance(params.likelihood) + self.alpha * fitc))
-        shift = jax.lax.stop_gradient(precision * params.mean.minus(x, y))
+        precision, residual = jax.lax.stop_gradient(self._exact_sites(params, fitc, x, y))
         removed = jnp.minimum(self.alpha * precision, (1.0 - 1e-6) / var_0)  # α·a, cut to q's own precision
-        shift = removed / (self.alpha * precision) * self.alpha * shift  # α·b, cut alike
         cavity_var_0 = 1.0 / (1.0 / var_0 - removed)
-        cavity_mean_0 = cavity_var_0 * (mean_0 / var_0 - shift)
+        cavity_mean_0 = cavity_var_0 * (mean_0 / var_0 - removed * residual)  # α·b = α·a(y − m), cut alike
         along = 0.5 * (var + var_0) / var_0  # υᵀVυ⁰/υ⁰ᵀVυ⁰
         cavity_mean = mean + along * (cavity_mean_0 - mean_0)
         cavity_var = var + along**2 * (cavity_var_0 - var_0)
@@ -275,6 +272,13 @@ class PowerEPSparseGP:
                                    cavity_var + fitc, self.alpha)
         normalisers = 0.5 * (cavity_mean_0**2 / cavity_var_0 - mean_0**2 / var_0 + jnp.log(cavity_var_0 / var_0))
         return tilted + normalisers / self.alpha
+
+    def _exact_sites(self, params: SparseGPParams, fitc_var, x, y):
+        """A Gaussian likelihood's exact Power-EP sites along the rows' directions, ``[B]`` each: the precision
+        ``a = 1/(σ² + αd_n)`` and the targets about the prior's mean, ``y_n − m(x_n)`` (the shift is their
+        product; Bui, Yan & Turner 2017, §3.1)."""
+        return (1.0 / (self.likelihood.noise_variance(params.likelihood) + self.alpha * fitc_var),
+                params.mean.minus(x, y))
 
     def site_stats(self, params: SparseGPParams, shared: StepShared, x, y, mask) -> GaussianSites:
         """Row ``n``'s Power-EP site in ``u``, ``t_n(u) = exp(b_n υ_nᵀu − ½a_n(υ_nᵀu)²)`` along
@@ -290,8 +294,8 @@ class PowerEPSparseGP:
         rows = bank.row_projections(self.sparse_gp(params), shared.prior, x)
         directions = rows.directions[0]
         if isinstance(self.likelihood, Gaussian):
-            precision = 1.0 / (self.likelihood.noise_variance(params.likelihood) + self.alpha * rows.fitc_var[0])
-            shift = precision * params.mean.minus(x, y)
+            precision, residual = self._exact_sites(params, rows.fitc_var[0], x, y)
+            shift = precision * residual
         else:
             along = bank.project(shared.cavity, rows.directions)
             precision, shift = tilted_sites(self.likelihood, params.likelihood, y, params.mean.plus(x, along.mean[:, 0]),
