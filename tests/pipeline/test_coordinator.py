@@ -133,6 +133,17 @@ def test_a_run_idling_on_rejected_steps_stops_with_an_error(regression_store, tm
         train(job(regression_store, tmp_path / "short", model="toy", learning_rate=0.05, epochs=2))
 
 
+def test_a_run_whose_start_is_not_finite_says_so_not_that_the_learning_rate_is_too_large(regression_store, tmp_path,
+                                                                                         monkeypatch):
+    """A data term that is NaN at the starting parameters rejects every step from the first: no learning rate
+    mends that, and the error says where the fault is."""
+    monkeypatch.setitem(MODELS, "toy", ToySpec(nan_above=-1.0))
+    with pytest.raises(TrainingFailed, match=r"training stopped at step 5 of 50: every step was rejected "
+                                             r"\(non-finite energy or gradient at the starting parameters\)") as failed:
+        train(job(regression_store, tmp_path, model="toy", epochs=10, max_rejected_in_a_row=5))
+    assert "learning rate" not in str(failed.value)
+
+
 @pytest.mark.heavy
 @pytest.mark.parametrize("damping", [1.0, 0.5])
 def test_damped_site_updates(regression_store, tmp_path, monkeypatch, damping):

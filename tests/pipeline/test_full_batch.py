@@ -21,6 +21,9 @@ from pep_gp.core import float64
 from pep_gp.pipeline.training import evidence
 from pep_gp.pipeline.training.full_batch import FlatParams, FullBatchFit
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
+from pep_gp.pipeline.errors import TrainingFailed
+from pep_gp.pipeline.models import MODELS
+from tests.pipeline.toy_model import ToySpec
 from tests.trainstores import leaves_equal
 
 
@@ -74,6 +77,33 @@ def test_one_evaluation_is_the_trainers_energy_and_its_gradient():
             slope = (trainer_energy(trainer, flat.params(vector + step, params))
                      - trainer_energy(trainer, flat.params(vector - step, params))) / 2e-5
             np.testing.assert_allclose(gradient[i], slope, rtol=1e-4, atol=1e-6)
+
+
+def test_a_start_whose_energy_is_not_finite_fails_the_fit_rather_than_converging(regression_store, monkeypatch):
+    """scipy's L-BFGS-B calls the zero gradient the objective gives at a non-finite point converged: at the start
+    that ended a fit untrained, with ``converged_`` True and no warning. It fails instead, naming where."""
+    monkeypatch.setitem(MODELS, "toy", ToySpec(nan_above=-1.0))
+    trainer = Trainer(TrainJob("toy", regression_store, TrainConfig(model={}), None), InProcess())
+    with pytest.raises(TrainingFailed, match=r"the full-batch fit cannot start: at the parameters after \d+ site "
+                                             r"sweeps the energy is nan and \d+ of 1 gradient entries are not finite"):
+        FullBatchFit(trainer, 20, 1e-4).fit()
+
+
+def test_a_count_regressor_at_small_alpha_fits_near_the_variational_limit():
+    """Witness of the fault above: at α ≤ 0.05 the Poisson's quadrature gave NaN gradients from its far nodes
+    (:func:`~pep_gp.core.quadrature.tilted_moments_by_quadrature`), and ``SparseGPRegressor(likelihood="poisson",
+    alpha=0.01)`` ended after 0 iterations at its starting energy, 'converged'. Power EP is continuous in α
+    (Bui, Yan & Turner 2017, §3.4): the fit at α = 0.01 rises far above its start, to no less than the α = 0
+    (VFE) fit's energy less a nat (measured: 4.6 nats above it, whose L-BFGS stops on a slow ridge)."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-3, 3, (80, 1))
+    y = rng.poisson(np.exp(1.0 + np.sin(x[:, 0]))).astype(float)
+    fits = {alpha: SparseGPRegressor(likelihood="poisson", alpha=alpha, num_inducing=10, max_iter=300).fit(x, y)
+            for alpha in (0.0, 0.01)}
+    small = fits[0.01]
+    assert small.solver_ == "lbfgs" and small.converged_ and small.n_iter_ >= 10
+    assert small.energy_trace_[-1] > small.energy_trace_[0] + 10.0
+    assert small.log_marginal_likelihood_value_ > fits[0.0].log_marginal_likelihood_value_ - 1.0
 
 
 @pytest.mark.heavy

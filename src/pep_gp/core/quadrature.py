@@ -275,7 +275,10 @@ def tilted_moments_by_quadrature(log_likelihood, mean, var, alpha, centre, width
 
     Returns:
         ``(log Z̃, mean, var)``, ``[...]`` each; differentiable in ``(m, v)`` and in what ``log_likelihood``
-        closes over (the nodes are held).
+        closes over (the nodes are held). A node where ``log p = −∞`` (``e^f`` overflowing at a count
+        likelihood's far node, which small α spreads to ``|f|`` in the thousands) weighs nothing and carries
+        no gradient, as its weight ``e^{−∞} = 0`` says; differentiated in place it would give ``0·∞ = NaN``.
+        A NaN ``log p`` is kept, and shows.
     """
     mean, var = jnp.broadcast_arrays(mean, var)
 
@@ -284,7 +287,9 @@ def tilted_moments_by_quadrature(log_likelihood, mean, var, alpha, centre, width
 
     z, log_w = rule.nodes(mean, var, centre, width, alpha, lambda z: alpha * log_likelihood(at(z)) - 0.5 * z**2)
     f = at(z)
-    log_terms = log_w + alpha * log_likelihood(f)
+    weighed = ~jnp.isneginf(jax.lax.stop_gradient(log_likelihood(f)))
+    f = jnp.where(weighed, f, mean[..., None])  # a point where log p is finite: its term is masked below
+    log_terms = jnp.where(weighed, log_w + alpha * log_likelihood(f), -jnp.inf)
     log_z = logsumexp(log_terms, axis=-1)
     tilted = jnp.exp(log_terms - log_z[..., None])
     tilted_mean = jnp.sum(tilted * f, axis=-1)

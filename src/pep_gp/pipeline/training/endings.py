@@ -30,7 +30,13 @@ def end_at_best_if_collapsed(stopping: StoppingRule, state: LoopState) -> None:
 
 
 def idling(state: LoopState, total_steps: int, learning_rate: float) -> TrainingFailed:
-    """The failure of a run stopped by ``max_rejected_in_a_row``."""
+    """The failure of a run stopped by ``max_rejected_in_a_row``: at its start when no step was ever accepted
+    (the energy or its gradient is not finite at the starting parameters, which no learning rate mends)."""
+    if state.rejected == state.step:
+        return TrainingFailed(
+            f"training stopped at step {state.step} of {total_steps}: every step was rejected (non-finite energy "
+            "or gradient at the starting parameters), so nothing was fitted; check the data and the model's "
+            "settings (its starting values, alpha, the likelihood) in a new --run-dir")
     return TrainingFailed(
         f"training stopped at step {state.step} of {total_steps}: the last {state.rejected_in_a_row} steps "
         f"were all rejected (non-finite energy or gradient; {state.rejected} rejected in all), so the "

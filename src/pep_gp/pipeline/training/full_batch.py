@@ -26,7 +26,9 @@ than ``tol`` nats per training row: the minibatch stopping rule's tolerance
 kept the sparse GP classifier creeping up a ridge of its energy for hundreds of iterations on breast_cancer,
 to a higher energy and a worse test NLL); or when the largest entry of the gradient is below
 :data:`GRADIENT_TOL`, or when its line search can go no further (the energy is then at its optimum to
-rounding); and after ``max_iter`` iterations in all (site sweeps count as iterations). A model with site updates ends when a round (sweeps, then L-BFGS) changes the energy by less
+rounding); and after ``max_iter`` iterations in all (site sweeps count as iterations). A start whose energy or
+gradient is not finite fails the fit (:class:`~pep_gp.pipeline.errors.TrainingFailed`): L-BFGS-B would call it
+converged. A model with site updates ends when a round (sweeps, then L-BFGS) changes the energy by less
 than ``tol`` nats per row.
 """
 
@@ -46,6 +48,7 @@ import scipy.optimize
 from ...core import float64
 from ..engine.cache import Derived, derived
 from ..engine.threads import compute_threads
+from ..errors import TrainingFailed
 from ..models.protocol import uses_site_updates
 from .step import DataTerm, Prepare, SiteTerm, WithShared, minibatch_energy, strongly_typed
 from .job import TrainResult
@@ -232,9 +235,12 @@ class FullBatchFit:
             with float64():
                 energy, grad = self.energy_and_grad(at(vector))
             gradient = flat.vector(grad)
-            if math.isnan(counts.energy):
+            finite = math.isfinite(energy) and bool(np.all(np.isfinite(gradient)))
+            if math.isnan(counts.energy):  # the first evaluation, at ``params``: no step can leave a non-finite start
+                if not finite:
+                    raise non_finite_start(energy, gradient, counts.iterations)
                 counts.energy = energy
-            if not (math.isfinite(energy) and np.all(np.isfinite(gradient))):
+            if not finite:
                 return math.inf, np.zeros_like(vector)  # the line search steps back from it
             return -energy, -gradient
 
@@ -257,6 +263,16 @@ class FullBatchFit:
         converged = quiet[0] >= QUIET_ITERATIONS or (result.status == 0 and result.nit < iterations) or (
             result.status == 2)  # 2: the line search found no higher energy (at the optimum to rounding)
         return params, bool(converged), stopped[0]
+
+
+def non_finite_start(energy: float, gradient: np.ndarray, iterations: int) -> TrainingFailed:
+    """The failure of an L-BFGS run whose starting energy or gradient is not finite: scipy would call the zero
+    gradient it is given there converged, and the fit would end where it began, untrained."""
+    where = "the starting parameters" if iterations == 0 else f"the parameters after {iterations} site sweeps"
+    bad = int(np.sum(~np.isfinite(gradient)))
+    return TrainingFailed(f"the full-batch fit cannot start: at {where} the energy is {energy:.6g} and {bad} of "
+                          f"{gradient.size} gradient entries are not finite, so nothing was fitted; check the data "
+                          "and the model's settings (its starting values, alpha, the likelihood)")
 
 
 __all__ = ["FULL_BATCH_ROWS", "FullBatchFit"]
