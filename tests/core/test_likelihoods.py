@@ -139,3 +139,25 @@ def test_predictions():
     pm, pv = Gaussian().predict(Gaussian.init_params(0.25), mean, var)
     np.testing.assert_allclose(pv, np.asarray(var) + 0.25, rtol=1e-12)
     np.testing.assert_allclose(pm, mean)
+
+
+@pytest.mark.parametrize("name, values", [("gaussian", (0.3,)), ("student-t", (0.2, 3.0)), ("student-t", (2.0, 0.7)),
+                                          ("probit", ()), ("logistic", ()), ("poisson", ()), ("negative-binomial", (1.5,))])
+def test_largest_log_prob_is_the_likelihoods_supremum(name, values):
+    """``largest_log_prob`` bounds ``log p(y|f)`` everywhere and is reached: the Gaussian's and the Student-t's
+    density at its mode (scipy's), 0 for a probability mass (labels, counts), which it approaches."""
+    lik = likelihoods.LIKELIHOODS[name]()
+    params = lik.init_params(*values)
+    top = float(lik.largest_log_prob(params))
+    f = np.linspace(-8.0, 8.0, 801)
+    ys = {"gaussian": [0.0, 1.5], "student-t": [0.0, -2.0], "probit": [0.0, 1.0], "logistic": [0.0, 1.0],
+          "poisson": [0.0, 1.0, 7.0], "negative-binomial": [0.0, 1.0, 7.0]}[name]
+    if name == "gaussian":
+        log_p = np.concatenate([stats.norm.logpdf(y, f, np.sqrt(values[0])) for y in ys])
+        assert top == pytest.approx(stats.norm.logpdf(0.0, 0.0, np.sqrt(values[0])), rel=1e-12)
+    else:
+        log_p = np.concatenate([np.asarray(lik.log_prob(jnp.asarray(y), jnp.asarray(f), params) if name != "probit"
+                                           else lik.log_prob(jnp.asarray(y), jnp.asarray(f))) for y in ys])
+    if name == "student-t":
+        assert top == pytest.approx(stats.t.logpdf(0.0, values[1], scale=values[0]), rel=1e-12)
+    assert np.all(log_p <= top + 1e-12) and np.max(log_p) > top - 0.05

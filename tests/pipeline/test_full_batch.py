@@ -89,6 +89,41 @@ def test_a_start_whose_energy_is_not_finite_fails_the_fit_rather_than_converging
         FullBatchFit(trainer, 20, 1e-4).fit()
 
 
+def test_an_energy_above_the_models_evidence_ceiling_fails_both_solvers(regression_store, monkeypatch):
+    """An energy above what any log marginal likelihood of the rows can be is a diverged approximation, not a
+    fit: the full-batch fit and the minibatch run both fail, naming the ceiling."""
+    monkeypatch.setitem(MODELS, "toy", ToySpec(ceiling=-1e6))
+    message = r"the fit's energy .* exceeds -1e\+06, the most any log marginal likelihood of its \d+ rows can be"
+    trainer = Trainer(TrainJob("toy", regression_store, TrainConfig(model={}), None), InProcess())
+    with pytest.raises(TrainingFailed, match=message):
+        FullBatchFit(trainer, 20, 1e-4).fit()
+    with pytest.raises(TrainingFailed, match=message):
+        Trainer(TrainJob("toy", regression_store, TrainConfig(model={}, epochs=1), None), InProcess()).run()
+
+
+def test_a_student_t_fit_never_returns_an_energy_above_its_ceiling():
+    """Witness: ``SparseGPRegressor(likelihood="student-t", alpha=0.05)`` on 120 rows with outliers ran to a
+    kernel variance of 1.8e11 and an 'evidence' of +7.2e12 after 18 L-BFGS iterations, 'converged' (the term
+    ``(N/α)(φ(cav) − φ(q))`` of Power EP's energy is unbounded when ``log t`` varies widely under ``q``, and the
+    Student-t's tilted terms fall only logarithmically with the cavity's variance). Either the fit fails, as it
+    does on the machine this was written on, or what it returns lies below the ceiling."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, (120, 2))
+    f = np.sin(x[:, 0]) + 0.5 * x[:, 1]
+    rng.standard_normal(120), rng.poisson(np.exp(0.5 + 0.5 * f))  # the draws of the witness's script, kept
+    y = f + 0.2 * rng.standard_normal(120)
+    y[::15] += 5
+    model = SparseGPRegressor(likelihood="student-t", alpha=0.05, num_inducing=10)
+    try:
+        model.fit(x, y)
+    except TrainingFailed as failed:
+        assert "the approximation diverged" in str(failed)
+        return
+    with float64():
+        ceiling = model.model_.evidence_ceiling(model.params_, len(y))
+    assert energy_of(model) <= ceiling + len(y)
+
+
 def test_a_count_regressor_at_small_alpha_fits_near_the_variational_limit():
     """Witness of the fault above: at α ≤ 0.05 the Poisson's quadrature gave NaN gradients from its far nodes
     (:func:`~pep_gp.core.quadrature.tilted_moments_by_quadrature`), and ``SparseGPRegressor(likelihood="poisson",

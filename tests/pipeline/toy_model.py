@@ -20,9 +20,13 @@ class ConjugateMean:
 
     nan_above: float = math.inf  # the data term is NaN once |w| exceeds this
     fall: float = 0.0  # > 0: the site updates drift post_mean to 1 and the energy loses fall·N·post_mean² (a collapse)
+    ceiling: float = math.inf  # what evidence_ceiling claims: below the energy, a fit must fail as diverged
 
     def step_shared(self, params, n_total):
         return ()
+
+    def evidence_ceiling(self, params, n_total):
+        return self.ceiling
 
     def global_energy(self, params, shared, n_total):
         return -0.5 * params["w"] ** 2 - self.fall * n_total * params["post_mean"] ** 2
@@ -63,6 +67,7 @@ class ToySpec(SpecBase):
     description: str = "conjugate mean (tests)"
     nan_above: float = math.inf
     fall: float = 0.0
+    ceiling: float = math.inf
     Settings = ToySettings
     has_sites = True
 
@@ -70,7 +75,7 @@ class ToySpec(SpecBase):
         pass
 
     def build(self, settings, binding):
-        return ConjugateMean(self.nan_above, self.fall)
+        return ConjugateMean(self.nan_above, self.fall, self.ceiling)
 
     def init(self, model, x, settings, seed):
         return {"w": jnp.asarray(0.0), "post_mean": jnp.asarray(0.0)}

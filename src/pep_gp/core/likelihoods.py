@@ -82,6 +82,10 @@ class Gaussian:
         """Predictive mean and variance of ``y``."""
         return mean, var + self.noise_variance(params)
 
+    def largest_log_prob(self, params):
+        """``sup_{y,f} log p(y|f) = −½ log(2πσ²)``: no log marginal likelihood of ``N`` rows exceeds ``N`` times it."""
+        return -0.5 * (LOG_2PI + jnp.log(self.noise_variance(params)))
+
 
 @dataclass(frozen=True)
 class Probit:
@@ -123,6 +127,11 @@ class Probit:
     def predict(self, params, mean, var):
         """``p(y = 1 | x) = Φ(m/√(1+v))``."""
         return ndtr(mean / jnp.sqrt(1.0 + var))
+
+    @staticmethod
+    def largest_log_prob(params):
+        """0: a probability (:meth:`Gaussian.largest_log_prob`)."""
+        return 0.0
 
     def log_prob(self, y, f):
         return log_ndtr(self._sign(y) * f)
@@ -223,6 +232,10 @@ class QuadratureLikelihood:
 
     def log_tilted(self, params, y, mean, var, alpha):
         return self.tilted_moments(y, mean, var, alpha, params)[0]
+
+    def largest_log_prob(self, params):
+        """``sup_{y,f} log p(y|f)`` (:meth:`Gaussian.largest_log_prob`): 0 for a probability mass (labels, counts)."""
+        return 0.0
 
     def expected_log_prob(self, params, y, mean, var):
         points, log_w = self.quadrature.nodes(mean, var)
@@ -341,6 +354,10 @@ class StudentT(QuadratureLikelihood):
 
     def span(self, params, y):
         return y, self.scale_and_dof(params)[0] * jnp.ones_like(y)
+
+    def largest_log_prob(self, params):
+        """``log p(y | f = y)``, the density at its mode (:meth:`Gaussian.largest_log_prob`)."""
+        return self.log_prob(0.0, 0.0, params)
 
     def cdf(self, params, y, f):
         """``P(Y ≤ y | f)``: ``1 − ½I_x(ν/2, ½)`` above ``f`` (and ``½I_x`` below), ``x = ν/(ν + t²)``,

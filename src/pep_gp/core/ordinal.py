@@ -123,6 +123,11 @@ class Ordinal:
         lower, upper, has_lower, has_upper = self.edges(params, y)
         return self._log_mass(lower - f, upper - f, has_lower, has_upper)
 
+    @staticmethod
+    def largest_log_prob(params):
+        """0: a probability (:meth:`~pep_gp.core.likelihoods.Gaussian.largest_log_prob`)."""
+        return 0.0
+
     def span(self, params, y):
         """Where ``p(y|f)`` varies: an end class at its one edge on the probit's unit scale; a middle class about
         the middle of its interval on the scale ``half-width·√α``, which :class:`~pep_gp.core.quadrature.TiltedQuadrature`

@@ -350,6 +350,18 @@ class PowerEPSparseGP:
         shared = self.step_shared(params, n)
         return self.global_energy(params, shared, n) + self.data_energy(params, shared, x, y, jnp.ones(n, bool))
 
+    def evidence_ceiling(self, params: SparseGPParams, n_total):
+        """``N·sup log p(y|f) + log p(θ)``: no log marginal likelihood of ``N`` rows exceeds it, as ``p(y) =
+        ∫p(y|f)p(f)df ≤ Π_n sup p(y_n|f)``. The energy approximates ``log p(y)`` (a bound only at α = 0): far
+        above the ceiling it has diverged, as it can for a likelihood that is not log-concave when the
+        factor moves by gradient at α > 0 (the Student-t at α ≤ 0.2: the term ``(N/α)(φ(cav) − φ(q))`` grows with
+        the variance of ``log t`` under ``q``, while the tilted terms fall only as its logarithm). Infinite for
+        a likelihood without ``largest_log_prob``."""
+        largest = getattr(self.likelihood, "largest_log_prob", None)
+        if largest is None:
+            return jnp.inf
+        return with_log_prior(n_total * largest(params.likelihood), params, self.priors)
+
     # ----------------------------------------------------------------------------------------------
     def _posterior(self, params: SparseGPParams) -> tuple[bank.PriorFactors, bank.Gaussians]:
         prior = bank.prior_factors(self.sparse_gp(params))

@@ -1,12 +1,19 @@
 """How a run ends other than as planned: collapsed (far below its best energy: it ends at its best
 parameters, :meth:`~pep_gp.pipeline.training.stopping.StoppingRule.collapsed`), idling (every step of the last
 ``max_rejected_in_a_row`` rejected as non-finite) or finished with non-finite held-out metrics or energy
-(both :class:`~pep_gp.pipeline.errors.TrainingFailed`)."""
+(both :class:`~pep_gp.pipeline.errors.TrainingFailed`), or with an energy above what any log marginal likelihood
+of its rows can be (:func:`refuse_impossible_energy`)."""
 
 from __future__ import annotations
 
 import math
+from functools import partial
+from typing import Any
 
+import jax
+import jax.numpy as jnp
+
+from ...core import float64
 from ..errors import TrainingFailed
 from ..runs.state import LoopState
 from .stopping import StoppingRule
@@ -54,3 +61,32 @@ def refuse_non_finite_end(state: LoopState) -> None:
         raise TrainingFailed(f"training ended at step {state.step} with non-finite {', '.join(bad)} "
                              f"({state.rejected} of {state.step} steps rejected as non-finite): the model did "
                              "not fit; lower the learning rate or check the data, in a new --run-dir")
+
+
+CEILING_SLACK = 1.0
+"""Nats per row above a model's evidence ceiling that a fit's energy may lie before it counts as diverged. Away
+from EP's fixed point (damped minibatch site updates, an epoch's mean of minibatch estimates) the energy is not an
+approximation of ``log p(y)`` and may pass the ceiling a little: a Gaussian regressor's minibatch run on 400 rows
+(tests/pipeline/test_coordinator.py) ended 0.12 nats per row above it. A diverged one is orders of magnitude
+above (the Student-t at α = 0.05: 7·10¹² against 54)."""
+
+
+def refuse_impossible_energy(model: Any, params: Any, energy: float, n_total: int) -> None:
+    """TrainingFailed when a fit's ``energy`` lies more than :data:`CEILING_SLACK` nats per row (and a
+    millionth) above its model's ``evidence_ceiling`` (a model without one is not checked): the approximation to
+    the log marginal likelihood diverged, and the energy, which the optimiser maximised, is not evidence of a fit."""
+    if getattr(model, "evidence_ceiling", None) is None or not math.isfinite(energy):
+        return
+    with float64():
+        bound = float(_ceiling(model, params, jnp.asarray(n_total, jnp.float64)))
+    if energy > bound + CEILING_SLACK * n_total + 1e-6 * abs(bound):
+        raise TrainingFailed(
+            f"the fit's energy {energy:.6g} exceeds {bound:.6g}, the most any log marginal likelihood of its "
+            f"{n_total} rows can be at the fitted likelihood parameters, by more than {CEILING_SLACK:g} nat per row: "
+            "the approximation diverged, so nothing usable was fitted; with a likelihood that is not log-concave "
+            "(student-t) use alpha >= 0.5")
+
+
+@partial(jax.jit, static_argnums=0)
+def _ceiling(model, params, n_total):
+    return model.evidence_ceiling(params, n_total)

@@ -28,7 +28,8 @@ to a higher energy and a worse test NLL); or when the largest entry of the gradi
 :data:`GRADIENT_TOL`, or when its line search can go no further (the energy is then at its optimum to
 rounding); and after ``max_iter`` iterations in all (site sweeps count as iterations). A start whose energy or
 gradient is not finite fails the fit (:class:`~pep_gp.pipeline.errors.TrainingFailed`): L-BFGS-B would call it
-converged. A model with site updates ends when a round (sweeps, then L-BFGS) changes the energy by less
+converged; so does an end whose energy lies above what any log marginal likelihood of the rows can be
+(:func:`~pep_gp.pipeline.training.endings.refuse_impossible_energy`). A model with site updates ends when a round (sweeps, then L-BFGS) changes the energy by less
 than ``tol`` nats per row.
 """
 
@@ -51,6 +52,7 @@ from ..engine.threads import compute_threads
 from ..errors import TrainingFailed
 from ..models.protocol import uses_site_updates
 from .step import DataTerm, Prepare, SiteTerm, WithShared, minibatch_energy, strongly_typed
+from .endings import refuse_impossible_energy
 from .job import TrainResult
 from .progress import Progress, no_progress, told
 from .trainer import Trainer
@@ -183,6 +185,7 @@ class FullBatchFit:
                 break
         seconds = time.perf_counter() - began
         energy = self.energy_and_grad(params)[0] if counts.swept or math.isnan(counts.energy) else counts.energy
+        refuse_impossible_energy(self.model, params, energy, trainer.n_total)
         record = {"epoch": 1, "step": counts.iterations, "energy": energy, "energy_per_row": energy / trainer.n_total,
                   **trainer.evaluate(params), "rejected_steps": 0, "rejected_site_updates": counts.rejected_sites,
                   "seconds": round(seconds, 3)}
