@@ -89,16 +89,17 @@ def test_a_start_whose_energy_is_not_finite_fails_the_fit_rather_than_converging
         FullBatchFit(trainer, 20, 1e-4).fit()
 
 
-def test_an_energy_above_the_models_evidence_ceiling_fails_both_solvers(regression_store, monkeypatch):
+def test_an_energy_above_the_models_evidence_ceiling_fails_the_full_batch_fit(regression_store, monkeypatch):
     """An energy above what any log marginal likelihood of the rows can be is a diverged approximation, not a
-    fit: the full-batch fit and the minibatch run both fail, naming the ceiling."""
+    fit: the full-batch fit fails, naming the ceiling. A minibatch run's energy (an epoch's mean of estimates at
+    the parameters of its steps) is not checked, so the same toy trains there."""
     monkeypatch.setitem(MODELS, "toy", ToySpec(ceiling=-1e6))
     message = r"the fit's energy .* exceeds -1e\+06, the most any log marginal likelihood of its \d+ rows can be"
     trainer = Trainer(TrainJob("toy", regression_store, TrainConfig(model={}), None), InProcess())
     with pytest.raises(TrainingFailed, match=message):
         FullBatchFit(trainer, 20, 1e-4).fit()
-    with pytest.raises(TrainingFailed, match=message):
-        Trainer(TrainJob("toy", regression_store, TrainConfig(model={}, epochs=1), None), InProcess()).run()
+    result = Trainer(TrainJob("toy", regression_store, TrainConfig(model={}, epochs=1), None), InProcess()).run()
+    assert result.history[-1]["energy"] > -1e6 + len(regression_store.arrays("train")[1][:])
 
 
 def test_a_student_t_fit_never_returns_an_energy_above_its_ceiling():

@@ -36,7 +36,7 @@ from ..runs.resume import ResumeRules
 from ..runs.state import LoopState, save_state
 from .batch import EngineBatch, init_sample
 from . import evidence
-from .endings import collapse, end_at_best_if_collapsed, idling, refuse_impossible_energy, refuse_non_finite_end
+from .endings import collapse, end_at_best_if_collapsed, idling, refuse_non_finite_end
 from .job import TrainJob, TrainResult
 from .optimiser import step_of
 from .progress import Progress, no_progress, told
@@ -147,8 +147,8 @@ class Trainer:
         Raises:
             InputError: the checkpoints are of another dataset or model, or of an incompatible config,
                 or another process holds the run directory.
-            TrainingFailed: ``max_rejected_in_a_row`` steps in a row were rejected, or the run ended with
-                non-finite held-out metrics or energy or an impossible one (a checkpoint is written first).
+            TrainingFailed: ``max_rejected_in_a_row`` steps in a row were rejected, or the run ended
+                with non-finite held-out metrics or energy (a checkpoint of the state is written first).
         """
         run_dir = self.job.run_dir
         holding = hold_run_dir(run_dir) if run_dir is not None else contextlib.nullcontext()
@@ -194,8 +194,6 @@ class Trainer:
             if state.step >= self.total_steps:
                 refuse_non_finite_end(state)
             self._state = state = state.gathered()  # arrays again, before the step's state is released
-            if state.history:
-                refuse_impossible_energy(self.model, state.params, state.history[-1]["energy"], self.n_total)
         return TrainResult(state.params, state.step, self.total_steps, len(state.history), state.seconds, path,
                            state.history, state.rejected, state.rejected_sites,
                            self.stopping.converged(state.energies), self.stopping.gain_per_row(state.energies),
