@@ -83,7 +83,8 @@ class Gaussian:
         return mean, var + self.noise_variance(params)
 
     def largest_log_prob(self, params):
-        """``sup_{y,f} log p(y|f) = −½ log(2πσ²)``: no log marginal likelihood of ``N`` rows exceeds ``N`` times it."""
+        """``sup_{y,f} log p(y|f) = −½ log(2πσ²)``: no log marginal likelihood of ``N`` rows exceeds ``N``
+        times it."""
         return -0.5 * (LOG_2PI + jnp.log(self.noise_variance(params)))
 
 

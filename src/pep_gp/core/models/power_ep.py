@@ -354,10 +354,10 @@ class PowerEPSparseGP:
         """``N·sup log p(y|f) + log p(θ)``: no log marginal likelihood of ``N`` rows exceeds it, as ``p(y) =
         ∫p(y|f)p(f)df ≤ Π_n sup p(y_n|f)``. The energy approximates ``log p(y)`` (a bound only at α = 0): far
         above the ceiling it has diverged (a full-batch fit fails then,
-        :func:`~pep_gp.pipeline.training.endings.refuse_impossible_energy`), as it can for a likelihood that is not log-concave when the
-        factor moves by gradient at α > 0 (the Student-t at α ≤ 0.2: the term ``(N/α)(φ(cav) − φ(q))`` grows with
-        the variance of ``log t`` under ``q``, while the tilted terms fall only as its logarithm). Infinite for
-        a likelihood without ``largest_log_prob``."""
+        :func:`~pep_gp.pipeline.training.endings.refuse_impossible_energy`), as it can for a likelihood that is
+        not log-concave when the factor moves by gradient at α > 0 (the Student-t at α ≤ 0.2: the term
+        ``(N/α)(φ(cav) − φ(q))`` grows with the variance of ``log t`` under ``q``, while the tilted terms fall
+        only as its logarithm). Infinite for a likelihood without ``largest_log_prob``."""
         largest = getattr(self.likelihood, "largest_log_prob", None)
         if largest is None:
             return jnp.inf

@@ -73,9 +73,10 @@ row on 400 rows after 6 epochs)."""
 
 
 def refuse_impossible_energy(model: Any, params: Any, energy: float, n_total: int) -> None:
-    """TrainingFailed when a full-batch fit's ``energy`` (at ``params``) lies more than :data:`CEILING_SLACK` nats per row (and a
-    millionth) above its model's ``evidence_ceiling`` (a model without one is not checked): the approximation to
-    the log marginal likelihood diverged, and the energy, which the optimiser maximised, is not evidence of a fit."""
+    """TrainingFailed when a full-batch fit's ``energy`` (at ``params``) lies more than :data:`CEILING_SLACK`
+    nats per row (and a millionth) above its model's ``evidence_ceiling`` (a model without one is not checked):
+    the approximation to the log marginal likelihood diverged, and the energy, which the optimiser maximised, is
+    not evidence of a fit."""
     if getattr(model, "evidence_ceiling", None) is None or not math.isfinite(energy):
         return
     with float64():

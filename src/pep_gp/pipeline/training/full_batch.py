@@ -29,8 +29,8 @@ to a higher energy and a worse test NLL); or when the largest entry of the gradi
 rounding); and after ``max_iter`` iterations in all (site sweeps count as iterations). A start whose energy or
 gradient is not finite fails the fit (:class:`~pep_gp.pipeline.errors.TrainingFailed`): L-BFGS-B would call it
 converged; so does an end whose energy lies above what any log marginal likelihood of the rows can be
-(:func:`~pep_gp.pipeline.training.endings.refuse_impossible_energy`). A model with site updates ends when a round (sweeps, then L-BFGS) changes the energy by less
-than ``tol`` nats per row.
+(:func:`~pep_gp.pipeline.training.endings.refuse_impossible_energy`). A model with site updates ends when a round
+(sweeps, then L-BFGS) changes the energy by less than ``tol`` nats per row.
 """
 
 from __future__ import annotations
