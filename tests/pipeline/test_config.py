@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from pep_gp.pipeline.models import get_model, model_settings
 from pep_gp.pipeline.runs.config import TrainConfig, load_config
+from pep_gp.pipeline.data.sizes import bucket
 from pep_gp.pipeline.errors import InputError
 
 
@@ -80,6 +83,24 @@ def test_for_rows_caps_blocks_and_batches():
     small = TrainConfig(block_rows=1000, batch_size=5000).for_rows(450)
     assert (small.block_rows, small.batch_size) == (512, 512)  # one block, padded to a bucket size
     assert TrainConfig(block_rows=100, batch_size=5000).for_rows(450).batch_size == 500
+
+
+def test_buckets_are_four_sizes_an_octave_and_pad_less_than_a_quarter_of_the_rows():
+    sizes = {bucket(n) for n in range(1, 4097)}
+    assert sorted(sizes) == [256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096]
+    assert all(n <= bucket(n) < 1.25 * n for n in range(257, 4097)) and all(bucket(s) == s for s in sizes)
+
+
+@pytest.mark.parametrize("rows, block, batch", [(1437, 768, 1536), (2400, 896, 2688), (824, 896, 896),
+                                                (1000, 1000, 1000), (5000, 1000, 5000), (2001, 768, 2304)])
+def test_a_batch_of_every_row_is_cut_into_equal_shares(rows, block, batch):
+    """Blocks as few as ``block_rows``' 1,000 allow, of equal shares padded to a bucket size (padding is
+    arithmetic where the rows are the step's cost); a set ``block_rows`` or a smaller batch keeps its blocks."""
+    config = TrainConfig(batch_size=10_000).for_rows(rows)
+    assert (config.block_rows, config.batch_size) == (block, batch)
+    assert math.ceil(rows / block) == math.ceil(rows / 1000) and batch - rows < block
+    assert TrainConfig(batch_size=10_000, block_rows=1000).for_rows(rows).block_rows == min(1000, bucket(rows))
+    assert TrainConfig(batch_size=500).for_rows(rows).block_rows == 500
 
 
 def test_misspelt_config_model_and_setting_names_get_the_closest_name(tmp_path):

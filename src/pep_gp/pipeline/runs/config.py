@@ -138,8 +138,12 @@ class TrainConfig(BaseModel):
 
     def for_rows(self, n_rows: int) -> "TrainConfig":
         """The same config with blocks and batches no larger than a split of ``n_rows`` rows (a smaller split
-        is one block padded to a bucket size, :mod:`pep_gp.pipeline.data.sizes`)."""
+        is one block padded to a bucket size, :mod:`pep_gp.pipeline.data.sizes`). A batch of every row with
+        ``block_rows`` unset is cut into as few blocks as before, of equal shares padded to a bucket size: 1,437
+        rows take two blocks of 768, not of 1,000 (a multi-class step on digits 34 ms against 42, issue 63)."""
         block = min(self.rows_per_block, bucket(n_rows))
+        if self.block_rows is None and self.batch_size >= n_rows:
+            block = min(block, bucket(math.ceil(n_rows / math.ceil(n_rows / block))))
         return self.model_copy(update={"block_rows": block,
                                        "batch_size": min(self.batch_size, block * math.ceil(n_rows / block))})
 
