@@ -137,6 +137,25 @@ def test_parallel_damped_reaches_the_sequential_fixed_point(projection):
     np.testing.assert_allclose(parallel.posterior.mean, sequential.posterior.mean, rtol=1e-8, atol=1e-10)
 
 
+def test_undamped_parallel_sweeps_halve_their_step_where_they_oscillate():
+    """Three nearly equal inputs per row and a large amplitude: undamped parallel EP oscillates (its change
+    stayed above 0.2 for 300 sweeps with a fixed step); the step halves after a sweep that moves more than
+    the one before, and the sweeps reach the sequential fixed point."""
+    rng = np.random.default_rng(2)
+    t = rng.normal(size=(40, 1))
+    x = np.hstack([t, t + 0.01 * rng.normal(size=(40, 1)), t + 0.01 * rng.normal(size=(40, 1))])
+    cov = jnp.asarray(100.0 * np.exp(-0.5 * ((x[:, None] - x[None]) ** 2).sum(-1)) + 1e-6 * np.eye(40))
+    data = site_data(np.arange(40), (t[:, 0] + 0.5 * rng.normal(size=40) > 0).astype(float))
+    ep = EP(Probit(), schedule="parallel")
+    sites, sweeps, change, _, step = sweep_until(ep, cov, data, zero_sites(40), 300, 1e-10)
+    assert float(change) <= 1e-10 and int(sweeps) < 300 and float(step) < 1.0
+    sequential = EP(Probit()).run(cov, data, tol=1e-11)
+    assert sequential.converged
+    np.testing.assert_allclose(sites.precision, sequential.sites.precision, rtol=1e-7, atol=1e-9)
+    assert float(ep.log_evidence(cov, data, sites)) == pytest.approx(
+        float(ep.log_evidence(cov, data, sequential.sites)), abs=1e-8)
+
+
 @pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_evidence_gradient_is_the_gaussian_parts_at_the_fixed_point():
@@ -180,5 +199,5 @@ def test_small_powers_converge_down_to_the_floor_and_below_it_are_refused(projec
     with pytest.raises(ValueError, match=r"alpha must lie in \[0.001, 1\] \(below 0.001 the site updates"):
         EP(Probit(), projection, ALPHA_FLOOR / 10).run(cov, data)
     below = {"wasserstein": 1e-4, "kl": 1e-8}[projection]  # what the refusal keeps out (sweeps run unchecked)
-    _, sweeps, change, _ = sweep_until(EP(Probit(), projection, below), cov, data, zero_sites(20), 200, 1e-9)
+    _, sweeps, change, _, _ = sweep_until(EP(Probit(), projection, below), cov, data, zero_sites(20), 200, 1e-9)
     assert int(sweeps) == 200 and float(change) > 1e-9

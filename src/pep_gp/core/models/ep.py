@@ -202,7 +202,7 @@ class EP(NamedTuple):
         ``max_sweeps``; starts from ``sites`` (default: all zero). One compiled call (:func:`sweep_until`)."""
         self.check()
         sites = zero_sites(data.y.shape[0]) if sites is None else sites
-        sites, sweeps, change, skipped = sweep_until(self, cov, data, sites, max_sweeps, tol)
+        sites, sweeps, change, skipped, _ = sweep_until(self, cov, data, sites, max_sweeps, tol)
         return EPResult(sites, posterior(cov, data, sites), int(sweeps), bool(change <= tol), int(skipped))
 
     def log_evidence(self, cov, data: SiteData, sites: Sites):
@@ -235,30 +235,39 @@ def _log_evidence(ep: EP, cov, data: SiteData, sites: Sites):
 
 
 @partial(jax.jit, static_argnums=0)
-def sweep_until(ep: EP, cov, data: SiteData, sites: Sites, max_sweeps, tol):
+def sweep_until(ep: EP, cov, data: SiteData, sites: Sites, max_sweeps, tol, damping=None):
     """Sweeps in one ``lax.while_loop`` until the largest change of a site parameter is ``≤ tol`` or
-    ``max_sweeps`` sweeps ran: ``(sites, sweeps, last change, skipped updates of the last sweep)``. Traceable,
-    so a caller can compile it into a larger function (the evidence optimiser does)."""
+    ``max_sweeps`` sweeps ran: ``(sites, sweeps, last change, skipped updates of the last sweep, damping)``.
+    Traceable, so a caller can compile it into a larger function (the evidence optimiser does).
+
+    The sweeps' step is ``damping`` (default ``ep.damping``). Parallel sweeps halve it, down to
+    ``ep.damping/16``, after every sweep whose change is larger than the one before: the oscillation of
+    undamped parallel EP (on near-duplicate inputs at large kernel amplitudes: tests/core/test_ep.py) is damped
+    where it starts, while sweeps that settle keep their full step. The step they ended at comes back for the
+    next call to start from. Sequential sweeps keep theirs."""
 
     def unfinished(state):
-        _, sweeps, change, _ = state
+        _, sweeps, change, _, _ = state
         return (sweeps < max_sweeps) & (change > tol)
 
     def one_sweep(state):
-        old, sweeps, _, _ = state
-        new, skipped = _sweep(ep, cov, data, old)
+        old, sweeps, last, _, step = state
+        new, skipped = _sweep(ep, cov, data, old, step)
         change = jnp.maximum(jnp.max(jnp.abs(new.precision - old.precision)), jnp.max(jnp.abs(new.shift - old.shift)))
-        return new, sweeps + 1, change, skipped.astype(jnp.int32)
+        if ep.schedule == "parallel":
+            step = jnp.where((sweeps > 0) & (change > last), jnp.maximum(0.5 * step, ep.damping / 16), step)
+        return new, sweeps + 1, change, skipped.astype(jnp.int32), step
 
-    start = (sites, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, sites.precision.dtype), jnp.zeros((), jnp.int32))
-    return jax.lax.while_loop(unfinished, one_sweep, start)
+    inf = jnp.asarray(jnp.inf, sites.precision.dtype)
+    step = jnp.asarray(ep.damping if damping is None else damping, inf.dtype)
+    return jax.lax.while_loop(unfinished, one_sweep, (sites, jnp.zeros((), jnp.int32), inf, jnp.zeros((), jnp.int32), step))
 
 
 @partial(jax.jit, static_argnums=0)
-def _sweep(ep: EP, cov, data: SiteData, sites: Sites):
-    """One sweep over all sites; returns the new sites and the number of skipped updates."""
+def _sweep(ep: EP, cov, data: SiteData, sites: Sites, damping):
+    """One sweep over all sites with step ``damping``; returns the new sites and the number of skipped updates."""
     project = named_projection(ep.projection)
-    refine = partial(_refine, ep.likelihood, project, ep.alpha, ep.damping)
+    refine = partial(_refine, ep.likelihood, project, ep.alpha, damping)
     if ep.schedule == "parallel":
         refined = refine(data.y, *_site_marginals(*marginal_moments(cov, data, sites), data), sites)
         return refined.sites, jnp.sum(~refined.valid)

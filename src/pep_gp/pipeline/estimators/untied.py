@@ -72,7 +72,9 @@ class ExactGP:
 class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
     """Binary probit classification on the exact GP with one EP (``projection="kl"``) or Quantile Propagation
     (``"wasserstein"``: same mean, the L2-Wasserstein variance; Zhang et al. 2020) site per training row, in
-    parallel sweeps damped by ½; the kernel's hyper-parameters — by default the amplitude and one shared
+    parallel sweeps, undamped until a sweep moves the sites more than the one before (the step then halves, and
+    no later evaluation tries a step that oscillated: :func:`~pep_gp.core.models.ep.sweep_until`); the kernel's
+    hyper-parameters — by default the amplitude and one shared
     lengthscale of a squared exponential; ``kernel=`` any :mod:`pep_gp.kernels` kernel, table or spelling, its
     fixed values kept — maximise ``log Z_EP`` (Zhang et al. 2020, eq. 4) by L-BFGS-B, at most ``max_iter``
     iterations. O(N³): for N up to a few thousand. A kernel's ``prior=`` adds ``log p(θ)`` to the evidence
@@ -136,7 +138,7 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
         self.x_train_ = (data.x - self.x_mean_) / self.x_std_
         with float64():
             self.site_data_ = site_data(np.arange(data.x.shape[0]), data.y)
-        ep = EP(Probit(), self.projection, float(self.alpha), damping=0.5, schedule="parallel")
+        ep = EP(Probit(), self.projection, float(self.alpha), schedule="parallel")  # undamped until it oscillates
         try:
             fitted = exact_ep.fit(ep, self.x_train_, self.site_data_, max_iter=int(self.max_iter), seed=self.seed,
                                   kernel=kernel, mean=mean)

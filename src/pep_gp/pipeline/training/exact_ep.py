@@ -69,21 +69,22 @@ def _problem(template, log_theta, x, data: SiteData):
 
 
 @partial(jax.jit, static_argnums=0)
-def _evaluate(ep: EP, template, log_theta, x, data: SiteData, sites: Sites, max_sweeps, tol):
-    """One compiled evaluation of the objective: EP (or QP) from ``sites`` at the values ``log_theta`` of the
+def _evaluate(ep: EP, template, log_theta, x, data: SiteData, sites: Sites, damping, max_sweeps, tol):
+    """One compiled evaluation of the objective: EP (or QP) from ``sites`` with the step ``damping`` (halved
+    where the sweeps oscillate, :func:`~pep_gp.core.models.ep.sweep_until`) at the values ``log_theta`` of the
     leaves of ``template = (kernel, mean)`` (:func:`jax.flatten_util.ravel_pytree`) to ``tol``, then
     ``log Z_EP + log p(θ)`` and its gradient in ``log_theta`` (the Gaussian part's with the sites held fixed, and
     the prior's). Compiled once per ``ep``, structure of the template and shape of ``x``; returns ``(sites,
-    objective, gradient, converged)``."""
+    objective, gradient, converged, damping)``, the last the step the sweeps ended at."""
     cov, shifted, kernel = _problem(template, log_theta, x, data)
-    sites, _, change, _ = sweep_until(ep, cov, shifted, sites, max_sweeps, tol)
+    sites, _, change, _, damping = sweep_until(ep, cov, shifted, sites, max_sweeps, tol, damping)
 
     def held(t):
         cov, shifted, kernel = _problem(template, t, x, data)
         return with_log_prior(gaussian_part(cov, shifted, sites), kernel)
 
     gradient = jax.grad(held)(log_theta)
-    return sites, with_log_prior(ep.log_evidence(cov, shifted, sites), kernel), gradient, change <= tol
+    return sites, with_log_prior(ep.log_evidence(cov, shifted, sites), kernel), gradient, change <= tol, damping
 
 
 def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, max_iter: int = 100,
@@ -93,7 +94,10 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
     squared exponential of variance 1; a lengthscale left unset starts at the median distance, one shared by the
     inputs) that are not fixed and the parameters of ``mean`` (default zero: none), from ``log_theta`` (the
     flattened values of :attr:`UntiedFit.log_theta`; default the kernel's and the mean's own); EP runs from the
-    previous evaluation's sites (``sites``, default zero, the first time)."""
+    previous evaluation's sites (``sites``, default zero, the first time), its sweeps at twice the step where the
+    previous evaluation's ended (at most ``ep.damping``) but never at a step whose sweeps oscillated before: on
+    pima's 614 rows a fit took 1.3 s undamped where sweeps damped by ½ throughout took 2.2 s (the same evidence
+    to 1e-4), and on crabs, where undamped sweeps oscillate, both took 1.1 s."""
     ep.check()
     with float64():
         x = jnp.asarray(x, dtype=jnp.float64)
@@ -104,7 +108,8 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
         fixed = (fixed_leaves(kernel), jax.tree_util.tree_map(lambda _: False, template[1]))
         free = ~np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda fixed, leaf: jnp.full(jnp.shape(leaf), fixed),
                                                                 fixed, template))[0], bool)
-        state = {"sites": zero_sites(data.y.shape[0]) if sites is None else sites, "evaluations": 0, "unconverged": 0}
+        state = {"sites": zero_sites(data.y.shape[0]) if sites is None else sites, "evaluations": 0, "unconverged": 0,
+                 "damping": ep.damping, "ceiling": ep.damping}
 
         def values(theta):
             full = start.copy()
@@ -112,9 +117,12 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
             return full
 
         def objective(theta):
-            new, value, gradient, converged = _evaluate(ep, template, jnp.asarray(values(theta)), x, data,
-                                                        state["sites"], max_sweeps, tol)
-            state["sites"] = new
+            step = min(state["ceiling"], 2 * state["damping"])
+            new, value, gradient, converged, ended = _evaluate(ep, template, jnp.asarray(values(theta)), x, data,
+                                                               state["sites"], step, max_sweeps, tol)
+            if ended < step:
+                state["ceiling"] = step / 2
+            state["sites"], state["damping"] = new, float(ended)
             state["evaluations"] += 1
             state["unconverged"] += int(not converged)
             return -float(value), -np.asarray(gradient)[free]
