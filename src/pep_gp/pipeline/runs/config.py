@@ -66,7 +66,8 @@ class TrainConfig(BaseModel):
         batch_size: training rows per step (rounded up to whole blocks); larger than the split means
             full-batch steps.
         block_rows: rows per block, the engine's unit of work (static shape, compiled once); unset:
-            ``min(1000, batch_size)``, so blocks follow a small batch.
+            ``min(1000, batch_size)``, so blocks follow a small batch (a batch of every row is cut into as
+            many equal blocks, each padded to a bucket size: :meth:`for_rows`).
         standardize: standardise the inputs with the training split's per-feature mean and standard
             deviation (docs/how-to/own-data.md); False feeds the stored values as they are (Villacampa-Calvo & Hernández-Lobato's (2017) MNIST driver only
             divides the pixels by 255, which `pep ingest` already does; per-pixel standardisation would
