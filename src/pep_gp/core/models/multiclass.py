@@ -248,7 +248,7 @@ class MultiClassGP:
     @partial(jax.jit, static_argnums=0)
     def _prior_precision_cholesky(self, params: MultiClassParams):
         """``chol(K_c⁻¹)`` of every class, the starting Cholesky factor's, in one compiled program (op by op, its
-        array operations were some 40 programs to compile in every new process: 1.2 s on glass)."""
+        array operations were 34 programs more to compile in every new process: 1.2 s on glass)."""
         return bank.prior_precision_cholesky(self.prior_factors(params))
 
     # ----------------------------------------------------------------------------------------------
