@@ -10,7 +10,8 @@ same executable, so results are bit-identical to a compiled one (tests/pipeline/
 ``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); ``off``, no persistent cache; any other value,
 that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or ``jax.config``) is
 kept when the variable is unset. The directory holds at most :data:`CACHE_LIMIT_BYTES`, least recently used
-programs out first. The trainer (so the CLI and the estimators), the predictions
+programs out first. The trainer (so the CLI and the estimators), the untied EP fits' own loops
+(``ExactGPClassifier``, ``MultiClassEPClassifier``), the predictions
 (:func:`~pep_gp.pipeline.models.predictive.predict_in_blocks`: ``pep predict`` and a loaded model) and the
 Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.WorkerEngine`) call it; each process reads its
 own environment (a ``LocalCluster``'s workers inherit the coordinator's).
