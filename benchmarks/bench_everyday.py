@@ -344,6 +344,42 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _span(values: list[float], unit: str) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.{1 if unit == ' s' else 2}f}{unit}" if f"{low:.2f}" == f"{high:.2f}" else (
+        f"{low:.{1 if unit == ' s' else 2}f}–{high:.{1 if unit == ' s' else 2}f}{unit}")
+
+
+def readme_table(results: list[dict]) -> str:
+    """README's speed rows: per pep estimator at its defaults, over the tables of ``results`` (runs of this
+    benchmark), the seconds to a fitted model in a fresh and in a second process and their ratios to GPyTorch's
+    in the same run (the tables where a fit ended within the timeout; those that did not are counted)."""
+    lines = ["| estimator at its defaults | tables | fresh process, s (× GPyTorch) | second process, s (× GPyTorch) "
+             "| run, machine |", "|---|---|---|---|---|"]
+    for result in results:
+        machine = f"{result['date'][:10]}, {result['gflops_float64']:.0f} GFLOP/s"
+        by_fit: dict[str, list] = {}
+        for entry in result["tables"].values():
+            gpytorch = next((r for fit, r in entry["fits"].items() if fit.startswith("GPyTorch")), {})
+            for fit, record in entry["fits"].items():
+                if fit in PEP_FITS[entry["task"]] + list(OPTIONS):
+                    by_fit.setdefault(fit, []).append((record, gpytorch))
+        for fit, records in by_fit.items():
+            ended = [(r, g) for r, g in records if "seconds_to_fitted" in r["first_process"]]
+            cells = []
+            for process in ("first_process", "second_process"):
+                timed = [(r[process]["seconds_to_fitted"], g.get(process, {}).get("seconds_to_fitted"))
+                         for r, g in ended if "seconds_to_fitted" in r.get(process, {})]
+                ratios = [mine / theirs for mine, theirs in timed if theirs]
+                cells.append((_span([mine for mine, _ in timed], " s") if timed else "–")
+                             + (f" ({_span(ratios, '×')})" if ratios else ""))
+            unfinished = len(records) - len(ended)
+            tables = f"{len(records)}" + (f" ({unfinished} past the {result['timeout_seconds']:.0f} s timeout)"
+                                          if unfinished else "")
+            lines.append(f"| `{fit}` | {tables} | {cells[0]} | {cells[1]} | {machine} |")
+    return "\n".join(lines)
+
+
 # --- the parent -------------------------------------------------------------------------------------------------
 
 def launched(python: str, fit: str, name: str, out: Path, cache: Path, timeout: float) -> dict:

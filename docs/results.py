@@ -100,9 +100,17 @@ def deep_gp(kind: str) -> Callable[[], str]:
     return drawn
 
 
+def everyday_readme() -> str:
+    """README's speed rows: ``bench_everyday``'s and ``bench_everyday_slow``'s runs, per estimator."""
+    from benchmarks import bench_everyday
+
+    return bench_everyday.readme_table([result("bench_everyday"), result("bench_everyday_slow")])
+
+
 COMPOSITE: dict[str, Callable[[], str]] = {
     "waits": waits_table, "bench_dgp": deep_gp("table"), "bench_dgp_readme": deep_gp("readme_table"),
-    "bench_dgp_paper": deep_gp("paper_table"), "bench_dgp_claims": deep_gp("claims_table")}
+    "bench_dgp_paper": deep_gp("paper_table"), "bench_dgp_claims": deep_gp("claims_table"),
+    "bench_everyday_readme": everyday_readme}
 """The tables drawn from several runs in a layout of their own, by their mark's name; every other mark names
 the committed runs it shows (``<!-- generated: RUN [RUN …] -->``) and :func:`runs_table` draws it."""
 

@@ -53,6 +53,10 @@ def student_t_log_predictive(y, mean, var, scale, dof) -> np.ndarray:
                      for row in zip(y, mean, var)])
 
 
+CDF_PRECISION = 2e-3
+"""How far the model's Student-t predictive CDF (Gauss–Hermite over f) may be from adaptive quadrature's here."""
+
+
 @pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(regression_store, tmp_path):
@@ -79,9 +83,13 @@ def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(r
     t_scale = scale * loaded.targets_.scale
     below = np.array([gaussian_expectation_by_quad(lambda f: special.stdtr(dof, (y_ - f) / t_scale), m, v, marks=[y_],
                                                    epsabs=1e-13, epsrel=1e-12) for y_, m, v in zip(y, mean, var)])
+    # pep's CDF is Gauss–Hermite over f (within 7e-4 here, below): a row that close to an end may fall either side
     for level in (50, 90, 95):
-        inside = np.mean((below >= 0.5 - level / 200) & (below <= 0.5 + level / 200))
-        assert evaluated[f"coverage_{level}"] == report[f"coverage_{level}"] == inside
+        ends = np.array([0.5 - level / 200, 0.5 + level / 200])
+        inside = np.mean((below >= ends[0]) & (below <= ends[1]))
+        borderline = np.mean(np.min(np.abs(below[:, None] - ends), axis=1) < CDF_PRECISION)
+        assert evaluated[f"coverage_{level}"] == report[f"coverage_{level}"]
+        assert abs(report[f"coverage_{level}"] - inside) <= borderline <= 0.03
     assert report["coverage_50"] < 0.9
     # pep predict --interval 0.9: the predictive's own 5 % and 95 % quantiles (the Gaussian's were ±∞ here), at
     # the first ten test rows: P(Y ≤ lower) = 0.05 and P(Y ≤ upper) = 0.95 by adaptive quadrature, to the
@@ -91,7 +99,7 @@ def test_the_trainer_and_pep_evaluate_score_a_student_t_run_by_its_own_density(r
     cdf = [[gaussian_expectation_by_quad(lambda f: special.stdtr(dof, (end - f) / t_scale), m, v, marks=[end],
                                          epsabs=1e-13, epsrel=1e-12) for end in row]
            for row, m, v in zip(ends, mean, var)]
-    np.testing.assert_allclose(cdf, np.broadcast_to([0.05, 0.95], (10, 2)), rtol=0, atol=2e-3)
+    np.testing.assert_allclose(cdf, np.broadcast_to([0.05, 0.95], (10, 2)), rtol=0, atol=CDF_PRECISION)
 
 
 @pytest.mark.exhaustive
