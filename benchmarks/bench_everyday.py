@@ -344,40 +344,46 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _span(values: list[float], unit: str) -> str:
-    low, high = min(values), max(values)
-    return f"{low:.{1 if unit == ' s' else 2}f}{unit}" if f"{low:.2f}" == f"{high:.2f}" else (
-        f"{low:.{1 if unit == ' s' else 2}f}–{high:.{1 if unit == ' s' else 2}f}{unit}")
+README_GROUPS = {"binary": ["SparseGPClassifier", "ExactGPClassifier", "TiedEPClassifier"],
+                 "regression, counts": ["SparseGPRegressor", "CollapsedGPRegressor",
+                                        "SparseGPRegressor(likelihood='poisson')"],
+                 "multi-class": ["MultiClassGPClassifier", "DirectMultiClassGPClassifier"],
+                 "deep GPs, untied multi-class EP": ["DeepGPClassifier", "DeepGPRegressor", "MultiClassDeepGPClassifier",
+                                                     "MultiClassEPClassifier"]}
+"""README's speed row: its columns, each the estimators whose default fits it spans."""
+
+
+def _span(values: list[float], digits: int) -> str:
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}–{high}"
 
 
 def readme_table(results: list[dict]) -> str:
-    """README's speed rows: per pep estimator at its defaults, over the tables of ``results`` (runs of this
-    benchmark), the seconds to a fitted model in a fresh and in a second process and their ratios to GPyTorch's
-    in the same run (the tables where a fit ended within the timeout; those that did not are counted)."""
-    lines = ["| estimator at its defaults | tables | fresh process, s (× GPyTorch) | second process, s (× GPyTorch) "
-             "| run, machine |", "|---|---|---|---|---|"]
+    """README's speed row: per group of estimators (:data:`README_GROUPS`), over every table of ``results`` (runs
+    of this benchmark) where a default fit ended within the timeout, the seconds to a fitted model in a fresh and
+    in a second process, and their ratios to GPyTorch's in the same run; fits past the timeout are counted."""
+    fits: dict[str, list] = {}
     for result in results:
-        machine = f"{result['date'][:10]}, {result['gflops_float64']:.0f} GFLOP/s"
-        by_fit: dict[str, list] = {}
         for entry in result["tables"].values():
             gpytorch = next((r for fit, r in entry["fits"].items() if fit.startswith("GPyTorch")), {})
             for fit, record in entry["fits"].items():
-                if fit in PEP_FITS[entry["task"]] + list(OPTIONS):
-                    by_fit.setdefault(fit, []).append((record, gpytorch))
-        for fit, records in by_fit.items():
-            ended = [(r, g) for r, g in records if "seconds_to_fitted" in r["first_process"]]
-            cells = []
-            for process in ("first_process", "second_process"):
-                timed = [(r[process]["seconds_to_fitted"], g.get(process, {}).get("seconds_to_fitted"))
-                         for r, g in ended if "seconds_to_fitted" in r.get(process, {})]
-                ratios = [mine / theirs for mine, theirs in timed if theirs]
-                cells.append((_span([mine for mine, _ in timed], " s") if timed else "–")
-                             + (f" ({_span(ratios, '×')})" if ratios else ""))
-            unfinished = len(records) - len(ended)
-            tables = f"{len(records)}" + (f" ({unfinished} past the {result['timeout_seconds']:.0f} s timeout)"
-                                          if unfinished else "")
-            lines.append(f"| `{fit}` | {tables} | {cells[0]} | {cells[1]} | {machine} |")
-    return "\n".join(lines)
+                fits.setdefault(fit, []).append((record, gpytorch))
+    cells = []
+    for group in README_GROUPS.values():
+        records = [pair for fit in group for pair in fits.get(fit, [])]
+        timed = {process: [(r[process]["seconds_to_fitted"], g.get(process, {}).get("seconds_to_fitted"))
+                           for r, g in records if "seconds_to_fitted" in r.get(process, {})]
+                 for process in ("first_process", "second_process")}
+        seconds = " / ".join(_span([mine for mine, _ in timed[p]], 1) for p in timed)
+        ratios = " / ".join(_span([mine / theirs for mine, theirs in timed[p] if theirs], 2) + "×" for p in timed)
+        late = sum("seconds_to_fitted" not in r["first_process"] for r, _ in records)
+        cells.append(f"{seconds} s ({ratios})" + (f"; {late} past {results[0]['timeout_seconds']:.0f} s" if late else ""))
+    runs = ", ".join(f"{r['date'][5:10]} {r['gflops_float64']:.0f} GFLOP/s" for r in results)
+    header = (f"| [everyday tables](docs/results/everyday.md), defaults ({runs}) | "
+              + " | ".join(README_GROUPS) + " |")
+    return "\n".join([header, "|---" * (len(README_GROUPS) + 1) + "|",
+                      "| seconds to a fitted model, fresh / second process (× GPyTorch's, same run) | "
+                      + " | ".join(cells) + " |"])
 
 
 # --- the parent -------------------------------------------------------------------------------------------------

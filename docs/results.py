@@ -101,7 +101,7 @@ def deep_gp(kind: str) -> Callable[[], str]:
 
 
 def everyday_readme() -> str:
-    """README's speed rows: ``bench_everyday``'s and ``bench_everyday_slow``'s runs, per estimator."""
+    """README's speed row: ``bench_everyday``'s and ``bench_everyday_slow``'s runs, by group of estimators."""
     from benchmarks import bench_everyday
 
     return bench_everyday.readme_table([result("bench_everyday"), result("bench_everyday_slow")])
