@@ -382,7 +382,7 @@ def readme_table(results: list[dict]) -> str:
     header = (f"| [everyday tables](docs/results/everyday.md), defaults ({runs}) | "
               + " | ".join(README_GROUPS) + " |")
     return "\n".join([header, "|---" * (len(README_GROUPS) + 1) + "|",
-                      "| seconds to a fitted model, fresh / second process (× GPyTorch's, same run) | "
+                      "| seconds to a fitted model, fresh / second process (× GPyTorch's exact GP or SVGP, same run) | "
                       + " | ".join(cells) + " |"])
 
 
