@@ -33,6 +33,11 @@ def imported_from(path_entry: Path | None, cwd: Path) -> Path:
     return Path(out.stdout.strip())
 
 
+ONE_BUILDER = pytest.mark.xdist_group("wheel")
+"""The tests of the built wheel run on one test worker: pip builds a local tree in place (its ``build/``), and two
+workers building at once collided there ("File exists: build/bdist.linux-x86_64/wheel/pep_gp-0.1.0.dist-info")."""
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("wheel")
@@ -80,6 +85,7 @@ def test_a_users_pipeline_module_and_flows_folder_live_beside_pep(tmp_path):
                                        "pep_gp.pipeline.data.stores\n"]
 
 
+@ONE_BUILDER
 def test_the_built_wheel_holds_every_package_under_the_root_and_imports(wheel, tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
@@ -89,6 +95,7 @@ def test_the_built_wheel_holds_every_package_under_the_root_and_imports(wheel, t
     assert imported_from(tmp_path / "site", tmp_path) == tmp_path / "site" / "pep_gp" / "core" / "__init__.py"
 
 
+@ONE_BUILDER
 def test_the_wheel_ships_the_deployments_and_every_cluster_recipe(wheel):
     """infra/ and prefect.yaml live at the repository root (where Docker, kubectl and ``prefect deploy`` look)
     and reach the package through the links ``src/pep_gp/infra`` and ``src/pep_gp/deploy/prefect.yaml``: a
