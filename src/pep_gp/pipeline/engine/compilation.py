@@ -10,8 +10,8 @@ same executable, so results are bit-identical to a compiled one (tests/pipeline/
 ``platformdirs.user_cache_dir``, e.g. ``~/.cache/pep/jax``); ``off``, no persistent cache; any other value,
 that directory. A directory the user set for JAX itself (``JAX_COMPILATION_CACHE_DIR`` or ``jax.config``) is
 kept when the variable is unset. The directory holds at most :data:`CACHE_LIMIT_BYTES`, least recently used
-programs out first. The trainer (so the CLI and the estimators), the untied EP fits' own loops
-(``ExactGPClassifier``, ``MultiClassEPClassifier``), the predictions
+programs out first. Every fitting loop (:func:`ready_to_compile`: the trainer, so the CLI and the estimators,
+and the untied EP fits' own loops), the predictions
 (:func:`~pep_gp.pipeline.models.predictive.predict_in_blocks`: ``pep predict`` and a loaded model) and the
 Dask worker plugin (:class:`~pep_gp.pipeline.engine.backends.WorkerEngine`) call it; each process reads its
 own environment (a ``LocalCluster``'s workers inherit the coordinator's).
@@ -154,6 +154,19 @@ def release_compiled_programs_if_crowded() -> bool:
     jax.clear_caches()
     gc.collect()
     return True
+
+
+def ready_to_compile() -> Path | None:
+    """What every fitting loop does before it compiles (the trainer, the untied EP fits' loops): release this
+    process's compiled programs if it is crowded (:func:`release_compiled_programs_if_crowded`), then point JAX
+    at the persistent cache (:func:`use_compilation_cache`, whose directory it returns), so that a second process
+    loads the programs.
+
+    Raises:
+        InputError: ``$PEP_COMPILATION_CACHE`` is not ``on``, ``off`` or a usable directory.
+    """
+    release_compiled_programs_if_crowded()
+    return use_compilation_cache()
 
 
 SLOW_COMPILE_SECONDS = 10.0

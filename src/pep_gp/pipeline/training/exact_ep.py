@@ -32,7 +32,7 @@ from ...core.log_prior import with_log_prior
 from ...core.means import MeanFunction, Zero
 from ...core.parameters import fixed_leaves
 from ...core.models.ep import EP, SiteData, Sites, gaussian_part, predict_latent, sweep_until, zero_sites
-from ..engine.compilation import release_compiled_programs_if_crowded, use_compilation_cache
+from ..engine.compilation import ready_to_compile
 
 JITTER = 1e-8  # relative, on the prior covariance's diagonal
 
@@ -100,8 +100,7 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
     pima's 614 rows a fit took 1.3 s undamped where sweeps damped by ½ throughout took 2.2 s (the same evidence
     to 1e-4), and on crabs, where undamped sweeps oscillate, both took 1.1 s."""
     ep.check()
-    release_compiled_programs_if_crowded()
-    use_compilation_cache()  # as the trainer: a second process loads the programs
+    ready_to_compile()
     with float64():
         x = jnp.asarray(x, dtype=jnp.float64)
         kernel = (kernel or SquaredExponential()).bank(1, x.shape[1], median_lengthscale(np.asarray(x), seed))

@@ -25,7 +25,7 @@ from ...core.models import multiclass_ep as ep
 from ...core.models.multiclass import MultiClassGP, NaturalFactor
 from ...core.parameters import fixed_leaves
 from ..data.sizes import bucket
-from ..engine.compilation import release_compiled_programs_if_crowded, use_compilation_cache
+from ..engine.compilation import ready_to_compile
 from .optimiser import adam
 from .step import ascent_update
 from .stopping import COLLAPSE_FALL, StoppingRule
@@ -115,8 +115,7 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
         mean: the mean function every class starts from (None: zero).
         noise: the latent noise ``σ_{0,c}`` every class starts from; ``fixed_noise`` keeps it there, to the bit.
     """
-    release_compiled_programs_if_crowded()
-    use_compilation_cache()  # as the trainer: a second process loads the programs
+    ready_to_compile()
     n = x.shape[0]
     rule = StoppingRule.for_run(tol, n, 1 if batch_size is None else -(-n // batch_size))
     index, mask = batches(n, batch_size, max_steps, seed)

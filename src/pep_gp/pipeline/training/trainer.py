@@ -26,7 +26,7 @@ import numpy as np
 from ...core import float64
 from ..data.transforms import transforms_of
 from ..engine import Backend, Engine, InProcess, gathered
-from ..engine.compilation import release_compiled_programs_if_crowded, use_compilation_cache
+from ..engine.compilation import ready_to_compile
 from ..engine.threads import compute_threads
 from ..models import HeldOut
 from ..runs.frame import run_frame
@@ -69,8 +69,7 @@ class Trainer:
 
     def __init__(self, job: TrainJob, backend: Backend, initial_params: Any = None, *, frame: Any = None,
                  rows_represented: int | None = None):
-        release_compiled_programs_if_crowded()
-        use_compilation_cache()
+        ready_to_compile()
         self.job = job
         self.spec = spec = job.spec
         store, config = job.store, job.config
