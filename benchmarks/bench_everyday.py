@@ -24,10 +24,11 @@ The fits, each in its own process started by this one (``--python``, default thi
   minibatches of 256, Adam 0.01 for 300 steps), float32 as its users run it.
 
 Per fit: seconds from the process's launch (the parent's clock just before it starts the process) to a fitted
-model (interpreter and imports included, the table's loading excluded), of which the imports; the compiled programs it ran (JAX's compile event, which also
-times a load from the persistent cache: how many, how many were loaded, their seconds and the longest); steps and seconds per step; test NLL (per row, with the standard error of the difference to each
-peer, paired over the test rows), error or RMSE, and 90 % interval coverage for regression. The machine's
-float64 matrix-product GFLOP/s is measured beside.
+model (interpreter and imports included, the table's loading excluded), of which the imports; the compiled
+programs it ran (JAX's compile event, which also times a load from the persistent cache: how many, how many were
+loaded, their seconds and the longest); steps and seconds per step; test NLL (per row, with the standard error
+of the difference to each peer, paired over the test rows), error or RMSE, and 90 % interval coverage for
+regression. The machine's float64 matrix-product GFLOP/s is measured beside.
 
 Usage::
 
