@@ -66,8 +66,9 @@ def tiny():
 @pytest.mark.exhaustive
 @pytest.mark.heavy
 @pytest.mark.xfail(strict=True, reason="L-BFGS's stopping rule (two iterations each rising less than tol nats per "
-                   "row) fires on a flat stretch at a lengthscale of 0.154, 5 nats below the prior's optimum at 1.0 "
-                   "that tol=1e-7 or Adam reach (issue 63's thirteenth-session note)")
+                   "row) fires near a saddle at a lengthscale of 0.154: the rises fall to 1e-5 nats, then grow again "
+                   "as L-BFGS leaves along a direction of upward curvature for the prior's optimum at 1.0, 5 nats "
+                   "higher, which tol=1e-7 or Adam reach (issue 63's fourteenth-session note)")
 def test_on_a_tiny_table_a_prior_keeps_the_lengthscale_from_collapsing(tiny):
     x, y = tiny
     free = fit(SparseGPRegressor(num_inducing=8), x, y)
