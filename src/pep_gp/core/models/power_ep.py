@@ -194,8 +194,7 @@ class PowerEPSparseGP:
     def _prior_precision_chol(self, params: SparseGPParams):
         """``chol(K_uu⁻¹)``, the starting factor's, in one compiled program (op by op, each of its array operations
         was a program of its own to compile in every new process)."""
-        inverse = bank.prior_factors(self.sparse_gp(params)).inverse[0]  # K_uu⁻¹ = PᵀP
-        return cholesky(inverse.T @ inverse)
+        return bank.prior_precision_cholesky(bank.prior_factors(self.sparse_gp(params)))[0]
 
     # ----------------------------------------------------------------------------------------------
     @property
