@@ -86,6 +86,9 @@ def test_the_ingest_summary_is_plain_text(tmp_path):
     assert result.exit_code == 0, result.output
     assert "|" not in result.output
     assert any(line.split() == ["rows", "(train", "/", "test)", "40", "/", "10"] for line in result.output.splitlines())
+    # One line per field, however narrow the terminal (80 columns when it is none): the checksum's 71 characters
+    # were wrapped onto a line of their own.
+    assert any(re.fullmatch(r" *checksum  sha256:[0-9a-f]{64}", line) for line in result.output.splitlines())
 
 
 def test_rows_dropped_are_counted_in_the_summary_line_and_a_large_share_is_a_warning(tmp_path):

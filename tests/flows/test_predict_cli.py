@@ -5,6 +5,7 @@ line on stderr with exit code 2 and nothing left behind."""
 from __future__ import annotations
 
 import json
+import re
 
 import jax
 import numpy as np
@@ -36,6 +37,15 @@ def test_a_messy_csv_from_ingest_to_predictions_of_yes_and_no(messy_classifier, 
     probabilities = predictions[["proba_no", "proba_yes"]].to_numpy()
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=0, atol=1e-12)
     assert (predictions["label"] == np.where(probabilities[:, 1] > 0.5, "yes", "no")).all()
+
+
+def test_the_predict_summary_is_one_line_however_narrow_the_terminal(messy_classifier, tmp_path):
+    """Rich wrapped it at 80 columns where stdout is no terminal, splitting the column names over two lines."""
+    result = run("predict", "--run-dir", messy_classifier.run_dir, "--input", messy_classifier.new_csv, "--sep", ";",
+                 "--out", tmp_path / "predictions.csv")
+    assert result.exit_code == 0, result.output
+    assert re.fullmatch(r"predicted 50 rows of \S+ into \S+predictions\.csv \(id, label, proba_no, proba_yes\) in "
+                        r"[0-9.]+ s\n", result.stdout), result.stdout
 
 
 @pytest.mark.exhaustive

@@ -112,7 +112,8 @@ def evaluate_command(
         typer.echo(dumps(metrics))
     else:
         shown = {key: value for key, value in metrics.items() if not isinstance(value, dict)}  # bins: JSON, PNG
-        Console().print("\n".join(f"{key:>16}  {value}" for key, value in shown.items()), markup=False)
+        Console().print("\n".join(f"{key:>16}  {value}" for key, value in shown.items()), markup=False,
+                        soft_wrap=True)
         if metrics.get("unseen"):
             from ..pipeline.runs.predict import unseen_warning
 

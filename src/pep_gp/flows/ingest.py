@@ -269,7 +269,7 @@ def ingest_command(
         line = (f"appended to {summary['store']}, which now holds {rows} ({summary['seconds']:.1f} s)" if append
                 else f"ingested {rows} into {summary['store']} in {summary['seconds']:.1f} s")
         Console().print(line + (f"; {dropped}" if dropped else ""), markup=False, soft_wrap=True)
-        Console().print(summary_text(summary), markup=False, highlight=False)
+        Console().print(summary_text(summary), markup=False, highlight=False, soft_wrap=True)
 
 
 def _check_append_options(**given: Any) -> None:

@@ -159,7 +159,7 @@ def predict_command(
         typer.echo(dumps(summary))
     elif not quiet:
         Console().print(f"predicted {summary['rows']:,} rows of {summary['input']} into {summary['out']} "
-                        f"({', '.join(summary['columns'])}) in {summary['seconds']:.1f} s", markup=False)
+                        f"({', '.join(summary['columns'])}) in {summary['seconds']:.1f} s", markup=False, soft_wrap=True)
 
 
 def parse_levels(text: str | None) -> tuple[float, ...]:

@@ -207,7 +207,8 @@ def train_command(
         typer.echo(dumps(summary))
     elif not quiet:
         shown = {k: v for k, v in summary.items() if v is not None and k != "notes"}
-        Console().print("\n".join(f"{key:>15}  {value}" for key, value in shown.items()), markup=False)
+        Console().print("\n".join(f"{key:>15}  {value}" for key, value in shown.items()), markup=False,
+                        soft_wrap=True)
     if summary["collapse"]:
         typer.echo(f"pep train: {'warning' if allow_degenerate else 'error'}: the fit collapsed: {summary['collapse']} "
                    "(written to --run-dir); try another --seed or a lower --learning-rate"
