@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from .options import (ClusterOption, JsonFlag, PrefectFlag, RunDirOption, TlsCaFile,
-                      TlsCert, TlsKey, use_cluster, user_errors)
+                      TlsCert, TlsKey, print_summary, use_cluster, user_errors)
 from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
 from ..pipeline.runs.lock import hold_run_dir
@@ -112,8 +111,7 @@ def evaluate_command(
         typer.echo(dumps(metrics))
     else:
         shown = {key: value for key, value in metrics.items() if not isinstance(value, dict)}  # bins: JSON, PNG
-        Console().print("\n".join(f"{key:>16}  {value}" for key, value in shown.items()), markup=False,
-                        soft_wrap=True)
+        print_summary("\n".join(f"{key:>16}  {value}" for key, value in shown.items()))
         if metrics.get("unseen"):
             from ..pipeline.runs.predict import unseen_warning
 

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import Progress as RichProgress
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .options import JsonFlag, PrefectFlag, QuietFlag, names, user_errors
+from .options import JsonFlag, PrefectFlag, QuietFlag, names, print_summary, user_errors
 from .runtime import in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task
 from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
@@ -268,8 +268,8 @@ def ingest_command(
         rows = f"{summary['rows_train']:,} train and {summary['rows_test']:,} test rows"
         line = (f"appended to {summary['store']}, which now holds {rows} ({summary['seconds']:.1f} s)" if append
                 else f"ingested {rows} into {summary['store']} in {summary['seconds']:.1f} s")
-        Console().print(line + (f"; {dropped}" if dropped else ""), markup=False, soft_wrap=True)
-        Console().print(summary_text(summary), markup=False, highlight=False, soft_wrap=True)
+        print_summary(line + (f"; {dropped}" if dropped else ""))
+        print_summary(summary_text(summary), highlight=False)
 
 
 def _check_append_options(**given: Any) -> None:

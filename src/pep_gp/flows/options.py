@@ -1,6 +1,6 @@
-"""What the ``pep`` commands share: options (``--prefect``, ``--cluster``'s TLS files, lists of names) and
-how a failure is reported (one line on stderr; exit code 2 for bad input, 1 for an I/O error or failed
-training)."""
+"""What the ``pep`` commands share: options (``--prefect``, ``--cluster``'s TLS files, lists of names), how a
+summary is printed, and how a failure is reported (one line on stderr; exit code 2 for bad input, 1 for an I/O
+error or failed training)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from ..pipeline.cluster_address import CLUSTER_HELP, TLS_CONFIG, parse_cluster
 from ..pipeline.errors import InputError, TrainingFailed
@@ -28,6 +29,13 @@ TlsCert = Annotated[Path | None, typer.Option(help="Client certificate for a tls
                                                    "Dask's distributed.comm.tls.client.cert).")]
 TlsKey = Annotated[Path | None, typer.Option(help="Its private key (default: Dask's "
                                                   "distributed.comm.tls.client.key).")]
+
+
+def print_summary(text: str, highlight: bool = True) -> None:
+    """A command's summary on stdout as plain text (no markup; Rich's highlighting of numbers and paths on a
+    terminal unless ``highlight`` is False), its lines never wrapped: where stdout is no terminal (a pipe, a log,
+    a notebook's ``!pep``) Rich takes it for 80 columns and broke a store's checksum onto a line of its own."""
+    Console().print(text, markup=False, highlight=highlight, soft_wrap=True)
 
 
 @contextmanager

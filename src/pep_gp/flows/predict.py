@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .options import (ClusterOption, JsonFlag, PrefectFlag, QuietFlag, RunDirOption,
-                      TlsCaFile, TlsCert, TlsKey, use_cluster, user_errors)
+                      TlsCaFile, TlsCert, TlsKey, print_summary, use_cluster, user_errors)
 from ..pipeline.data.predictions import SPLIT_CHOICES, output_kind
 from ..pipeline.errors import InputError
 from ..pipeline.jsonio import dumps
@@ -158,8 +158,8 @@ def predict_command(
     if json_output:
         typer.echo(dumps(summary))
     elif not quiet:
-        Console().print(f"predicted {summary['rows']:,} rows of {summary['input']} into {summary['out']} "
-                        f"({', '.join(summary['columns'])}) in {summary['seconds']:.1f} s", markup=False, soft_wrap=True)
+        print_summary(f"predicted {summary['rows']:,} rows of {summary['input']} into {summary['out']} "
+                      f"({', '.join(summary['columns'])}) in {summary['seconds']:.1f} s")
 
 
 def parse_levels(text: str | None) -> tuple[float, ...]:

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from .options import (ClusterOption, JsonFlag, PrefectFlag, QuietFlag, TlsCaFile,
-                      TlsCert, TlsKey, use_cluster, user_errors)
+                      TlsCert, TlsKey, print_summary, use_cluster, user_errors)
 from .reports import plot_learning_curve, publish_training, write_metrics
 from .runtime import (in_prefect_run, lazy_prefect, prefect_flow, prefect_quietly, prefect_requested, prefect_task,
                       task_retried)
@@ -207,8 +206,7 @@ def train_command(
         typer.echo(dumps(summary))
     elif not quiet:
         shown = {k: v for k, v in summary.items() if v is not None and k != "notes"}
-        Console().print("\n".join(f"{key:>15}  {value}" for key, value in shown.items()), markup=False,
-                        soft_wrap=True)
+        print_summary("\n".join(f"{key:>15}  {value}" for key, value in shown.items()))
     if summary["collapse"]:
         typer.echo(f"pep train: {'warning' if allow_degenerate else 'error'}: the fit collapsed: {summary['collapse']} "
                    "(written to --run-dir); try another --seed or a lower --learning-rate"
