@@ -40,7 +40,8 @@ FIT_FIELD_HELP = {
     "callbacks": "a list of `pep_gp.Callback` (e.g. `MLflowLogger`, `TensorBoardLogger`) told of every step's energy "
                  "and every evaluation; one raising `pep_gp.StopTraining` ends the fit",
     "early_stopping": "hold out `validation_fraction` of the rows and stop when their NLL has not improved by more "
-                      "than `tol` for more than `n_iter_no_change` evaluations; ends at the best (scikit-learn's MLP)",
+                      "than `tol` for more than `n_iter_no_change` evaluations; ends at the best (scikit-learn's MLP); "
+                      "`'auto'`: on for `DeepGPRegressor` fitting arrays of 200 rows or more, off otherwise",
     "validation_fraction": "the share of the training rows held out with `early_stopping` (stratified for classifiers)",
     "n_iter_no_change": "evaluations (one per epoch) without an improvement before `early_stopping` stops the fit",
     "num_data": "the rows the energy's data term stands for (GPflow's SVGP `num_data`); none: the rows trained on, "

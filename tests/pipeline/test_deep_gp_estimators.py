@@ -19,7 +19,8 @@ def step_data(n, seed):
 
 def test_the_deep_gps_default_to_bui_et_al_s_fixed_steps_in_the_estimators_and_the_trainer():
     """``DeepGPRegressor()`` and ``TrainJob("deep-gp", …)`` with nothing set train as the benchmark's protocol
-    (1,000 Adam steps at 0.01, no early stopping; docs/results/deep-gp.md), the other models as pep's defaults."""
+    (1,000 Adam steps at 0.01, no stopping rule; docs/results/deep-gp.md), the other models as pep's defaults;
+    the regressor alone stops early on held-out rows of arrays (``early_stopping="auto"``, 100 steps' patience)."""
     from pep_gp import SparseGPRegressor
     from pep_gp.pipeline.runs.config import TrainConfig
     from pep_gp.pipeline.training.trainer import TrainJob
@@ -27,6 +28,8 @@ def test_the_deep_gps_default_to_bui_et_al_s_fixed_steps_in_the_estimators_and_t
     for estimator in (DeepGPRegressor(), DeepGPClassifier()):
         params = estimator.get_params()
         assert (params["learning_rate"], params["max_iter"], params["tol"]) == (0.01, 1000, 0.0)
+        assert (params["early_stopping"], params["n_iter_no_change"]) == (
+            ("auto", 100) if isinstance(estimator, DeepGPRegressor) else (False, 10))
         assert estimator._config(455).model_dump(include={"learning_rate", "max_steps", "tol"}) == {
             "learning_rate": 0.01, "max_steps": 1000, "tol": 0.0}
     assert (SparseGPRegressor().learning_rate, SparseGPRegressor().max_iter, SparseGPRegressor().tol) == (0.05, 2000, 1e-4)
@@ -101,6 +104,22 @@ def test_classifier_separates_a_disc_that_logistic_regression_cannot():
     assert np.isfinite(clf.log_marginal_likelihood())
 
 
+@pytest.mark.heavy  # three deep GP fits: compiling
+def test_the_deep_gp_regressor_stops_on_a_tenth_of_the_rows_of_a_table_of_200_or_more():
+    """``early_stopping="auto"``, ``DeepGPRegressor``'s default (issue 63): on arrays of 200 rows it holds out a
+    tenth (scikit-learn's split with the estimator's seed, as ``early_stopping=True``) and scores them at every
+    step, ending at the best score's parameters; on 199 rows, or with ``early_stopping=False``, it trains on every
+    row, as Bui et al. (2016) train."""
+    x, y = step_data(200, 0)
+    quick = {"hidden_dims": (), "num_inducing": 5, "max_iter": 4}
+    held = DeepGPRegressor(**quick).fit(x, y)
+    asked = DeepGPRegressor(**quick, early_stopping=True, n_iter_no_change=100).fit(x, y)
+    assert held.n_rows_seen_ == asked.n_rows_seen_ == 180 and len(held.validation_scores_) == 4
+    assert held.validation_scores_ == asked.validation_scores_ and held.best_validation_score_ == min(held.validation_scores_)
+    for whole in (DeepGPRegressor(**quick).fit(x[:199], y[:199]), DeepGPRegressor(**quick, early_stopping=False).fit(x, y)):
+        assert whole.validation_scores_ is None and whole.n_rows_seen_ in (199, 200)
+
+
 @pytest.mark.parametrize("arguments, X, message", [
     ({"hidden_dims": (0,)}, None, "DeepGPRegressor: hidden_dims.0: Input should be greater than or equal to 1"),
     ({"hidden_dims": 2}, None, "DeepGPRegressor: hidden_dims: Input should be a valid tuple"),
@@ -108,6 +127,7 @@ def test_classifier_separates_a_disc_that_logistic_regression_cannot():
     ({"batch_size": 0}, None, "batch_size must be None or a positive integer; got 0"),
     ({"learning_rate": -1.0}, None, "DeepGPRegressor: learning_rate: Input should be greater than 0"),
     ({}, "nan", "Input X contains NaN"),
+    ({"early_stopping": "yes"}, None, "DeepGPRegressor: early_stopping must be True, False or 'auto'; got 'yes'"),
 ])
 def test_bad_input_is_refused_by_name(arguments, X, message):
     x, y = step_data(40, 0)

@@ -209,6 +209,8 @@ def test_auto_fits_full_batch_where_the_rows_fit_one_batch_and_tol_stops_it(monk
     assert SparseGPClassifier(**quick, tol=0).fit(x, labels).solver_ == "adam"  # tol=0: every max_iter Adam step
     assert SparseGPClassifier(**quick, batch_size=10).fit(x, labels).solver_ == "adam"  # minibatches asked for
     assert SparseGPClassifier(**quick, early_stopping=True).fit(x, labels).solver_ == "adam"
+    auto = SparseGPClassifier(**quick, early_stopping="auto").fit(x, labels)  # only the deep GP regressor's stops
+    assert auto.solver_ == "lbfgs" and auto.validation_scores_ is None
     monkeypatch.setattr(base, "FULL_BATCH_ROWS", 20)
     assert SparseGPClassifier(**quick).fit(x, labels).solver_ == "adam"
     with pytest.raises(ValueError, match="solver must be 'auto', 'lbfgs' or 'adam'; got 'newton'"):

@@ -84,9 +84,17 @@ direct classifiers and for a fit from a store, which takes ``pep train``'s Adam 
 of :class:`~pep_gp.pipeline.training.callbacks.Callback`, e.g. the MLflow and TensorBoard loggers of
 :mod:`pep_gp.pipeline.training.tracking`) and scikit-learn's MLP early stopping, ``early_stopping``,
 ``validation_fraction`` and ``n_iter_no_change`` (evaluations, one per epoch; improvements by more than ``tol``
-nats per row: :mod:`pep_gp.pipeline.estimators.validation`), and ``num_data`` (as GPflow's SVGP spells it: the
+nats per row: :mod:`pep_gp.pipeline.estimators.validation`; ``early_stopping="auto"``, ``DeepGPRegressor``'s default:
+:data:`AUTO_EARLY_STOPPING_ROWS`), and ``num_data`` (as GPflow's SVGP spells it: the
 rows the energy's data term stands for, when a stream's size is known in advance; None: the rows trained on,
 for ``partial_fit`` every row seen so far). A model's own training defaults replace these (:func:`fit_fields`)."""
+
+AUTO_EARLY_STOPPING_ROWS = 200
+"""The fewest rows ``early_stopping="auto"`` holds out ``validation_fraction`` of (20 at the default 0.1): it
+stops early where the estimator's model asks for it (``DeepGPRegressor``, whose 1,000 Adam steps overfit a
+noisy table: docs/results/deep-gp.md) on arrays of at least this many rows fitted by Adam, and not on a store
+(whose test split ``pep train`` scores), on fewer rows (a validation NLL of under 20 rows is too noisy to stop
+on) or with ``solver="lbfgs"``."""
 
 ESTIMATORS: dict[str, type["GPEstimator"]] = {}
 """The estimator of each model, by ``--model`` name: every :class:`GPEstimator` subclass that sets ``spec``
@@ -148,7 +156,8 @@ class GPEstimator(FittedGP):
             cls._is_classifier = cls.spec.task == "classification"
             cls._binary = cls.spec.n_classes == 2
             cls.Settings = cls.spec.Settings
-            cls.__init__ = generated_init(cls.spec.Settings, fit_fields(cls.spec), f"--model {cls.spec.name}")
+            cls.__init__ = generated_init(cls.spec.Settings, fit_fields(cls.spec) | cls._fit_defaults,
+                                          f"--model {cls.spec.name}")
             ESTIMATORS[cls.spec.name] = cls
 
 
@@ -167,20 +176,34 @@ class GPEstimator(FittedGP):
 
     _streams: ClassVar[bool] = True  # trained in minibatches over its rows: partial_fit is offered
     _full_batch: ClassVar[bool] = True  # solver="auto" fits it by L-BFGS where the rows fit one batch (else Adam)
+    _auto_early_stopping: ClassVar[bool] = False  # early_stopping="auto" holds out rows (AUTO_EARLY_STOPPING_ROWS)
+    _fit_defaults: ClassVar[dict[str, Any]] = {}  # fit fields whose default differs from fit_fields(spec)'s
 
-    def _solver(self, config: TrainConfig, n_rows: int, from_store: bool) -> str:
-        """The solver of a ``fit`` on ``n_rows`` training rows, of a store when ``from_store`` (see ``solver`` in
-        :data:`FIT_FIELDS`): ``"lbfgs"`` or ``"adam"`` (ValueError for another value, or ``"lbfgs"`` with
-        ``early_stopping``, whose evaluations are the epochs of minibatch training)."""
+    def _early_stopping(self, X) -> bool:
+        """Whether this fit of ``X`` stops on held-out rows: ``early_stopping`` True, or ``"auto"`` where the
+        estimator asks for it (:data:`AUTO_EARLY_STOPPING_ROWS`); ValueError for another value."""
+        if self.early_stopping not in (True, False, "auto"):
+            raise ValueError(f"{type(self).__name__}: early_stopping must be True, False or 'auto'; got "
+                             f"{self.early_stopping!r}")
+        if self.early_stopping != "auto":
+            return bool(self.early_stopping)
+        return (self._auto_early_stopping and self.solver != "lbfgs" and not is_store(X)
+                and len(X) >= AUTO_EARLY_STOPPING_ROWS)
+
+    def _solver(self, config: TrainConfig, n_rows: int, from_store: bool, early_stopping: bool) -> str:
+        """The solver of a ``fit`` on ``n_rows`` training rows, of a store when ``from_store``, stopping on
+        held-out rows when ``early_stopping`` (see ``solver`` in :data:`FIT_FIELDS`): ``"lbfgs"`` or ``"adam"``
+        (ValueError for another value, or ``"lbfgs"`` with early stopping, whose evaluations are the epochs of
+        minibatch training)."""
         if self.solver not in ("auto", "lbfgs", "adam"):
             raise ValueError(f"{type(self).__name__}: solver must be 'auto', 'lbfgs' or 'adam'; got {self.solver!r}")
-        if self.solver == "lbfgs" and self.early_stopping:
+        if self.solver == "lbfgs" and early_stopping:
             raise ValueError(f"{type(self).__name__}: early_stopping evaluates the epochs of minibatch training: "
                              "use solver='adam' (or 'auto') with it")
         if self.solver != "auto":
             return self.solver
         fits = not from_store and n_rows <= FULL_BATCH_ROWS and config.batch_size >= n_rows
-        return "lbfgs" if fits and self._full_batch and self.tol > 0 and not self.early_stopping else "adam"
+        return "lbfgs" if fits and self._full_batch and self.tol > 0 and not early_stopping else "adam"
 
     def fit(self, X, y=None):
         """Fit the model by maximising its energy (the approximate log marginal likelihood): full batch by
@@ -218,11 +241,12 @@ class GPEstimator(FittedGP):
                 other task, or (``warm_start``) a store of other features or classes than the fitted ones."""
         warm = bool(self.warm_start) and hasattr(self, "params_")
         name = type(self).__name__
-        monitor = ValidationStopping.of(name, self.n_iter_no_change, self.tol) if self.early_stopping else None
+        early_stopping = self._early_stopping(X)
+        monitor = ValidationStopping.of(name, self.n_iter_no_change, self.tol) if early_stopping else None
         data = self._data(X, y, classes=self.classes_ if warm and self._is_classifier else None, reset=not warm,
                           validation=monitor is not None)
         config = self._config(data.n_rows("train"))
-        solver = self._solver(config, data.n_rows("train"), isinstance(data, Store))
+        solver = self._solver(config, data.n_rows("train"), isinstance(data, Store), early_stopping)
         with self._trainer(data, config, warm_from=self if warm else None, monitor=monitor,
                            rows_represented=self._rows_represented(data.n_rows("train"))) as (
                 trainer, progress, energies):

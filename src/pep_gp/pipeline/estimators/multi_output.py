@@ -89,9 +89,9 @@ class MultiOutputGPRegressor(ConditionsOnItsRows, RegressorMixin, GPEstimator):
                              f"with P ≥ 1; got shape {shape}")
         return super().fit(X, y)
 
-    def _solver(self, config: TrainConfig, n_rows: int, from_store: bool) -> str:
+    def _solver(self, config: TrainConfig, n_rows: int, from_store: bool, early_stopping: bool) -> str:
         """As every estimator's for arrays (a store is read whole, as its arrays)."""
-        return super()._solver(config, n_rows, from_store=False)
+        return super()._solver(config, n_rows, False, early_stopping)
 
     def _fitted_on(self, data) -> None:
         """The training rows (their number in ``binding_``: a warm start's may differ from the first fit's, and a
