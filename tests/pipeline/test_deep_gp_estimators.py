@@ -120,6 +120,16 @@ def test_the_deep_gp_regressor_stops_on_a_tenth_of_the_rows_of_a_table_of_200_or
         assert whole.validation_scores_ is None and whole.n_rows_seen_ in (199, 200)
 
 
+def test_sparse_rows_are_refused_by_the_fits_own_check_before_early_stopping_counts_them():
+    """``early_stopping="auto"`` counts the rows of ``X`` (200 or more hold out a tenth); a sparse matrix, which has
+    no ``len``, reaches scikit-learn's refusal of sparse input, not a ``TypeError`` of the count."""
+    from scipy import sparse
+
+    x = sparse.random(300, 3, density=0.5, format="csr", random_state=0)
+    with pytest.raises(TypeError, match="Sparse data was passed for X, but dense data is required"):
+        DeepGPRegressor(max_iter=1).fit(x, np.zeros(300))
+
+
 @pytest.mark.parametrize("arguments, X, message", [
     ({"hidden_dims": (0,)}, None, "DeepGPRegressor: hidden_dims.0: Input should be greater than or equal to 1"),
     ({"hidden_dims": 2}, None, "DeepGPRegressor: hidden_dims: Input should be a valid tuple"),

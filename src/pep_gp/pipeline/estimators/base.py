@@ -104,6 +104,15 @@ model's wherever it is written); :func:`estimator_for` makes one for a registere
 CONFIG_NAMES = {"max_iter": "max_steps"}
 """The fit fields whose :class:`~pep_gp.pipeline.runs.config.TrainConfig` field has another name."""
 
+def _rows_of(X) -> int:
+    """The rows of an array-like ``X`` (a sparse matrix's too), or 0 where it has none to count: the fit's
+    validation then refuses it with its own message."""
+    try:
+        return int(X.shape[0]) if hasattr(X, "shape") else len(X)
+    except (TypeError, IndexError):
+        return 0
+
+
 def fit_fields(spec: ModelSpec) -> dict[str, Any]:
     """:data:`FIT_FIELDS` with the defaults the spec sets for itself (``spec.train_defaults``), as ``pep train
     --model NAME`` takes them."""
@@ -188,7 +197,7 @@ class GPEstimator(FittedGP):
         if self.early_stopping != "auto":
             return bool(self.early_stopping)
         return (self._auto_early_stopping and self.solver != "lbfgs" and not is_store(X)
-                and len(X) >= AUTO_EARLY_STOPPING_ROWS)
+                and _rows_of(X) >= AUTO_EARLY_STOPPING_ROWS)
 
     def _solver(self, config: TrainConfig, n_rows: int, from_store: bool, early_stopping: bool) -> str:
         """The solver of a ``fit`` on ``n_rows`` training rows, of a store when ``from_store``, stopping on
