@@ -163,3 +163,5 @@ def check_demo(out: Path, stdout: str, stderr: str) -> None:
     assert "pep multiclass-sep (M=100 per class," in stdout and "2 workers)" in stdout  # rich may wrap the name
     assert f"{metrics['test_error']:.4f}" in stdout and f"{metrics['test_nll']:.4f}" in stdout
     assert f"{logistic['test_nll']:.4f}" in stdout and stderr.count("compiling the training step") == 1
+    assert re.search(r"^run directory \S*pep-demo/run: checkpoints/, learning_curve\.png, metrics\.json "
+                     r"\([0-9.]+ s in all\)$", stdout, re.MULTILINE)  # one line, unwrapped where stdout is a pipe

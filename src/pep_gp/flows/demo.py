@@ -29,7 +29,7 @@ from ..pipeline.runs.checkpoint import checkpoint_dir
 from ..pipeline.runs.config import TrainConfig
 from ..pipeline.training.baselines import classification_baselines
 from . import end_to_end
-from .options import JsonFlag, PrefectFlag, quiet_cluster_logs, user_errors
+from .options import JsonFlag, PrefectFlag, print_summary, quiet_cluster_logs, user_errors
 from .runtime import prefect_quietly, prefect_requested
 from .train import training_display
 
@@ -82,7 +82,6 @@ def demo_command(
         table.add_column(column, justify="left" if column == "model" else "right")
     for row in rows:
         table.add_row(row["model"], f"{row['test_error']:.4f}", f"{row['test_nll']:.4f}", f"{row['seconds']:.1f}")
-    out_console = Console()
-    out_console.print(table)
-    out_console.print(f"run directory {run_dir}: checkpoints/, learning_curve.png, metrics.json "
-                      f"({report['total_seconds']} s in all)")
+    Console().print(table)
+    print_summary(f"run directory {run_dir}: checkpoints/, learning_curve.png, metrics.json "
+                  f"({report['total_seconds']} s in all)")
