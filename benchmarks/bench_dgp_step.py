@@ -1,15 +1,15 @@
 """Where a default deep GP fit's time goes on an everyday table (issue 63): compilation, the compiled programs'
 arithmetic, and the host's share of each step.
 
-Each fit runs in a fresh process, at the estimator's defaults (1,000 Adam steps at 0.01, full batch; the regressor without its early stopping), on the
-split of :mod:`benchmarks.bench_everyday`, three times: with ``PEP_COMPILATION_CACHE=off``, then twice with a
-new cache directory (the first process fills it, the second loads from it). A process records its fit's wall and
-CPU seconds, the programs compiled or loaded and their seconds (JAX's monitoring events), each trainer step's wall
-and CPU seconds, and the test NLL (as the everyday benchmark scores it); the second process then times, on the
-fitted trainer's last state, each of the step's compiled programs on its own (the step-shared quantities with
-their pullback, the data term of the one block, the global term with the chain rule and the Adam update), waited
-for, and the three as one program: a trainer step less its programs is the host's share (Python, the engine,
-the one read of the step's energy).
+Each fit runs in a fresh process, at the estimator's defaults (1,000 Adam steps at 0.01, full batch; the regressor
+without its early stopping), on the split of :mod:`benchmarks.bench_everyday`, three times: with
+``PEP_COMPILATION_CACHE=off``, then twice with a new cache directory (the first process fills it, the second loads
+from it). A process records its fit's wall and CPU seconds, the programs compiled or loaded and their seconds
+(JAX's monitoring events), each trainer step's wall and CPU seconds, and the test NLL (as the everyday benchmark
+scores it); the second process then times, on the fitted trainer's last state, each of the step's compiled programs
+on its own (the step-shared quantities with their pullback, the data term of the one block, the global term with
+the chain rule and the Adam update), waited for, and the three as one program: a trainer step less its programs is
+the host's share (Python, the engine, the one read of the step's energy).
 
 Usage (in a venv with the ``bench`` extra: ``pip install -e '.[bench]'``)::
 

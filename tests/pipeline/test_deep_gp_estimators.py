@@ -115,8 +115,10 @@ def test_the_deep_gp_regressor_stops_on_a_tenth_of_the_rows_of_a_table_of_200_or
     held = DeepGPRegressor(**quick).fit(x, y)
     asked = DeepGPRegressor(**quick, early_stopping=True, n_iter_no_change=100).fit(x, y)
     assert held.n_rows_seen_ == asked.n_rows_seen_ == 180 and len(held.validation_scores_) == 4
-    assert held.validation_scores_ == asked.validation_scores_ and held.best_validation_score_ == min(held.validation_scores_)
-    for whole in (DeepGPRegressor(**quick).fit(x[:199], y[:199]), DeepGPRegressor(**quick, early_stopping=False).fit(x, y)):
+    assert held.validation_scores_ == asked.validation_scores_
+    assert held.best_validation_score_ == min(held.validation_scores_)
+    for whole in (DeepGPRegressor(**quick).fit(x[:199], y[:199]),
+                  DeepGPRegressor(**quick, early_stopping=False).fit(x, y)):
         assert whole.validation_scores_ is None and whole.n_rows_seen_ in (199, 200)
 
 

@@ -185,19 +185,18 @@ class GPEstimator(FittedGP):
 
     _streams: ClassVar[bool] = True  # trained in minibatches over its rows: partial_fit is offered
     _full_batch: ClassVar[bool] = True  # solver="auto" fits it by L-BFGS where the rows fit one batch (else Adam)
-    _auto_early_stopping: ClassVar[bool] = False  # early_stopping="auto" holds out rows (AUTO_EARLY_STOPPING_ROWS)
     _fit_defaults: ClassVar[dict[str, Any]] = {}  # fit fields whose default differs from fit_fields(spec)'s
 
     def _early_stopping(self, X) -> bool:
-        """Whether this fit of ``X`` stops on held-out rows: ``early_stopping`` True, or ``"auto"`` where the
-        estimator asks for it (:data:`AUTO_EARLY_STOPPING_ROWS`); ValueError for another value."""
+        """Whether this fit of ``X`` stops on held-out rows: ``early_stopping`` True, or ``"auto"`` for an
+        estimator whose own default it is (:data:`AUTO_EARLY_STOPPING_ROWS`); ValueError for another value."""
         if self.early_stopping not in (True, False, "auto"):
             raise ValueError(f"{type(self).__name__}: early_stopping must be True, False or 'auto'; got "
                              f"{self.early_stopping!r}")
         if self.early_stopping != "auto":
             return bool(self.early_stopping)
-        return (self._auto_early_stopping and self.solver != "lbfgs" and not is_store(X)
-                and _rows_of(X) >= AUTO_EARLY_STOPPING_ROWS)
+        asks = self._fit_defaults.get("early_stopping") == "auto"
+        return asks and self.solver != "lbfgs" and not is_store(X) and _rows_of(X) >= AUTO_EARLY_STOPPING_ROWS
 
     def _solver(self, config: TrainConfig, n_rows: int, from_store: bool, early_stopping: bool) -> str:
         """The solver of a ``fit`` on ``n_rows`` training rows, of a store when ``from_store``, stopping on
