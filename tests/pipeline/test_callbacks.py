@@ -14,8 +14,9 @@ from sklearn.model_selection import train_test_split
 
 from pep_gp import Callback, CollapsedGPRegressor, InputError, SparseGPClassifier, StopTraining
 from pep_gp.pipeline.data.datasets import ArrayData
-from pep_gp.pipeline.engine import InProcess
+from pep_gp.pipeline.engine import Engine, InProcess
 from pep_gp.pipeline.runs.run import load_run
+from pep_gp.pipeline.training.evidence import held_out_metrics
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob, train
 from tests.pipeline.test_partial_fit import SETTINGS, rows  # noqa: F401 (a fixture): the step compiled once
 from tests.trainstores import FAST, leaves_equal
@@ -111,6 +112,20 @@ def test_early_stopping_ends_at_the_best_validation_score_before_max_iter(rows):
     _, x_validation, _, y_validation = train_test_split(X, noisy, test_size=0.1, random_state=0, stratify=noisy)
     rescored = model.calibration_report(x_validation, y_validation)["test_nll"]
     assert rescored == pytest.approx(model.best_validation_score_, rel=1e-9)
+
+
+def test_validation_rows_are_scored_in_blocks_of_their_own_size_with_the_same_metrics(rows):
+    """The 20 held-out rows of a fit on 172 are scored in one block of 32 rows, not one of the training blocks'
+    48, and their metrics are those of the training blocks' size to rounding."""
+    X, y = rows
+    x_fit, x_validation, y_fit, y_validation = train_test_split(X, y, test_size=20, random_state=0, stratify=y)
+    data = ArrayData(x_fit, y_fit, "classification", 2, held_out=(x_validation, y_validation))
+    model = SparseGPClassifier(**SETTINGS)
+    trainer = Trainer(TrainJob(model.spec, data, model._config(len(y_fit)), None), InProcess())
+    assert (trainer.train.source.block_rows, trainer.test.source.block_rows) == (48, 32)
+    params = trainer.fresh_state().params
+    wide = Engine(InProcess(), data.blocks("test", 48, trainer.targets, statistics=trainer.frame.statistics))
+    assert held_out_metrics(wide, trainer.held_out, params) == pytest.approx(trainer.evaluate(params), rel=1e-12)
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -8,7 +8,7 @@ import pytest
 
 from pep_gp.pipeline.models import get_model, model_settings
 from pep_gp.pipeline.runs.config import TrainConfig, load_config
-from pep_gp.pipeline.data.sizes import bucket
+from pep_gp.pipeline.data.sizes import bucket, held_out_rows
 from pep_gp.pipeline.errors import InputError
 
 
@@ -89,6 +89,13 @@ def test_buckets_are_four_sizes_an_octave_and_pad_less_than_a_quarter_of_the_row
     sizes = {bucket(n) for n in range(1, 4097)}
     assert sorted(sizes) == [256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096]
     assert all(n <= bucket(n) < 1.25 * n for n in range(257, 4097)) and all(bucket(s) == s for s in sizes)
+
+
+def test_held_out_rows_go_in_blocks_of_their_own_bucket_no_larger_than_the_training_blocks():
+    """35 validation rows beside a 320-row training block are scored in blocks of 40, not 320 (a deep GP's or a
+    multi-class predictive costs more per row than a step); never above the training blocks' size."""
+    assert [held_out_rows(320, n) for n in (1, 20, 35, 82, 300, 5000)] == [32, 32, 40, 96, 320, 320]
+    assert held_out_rows(1000, 600) == 640 and held_out_rows(24, 35) == 24
 
 
 @pytest.mark.parametrize("rows, block, batch", [(1437, 768, 1536), (2400, 896, 2688), (824, 896, 896),

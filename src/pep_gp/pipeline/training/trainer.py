@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from ...core import float64
+from ..data.sizes import held_out_rows
 from ..data.transforms import transforms_of
 from ..engine import Backend, Engine, InProcess, gathered
 from ..engine.compilation import ready_to_compile
@@ -92,7 +93,8 @@ class Trainer:
         predictive = spec.predictive(self.model, self.targets)
         self.held_out = None if predictive is None else HeldOut(predictive, self.targets)
         has_test = store.n_rows("test") > 0 and self.held_out is not None
-        self.test = Engine(backend, blocks("test")) if has_test else None
+        self.test = Engine(backend, blocks("test", block_rows=held_out_rows(block_rows, store.n_rows("test")))
+                           ) if has_test else None
         with float64():
             key_data = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
         self.schedule = MinibatchSchedule(self.train.source.n_blocks,
