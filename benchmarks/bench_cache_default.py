@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks._common import arguments, temporary_directory, write_results
+from benchmarks._common import arguments, bytecode_compiled, temporary_directory, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,6 +193,7 @@ def main() -> None:
                 "with the cache": at_the_limit(str(work / "limit"), 600), "no cache": at_the_limit("off", 600)},
                 "vm_max_map_count": int(Path("/proc/sys/vm/max_map_count").read_text())})
         return
+    bytecode_compiled(sys.executable)  # the processes time their imports as a user's install leaves them
     with temporary_directory("pep-bench-cache-") as work:
         cache = str(work / "fits")
         fits = {"no cache (PEP_COMPILATION_CACHE=off)": run(["--fit-child"], "off"),

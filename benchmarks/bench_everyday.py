@@ -51,8 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import (arguments, machine, standard_error, temporary_directory, train_exact_gpytorch, uptime,
-                      write_results)
+from ._common import (arguments, bytecode_compiled, machine, standard_error, temporary_directory, train_exact_gpytorch,
+                      uptime, write_results)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -402,16 +402,6 @@ def launched(python: str, fit: str, name: str, out: Path, cache: Path, timeout: 
     if done.returncode != 0:
         return {"ended": f"exit code {done.returncode}", "stderr": done.stderr[-1500:]}
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_seconds": round(time.time() - started, 2)}
-
-
-def bytecode_compiled(python: str) -> None:
-    """Compile ``python``'s installed modules and pep's sources to bytecode, as ``pip install`` and a first import
-    leave them for a user: where ``PYTHONDONTWRITEBYTECODE`` is set (some sandboxes and containers set it) and
-    nothing was compiled, every fit's process compiled the source of every module it imported (4.3 s of a
-    ``pep evaluate``'s 8.6 s, measured on 12-04), GPyTorch's fits more than pep's."""
-    script = "import compileall, site; [compileall.compile_dir(d, quiet=2, workers=0) for d in site.getsitepackages()]"
-    subprocess.run([python, "-c", script], capture_output=True)
-    subprocess.run([python, "-m", "compileall", "-q", "-j", "0", str(ROOT / "src")], capture_output=True)
 
 
 def importable(python: str, module: str) -> bool:
