@@ -79,7 +79,6 @@ def bytecode_compiled(python: str) -> None:
     subprocess.run([python, "-m", "compileall", "-q", "-j", "0", str(ROOT / "src")], capture_output=True)
 
 
-
 def best_time(fn, repeats: int) -> float:
     """Minimum wall time of ``fn()`` (blocking on JAX results) over ``repeats`` calls after one warm-up.
 

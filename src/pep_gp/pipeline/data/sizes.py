@@ -42,4 +42,4 @@ def bucket(n: int, smallest: int = SMALLEST) -> int:
 def held_out_rows(block_rows: int, n_held_out: int) -> int:
     """Rows per block of a held-out split of ``n_held_out`` rows scored beside training blocks of ``block_rows``:
     no larger than those, and no larger than the held-out rows' own bucket (at least :data:`HELD_OUT_SMALLEST`)."""
-    return min(block_rows, bucket(max(n_held_out, 1), HELD_OUT_SMALLEST))
+    return min(block_rows, bucket(n_held_out, HELD_OUT_SMALLEST))

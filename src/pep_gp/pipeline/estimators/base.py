@@ -104,6 +104,7 @@ model's wherever it is written); :func:`estimator_for` makes one for a registere
 CONFIG_NAMES = {"max_iter": "max_steps"}
 """The fit fields whose :class:`~pep_gp.pipeline.runs.config.TrainConfig` field has another name."""
 
+
 def _rows_of(X) -> int:
     """The rows of an array-like ``X`` (a sparse matrix's too), or 0 where it has none to count: the fit's
     validation then refuses it with its own message."""

@@ -109,10 +109,11 @@ class DeepGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
     (``hidden_dims``; ``()`` is one GP layer), Gaussian output. ``pep train --model deep-gp``.
 
     At its defaults a fit of arrays of at least 200 rows
-    (:data:`~pep_gp.pipeline.estimators.base.AUTO_EARLY_STOPPING_ROWS`) holds out a tenth of them and ends at the parameters of their best NLL once 100 steps in a row have not
-    improved it (``early_stopping="auto"``, ``n_iter_no_change=100``), within Bui et al.'s 1,000 Adam steps at
-    0.01: run to the end, the α = 1 fit follows its training rows on a noisy table and its 90 % intervals cover
-    too little (diabetes: 0.80 of held-out rows; 0.86 stopped early, docs/results/deep-gp.md).
+    (:data:`~pep_gp.pipeline.estimators.base.AUTO_EARLY_STOPPING_ROWS`) holds out a tenth of them and ends at the
+    parameters of their best NLL once 100 steps in a row have not improved it (``early_stopping="auto"``,
+    ``n_iter_no_change=100``), within Bui et al.'s 1,000 Adam steps at 0.01: run to the end, the α = 1 fit follows
+    its training rows on a noisy table and its 90 % intervals cover too little (diabetes: 0.80 of held-out rows;
+    0.86 stopped early, docs/results/deep-gp.md).
     ``early_stopping=False`` trains the papers' protocol on every row."""
 
     spec = deep_gp.REGRESSOR

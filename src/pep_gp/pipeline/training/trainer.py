@@ -92,9 +92,10 @@ class Trainer:
         self.train = Engine(backend, blocks("train"))
         predictive = spec.predictive(self.model, self.targets)
         self.held_out = None if predictive is None else HeldOut(predictive, self.targets)
-        has_test = store.n_rows("test") > 0 and self.held_out is not None
-        self.test = Engine(backend, blocks("test", block_rows=held_out_rows(block_rows, store.n_rows("test")))
-                           ) if has_test else None
+        test_rows = store.n_rows("test")
+        has_test = test_rows > 0 and self.held_out is not None
+        test_blocks = held_out_rows(block_rows, test_rows)  # in blocks of their own size (pep_gp.pipeline.data.sizes)
+        self.test = Engine(backend, blocks("test", block_rows=test_blocks)) if has_test else None
         with float64():
             key_data = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
         self.schedule = MinibatchSchedule(self.train.source.n_blocks,
