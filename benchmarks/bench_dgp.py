@@ -61,15 +61,18 @@ from benchmarks._common import RESULTS, arguments, standard_error, two_se_sign, 
 
 DATASETS = ("boston", "concrete")  # benchmarks.datasets: MASS Boston (target medv), modeldata concrete
 PEP_MODELS = {"gp": (), "dgp1": (1,), "dgp2": (2,), "dgp3": (3,), "dgp2+2": (2, 2), "dgp2-defaults": (2,), "dgp2-lr0.05": (2,)}
-OWN_FITS = {"dgp2-defaults": {"early_stopping": False},
-            "dgp2-lr0.05": {"learning_rate": 0.05, "max_iter": 2000, "tol": 1e-4, "early_stopping": False}}
-"""pep models fitted with other settings than the protocol's: ``DeepGPRegressor``'s defaults on every row (without
-the early stopping on held-out rows its defaults take on arrays since issue 63), and its defaults before issue 28
-(Adam at 0.05, the stopping rule, at most 2,000 steps)."""
+PAPERS_MODEL = {"early_stopping": False, "input_mean_function": None}
+"""Bui et al.'s model and protocol on every row: without the early stopping on held-out rows and the line in the inputs
+that ``DeepGPRegressor``'s defaults add (issue 63)."""
+OWN_FITS = {"dgp2-defaults": PAPERS_MODEL,
+            "dgp2-lr0.05": {"learning_rate": 0.05, "max_iter": 2000, "tol": 1e-4, **PAPERS_MODEL}}
+"""pep models fitted with other settings than the protocol's: ``DeepGPRegressor``'s defaults on every row with the
+papers' model (:data:`PAPERS_MODEL`), and its defaults before issue 28 (Adam at 0.05, the stopping rule, at most
+2,000 steps)."""
 GPYTORCH_MODELS = {"gpytorch": (2,), "gpytorch2+2": (2, 2)}
 LABELS = {"gp": "pep GP (L = 1)", "dgp1": "pep DGP, hidden width 1", "dgp2": "pep DGP, hidden width 2",
           "dgp3": "pep DGP, hidden width 3", "dgp2+2": "pep DGP, hidden widths 2+2",
-          "dgp2-defaults": "pep DGP, width 2, estimator defaults on every row",
+          "dgp2-defaults": "pep DGP, width 2, estimator defaults on every row, zero input mean",
           "dgp2-lr0.05": "pep DGP, width 2, Adam 0.05 + stopping rule",
           "gpytorch": "GPyTorch DeepGP, width 2", "gpytorch2+2": "GPyTorch DeepGP, widths 2+2"}
 METRICS = ("test_ll", "test_ll_mixture", "rmse", "seconds")
@@ -122,7 +125,7 @@ def fit_pep(hidden, x, y, x_test, y_test, args, fit: dict | None = None) -> dict
 
     start = time.perf_counter()
     protocol = fit if fit is not None else {"max_iter": args.steps, "tol": 0, "learning_rate": args.learning_rate,
-                                            "early_stopping": False}
+                                            **PAPERS_MODEL}
     model = DeepGPRegressor(hidden_dims=hidden, num_inducing=args.m, batch_size=args.batch_size, seed=args.seed,
                             **protocol).fit(x, y)
     seconds = time.perf_counter() - start

@@ -70,7 +70,7 @@ def fitted_state(args):
     x, y = load("boston")
     train, _ = pbp_splits(x.shape[0], 1)[0]
     model = DeepGPRegressor(hidden_dims=(2,), num_inducing=100, max_iter=args.steps, tol=0, learning_rate=0.01,
-                            early_stopping=False, seed=0).fit(x[train], y[train])
+                            early_stopping=False, input_mean_function=None, seed=0).fit(x[train], y[train])
     return model, jnp.asarray((x[train] - model.x_mean_) / model.x_std_), jnp.asarray(model.targets_(y[train]))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from scipy.stats import norm
@@ -20,7 +21,9 @@ def step_data(n, seed):
 def test_the_deep_gps_default_to_bui_et_al_s_fixed_steps_in_the_estimators_and_the_trainer():
     """``DeepGPRegressor()`` and ``TrainJob("deep-gp", …)`` with nothing set train as the benchmark's protocol
     (1,000 Adam steps at 0.01, no stopping rule; docs/results/deep-gp.md), the other models as pep's defaults;
-    the regressor alone stops early on held-out rows of arrays (``early_stopping="auto"``, 100 steps' patience)."""
+    the regressor alone stops early on held-out rows of arrays (``early_stopping="auto"``, 100 steps' patience) and
+    adds a line in the inputs to its output's mean (``input_mean_function="linear"``), where ``pep train`` trains
+    Bui et al.'s model (none)."""
     from pep_gp import SparseGPRegressor
     from pep_gp.pipeline.runs.config import TrainConfig
     from pep_gp.pipeline.training.trainer import TrainJob
@@ -28,11 +31,12 @@ def test_the_deep_gps_default_to_bui_et_al_s_fixed_steps_in_the_estimators_and_t
     for estimator in (DeepGPRegressor(), DeepGPClassifier()):
         params = estimator.get_params()
         assert (params["learning_rate"], params["max_iter"], params["tol"]) == (0.01, 1000, 0.0)
-        assert (params["early_stopping"], params["n_iter_no_change"]) == (
-            ("auto", 100) if isinstance(estimator, DeepGPRegressor) else (False, 10))
+        assert (params["early_stopping"], params["n_iter_no_change"], params["input_mean_function"]) == (
+            ("auto", 100, "linear") if isinstance(estimator, DeepGPRegressor) else (False, 10, None))
         assert estimator._config(455).model_dump(include={"learning_rate", "max_steps", "tol"}) == {
             "learning_rate": 0.01, "max_steps": 1000, "tol": 0.0}
     assert (SparseGPRegressor().learning_rate, SparseGPRegressor().max_iter, SparseGPRegressor().tol) == (0.05, 2000, 1e-4)
+    assert DeepGPRegressor.spec.Settings().input_mean_function is None
     job = TrainJob("deep-gp", None, TrainConfig(epochs=2), None)
     assert (job.config.learning_rate, job.config.tol, job.config.total_steps(4)) == (0.01, 0.0, 8)
 
@@ -50,6 +54,51 @@ def test_targets_are_standardised_and_results_in_user_units():
     np.testing.assert_allclose(std10, 10 * std, rtol=1e-9)
     lml, lml10 = (f.log_marginal_likelihood() for f in fits)
     assert lml10 == pytest.approx(lml - 40 * np.log(10.0), rel=1e-10)
+
+
+@pytest.mark.parametrize("spec, start, settled", [
+    ("deep-gp", "linear", True), ("deep-gp", {"name": "linear", "weights": [0.5, 0.5]}, False),
+    ("deep-gp", "constant", False), ("deep-gp", None, False), ("deep-gp-classifier", "linear", False)])
+def test_a_regressors_line_in_the_inputs_starts_at_least_squares_unless_given(spec, start, settled):
+    """The trainer's :meth:`settle` sets a regressor's linear input mean whose weights were left out to the
+    least-squares line of its sample of the training rows; weights given, another mean, none, or a classifier (its
+    targets are labels): the start :meth:`init` placed."""
+    from pep_gp.core.models.deep_gp import least_squares_mean
+    from pep_gp.pipeline.models import get_model
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 2))
+    y = x @ np.array([2.0, -1.0]) + 0.5 + 0.1 * rng.normal(size=40)
+    model_spec = get_model(spec)
+    settings = model_spec.Settings(num_inducing=5, input_mean_function=start)
+    model = model_spec.build(settings, {})
+    params = model_spec.init(model, x, settings, 0)
+    after = model_spec.settle(model, params, x, (y > 0).astype(float) if "classifier" in spec else y, settings, 40)
+    expected = least_squares_mean(x, y) if settled else params.input_mean
+    for got, want in zip(jax.tree_util.tree_leaves(after.input_mean), jax.tree_util.tree_leaves(expected)):
+        np.testing.assert_array_equal(got, want)
+    assert after.layers is params.layers
+
+
+@pytest.mark.heavy  # a short deep GP fit, saved and loaded
+def test_the_regressors_line_in_the_inputs_is_reported_in_the_datas_units_and_saved(tmp_path):
+    """A default ``DeepGPRegressor`` on a line in two columns of very different scales plus a wiggle: its fitted
+    ``input_mean_function_`` is near the line in the data's own units (weights per column), ``pep_gp.load`` gives
+    the same predictions, and Bui et al.'s model (``input_mean_function=None``) reports the zero mean."""
+    import pep_gp
+    from pep_gp.means import Linear, Zero
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(150, 2)) * [1.0, 20.0] + [3.0, -40.0]
+    y = 2.0 * x[:, 0] - 0.1 * x[:, 1] + 0.3 * np.sin(3 * x[:, 0]) + 0.05 * rng.normal(size=150)
+    model = DeepGPRegressor(num_inducing=10, max_iter=30).fit(x, y)
+    line = model.input_mean_function_
+    assert isinstance(line, Linear)
+    np.testing.assert_allclose(line.weights, [2.0, -0.1], rtol=0.1)
+    model.save(tmp_path / "run")
+    np.testing.assert_array_equal(pep_gp.load(tmp_path / "run").predict(x), model.predict(x))
+    plain = DeepGPRegressor(num_inducing=10, max_iter=2, input_mean_function=None).fit(x, y)
+    assert isinstance(plain.input_mean_function_, Zero)
 
 
 @pytest.mark.exhaustive

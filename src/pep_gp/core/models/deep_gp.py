@@ -24,7 +24,10 @@ the same ``points`` per dimension in every layer). What a layer's rows need from
 :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`.
 
 The output GP may have a prior mean ``m`` (``params.mean``, in the model's units, a function of the last layer's
-input): ``f_L = m(h) + g(h)`` with ``g`` the GP above, whose moments the pass gives. With a fixed input (one
+input): ``f_L = m(h) + g(h)`` with ``g`` the GP above, whose moments the pass gives. The output may also have a mean of
+the model's own input ``x`` past the hidden layers (``params.input_mean``, a skip connection of the mean only, as the
+input-connected deep GPs of Duvenaud et al. 2014 feed ``x`` forward): ``f_L = m_x(x) + m(h) + g(h)``; ``x`` is
+fixed, so ``m_x(x)`` shifts the output's mean and nothing else, for any mean function (:func:`with_input_mean`). With a fixed input (one
 layer) ``m(x)`` is added to the mean; with a Gaussian input ``h ~ N(μ, S)`` (``S`` diagonal) the moments of
 ``m(h)`` and its covariance with ``g`` are added in closed form for a constant or a linear mean
 (:func:`with_output_mean`). The hidden layers keep the zero mean (Bui et al. 2016; Salimbeni & Deisenroth 2017
@@ -79,7 +82,8 @@ class DeepGPParams(NamedTuple):
     layer's input; :class:`~pep_gp.core.means.Zero`, no leaves, by default)."""
 
     layers: tuple  # of LayerParams
-    mean: MeanFunction = Zero()  # m of f_L = m(h) + g(h)
+    mean: MeanFunction = Zero()  # m of f_L = m_x(x) + m(h) + g(h)
+    input_mean: MeanFunction = Zero()  # m_x of f_L = m_x(x) + m(h) + g(h): a function of the model's input rows
 
 
 class LayerInputs(NamedTuple):
@@ -195,6 +199,27 @@ def with_output_mean(mean: MeanFunction, layer: Callable, inputs, input_var=None
     return bank.Marginals(shifted(marginals.mean), marginals.var + (spread + 2.0 * slope.mean[:, 0])[:, None])
 
 
+def with_input_mean(mean: MeanFunction, x, values, each: bool = False):
+    """``values + m_x(x)`` for the output GPs' means ``values`` ``[..., B, G]`` (a forward pass's, or each Monte Carlo
+    path's) at the model's input rows ``x`` ``[B, D]``: the mean of the input past the hidden layers (module
+    docstring), one output's or, with ``each``, one per output GP (:meth:`~pep_gp.core.means.MeanFunction.stacked`).
+    The zero mean returns ``values`` themselves, the same bits."""
+    if isinstance(mean, Zero):
+        return values
+    return values + (mean.each(x) if each else mean(x)[:, None])
+
+
+def least_squares_mean(x, y) -> Linear:
+    """The linear mean ``wᵀx + b`` of least squares on the rows ``x`` ``[n, D]`` and targets ``y`` ``[n]`` (the
+    minimum-norm solution where columns are collinear), its parameters float64 arrays (in pep's float64 scope): where
+    a regressor's linear mean of the input rows starts (:func:`with_input_mean`), so that its GPs begin on what a
+    line leaves unexplained."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    solution = np.linalg.lstsq(np.column_stack([x, np.ones(x.shape[0])]), y, rcond=None)[0]
+    return jax.tree_util.tree_map(lambda leaf: jnp.asarray(np.asarray(leaf, dtype=np.float64)),
+                                  Linear(weights=solution[:-1], bias=solution[-1]))
+
+
 class Mixture(NamedTuple):
     """``S`` equally weighted Gaussian components of ``f_L``'s predictive per row; a multi-class deep GP's
     component is ``C`` independent Gaussians, one per class's output GP (the classes' ``f_c`` given one path
@@ -270,7 +295,8 @@ class DeepGP:
     # ----------------------------------------------------------------------------------------------
     def init(self, x, hidden_dims: tuple = (), num_inducing: int = 100, *, likelihood_params: dict | None = None,
              noise_variance: float = 0.01, share_hypers: bool = False, seed: int = 0,
-             kernel: Kernel | Sequence[Kernel | None] | None = None, mean: MeanFunction | None = None) -> DeepGPParams:
+             kernel: Kernel | Sequence[Kernel | None] | None = None, mean: MeanFunction | None = None,
+             input_mean: MeanFunction | None = None) -> DeepGPParams:
         """The authors' code's starting state (Bui et al. 2016, §8.1) for standardised ``x`` ``[N, D]``.
 
         Layer 1: k-means inducing inputs (random rows above 20,000 rows), lengthscales the median
@@ -286,8 +312,11 @@ class DeepGP:
         in (the data's columns, then the widths ``hidden_dims``). ``mean``: the output GP's prior mean at its
         starting values (default :class:`~pep_gp.core.means.Zero`; :func:`check_output_mean`), one copy with
         parameters of its own per output GP when there are several (:meth:`~pep_gp.core.means.MeanFunction.stacked`).
+        ``input_mean``: the output's mean of the input rows past the hidden layers (default zero, module docstring),
+        any mean function, built for the data's columns as ``mean`` is for its inputs.
         """
         mean = Zero() if mean is None else mean
+        input_mean = Zero() if input_mean is None else input_mean
         check_output_mean(mean, hidden_dims)
         x = np.asarray(x, dtype=np.float64)
         rng = np.random.default_rng(seed)
@@ -313,7 +342,8 @@ class DeepGP:
                 likelihood=noise,
             ))
         return jax.tree_util.tree_map(lambda leaf: jnp.asarray(np.asarray(leaf, dtype=np.float64)),
-                                      DeepGPParams(tuple(layers), self._output_mean(mean, inputs[-1])))
+                                      DeepGPParams(tuple(layers), self._output_mean(mean, inputs[-1]),
+                                                   self._output_mean(input_mean, x.shape[1])))
 
     def _output_mean(self, mean: MeanFunction, dims: int) -> MeanFunction:
         """``mean`` for the output GPs' ``dims`` inputs: its own for one output, one per output GP for several."""
@@ -391,20 +421,22 @@ class DeepGP:
         """Mean and variance ``[B, G_L]`` of the last layer's GPs at rows ``x``, each layer's ``u``
         distributed as in ``inputs`` (cavities in training, ``q`` in prediction): one moment-matching
         pass (Bui et al. 2016, App. D eqs. 1–7); hidden outputs are diagonal Gaussians with their noise added.
-        The output GPs' prior mean is added to the last layer's moments (:func:`with_output_mean`)."""
+        The output GPs' prior mean is added to the last layer's moments (:func:`with_output_mean`), and the mean of
+        the input rows to their mean (:func:`with_input_mean`)."""
         each = self.output_width > 1  # one mean per output GP (MultiClassDeepGP)
         first = inputs[0]
         first_layer = lambda rows: fixed_input_marginals(self.layer_bank(params.layers[0]), first.prior,
                                                          first.gaussian, rows)
+        skip = lambda marginals: marginals._replace(mean=with_input_mean(params.input_mean, x, marginals.mean, each))
         if len(params.layers) == 1:
-            return with_output_mean(params.mean, first_layer, x, each=each)
+            return skip(with_output_mean(params.mean, first_layer, x, each=each))
         marginals = first_layer(x)
         for previous, layer, layer_in in zip(params.layers[:-2], params.layers[1:-1], inputs[1:-1]):
             var = marginals.var + Gaussian.noise_variance(previous.likelihood)
             marginals = self._gaussian_input_marginals(layer, layer_in, marginals.mean, var)
         var = marginals.var + Gaussian.noise_variance(params.layers[-2].likelihood)
         last_layer = lambda mean: self._gaussian_input_marginals(params.layers[-1], inputs[-1], mean, var)
-        return with_output_mean(params.mean, last_layer, marginals.mean, var, each=each)
+        return skip(with_output_mean(params.mean, last_layer, marginals.mean, var, each=each))
 
     def _gaussian_input_marginals(self, layer: LayerParams, layer_in: LayerInputs, mean, var) -> bank.Marginals:
         """A layer's output moments ``[B, G]`` for the inputs ``N(mean, diag var)`` ``[B, D]``: the squared
@@ -464,7 +496,8 @@ class DeepGP:
 
     def output_mixture(self, params: DeepGPParams, x, key, samples: int, common_draws: bool = False) -> Mixture:
         """The last layer's ``G_L`` GPs at ``x`` under ``q`` as :meth:`predict_mixture`'s ``samples`` paths, each
-        GP's Gaussian per path with its prior mean added: ``[S, B, G_L]`` each (same arguments)."""
+        GP's Gaussian per path with its prior mean and the mean of the input rows added: ``[S, B, G_L]`` each (same
+        arguments)."""
         inputs = self.posteriors(params)
         hidden = x[None]  # [1, B, D]: the first layer's input is the same for every path
         for layer, layer_in in zip(params.layers[:-1], inputs):
@@ -477,6 +510,7 @@ class DeepGP:
         if not isinstance(params.mean, Zero):
             mean = plus_output_mean(params.mean, hidden.reshape(-1, hidden.shape[-1]),
                                     mean.reshape(-1, mean.shape[-1]), self.output_width > 1).reshape(mean.shape)
+        mean = with_input_mean(params.input_mean, x, mean, self.output_width > 1)
         shape = (samples, x.shape[0], mean.shape[-1])
         return Mixture(jnp.broadcast_to(mean, shape), jnp.broadcast_to(var, shape))
 

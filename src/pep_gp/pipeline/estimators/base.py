@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from functools import reduce
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import jax
@@ -121,14 +122,17 @@ def fit_fields(spec: ModelSpec) -> dict[str, Any]:
     return {name: own.get(CONFIG_NAMES.get(name, name), default) for name, default in FIT_FIELDS.items()}
 
 
-def generated_init(settings: type[ModelSettings], fit_fields: dict[str, Any], model: str) -> Callable[..., None]:
-    """An ``__init__`` whose keyword arguments are the fields of ``settings`` (with their defaults) and
-    ``fit_fields``, each stored as an attribute of the same name (scikit-learn's convention)."""
+def generated_init(settings: type[ModelSettings], fit_fields: dict[str, Any], model: str,
+                   own: Mapping[str, Any] = MappingProxyType({})) -> Callable[..., None]:
+    """An ``__init__`` whose keyword arguments are the fields of ``settings`` and ``fit_fields`` with their
+    defaults (those named in ``own`` with its values instead), each stored as an attribute of the same name
+    (scikit-learn's convention)."""
     keyword = inspect.Parameter.KEYWORD_ONLY
     signature = inspect.Signature([
         inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-        *(inspect.Parameter(name, keyword, default=field.get_default()) for name, field in settings.model_fields.items()),
-        *(inspect.Parameter(name, keyword, default=default) for name, default in fit_fields.items())])
+        *(inspect.Parameter(name, keyword, default=own.get(name, field.get_default()))
+          for name, field in settings.model_fields.items()),
+        *(inspect.Parameter(name, keyword, default=own.get(name, default)) for name, default in fit_fields.items())])
 
     def __init__(self, **params: Any) -> None:
         bound = signature.bind(self, **params)
@@ -166,8 +170,8 @@ class GPEstimator(FittedGP):
             cls._is_classifier = cls.spec.task == "classification"
             cls._binary = cls.spec.n_classes == 2
             cls.Settings = cls.spec.Settings
-            cls.__init__ = generated_init(cls.spec.Settings, fit_fields(cls.spec) | cls._fit_defaults,
-                                          f"--model {cls.spec.name}")
+            cls.__init__ = generated_init(cls.spec.Settings, fit_fields(cls.spec), f"--model {cls.spec.name}",
+                                          cls._own_defaults)
             ESTIMATORS[cls.spec.name] = cls
 
 
@@ -186,7 +190,7 @@ class GPEstimator(FittedGP):
 
     _streams: ClassVar[bool] = True  # trained in minibatches over its rows: partial_fit is offered
     _full_batch: ClassVar[bool] = True  # solver="auto" fits it by L-BFGS where the rows fit one batch (else Adam)
-    _fit_defaults: ClassVar[dict[str, Any]] = {}  # fit fields whose default differs from fit_fields(spec)'s
+    _own_defaults: ClassVar[dict[str, Any]] = {}  # settings and fit fields whose default differs from pep train's
 
     def _early_stopping(self, X) -> bool:
         """Whether this fit of ``X`` stops on held-out rows: ``early_stopping`` True, or ``"auto"`` for an
@@ -196,7 +200,7 @@ class GPEstimator(FittedGP):
                              f"{self.early_stopping!r}")
         if self.early_stopping != "auto":
             return bool(self.early_stopping)
-        asks = self._fit_defaults.get("early_stopping") == "auto"
+        asks = self._own_defaults.get("early_stopping") == "auto"
         return asks and self.solver != "lbfgs" and not is_store(X) and _rows_of(X) >= AUTO_EARLY_STOPPING_ROWS
 
     def _solver(self, config: TrainConfig, n_rows: int, from_store: bool, early_stopping: bool) -> str:

@@ -248,6 +248,20 @@ class FittedGP(BaseEstimator):
         classes = isinstance(self.params_, MultiClassParams) or (deep and self.params_.layers[-1].inducing.shape[0] > 1)
         return fitted.for_each_latent() if classes and isinstance(fitted, InDataUnits) else fitted
 
+    @property
+    def input_mean_function_(self):
+        """A deep GP's fitted mean of its inputs past the hidden layers (``input_mean_function``; zero for every other
+        model) in the data's own units: a function of the inputs as given to ``fit``, in the latent function's units
+        without the targets' mean, which :attr:`mean_function_` holds (``scale·m_x((x − x_mean_)/x_std_)``; a
+        ``Linear`` one's weights are then per input column, as a linear model's coefficients). A multi-class deep
+        GP's holds one per class."""
+        check_is_fitted(self)
+        mean = getattr(self.params_, "input_mean", None)
+        mean = mean if isinstance(mean, MeanFunction) else Zero()
+        fitted = mean.in_data_units(self.x_mean_, self.x_std_, 0.0, self._latent_units()[1])
+        classes = isinstance(self.params_, DeepGPParams) and self.params_.layers[-1].inducing.shape[0] > 1
+        return fitted.for_each_latent() if classes and isinstance(fitted, InDataUnits) else fitted
+
     def log_marginal_likelihood(self) -> float:
         """The approximate log marginal likelihood of the training targets (in their own units) at the
         fitted parameters."""

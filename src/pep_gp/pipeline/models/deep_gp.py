@@ -27,13 +27,15 @@ from pydantic import BeforeValidator, Field, model_validator
 from ...core.input_quadrature import DEFAULT_POINTS
 from ...core.likelihoods import Gaussian, Probit
 from ...core.kernels import from_dict
-from ...core.models.deep_gp import ALPHA_FLOOR, DeepGP, DeepGPParams, check_output_mean, layer_kernels
+from ...core.means import MeanFunction, Zero, from_dict as mean_from_dict
+from ...core.models.deep_gp import (ALPHA_FLOOR, DeepGP, DeepGPParams, check_output_mean, layer_kernels,
+                                    least_squares_mean)
 from ...core.models.multiclass_deep_gp import CLASS_NOISE, ClassPairs, MultiClassDeepGP
 from ..data.blocks import TargetScaling
 from .multiclass import CLASS_NOISE_DESCRIPTION, CLASS_NOISE_FORWARD, MultiClassSpec
 from .predictive import MixtureClassPredictive, MixturePredictive, MultiClassPredictive
 from .likelihood_parameters import FixedNames, LikelihoodParameterSettings, PriorTable
-from .protocol import SpecBase, kernel_description, settings_mean
+from .protocol import MeanSetting, SpecBase, kernel_description, settings_mean
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
 
@@ -73,6 +75,11 @@ class DeepGPSettings(LikelihoodParameterSettings):
                               "'log-normal' | 'gamma' | 'half-normal', …}}; a MAP fit. A kernel's go in the kernel "
                               "(its prior=)")
     jitter: float = Field(1e-6, ge=0.0, description="relative jitter on every K_uu (the authors' code: 1e-6)")
+    input_mean_function: MeanSetting = Field(
+        None, description="the output's mean of the data's standardised columns, added past the hidden layers (f = "
+        "m_x(x) + m(h) + g(h), a skip connection of the mean): 'linear' (a regressor's weights left out start at the "
+        "least-squares fit of the training rows), 'constant', a [model.input_mean_function] table or a pep_gp.means "
+        "object; none: zero, Bui et al.'s model (DeepGPRegressor's default is 'linear')")
     quadrature_points: int = Field(DEFAULT_POINTS, ge=2, description="Gauss–Hermite points per input dimension of "
                                    "the hidden layers' ψ-statistics for a kernel other than the squared exponential "
                                    "(whose are closed forms)")
@@ -88,6 +95,10 @@ class DeepGPSettings(LikelihoodParameterSettings):
             raise ValueError(f"mean_function: {error}") from None
         self.layer_kernels()  # ValueError naming the kernel setting: a list of another length than the layers
         return self
+
+    def input_mean(self) -> MeanFunction:
+        """The mean-function object of ``input_mean_function`` (:class:`~pep_gp.core.means.Zero` when None)."""
+        return Zero() if self.input_mean_function is None else mean_from_dict(self.input_mean_function)
 
     def layer_kernels(self):
         """The kernel object of every layer, input layer first (None: the default, the squared exponential)."""
@@ -130,7 +141,17 @@ class DeepGPSpec(SparseGPSpec):
         return model.init(x, settings.hidden_dims, settings.num_inducing,
                           likelihood_params=self.output_params(model, settings),
                           noise_variance=settings.noise_variance, share_hypers=settings.share_hypers, seed=seed,
-                          kernel=settings.layer_kernels(), mean=settings_mean(settings))
+                          kernel=settings.layer_kernels(), mean=settings_mean(settings),
+                          input_mean=settings.input_mean())
+
+    def settle(self, model: DeepGP, params: DeepGPParams, x, y, settings: DeepGPSettings, n_total) -> DeepGPParams:
+        """The starting params given a sample of the training rows ``x, y`` (model units): a regressor's linear mean
+        of the input rows whose weights were left out at the least-squares fit of the rows
+        (:func:`~pep_gp.core.models.deep_gp.least_squares_mean`); everything else as :meth:`init` left it."""
+        start = settings.input_mean_function
+        if self.task != "regression" or start is None or start["name"] != "linear" or "weights" in start:
+            return params
+        return params._replace(input_mean=least_squares_mean(x, y))
 
     def output_params(self, model: DeepGP, settings: DeepGPSettings) -> dict:
         """The starting parameters of the last layer's likelihood: the Gaussian's noise, the probit's none."""
