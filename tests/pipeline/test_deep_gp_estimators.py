@@ -125,12 +125,13 @@ def test_a_matern_deep_gp_fits_predicts_and_reloads(tmp_path):
 @pytest.mark.exhaustive
 @pytest.mark.slow  # two fits, ~50 s on the shared 2-core machine (compilation)
 def test_a_deep_gp_fits_a_step_better_than_one_gp():
+    """Bui et al.'s model (the zero mean of the inputs): the hidden layer buys 0.1 nats per test row on a step."""
     x, y = step_data(120, 1)
     x_test, y_test = step_data(200, 2)
     scores = {}
     for hidden in ((), (2,)):
         model = DeepGPRegressor(hidden_dims=hidden, num_inducing=15, max_iter=180, tol=0, batch_size=40,
-                                learning_rate=0.05).fit(x, y)
+                                learning_rate=0.05, input_mean_function=None).fit(x, y)
         mean, std = model.predict(x_test, return_std=True)
         scores[hidden] = float(np.mean(norm.logpdf(y_test, mean, std)))
         assert model.n_rejected_steps_ == 0

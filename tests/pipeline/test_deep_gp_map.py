@@ -41,10 +41,11 @@ def test_a_one_layer_linear_mean_reverts_far_away_and_a_saved_run_predicts_the_s
     kernel = SquaredExponential(prior={"lengthscales": Gamma(2.0, 2.0), "variance": LogNormal()})
     model = fit(DeepGPRegressor(hidden_dims=(), mean_function="linear", kernel=kernel,
                                 **tiny.SETTINGS["DeepGPRegressor"]), x, y)
-    fitted = model.mean_function_
-    assert isinstance(fitted, Linear) and fitted.weights[1] > 1.0  # the trend in x₁ went to the mean
+    fitted, line = model.mean_function_, model.input_mean_function_  # without hidden layers both are lines in x
+    assert isinstance(fitted, Linear) and isinstance(line, Linear)
+    assert fitted.weights[1] + line.weights[1] > 1.0  # the trend in x₁ went to the means
     far = np.array([[300.0, -300.0, 300.0], [-300.0, 300.0, 0.0]])
-    np.testing.assert_allclose(model.predict(far), fitted(far), rtol=1e-9)
+    np.testing.assert_allclose(model.predict(far), fitted(far) + line(far), rtol=1e-9)
     mean, std = model.predict(x, return_std=True)
     model.save(tmp_path / "run")
     loaded = pep_gp.load(tmp_path / "run")

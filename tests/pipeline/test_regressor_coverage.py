@@ -32,10 +32,12 @@ def test_the_default_regressors_90_percent_intervals_cover_85_to_95_percent_of_d
 
 
 @pytest.mark.heavy  # a deep GP fit of a few hundred steps: compiling
-def test_the_default_deep_gp_regressor_is_calibrated_on_diabetes_and_level_with_ridge():
+def test_the_default_deep_gp_regressor_is_calibrated_on_diabetes_and_ahead_of_ridge():
     """``DeepGPRegressor()`` on the everyday benchmark's diabetes split (issue 63): stopped early on a held-out
-    tenth (its default), its 90 % intervals cover 0.876 of the test rows and its test NLL is 0.05 nats behind
-    Bayesian ridge's; run to 1,000 steps on every row (``early_stopping=False``) they covered 0.78, 0.42 behind."""
+    tenth, with a line in the inputs added to its output's mean (its defaults), its 90 % intervals cover 0.865 of the
+    test rows and its test NLL is 0.048 nats ahead of Bayesian ridge's; with Bui et al.'s zero mean
+    (``input_mean_function=None``) it was 0.05 behind, and run to 1,000 steps on every row as well
+    (``early_stopping=False``) its intervals covered 0.78, 0.42 behind."""
     from scipy import stats
     from sklearn.linear_model import BayesianRidge
     from sklearn.model_selection import train_test_split
@@ -51,4 +53,4 @@ def test_the_default_deep_gp_regressor_is_calibrated_on_diabetes_and_level_with_
     mean, std = model.predict(x_test, return_std=True)
     ridge_mean, ridge_std = BayesianRidge().fit(x_train, y_train).predict(x_test, return_std=True)
     behind = np.mean(stats.norm.logpdf(y_test, ridge_mean, ridge_std) - stats.norm.logpdf(y_test, mean, std))
-    assert behind < 0.1
+    assert behind < 0.0
