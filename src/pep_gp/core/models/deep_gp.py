@@ -24,13 +24,13 @@ the same ``points`` per dimension in every layer). What a layer's rows need from
 :class:`pep_gp.core.models.power_ep.PowerEPSparseGP`.
 
 The output GP may have a prior mean ``m`` (``params.mean``, in the model's units, a function of the last layer's
-input): ``f_L = m(h) + g(h)`` with ``g`` the GP above, whose moments the pass gives. The output may also have a mean of
-the model's own input ``x`` past the hidden layers (``params.input_mean``, a skip connection of the mean only, as the
-input-connected deep GPs of Duvenaud et al. 2014 feed ``x`` forward): ``f_L = m_x(x) + m(h) + g(h)``; ``x`` is
-fixed, so ``m_x(x)`` shifts the output's mean and nothing else, for any mean function (:func:`with_input_mean`). With a fixed input (one
-layer) ``m(x)`` is added to the mean; with a Gaussian input ``h ~ N(μ, S)`` (``S`` diagonal) the moments of
-``m(h)`` and its covariance with ``g`` are added in closed form for a constant or a linear mean
-(:func:`with_output_mean`). The hidden layers keep the zero mean (Bui et al. 2016; Salimbeni & Deisenroth 2017
+input): ``f_L = m(h) + g(h)`` with ``g`` the GP above, whose moments the pass gives. The output may also have a mean
+of the model's own input ``x`` past the hidden layers (``params.input_mean``, a skip connection of the mean only, as
+the input-connected deep GPs of Duvenaud et al. 2014 feed ``x`` forward): ``f_L = m_x(x) + m(h) + g(h)``; ``x`` is
+fixed, so ``m_x(x)`` shifts the output's mean and nothing else, for any mean function (:func:`with_input_mean`).
+With a fixed input (one layer) ``m(x)`` is added to the mean; with a Gaussian input ``h ~ N(μ, S)`` (``S``
+diagonal) the moments of ``m(h)`` and its covariance with ``g`` are added in closed form for a constant or a linear
+mean (:func:`with_output_mean`). The hidden layers keep the zero mean (Bui et al. 2016; Salimbeni & Deisenroth 2017
 use the identity there). A multi-class deep GP's ``C`` output GPs each have a mean of their own
 (:meth:`~pep_gp.core.means.MeanFunction.stacked`), the same closed forms per class. Each layer may have a kernel of
 its own (:meth:`DeepGP.init`); a kernel's priors add ``log p(θ)`` over its layer's values to ``G``, and the model's

@@ -110,7 +110,7 @@ class DeepGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
 
     At its defaults the output's mean is a line in the inputs past the hidden layers, started at the least-squares fit
     of the training rows (``input_mean_function="linear"``; ``f = wᵀx + b + g(h)``): on diabetes, a table a line
-    explains about as well as anything, Bui et al.'s model with the zero mean was 0.06 nats per row behind it over five
+    explains about as well as anything, Bui et al.'s model with the zero mean was 0.05 nats per row behind it over five
     splits, and 0.04 behind ridge regression (docs/results/deep-gp.md). ``input_mean_function=None`` is their model.
     A fit of arrays of at least 200 rows
     (:data:`~pep_gp.pipeline.estimators.base.AUTO_EARLY_STOPPING_ROWS`) holds out a tenth of them and ends at the

@@ -14,7 +14,10 @@ layer's input (the data's standardised columns with no hidden layers, else the l
 model's units: a constant or linear one with hidden layers (:func:`~pep_gp.core.models.deep_gp.check_output_mean`);
 the multi-class deep GP gives each class's output GP its own copy. The multi-class deep GP's ``mixture_samples=S``
 predicts its class probabilities from the deep GP's Monte Carlo mixture of ``S`` paths (eq. 68 on each, averaged)
-instead of eq. (68) on one forward pass's moments."""
+instead of eq. (68) on one forward pass's moments. ``input_mean_function=`` is the output's mean of the data's
+standardised columns past the hidden layers (:func:`~pep_gp.core.models.deep_gp.with_input_mean`; none by default,
+``DeepGPRegressor``'s a line), a regressor's line started at the least-squares line of the rows
+(:meth:`DeepGPSpec.settle`)."""
 
 from __future__ import annotations
 
