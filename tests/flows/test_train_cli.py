@@ -281,3 +281,34 @@ def test_the_display_says_that_the_step_compiles_before_the_first_step(capsys):
     with progress_display(True) as report:
         report("start", step=0, total_steps=5, steps_per_epoch=1)
         assert "compiling the training step" in capsys.readouterr().err
+
+
+def test_a_close_that_cancelled_dasks_own_reconnection_is_not_reported_but_its_errors_are():
+    """After a scheduler lost for good, Dask's client gives up reconnecting and closes itself while ``pep train``,
+    which gave up on the step, closes it too: the cancelled close logged ``asyncio.CancelledError`` with a traceback
+    below the run's one-line error (tests/infra/test_scheduler_loss.py, seen once in 12-05's ``.ci/run``). The
+    cluster commands' logging drops exactly that record of Dask's client; its other errors still reach the user."""
+    import asyncio
+    import logging
+
+    from pep_gp.flows.options import quiet_cluster_logs
+
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    client = logging.getLogger("distributed.client")
+    client.addHandler(handler)
+    try:
+        quiet_cluster_logs()
+        quiet_cluster_logs()  # the filter once, however often the commands ask
+        for error in (asyncio.CancelledError(), OSError("Timed out trying to connect")):
+            try:
+                raise error
+            except BaseException:
+                client.exception("")
+        client.error("Failed to reconnect to scheduler after 10.00 seconds, closing client")
+    finally:
+        client.removeHandler(handler)
+    assert [type(record.exc_info[1]).__name__ if record.exc_info else record.getMessage() for record in seen] == [
+        "OSError", "Failed to reconnect to scheduler after 10.00 seconds, closing client"]
+    assert len(client.filters) == 1

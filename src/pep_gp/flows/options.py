@@ -54,9 +54,25 @@ def names(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(name.strip() for value in values or () for name in value.split(",") if name.strip())
 
 
+class _NotACancelledClose(logging.Filter):
+    """Drops the traceback Dask's client logs when a coroutine of its own is cancelled (``asyncio.CancelledError``):
+    after a lost scheduler its reconnection gives up and closes the client while pep, which gave up on the step
+    too, closes it, and the one cancels the other; the run's own one-line error says what happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import asyncio  # loaded with Dask's client, whose records these are
+
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+NOT_A_CANCELLED_CLOSE = _NotACancelledClose()
+
+
 def quiet_cluster_logs() -> None:
-    """Only errors from Dask's client logger (a cluster's start and stop chatter is not the user's concern)."""
+    """Only errors from Dask's client logger (a cluster's start and stop chatter is not the user's concern), and
+    not a close that cancelled another (:class:`_NotACancelledClose`)."""
     logging.getLogger("distributed").setLevel(logging.ERROR)
+    logging.getLogger("distributed.client").addFilter(NOT_A_CANCELLED_CLOSE)  # added once, however often called
 
 
 def use_cluster(cluster: str, tls_ca_file: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
