@@ -48,6 +48,7 @@ from sklearn.preprocessing import StandardScaler
 
 from benchmarks import datasets
 from benchmarks._common import arguments, read_results, standard_error, write_results
+from benchmarks.bench_dgp import PAPERS_MODEL
 
 NAME = "bench_likelihoods"
 SECTIONS = ("outliers", "counts", "binary", "coverage")
@@ -152,8 +153,7 @@ def coverage(n_splits: int) -> dict:
         for seed, (train, test) in enumerate(splits(data.y, n_splits, 0.2)):
             x, y, x_test, y_test = data.x[train], data.y[train], data.x[test], data.y[test]
             sparse, sparse_seconds = timed(lambda: gp_regressor().fit(x, y))
-            deep, deep_seconds = timed(lambda: DeepGPRegressor(max_iter=DEEP_STEPS, early_stopping=False,
-                                                          input_mean_function=None).fit(x, y))
+            deep, deep_seconds = timed(lambda: DeepGPRegressor(max_iter=DEEP_STEPS, **PAPERS_MODEL).fit(x, y))
             low, high = deep.predict_quantiles(x_test, (0.05, 0.95)).T
             deep_report = regression_scores(deep, x_test, y_test)
             runs.append({"sparse-gp": {**regression_scores(sparse, x_test, y_test), "seconds": sparse_seconds},

@@ -28,7 +28,7 @@ import mpmath
 import numpy as np
 
 from benchmarks._common import arguments, write_results
-from benchmarks.bench_dgp import load, pbp_splits
+from benchmarks.bench_dgp import PAPERS_MODEL, load, pbp_splits
 from pep_gp import DeepGPRegressor
 from pep_gp.core import float64, psi_statistics
 from pep_gp.core.bank import Bank
@@ -70,7 +70,7 @@ def fitted_state(args):
     x, y = load("boston")
     train, _ = pbp_splits(x.shape[0], 1)[0]
     model = DeepGPRegressor(hidden_dims=(2,), num_inducing=100, max_iter=args.steps, tol=0, learning_rate=0.01,
-                            early_stopping=False, input_mean_function=None, seed=0).fit(x[train], y[train])
+                            seed=0, **PAPERS_MODEL).fit(x[train], y[train])
     return model, jnp.asarray((x[train] - model.x_mean_) / model.x_std_), jnp.asarray(model.targets_(y[train]))
 
 

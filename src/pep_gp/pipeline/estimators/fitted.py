@@ -238,15 +238,11 @@ class FittedGP(BaseEstimator):
         one mean per class and gives ``[n, C]`` (``Constant`` of ``[C]``, ``Linear`` of ``[C, D]`` weights).
         docs/how-to/mean-functions.md."""
         check_is_fitted(self)
-        mean = getattr(self.params_, "mean", None)
-        mean = mean if isinstance(mean, MeanFunction) else Zero()
-        deep = isinstance(self.params_, DeepGPParams)
-        if deep and len(self.params_.layers) > 1:
+        mean = self._fitted_mean("mean")
+        if isinstance(self.params_, DeepGPParams) and len(self.params_.layers) > 1:
             width = self.params_.layers[-1].inducing.shape[-1]
             return mean.in_data_units(np.zeros(width), np.ones(width), *self._latent_units())
-        fitted = mean.in_data_units(self.x_mean_, self.x_std_, *self._latent_units())
-        classes = isinstance(self.params_, MultiClassParams) or (deep and self.params_.layers[-1].inducing.shape[0] > 1)
-        return fitted.for_each_latent() if classes and isinstance(fitted, InDataUnits) else fitted
+        return self._per_class(mean.in_data_units(self.x_mean_, self.x_std_, *self._latent_units()))
 
     @property
     def input_mean_function_(self):
@@ -256,10 +252,19 @@ class FittedGP(BaseEstimator):
         ``Linear`` one's weights are then per input column, as a linear model's coefficients). A multi-class deep
         GP's holds one per class."""
         check_is_fitted(self)
-        mean = getattr(self.params_, "input_mean", None)
-        mean = mean if isinstance(mean, MeanFunction) else Zero()
-        fitted = mean.in_data_units(self.x_mean_, self.x_std_, 0.0, self._latent_units()[1])
-        classes = isinstance(self.params_, DeepGPParams) and self.params_.layers[-1].inducing.shape[0] > 1
+        return self._per_class(self._fitted_mean("input_mean").in_data_units(self.x_mean_, self.x_std_, 0.0,
+                                                                              self._latent_units()[1]))
+
+    def _fitted_mean(self, field: str) -> MeanFunction:
+        """The mean function ``params_.<field>`` (``mean`` or a deep GP's ``input_mean``), zero for a model without."""
+        mean = getattr(self.params_, field, None)
+        return mean if isinstance(mean, MeanFunction) else Zero()
+
+    def _per_class(self, fitted):
+        """A mean read in the data's units (:meth:`~pep_gp.core.means.MeanFunction.in_data_units`) of a multi-class
+        model, one per class (``[n, C]``), where it has no closed form; any other as it is."""
+        deep = isinstance(self.params_, DeepGPParams)
+        classes = isinstance(self.params_, MultiClassParams) or (deep and self.params_.layers[-1].inducing.shape[0] > 1)
         return fitted.for_each_latent() if classes and isinstance(fitted, InDataUnits) else fitted
 
     def log_marginal_likelihood(self) -> float:

@@ -30,7 +30,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from ...core.input_quadrature import DEFAULT_POINTS
 from ...core.likelihoods import Gaussian, Probit
 from ...core.kernels import from_dict
-from ...core.means import MeanFunction, Zero, from_dict as mean_from_dict
+from ...core.means import MeanFunction
 from ...core.models.deep_gp import (ALPHA_FLOOR, DeepGP, DeepGPParams, check_output_mean, layer_kernels,
                                     least_squares_mean)
 from ...core.models.multiclass_deep_gp import CLASS_NOISE, ClassPairs, MultiClassDeepGP
@@ -38,7 +38,7 @@ from ..data.blocks import TargetScaling
 from .multiclass import CLASS_NOISE_DESCRIPTION, CLASS_NOISE_FORWARD, MultiClassSpec
 from .predictive import MixtureClassPredictive, MixturePredictive, MultiClassPredictive
 from .likelihood_parameters import FixedNames, LikelihoodParameterSettings, PriorTable
-from .protocol import MeanSetting, SpecBase, kernel_description, settings_mean
+from .protocol import MeanSetting, SpecBase, described_mean, kernel_description, settings_mean
 from .registry import register
 from .sparse_gp import INITIAL_NOISE_VARIANCE, SparseGPSpec, check_inducing
 
@@ -101,7 +101,7 @@ class DeepGPSettings(LikelihoodParameterSettings):
 
     def input_mean(self) -> MeanFunction:
         """The mean-function object of ``input_mean_function`` (:class:`~pep_gp.core.means.Zero` when None)."""
-        return Zero() if self.input_mean_function is None else mean_from_dict(self.input_mean_function)
+        return described_mean(self.input_mean_function)
 
     def layer_kernels(self):
         """The kernel object of every layer, input layer first (None: the default, the squared exponential)."""

@@ -102,9 +102,14 @@ MeanSetting = Annotated[dict[str, Any] | None, BeforeValidator(mean_description)
 """The ``mean_function`` field of a model's settings (:func:`mean_description`)."""
 
 
+def described_mean(description: dict[str, Any] | None) -> MeanFunction:
+    """The mean-function object of a :data:`MeanSetting`'s value (:class:`~pep_gp.core.means.Zero` when None)."""
+    return Zero() if description is None else mean_from_dict(description)
+
+
 def settings_mean(settings: "ModelSettings") -> MeanFunction:
     """The mean-function object of ``settings.mean_function`` (:class:`~pep_gp.core.means.Zero` when None)."""
-    return Zero() if settings.mean_function is None else mean_from_dict(settings.mean_function)
+    return described_mean(settings.mean_function)
 
 
 class ModelSettings(BaseModel):
