@@ -72,7 +72,10 @@ def test_a_users_pytree_mean_fits_predicts_and_a_saved_run_rebuilds_it(tmp_path)
     y = 2.0 * x[:, 0] ** 2 + 0.1 * np.sin(5 * x[:, 0]) + 0.05 * rng.standard_normal(60)
     model = _fit(SparseGPRegressor(mean_function=Quadratic(), num_inducing=8, max_iter=200), x, y)
     assert isinstance(model.params_.mean, Quadratic) and float(model.params_.mean.a) != 0.0
-    far = np.array([[12.0], [-15.0]])  # ~10 lengthscales away: the predictive mean is the prior's
+    # 10 fitted lengthscales away (in the data's units), where the predictive mean is the prior's; a fixed point
+    # is not far: with the quadratic mean the fit's lengthscale is ~25 standardised units
+    reach = 10 * float(np.max(model.params_.kernel.lengthscales.value)) * model.x_std_[0]
+    far = np.array([[reach], [-1.2 * reach]])
     np.testing.assert_allclose(model.predict(far), model.mean_function_(jnp.asarray(far)), rtol=1e-3)
     draws = model.sample_f(far, n_samples=200, seed=1)
     mean, cov = model.predict_f(far, full_cov=True)
