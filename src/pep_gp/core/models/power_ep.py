@@ -48,6 +48,7 @@ from ..likelihoods import Gaussian, scaled_log_tilted
 from ..log_prior import with_log_prior
 from ..linalg import DEFAULT_JITTER, cholesky
 from ..means import MeanFunction, Zero
+from .collapsed_regression import CollapsedRegression, RegressionParams
 
 
 class SparseGPParams(NamedTuple):
@@ -197,6 +198,26 @@ class PowerEPSparseGP:
         return bank.prior_precision_cholesky(bank.prior_factors(self.sparse_gp(params)))[0]
 
     # ----------------------------------------------------------------------------------------------
+    @property
+    def collapsed(self) -> CollapsedRegression | None:
+        """The collapsed PEP-α bound (Bui, Yan & Turner 2017, §3.2, eq. 128) that this model's energy equals at its
+        exact sites' fixed point, with the same α, jitter and priors, its gradient in the hyper-parameters the
+        energy's with the factor held there (module docstring): with a Gaussian likelihood's site updates; None
+        otherwise. Its params are :meth:`collapsed_params`."""
+        return CollapsedRegression(self.alpha, self.jitter, self.priors) if self.site_updates else None
+
+    @staticmethod
+    def collapsed_params(params: SparseGPParams) -> RegressionParams:
+        """The :attr:`collapsed` bound's params of ``params`` (or of any pytree of their structure, such as a
+        mask of the frozen leaves): the kernel, the Gaussian's noise, the inducing inputs and the mean."""
+        return RegressionParams(params.kernel, params.likelihood["raw_noise_variance"], params.inducing, params.mean)
+
+    @staticmethod
+    def with_collapsed(params: SparseGPParams, collapsed: RegressionParams) -> SparseGPParams:
+        """``params`` with the hyper-parameters of the :attr:`collapsed` bound's ``collapsed`` (the factor kept)."""
+        return params._replace(kernel=collapsed.kernel, inducing=collapsed.inducing, mean=collapsed.mean,
+                               likelihood={**params.likelihood, "raw_noise_variance": collapsed.raw_noise_variance})
+
     @property
     def own_sites(self) -> bool:
         """Whether each row's cavity removes the row's own site (:meth:`data_energy`): with a Gaussian
