@@ -15,7 +15,8 @@ pep's sources are first compiled to bytecode as an install leaves them: :func:`b
   ``DirectMultiClassGPClassifier``, ``MultiClassEPClassifier``, ``MultiClassDeepGPClassifier``; regression:
   ``SparseGPRegressor``, ``CollapsedGPRegressor``, ``DeepGPRegressor``; counts:
   ``SparseGPRegressor(likelihood="poisson")``), twice: with an empty compilation cache and with the cache the
-  first process filled (``PEP_COMPILATION_CACHE``, one directory per run of this benchmark);
+  first process filled (``PEP_COMPILATION_CACHE``, one directory per table and fit: until 12-05 one per run of
+  this benchmark, so a fit's first process could load what another fit's had compiled);
 * scikit-learn: ``GaussianProcessClassifier`` / ``GaussianProcessRegressor`` (a constant times an ARD squared
   exponential, plus a white noise for regression, ``normalize_y``), and logistic regression / Bayesian ridge /
   Poisson regression on standardised inputs;
@@ -455,13 +456,13 @@ def main() -> None:
     results: dict = {"gflops_float64": gflops(), "load_at_start": uptime(), "python": args.python,
                      "gpytorch": has_gpytorch, "timeout_seconds": args.timeout, "tables": {}}
     with temporary_directory("pep-bench-everyday-") as work:
-        cache = work / "compilation-cache"
         for name in args.tables:
             task = TABLES[name][0]
             rows: dict = {}
-            for fit in [*PEERS[task], *PEP_FITS[task]]:
+            for index, fit in enumerate([*PEERS[task], *PEP_FITS[task]]):
                 if args.fits and fit not in args.fits:
                     continue
+                cache = work / f"compilation-cache-{name}-{index}"  # the fit's own: its first process finds it empty
                 if fit.startswith("GPyTorch") and not has_gpytorch:
                     rows[fit] = {"ended": f"not run: {args.python} cannot import gpytorch (pip install -e '.[bench]')"}
                     continue
