@@ -154,12 +154,24 @@ def test_classifier_separates_a_disc_that_logistic_regression_cannot():
     assert np.isfinite(clf.log_marginal_likelihood())
 
 
-@pytest.mark.heavy  # three deep GP fits: compiling
+class OnlyArray:
+    """An array-like with ``__array__`` alone."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.values, dtype=dtype)
+
+
+@pytest.mark.heavy  # four deep GP fits: compiling
 def test_the_deep_gp_regressor_stops_on_a_tenth_of_the_rows_of_a_table_of_200_or_more():
     """``early_stopping="auto"``, ``DeepGPRegressor``'s default (issue 63): on arrays of 200 rows it holds out a
     tenth (scikit-learn's split with the estimator's seed, as ``early_stopping=True``) and scores them at every
     step, ending at the best score's parameters; on 199 rows, or with ``early_stopping=False``, it trains on every
-    row, as Bui et al. (2016) train."""
+    row, as Bui et al. (2016) train. An array-like with only ``__array__`` (no ``shape``, no ``len``: scikit-learn's
+    checks pass one) is counted as its array: it had been counted as no rows, so it trained on every row and
+    predicted otherwise than the same rows as an array."""
     x, y = step_data(200, 0)
     quick = {"hidden_dims": (), "num_inducing": 5, "max_iter": 4}
     held = DeepGPRegressor(**quick).fit(x, y)
@@ -167,6 +179,8 @@ def test_the_deep_gp_regressor_stops_on_a_tenth_of_the_rows_of_a_table_of_200_or
     assert held.n_rows_seen_ == asked.n_rows_seen_ == 180 and len(held.validation_scores_) == 4
     assert held.validation_scores_ == asked.validation_scores_
     assert held.best_validation_score_ == min(held.validation_scores_)
+    wrapped = DeepGPRegressor(**quick).fit(OnlyArray(x), OnlyArray(y))
+    assert wrapped.n_rows_seen_ == 180 and wrapped.validation_scores_ == held.validation_scores_
     for whole in (DeepGPRegressor(**quick).fit(x[:199], y[:199]),
                   DeepGPRegressor(**quick, early_stopping=False).fit(x, y)):
         assert whole.validation_scores_ is None and whole.n_rows_seen_ in (199, 200)

@@ -189,7 +189,8 @@ def test_exact_sites_fit_the_collapsed_bound_and_one_sweep_settles_them():
     sweep), and so are its predictions to rounding. That one sweep puts the factor at the sites' fixed point
     (twenty more leave it there), where the model's own energy is the bound the fit reports: to rounding without
     jitter, to the jitter's effect with it (module docstring of ``full_batch``). A damped factor ends the same:
-    in the rounds of sweeps and L-BFGS it lagged the hyper-parameters and ended 6 nats below this optimum."""
+    in the rounds of sweeps and L-BFGS it lagged the hyper-parameters and ended 6 nats below this optimum. Rows
+    beyond a default block are fitted as one block, so the same holds there."""
     x, y = sine(60, seed=3)
     same = {"num_inducing": 8, "noise_variance": 0.01}  # the collapsed regressor's noise starts at 0.1 by default
     for settings, rtol in (({**same, "jitter": 0.0}, 1e-9), (same, 1e-4)):
@@ -208,6 +209,9 @@ def test_exact_sites_fit_the_collapsed_bound_and_one_sweep_settles_them():
         assert own == pytest.approx(energy_of(sparse), rel=rtol)
     damped = SparseGPRegressor(**same, damping=0.5).fit(x, y)  # damping paces minibatch steps, not this fit
     assert leaves_equal(damped.params_, sparse.params_)
+    x, y = sine(1_100, seed=4)  # more rows than a default block: the regressor's full-batch fit takes them as one
+    sparse = SparseGPRegressor(**same).fit(x, y)
+    assert leaves_equal(sparse.model_.collapsed_params(sparse.params_), CollapsedGPRegressor(**same).fit(x, y).params_)
 
 
 @pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time

@@ -107,11 +107,13 @@ CONFIG_NAMES = {"max_iter": "max_steps"}
 
 
 def _rows_of(X) -> int:
-    """The rows of an array-like ``X`` (a sparse matrix's too), or 0 where it has none to count: the fit's
-    validation then refuses it with its own message."""
+    """The rows of an array-like ``X`` (a sparse matrix's, and an object's that has only ``__array__``), or 0 where it
+    has none to count: the fit's validation then refuses it with its own message."""
     try:
-        return int(X.shape[0]) if hasattr(X, "shape") else len(X)
-    except (TypeError, IndexError):
+        if hasattr(X, "shape"):
+            return int(X.shape[0])
+        return len(X) if hasattr(X, "__len__") else int(np.asarray(X).shape[0])
+    except (TypeError, IndexError, ValueError):
         return 0
 
 
@@ -218,6 +220,10 @@ class GPEstimator(FittedGP):
         fits = not from_store and n_rows <= FULL_BATCH_ROWS and config.batch_size >= n_rows
         return "lbfgs" if fits and self._full_batch and self.tol > 0 and not early_stopping else "adam"
 
+    def _full_batch_config(self, config: TrainConfig, n_rows: int) -> TrainConfig:
+        """The config of a full-batch fit of ``n_rows`` training rows (arrays, ``solver`` ``"lbfgs"``): ``config``."""
+        return config
+
     def fit(self, X, y=None):
         """Fit the model by maximising its energy (the approximate log marginal likelihood): full batch by
         L-BFGS where the rows fit one batch (``solver``, :mod:`pep_gp.pipeline.training.full_batch`: until its
@@ -260,6 +266,7 @@ class GPEstimator(FittedGP):
                           validation=monitor is not None)
         config = self._config(data.n_rows("train"))
         solver = self._solver(config, data.n_rows("train"), isinstance(data, Store), early_stopping)
+        config = self._full_batch_config(config, data.n_rows("train")) if solver == "lbfgs" else config
         with self._trainer(data, config, warm_from=self if warm else None, monitor=monitor,
                            rows_represented=self._rows_represented(data.n_rows("train"))) as (
                 trainer, progress, energies):

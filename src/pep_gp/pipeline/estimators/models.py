@@ -16,7 +16,10 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from ..data.sizes import bucket
 from ..models import deep_gp, heteroscedastic, multiclass, ordinal, sparse_gp, tied_ep
+from ..runs.config import TrainConfig
+from ..training.full_batch import FULL_BATCH_ROWS
 from .base import ESTIMATORS, GPEstimator
 from .fitted import GPClassifierMixin, GPRegressorMixin
 from .multi_output import MultiOutputGPRegressor
@@ -27,6 +30,15 @@ class SparseGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
     α → 0 the variational (VFE) limit. ``pep train --model sparse-gp-regressor``."""
 
     spec = sparse_gp.REGRESSOR
+
+    def _full_batch_config(self, config: TrainConfig, n_rows: int) -> TrainConfig:
+        """With the Gaussian likelihood every training row in one block (as ``CollapsedGPRegressor``'s), so that the
+        full-batch fit maximises the collapsed bound, which is not a sum over blocks, up to
+        :data:`~pep_gp.pipeline.training.full_batch.FULL_BATCH_ROWS` rows
+        (:mod:`pep_gp.pipeline.training.full_batch`)."""
+        if self.likelihood != "gaussian" or n_rows > FULL_BATCH_ROWS:
+            return config
+        return config.model_copy(update={"block_rows": bucket(n_rows), "batch_size": bucket(n_rows)})
 
 
 class HeteroscedasticGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
