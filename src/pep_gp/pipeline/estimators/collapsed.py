@@ -16,7 +16,6 @@ from sklearn.base import RegressorMixin
 
 from ...core.models.collapsed_regression import CollapsedRegression
 from ..data.datasets import ArrayData
-from ..data.sizes import bucket
 from ..models.collapsed import COLLAPSED
 from ..models.predictive import GaussianPredictive, Latent
 from ..runs.config import TrainConfig
@@ -48,9 +47,7 @@ class ConditionsOnItsRows:
     _streams = False  # conditions on all its training rows: no partial_fit
 
     def _config(self, n_rows: int) -> TrainConfig:
-        rows = bucket(n_rows)
-        config = super()._config(n_rows)
-        return config.model_copy(update={"batch_size": rows, "block_rows": rows})
+        return super()._config(n_rows).in_one_block(n_rows)
 
     def _fitted_on(self, data) -> None:
         """Keep the rows the predictions condition on, in model units (a store's training split read whole,

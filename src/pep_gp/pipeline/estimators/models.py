@@ -16,7 +16,6 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ..data.sizes import bucket
 from ..models import deep_gp, heteroscedastic, multiclass, ordinal, sparse_gp, tied_ep
 from ..runs.config import TrainConfig
 from ..training.full_batch import FULL_BATCH_ROWS
@@ -38,7 +37,7 @@ class SparseGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):
         (:mod:`pep_gp.pipeline.training.full_batch`)."""
         if self.likelihood != "gaussian" or n_rows > FULL_BATCH_ROWS:
             return config
-        return config.model_copy(update={"block_rows": bucket(n_rows), "batch_size": bucket(n_rows)})
+        return config.in_one_block(n_rows)
 
 
 class HeteroscedasticGPRegressor(GPRegressorMixin, RegressorMixin, GPEstimator):

@@ -148,6 +148,12 @@ class TrainConfig(BaseModel):
         return self.model_copy(update={"block_rows": block,
                                        "batch_size": min(self.batch_size, block * math.ceil(n_rows / block))})
 
+    def in_one_block(self, n_rows: int) -> "TrainConfig":
+        """The same config with every row of a split of ``n_rows`` rows in one block and one batch, padded to a
+        bucket size: for objectives that are not a sum over blocks (the collapsed bound)."""
+        rows = bucket(n_rows)
+        return self.model_copy(update={"batch_size": rows, "block_rows": rows})
+
     def trajectory(self) -> "TrainConfig":
         """This config with the fields that never change the compiled step's updates at their defaults (a cache
         key: equal trajectories share one compiled step). The seed is among them: it draws the initial values

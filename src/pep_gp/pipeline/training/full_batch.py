@@ -19,11 +19,12 @@ the tolerance. Exact sites (the Gaussian regressor's) reach their fixed point in
 factor, and there the energy is the collapsed PEP-α bound and its gradient with the factor held the bound's
 (:class:`~pep_gp.core.models.power_ep.PowerEPSparseGP`). They are swept undamped whatever the settings'
 ``damping``, which paces minibatch steps (damped, the factor lagged the hyper-parameters and L-BFGS ended 6 nats
-below the bound's optimum on a 60-row sine at 0.9). Where every training row is in one block (``SparseGPRegressor``
-puts them there for a full-batch fit), L-BFGS maximises the bound itself (the model's ``collapsed``: no factor, one program over the rows per evaluation where the rounds
-run a sweep's three and the energy's two; boston's default fit 0.8 s warm against 1.8 s), and one sweep at the
-end, one program of its own (:class:`SettledFactor`), puts the factor at the fitted hyper-parameters' fixed
-point (boston's default fit in a fresh process, compilation included, measured once: 2.9 s against 3.9–4.4 s); they are
+below the bound's optimum on a 60-row sine at 0.9). Where every training row is in one block
+(``SparseGPRegressor`` puts them there for a full-batch fit), L-BFGS maximises the bound itself (the model's
+``collapsed``: no factor, one program over the rows per evaluation where the rounds run a sweep's three and the
+energy's two; boston's default fit 0.8 s warm against 1.8 s), and one sweep at the end, one program of its own
+(:class:`SettledFactor`), puts the factor at the fitted hyper-parameters' fixed point (boston's default fit in a
+fresh process, compilation included, measured once: 2.9 s against 3.9–4.4 s); they are
 ``CollapsedGPRegressor``'s at the same settings, bit for bit. The fit reports the bound as its energy, which the
 model's own energy at that fixed point equals to rounding without jitter (2·10⁻¹⁰ relative) and to the jitter's
 effect with it (2·10⁻⁵ relative at the default on a 60-row sine, tests/pipeline/test_full_batch.py).
