@@ -169,6 +169,27 @@ def test_log_bijection_round_trips():
     np.testing.assert_allclose(positive_from_log(log_of_positive(value)), value, rtol=1e-6)
 
 
+def test_the_inverse_bijections_map_host_values_on_the_host_and_traced_ones_in_the_trace():
+    """A start or a user's setting is mapped by numpy in float64 (no program compiled; jnp's log of it had been
+    float32 outside pep's float64 scope), a traced value by jax.numpy, to the same numbers."""
+    values = np.array([1e-3, 0.3, 250.0])
+    for inverse in (log_of_positive, unconstrain_positive):
+        on_host = inverse(values)
+        assert isinstance(on_host, np.ndarray) and on_host.dtype == np.float64
+        with jax.enable_x64(True):
+            np.testing.assert_allclose(jax.jit(inverse)(jnp.asarray(values)), on_host, rtol=1e-15)
+
+
+def test_a_kernel_made_outside_the_float64_scope_keeps_its_values_to_double_precision():
+    with jax.enable_x64(False):  # as a user makes one (the tests run in float64)
+        kernel = SquaredExponential(lengthscales=0.3, variance=2.7)
+    with jax.enable_x64(True):
+        banked = kernel.bank(1, 2)
+        assert banked.lengthscales.value.dtype == jnp.float64
+        np.testing.assert_allclose(banked.lengthscales.value, 0.3, rtol=1e-15)
+        np.testing.assert_allclose(banked.variance.value, 2.7, rtol=1e-15)
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.floats(min_value=1e-6, max_value=1e6))
 def test_positive_bijection_round_trips(value):

@@ -230,6 +230,54 @@ def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
     use_compilation_cache()  # the test run's own cache again (tests/conftest.py), for the next tests here
 
 
+def _eager_names() -> set[str]:
+    """The names JAX gives the programs of array operations run eagerly: jax.numpy's and jax.lax's functions, JAX's
+    primitives, and the seeding of a random key."""
+    import jax.extend.core as extend
+    import jax.extend.core.primitives as primitives
+
+    return (set(dir(jnp)) | set(dir(jax.lax)) | {"_threefry_seed", "<unnamed function>"}
+            | {value.name for value in vars(primitives).values() if isinstance(value, extend.Primitive)})
+
+
+EAGER_FREE_FITS = [
+    pytest.param("SparseGPRegressor", {"num_inducing": 6}, "regression"),
+    pytest.param("MultiClassGPClassifier", {"num_inducing": 6, "max_iter": 25}, "multiclass"),
+    pytest.param("CollapsedGPRegressor", {"num_inducing": 6}, "regression", marks=pytest.mark.heavy),
+    pytest.param("SparseGPClassifier", {"num_inducing": 6}, "binary", marks=pytest.mark.heavy),
+    pytest.param("TiedEPClassifier", {"num_inducing": 6}, "binary", marks=pytest.mark.heavy),
+    pytest.param("ExactGPClassifier", {}, "binary", marks=pytest.mark.heavy),
+    pytest.param("DirectMultiClassGPClassifier", {"num_inducing": 6, "max_iter": 25}, "multiclass",
+                 marks=pytest.mark.heavy),
+    pytest.param("MultiClassEPClassifier", {"num_inducing": 6, "max_iter": 25}, "multiclass", marks=pytest.mark.heavy),
+    pytest.param("DeepGPRegressor", {"num_inducing": 6, "max_iter": 5}, "regression", marks=pytest.mark.heavy),
+    pytest.param("MultiClassDeepGPClassifier", {"num_inducing": 6, "max_iter": 5}, "multiclass",
+                 marks=pytest.mark.heavy),
+]
+
+
+@pytest.mark.parametrize("estimator, settings, task", EAGER_FREE_FITS)
+def test_a_fit_and_its_prediction_run_no_array_operation_eagerly(estimator, settings, task):
+    """Every program a fit and its predictions run is one of pep's own: an array operation run eagerly (a start's
+    ``jnp.log``, ``jnp.zeros``, ``jnp.asarray`` of a numpy array) is a program of its own to trace, lower and
+    compile (or load) in every new process, 10-30 ms each; 18 of them took 0.3 s of ``SparseGPRegressor()``'s
+    1.8 s fit in a second process on boston (issue 63). Programs compiled earlier in this process are forgotten
+    first, so that each one the fit runs is seen."""
+    import pep_gp
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 2))
+    latent = np.sin(2 * x[:, 0]) + 0.5 * x[:, 1]
+    y = {"regression": latent + 0.1 * rng.normal(size=40), "binary": latent > 0,
+         "multiclass": np.digitize(latent, [-0.5, 0.5])}[task]
+    jax.clear_caches()
+    with compiled_programs() as names:
+        model = getattr(pep_gp, estimator)(**settings).fit(x, y)
+        model.predict_proba(x) if task != "regression" else model.predict(x, return_std=True)
+    eager = _eager_names()
+    assert names and not {name for name in names if name.removeprefix("jit(").removesuffix(")") in eager}, dict(names)
+
+
 @pytest.mark.exhaustive
 @pytest.mark.heavy
 def test_compiled_programs_are_released_before_the_mappings_run_out(monkeypatch):

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pep_gp.core import float64
 from pep_gp.pipeline.engine import cache as engine_cache
 from pep_gp.pipeline.data.blocks import Block, BlockSource, TargetScaling
 from pep_gp.pipeline.engine.cache import BlockCache, block_bytes
@@ -15,7 +16,7 @@ from pep_gp.pipeline.engine import Engine, InProcess, connect, tree_sum
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.models import MODELS
 from pep_gp.pipeline.training.step import DataTerm
-from pep_gp.pipeline.training.sampling import MinibatchSchedule
+from pep_gp.pipeline.training.sampling import MinibatchSchedule, key_data
 from tests.trainstores import FAST
 
 
@@ -148,6 +149,13 @@ def test_tree_sum_has_a_fixed_order():
     assert tree_sum([{"a": np.ones(2)}] * 3)["a"].tolist() == [3.0, 3.0]
     with pytest.raises(ValueError):
         tree_sum([])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 2**31, 2**32 - 1])
+def test_the_schedules_key_data_are_jaxs_key_of_the_seed(seed):
+    with float64():  # a seed of 2**31 or more is a uint32 only under x64
+        expected = tuple(int(k) for k in np.asarray(jax.random.key_data(jax.random.key(seed))))
+    assert key_data(seed) == expected
 
 
 def test_schedule_visits_every_block_once_per_epoch():

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .parameters import LOG, Positive
+from .parameters import LOG, Positive, array_module, on_device
 from .priors import log_density, prior_from_dict, prior_to_dict
 
 
@@ -206,16 +206,17 @@ class Kernel:
                 if start.size == dims and width != dims:
                     start = start[list(self.active_dims)]
                 param = Positive.of(start)
-            raw = jnp.asarray(param.raw, dtype=float)
+            xp = array_module(param.raw)  # numpy for a host value: no program compiled per shape
+            raw = xp.asarray(param.raw, dtype=float)
             if per_column:
                 raw = raw.reshape(-1) if raw.ndim < 2 else raw
                 if raw.shape[-1] not in (1, width):
                     raise ValueError(f"{self.name}: {field} needs 1 or {width} values (one per active column); "
                                      f"got {raw.shape[-1]}")
-                raw = jnp.broadcast_to(raw, (groups, raw.shape[-1]))
+                raw = xp.broadcast_to(raw, (groups, raw.shape[-1]))
             else:
-                raw = jnp.broadcast_to(raw.reshape(-1) if raw.ndim else raw, (groups,))
-            values[field] = Positive(jnp.array(raw), param.fixed)
+                raw = xp.broadcast_to(raw.reshape(-1) if raw.ndim else raw, (groups,))
+            values[field] = Positive(on_device(np.array(raw)) if xp is np else jnp.array(raw), param.fixed)
         return self.replace(**values)
 
     def with_products(self, products: ProductDtype) -> "Kernel":

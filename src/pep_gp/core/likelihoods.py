@@ -34,7 +34,7 @@ from jax.scipy.special import betainc, gammaincc, gammaln, log_ndtr, ndtr, ndtri
 from jax.scipy.stats import norm
 
 from .gaussian import LOG_2PI, QuantileProblem, bisect_quantiles, newton_quantiles
-from .parameters import positive, unconstrain_positive
+from .parameters import on_device, positive, unconstrain_positive
 from .quadrature import (GaussHermite, ProbitPowerQuadrature, TiltedQuadrature, log_ndtr_and_mills_ratio,
                          log_probit_power, probit_power_moments, tilted_moments_by_quadrature)
 
@@ -64,7 +64,7 @@ class Gaussian:
 
     @staticmethod
     def init_params(noise_variance=1.0):
-        return {"raw_noise_variance": unconstrain_positive(jnp.asarray(noise_variance, dtype=float))}
+        return {"raw_noise_variance": on_device(unconstrain_positive(noise_variance))}
 
     @staticmethod
     def noise_variance(params):
@@ -341,8 +341,8 @@ class StudentT(QuadratureLikelihood):
 
     @staticmethod
     def init_params(scale=0.1, dof=4.0):
-        return {"raw_scale": unconstrain_positive(jnp.asarray(scale, dtype=float)),
-                "raw_dof": unconstrain_positive(jnp.asarray(dof, dtype=float))}
+        return {"raw_scale": on_device(unconstrain_positive(scale)),
+                "raw_dof": on_device(unconstrain_positive(dof))}
 
     @staticmethod
     def scale_and_dof(params):
@@ -424,7 +424,7 @@ class NegativeBinomial(QuadratureLikelihood):
 
     @staticmethod
     def init_params(dispersion=1.0):
-        return {"raw_dispersion": unconstrain_positive(jnp.asarray(dispersion, dtype=float))}
+        return {"raw_dispersion": on_device(unconstrain_positive(dispersion))}
 
     @staticmethod
     def dispersion(params):

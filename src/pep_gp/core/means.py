@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import float64
+from .parameters import on_device
 
 MEANS: dict[str, type] = {}
 """The mean-function classes by name (``"constant"``, ``"linear"``, a user's): what ``mean_function`` names."""
@@ -130,7 +131,7 @@ class MeanFunction:
         values = {}
         for field, shape in self.shapes(dims).items():
             value = getattr(self, field)
-            value = jnp.zeros(shape, dtype=float) if value is None else jnp.asarray(value, dtype=float)
+            value = on_device(np.zeros(shape) if value is None else value, float)
             if shape is not None and value.shape != shape:
                 raise ValueError(f"mean function {self.name!r}: {field} needs shape {shape} for {dims} input columns; "
                                  f"got {value.shape}")

@@ -30,7 +30,7 @@ from jax.scipy.special import log_ndtr
 from jax.scipy.stats import norm
 from scipy.special import ndtri
 
-from .parameters import positive, unconstrain_positive
+from .parameters import on_device, positive, unconstrain_positive
 from .quadrature import GaussHermite, TiltedQuadrature, tilted_moments_by_quadrature
 
 
@@ -85,7 +85,7 @@ class Ordinal:
         if cuts.shape != (self.n_classes - 1,) or not (np.all(np.isfinite(cuts)) and np.all(np.diff(cuts) > 0)):
             raise ValueError(f"{self.n_classes} classes need {self.n_classes - 1} strictly increasing finite cut "
                              f"points; got {cuts.tolist()}")
-        return {"raw_cut_points": jnp.asarray(np.concatenate([cuts[:1], np.asarray(unconstrain_positive(np.diff(cuts)))]))}
+        return {"raw_cut_points": on_device(np.concatenate([cuts[:1], unconstrain_positive(np.diff(cuts))]))}
 
     @staticmethod
     def cut_points(params):

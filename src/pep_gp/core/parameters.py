@@ -30,10 +30,27 @@ def positive(raw):
     return jax.nn.softplus(raw)
 
 
+def array_module(value):
+    """:mod:`numpy` for a value on the host (a start or a user's setting), :mod:`jax.numpy` for a jax array or a
+    tracer: run eagerly, every jax operation is a program of its own to compile in each new process (the
+    inverses below ran eight at a fit's start, 0.2 s), which numpy's arithmetic on a few numbers is not."""
+    return jnp if isinstance(value, jax.Array) else np
+
+
+def on_device(value, dtype=None):
+    """``jnp.asarray(value, dtype)``, a host value (numpy, Python numbers) by a transfer alone: ``jnp.asarray`` of
+    one compiles a program (JAX's ``stage`` or ``convert_element_type``) for each new shape in every new process.
+    Its dtype is canonical, as ``jnp.asarray``'s (float64 only under x64); a Python number's is numpy's, not weak."""
+    if isinstance(value, jax.Array):
+        return value if dtype is None else jnp.asarray(value, dtype)
+    return jax.device_put(np.asarray(value, dtype))
+
+
 def unconstrain_positive(value):
-    """Inverse of :func:`positive`: ``log(expm1(value))`` computed stably."""
-    value = jnp.asarray(value)
-    return value + jnp.log(-jnp.expm1(-value))
+    """Inverse of :func:`positive`: ``log(expm1(value))`` computed stably (numpy for a host value)."""
+    xp = array_module(value)
+    value = xp.asarray(value, dtype=float) if xp is np else value
+    return value + xp.log(-xp.expm1(-value))
 
 
 def positive_from_log(raw):
@@ -42,8 +59,9 @@ def positive_from_log(raw):
 
 
 def log_of_positive(value):
-    """Inverse of :func:`positive_from_log`."""
-    return jnp.log(jnp.asarray(value))
+    """Inverse of :func:`positive_from_log` (numpy for a host value)."""
+    xp = array_module(value)
+    return xp.log(xp.asarray(value, dtype=float) if xp is np else value)
 
 
 class Bijection(NamedTuple):
@@ -55,8 +73,6 @@ class Bijection(NamedTuple):
 
 SOFTPLUS = Bijection(positive, unconstrain_positive)
 LOG = Bijection(positive_from_log, log_of_positive)
-LOG_OF_SQUARE = Bijection(lambda raw: jnp.exp(0.5 * raw), lambda value: jnp.log(jnp.asarray(value) ** 2))
-"""A positive ``ℓ`` stored as ``log ℓ²`` (Villacampa-Calvo & Hernández-Lobato's (2017) reference code's lengthscale parameter)."""
 
 
 def constrained(params: NamedTuple) -> dict[str, Any]:
@@ -66,8 +82,9 @@ def constrained(params: NamedTuple) -> dict[str, Any]:
 
 
 def unconstrained(cls: type, **values: Any) -> dict[str, Any]:
-    """The stored fields of ``cls`` for constrained ``values`` given by name (its ``BIJECTIONS``)."""
-    return {field: bijection.inverse(values[name]) for field, (name, bijection) in cls.BIJECTIONS.items()}
+    """The stored fields of ``cls`` for constrained ``values`` given by name (its ``BIJECTIONS``), jax arrays (host
+    values mapped by numpy, :func:`on_device`)."""
+    return {field: on_device(bijection.inverse(values[name])) for field, (name, bijection) in cls.BIJECTIONS.items()}
 
 
 @jax.tree_util.register_pytree_with_keys_class

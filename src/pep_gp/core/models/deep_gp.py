@@ -55,7 +55,7 @@ from ..likelihoods import Gaussian, scaled_log_tilted
 from ..linalg import cholesky_and_inverse
 from ..log_prior import with_log_prior
 from ..means import Constant, Linear, MeanFunction, Zero
-from ..parameters import Positive
+from ..parameters import Positive, on_device
 from ..rowsum import row_chunked_sum
 from ..psi_statistics import (Projected, cavities_and_posteriors, fixed_input_marginals, pair_terms,
                               projected_gaussians, trace_weights, uncertain_input_marginals)
@@ -216,8 +216,7 @@ def least_squares_mean(x, y) -> Linear:
     line leaves unexplained."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     solution = np.linalg.lstsq(np.column_stack([x, np.ones(x.shape[0])]), y, rcond=None)[0]
-    return jax.tree_util.tree_map(lambda leaf: jnp.asarray(np.asarray(leaf, dtype=np.float64)),
-                                  Linear(weights=solution[:-1], bias=solution[-1]))
+    return jax.tree_util.tree_map(lambda leaf: on_device(leaf, np.float64), Linear(weights=solution[:-1], bias=solution[-1]))
 
 
 class Mixture(NamedTuple):
@@ -341,7 +340,7 @@ class DeepGP:
                 inducing=np.broadcast_to(z, (width, *z.shape)), factor_shift=shift, factor_chol=chol,
                 likelihood=noise,
             ))
-        return jax.tree_util.tree_map(lambda leaf: jnp.asarray(np.asarray(leaf, dtype=np.float64)),
+        return jax.tree_util.tree_map(lambda leaf: on_device(leaf, np.float64),
                                       DeepGPParams(tuple(layers), self._output_mean(mean, inputs[-1]),
                                                    self._output_mean(input_mean, x.shape[1])))
 

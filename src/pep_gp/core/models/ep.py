@@ -31,9 +31,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..gaussian import LOG_2PI
 from ..linalg import cholesky, solve_lower
+from ..parameters import on_device
 from ..projections import projection as named_projection
 
 
@@ -48,13 +50,14 @@ class SiteData(NamedTuple):
 
 def site_data(index, y, weight=None, offset=None, prior_mean=None) -> SiteData:
     """``SiteData`` with unit weights and zero offsets by default; ``prior_mean`` ([n]) is folded into the offsets."""
-    index = jnp.asarray(index)
-    y = jnp.asarray(y, dtype=jnp.float64)
-    weight = jnp.ones(y.shape) if weight is None else jnp.broadcast_to(jnp.asarray(weight, float), y.shape)
-    offset = jnp.zeros(y.shape) if offset is None else jnp.broadcast_to(jnp.asarray(offset, float), y.shape)
+    xp = jnp if any(isinstance(a, jax.Array) for a in (index, y, weight, offset, prior_mean)) else np  # np: no programs
+    index = xp.asarray(index)
+    y = xp.asarray(y, dtype=np.float64)
+    weight = xp.ones(y.shape) if weight is None else xp.broadcast_to(xp.asarray(weight, float), y.shape)
+    offset = xp.zeros(y.shape) if offset is None else xp.broadcast_to(xp.asarray(offset, float), y.shape)
     if prior_mean is not None:
-        offset = offset + weight * jnp.asarray(prior_mean)[index]
-    return SiteData(index, y, weight, offset)
+        offset = offset + weight * xp.asarray(prior_mean)[index]
+    return SiteData(*(on_device(a) for a in (index, y, weight, offset)))
 
 
 class Sites(NamedTuple):
@@ -66,7 +69,7 @@ class Sites(NamedTuple):
 
 def zero_sites(num_sites: int) -> Sites:
     """All sites 1: ``q`` is the prior."""
-    return Sites(jnp.zeros(num_sites), jnp.zeros(num_sites))
+    return Sites(on_device(np.zeros(num_sites)), on_device(np.zeros(num_sites)))
 
 
 class Posterior(NamedTuple):

@@ -71,7 +71,7 @@ from ..means import MeanFunction, Zero
 from . import multiclass_sites as sites
 from .multiclass_likelihoods import MultiClassLikelihood, Pairwise, check_likelihood
 from . import multiclass_softmax as softmax
-from ..parameters import LOG, constrained, unconstrained
+from ..parameters import LOG, constrained, on_device, unconstrained
 
 
 class MultiClassParams(NamedTuple):
@@ -232,11 +232,10 @@ class MultiClassGP:
         kernel = SquaredExponential() if kernel is None else kernel
         params = MultiClassParams(
             kernel=kernel.bank(num_classes, dim, np.full(dim, squared_median_lengthscale(x, seed))),
-            **unconstrained(MultiClassParams, noise=jnp.full(num_classes, noise, float)),
-            inducing=jnp.asarray(inducing),
-            factor=NaturalFactor(
-                jnp.zeros((num_classes, num_inducing)), jnp.zeros((num_classes, num_inducing, num_inducing))
-            ),
+            **unconstrained(MultiClassParams, noise=np.full(num_classes, noise, float)),
+            inducing=on_device(np.array(inducing)),
+            factor=NaturalFactor(on_device(np.zeros((num_classes, num_inducing))),
+                                 on_device(np.zeros((num_classes, num_inducing, num_inducing)))),
             mean=Zero() if mean is None else mean.stacked(num_classes, dim),
         )
         if factor == "natural":

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ..parameters import LOG
+from ..parameters import LOG, on_device
 from . import multiclass_sites as sites
 from .deep_gp import DeepGP, DeepGPParams, LayerParams, Mixture
 from .multiclass import class_factor_counts, rows_per_class
@@ -65,7 +66,7 @@ class ClassPairs:
 
     def init_params(self, noise: float = 1.0) -> dict:
         """``σ_{0,c} = noise`` for every class (1: Villacampa-Calvo & Hernández-Lobato 2017, §4)."""
-        return {CLASS_NOISE: LOG.inverse(jnp.full(self.num_classes, noise, dtype=float))}
+        return {CLASS_NOISE: on_device(LOG.inverse(np.full(self.num_classes, noise, dtype=float)))}
 
     @staticmethod
     def class_noise(params: dict):

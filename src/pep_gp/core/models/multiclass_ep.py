@@ -31,9 +31,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import bank, sep
 from ..log_prior import with_log_prior
+from ..parameters import on_device
 from . import multiclass_sites as sites
 from .multiclass import MultiClassGP, MultiClassParams, NaturalFactor
 from .multiclass_likelihoods import label_side
@@ -63,8 +65,8 @@ class _PairCavities(NamedTuple):
 def init_sites(num_rows: int, params: MultiClassParams) -> EPSites:
     """All sites zero (``q`` = prior, Villacampa-Calvo & Hernández-Lobato 2017, App. B)."""
     num_classes, num_inducing = params.factor.shift.shape
-    zeros = jnp.zeros((num_rows, num_classes))
-    return EPSites(sites.SiteScalars(zeros, zeros, zeros, zeros), jnp.zeros((num_rows, num_classes, num_inducing)))
+    zeros = on_device(np.zeros((num_rows, num_classes)))
+    return EPSites(sites.SiteScalars(zeros, zeros, zeros, zeros), on_device(np.zeros((num_rows, num_classes, num_inducing))))
 
 
 def _pair_cavities(model: MultiClassGP, params: MultiClassParams, state: EPSites, x, y, hold: bool) -> _PairCavities:

@@ -48,6 +48,7 @@ from ..likelihoods import Gaussian, scaled_log_tilted
 from ..log_prior import with_log_prior
 from ..linalg import DEFAULT_JITTER, cholesky
 from ..means import MeanFunction, Zero
+from ..parameters import on_device
 from .collapsed_regression import CollapsedRegression, RegressionParams
 
 
@@ -183,10 +184,10 @@ class PowerEPSparseGP:
         kernel = SquaredExponential() if kernel is None else kernel
         params = SparseGPParams(
             kernel=kernel.bank(1, z.shape[1], lengthscales),
-            inducing=jnp.asarray(z),
+            inducing=on_device(z),
             likelihood=lik,
-            factor_shift=jnp.zeros(z.shape[0]),
-            factor_chol=jnp.zeros((z.shape[0], z.shape[0])),
+            factor_shift=on_device(np.zeros(z.shape[0])),
+            factor_chol=on_device(np.zeros((z.shape[0], z.shape[0]))),
             mean=Zero() if mean is None else mean.build(z.shape[1]),
         )
         return params._replace(factor_chol=self._prior_precision_chol(params))

@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import bank, sep
 from ..bank import NaturalFactor
@@ -45,6 +46,7 @@ from ..kernels import Kernel, SquaredExponential
 from ..linalg import DEFAULT_JITTER
 from ..log_prior import with_log_prior
 from ..means import MeanFunction, Zero
+from ..parameters import on_device
 from ..projections import projection as named_projection
 
 
@@ -107,8 +109,8 @@ class TiedEPClassifier:
         size = z.shape[0]
         kernel = SquaredExponential() if kernel is None else kernel
         return TiedEPParams(kernel=kernel.bank(1, z.shape[1], lengthscales),
-                            inducing=jnp.asarray(z),
-                            factor=NaturalFactor(jnp.zeros((1, size)), jnp.zeros((1, size, size))),
+                            inducing=on_device(z),
+                            factor=NaturalFactor(on_device(np.zeros((1, size))), on_device(np.zeros((1, size, size)))),
                             mean=Zero() if mean is None else mean.build(z.shape[1]))
 
     # ----------------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from pydantic import ValidationError
 from sklearn.base import BaseEstimator
@@ -21,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ...core import float64
 from ...core.likelihoods import Probit
 from ...core.means import InDataUnits, MeanFunction, Zero
+from ...core.parameters import on_device
 from ...core.models.deep_gp import DeepGPParams
 from ...core.models.multiclass import MultiClassParams
 from ...core.models.multiclass_likelihoods import MultiClassLikelihood, Pairwise
@@ -139,7 +139,7 @@ class FittedGP(BaseEstimator):
                 raise ValueError(f"expected one value per row of X ({x.shape[0]}), got {len(a)}")
             row_inputs.append(a)
         with float64():
-            params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
+            params = jax.tree_util.tree_map(on_device, self._predict_params())
             return predict_in_blocks(predictive or self._predictive(), params, x,
                                      getattr(self, "block_rows_", PREDICT_BLOCK_ROWS), *row_inputs)
 
@@ -185,7 +185,7 @@ class FittedGP(BaseEstimator):
                 raise ValueError(f"full_cov is limited to {MAX_FULL_COV_ROWS:,} rows (n² floats per output); "
                                  f"got {x.shape[0]:,}: pass fewer rows")
             with float64():
-                params = jax.tree_util.tree_map(jnp.asarray, self._predict_params())
+                params = jax.tree_util.tree_map(on_device, self._predict_params())
                 out = jax.device_get(apply(self._latent(True), params, x))
         shift, scale = self._latent_units()
         return (np.asarray(out["mean"]) * scale + shift,

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import jax.numpy as jnp
+import numpy as np
 from pydantic import Field
 
 from ...core.initialisation import initial_kernel_and_inducing
 from ...core.kernels import Kernel, SquaredExponential
 from ...core.models.collapsed_regression import CollapsedRegression, RegressionParams
-from ...core.parameters import unconstrained
+from ...core.parameters import on_device, unconstrained
 from .likelihood_parameters import LikelihoodParameterSettings
 from .protocol import InducingSettings, SpecBase, check_one_block, check_task, settings_kernel, settings_mean
 from .sparse_gp import check_given_inducing, check_inducing
@@ -91,8 +91,8 @@ class CollapsedRegressionSpec(SpecBase):
         lengthscales, _, z = initial_kernel_and_inducing(x, settings.num_inducing, inducing=inducing, seed=seed)
         kernel = kernel or settings_kernel(settings) or SquaredExponential()
         noise_variance = settings.noise_variance if noise_variance is None else noise_variance
-        raw = unconstrained(RegressionParams, noise_variance=jnp.asarray(float(noise_variance)))
-        return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=jnp.asarray(z),
+        raw = unconstrained(RegressionParams, noise_variance=np.float64(noise_variance))
+        return RegressionParams(kernel.bank(1, z.shape[1], lengthscales), **raw, inducing=on_device(z),
                                 mean=settings_mean(settings).build(z.shape[1]))
 
     def predictive(self, model: CollapsedRegression, targets: Any) -> None:

@@ -186,7 +186,7 @@ class MultiOutputSpec(SpecBase):
             mean = settings_mean(settings).stacked(model.n_outputs, x.shape[1])
         except ValueError as error:
             raise InputError(f"model.mean_function: {error}") from None
-        noise = unconstrained(MultiOutputParams, noise_variance=jnp.full(model.n_outputs, settings.noise_variance))
+        noise = unconstrained(MultiOutputParams, noise_variance=np.full(model.n_outputs, settings.noise_variance, float))
         mixing = None
         if lmc:  # the columns beyond P: small draws of seed; the first min(Q, P) are the targets' (settle)
             latents = settings.n_latents(model.n_outputs)

@@ -27,7 +27,6 @@ from types import MappingProxyType
 from typing import Annotated, Any, Callable, ClassVar, Protocol, runtime_checkable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -35,7 +34,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 from ...core.kernels import Kernel, from_dict, parse
 from ...core.means import MeanFunction, Zero
 from ...core.means import from_dict as mean_from_dict
-from ...core.parameters import fixed_leaves
+from ...core.parameters import array_module, fixed_leaves
 
 from ..data.blocks import TargetScaling
 from ..data.validation import check_features
@@ -232,7 +231,7 @@ class SiteSettings(ModelSettings):
         learning rate 0.05 (tests/pipeline/test_convergence.py)."""
         floor = min(self.damping, self.damping_floor)
         per_step = self.damping_decay ** (1.0 / steps_per_epoch)
-        return lambda count: jnp.maximum(self.damping * per_step ** count, floor)
+        return lambda count: array_module(count).maximum(self.damping * per_step ** count, floor)
 
 
 @runtime_checkable

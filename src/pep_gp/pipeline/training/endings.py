@@ -11,9 +11,10 @@ from functools import partial
 from typing import Any
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from ...core import float64
+from ...core.parameters import on_device
 from ..errors import TrainingFailed
 from ..runs.state import LoopState
 from .stopping import StoppingRule
@@ -80,7 +81,7 @@ def refuse_impossible_energy(model: Any, params: Any, energy: float, n_total: in
     if getattr(model, "evidence_ceiling", None) is None or not math.isfinite(energy):
         return
     with float64():
-        bound = float(_ceiling(model, params, jnp.asarray(n_total, jnp.float64)))
+        bound = float(_ceiling(model, params, on_device(np.float64(n_total))))
     if energy > bound + CEILING_SLACK * n_total + 1e-6 * abs(bound):
         raise TrainingFailed(
             f"the fit's energy {energy:.6g} exceeds {bound:.6g}, the most any log marginal likelihood of its "

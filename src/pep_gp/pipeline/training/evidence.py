@@ -10,9 +10,10 @@ from functools import partial
 from typing import Any
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from ...core import float64
+from ...core.parameters import on_device
 from ..engine import Engine
 from ..engine.cache import Derived, derived
 from ..metrics import finish
@@ -27,14 +28,14 @@ def energy(model: Any, parts: StepParts, engine: Engine, params: Any, data_size:
     the data term's value): each program is seconds of compiling on a CPU, again for every number of
     features."""
     with float64():
-        size = jnp.asarray(data_size, jnp.float64)
+        size = on_device(np.float64(data_size))
         prepare, blocks = Prepare(model), range(engine.source.n_blocks)
         shared, _ = derived(prepare, (params, size))  # the step's own compiled program
         if parts.site_term is None:  # the step's data term too (its gradient unused): no compiling
             data, _ = engine.map_sum(Derived(parts.data_term, WithShared(prepare)), (params, size), blocks)
         else:  # the step's data term reads the site-updated quantities
             data = engine.map_sum(DataValue(model), (params, shared), blocks)
-        return float(_global_energy(model, params, shared, size) + data * scale)
+        return float(_global_energy(model, params, shared, size)) + float(data) * scale  # on the host: no program
 
 
 def held_out_metrics(engine: Engine | None, held_out: Any, params: Any) -> dict[str, Any]:
@@ -48,6 +49,7 @@ def held_out_metrics(engine: Engine | None, held_out: Any, params: Any) -> dict[
 class DataValue:
     """The data term ``L`` of one block (no gradient); input ``(params, shared)``."""
 
+    __name__ = "data_value"  # the compiled program's name (in logs and the compile notice)
     model: Any
 
     def __call__(self, inputs, x, y, mask):

@@ -57,6 +57,7 @@ import numpy as np
 import scipy.optimize
 
 from ...core import float64
+from ...core.parameters import on_device
 from ..engine.cache import Derived, derived
 from ..engine.threads import compute_threads
 from ..errors import TrainingFailed
@@ -169,7 +170,7 @@ class FullBatchFit:
         model = self.model if model is None else model
         prepare = Prepare(model)
         with float64():
-            size = jnp.asarray(self.trainer.data_size, jnp.float64)
+            size = on_device(np.float64(self.trainer.data_size))
             shared, pullback = derived(prepare, (params, size))
             value, grad = self.trainer.train.map_sum(Derived(DataTerm(model), WithShared(prepare)),
                                                      (params, size), self.blocks)
@@ -181,13 +182,13 @@ class FullBatchFit:
         program damps its first step (``ρ_0``, the settings' ``damping``): ``(params, accepted)``."""
         prepare = Prepare(self.model)
         with float64():
-            size = jnp.asarray(self.trainer.data_size, jnp.float64)
+            size = on_device(np.float64(self.trainer.data_size))
             shared, _ = derived(prepare, (params, size))
             stats = self.trainer.train.map_sum(Derived(SiteTerm(self.model), WithShared(prepare)),
                                                (params, size), self.blocks)
             if self.damping is None:
                 params, _, accepted = self.trainer.step_fn.parts.site_update(params, shared, stats,
-                                                                             jnp.zeros((), jnp.int32), size)
+                                                                             on_device(np.int32(0)), size)
             else:
                 params, _, accepted = _site_update(self.model, params, shared, stats, size, self.damping)
             return strongly_typed(params), bool(accepted)
@@ -240,7 +241,7 @@ class FullBatchFit:
                                                      counts, progress, self.collapsed)
             params = model.with_collapsed(params, hypers)
         with float64():
-            size = jnp.asarray(self.trainer.data_size, jnp.float64)
+            size = on_device(np.float64(self.trainer.data_size))
             params, accepted = self.trainer.train.map_sum(SettledFactor(self.model), (params, size), self.blocks)
             params, accepted = strongly_typed(params), bool(accepted)
         counts.iterations += 1

@@ -23,7 +23,7 @@ import numpy as np
 from ...core import float64
 from ...core.models import multiclass_ep as ep
 from ...core.models.multiclass import MultiClassGP, NaturalFactor
-from ...core.parameters import fixed_leaves
+from ...core.parameters import fixed_leaves, on_device
 from ..data.sizes import bucket
 from ..engine.compilation import ready_to_compile
 from .optimiser import adam
@@ -124,20 +124,20 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
     padding = bucket(n) + 1 - n  # at least one row: the minibatches' padding index n
     with float64():
         params = model.init(x, num_inducing, kernel=kernel, noise=noise, seed=seed, mean=mean)
-        x = jnp.asarray(np.concatenate([x, np.zeros((padding, x.shape[1]), x.dtype)]))
-        y = jnp.asarray(np.concatenate([y, np.zeros(padding, y.dtype)]))
-        carry = (params, optimizer(learning_rate, fixed_noise).init(params), ep.init_sites(x.shape[0], params),
-                 jnp.asarray(0))
+        x = on_device(np.concatenate([x, np.zeros((padding, x.shape[1]), x.dtype)]))
+        y = on_device(np.concatenate([y, np.zeros(padding, y.dtype)]))
+        carry = (params, jax.jit(optimizer(learning_rate, fixed_noise).init)(params),  # one program, not one per leaf
+                 ep.init_sites(x.shape[0], params), on_device(np.asarray(0)))
         best_mean, best = float("-inf"), (0, carry)
         while values.size < max_steps and not rule.converged(values):
             window = slice(values.size, min(max_steps, values.size + rule.window))
-            carry, out = _steps(model, carry, x, y, jnp.asarray(float(n)), jnp.asarray(index[window]),
-                                jnp.asarray(mask[window]), jnp.asarray(rho[window]), float(learning_rate),
+            carry, out = _steps(model, carry, x, y, on_device(np.float64(n)), on_device(index[window]),
+                                on_device(mask[window]), on_device(rho[window]), float(learning_rate),
                                 fixed_noise=fixed_noise)
             values, ok, skipped = (np.concatenate([a, np.asarray(b)]) for a, b in zip((values, ok, skipped), out))
             if rule.window_mean(values) > best_mean:
                 best_mean, best = rule.window_mean(values), (values.size, carry)
-        rows = jnp.asarray(np.arange(x.shape[0]) < n)
+        rows = on_device(np.arange(x.shape[0]) < n)
         evidence = float(ep.log_evidence(model, carry[0], carry[2], x, y, rows))
         collapse = None
         if rule.collapsed(best_mean, values) or (best_mean - evidence) / n > COLLAPSE_FALL:

@@ -39,9 +39,11 @@ from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from ...core import float64
+from ...core.parameters import on_device
 from ..engine.cache import Derived, compiled_program, derived
 from ..models.protocol import Energy, SiteUpdates
 
@@ -307,15 +309,15 @@ def training_step(model: Energy, optimizer: optax.GradientTransformation, *, sit
     def init(params) -> StepState:
         with float64():
             params = strongly_typed(params)
-            return StepState(params, optimizer_init(params), jnp.zeros((), jnp.int32))
+            return StepState(params, optimizer_init(params), on_device(np.int32(0)))
 
     def update(state: StepState, batch: Minibatch) -> tuple[StepState, StepInfo]:
         with float64():
             params = state.params
-            size = jnp.asarray(batch.data_size, jnp.float64)
+            size = on_device(np.float64(batch.data_size))
             shared, pullback = derived(prepare, (params, size))
             structure = jax.tree_util.tree_structure(shared)
-            sites_ok = jnp.asarray(True)
+            sites_ok = on_device(np.bool_(True))
             if sites:
                 first = (batch.submit(Derived(site_term, WithShared(prepare, pullback=True)), (params, size), keep=True)
                          if rows else batch.submit(Derived(site_term, with_shared), (params, size)))

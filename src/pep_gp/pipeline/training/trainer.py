@@ -41,7 +41,7 @@ from .endings import collapse, end_at_best_if_collapsed, idling, refuse_non_fini
 from .job import TrainJob, TrainResult
 from .optimiser import step_of
 from .progress import Progress, no_progress, told
-from .sampling import MinibatchSchedule
+from .sampling import MinibatchSchedule, key_data
 from .step import StepState, released
 from .stopping import StoppingRule
 
@@ -96,11 +96,8 @@ class Trainer:
         has_test = test_rows > 0 and self.held_out is not None
         test_blocks = held_out_rows(block_rows, test_rows)  # in blocks of their own size (pep_gp.pipeline.data.sizes)
         self.test = Engine(backend, blocks("test", block_rows=test_blocks)) if has_test else None
-        with float64():
-            key_data = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
         self.schedule = MinibatchSchedule(self.train.source.n_blocks,
-                                          math.ceil(self.effective.batch_size / block_rows),
-                                          tuple(int(k) for k in key_data))
+                                          math.ceil(self.effective.batch_size / block_rows), key_data(config.seed))
         self._follow([{"step": 0, "first_block": 0, "checksum": store.checksum, "epoch": 0}])
         self._initial_params = initial_params
         self._start: StepState | None = None
