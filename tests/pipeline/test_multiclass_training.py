@@ -142,6 +142,21 @@ def test_coordinator_gradient_through_the_shared_quantities_is_the_plain_gradien
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-9 * np.abs(b).max())
 
 
+def test_the_damping_schedule_of_host_steps_is_float64_outside_the_float64_scope():
+    """``MultiClassEPClassifier`` draws every step's ρ_t on the host before its float64 scope: by jax.numpy there
+    the schedule had been float32 (ρ_t off by up to 1e-8, which moved its fits' trajectories)."""
+    import jax
+
+    from pep_gp.pipeline.models.multiclass import MultiClassSettings
+
+    rho = MultiClassSettings(damping=0.5, damping_decay=0.9).damping_schedule(7)
+    steps = np.arange(60)
+    with jax.enable_x64(False):  # as before the float64 scope (the tests run in it)
+        schedule = rho(steps)
+    assert schedule.dtype == np.float64
+    np.testing.assert_array_equal(schedule, np.maximum(0.5 * (0.9 ** (1 / 7)) ** steps, 0.05))
+
+
 def test_the_site_step_decays_per_epoch_and_a_per_step_run_is_not_resumed(three_class_store, tmp_path):
     """Issue 37, item 7: ``damping_decay`` is the decay per pass over the training rows, so a full-batch fit
     (1 step an epoch) and a minibatch fit (300) decay alike per epoch (0.99 per step froze the factor of

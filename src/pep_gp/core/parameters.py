@@ -40,9 +40,12 @@ def array_module(value):
 def on_device(value, dtype=None):
     """``jnp.asarray(value, dtype)``, a host value (numpy, Python numbers) by a transfer alone: ``jnp.asarray`` of
     one compiles a program (JAX's ``stage`` or ``convert_element_type``) for each new shape in every new process.
-    Its dtype is canonical, as ``jnp.asarray``'s (float64 only under x64); a Python number's is numpy's, not weak."""
+    Its dtype is canonical, as ``jnp.asarray``'s (float64 only under x64), and a Python number stays weakly typed
+    as there (combined with a float32 array, it computes in float32)."""
     if isinstance(value, jax.Array):
         return value if dtype is None else jnp.asarray(value, dtype)
+    if dtype is None and isinstance(value, (bool, int, float, complex)):
+        return jax.device_put(value)
     return jax.device_put(np.asarray(value, dtype))
 
 

@@ -127,11 +127,11 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
         x = on_device(np.concatenate([x, np.zeros((padding, x.shape[1]), x.dtype)]))
         y = on_device(np.concatenate([y, np.zeros(padding, y.dtype)]))
         carry = (params, jax.jit(optimizer(learning_rate, fixed_noise).init)(params),  # one program, not one per leaf
-                 ep.init_sites(x.shape[0], params), on_device(np.asarray(0)))
+                 ep.init_sites(x.shape[0], params), on_device(0))
         best_mean, best = float("-inf"), (0, carry)
         while values.size < max_steps and not rule.converged(values):
             window = slice(values.size, min(max_steps, values.size + rule.window))
-            carry, out = _steps(model, carry, x, y, on_device(np.float64(n)), on_device(index[window]),
+            carry, out = _steps(model, carry, x, y, on_device(float(n)), on_device(index[window]),
                                 on_device(mask[window]), on_device(rho[window]), float(learning_rate),
                                 fixed_noise=fixed_noise)
             values, ok, skipped = (np.concatenate([a, np.asarray(b)]) for a, b in zip((values, ok, skipped), out))
