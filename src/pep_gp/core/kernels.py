@@ -216,7 +216,7 @@ class Kernel:
                 raw = xp.broadcast_to(raw, (groups, raw.shape[-1]))
             else:
                 raw = xp.broadcast_to(raw.reshape(-1) if raw.ndim else raw, (groups,))
-            values[field] = Positive(on_device(np.array(raw)) if xp is np else jnp.array(raw), param.fixed)
+            values[field] = Positive(on_device(raw) if xp is np else jnp.array(raw), param.fixed)
         return self.replace(**values)
 
     def with_products(self, products: ProductDtype) -> "Kernel":

@@ -233,7 +233,7 @@ class MultiClassGP:
         params = MultiClassParams(
             kernel=kernel.bank(num_classes, dim, np.full(dim, squared_median_lengthscale(x, seed))),
             **unconstrained(MultiClassParams, noise=np.full(num_classes, noise, float)),
-            inducing=on_device(np.array(inducing)),
+            inducing=on_device(inducing),
             factor=NaturalFactor(on_device(np.zeros((num_classes, num_inducing))),
                                  on_device(np.zeros((num_classes, num_inducing, num_inducing)))),
             mean=Zero() if mean is None else mean.stacked(num_classes, dim),

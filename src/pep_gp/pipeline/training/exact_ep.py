@@ -33,6 +33,7 @@ from ...core.means import MeanFunction, Zero
 from ...core.parameters import fixed_leaves, on_device
 from ...core.models.ep import EP, SiteData, Sites, gaussian_part, predict_latent, sweep_until, zero_sites
 from ..engine.compilation import ready_to_compile
+from .full_batch import FlatParams
 
 JITTER = 1e-8  # relative, on the prior covariance's diagonal
 
@@ -60,11 +61,6 @@ def with_mean(data: SiteData, mean: MeanFunction, x) -> SiteData:
     """The sites of the rows ``x`` ``[n, D]`` (one site on each row's ``f`` itself, weight 1) with the prior mean
     folded into their offsets, ``b_s + m(x_s)``: EP on ``g = f − m``; ``data`` itself for the zero mean."""
     return data._replace(offset=mean.plus(x[data.index], data.offset))
-
-
-def _raveled(leaves) -> np.ndarray:
-    """The leaves' entries in one host vector, as :func:`jax.flatten_util.ravel_pytree` orders them."""
-    return np.concatenate([np.ravel(np.asarray(leaf)) for leaf in leaves])
 
 
 def _problem(template, log_theta, x, data: SiteData):
@@ -110,11 +106,11 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
         x = on_device(x, np.float64)
         kernel = (kernel or SquaredExponential()).bank(1, x.shape[1], median_lengthscale(np.asarray(x), seed))
         template = (kernel, Zero() if mean is None else mean.build(x.shape[1]))
-        leaves, structure = jax.tree_util.tree_flatten(template)  # ravel_pytree's order, on the host (no programs)
-        start = np.asarray(_raveled(leaves) if log_theta is None else log_theta, dtype=np.float64)
+        flat = FlatParams(template, jax.tree_util.tree_map(lambda _: False, template))  # every leaf, on the host
+        start = flat.vector(template) if log_theta is None else np.asarray(log_theta, dtype=np.float64)
         fixed = (fixed_leaves(kernel), jax.tree_util.tree_map(lambda _: False, template[1]))
-        free = ~_raveled([np.full(np.shape(leaf), fixed, bool)
-                          for fixed, leaf in zip(jax.tree_util.tree_leaves(fixed), leaves)])
+        free = flat.vector(jax.tree_util.tree_map(lambda held, leaf: np.full(np.shape(leaf), not held, float),
+                                                  fixed, template)) > 0
         state = {"sites": zero_sites(data.y.shape[0]) if sites is None else sites, "evaluations": 0, "unconverged": 0,
                  "damping": ep.damping, "ceiling": ep.damping}
 
@@ -142,9 +138,7 @@ def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, m
             theta, iterations, converged, message = start[free], 0, True, "every hyper-parameter is fixed"
         value, _ = objective(theta)  # the sites at the returned parameters
         fitted = values(theta)
-        parts = np.split(fitted, np.cumsum([np.size(leaf) for leaf in leaves])[:-1])
-        fitted_kernel, fitted_mean = jax.tree_util.tree_unflatten(
-            structure, [on_device(part.reshape(np.shape(leaf))) for part, leaf in zip(parts, leaves)])
+        fitted_kernel, fitted_mean = flat.params(fitted, template)
         return UntiedFit(fitted, fitted_kernel, state["sites"], -value, state["evaluations"],
                          state["unconverged"], int(iterations), bool(converged), str(message), fitted_mean)
 

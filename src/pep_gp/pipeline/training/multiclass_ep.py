@@ -52,6 +52,13 @@ def optimizer(learning_rate, fixed_noise: bool = False):
         mean=jax.tree_util.tree_map(lambda _: False, p.mean)))
 
 
+@partial(jax.jit, static_argnums=(0, 1))
+def _optimizer_state(learning_rate: float, fixed_noise: bool, params):
+    """:func:`optimizer`'s starting state in one program (op by op, each leaf's zeros were programs of their own),
+    compiled once per process for its settings: a refit, a fold, shares it."""
+    return optimizer(learning_rate, fixed_noise).init(params)
+
+
 def _step(model: MultiClassGP, params, opt_state, state: ep.EPSites, index, x, y, mask, n_total, damping, learning_rate,
           fixed_noise):
     # Padding rows carry the out-of-range index N: gathered as zeros, dropped when scattered back.
@@ -126,7 +133,7 @@ def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None,
         params = model.init(x, num_inducing, kernel=kernel, noise=noise, seed=seed, mean=mean)
         x = on_device(np.concatenate([x, np.zeros((padding, x.shape[1]), x.dtype)]))
         y = on_device(np.concatenate([y, np.zeros(padding, y.dtype)]))
-        carry = (params, jax.jit(optimizer(learning_rate, fixed_noise).init)(params),  # one program, not one per leaf
+        carry = (params, _optimizer_state(float(learning_rate), bool(fixed_noise), params),
                  ep.init_sites(x.shape[0], params), on_device(0))
         best_mean, best = float("-inf"), (0, carry)
         while values.size < max_steps and not rule.converged(values):
