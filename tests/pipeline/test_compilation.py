@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from pep_gp.pipeline.engine import InProcess
-from pep_gp.pipeline.engine.compilation import COMPILATION_CACHE_ENV, compilation_cache_dir, use_compilation_cache
+from pep_gp.pipeline.engine.compilation import (COMPILATION_CACHE_ENV, COMPILE_EVENT, compilation_cache_dir,
+                                               use_compilation_cache)
 from pep_gp.pipeline.errors import InputError
 from pep_gp.pipeline.training.trainer import Trainer, TrainJob
 from tests.trainstores import FAST, PAIRWISE, config_for
@@ -161,17 +162,20 @@ FIT = """
 import json, sys
 import jax, jax.monitoring, numpy as np
 import pep_gp
-hits = []
+hits, programs = [], []
 jax.monitoring.register_event_listener(lambda event, **_: hits.append(event) if event.endswith("cache_hits") else None)
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, *_, **info: programs.append(info["fun_name"]) if event == sys.argv[5] else None)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(40, 2))
 y = (x[:, 0] + 0.3 * rng.normal(size=40) > 0).astype(int) + (x[:, 1] > 1) * (sys.argv[4] == "multiclass")
 model = getattr(pep_gp, sys.argv[2])(**json.loads(sys.argv[3])).fit(x, y)
 fitting = len(hits)
 np.savez(sys.argv[1], *(np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(model.params_)), model.predict_proba(x))
-print(json.dumps({"cache_hits": len(hits), "cache_hits_fitting": fitting}))
+print(json.dumps({"cache_hits": len(hits), "cache_hits_fitting": fitting, "programs": programs}))
 """
 SECOND_PROCESS_FITS = [
+    pytest.param("SparseGPClassifier", {"num_inducing": 5, "max_iter": 3}, "binary"),  # full batch, L-BFGS
     pytest.param("SparseGPClassifier", {"num_inducing": 5, "max_iter": 3, "tol": 0.0}, "binary",
                  marks=pytest.mark.exhaustive),
     pytest.param("ExactGPClassifier", {"max_iter": 3}, "binary"),  # a loop of its own beside the trainer
@@ -185,18 +189,20 @@ SECOND_PROCESS_FITS = [
 def test_a_fit_in_a_second_process_loads_the_default_cache_with_the_same_bits(estimator, settings, task, tmp_path):
     """With ``$PEP_COMPILATION_CACHE`` unset (the default: the per-user directory, here under a temporary
     ``XDG_CACHE_HOME``), an estimator's fit in a fresh process compiles and writes its programs; the same fit in
-    a second fresh process loads them and ends with bit-identical parameters and probabilities — the trainer's
-    estimators and those with a loop of their own (the untied EP ones) alike."""
+    a second fresh process loads them, every one, however quickly it had compiled (none is compiled again,
+    :func:`~pep_gp.pipeline.engine.compilation.every_program_cached`), and ends with bit-identical parameters
+    and probabilities — the trainer's estimators and those with a loop of their own (the untied EP ones) alike."""
     env = {k: v for k, v in os.environ.items() if k not in (COMPILATION_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")}
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     runs = []
     for name in ("cold", "warm"):
         done = subprocess.run([sys.executable, "-c", FIT, str(tmp_path / f"{name}.npz"), estimator,
-                               json.dumps(settings), task], cwd=ROOT, env=env,
+                               json.dumps(settings), task, COMPILE_EVENT], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert runs[0]["cache_hits"] == 0 and runs[1]["cache_hits_fitting"] >= 1, runs
+    assert runs[1]["cache_hits"] == len(runs[1]["programs"]) == len(runs[0]["programs"]), runs
     assert any((tmp_path / "xdg" / "pep" / "jax").iterdir())
     assert _leaves(tmp_path / "warm.npz") == _leaves(tmp_path / "cold.npz")
 

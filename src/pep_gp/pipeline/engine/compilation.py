@@ -51,7 +51,8 @@ CACHE_LIMIT_BYTES = 2 * 2**30
 """Least recently used programs are evicted beyond this size (also makes JAX lock the directory with
 ``filelock`` while it reads or writes, so concurrent workers never read a half-written entry)."""
 MIN_COMPILE_SECONDS = 0.1
-"""Programs that compile faster than this are not written. JAX's default, 1 s, leaves most of a small model's
+"""Programs that compile faster than this are not written, but those of pep's fits and predictions
+(:func:`every_program_cached`). JAX's default, 1 s, leaves most of a small model's
 programs out (a later process then compiles those itself); none at all writes every single array operation run
 eagerly too (tens of milliseconds each to compile), thousands of entries in a long session, and JAX's
 size-limited cache reads every entry's size and access time at each write (measured: 0.19 s per write at 5,800
@@ -167,6 +168,23 @@ def ready_to_compile() -> Path | None:
     """
     release_compiled_programs_if_crowded()
     return use_compilation_cache()
+
+
+@contextmanager
+def every_program_cached() -> Iterator[None]:
+    """While the block runs (or the function it decorates), every program this thread compiles is written to the
+    persistent cache, however quickly it compiled; :data:`MIN_COMPILE_SECONDS` holds for the rest of the process.
+
+    A fit and its predictions run pep's own programs only, no array operation eagerly
+    (tests/pipeline/test_compilation.py), so inside them the threshold would only leave out their small programs
+    (an energy, the optimiser's start: 0.12 s of boston's ``SparseGPRegressor()`` fit in a second process, compiled
+    again each time), while a user's own eager operations, run outside, stay out of the cache. The setting is
+    JAX's ``jax_persistent_cache_min_compile_time_secs`` in its thread-local form, which is not part of a
+    program's key: a program compiled inside is the one called outside."""
+    from jax._src import config  # the thread-local states of jax.config's options
+
+    with config.persistent_cache_min_compile_time_secs(0.0):
+        yield
 
 
 SLOW_COMPILE_SECONDS = 10.0

@@ -42,6 +42,7 @@ from ..data.validation import check_class_labels
 from ..errors import InputError
 from ..models import ModelSettings, ModelSpec
 from ..engine import connected
+from ..engine.compilation import every_program_cached
 from ..runs import checkpoint
 from ..runs.config import DEFAULT_MAX_STEPS, TrainConfig
 from ..runs.growth import Frame
@@ -431,7 +432,8 @@ class GPEstimator(FittedGP):
         except ValueError as error:
             raise ValueError(f"{type(self).__name__}: {error}") from None
         previous = warm_from or stream_from
-        with connected(self.cluster) as backend, progress_display(bool(self.verbose), type(self).__name__) as show:
+        with (connected(self.cluster) as backend, every_program_cached(),
+              progress_display(bool(self.verbose), type(self).__name__) as show):
             try:
                 trainer = Trainer(TrainJob(self.spec, data, config, None), backend,
                                   None if warm_from is None else warm_from._run_params(),

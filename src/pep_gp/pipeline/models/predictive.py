@@ -22,7 +22,7 @@ from jax.scipy.special import log_ndtr, ndtri
 
 from ...core.gaussian import mixture_quantiles
 from ..data.blocks import TargetScaling
-from ..engine.compilation import use_compilation_cache
+from ..engine.compilation import every_program_cached, use_compilation_cache
 from ..errors import InputError
 from ..metrics import (classification_calibration_sums, classification_sums, gaussian_log_density,
                        regression_calibration_sums, regression_sums)
@@ -314,6 +314,7 @@ def class_probabilities(log_proba: np.ndarray) -> np.ndarray:
     return weights / weights.sum(axis=1, keepdims=True)
 
 
+@every_program_cached()
 def predict_in_blocks(predictive: Callable, params, x: np.ndarray, block_rows: int,
                       *row_inputs: np.ndarray) -> dict[str, np.ndarray]:
     """The predictive's outputs for the standardised rows ``x`` ``[n, D]`` (and the per-row inputs

@@ -32,7 +32,7 @@ from ...core.log_prior import with_log_prior
 from ...core.means import MeanFunction, Zero
 from ...core.parameters import fixed_leaves, on_device
 from ...core.models.ep import EP, SiteData, Sites, gaussian_part, predict_latent, sweep_until, zero_sites
-from ..engine.compilation import ready_to_compile
+from ..engine.compilation import every_program_cached, ready_to_compile
 from .full_batch import FlatParams
 
 JITTER = 1e-8  # relative, on the prior covariance's diagonal
@@ -89,6 +89,7 @@ def _evaluate(ep: EP, template, log_theta, x, data: SiteData, sites: Sites, damp
     return sites, with_log_prior(ep.log_evidence(cov, shifted, sites), kernel), gradient, change <= tol, damping
 
 
+@every_program_cached()
 def fit(ep: EP, x, data: SiteData, log_theta=None, sites: Sites | None = None, max_iter: int = 100,
         seed: int = 0, max_sweeps: int = 200, tol: float = 1e-7, kernel: Kernel | None = None,
         mean: MeanFunction | None = None) -> UntiedFit:

@@ -25,7 +25,7 @@ from ...core.models import multiclass_ep as ep
 from ...core.models.multiclass import MultiClassGP, NaturalFactor
 from ...core.parameters import fixed_leaves, on_device
 from ..data.sizes import bucket
-from ..engine.compilation import ready_to_compile
+from ..engine.compilation import every_program_cached, ready_to_compile
 from .optimiser import adam
 from .step import ascent_update
 from .stopping import COLLAPSE_FALL, StoppingRule
@@ -103,6 +103,7 @@ def batches(n_rows: int, batch_size: int | None, num_steps: int, seed: int) -> t
     return index, index < n_rows
 
 
+@every_program_cached()
 def fit(model: MultiClassGP, x, y, num_inducing: int, *, batch_size: int | None, max_steps: int, tol: float,
         learning_rate: float, damping, seed: int, kernel=None, mean=None, noise: float = 1.0,
         fixed_noise: bool = False) -> UntiedFit:
