@@ -157,6 +157,38 @@ def test_the_damping_schedule_of_host_steps_is_float64_outside_the_float64_scope
     np.testing.assert_array_equal(schedule, np.maximum(0.5 * (0.9 ** (1 / 7)) ** steps, 0.05))
 
 
+def test_the_untied_loop_runs_with_one_blas_thread_and_gives_the_threads_back(monkeypatch):
+    """``MultiClassEPClassifier``'s steps run with one BLAS thread (:func:`pep_gp.pipeline.training.multiclass_ep.fit`:
+    OpenBLAS's second thread fought XLA's, 84.5 s against 49.6 s on satellite's first three classes), and the
+    process's own count is back after the fit, also after a fit that raised."""
+    import pep_gp
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from pep_gp.pipeline.training import multiclass_ep
+
+    counts = lambda: {lib["filepath"]: lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+    seen, steps = [], multiclass_ep._steps
+
+    def watched(*args, **kwargs):
+        seen.append(counts())
+        if len(seen) > 1:
+            raise RuntimeError("stopped in the second fit")
+        return steps(*args, **kwargs)
+
+    monkeypatch.setattr(multiclass_ep, "_steps", watched)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(30, 2)), np.repeat([0, 1, 2], 10)
+    with threadpool_limits(limits=2, user_api="blas"):  # the count a 2-core machine starts with, wherever this runs
+        before = counts()
+        pep_gp.MultiClassEPClassifier(num_inducing=4, max_iter=3, tol=0.0).fit(x, y)
+        assert counts() == before
+        with pytest.raises(RuntimeError, match="second fit"):
+            pep_gp.MultiClassEPClassifier(num_inducing=4, max_iter=3, tol=0.0).fit(x, y)
+        assert counts() == before
+    assert set(before.values()) == {2} and len(seen) == 2
+    assert all(count == {path: 1 for path in before} for count in seen)
+
+
 def test_the_site_step_decays_per_epoch_and_a_per_step_run_is_not_resumed(three_class_store, tmp_path):
     """Issue 37, item 7: ``damping_decay`` is the decay per pass over the training rows, so a full-batch fit
     (1 step an epoch) and a minibatch fit (300) decay alike per epoch (0.99 per step froze the factor of
