@@ -3,9 +3,9 @@ by compiled program and by kind of XLA operation (JAX's profiler), beside the st
 
 The everyday run (:mod:`benchmarks.bench_everyday`) says how long a default fit takes; this says what its steps
 spend it on. Each ``ESTIMATOR:TABLE`` pair runs in a fresh process on the everyday split, at the estimator's
-defaults but ``max_iter``: a fit of :data:`WARM_STEPS` steps compiles the programs, then fits of ``--steps`` and
-twice ``--steps`` steps are timed (their difference over ``--steps`` is the wall time of a step; the rest of the
-shorter fit, the fit's start, is its *start*), and the longer fit runs again under ``jax.profiler.trace`` (no Python
+defaults but ``max_iter``: a fit of ``--steps`` steps compiles the programs (the untied classifier compiles one
+per window of 25 steps), then fits of ``--steps`` and twice ``--steps`` steps are timed (their difference over
+``--steps`` is the wall time of a step), and the longer fit runs again under ``jax.profiler.trace`` (no Python
 tracing). From the trace: every XLA operation's exclusive time (a loop's or a conditional's own time without the
 operations of its body), summed over XLA's threads, by program and by kind (:func:`kind_of`), per step. The steps a
 default fit takes come from the committed everyday runs (``bench_everyday``, ``bench_everyday_slow``).
@@ -25,6 +25,7 @@ import collections
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -38,11 +39,11 @@ PAIRS = ["DeepGPClassifier:breast-cancer", "DeepGPRegressor:concrete", "MultiCla
          "DirectMultiClassGPClassifier:digits", "MultiClassGPClassifier:satellite-3"]
 """The defaults outside the issue's 20 s from a fresh process or 5 s from a second one (or 2× / 1× GPyTorch's time)
 in the everyday runs of 12-05."""
-WARM_STEPS = 3
 EVERYDAY_RUNS = ("bench_everyday", "bench_everyday_slow")
 KINDS = {"matrix products": ("dot", "ynn_fusion", "convolution"),
          "factorisations and triangular solves": ("cholesky", "triangular_solve", "custom-call", "custom_call"),
          "loops and conditionals (own time)": ("while", "conditional", "cond", "call")}
+TOP_OPERATIONS = 6
 TRANSCENDENTAL = ("exponential", "log", "erf", "power", "sqrt", "tanh", "divide")
 
 
@@ -78,9 +79,10 @@ def exclusive_times(events: list[dict]) -> list[tuple[str, str, float]]:
     return [(program, op, own) for own, program, op in times]
 
 
-def profile(trace_dir: Path, steps: int) -> dict:
-    """Milliseconds per step, summed over XLA's threads, by program and by kind, from the perfetto trace in
-    ``trace_dir``."""
+def profile(trace_dir: Path, steps: int, dumps: Path) -> dict:
+    """Milliseconds per step, summed over XLA's threads, by program and by kind, and the largest operations with
+    their output shapes and what they compute (from XLA's dumps of the optimised programs in ``dumps``), from the
+    perfetto trace in ``trace_dir``."""
     (path,) = sorted(trace_dir.rglob("*.trace.json.gz"))[-1:]
     events = json.load(gzip.open(path))
     events = events["traceEvents"] if isinstance(events, dict) else events
@@ -89,11 +91,26 @@ def profile(trace_dir: Path, steps: int) -> dict:
     for program, op, own in exclusive_times(ops):
         programs[program.removeprefix("jit_")] += own
         kinds[kind_of(op)] += own
-        top[f"{program.removeprefix('jit_')}: {op}"] += own
-    per_step = {name: round(total / 1e3 / steps, 2) for name, total in programs.most_common()}
-    return {"xla_ms_per_step": round(sum(programs.values()) / 1e3 / steps, 2), "programs_ms_per_step": per_step,
+        top[(program, op)] += own
+    return {"xla_ms_per_step": round(sum(programs.values()) / 1e3 / steps, 2),
+            "programs_ms_per_step": {name: round(total / 1e3 / steps, 2) for name, total in programs.most_common()},
             "kinds_ms_per_step": {name: round(total / 1e3 / steps, 2) for name, total in kinds.most_common()},
-            "top_operations_ms_per_step": {name: round(total / 1e3 / steps, 2) for name, total in top.most_common(8)}}
+            "top_operations": [{"program": program.removeprefix("jit_"), "operation": op,
+                                "ms_per_step": round(total / 1e3 / steps, 2), **described(dumps, program, op)}
+                               for (program, op), total in top.most_common(TOP_OPERATIONS)]}
+
+
+def described(dumps: Path, program: str, op: str) -> dict:
+    """The output shape of operation ``op`` in XLA's dump of the optimised ``program`` and the JAX operation it
+    came from (the last two parts of its ``op_name``): the first program of that name that has it."""
+    line = re.compile(rf"^\s*(?:ROOT )?%?{re.escape(op)} = (\([^)]*\)|\S+)(.*)$", re.M)
+    for path in sorted(dumps.glob(f"*.{program}.cpu_after_optimizations.txt")):
+        match = line.search(path.read_text())
+        if match:
+            origin = re.search(r'op_name="([^"]*)"', match.group(2))
+            return {"shape": re.sub(r"\{[^}]*\}", "", match.group(1)),
+                    "from": "/".join(origin.group(1).split("/")[-2:]) if origin else ""}
+    return {}
 
 
 def child(pair: str, steps: int, out: Path) -> None:
@@ -105,7 +122,7 @@ def child(pair: str, steps: int, out: Path) -> None:
     estimator, table = pair.split(":")
     x_train, y_train, _, _, _ = load_table(table)
     cls = getattr(pep_gp, estimator)
-    cls(max_iter=WARM_STEPS).fit(x_train, y_train)
+    cls(max_iter=steps).fit(x_train, y_train)
     seconds = {}
     for count in (steps, 2 * steps):
         started = time.perf_counter()
@@ -117,8 +134,8 @@ def child(pair: str, steps: int, out: Path) -> None:
         cls(max_iter=2 * steps).fit(x_train, y_train)
     step = (seconds[2 * steps] - seconds[steps]) / steps
     print(json.dumps({"steps_profiled": int(fitted.n_iter_), "train_rows": len(x_train), "features": x_train.shape[1],
-                      "step_ms": round(1e3 * step, 2), "start_seconds": round(seconds[steps] - steps * step, 2),
-                      **profile(out, 2 * steps)}))
+                      "step_ms": round(1e3 * step, 2),
+                      **profile(out, 2 * steps, out / "hlo")}))
 
 
 def default_fit(pair: str) -> dict:
@@ -139,20 +156,26 @@ def table(result: dict) -> str:
     """Markdown: a row per pair (the default fit's steps and seconds, a step's wall time, and the XLA time of a
     step by kind, the largest programs)."""
     kinds = list(KINDS) + ["elementwise with exponentials, logs, divisions", "other elementwise, copies, reductions"]
-    lines = ["| fit, table | default fit: steps, fresh / second process s | step, ms (start, s) | XLA ms per step "
-             "(summed over threads) | " + " | ".join(kinds) + " | largest programs, ms per step |",
-             "|---|---|---|---|" + "---|" * len(kinds) + "---|"]
+    lines = ["| fit, table | default fit: steps, fresh / second process s | step, ms | XLA ms per step "
+             "(summed over threads) | " + " | ".join(kinds) + " | largest programs, ms per step | largest operations: "
+             "output, from, ms per step |", "|---|---|---|---|" + "---|" * len(kinds) + "---|---|"]
     for pair, record in result["pairs"].items():
         if "step_ms" not in record:
-            lines.append(f"| {pair.replace(':', ', ')} | {record.get('ended', '')} |" + " |" * (len(kinds) + 3))
+            lines.append(f"| {pair.replace(':', ', ')} | {record.get('ended', '')} |" + " |" * (len(kinds) + 4))
             continue
         fit = record["default_fit"]
         seconds = fit.get("ended") or f"{fit.get('steps')}: {fit.get('fresh_seconds')} / {fit.get('second_seconds')}"
         shares = [f"{100 * record['kinds_ms_per_step'].get(kind, 0.0) / record['xla_ms_per_step']:.0f} %" for kind in kinds]
         largest = ", ".join(f"{name} {ms}" for name, ms in list(record["programs_ms_per_step"].items())[:3])
-        lines.append(f"| {pair.replace(':', ', ')} | {seconds} | {record['step_ms']} ({record['start_seconds']}) | "
-                     f"{record['xla_ms_per_step']} | " + " | ".join(shares) + f" | {largest} |")
+        lines.append(f"| {pair.replace(':', ', ')} | {seconds} | {record['step_ms']} | "
+                     f"{record['xla_ms_per_step']} | " + " | ".join(shares) + f" | {largest} | {operations(record)} |")
     return "\n".join(lines)
+
+
+def operations(record: dict, count: int = 3) -> str:
+    """The ``count`` largest operations of a pair: output shape, the JAX operation, ms per step."""
+    return "; ".join(f"`{op.get('shape', op['operation'])}` {op.get('from') or op['operation']} {op['ms_per_step']}"
+                     for op in record["top_operations"][:count])
 
 
 def main() -> None:
@@ -166,7 +189,8 @@ def main() -> None:
     result: dict = {"gflops_float64": gflops(), "load_at_start": uptime(), "steps": args.steps, "pairs": {}}
     with temporary_directory("pep-bench-profile-") as work:
         for index, pair in enumerate(args.pairs):
-            env = {**os.environ, "PEP_COMPILATION_CACHE": str(work / f"cache-{index}")}
+            env = {**os.environ, "PEP_COMPILATION_CACHE": str(work / f"cache-{index}"),
+                   "XLA_FLAGS": f"--xla_dump_to={work / f'trace-{index}' / 'hlo'}"}
             command = [sys.executable, "-m", "benchmarks.bench_everyday_profile", "--child", pair, str(args.steps),
                        str(work / f"trace-{index}")]
             try:
