@@ -178,12 +178,16 @@ def operations(record: dict, count: int = 3) -> str:
                      for op in record["top_operations"][:count])
 
 
-def main() -> None:
+def cli() -> argparse.ArgumentParser:
     parser = arguments(__doc__, name="bench_everyday_profile", steps=50)
     parser.add_argument("--pairs", nargs="+", default=PAIRS, help="ESTIMATOR:TABLE pairs")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a pair's process may take")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = cli().parse_args()
     if args.child:
         return child(args.child[0], int(args.child[1]), Path(args.child[2]))
     result: dict = {"gflops_float64": gflops(), "load_at_start": uptime(), "steps": args.steps, "pairs": {}}
