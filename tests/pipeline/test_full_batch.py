@@ -230,6 +230,18 @@ def test_the_tied_ep_classifiers_sweeps_and_lbfgs_reach_the_minibatch_paths_opti
     np.testing.assert_allclose(fast.predict_proba(x), slow.predict_proba(x), atol=1e-2)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # one iteration or step each
+@pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
+def test_auto_fits_every_row_of_one_default_batch_by_lbfgs_and_more_by_minibatches():
+    """Up to the 10,000 rows of one default batch a fit is full batch by L-BFGS: a table just past the former
+    limit of 5,000 rows took Adam's full-batch steps for several times the seconds (docs/results/everyday.md)."""
+    x, y = sine(10_001, seed=3)
+    labels = (y > 0).astype(int)
+    quick = {"num_inducing": 4, "max_iter": 1}
+    assert SparseGPClassifier(**quick).fit(x[:7_000], labels[:7_000]).solver_ == "lbfgs"
+    assert SparseGPClassifier(**quick).fit(x, labels).solver_ == "adam"
+
+
 @pytest.mark.exhaustive
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # two iterations or steps each
 @pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time

@@ -68,11 +68,14 @@ from .job import TrainResult
 from .progress import Progress, no_progress, told
 from .trainer import Trainer
 
-FULL_BATCH_ROWS = 5_000
-"""The most training rows an estimator fits full batch by default (``solver="auto"``), the everyday tables of
-issue 63. Up to here the estimators' Adam steps (``batch_size`` 10,000) are full batch too, so an L-BFGS
+FULL_BATCH_ROWS = 10_000
+"""The most training rows an estimator fits full batch by default (``solver="auto"``): the rows of one of its
+default batches (``batch_size`` 10,000). Up to here the estimators' Adam steps are full batch too, so an L-BFGS
 iteration costs about one of them (more when its line search evaluates twice) and it takes tens where Adam
-takes hundreds; larger data is left to minibatches, whose steps cost a fraction of a pass."""
+takes hundreds; larger data is left to minibatches, whose steps cost a fraction of a pass. The limit was 5,000
+rows, the everyday tables of issue 63, until a table just past it showed the cliff: waveform's first two classes,
+5,300 training rows, took Adam's full-batch steps for several times L-BFGS's seconds
+(docs/results/everyday.md, "Past 5,000 rows")."""
 
 QUIET_ITERATIONS = 2  # iterations in a row that each raise the energy by less than tol nats per row
 GRADIENT_TOL = 1e-6  # scipy's pgtol: the largest |∂F/∂θ| entry (nats per unit of an unconstrained parameter)
