@@ -233,8 +233,9 @@ def test_the_tied_ep_classifiers_sweeps_and_lbfgs_reach_the_minibatch_paths_opti
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # one iteration or step each
 @pytest.mark.heavy  # seconds of compiling: the README's tier keeps its time
 def test_auto_fits_every_row_of_one_default_batch_by_lbfgs_and_more_by_minibatches():
-    """Up to the 10,000 rows of one default batch a fit is full batch by L-BFGS: a table just past the former
-    limit of 5,000 rows took Adam's full-batch steps for several times the seconds (docs/results/everyday.md)."""
+    """Up to the 10,000 rows of one default batch a fit is full batch by L-BFGS: on a table just past the former
+    limit of 5,000 rows Adam's full-batch steps took twice the seconds or stopped behind logistic regression
+    (docs/results/everyday.md)."""
     x, y = sine(10_001, seed=3)
     labels = (y > 0).astype(int)
     quick = {"num_inducing": 4, "max_iter": 1}
