@@ -90,7 +90,8 @@ def test_every_registered_model_end_to_end_at_tiny_sizes(name, stores, tmp_path)
     alone = _block_term(trainer, rows=slice(0, len(half) // 2))(block.x[: len(half) // 2], half[: len(half) // 2])
     np.testing.assert_allclose(float(kept[0]), float(alone[0]), rtol=1e-12)
     for a, b in zip(jax.tree_util.tree_leaves(kept[1]), jax.tree_util.tree_leaves(alone[1])):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
+        # the gradient through the other shape's program: up to 2e-9 relative (the regressor's factor, measured)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-8, atol=1e-12)
 
     # a run cut after one step and resumed from its checkpoint ends bit-identical to an uninterrupted one
     whole = train(TrainJob(name, store, config, tmp_path / "whole"))
