@@ -43,8 +43,11 @@ EVERYDAY_RUNS = ("bench_everyday", "bench_everyday_slow")
 KINDS = {"matrix products": ("dot", "ynn_fusion", "convolution"),
          "factorisations and triangular solves": ("cholesky", "triangular_solve", "custom-call", "custom_call"),
          "loops and conditionals (own time)": ("while", "conditional", "cond", "call")}
-TOP_OPERATIONS = 6
 TRANSCENDENTAL = ("exponential", "log", "erf", "power", "sqrt", "tanh", "divide")
+TRANSCENDENTAL_KIND = "elementwise with exponentials, logs, divisions"
+OTHER_KIND = "other elementwise, copies, reductions"
+ALL_KINDS = (*KINDS, TRANSCENDENTAL_KIND, OTHER_KIND)
+TOP_OPERATIONS = 6
 
 
 def kind_of(op: str) -> str:
@@ -55,8 +58,7 @@ def kind_of(op: str) -> str:
     for kind, prefixes in KINDS.items():
         if base.startswith(prefixes):
             return kind
-    return ("elementwise with exponentials, logs, divisions" if any(word in base for word in TRANSCENDENTAL)
-            else "other elementwise, copies, reductions")
+    return TRANSCENDENTAL_KIND if any(word in base for word in TRANSCENDENTAL) else OTHER_KIND
 
 
 def exclusive_times(events: list[dict]) -> list[tuple[str, str, float]]:
@@ -83,7 +85,7 @@ def profile(trace_dir: Path, steps: int, dumps: Path) -> dict:
     """Milliseconds per step, summed over XLA's threads, by program and by kind, and the largest operations with
     their output shapes and what they compute (from XLA's dumps of the optimised programs in ``dumps``), from the
     perfetto trace in ``trace_dir``."""
-    (path,) = sorted(trace_dir.rglob("*.trace.json.gz"))[-1:]
+    path = max(trace_dir.rglob("*.trace.json.gz"))
     events = json.load(gzip.open(path))
     events = events["traceEvents"] if isinstance(events, dict) else events
     ops = [event for event in events if event.get("ph") == "X" and "hlo_module" in event.get("args", {})]
@@ -155,7 +157,7 @@ def default_fit(pair: str) -> dict:
 def table(result: dict) -> str:
     """Markdown: a row per pair (the default fit's steps and seconds, a step's wall time, and the XLA time of a
     step by kind, the largest programs)."""
-    kinds = list(KINDS) + ["elementwise with exponentials, logs, divisions", "other elementwise, copies, reductions"]
+    kinds = ALL_KINDS
     lines = ["| fit, table | default fit: steps, fresh / second process s | step, ms | XLA ms per step "
              "(summed over threads) | " + " | ".join(kinds) + " | largest programs, ms per step | largest operations: "
              "output, from, ms per step |", "|---|---|---|---|" + "---|" * len(kinds) + "---|---|"]

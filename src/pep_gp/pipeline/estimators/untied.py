@@ -79,8 +79,8 @@ class ExactGPClassifier(GPClassifierMixin, ClassifierMixin, FittedGP):
     fixed values kept — maximise ``log Z_EP`` (Zhang et al. 2020, eq. 4) by L-BFGS-B, at most ``max_iter``
     iterations. O(N³) in every sweep: seconds up to about a thousand rows, minutes at a few thousand (waveform's
     first two classes, measured once on 2 cores: 30 s at 1,315 training rows, 138 s at 2,660, past 300 s at 5,325;
-    :class:`SparseGPClassifier` fits those in seconds, docs/results/everyday.md). A kernel's ``prior=`` adds ``log p(θ)`` to the evidence
-    maximised (a MAP fit); ``mean_function=`` (a name, a table or a :mod:`pep_gp.means` object, in standardised
+    :class:`SparseGPClassifier` fits those in seconds, docs/results/everyday.md). A kernel's ``prior=`` adds
+    ``log p(θ)`` to the evidence maximised (a MAP fit); ``mean_function=`` (a name, a table or a :mod:`pep_gp.means` object, in standardised
     inputs' units) is the latent's prior mean, trained with the kernel (``mean_function_``, in the data's units).
 
     A training row that repeats an earlier row's input and label is left out, with a warning (``n_repeated_rows_``

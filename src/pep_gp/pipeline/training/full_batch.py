@@ -73,10 +73,10 @@ FULL_BATCH_ROWS = 10_000
 default batches (``batch_size`` 10,000). Up to here the estimators' Adam steps are full batch too, so an L-BFGS
 iteration costs about one of them (more when its line search evaluates twice) and it takes tens where Adam
 takes hundreds; larger data is left to minibatches, whose steps cost a fraction of a pass. The limit was 5,000
-rows, the everyday tables of issue 63, until a table just past it showed the cliff: on waveform's first two classes (5,325 training rows)
-``SparseGPClassifier`` took 17.5 s of Adam's full-batch steps to L-BFGS's 7.7 s, the same test NLL, and
-``TiedEPClassifier``'s steps stopped 0.026 nats per row behind logistic regression, L-BFGS 0.002 ahead of it
-(docs/results/everyday.md, "Past 5,000 rows")."""
+rows, the everyday tables of issue 63, until a table just past it showed the cliff: on waveform's first two classes
+(5,325 training rows) ``SparseGPClassifier`` took 17.5 s of Adam's full-batch steps to L-BFGS's 7.7 s, the same
+test NLL, and ``TiedEPClassifier``'s steps stopped 0.026 nats per row behind logistic regression, L-BFGS 0.002
+ahead of it (docs/results/everyday.md, "Past 5,000 rows")."""
 
 QUIET_ITERATIONS = 2  # iterations in a row that each raise the energy by less than tol nats per row
 GRADIENT_TOL = 1e-6  # scipy's pgtol: the largest |∂F/∂θ| entry (nats per unit of an unconstrained parameter)
